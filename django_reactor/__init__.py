@@ -1,0 +1,54 @@
+"""django_reactor: durable sagas for Django.
+
+The public API, importable without touching models::
+
+    from django_reactor import Reactor, Step, step, arg, Retry, Success, Failure, Halt, Skip
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .engine.outcomes import (
+    Aborted,
+    Cancelled,
+    Completed,
+    ErrorInfo,
+    Failed,
+    Failure,
+    Halt,
+    Halted,
+    InProgress,
+    Outcome,
+    RollbackFailure,
+    Skip,
+    Success,
+)
+from .engine.declarations import step
+from .engine.retry import Retry
+from .engine.step import Step, StepContext
+from .engine.templates import arg
+from .reactor import Reactor
+
+__all__ = [
+    "Aborted",
+    "Cancelled",
+    "Completed",
+    "ErrorInfo",
+    "Failed",
+    "Failure",
+    "Halt",
+    "Halted",
+    "InProgress",
+    "Outcome",
+    "Reactor",
+    "Retry",
+    "RollbackFailure",
+    "Skip",
+    "Step",
+    "StepContext",
+    "Success",
+    "__version__",
+    "arg",
+    "step",
+]

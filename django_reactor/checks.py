@@ -1,0 +1,73 @@
+"""System checks. Every id is documented in ``docs/reference/checks.md``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from .conf import DEFAULTS, reactor_settings
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Validate the ``REACTOR`` setting."""
+    from django.conf import settings
+
+    messages: list[CheckMessage] = []
+    raw = getattr(settings, "REACTOR", {})
+    if not isinstance(raw, dict):
+        return [
+            Error(
+                "settings.REACTOR must be a dict.",
+                hint="Set REACTOR = {...} with the keys listed in the settings reference.",
+                id="django_reactor.E001",
+            )
+        ]
+    for key in reactor_settings.unknown_keys():
+        messages.append(
+            Warning(
+                f"settings.REACTOR has an unknown key {key!r}; it is ignored.",
+                hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+                id="django_reactor.W001",
+            )
+        )
+    for key in ("LEASE_SECONDS", "IDEMPOTENCY_WAIT_SECONDS", "MAX_INLINE_RETRY_DELAY"):
+        value = raw.get(key, DEFAULTS[key])
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            messages.append(
+                Error(
+                    f"REACTOR[{key!r}] must be a positive number of seconds, got {value!r}.",
+                    id="django_reactor.E002",
+                )
+            )
+    modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])
+    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+        messages.append(
+            Error(
+                "REACTOR['AUTODISCOVER_MODULES'] must be a list of module names.",
+                hint='For example ["reactors"].',
+                id="django_reactor.E003",
+            )
+        )
+    return messages
+
+
+@register(deploy=True)
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn when the database cannot give the guarantees the engine relies on."""
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    if DEFAULT_DB_ALIAS not in connections.settings:
+        return []
+    vendor = connections[DEFAULT_DB_ALIAS].vendor
+    if vendor == "sqlite":
+        return [
+            Warning(
+                "django_reactor is running on SQLite: fine for development and the demo, but "
+                "SQLite serialises writers and cannot run Celery workers safely side by side.",
+                hint="Use PostgreSQL in production.",
+                id="django_reactor.W002",
+            )
+        ]
+    return []

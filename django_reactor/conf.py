@@ -1,0 +1,74 @@
+"""The ``REACTOR`` setting, read lazily through :data:`reactor_settings`.
+
+Every key has a documented default in :data:`DEFAULTS` (listed in ``docs/reference/settings.md``).
+Values are read when used, never at import time, and the cache is cleared on ``setting_changed``
+so ``override_settings(REACTOR={...})`` works in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .exceptions import ReactorImproperlyConfigured
+
+DEFAULTS: dict[str, Any] = {
+    # Seconds a process owns a run without writing a checkpoint before others may take it over.
+    "LEASE_SECONDS": 60,
+    # How long run(..., idempotency_key=k) waits for a concurrent run with the same key to
+    # finish before returning an in-progress outcome.
+    "IDEMPOTENCY_WAIT_SECONDS": 10.0,
+    # Longest sleep between inline retry attempts; longer backoffs are capped to this.
+    "MAX_INLINE_RETRY_DELAY": 30.0,
+    # Refuse inline runs inside an open transaction.atomic() block (step bodies must not run
+    # inside a transaction they do not own). Set to False only if you know why.
+    "REFUSE_INLINE_IN_TRANSACTION": True,
+    # Extra app modules autodiscovered for reactors, besides each installed app's "reactors".
+    "AUTODISCOVER_MODULES": ["reactors"],
+}
+
+REMOVED_SETTINGS: dict[str, str] = {}
+
+
+class ReactorSettings:
+    """Attribute access to ``settings.REACTOR`` with defaults, cached until settings change."""
+
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        self.defaults = defaults
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(settings, "REACTOR", None) or {}
+        if not isinstance(value, dict):
+            raise ReactorImproperlyConfigured(
+                f"settings.REACTOR must be a dict, got {type(value).__name__}"
+            )
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self.defaults:
+            raise AttributeError(f"REACTOR has no setting {name!r}")
+        if name in self._cache:
+            return self._cache[name]
+        value = self.user_settings.get(name, self.defaults[name])
+        self._cache[name] = value
+        return value
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(set(self.user_settings) - set(self.defaults))
+
+    def reload(self) -> None:
+        self._cache.clear()
+
+
+reactor_settings = ReactorSettings(DEFAULTS)
+
+
+@receiver(setting_changed)
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "REACTOR":
+        reactor_settings.reload()

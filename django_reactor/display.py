@@ -1,0 +1,84 @@
+"""Plain-text rendering of a stored execution, for commands and logs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .engine.redaction import redact
+from .handle import ExecutionHandle
+from .states import EventKind
+
+_STEP_LINES = {
+    EventKind.RUN: "ran",
+    EventKind.SKIP: "skipped",
+    EventKind.HALT: "halted",
+    EventKind.RETRY: "attempt failed",
+    EventKind.FAIL: "FAILED",
+    EventKind.COMPENSATE: "compensated",
+    EventKind.COMPENSATE_FAILED: "compensation FAILED",
+    EventKind.COMPENSATE_SKIPPED: "nothing to compensate (no compensate defined)",
+    EventKind.UNDO: "undone",
+    EventKind.UNDO_FAILED: "undo FAILED",
+    EventKind.UNDO_SKIPPED: "nothing to undo (no undo defined)",
+}
+
+_RUN_LINES = {
+    EventKind.START: "run started",
+    EventKind.COMPLETE: "run completed",
+    EventKind.FAIL: "run failed",
+    EventKind.ABORT: "run aborted",
+    EventKind.CANCEL: "run cancelled",
+    EventKind.ROLLBACK: "rollback started",
+    EventKind.RERUN: "retried as a new execution",
+}
+
+
+def short_json(value: Any, limit: int = 90) -> str:
+    """Compact JSON of ``value``, cut to ``limit`` characters."""
+    text = json.dumps(value, default=str, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def trace_lines(handle: ExecutionHandle) -> list[str]:
+    """One line per trace event: what happened to which step, with results and errors."""
+    results = {view.name: view.result for view in handle.steps}
+    lines = []
+    for event in handle.trace:
+        if event.step:
+            what = _STEP_LINES.get(event.kind, event.kind)
+            line = f"{event.step:<14} {what}"
+            if event.kind in (EventKind.RUN, EventKind.SKIP) and event.step in results:
+                line += f" -> {short_json(results[event.step])}"
+            if event.attempt > 1 or event.kind == EventKind.RETRY:
+                line += f" (attempt {event.attempt})"
+            if "error" in event.data:
+                line += f": {event.data['error']}"
+            if event.kind == EventKind.RETRY:
+                line += f"; retrying in {event.data.get('delay', 0):.2f}s"
+            if event.kind == EventKind.HALT:
+                line += f": {event.data.get('reason')}"
+        else:
+            line = _RUN_LINES.get(event.kind, event.kind)
+            if event.data.get("reason"):
+                line += f" ({event.data['reason']})"
+        if event.duration_ms is not None:
+            line += f"  [{event.duration_ms:.1f} ms]"
+        lines.append(line)
+    return lines
+
+
+def summary_lines(handle: ExecutionHandle) -> list[str]:
+    """Header, inputs (redacted), trace and ending of one execution."""
+    lines = [
+        f"{handle.reactor}  execution {handle.id}",
+        f"status: {handle.status}",
+        f"inputs: {short_json(redact(handle.inputs, []), 200)}",
+    ]
+    lines.extend(f"  {line}" for line in trace_lines(handle))
+    error = handle.error
+    if error is not None:
+        lines.append(f"failure: {error}")
+        for failure in error.rollback_failures:
+            lines.append(f"  could not {failure.action} {failure.step}: {failure.message}")
+    return lines

@@ -1,0 +1,1 @@
+"""The pure saga engine: definitions, planner, executor. No ORM, no Celery, no DRF imports."""

@@ -1,0 +1,124 @@
+"""``step(...)``: how a reactor class body declares its steps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, overload
+
+from ..exceptions import DefinitionError
+from .retry import Retry
+from .step import FunctionStep, Step
+from .templates import Template
+
+OPTION_NAMES = frozenset({"retry", "wait_for"})
+
+
+class StepDeclaration:
+    """One ``step(...)`` in a reactor's class body; the reactor turns it into a ``StepSpec``.
+
+    A function step can also declare its rollback with decorators::
+
+        @step(order=arg.result("create"))
+        def reserve(order): ...
+
+        @reserve.undo
+        def release(result, order): ...
+    """
+
+    def __init__(
+        self,
+        impl: type[Step],
+        wiring: dict[str, Any],
+        *,
+        retry: Retry | None = None,
+        wait_for: Iterable[str] = (),
+    ) -> None:
+        self.impl = impl
+        self.wiring = wiring
+        self.retry = retry
+        if isinstance(wait_for, str):
+            wait_for = (wait_for,)
+        self.wait_for = tuple(wait_for)
+        self.name: str | None = None
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<step {self.name or '?'}: {self.impl.__qualname__}>"
+
+    def undo(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorate the function that undoes this function step: ``fn(result, **arguments)``."""
+        return self._attach("undo", fn)
+
+    def compensate(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorate the function that compensates this step: ``fn(error, **arguments)``."""
+        return self._attach("compensate", fn)
+
+    def _attach(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not issubclass(self.impl, FunctionStep):
+            raise DefinitionError(
+                f"@{self.name or 'step'}.{action} only works on function steps; define "
+                f"{action}() on {self.impl.__qualname__} instead"
+            )
+        if not callable(fn):
+            raise DefinitionError(f"@{self.name}.{action} must decorate a function")
+        setattr(self.impl, f"{action}_function", staticmethod(fn))
+        return fn
+
+
+def _function_step(fn: Callable[..., Any]) -> type[Step]:
+    return type(
+        f"{fn.__name__}_step",
+        (FunctionStep,),
+        {"function": staticmethod(fn), "__module__": fn.__module__, "__doc__": fn.__doc__},
+    )
+
+
+def _declare(target: Any, options: dict[str, Any]) -> StepDeclaration:
+    if isinstance(target, type) and issubclass(target, Step):
+        impl = target
+    elif isinstance(target, type):
+        raise DefinitionError(
+            f"step() takes a Step subclass or a function, got class {target.__qualname__}; "
+            "make it subclass django_reactor.Step"
+        )
+    elif callable(target):
+        impl = _function_step(target)
+    else:
+        raise DefinitionError(f"step() takes a Step subclass or a function, got {target!r}")
+    wiring = {k: v for k, v in options.items() if k not in OPTION_NAMES}
+    for name, value in wiring.items():
+        if not isinstance(value, Template):
+            raise DefinitionError(
+                f"step argument {name}={value!r} must be arg.input(...), arg.result(...) or "
+                f"arg.value(...); wrap literals as arg.value({value!r})"
+            )
+    retry = options.get("retry")
+    if retry is not None and not isinstance(retry, Retry):
+        raise DefinitionError(f"retry= must be a Retry(...), got {retry!r}")
+    wait_for = options.get("wait_for", ())
+    if isinstance(wait_for, str):
+        wait_for = (wait_for,)
+    if not all(isinstance(w, str) for w in wait_for):
+        raise DefinitionError(f"wait_for= must name steps as strings, got {wait_for!r}")
+    return StepDeclaration(impl, wiring, retry=retry, wait_for=wait_for)
+
+
+@overload
+def step(target: type[Step] | Callable[..., Any], /, **options: Any) -> StepDeclaration: ...
+@overload
+def step(**options: Any) -> Callable[[Callable[..., Any]], StepDeclaration]: ...
+
+
+def step(target: Any = None, /, **options: Any) -> Any:
+    """Declare a step in a reactor's class body.
+
+    ``name = step(StepClass, arg_name=arg.input(...), retry=Retry(...), wait_for=["other"])``
+    or, for a function step, ``@step(arg_name=arg.result("other"))`` above a function (the step
+    is named after the function). Options: ``retry`` and ``wait_for``; every other keyword wires
+    an argument of the step's ``run`` from a template.
+    """
+    if target is None:
+        return lambda fn: _declare(fn, options)
+    return _declare(target, options)

@@ -1,0 +1,278 @@
+"""Turning a reactor class body into a validated, immutable :class:`ReactorDefinition`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..exceptions import DefinitionError
+from . import planner
+from .declarations import StepDeclaration
+from .redaction import SecretPath, secret_paths_of_serializer
+from .retry import NO_RETRY, Retry
+from .step import Signature, Step, rollback_signature, run_signature
+from .templates import InputRef, Template
+
+META_OPTIONS = frozenset({"returns", "name", "abstract"})
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """One step of a reactor, fully resolved and checked."""
+
+    name: str
+    impl: type[Step]
+    arguments: Mapping[str, Template]
+    retry: Retry
+    wait_for: tuple[str, ...]
+    depends_on: frozenset[str]
+    contract: type | None
+    secret_arguments: Mapping[str, tuple[SecretPath, ...]]
+    undo_signature: Signature
+    compensate_signature: Signature
+
+    @property
+    def has_undo(self) -> bool:
+        return self.impl.has_handler("undo")
+
+    @property
+    def has_compensate(self) -> bool:
+        return self.impl.has_handler("compensate")
+
+    def argument_secret_paths(self) -> list[SecretPath]:
+        return [(name, *sub) for name, subs in self.secret_arguments.items() for sub in subs]
+
+
+@dataclass(frozen=True, slots=True)
+class ReactorDefinition:
+    """The checked shape of a reactor: steps, their order constraints, inputs and return."""
+
+    name: str
+    reactor_class: type
+    steps: tuple[StepSpec, ...]
+    inputs_serializer: type | None
+    input_fields: frozenset[str] | None
+    input_secret_paths: tuple[SecretPath, ...]
+    returns: str | None
+    definition_hash: str
+    by_name: Mapping[str, StepSpec] = field(repr=False)
+
+    def step(self, name: str) -> StepSpec:
+        return self.by_name[name]
+
+    def next_ready(self, done: set[str] | frozenset[str]) -> StepSpec | None:
+        """The first step, in declaration order, whose dependencies are all done."""
+        for spec in self.steps:
+            if spec.name not in done and spec.depends_on <= done:
+                return spec
+        return None
+
+
+def _meta_options(cls: type) -> dict[str, Any]:
+    meta = cls.__dict__.get("Meta")
+    if meta is None:
+        return {}
+    options = {k: v for k, v in vars(meta).items() if not k.startswith("_")}
+    unknown = set(options) - META_OPTIONS
+    if unknown:
+        raise DefinitionError(
+            f"{cls.__qualname__}.Meta has unknown option(s) {', '.join(sorted(unknown))}; "
+            f"known options: {', '.join(sorted(META_OPTIONS))}"
+        )
+    return options
+
+
+def _collect_declarations(cls: type) -> dict[str, StepDeclaration]:
+    found: dict[str, StepDeclaration] = {}
+    for klass in reversed(cls.__mro__):
+        for attr, value in vars(klass).items():
+            if isinstance(value, StepDeclaration):
+                found.pop(attr, None)  # a redeclaration moves to where the subclass puts it
+                found[attr] = value
+            elif attr in found:
+                del found[attr]  # a subclass replaced the step with something else
+    return found
+
+
+def _input_fields(serializer: type | None, reactor: str) -> frozenset[str] | None:
+    if serializer is None:
+        return None
+    try:
+        return frozenset(serializer().fields)
+    except Exception:  # needs context or the app registry: checked at run time instead
+        return None
+
+
+def build_definition(cls: type, name: str) -> ReactorDefinition:
+    """Check a reactor class and build its definition. Raises DefinitionError naming the problem."""
+    reactor = cls.__qualname__
+    meta = _meta_options(cls)
+    inputs_serializer = getattr(cls, "Inputs", None)
+    if inputs_serializer is not None and not (
+        isinstance(inputs_serializer, type) and hasattr(inputs_serializer, "is_valid")
+    ):
+        raise DefinitionError(
+            f"{reactor}.Inputs must be a DRF serializer class (rest_framework.serializers."
+            f"Serializer), got {inputs_serializer!r}"
+        )
+    input_fields = _input_fields(inputs_serializer, reactor)
+    input_secrets = tuple(secret_paths_of_serializer(inputs_serializer))
+
+    declarations = _collect_declarations(cls)
+    specs = [
+        _build_spec(reactor, step_name, decl, input_fields, input_secrets)
+        for step_name, decl in declarations.items()
+    ]
+    by_name = {spec.name: spec for spec in specs}
+    planner.check(reactor, specs)
+
+    returns = meta.get("returns")
+    if returns is not None and returns not in by_name:
+        raise DefinitionError(
+            f"{reactor}.Meta.returns names {returns!r}, which is not a step of {reactor} "
+            f"(steps: {', '.join(by_name) or 'none'})"
+        )
+    return ReactorDefinition(
+        name=name,
+        reactor_class=cls,
+        steps=tuple(specs),
+        inputs_serializer=inputs_serializer,
+        input_fields=input_fields,
+        input_secret_paths=input_secrets,
+        returns=returns,
+        definition_hash=_hash(specs, returns),
+        by_name=by_name,
+    )
+
+
+def _build_spec(
+    reactor: str,
+    name: str,
+    decl: StepDeclaration,
+    input_fields: frozenset[str] | None,
+    input_secrets: tuple[SecretPath, ...],
+) -> StepSpec:
+    where = f"{reactor}.{name}"
+    impl = decl.impl
+    contract = getattr(impl, "Inputs", None)
+    if contract is not None and not (isinstance(contract, type) and hasattr(contract, "is_valid")):
+        raise DefinitionError(f"{where}: {impl.__qualname__}.Inputs must be a DRF serializer class")
+    body = run_signature(impl)
+    contract_fields = _contract_fields(contract)
+
+    arguments: dict[str, Template] = dict(decl.wiring)
+    for arg_name, template in arguments.items():
+        if contract_fields is not None and arg_name not in contract_fields and not body.var_keyword:
+            raise DefinitionError(
+                f"{where}: argument {arg_name!r} is not a field of {impl.__qualname__}.Inputs "
+                f"(fields: {', '.join(sorted(contract_fields))})"
+            )
+        if contract_fields is None and not body.accepts(arg_name):
+            raise DefinitionError(
+                f"{where}: {impl.__qualname__}.run() takes no argument {arg_name!r} "
+                f"(it takes: {', '.join(sorted(body.accepted)) or 'nothing'})"
+            )
+        if isinstance(template, InputRef) and input_fields is not None:
+            if template.name not in input_fields:
+                raise DefinitionError(
+                    f"{where}: argument {arg_name!r} reads input {template.name!r}, which "
+                    f"{reactor}.Inputs does not declare (inputs: "
+                    f"{', '.join(sorted(input_fields)) or 'none'})"
+                )
+
+    required = contract_fields_required(contract) if contract is not None else body.required
+    for needed in sorted(required - set(arguments)):
+        if input_fields is not None and needed in input_fields:
+            arguments[needed] = InputRef(name=needed)  # wired by name from the reactor input
+        else:
+            raise DefinitionError(
+                f"{where}: {impl.__qualname__} needs argument {needed!r} but nothing provides "
+                f"it; add {needed}=arg.input(...) or {needed}=arg.result(...) to the step, "
+                f"or declare an input named {needed!r} on {reactor}.Inputs"
+            )
+
+    retry = decl.retry or getattr(impl, "retry", None) or NO_RETRY
+    if not isinstance(retry, Retry):
+        raise DefinitionError(f"{where}: {impl.__qualname__}.retry must be a Retry(...)")
+
+    depends = {t.depends_on for t in arguments.values() if t.depends_on} | set(decl.wait_for)
+    secret_arguments = {
+        arg_name: tuple(paths)
+        for arg_name, template in arguments.items()
+        if (paths := template.secret_paths(input_secrets))
+    }
+    for field_path in secret_paths_of_serializer(contract):
+        secret_arguments[field_path[0]] = (*secret_arguments.get(field_path[0], ()), field_path[1:])
+
+    return StepSpec(
+        name=name,
+        impl=impl,
+        arguments=arguments,
+        retry=retry,
+        wait_for=decl.wait_for,
+        depends_on=frozenset(depends),
+        contract=contract,
+        secret_arguments=secret_arguments,
+        undo_signature=rollback_signature(impl, "undo"),
+        compensate_signature=rollback_signature(impl, "compensate"),
+    )
+
+
+def _contract_fields(contract: type | None) -> frozenset[str] | None:
+    if contract is None:
+        return None
+    try:
+        return frozenset(contract().fields)
+    except Exception:
+        return None
+
+
+def contract_fields_required(contract: type) -> frozenset[str]:
+    try:
+        fields = contract().fields
+    except Exception:
+        return frozenset()
+    return frozenset(
+        name
+        for name, fld in fields.items()
+        if getattr(fld, "required", False) and not getattr(fld, "read_only", False)
+    )
+
+
+def _hash(specs: list[StepSpec], returns: str | None) -> str:
+    shape = {
+        "steps": [
+            {
+                "name": s.name,
+                "impl": f"{s.impl.__module__}.{s.impl.__qualname__}",
+                "depends_on": sorted(s.depends_on),
+                "arguments": sorted(s.arguments),
+            }
+            for s in specs
+        ],
+        "returns": returns,
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class ReactorBase:
+    """Engine half of :class:`django_reactor.Reactor`: builds the definition at class creation."""
+
+    Inputs: ClassVar[type | None] = None
+    definition: ClassVar[ReactorDefinition]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        meta = _meta_options(cls)
+        name = meta.get("name") or f"{cls.__module__}.{cls.__qualname__}"
+        if not isinstance(name, str) or not name:
+            raise DefinitionError(f"{cls.__qualname__}.Meta.name must be a non-empty string")
+        cls.definition = build_definition(cls, name)
+        cls._on_defined(abstract=bool(meta.get("abstract", False)))
+
+    @classmethod
+    def _on_defined(cls, *, abstract: bool) -> None:
+        """Hook for the Django layer (registration)."""

@@ -1,0 +1,666 @@
+"""Running a reactor's steps and applying the rollback rule.
+
+The executor is pure: it calls step code and hands every state change to a :class:`Journal`.
+Steps run one at a time; the next step is always the first one, in declaration order, whose
+dependencies are done, so the order depends only on which steps are done (a resumed run takes
+the same path). The rollback rule:
+
+1. a step that completed is tracked for undo (skipped steps are not);
+2. the failing step is compensated only if its body started (never for argument or contract
+   errors);
+3. then every tracked step is undone, newest first;
+4. a compensate or undo that fails does not stop the rest: it is reported in
+   ``rollback_failures`` and the run ends ``needs_attention``;
+5. ``Halt`` stops without rollback;
+6. an exception from step code is a failure; a process interruption (KeyboardInterrupt,
+   SystemExit, MemoryError) leaves the run ``aborted`` with its undo stack, for ``undo()``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..exceptions import ArgumentResolutionError, ResultNotSerializable
+from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
+from .definition import ReactorDefinition, StepSpec
+from .journal import Event, Journal, JournalBatch, RollbackWrite, StepWrite
+from .outcomes import (
+    Cancelled,
+    Completed,
+    ErrorInfo,
+    ErrorKind,
+    Failed,
+    Failure,
+    Halt,
+    Halted,
+    Outcome,
+    RollbackFailure,
+    Skip,
+    StepOutcome,
+    Success,
+    as_step_outcome,
+    qualified_class_name,
+)
+from .redaction import redact
+from .serialization import encode, roundtrip
+from .step import StepContext
+from .templates import ResolutionScope
+from .validation import summarise_errors, validate
+
+INTERRUPTIONS = (KeyboardInterrupt, SystemExit, MemoryError)
+
+logger = logging.getLogger("django_reactor.executor")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(slots=True)
+class UndoEntry:
+    """A completed step waiting on the undo stack."""
+
+    step: str
+    arguments: dict[str, Any]
+    result: Any
+
+
+@dataclass(slots=True)
+class PendingCompensation:
+    """A failed (or interrupted) step whose compensate has not run yet."""
+
+    step: str
+    arguments: dict[str, Any]
+    error: ErrorInfo
+
+
+@dataclass(slots=True)
+class RunState:
+    """What a run has done so far (empty for a new run, loaded from the store otherwise)."""
+
+    results: dict[str, Any] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+    undo_stack: list[UndoEntry] = field(default_factory=list)
+    pending_compensation: list[PendingCompensation] = field(default_factory=list)
+    next_seq: int = 1
+
+
+class Executor:
+    """Runs one execution of a reactor against a journal."""
+
+    def __init__(
+        self,
+        definition: ReactorDefinition,
+        journal: Journal,
+        *,
+        inputs: Mapping[str, Any],
+        state: RunState | None = None,
+        clock: Callable[[], dt.datetime] = utcnow,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.definition = definition
+        self.journal = journal
+        self.inputs = inputs
+        self.state = state or RunState()
+        self.clock = clock
+        self.sleep = sleep
+        self._display_inputs: dict[str, Any] | None = None
+        self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def execution_id(self) -> Any:
+        return self.journal.execution_id
+
+    def run(self) -> Outcome:
+        """Run every remaining step; return how the run ended."""
+        definition = self.definition
+        while True:
+            spec = definition.next_ready(self.state.done)
+            if spec is None:
+                return self._complete()
+            outcome = self._run_step(spec)
+            if outcome is not None:
+                return outcome
+
+    def rollback(self, *, final_status: str, reason: str = "") -> list[RollbackFailure]:
+        """Compensate pending failed steps, undo every completed step newest first, finish.
+
+        Used by ``undo()`` on completed, halted, aborted or cancelled runs. The run ends
+        ``final_status`` when everything rolled back, ``needs_attention`` otherwise.
+        """
+        self._commit(
+            JournalBatch(
+                events=[self._event(EventKind.ROLLBACK, data={"reason": reason} if reason else {})],
+                status=ExecutionStatus.ROLLING_BACK,
+            )
+        )
+        try:
+            failures = self._rollback_all()
+        except INTERRUPTIONS as exc:
+            self._abort(exc)
+            raise
+        status = final_status if not failures else ExecutionStatus.NEEDS_ATTENTION
+        kind = EventKind.CANCEL if final_status == ExecutionStatus.CANCELLED else EventKind.FAIL
+        self._commit(
+            JournalBatch(
+                events=[self._event(kind, data={"reason": reason} if reason else {})],
+                status=status,
+                finished=True,
+            )
+        )
+        return failures
+
+    # ------------------------------------------------------------------ steps
+
+    def _run_step(self, spec: StepSpec) -> Outcome | None:
+        started_at = self.clock()
+        try:
+            arguments = self._resolve(spec)
+        except ArgumentResolutionError as exc:
+            error = self._error_info(exc, ErrorKind.ARGUMENT, spec, {}, attempts=0)
+            return self._fail(spec, error, {}, started=False, started_at=started_at, attempts=0)
+        if spec.contract is not None:
+            validated = self._validate_contract(spec, arguments, started_at)
+            if isinstance(validated, Failed):
+                return validated
+            call_arguments = validated
+        else:
+            call_arguments = arguments
+
+        attempt = 0
+        while True:
+            attempt += 1
+            context = self._context(spec, "run", attempt)
+            t0 = time.perf_counter()
+            exc: BaseException | None = None
+            try:
+                outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**call_arguments))
+            except INTERRUPTIONS as interruption:
+                self._abort(interruption, spec=spec, arguments=arguments, attempt=attempt,
+                            started_at=started_at)
+                raise
+            except BaseException as raised:  # every other exception from step code is a failure
+                exc = raised
+                outcome = Failure(raised)
+            duration = (time.perf_counter() - t0) * 1000
+
+            if isinstance(outcome, Success | Skip):
+                try:
+                    stored, value = roundtrip(outcome.value)
+                except ResultNotSerializable as bad:
+                    error = self._error_info(bad, ErrorKind.RESULT, spec, arguments, attempt)
+                    return self._fail(spec, error, arguments, started=True,
+                                      started_at=started_at, attempts=attempt)
+                return self._record_done(spec, outcome, arguments, stored, value, attempt,
+                                         started_at, duration)
+            if isinstance(outcome, Halt):
+                return self._halt(spec, outcome, arguments, attempt, started_at, duration)
+
+            assert isinstance(outcome, Failure)
+            if self._should_retry(spec, outcome, exc, attempt):
+                delay = spec.retry.delay_after(attempt)
+                self._commit(
+                    JournalBatch(
+                        events=[
+                            self._event(
+                                EventKind.RETRY,
+                                step=spec.name,
+                                attempt=attempt,
+                                duration_ms=duration,
+                                data={**_error_summary(outcome, exc), "delay": delay},
+                            )
+                        ],
+                        current_step=spec.name,
+                    )
+                )
+                if delay:
+                    self.sleep(delay)
+                continue
+            error = self._failure_info(outcome, exc, spec, arguments, attempt)
+            return self._fail(spec, error, arguments, started=True, started_at=started_at,
+                              attempts=attempt)
+
+    def _resolve(self, spec: StepSpec) -> dict[str, Any]:
+        scope = self._scope
+        return {name: template.resolve(scope) for name, template in spec.arguments.items()}
+
+    def _validate_contract(
+        self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> dict[str, Any] | Failed:
+        assert spec.contract is not None
+        validated, errors = validate(spec.contract, arguments)
+        if validated is not None:
+            return validated
+        error = ErrorInfo(
+            kind=ErrorKind.CONTRACT,
+            message=(
+                f"the arguments of step {spec.name!r} do not satisfy "
+                f"{spec.impl.__qualname__}.Inputs: {summarise_errors(errors)}"
+            ),
+            step=spec.name,
+            reactor=self.definition.name,
+            exception_class=None,
+            field_errors=errors,
+            retryable=False,
+            inputs=self._redacted_inputs(),
+            arguments=redact(_displayable(arguments), spec.argument_secret_paths()),
+        )
+        return self._fail(spec, error, arguments, started=False, started_at=started_at,
+                          attempts=0)
+
+    def _should_retry(
+        self, spec: StepSpec, outcome: Failure, exc: BaseException | None, attempt: int
+    ) -> bool:
+        if attempt >= spec.retry.attempts or not outcome.retryable:
+            return False
+        error = exc if exc is not None else outcome.error
+        if isinstance(error, BaseException):
+            return spec.retry.retries_exception(error)
+        return True
+
+    def _record_done(
+        self,
+        spec: StepSpec,
+        outcome: Success | Skip,
+        arguments: dict[str, Any],
+        stored: Any,
+        value: Any,
+        attempt: int,
+        started_at: dt.datetime,
+        duration: float,
+    ) -> Outcome | None:
+        skipped = isinstance(outcome, Skip)
+        event = self._event(
+            EventKind.SKIP if skipped else EventKind.RUN,
+            step=spec.name,
+            attempt=attempt,
+            duration_ms=duration,
+        )
+        cancel = self._commit(
+            JournalBatch(
+                events=[event],
+                step=StepWrite(
+                    step=spec.name,
+                    status=StepStatus.SKIPPED if skipped else StepStatus.COMPLETED,
+                    seq=event.seq,
+                    attempts=attempt,
+                    arguments=_encode_arguments(arguments),
+                    secret_arguments=spec.argument_secret_paths(),
+                    started_at=started_at,
+                    finished_at=event.at,
+                    result=stored,
+                ),
+                current_step=spec.name,
+            )
+        )
+        state = self.state
+        state.results[spec.name] = value
+        state.done.add(spec.name)
+        if not skipped:
+            state.undo_stack.append(UndoEntry(spec.name, arguments, value))
+        if cancel:
+            return self._cancelled("cancel requested while running")
+        return None
+
+    def _halt(
+        self,
+        spec: StepSpec,
+        outcome: Halt,
+        arguments: dict[str, Any],
+        attempt: int,
+        started_at: dt.datetime,
+        duration: float,
+    ) -> Outcome:
+        try:
+            reason = encode(outcome.reason)
+        except ResultNotSerializable:
+            reason = str(outcome.reason)
+        event = self._event(
+            EventKind.HALT, step=spec.name, attempt=attempt, duration_ms=duration,
+            data={"reason": reason},
+        )
+        self._commit(
+            JournalBatch(
+                events=[event],
+                step=StepWrite(
+                    step=spec.name,
+                    status=StepStatus.HALTED,
+                    seq=event.seq,
+                    attempts=attempt,
+                    arguments=_encode_arguments(arguments),
+                    secret_arguments=spec.argument_secret_paths(),
+                    started_at=started_at,
+                    finished_at=event.at,
+                    result=reason,
+                ),
+                status=ExecutionStatus.HALTED,
+                current_step=spec.name,
+                result={"halted_at": spec.name, "reason": reason},
+                finished=True,
+            )
+        )
+        return Halted(execution_id=self.execution_id, reason=outcome.reason, step=spec.name)
+
+    # ------------------------------------------------------------------ failure and rollback
+
+    def _fail(
+        self,
+        spec: StepSpec,
+        error: ErrorInfo,
+        arguments: dict[str, Any],
+        *,
+        started: bool,
+        started_at: dt.datetime,
+        attempts: int,
+    ) -> Failed:
+        event = self._event(
+            EventKind.FAIL,
+            step=spec.name,
+            attempt=attempts,
+            data={"kind": error.kind, "error": error.message,
+                  "exception_class": error.exception_class},
+        )
+        self._commit(
+            JournalBatch(
+                events=[event],
+                step=StepWrite(
+                    step=spec.name,
+                    status=StepStatus.FAILED,
+                    seq=event.seq,
+                    attempts=attempts,
+                    arguments=_encode_arguments(arguments),
+                    secret_arguments=spec.argument_secret_paths(),
+                    started_at=started_at,
+                    finished_at=event.at,
+                    error=error.to_dict(),
+                    compensable=started,
+                ),
+                status=ExecutionStatus.ROLLING_BACK,
+                current_step=spec.name,
+            )
+        )
+        if started:
+            self.state.pending_compensation.append(
+                PendingCompensation(spec.name, arguments, error)
+            )
+        try:
+            failures = self._rollback_all()
+        except INTERRUPTIONS as exc:
+            self._abort(exc)
+            raise
+        final = error.with_rollback_failures(failures)
+        status = ExecutionStatus.FAILED if not failures else ExecutionStatus.NEEDS_ATTENTION
+        self._commit(
+            JournalBatch(
+                events=[self._event(EventKind.FAIL, data={"status": status})],
+                status=status,
+                failure=final.to_dict(),
+                finished=True,
+            )
+        )
+        return Failed(execution_id=self.execution_id, error=final, status=status)
+
+    def _rollback_all(self) -> list[RollbackFailure]:
+        failures: list[RollbackFailure] = []
+        state = self.state
+        while state.pending_compensation:
+            pending = state.pending_compensation[0]
+            failure = self._rollback_one(
+                self.definition.step(pending.step), "compensate", pending.error.to_dict(),
+                pending.arguments,
+            )
+            state.pending_compensation.pop(0)
+            if failure:
+                failures.append(failure)
+        while state.undo_stack:
+            entry = state.undo_stack[-1]
+            failure = self._rollback_one(
+                self.definition.step(entry.step), "undo", entry.result, entry.arguments
+            )
+            state.undo_stack.pop()
+            if failure:
+                failures.append(failure)
+        return failures
+
+    def _rollback_one(
+        self, spec: StepSpec, action: str, first: Any, arguments: dict[str, Any]
+    ) -> RollbackFailure | None:
+        kinds = {
+            "undo": (EventKind.UNDO, EventKind.UNDO_FAILED, EventKind.UNDO_SKIPPED,
+                     RollbackStatus.UNDONE),
+            "compensate": (EventKind.COMPENSATE, EventKind.COMPENSATE_FAILED,
+                           EventKind.COMPENSATE_SKIPPED, RollbackStatus.COMPENSATED),
+        }
+        ok_kind, failed_kind, skipped_kind, ok_status = kinds[action]
+        has_handler = spec.has_undo if action == "undo" else spec.has_compensate
+        if not has_handler:
+            event = self._event(skipped_kind, step=spec.name)
+            self._commit(
+                JournalBatch(
+                    events=[event],
+                    rollback=RollbackWrite(spec.name, RollbackStatus.NO_HANDLER, event.at),
+                )
+            )
+            return None
+
+        signature = spec.undo_signature if action == "undo" else spec.compensate_signature
+        context = self._context(spec, action, 1)
+        t0 = time.perf_counter()
+        failure: RollbackFailure | None = None
+        try:
+            returned = getattr(spec.impl(context), action)(first, **signature.filter(arguments))
+            if isinstance(returned, Failure):
+                error = returned.error
+                failure = RollbackFailure(
+                    step=spec.name,
+                    action=action,
+                    exception_class=(
+                        qualified_class_name(error) if isinstance(error, BaseException) else None
+                    ),
+                    message=str(error),
+                )
+        except INTERRUPTIONS:
+            raise
+        except BaseException as exc:
+            failure = RollbackFailure(
+                step=spec.name,
+                action=action,
+                exception_class=qualified_class_name(exc),
+                message=str(exc) or type(exc).__name__,
+            )
+        duration = (time.perf_counter() - t0) * 1000
+        if failure is None:
+            event = self._event(ok_kind, step=spec.name, duration_ms=duration)
+            rollback = RollbackWrite(spec.name, ok_status, event.at)
+        else:
+            event = self._event(
+                failed_kind, step=spec.name, duration_ms=duration,
+                data={"error": failure.message, "exception_class": failure.exception_class},
+            )
+            rollback = RollbackWrite(spec.name, RollbackStatus.FAILED, event.at,
+                                     error=failure.to_dict())
+        self._commit(JournalBatch(events=[event], rollback=rollback))
+        return failure
+
+    def _abort(
+        self,
+        exc: BaseException,
+        *,
+        spec: StepSpec | None = None,
+        arguments: dict[str, Any] | None = None,
+        attempt: int = 0,
+        started_at: dt.datetime | None = None,
+    ) -> None:
+        """Record that the process was interrupted; the undo stack stays for ``undo()``."""
+        batch = JournalBatch(status=ExecutionStatus.ABORTED, finished=True)
+        if spec is not None:
+            error = self._error_info(exc, ErrorKind.INTERRUPTED, spec, arguments or {}, attempt)
+            event = self._event(EventKind.FAIL, step=spec.name, attempt=attempt,
+                                data={"kind": error.kind, "error": error.message,
+                                      "exception_class": error.exception_class})
+            batch.events.append(event)
+            batch.step = StepWrite(
+                step=spec.name,
+                status=StepStatus.FAILED,
+                seq=event.seq,
+                attempts=attempt,
+                arguments=_encode_arguments(arguments or {}),
+                secret_arguments=spec.argument_secret_paths(),
+                started_at=started_at,
+                finished_at=event.at,
+                error=error.to_dict(),
+                compensable=True,
+            )
+            batch.failure = error.to_dict()
+        batch.events.append(
+            self._event(EventKind.ABORT, data={"exception_class": qualified_class_name(exc)})
+        )
+        try:
+            self._commit(batch)
+        except Exception:  # the interruption must still propagate; say what was lost
+            logger.exception(
+                "could not record that execution %s was aborted; it stays in its last "
+                "checkpointed state",
+                self.execution_id,
+            )
+
+    # ------------------------------------------------------------------ endings
+
+    def _complete(self) -> Completed:
+        definition = self.definition
+        if definition.returns is not None:
+            value = self.state.results.get(definition.returns)
+        else:
+            value = dict(self.state.results)
+        self._commit(
+            JournalBatch(
+                events=[self._event(EventKind.COMPLETE)],
+                status=ExecutionStatus.COMPLETED,
+                result=encode(value),
+                finished=True,
+            )
+        )
+        return Completed(execution_id=self.execution_id, value=value)
+
+    def _cancelled(self, reason: str) -> Cancelled:
+        self._commit(
+            JournalBatch(
+                events=[self._event(EventKind.CANCEL, data={"reason": reason})],
+                status=ExecutionStatus.CANCELLED,
+                finished=True,
+            )
+        )
+        return Cancelled(execution_id=self.execution_id, reason=reason)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _commit(self, batch: JournalBatch) -> bool:
+        return self.journal.commit(batch)
+
+    def _event(
+        self,
+        kind: str,
+        *,
+        step: str = "",
+        attempt: int = 0,
+        duration_ms: float | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> Event:
+        seq = self.state.next_seq
+        self.state.next_seq = seq + 1
+        return Event(seq, kind, self.clock(), step, attempt, duration_ms, data or {})
+
+    def _context(self, spec: StepSpec, action: str, attempt: int) -> StepContext:
+        return StepContext(
+            execution_id=self.execution_id,
+            reactor=self.definition.name,
+            step=spec.name,
+            action=action,
+            attempt=attempt,
+            inputs=self.inputs,
+        )
+
+    def _redacted_inputs(self) -> dict[str, Any]:
+        if self._display_inputs is None:
+            self._display_inputs = redact(
+                _displayable(dict(self.inputs)), self.definition.input_secret_paths
+            )
+        return self._display_inputs
+
+    def _error_info(
+        self,
+        exc: BaseException,
+        kind: str,
+        spec: StepSpec,
+        arguments: dict[str, Any],
+        attempts: int,
+    ) -> ErrorInfo:
+        return ErrorInfo.from_exception(
+            exc,
+            kind=kind,
+            step=spec.name,
+            reactor=self.definition.name,
+            retryable=False,
+            attempts=attempts,
+            inputs=self._redacted_inputs(),
+            arguments=redact(_displayable(arguments), spec.argument_secret_paths()),
+        )
+
+    def _failure_info(
+        self,
+        outcome: Failure,
+        exc: BaseException | None,
+        spec: StepSpec,
+        arguments: dict[str, Any],
+        attempts: int,
+    ) -> ErrorInfo:
+        error = exc if exc is not None else outcome.error
+        if isinstance(error, BaseException):
+            info = self._error_info(error, ErrorKind.STEP, spec, arguments, attempts)
+            retryable = outcome.retryable and getattr(error, "retryable", True) is not False
+        else:
+            info = ErrorInfo(
+                kind=ErrorKind.STEP,
+                message=str(error),
+                step=spec.name,
+                reactor=self.definition.name,
+                attempts=attempts,
+                inputs=self._redacted_inputs(),
+                arguments=redact(_displayable(arguments), spec.argument_secret_paths()),
+            )
+            retryable = outcome.retryable
+        return ErrorInfo(**{**info._fields(), "retryable": retryable})
+
+
+def _error_summary(outcome: Failure, exc: BaseException | None) -> dict[str, Any]:
+    error = exc if exc is not None else outcome.error
+    if isinstance(error, BaseException):
+        return {"error": str(error) or type(error).__name__,
+                "exception_class": qualified_class_name(error)}
+    return {"error": str(error), "exception_class": None}
+
+
+def _encode_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return encode(arguments)
+    except ResultNotSerializable:
+        return {k: _safe_encode(v) for k, v in arguments.items()}
+
+
+def _safe_encode(value: Any) -> Any:
+    try:
+        return encode(value)
+    except ResultNotSerializable:
+        return repr(value)
+
+
+def _displayable(data: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-safe copy for error reports (unserialisable values shown by repr)."""
+    return {k: _safe_encode(v) for k, v in data.items()}

@@ -1,0 +1,119 @@
+"""What the executor writes, and the protocol a store implements to write it durably.
+
+The executor never touches a database. It hands the journal one :class:`JournalBatch` per state
+change (one per step on the happy path); the store commits each batch in one transaction,
+conditional on the run's fence, and raises :class:`~django_reactor.exceptions.LeaseLost` when
+another owner has taken the run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from uuid import UUID
+
+from .redaction import SecretPath
+
+UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of the execution trace."""
+
+    seq: int
+    kind: str
+    at: dt.datetime
+    step: str = ""
+    attempt: int = 0
+    duration_ms: float | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """The forward record of one step (inserted, or replaced when it already exists)."""
+
+    step: str
+    status: str
+    seq: int
+    attempts: int
+    arguments: dict[str, Any]
+    secret_arguments: list[SecretPath]
+    started_at: dt.datetime | None
+    finished_at: dt.datetime
+    result: Any = None
+    error: dict[str, Any] | None = None
+    compensable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackWrite:
+    """What rollback did to one step."""
+
+    step: str
+    status: str
+    at: dt.datetime
+    error: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class JournalBatch:
+    """Everything that must commit together for one state change."""
+
+    events: list[Event] = field(default_factory=list)
+    step: StepWrite | None = None
+    rollback: RollbackWrite | None = None
+    status: str | None = None
+    current_step: str | None = None
+    result: Any = UNSET
+    failure: dict[str, Any] | None = None
+    finished: bool = False
+
+
+class Journal(Protocol):
+    """Durable writes of one owned run (implemented by ``django_reactor.store``)."""
+
+    execution_id: UUID | None
+
+    def commit(self, batch: JournalBatch) -> bool:
+        """Write ``batch`` atomically. Return True when an operator asked to cancel the run.
+
+        Raises ``LeaseLost`` when this process no longer owns the run; nothing is written then.
+        """
+        ...
+
+
+class MemoryJournal:
+    """A journal that keeps everything in lists: for engine tests and dry runs."""
+
+    def __init__(self, execution_id: UUID | None = None) -> None:
+        self.execution_id = execution_id
+        self.events: list[Event] = []
+        self.steps: dict[str, StepWrite] = {}
+        self.rollbacks: dict[str, RollbackWrite] = {}
+        self.statuses: list[str] = []
+        self.result: Any = UNSET
+        self.failure: dict[str, Any] | None = None
+        self.cancel_requested = False
+        self.batches = 0
+
+    def commit(self, batch: JournalBatch) -> bool:
+        self.batches += 1
+        self.events.extend(batch.events)
+        if batch.step is not None:
+            self.steps[batch.step.step] = batch.step
+        if batch.rollback is not None:
+            self.rollbacks[batch.rollback.step] = batch.rollback
+        if batch.status is not None:
+            self.statuses.append(batch.status)
+        if batch.result is not UNSET:
+            self.result = batch.result
+        if batch.failure is not None:
+            self.failure = batch.failure
+        return self.cancel_requested
+
+    def trace(self) -> list[tuple[str, str]]:
+        """``(kind, step)`` pairs in order: the shape tests assert on."""
+        return [(e.kind, e.step) for e in self.events]

@@ -1,0 +1,254 @@
+"""What a step returns, and what a run returns to its caller.
+
+A step body returns one of :class:`Success`, :class:`Failure`, :class:`Halt` or :class:`Skip`
+(a plain value counts as ``Success(value)``; raising counts as a retryable ``Failure``). A run
+returns an :class:`Outcome`: :class:`Completed`, :class:`Failed`, :class:`Halted` and friends.
+"""
+
+from __future__ import annotations
+
+import traceback as tb
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from ..states import ExecutionStatus
+
+# --------------------------------------------------------------------------- step outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    """The step did its work; ``value`` is its result, passed to dependants."""
+
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The step failed. ``retryable=False`` stops retries even if the step has a policy."""
+
+    error: Any = "failed"
+    retryable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Halt:
+    """Stop the run cleanly here: nothing after it runs and nothing is rolled back."""
+
+    reason: Any = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """The step did nothing. ``value`` still flows to dependants; a skipped step is never undone."""
+
+    value: Any = None
+
+
+StepOutcome = Success | Failure | Halt | Skip
+
+
+def as_step_outcome(returned: Any) -> StepOutcome:
+    """Normalise what a step body returned: plain values are successes."""
+    if isinstance(returned, Success | Failure | Halt | Skip):
+        return returned
+    return Success(returned)
+
+
+# --------------------------------------------------------------------------- failure details
+
+MAX_TRACEBACK_FRAMES = 100
+
+
+class ErrorKind:
+    """Why a run failed (the ``kind`` of an :class:`ErrorInfo`)."""
+
+    INPUT_VALIDATION = "input_validation"
+    CONTRACT = "contract"
+    ARGUMENT = "argument_resolution"
+    STEP = "step"
+    RESULT = "result_not_serializable"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollbackFailure:
+    """An undo or compensate that raised or returned Failure during rollback."""
+
+    step: str
+    action: str  # "undo" or "compensate"
+    exception_class: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "action": self.action,
+            "exception_class": self.exception_class,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RollbackFailure:
+        return cls(
+            step=data["step"],
+            action=data["action"],
+            exception_class=data.get("exception_class"),
+            message=data.get("message", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorInfo:
+    """Everything known about why a run failed.
+
+    ``inputs`` and ``arguments`` are redacted copies: secret values read ``"[REDACTED]"``.
+    """
+
+    kind: str
+    message: str
+    step: str | None = None
+    reactor: str | None = None
+    exception_class: str | None = None
+    traceback: str = ""
+    field_errors: dict[str, Any] = field(default_factory=dict)
+    retryable: bool = False
+    attempts: int = 0
+    inputs: dict[str, Any] = field(default_factory=dict)
+    arguments: dict[str, Any] = field(default_factory=dict)
+    rollback_failures: tuple[RollbackFailure, ...] = ()
+
+    def __str__(self) -> str:
+        exc = f" ({self.exception_class.rsplit('.', 1)[-1]})" if self.exception_class else ""
+        if self.step is None:
+            return self.message
+        if self.kind == ErrorKind.ARGUMENT:
+            return f"step {self.step!r} could not resolve its arguments: {self.message}"
+        if self.kind == ErrorKind.RESULT:
+            return f"step {self.step!r} returned a value that cannot be stored: {self.message}"
+        if self.kind == ErrorKind.INTERRUPTED:
+            return f"step {self.step!r} was interrupted{exc}"
+        if self.kind == ErrorKind.CONTRACT:
+            return self.message
+        return f"step {self.step!r} failed{exc}: {self.message}"
+
+    def with_rollback_failures(self, failures: list[RollbackFailure]) -> ErrorInfo:
+        return ErrorInfo(**{**self._fields(), "rollback_failures": tuple(failures)})
+
+    def _fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self._fields()
+        data["rollback_failures"] = [f.to_dict() for f in self.rollback_failures]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["rollback_failures"] = tuple(
+            RollbackFailure.from_dict(f) for f in data.get("rollback_failures", ())
+        )
+        return cls(**known)
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, *, kind: str, **extra: Any) -> ErrorInfo:
+        """Describe ``exc`` with its class, message and a capped traceback."""
+        return cls(
+            kind=kind,
+            message=str(exc) or exc.__class__.__name__,
+            exception_class=qualified_class_name(exc),
+            traceback=format_traceback(exc),
+            **extra,
+        )
+
+
+def qualified_class_name(exc: BaseException) -> str:
+    cls = exc.__class__
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def format_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_FRAMES) -> str:
+    """The exception's traceback, the innermost ``limit`` frames, as text."""
+    frames = tb.extract_tb(exc.__traceback__)
+    dropped = max(0, len(frames) - limit)
+    lines = ["Traceback (most recent call last):\n"]
+    if dropped:
+        lines.append(f"  ... {dropped} earlier frames omitted\n")
+    lines.extend(tb.format_list(frames[dropped:]))
+    lines.extend(tb.format_exception_only(type(exc), exc))
+    return "".join(lines)
+
+
+# --------------------------------------------------------------------------- run outcomes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What ``Reactor.run()`` returns. Subclasses say how the run ended (or where it stands).
+
+    ``idempotent_replay`` is True when the run was not started by this call but found through
+    its idempotency key.
+    """
+
+    execution_id: UUID | None
+    status: str
+    idempotent_replay: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True only for a completed run."""
+        return self.status == ExecutionStatus.COMPLETED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completed(Outcome):
+    """The run completed; ``value`` is the ``Meta.returns`` step's result (or all results)."""
+
+    value: Any = None
+    status: str = ExecutionStatus.COMPLETED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failed(Outcome):
+    """The run failed; ``error`` says where and why, and what rollback could not undo."""
+
+    error: ErrorInfo
+    status: str = ExecutionStatus.FAILED
+
+    @property
+    def rollback_failures(self) -> tuple[RollbackFailure, ...]:
+        return self.error.rollback_failures
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Halted(Outcome):
+    """A step returned ``Halt``: the run stopped cleanly at ``step``."""
+
+    reason: Any = ""
+    step: str | None = None
+    status: str = ExecutionStatus.HALTED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancelled(Outcome):
+    """The run was cancelled (by ``cancel()`` or after ``undo()``)."""
+
+    reason: str = ""
+    status: str = ExecutionStatus.CANCELLED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Aborted(Outcome):
+    """The process running the run was interrupted; ``undo()`` rolls back what completed."""
+
+    error: ErrorInfo | None = None
+    status: str = ExecutionStatus.ABORTED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InProgress(Outcome):
+    """The run has not finished: another caller or process is still working on it."""

@@ -1,0 +1,152 @@
+"""The ``Step`` base class and what a step instance knows about its run."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from uuid import UUID
+
+from .retry import Retry
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """Facts about the current action, available to step code as ``self.context``.
+
+    ``idempotency_key`` is the same on every attempt of the same action of the same step of the
+    same run: pass it to external services (payment providers, mailers) so a retried or
+    re-delivered step does its external work once.
+    """
+
+    execution_id: UUID | None
+    reactor: str
+    step: str
+    action: str  # "run", "undo" or "compensate"
+    attempt: int
+    inputs: Mapping[str, Any]
+
+    @property
+    def idempotency_key(self) -> str:
+        raw = f"{self.execution_id}:{self.step}:{self.action}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:40]
+
+
+def _default(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn._reactor_default = True  # type: ignore[attr-defined]
+    return fn
+
+
+class Step:
+    """Base class of class-based steps.
+
+    Subclasses implement :meth:`run` and optionally :meth:`undo` and :meth:`compensate`. A fresh
+    instance is made for every action, so nothing set in ``run`` is visible in ``undo``: undo
+    gets the stored result and the same arguments instead.
+
+    Class attributes:
+        Inputs: an optional DRF serializer class, the step's input contract. Arguments are
+            validated by it before every attempt; a violation fails the run without retry or
+            compensation. ``run`` then receives the serializer's validated data.
+        retry: the default :class:`Retry` policy of this step (a ``step(..., retry=...)``
+            declaration overrides it).
+    """
+
+    Inputs: ClassVar[type | None] = None
+    retry: ClassVar[Retry | None] = None
+
+    def __init__(self, context: StepContext) -> None:
+        self.context = context
+
+    def run(self, **arguments: Any) -> Any:
+        """Do the work. Return ``Success(value)``, ``Failure``, ``Halt``, ``Skip`` or a value."""
+        raise NotImplementedError(f"{type(self).__qualname__} must define run()")
+
+    @_default
+    def undo(self, result: Any, **arguments: Any) -> Any:
+        """Roll back the completed work described by ``result`` (a later step failed)."""
+
+    @_default
+    def compensate(self, error: Any, **arguments: Any) -> Any:
+        """Clean up partial work after this step itself failed (``error`` says why)."""
+
+    @classmethod
+    def has_handler(cls, action: str) -> bool:
+        """Whether the class defines its own ``undo`` or ``compensate``."""
+        method = getattr(cls, action, None)
+        return method is not None and not getattr(method, "_reactor_default", False)
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """What a callable accepts, for wiring checks and argument filtering."""
+
+    required: frozenset[str]
+    optional: frozenset[str]
+    var_keyword: bool
+
+    @property
+    def accepted(self) -> frozenset[str]:
+        return self.required | self.optional
+
+    def accepts(self, name: str) -> bool:
+        return self.var_keyword or name in self.accepted
+
+    def filter(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        if self.var_keyword:
+            return dict(arguments)
+        return {k: v for k, v in arguments.items() if k in self.accepted}
+
+
+def signature_of(fn: Callable[..., Any], *, skip: int = 0) -> Signature:
+    """Keyword parameters of ``fn`` after skipping ``skip`` leading positional ones."""
+    params = list(inspect.signature(fn).parameters.values())[skip:]
+    required, optional, var_kw = set(), set(), False
+    for p in params:
+        if p.kind is p.VAR_KEYWORD:
+            var_kw = True
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            (optional if p.default is not p.empty else required).add(p.name)
+    return Signature(frozenset(required), frozenset(optional), var_kw)
+
+
+class FunctionStep(Step):
+    """A step made from a plain function by the ``@step`` decorator."""
+
+    function: ClassVar[Callable[..., Any]]
+    undo_function: ClassVar[Callable[..., Any] | None] = None
+    compensate_function: ClassVar[Callable[..., Any] | None] = None
+
+    def run(self, **arguments: Any) -> Any:
+        return type(self).function(**arguments)
+
+    def undo(self, result: Any, **arguments: Any) -> Any:
+        fn = type(self).undo_function
+        return None if fn is None else fn(result, **arguments)
+
+    def compensate(self, error: Any, **arguments: Any) -> Any:
+        fn = type(self).compensate_function
+        return None if fn is None else fn(error, **arguments)
+
+    @classmethod
+    def has_handler(cls, action: str) -> bool:
+        return getattr(cls, f"{action}_function", None) is not None
+
+
+def run_signature(impl: type[Step]) -> Signature:
+    """The parameters a step's body takes (for function steps, the function's)."""
+    if issubclass(impl, FunctionStep):
+        return signature_of(impl.function)
+    return signature_of(impl.run, skip=1)
+
+
+def rollback_signature(impl: type[Step], action: str) -> Signature:
+    """Keyword parameters of ``undo``/``compensate`` after ``(self, result_or_error)``."""
+    if issubclass(impl, FunctionStep):
+        fn = getattr(impl, f"{action}_function")
+        return signature_of(fn, skip=1) if fn is not None else Signature(
+            frozenset(), frozenset(), True
+        )
+    return signature_of(getattr(impl, action), skip=2)

@@ -1,0 +1,203 @@
+"""Read-only views of a stored execution, and the operations on it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from .engine.outcomes import (
+    Aborted,
+    Cancelled,
+    Completed,
+    ErrorInfo,
+    Failed,
+    Halted,
+    InProgress,
+    Outcome,
+)
+from .engine.redaction import redact
+from .engine.serialization import decode
+from .states import ExecutionStatus
+
+if TYPE_CHECKING:
+    from .models import Execution, ExecutionEvent, StepRecord
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    """One step of a stored run, with secret arguments redacted."""
+
+    name: str
+    status: str
+    attempts: int
+    arguments: dict[str, Any]
+    result: Any
+    error: ErrorInfo | None
+    rollback: str
+    rollback_error: dict[str, Any] | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def from_row(cls, row: StepRecord) -> StepView:
+        return cls(
+            name=row.step,
+            status=row.status,
+            attempts=row.attempts,
+            arguments=redact(decode(row.arguments), row.secret_arguments),
+            result=decode(row.result),
+            error=ErrorInfo.from_dict(row.error) if row.error else None,
+            rollback=row.rollback,
+            rollback_error=row.rollback_error,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One entry of a run's trace."""
+
+    seq: int
+    kind: str
+    step: str
+    attempt: int
+    at: dt.datetime
+    duration_ms: float | None
+    data: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: ExecutionEvent) -> TraceEvent:
+        return cls(row.seq, row.kind, row.step, row.attempt, row.at, row.duration_ms, row.data)
+
+
+def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
+    """The outcome a caller would have received for the run as stored."""
+    status = row.status
+    common: dict[str, Any] = {"execution_id": row.id, "idempotent_replay": replay}
+    if status == ExecutionStatus.COMPLETED:
+        return Completed(value=decode(row.result), **common)
+    if status in (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION) and row.failure:
+        return Failed(error=ErrorInfo.from_dict(row.failure), status=status, **common)
+    if status == ExecutionStatus.HALTED:
+        result = row.result or {}
+        return Halted(reason=decode(result.get("reason")), step=result.get("halted_at"), **common)
+    if status == ExecutionStatus.CANCELLED:
+        return Cancelled(**common)
+    if status == ExecutionStatus.ABORTED:
+        error = ErrorInfo.from_dict(row.failure) if row.failure else None
+        return Aborted(error=error, **common)
+    return InProgress(status=status, **common)
+
+
+class ExecutionHandle:
+    """A stored execution: its status, redacted inputs, steps and trace, and what you can do.
+
+    Obtained from ``MyReactor.find(execution_id)`` or ``django_reactor.services.find``. The
+    handle is a snapshot; :meth:`refresh` reads the run again.
+    """
+
+    def __init__(self, row: Execution) -> None:
+        self._row = row
+        self._steps: list[StepView] | None = None
+        self._trace: list[TraceEvent] | None = None
+
+    def __repr__(self) -> str:
+        return f"<ExecutionHandle {self.reactor} {self.id} {self.status}>"
+
+    # -- identity and status
+    @property
+    def id(self) -> UUID:
+        return self._row.id
+
+    @property
+    def reactor(self) -> str:
+        return self._row.reactor
+
+    @property
+    def status(self) -> str:
+        return self._row.status
+
+    @property
+    def current_step(self) -> str:
+        return self._row.current_step
+
+    @property
+    def created_at(self) -> dt.datetime:
+        return self._row.created_at
+
+    @property
+    def finished_at(self) -> dt.datetime | None:
+        return self._row.finished_at
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self._row.idempotency_key
+
+    @property
+    def retry_of(self) -> UUID | None:
+        return self._row.retry_of_id
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """The run's inputs with secret values replaced by ``[REDACTED]``."""
+        return redact(decode(self._row.inputs), self._row.secret_paths)
+
+    @property
+    def outcome(self) -> Outcome:
+        return outcome_of(self._row)
+
+    @property
+    def error(self) -> ErrorInfo | None:
+        return ErrorInfo.from_dict(self._row.failure) if self._row.failure else None
+
+    # -- steps and trace
+    @property
+    def steps(self) -> list[StepView]:
+        """Step records in completion order."""
+        if self._steps is None:
+            from . import store
+
+            self._steps = [StepView.from_row(r) for r in store.step_rows(self.id)]
+        return self._steps
+
+    def step(self, name: str) -> StepView:
+        for view in self.steps:
+            if view.name == name:
+                return view
+        raise KeyError(f"execution {self.id} has no record of step {name!r}")
+
+    def step_result(self, name: str) -> Any:
+        return self.step(name).result
+
+    @property
+    def trace(self) -> list[TraceEvent]:
+        """The append-only trace, oldest first."""
+        if self._trace is None:
+            from . import store
+
+            self._trace = [TraceEvent.from_row(r) for r in store.event_rows(self.id)]
+        return self._trace
+
+    # -- operations (through services, which enforce the state machine and the lease)
+    def refresh(self) -> ExecutionHandle:
+        from . import services
+
+        return services.find(self.id)
+
+    def cancel(self, reason: str = "") -> ExecutionHandle:
+        from . import services
+
+        return services.cancel(self.id, reason=reason)
+
+    def undo(self) -> ExecutionHandle:
+        from . import services
+
+        return services.undo(self.id)
+
+    def retry(self) -> Outcome:
+        from . import services
+
+        return services.retry(self.id)

@@ -1,0 +1,180 @@
+"""Database models: executions, their step records and their trace.
+
+The database is the source of truth for every run. Rows are written by ``django_reactor.store``
+on the engine's behalf; nothing else should change them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from .querysets import ExecutionQuerySet
+from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
+
+
+def _max_length(choices: type[models.TextChoices]) -> int:
+    return max(len(value) for value in choices.values)
+
+
+class Execution(models.Model):
+    """One run of a reactor."""
+
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
+    reactor = models.CharField(
+        _("reactor"), max_length=255, help_text=_("Registered name of the reactor class.")
+    )
+    definition_hash = models.CharField(
+        _("definition hash"),
+        max_length=64,
+        help_text=_("Fingerprint of the reactor's steps and edges when the run started."),
+    )
+    status = models.CharField(
+        _("status"),
+        max_length=_max_length(ExecutionStatus),
+        choices=ExecutionStatus.choices,
+        default=ExecutionStatus.PENDING,
+    )
+    inputs = models.JSONField(
+        _("inputs"),
+        default=dict,
+        help_text=_("Validated inputs. Secret fields are stored as given and redacted on display."),
+    )
+    secret_paths = models.JSONField(
+        _("secret input paths"), default=list,
+        help_text=_("Paths into the inputs whose values are redacted wherever shown."),
+    )
+    parent = models.ForeignKey(
+        "self", verbose_name=_("parent"), null=True, blank=True, on_delete=models.CASCADE,
+        related_name="children",
+    )
+    root = models.ForeignKey(
+        "self", verbose_name=_("root"), null=True, blank=True, on_delete=models.CASCADE,
+        related_name="descendants",
+    )
+    retry_of = models.OneToOneField(
+        "self", verbose_name=_("retry of"), null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="retried_as",
+        help_text=_("The failed execution this one re-runs."),
+    )
+    correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
+    idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
+    current_step = models.CharField(_("current step"), max_length=255, blank=True, default="")
+    result = models.JSONField(_("result"), null=True, blank=True)
+    failure = models.JSONField(_("failure"), null=True, blank=True)
+    lease_owner = models.CharField(_("lease owner"), max_length=255, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
+    fence = models.PositiveBigIntegerField(
+        _("fence"), default=0,
+        help_text=_("Raised on every change of owner; writes from an older owner are refused."),
+    )
+    recovery_attempts = models.PositiveIntegerField(_("recovery attempts"), default=0)
+    cancel_requested_at = models.DateTimeField(_("cancel requested at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    wake_at = models.DateTimeField(_("next wake-up"), null=True, blank=True)
+
+    objects = ExecutionQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("execution")
+        verbose_name_plural = _("executions")
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["reactor", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="reactor_exec_idempotency_uniq",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "updated_at"], name="reactor_exec_status_idx"),
+            models.Index(fields=["reactor", "created_at"], name="reactor_exec_reactor_idx"),
+            models.Index(
+                fields=["correlation_id"], name="reactor_exec_corr_idx",
+                condition=Q(correlation_id__isnull=False),
+            ),
+            models.Index(
+                fields=["lease_expires_at"], name="reactor_exec_lease_idx",
+                condition=Q(status__in=["running", "rolling_back"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reactor.rsplit('.', 1)[-1]} {self.id} ({self.status})"
+
+
+class StepRecord(models.Model):
+    """The checkpointed outcome of one step in one execution."""
+
+    id = models.BigAutoField(primary_key=True)
+    execution = models.ForeignKey(
+        Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="steps"
+    )
+    step = models.CharField(_("step"), max_length=255)
+    status = models.CharField(
+        _("status"), max_length=_max_length(StepStatus), choices=StepStatus.choices
+    )
+    seq = models.PositiveIntegerField(
+        _("sequence"), help_text=_("Completion order within the execution (undo runs backwards).")
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    arguments = models.JSONField(_("arguments"), default=dict)
+    secret_arguments = models.JSONField(_("secret argument paths"), default=list)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    error = models.JSONField(_("error"), null=True, blank=True)
+    compensable = models.BooleanField(
+        _("compensable"), default=False,
+        help_text=_("The step failed after its body started, so its compensate applies."),
+    )
+    rollback = models.CharField(
+        _("rollback"), max_length=_max_length(RollbackStatus), choices=RollbackStatus.choices,
+        default=RollbackStatus.NONE, blank=True,
+    )
+    rollback_error = models.JSONField(_("rollback error"), null=True, blank=True)
+    rolled_back_at = models.DateTimeField(_("rolled back at"), null=True, blank=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("step record")
+        verbose_name_plural = _("step records")
+        ordering = ["execution", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "step"], name="reactor_step_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step} ({self.status})"
+
+
+class ExecutionEvent(models.Model):
+    """One entry of an execution's append-only trace."""
+
+    id = models.BigAutoField(primary_key=True)
+    execution = models.ForeignKey(
+        Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="events"
+    )
+    seq = models.PositiveIntegerField(_("sequence"))
+    kind = models.CharField(_("kind"), max_length=_max_length(EventKind), choices=EventKind.choices)
+    step = models.CharField(_("step"), max_length=255, blank=True, default="")
+    attempt = models.PositiveIntegerField(_("attempt"), default=0)
+    at = models.DateTimeField(_("at"))
+    duration_ms = models.FloatField(_("duration (ms)"), null=True, blank=True)
+    data = models.JSONField(_("data"), default=dict, blank=True)
+
+    class Meta:
+        verbose_name = _("execution event")
+        verbose_name_plural = _("execution events")
+        ordering = ["execution", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "seq"], name="reactor_event_seq_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind} {self.step}".rstrip()

@@ -1,0 +1,62 @@
+"""The public :class:`Reactor` base class: declare steps, then run and steer executions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from .engine.definition import ReactorBase
+
+if TYPE_CHECKING:
+    from .engine.outcomes import Outcome
+    from .handle import ExecutionHandle
+
+
+class Reactor(ReactorBase):
+    """Base class of sagas.
+
+    Declare inputs as a DRF serializer named ``Inputs`` and steps with :func:`step`; run with
+    :meth:`run`. ``write_only`` input fields are secrets: they are redacted wherever a run is
+    displayed or logged.
+
+    >>> class Hello(Reactor):
+    ...     class Inputs(serializers.Serializer):
+    ...         name = serializers.CharField()
+    ...
+    ...     @step(name=arg.input("name"))
+    ...     def greet(name):
+    ...         return f"Hello, {name}"
+    ...
+    ...     class Meta:
+    ...         returns = "greet"
+    >>> Hello.run({"name": "Ada"}).value  # doctest: +SKIP
+    'Hello, Ada'
+    """
+
+    @classmethod
+    def _on_defined(cls, *, abstract: bool) -> None:
+        if not abstract:
+            from . import registry
+
+            registry.register(cls)
+
+    @classmethod
+    def run(cls, inputs: Mapping[str, Any] | None = None, *,
+            idempotency_key: str | None = None) -> Outcome:
+        """Run the reactor in this process and return its :class:`Outcome`.
+
+        With ``idempotency_key``, at most one execution exists per key and reactor: a repeat
+        (even a concurrent one) runs nothing and returns the first execution's outcome with
+        ``idempotent_replay=True``.
+        """
+        from . import services
+
+        return services.run(cls, inputs or {}, idempotency_key=idempotency_key)
+
+    @classmethod
+    def find(cls, execution_id: UUID | str) -> ExecutionHandle:
+        """The execution ``execution_id`` of this reactor; raises ExecutionNotFound."""
+        from . import services
+
+        return services.find(execution_id, reactor=cls)

@@ -1,0 +1,314 @@
+"""The operations the API, the admin, the commands and ``Reactor`` share.
+
+Each one enforces the status machine of ``states.TRANSITIONS`` and the lease: no other module
+changes an execution's state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import registry, store
+from .conf import reactor_settings
+from .engine.executor import Executor, RunState, utcnow
+from .engine.journal import Event
+from .engine.outcomes import ErrorInfo, ErrorKind, Failed, InProgress, Outcome
+from .engine.redaction import redact
+from .engine.serialization import decode, encode
+from .engine.validation import summarise_errors, validate
+from .exceptions import (
+    AlreadyRetried,
+    ExecutionNotFound,
+    InvalidTransition,
+    LeaseLost,
+    ReactorError,
+    ResultNotSerializable,
+    TransactionActive,
+)
+from .handle import ExecutionHandle, outcome_of
+from .states import EventKind, ExecutionStatus, sources_of
+
+if TYPE_CHECKING:
+    from .engine.definition import ReactorDefinition
+    from .reactor import Reactor
+
+logger = logging.getLogger("django_reactor.services")
+
+MAX_KEY_LENGTH = 255
+
+
+def _refuse_open_transaction(action: str) -> None:
+    if reactor_settings.REFUSE_INLINE_IN_TRANSACTION and store.inside_user_transaction():
+        raise TransactionActive(
+            f"cannot {action} inside transaction.atomic(): step code would run inside your "
+            "transaction and could be rolled back after the saga recorded it as done. Call it "
+            "after the transaction commits (transaction.on_commit), or outside atomic() (for "
+            "views under ATOMIC_REQUESTS, decorate them with transaction.non_atomic_requests)."
+        )
+
+
+def _capped_sleep(seconds: float) -> None:
+    time.sleep(min(seconds, float(reactor_settings.MAX_INLINE_RETRY_DELAY)))
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def run(
+    reactor: type[Reactor],
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+) -> Outcome:
+    """Validate ``inputs`` and run ``reactor`` in this process. See ``Reactor.run``."""
+    definition = reactor.definition
+    if not isinstance(inputs, Mapping):
+        raise ReactorError(
+            f"{reactor.__qualname__}.run() takes the inputs as a dict, got "
+            f"{type(inputs).__name__}"
+        )
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_KEY_LENGTH
+    ):
+        raise ReactorError(
+            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+            f"characters, got {idempotency_key!r}"
+        )
+    _refuse_open_transaction(f"run {reactor.__qualname__}")
+
+    validated, error = _validate_inputs(definition, inputs)
+    if error is not None:
+        # Recorded for operators, without the idempotency key: a corrected call may reuse it.
+        created = store.create_execution(
+            reactor=definition.name,
+            definition_hash=definition.definition_hash,
+            inputs=error.inputs,
+            secret_paths=[],
+            status=ExecutionStatus.FAILED,
+            owner=None,
+            failure=error.to_dict(),
+            events=[
+                Event(1, EventKind.FAIL, utcnow(),
+                      data={"kind": error.kind, "error": error.message}),
+            ],
+        )
+        return Failed(execution_id=created.execution_id, error=error)
+
+    return _start(definition, validated, idempotency_key=idempotency_key)
+
+
+def _start(
+    definition: ReactorDefinition,
+    stored_inputs: Any,
+    *,
+    idempotency_key: str | None = None,
+    retry_of: uuid.UUID | None = None,
+) -> Outcome:
+    owner = store.lease_owner_token()
+    try:
+        owned = store.create_execution(
+            reactor=definition.name,
+            definition_hash=definition.definition_hash,
+            inputs=stored_inputs,
+            secret_paths=definition.input_secret_paths,
+            status=ExecutionStatus.RUNNING,
+            owner=owner,
+            idempotency_key=idempotency_key,
+            retry_of=retry_of,
+            events=[Event(1, EventKind.START, utcnow(),
+                          data={"retry_of": str(retry_of)} if retry_of else {})],
+        )
+    except store.IdempotencyConflict as conflict:
+        return _replay(conflict.execution_id)
+    executor = Executor(
+        definition,
+        store.DatabaseJournal(owned),
+        inputs=decode(stored_inputs),
+        state=RunState(next_seq=2),
+        sleep=_capped_sleep,
+    )
+    try:
+        return executor.run()
+    except LeaseLost:
+        logger.warning(
+            "execution %s was taken over by another process; this process stopped",
+            owned.execution_id,
+        )
+        return outcome_of(store.get_row(owned.execution_id))
+
+
+def _validate_inputs(
+    definition: ReactorDefinition, inputs: Mapping[str, Any]
+) -> tuple[Any, ErrorInfo | None]:
+    serializer_class = definition.inputs_serializer
+    reactor = definition.reactor_class.__qualname__
+    if serializer_class is None:
+        data: Any = dict(inputs)
+        errors: Any = None
+    else:
+        data, errors = validate(serializer_class, inputs)
+    if not errors:
+        try:
+            return encode(data), None
+        except ResultNotSerializable as exc:
+            errors = {"non_field_errors": [f"the validated inputs cannot be stored: {exc}"]}
+    summary = summarise_errors(errors)
+    display = redact(
+        {k: _display_value(v) for k, v in dict(inputs).items()}, definition.input_secret_paths
+    )
+    return None, ErrorInfo(
+        kind=ErrorKind.INPUT_VALIDATION,
+        message=f"the inputs of {reactor} are invalid: {summary}",
+        reactor=definition.name,
+        field_errors=errors,
+        retryable=False,
+        inputs=display,
+    )
+
+
+def _display_value(value: Any) -> Any:
+    try:
+        return encode(value)
+    except ResultNotSerializable:
+        return repr(value)
+
+
+def _replay(execution_id: uuid.UUID) -> Outcome:
+    """The outcome of the execution holding an idempotency key, waiting briefly if it runs."""
+    deadline = time.monotonic() + float(reactor_settings.IDEMPOTENCY_WAIT_SECONDS)
+    pause = 0.01
+    while True:
+        row = store.get_row(execution_id)
+        outcome = outcome_of(row, replay=True)
+        if not isinstance(outcome, InProgress) or time.monotonic() >= deadline:
+            return outcome
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
+
+
+# ---------------------------------------------------------------------------- find
+
+
+def find(execution_id: uuid.UUID | str, *, reactor: type[Reactor] | None = None) -> ExecutionHandle:
+    """The stored execution ``execution_id`` (of ``reactor``, when given)."""
+    row = store.get_row(execution_id)
+    if reactor is not None and row.reactor != reactor.definition.name:
+        raise ExecutionNotFound(
+            f"execution {row.id} is a run of {row.reactor}, not of {reactor.definition.name}"
+        )
+    return ExecutionHandle(row)
+
+
+# ---------------------------------------------------------------------------- cancel
+
+
+CANCELLABLE = (
+    ExecutionStatus.PENDING,
+    ExecutionStatus.PAUSED,
+    ExecutionStatus.ABORTED,
+    ExecutionStatus.NEEDS_ATTENTION,
+)
+
+
+def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandle:
+    """Stop a run without rolling anything back (use :func:`undo` to roll back).
+
+    A run that a live process is executing is asked to stop after its current step.
+    """
+    row = store.get_row(execution_id)
+    store.request_cancel(row.id, reason=reason or "cancelled", cancellable=CANCELLABLE)
+    return find(row.id)
+
+
+# ---------------------------------------------------------------------------- undo
+
+
+UNDOABLE = tuple(sorted(sources_of(ExecutionStatus.ROLLING_BACK) - {ExecutionStatus.RUNNING}))
+
+
+def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
+    """Roll back every completed step of a finished run, newest first; then it is cancelled.
+
+    Works on completed, halted, aborted (a cut-off compensate runs first), cancelled and
+    needs-attention runs (rollback steps that failed are tried again). Undoing a run with
+    nothing left to undo changes nothing.
+    """
+    row = store.get_row(execution_id)
+    reactor = registry.get(row.reactor)
+    if row.status not in UNDOABLE:
+        raise InvalidTransition(
+            f"cannot undo execution {row.id}: it is {row.status}; undo works on "
+            f"{', '.join(UNDOABLE)} runs",
+            status=row.status,
+        )
+    state = store.load_state(row.id)
+    if not state.undo_stack and not state.pending_compensation:
+        return ExecutionHandle(row)
+    _refuse_open_transaction(f"undo execution {row.id}")
+    owned = store.claim(
+        row.id,
+        allowed=UNDOABLE,
+        new_status=ExecutionStatus.ROLLING_BACK,
+        owner=store.lease_owner_token(),
+        action="undo",
+    )
+    state = store.load_state(row.id)  # read again under ownership
+    # A failed run whose rollback needed attention ends failed once rolled back; everything
+    # else an operator undoes ends cancelled.
+    failure = ErrorInfo.from_dict(row.failure) if row.failure else None
+    final = (
+        ExecutionStatus.FAILED
+        if row.status == ExecutionStatus.NEEDS_ATTENTION
+        and failure is not None
+        and failure.kind != ErrorKind.INTERRUPTED
+        else ExecutionStatus.CANCELLED
+    )
+    executor = Executor(
+        reactor.definition,
+        store.DatabaseJournal(owned),
+        inputs=decode(row.inputs),
+        state=state,
+        sleep=_capped_sleep,
+    )
+    executor.rollback(final_status=final, reason="undo requested")
+    return find(row.id)
+
+
+# ---------------------------------------------------------------------------- retry
+
+
+def retry(execution_id: uuid.UUID | str) -> Outcome:
+    """Run a failed execution again as a new execution linked to it (``retry_of``).
+
+    The new run starts from the first step with the stored inputs. A failed run is retried at
+    most once; retry the retry to go again.
+    """
+    row = store.get_row(execution_id)
+    if row.status != ExecutionStatus.FAILED:
+        raise InvalidTransition(
+            f"cannot retry execution {row.id}: it is {row.status}; only failed runs are "
+            "retried (use undo() to roll back others)",
+            status=row.status,
+        )
+    failure = ErrorInfo.from_dict(row.failure) if row.failure else None
+    if failure is not None and failure.kind == ErrorKind.INPUT_VALIDATION:
+        raise InvalidTransition(
+            f"cannot retry execution {row.id}: its inputs were invalid, so a retry would fail "
+            "the same way; start a new run with corrected inputs",
+            status=row.status,
+        )
+    existing = store.find_retry(row.id)
+    if existing is not None:
+        raise AlreadyRetried(
+            f"execution {row.id} was already retried as {existing}; retry that one instead",
+            retry_id=existing,
+        )
+    reactor = registry.get(row.reactor)
+    _refuse_open_transaction(f"retry execution {row.id}")
+    outcome = _start(reactor.definition, row.inputs, retry_of=row.id)
+    store.append_event(row.id, EventKind.RERUN, {"retried_as": str(outcome.execution_id)})
+    return outcome

@@ -1,0 +1,147 @@
+"""Statuses shared by the engine and the models, and the legal execution transitions."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class ExecutionStatus(models.TextChoices):
+    """Where one saga run stands."""
+
+    # Created, not started yet (background runs waiting for a worker).
+    PENDING = "pending", _("Pending")
+    # A process owns the run and is executing steps.
+    RUNNING = "running", _("Running")
+    # Waiting at an interrupt for an external payload.
+    PAUSED = "paused", _("Paused")
+    # Every step finished; the value is stored.
+    COMPLETED = "completed", _("Completed")
+    # A step failed and the completed steps were rolled back.
+    FAILED = "failed", _("Failed")
+    # A step halted the run cleanly; nothing was rolled back.
+    HALTED = "halted", _("Halted")
+    # Stopped by an operator (after an undo, or without rollback).
+    CANCELLED = "cancelled", _("Cancelled")
+    # The process was interrupted (SIGTERM, Ctrl-C); completed steps wait for undo().
+    ABORTED = "aborted", _("Aborted")
+    # Completed steps are being undone.
+    ROLLING_BACK = "rolling_back", _("Rolling back")
+    # A poison run or a rollback that failed: a person must look at it.
+    NEEDS_ATTENTION = "needs_attention", _("Needs attention")
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        ExecutionStatus.COMPLETED,
+        ExecutionStatus.FAILED,
+        ExecutionStatus.HALTED,
+        ExecutionStatus.CANCELLED,
+    }
+)
+
+# The one table of legal status changes. Services and the store refuse anything else.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    ExecutionStatus.PENDING: frozenset(
+        {ExecutionStatus.RUNNING, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+    ),
+    ExecutionStatus.RUNNING: frozenset(
+        {
+            ExecutionStatus.RUNNING,
+            ExecutionStatus.PAUSED,
+            ExecutionStatus.COMPLETED,
+            ExecutionStatus.FAILED,
+            ExecutionStatus.HALTED,
+            ExecutionStatus.CANCELLED,
+            ExecutionStatus.ABORTED,
+            ExecutionStatus.ROLLING_BACK,
+            ExecutionStatus.NEEDS_ATTENTION,
+        }
+    ),
+    ExecutionStatus.PAUSED: frozenset(
+        {ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED, ExecutionStatus.ROLLING_BACK}
+    ),
+    ExecutionStatus.COMPLETED: frozenset({ExecutionStatus.ROLLING_BACK}),
+    ExecutionStatus.HALTED: frozenset({ExecutionStatus.ROLLING_BACK}),
+    ExecutionStatus.ABORTED: frozenset(
+        {ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED}
+    ),
+    ExecutionStatus.ROLLING_BACK: frozenset(
+        {
+            ExecutionStatus.FAILED,
+            ExecutionStatus.CANCELLED,
+            ExecutionStatus.ABORTED,
+            ExecutionStatus.NEEDS_ATTENTION,
+        }
+    ),
+    ExecutionStatus.NEEDS_ATTENTION: frozenset(
+        {ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED}
+    ),
+    ExecutionStatus.FAILED: frozenset(),
+    ExecutionStatus.CANCELLED: frozenset({ExecutionStatus.ROLLING_BACK}),
+}
+
+
+def can_transition(current: str, new: str) -> bool:
+    """Return True when a run may move from ``current`` to ``new``."""
+    return new in TRANSITIONS.get(current, frozenset())
+
+
+def sources_of(new: str) -> frozenset[str]:
+    """Every status from which a run may move to ``new``."""
+    return frozenset(s for s, targets in TRANSITIONS.items() if new in targets)
+
+
+def is_terminal(status: str) -> bool:
+    """Return True for statuses a run never leaves on its own."""
+    return status in TERMINAL_STATUSES
+
+
+class StepStatus(models.TextChoices):
+    """The forward outcome of one step in one run."""
+
+    # The step's body returned Success (or a plain value).
+    COMPLETED = "completed", _("Completed")
+    # The step returned Skip: it did nothing and is never undone.
+    SKIPPED = "skipped", _("Skipped")
+    # The step returned Halt: the run stopped cleanly here.
+    HALTED = "halted", _("Halted")
+    # The step failed after its last attempt (or before it could start).
+    FAILED = "failed", _("Failed")
+
+
+class RollbackStatus(models.TextChoices):
+    """What rollback did to one step."""
+
+    # Nothing yet (or nothing to do).
+    NONE = "", _("None")
+    # undo() ran and succeeded.
+    UNDONE = "undone", _("Undone")
+    # compensate() ran and succeeded.
+    COMPENSATED = "compensated", _("Compensated")
+    # The step has no undo/compensate; nothing ran.
+    NO_HANDLER = "no_handler", _("No handler")
+    # undo() or compensate() raised or returned Failure; see the rollback error.
+    FAILED = "failed", _("Rollback failed")
+
+
+class EventKind(models.TextChoices):
+    """Entries of the append-only execution trace."""
+
+    START = "start", _("Run started")
+    RUN = "run", _("Step ran")
+    RETRY = "retry", _("Step attempt failed, retrying")
+    FAIL = "fail", _("Failed")
+    SKIP = "skip", _("Step skipped")
+    HALT = "halt", _("Halted")
+    COMPENSATE = "compensate", _("Step compensated")
+    COMPENSATE_FAILED = "compensate_failed", _("Compensation failed")
+    COMPENSATE_SKIPPED = "compensate_skipped", _("No compensation defined")
+    UNDO = "undo", _("Step undone")
+    UNDO_FAILED = "undo_failed", _("Undo failed")
+    UNDO_SKIPPED = "undo_skipped", _("No undo defined")
+    COMPLETE = "complete", _("Run completed")
+    ABORT = "abort", _("Run aborted")
+    CANCEL = "cancel", _("Run cancelled")
+    ROLLBACK = "rollback", _("Rollback started")
+    RERUN = "rerun", _("Run retried as a new execution")

@@ -1,0 +1,519 @@
+"""The only boundary between the engine and the ORM.
+
+Everything the engine persists goes through here: creating an execution, the per-step checkpoint
+(one transaction per state change, conditional on the run's fence), loading a run back, and
+claiming a run for an operation. On PostgreSQL the checkpoint is a single SQL statement (one
+round trip: the execution update, the step record and the trace events as data-modifying CTEs);
+on other databases it is the same writes through the ORM in one ``transaction.atomic()``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from .conf import reactor_settings
+from .engine.executor import PendingCompensation, RunState, UndoEntry
+from .engine.journal import UNSET, Event, JournalBatch
+from .engine.outcomes import ErrorInfo
+from .engine.serialization import decode
+from .exceptions import AlreadyRetried, ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
+from .models import Execution, ExecutionEvent, StepRecord
+from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
+
+USING = DEFAULT_DB_ALIAS
+
+
+def lease_owner_token() -> str:
+    """A name for this process and call, stored as the lease owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def inside_user_transaction(using: str = USING) -> bool:
+    """True inside an ``atomic()`` block the caller opened (test-case wrappers do not count)."""
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        return False
+    return not all(getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+
+
+# ---------------------------------------------------------------------------- creating runs
+
+
+class IdempotencyConflict(Exception):
+    """Another execution of the reactor already holds the idempotency key."""
+
+    def __init__(self, execution_id: uuid.UUID) -> None:
+        super().__init__(str(execution_id))
+        self.execution_id = execution_id
+
+
+@dataclass(frozen=True, slots=True)
+class Owned:
+    """A run this process owns: its id and the fence its writes must carry."""
+
+    execution_id: uuid.UUID
+    fence: int
+
+
+def create_execution(
+    *,
+    reactor: str,
+    definition_hash: str,
+    inputs: Any,
+    secret_paths: Iterable[Iterable[str]],
+    status: str,
+    owner: str | None,
+    events: list[Event],
+    idempotency_key: str | None = None,
+    failure: dict[str, Any] | None = None,
+    retry_of: uuid.UUID | None = None,
+) -> Owned:
+    """Insert a new execution with its first trace events.
+
+    Raises IdempotencyConflict (and writes nothing) when the key is taken.
+    """
+    now = timezone.now()
+    finished = status not in (ExecutionStatus.RUNNING, ExecutionStatus.PENDING)
+    execution = Execution(
+        reactor=reactor,
+        definition_hash=definition_hash,
+        status=status,
+        inputs=inputs,
+        secret_paths=[list(p) for p in secret_paths],
+        idempotency_key=idempotency_key,
+        failure=failure,
+        retry_of_id=retry_of,
+        lease_owner=owner,
+        lease_expires_at=(now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS))
+        if owner
+        else None,
+        fence=1 if owner else 0,
+        started_at=now if status == ExecutionStatus.RUNNING else None,
+        finished_at=now if finished else None,
+    )
+    try:
+        with transaction.atomic(using=USING):
+            execution.save(force_insert=True, using=USING)
+            ExecutionEvent.objects.using(USING).bulk_create(_event_rows(execution.id, events))
+    except IntegrityError:
+        if retry_of is not None and (retried_as := find_retry(retry_of)) is not None:
+            raise AlreadyRetried(
+                f"execution {retry_of} was already retried as {retried_as}; retry that one "
+                "instead",
+                retry_id=retried_as,
+            ) from None
+        if idempotency_key is None:
+            raise
+        holder = (
+            Execution.objects.using(USING)
+            .filter(reactor=reactor, idempotency_key=idempotency_key)
+            .values_list("id", flat=True)
+            .first()
+        )
+        if holder is None:
+            raise
+        raise IdempotencyConflict(holder) from None
+    return Owned(execution.id, execution.fence)
+
+
+def _event_rows(execution_id: uuid.UUID, events: Iterable[Event]) -> list[ExecutionEvent]:
+    return [
+        ExecutionEvent(
+            execution_id=execution_id,
+            seq=e.seq,
+            kind=e.kind,
+            step=e.step,
+            attempt=e.attempt,
+            at=e.at,
+            duration_ms=e.duration_ms,
+            data=e.data,
+        )
+        for e in events
+    ]
+
+
+# ---------------------------------------------------------------------------- the checkpoint
+
+
+class DatabaseJournal:
+    """Commits the executor's batches for one owned run (see :class:`engine.journal.Journal`)."""
+
+    def __init__(self, owned: Owned, *, fast_path: bool | None = None) -> None:
+        self.execution_id = owned.execution_id
+        self.fence = owned.fence
+        vendor = connections[USING].vendor
+        self.fast_path = (vendor == "postgresql") if fast_path is None else fast_path
+        self._lease_seconds = float(reactor_settings.LEASE_SECONDS)
+
+    def commit(self, batch: JournalBatch) -> bool:
+        if self.fast_path:
+            return self._commit_sql(batch)
+        return self._commit_orm(batch)
+
+    # -- PostgreSQL: one statement -------------------------------------------------------------
+
+    def _commit_sql(self, batch: JournalBatch) -> bool:
+        params: list[Any] = []
+        now = timezone.now()
+        release = batch.finished
+        sets = ["updated_at = %s"]
+        params.append(now)
+        if release:
+            sets.append("lease_owner = NULL, lease_expires_at = NULL, finished_at = %s")
+            params.append(now)
+        else:
+            sets.append("lease_expires_at = now() + make_interval(secs => %s)")
+            params.append(self._lease_seconds)
+        if batch.current_step is not None:
+            sets.append("current_step = %s")
+            params.append(batch.current_step)
+        if batch.status is not None:
+            sets.append("status = %s")
+            params.append(batch.status)
+        if batch.result is not UNSET:
+            sets.append("result = %s::jsonb")
+            params.append(json.dumps(batch.result))
+        if batch.failure is not None:
+            sets.append("failure = %s::jsonb")
+            params.append(json.dumps(batch.failure))
+        params.extend([self.execution_id, self.fence])
+        parts = [
+            "WITH ex AS (UPDATE django_reactor_execution SET "
+            + ", ".join(sets)
+            + " WHERE id = %s AND fence = %s RETURNING id, cancel_requested_at)"
+        ]
+        step = batch.step
+        if step is not None:
+            parts.append(
+                "st AS (INSERT INTO django_reactor_steprecord (execution_id, step, status, seq, "
+                "attempts, arguments, secret_arguments, result, error, compensable, rollback, "
+                "started_at, finished_at) SELECT ex.id, %s, %s, %s, %s, %s::jsonb, %s::jsonb, "
+                "%s::jsonb, %s::jsonb, %s, '', %s, %s FROM ex "
+                "ON CONFLICT (execution_id, step) DO UPDATE SET status = EXCLUDED.status, "
+                "seq = EXCLUDED.seq, attempts = EXCLUDED.attempts, arguments = EXCLUDED.arguments, "
+                "secret_arguments = EXCLUDED.secret_arguments, result = EXCLUDED.result, "
+                "error = EXCLUDED.error, compensable = EXCLUDED.compensable, rollback = '', "
+                "rollback_error = NULL, rolled_back_at = NULL, started_at = EXCLUDED.started_at, "
+                "finished_at = EXCLUDED.finished_at)"
+            )
+            params.extend(
+                [
+                    step.step,
+                    step.status,
+                    step.seq,
+                    step.attempts,
+                    json.dumps(step.arguments),
+                    json.dumps([list(p) for p in step.secret_arguments]),
+                    json.dumps(step.result),
+                    None if step.error is None else json.dumps(step.error),
+                    step.compensable,
+                    step.started_at,
+                    step.finished_at,
+                ]
+            )
+        rollback = batch.rollback
+        if rollback is not None:
+            parts.append(
+                "rb AS (UPDATE django_reactor_steprecord SET rollback = %s, "
+                "rollback_error = %s::jsonb, rolled_back_at = %s "
+                "WHERE execution_id = (SELECT id FROM ex) AND step = %s)"
+            )
+            params.extend(
+                [
+                    rollback.status,
+                    None if rollback.error is None else json.dumps(rollback.error),
+                    rollback.at,
+                    rollback.step,
+                ]
+            )
+        if batch.events:
+            rows = ", ".join(
+                ["(%s::integer, %s, %s, %s::integer, %s::timestamptz, %s::float8, %s::jsonb)"]
+                * len(batch.events)
+            )
+            parts.append(
+                "ev AS (INSERT INTO django_reactor_executionevent (execution_id, seq, kind, step, "
+                "attempt, at, duration_ms, data) SELECT ex.id, v.seq, v.kind, v.step, v.attempt, "
+                f"v.at, v.duration_ms, v.data FROM ex CROSS JOIN (VALUES {rows}) "
+                "AS v(seq, kind, step, attempt, at, duration_ms, data))"
+            )
+            for e in batch.events:
+                params.extend(
+                    [e.seq, e.kind, e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
+                )
+        sql = ", ".join(parts) + " SELECT cancel_requested_at IS NOT NULL FROM ex"
+        with connections[USING].cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            raise LeaseLost(
+                f"execution {self.execution_id} is no longer owned by this process "
+                f"(fence {self.fence} was superseded); stopping without writing"
+            )
+        return bool(row[0])
+
+    # -- any database: the ORM ------------------------------------------------------------------
+
+    def _commit_orm(self, batch: JournalBatch) -> bool:
+        now = timezone.now()
+        fields: dict[str, Any] = {"updated_at": now}
+        if batch.finished:
+            fields.update(lease_owner=None, lease_expires_at=None, finished_at=now)
+        else:
+            fields["lease_expires_at"] = now + dt.timedelta(seconds=self._lease_seconds)
+        if batch.current_step is not None:
+            fields["current_step"] = batch.current_step
+        if batch.status is not None:
+            fields["status"] = batch.status
+        if batch.result is not UNSET:
+            fields["result"] = batch.result
+        if batch.failure is not None:
+            fields["failure"] = batch.failure
+        with transaction.atomic(using=USING):
+            owned = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
+            if not owned.update(**fields):
+                raise LeaseLost(
+                    f"execution {self.execution_id} is no longer owned by this process "
+                    f"(fence {self.fence} was superseded); stopping without writing"
+                )
+            step = batch.step
+            if step is not None:
+                StepRecord.objects.using(USING).update_or_create(
+                    execution_id=self.execution_id,
+                    step=step.step,
+                    defaults={
+                        "status": step.status,
+                        "seq": step.seq,
+                        "attempts": step.attempts,
+                        "arguments": step.arguments,
+                        "secret_arguments": [list(p) for p in step.secret_arguments],
+                        "result": step.result,
+                        "error": step.error,
+                        "compensable": step.compensable,
+                        "rollback": RollbackStatus.NONE,
+                        "rollback_error": None,
+                        "rolled_back_at": None,
+                        "started_at": step.started_at,
+                        "finished_at": step.finished_at,
+                    },
+                )
+            rollback = batch.rollback
+            if rollback is not None:
+                StepRecord.objects.using(USING).filter(
+                    execution_id=self.execution_id, step=rollback.step
+                ).update(
+                    rollback=rollback.status,
+                    rollback_error=rollback.error,
+                    rolled_back_at=rollback.at,
+                )
+            if batch.events:
+                ExecutionEvent.objects.using(USING).bulk_create(
+                    _event_rows(self.execution_id, batch.events)
+                )
+            cancel_requested_at = (
+                Execution.objects.using(USING)
+                .filter(pk=self.execution_id)
+                .values_list("cancel_requested_at", flat=True)
+                .get()
+            )
+        return cancel_requested_at is not None
+
+
+# ---------------------------------------------------------------------------- reading runs
+
+
+def get_row(execution_id: uuid.UUID | str) -> Execution:
+    """The execution row; raises ExecutionNotFound with the id in the message."""
+    try:
+        key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
+    except ValueError:
+        raise ExecutionNotFound(
+            f"{execution_id!r} is not an execution id (expected a UUID such as "
+            f"'{uuid.UUID(int=0)}')"
+        ) from None
+    try:
+        return Execution.objects.using(USING).get(pk=key)
+    except Execution.DoesNotExist:
+        raise ExecutionNotFound(f"no execution with id {key}") from None
+
+
+def step_rows(execution_id: uuid.UUID) -> list[StepRecord]:
+    return list(StepRecord.objects.using(USING).filter(execution_id=execution_id).order_by("seq"))
+
+
+def event_rows(execution_id: uuid.UUID) -> list[ExecutionEvent]:
+    return list(
+        ExecutionEvent.objects.using(USING).filter(execution_id=execution_id).order_by("seq")
+    )
+
+
+def load_state(execution_id: uuid.UUID) -> RunState:
+    """Rebuild what a run has done from its step records, for undo (and later resume)."""
+    state = RunState()
+    for row in step_rows(execution_id):
+        arguments = decode(row.arguments)
+        if row.status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
+            value = decode(row.result)
+            state.results[row.step] = value
+            state.done.add(row.step)
+            if row.status == StepStatus.COMPLETED and row.rollback in (
+                RollbackStatus.NONE,
+                RollbackStatus.FAILED,
+            ):
+                state.undo_stack.append(UndoEntry(row.step, arguments, value))
+        elif (
+            row.status == StepStatus.FAILED
+            and row.compensable
+            and row.rollback in (RollbackStatus.NONE, RollbackStatus.FAILED)
+        ):
+            error = ErrorInfo.from_dict(row.error or {"kind": "step", "message": ""})
+            state.pending_compensation.append(PendingCompensation(row.step, arguments, error))
+    last = (
+        ExecutionEvent.objects.using(USING)
+        .filter(execution_id=execution_id)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    state.next_seq = (last or 0) + 1
+    return state
+
+
+# ---------------------------------------------------------------------------- claiming runs
+
+
+def claim(
+    execution_id: uuid.UUID, *, allowed: Iterable[str], new_status: str, owner: str, action: str
+) -> Owned:
+    """Take ownership of a run that is in one of ``allowed`` and not owned by a live lease.
+
+    The conditional UPDATE bumps the fence, so any previous owner's later writes are refused.
+    Raises InvalidTransition (wrong status) or ExecutionBusy (live lease).
+    """
+    allowed = list(allowed)
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        updated = (
+            Execution.objects.using(USING)
+            .filter(pk=execution_id, status__in=allowed)
+            .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+            .update(
+                status=new_status,
+                lease_owner=owner,
+                lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+                fence=F("fence") + 1,
+                updated_at=now,
+                finished_at=None,
+            )
+        )
+        if updated:
+            fence = (
+                Execution.objects.using(USING)
+                .filter(pk=execution_id)
+                .values_list("fence", flat=True)
+                .get()
+            )
+            return Owned(execution_id, fence)
+    row = get_row(execution_id)
+    if row.status not in allowed:
+        raise InvalidTransition(
+            f"cannot {action} execution {execution_id}: it is {row.status}; "
+            f"{action} works on {', '.join(sorted(allowed))} runs",
+            status=row.status,
+        )
+    raise ExecutionBusy(
+        f"cannot {action} execution {execution_id}: {row.lease_owner} is working on it "
+        f"(lease until {row.lease_expires_at:%Y-%m-%d %H:%M:%S %Z}); try again when it stops"
+    )
+
+
+def request_cancel(
+    execution_id: uuid.UUID, *, reason: str, cancellable: Iterable[str]
+) -> str:
+    """Cancel a run without rollback. Returns the status the run had.
+
+    An unowned run in ``cancellable`` becomes cancelled at once; a running run owned by a live
+    process gets a cancel request that its executor honours after the current step.
+    """
+    now = timezone.now()
+    cancellable = list(cancellable)
+    with transaction.atomic(using=USING):
+        row = (
+            Execution.objects.using(USING).select_for_update().filter(pk=execution_id).first()
+        )
+        if row is None:
+            raise ExecutionNotFound(f"no execution with id {execution_id}")
+        previous = row.status
+        live = row.lease_owner is not None and (
+            row.lease_expires_at is not None and row.lease_expires_at >= now
+        )
+        if row.status == ExecutionStatus.RUNNING and live:
+            if row.cancel_requested_at is None:
+                row.cancel_requested_at = now
+                row.save(update_fields=["cancel_requested_at", "updated_at"])
+            return previous
+        if row.status not in cancellable:
+            raise InvalidTransition(
+                f"cannot cancel execution {execution_id}: it is {row.status}; cancel works on "
+                f"{', '.join(sorted(cancellable))} runs",
+                status=row.status,
+            )
+        row.status = ExecutionStatus.CANCELLED
+        row.cancel_requested_at = now
+        row.finished_at = now
+        row.lease_owner = None
+        row.lease_expires_at = None
+        row.fence = row.fence + 1
+        row.save()
+        last = (
+            ExecutionEvent.objects.using(USING)
+            .filter(execution_id=execution_id)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        ) or 0
+        ExecutionEvent.objects.using(USING).create(
+            execution_id=execution_id,
+            seq=last + 1,
+            kind=EventKind.CANCEL,
+            at=now,
+            data={"reason": reason, "previous_status": previous},
+        )
+    return previous
+
+
+def append_event(execution_id: uuid.UUID, kind: str, data: dict[str, Any]) -> None:
+    """Add an operator-level entry to a run's trace (not tied to an owner)."""
+    with transaction.atomic(using=USING):
+        # Lock the execution row so concurrent appends cannot pick the same sequence number.
+        list(Execution.objects.using(USING).select_for_update().filter(pk=execution_id).values("pk"))
+        last = (
+            ExecutionEvent.objects.using(USING)
+            .filter(execution_id=execution_id)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        ) or 0
+        ExecutionEvent.objects.using(USING).create(
+            execution_id=execution_id, seq=last + 1, kind=kind, at=timezone.now(), data=data
+        )
+
+
+def find_retry(execution_id: uuid.UUID) -> uuid.UUID | None:
+    return (
+        Execution.objects.using(USING)
+        .filter(retry_of_id=execution_id)
+        .values_list("id", flat=True)
+        .first()
+    )

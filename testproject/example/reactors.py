@@ -1,0 +1,176 @@
+"""Example sagas: placing an order, and renewing a subscription.
+
+``PlaceOrder`` creates an order, reserves stock, charges the card, books shipping and writes a
+receipt; if a step fails, the completed ones are undone newest first (refund, release stock,
+cancel the order). ``RenewSubscription`` halts cleanly for inactive subscriptions and retries a
+flaky payment gateway.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from rest_framework import serializers
+
+from django_reactor import Failure, Halt, Reactor, Retry, Step, Success, arg, step
+
+from .models import Order, OrderLine, Product, Subscription
+from .services import Carrier, GatewayTimeout, PaymentGateway
+
+
+class OutOfStock(Exception):
+    """Not enough stock for an order line."""
+
+    retryable = False
+
+
+class LineSerializer(serializers.Serializer):
+    sku = serializers.CharField(max_length=32)
+    quantity = serializers.IntegerField(min_value=1, max_value=100)
+
+
+class CreateOrder(Step):
+    """Create the order and its lines, priced from the catalogue."""
+
+    def run(self, customer_email: str, items: list[dict[str, Any]]) -> Success:
+        products = {p.sku: p for p in Product.objects.filter(sku__in=[i["sku"] for i in items])}
+        missing = sorted({i["sku"] for i in items} - set(products))
+        if missing:
+            return Failure(f"unknown products: {', '.join(missing)}", retryable=False)
+        total = sum((products[i["sku"]].price * i["quantity"] for i in items), Decimal("0"))
+        with transaction.atomic():
+            order = Order.objects.create(customer_email=customer_email, total=total)
+            OrderLine.objects.bulk_create(
+                OrderLine(order=order, product=products[i["sku"]], quantity=i["quantity"])
+                for i in items
+            )
+        return Success({"order_id": order.pk, "total": total})
+
+    def undo(self, result: dict[str, Any], **arguments: Any) -> None:
+        Order.objects.filter(pk=result["order_id"]).update(status=Order.Status.CANCELLED)
+
+
+class ReserveStock(Step):
+    """Take the ordered quantities out of stock."""
+
+    def run(self, order_id: int) -> Success:
+        reserved = []
+        with transaction.atomic():
+            for line in OrderLine.objects.filter(order_id=order_id, reserved=False):
+                taken = Product.objects.filter(
+                    pk=line.product_id, stock__gte=line.quantity
+                ).update(stock=F("stock") - line.quantity)
+                if not taken:
+                    raise OutOfStock(f"not enough {line.product.sku} for {line.quantity}")
+                line.reserved = True
+                line.save(update_fields=["reserved"])
+                reserved.append({"sku": line.product.sku, "quantity": line.quantity})
+        return Success({"lines": reserved})
+
+    def undo(self, result: dict[str, Any], order_id: int) -> None:
+        with transaction.atomic():
+            for line in OrderLine.objects.filter(order_id=order_id, reserved=True):
+                Product.objects.filter(pk=line.product_id).update(
+                    stock=F("stock") + line.quantity
+                )
+                line.reserved = False
+                line.save(update_fields=["reserved"])
+
+
+class ChargeCard(Step):
+    """Charge the order total; the gateway deduplicates by the step's idempotency key."""
+
+    retry = Retry(attempts=4, backoff="exponential", delay=0.05, jitter=0.2, on=(GatewayTimeout,))
+    gateway_timeouts = 0
+
+    def run(self, amount: Decimal, card_token: str) -> Success:
+        payment = PaymentGateway(timeouts=self.gateway_timeouts).charge(
+            amount=amount, card_token=card_token, idempotency_key=self.context.idempotency_key
+        )
+        return Success({"reference": payment.reference, "amount": payment.amount})
+
+    def undo(self, result: dict[str, Any], **arguments: Any) -> None:
+        PaymentGateway().refund(result["reference"])
+
+
+class BookShipping(Step):
+    """Book a parcel with the carrier."""
+
+    def run(self, order_id: int, country: str) -> Success:
+        shipment = Carrier().book(Order.objects.get(pk=order_id), country)
+        return Success({"tracking_number": shipment.tracking_number})
+
+    def undo(self, result: dict[str, Any], **arguments: Any) -> None:
+        Carrier().cancel(result["tracking_number"])
+
+
+class PlaceOrder(Reactor):
+    """Create an order, reserve stock, charge, ship, and confirm; undo all of it on failure."""
+
+    class Inputs(serializers.Serializer):
+        customer_email = serializers.EmailField()
+        items = LineSerializer(many=True, allow_empty=False)
+        card_token = serializers.CharField(write_only=True)  # write_only: a secret, redacted
+        country = serializers.CharField(max_length=2)
+
+    create_order = step(CreateOrder)
+    reserve = step(ReserveStock, order_id=arg.result("create_order", "order_id"))
+    charge = step(
+        ChargeCard, amount=arg.result("create_order", "total"), wait_for=["reserve"]
+    )
+    ship = step(BookShipping, order_id=arg.result("create_order", "order_id"), wait_for=["charge"])
+
+    @step(
+        order_id=arg.result("create_order", "order_id"),
+        payment=arg.result("charge", "reference"),
+        tracking=arg.result("ship", "tracking_number"),
+    )
+    def confirm(order_id: int, payment: str, tracking: str) -> dict[str, Any]:
+        Order.objects.filter(pk=order_id).update(status=Order.Status.PLACED)
+        return {"order_id": order_id, "payment": payment, "tracking": tracking}
+
+    class Meta:
+        returns = "confirm"
+
+
+class FlakyGatewayCharge(ChargeCard):
+    """A charge through a gateway that times out twice before answering."""
+
+    gateway_timeouts = 2
+
+
+class RenewSubscription(Reactor):
+    """Renew a subscription for a month: halts if it is inactive, retries a flaky gateway."""
+
+    class Inputs(serializers.Serializer):
+        subscription_id = serializers.IntegerField()
+        card_token = serializers.CharField(write_only=True)
+
+    @step(subscription_id=arg.input("subscription_id"))
+    def load(subscription_id: int) -> Any:
+        sub = Subscription.objects.filter(pk=subscription_id).first()
+        if sub is None:
+            return Failure(f"no subscription {subscription_id}", retryable=False)
+        if not sub.active:
+            return Halt(f"subscription {subscription_id} is no longer active; nothing to renew")
+        return {"price": sub.monthly_price, "paid_until": sub.paid_until}
+
+    charge = step(FlakyGatewayCharge, amount=arg.result("load", "price"))
+
+    @step(subscription_id=arg.input("subscription_id"), current=arg.result("load", "paid_until"),
+          wait_for=["charge"])
+    def extend(subscription_id: int, current: dt.date) -> dt.date:
+        new_date = current + dt.timedelta(days=30)
+        Subscription.objects.filter(pk=subscription_id).update(paid_until=new_date)
+        return new_date
+
+    @extend.undo
+    def shorten(result: dt.date, subscription_id: int, current: dt.date) -> None:
+        Subscription.objects.filter(pk=subscription_id).update(paid_until=current)
+
+    class Meta:
+        returns = "extend"
