@@ -1,0 +1,289 @@
+"""Durable per-step overhead of an inline django_reactor run, beside the DBOS anchor.
+
+Run from the repository root (PostgreSQL on 127.0.0.1:5432, user ``postgres``, trust auth)::
+
+    .venv/bin/python benchmarks/step_overhead.py [--runs N] [--steps 50] [--rounds R]
+
+What it measures
+----------------
+Per-step overhead = (T(steps) - T(1)) / (steps - 1), where T(k) is the median wall time of one
+run of a chain of ``k`` no-op steps, each step taking the previous step's result:
+
+* django_reactor: ``Chain.run({})`` inline in this process (autocommit, one checkpoint per step),
+  in the dedicated database ``reactor_bench``;
+* DBOS (the anchor, ``dbos`` package): a ``@DBOS.workflow()`` calling a no-op ``@DBOS.step()``
+  ``k`` times, system database ``dbos_bench`` on the same PostgreSQL server.
+
+Subtracting T(1) removes the fixed cost of a run (creating and finishing the execution or
+workflow), leaving what each extra durable step costs. Both systems are warmed up, then measured
+in interleaved batches (django_reactor and DBOS alternate, in alternating order, for ``--rounds``
+rounds), so machine noise hits both alike; medians are taken over all timed runs of each
+configuration. The ratio django_reactor/DBOS is compared with the target (<= 0.25).
+
+As context, the same run measures the database round-trip floor: the median time of one
+autocommit ``INSERT`` into a scratch table through Django's connection.
+
+Databases ``reactor_bench`` and ``dbos_bench`` are created if missing; ``reactor_bench`` is
+migrated. Override the server with ``BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432``).
+Django runs with ``DEBUG`` off (``DJANGO_DEBUG=0``) unless ``DJANGO_DEBUG`` is set, as in
+production: with DEBUG on, Django records every query in memory.
+
+The exit code is 0 whatever the figures: this is a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+PG_SERVER = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432").rstrip("/")
+REACTOR_DB = "reactor_bench"
+DBOS_DB = "dbos_bench"
+TARGET_RATIO = 0.25
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+os.environ.setdefault("DJANGO_DEBUG", "0")
+os.environ["DATABASE_URL"] = f"{PG_SERVER}/{REACTOR_DB}"
+
+
+# ---------------------------------------------------------------------------- setup
+
+
+def ensure_database(name: str) -> None:
+    """Create database ``name`` on the benchmark server if it does not exist."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def setup_django() -> None:
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def noop(prev: Any = None) -> Any:
+    return prev
+
+
+def reactor_chain(n: int) -> Callable[[], None]:
+    """A reactor of ``n`` chained no-op steps; returns a callable that runs it once."""
+    from django_reactor import Reactor, arg, step
+
+    attrs: dict[str, Any] = {"s0": step(noop)}
+    for i in range(1, n):
+        attrs[f"s{i}"] = step(noop, prev=arg.result(f"s{i - 1}"))
+    chain = type(f"BenchChain{n}", (Reactor,), {"__module__": __name__, **attrs})
+    assert len(chain.definition.steps) == n
+
+    def run_once() -> None:
+        outcome = chain.run({})
+        if not outcome.ok:
+            raise RuntimeError(f"django_reactor chain of {n} steps did not complete: {outcome!r}")
+
+    return run_once
+
+
+def setup_dbos() -> tuple[Callable[[int], Callable[[], None]], Callable[[], None]]:
+    """Launch DBOS; return (factory of one-run callables per step count, shutdown)."""
+    from dbos import DBOS, DBOSConfig
+
+    config: DBOSConfig = {
+        "name": "step_overhead",
+        "system_database_url": f"{PG_SERVER}/{DBOS_DB}",
+        "log_level": "WARNING",
+    }
+    DBOS(config=config)
+
+    @DBOS.step()
+    def add(x: int) -> int:
+        return x + 1
+
+    @DBOS.workflow()
+    def chain(steps: int, x: int) -> int:
+        for _ in range(steps):
+            x = add(x)
+        return x
+
+    DBOS.launch()
+    for name in ("dbos", "sqlalchemy"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    def runner(n: int) -> Callable[[], None]:
+        def run_once() -> None:
+            if chain(n, 0) != n:
+                raise RuntimeError(f"DBOS workflow of {n} steps returned a wrong result")
+
+        return run_once
+
+    return runner, DBOS.destroy
+
+
+def insert_floor(samples: int) -> float:
+    """Median ms of one autocommit INSERT into a scratch table through Django's connection."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE IF NOT EXISTS bench_scratch "
+            "(id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())"
+        )
+        times: list[float] = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            cursor.execute("INSERT INTO bench_scratch DEFAULT VALUES")
+            times.append(time.perf_counter() - t0)
+        cursor.execute("TRUNCATE bench_scratch")
+    return statistics.median(times) * 1000
+
+
+# ---------------------------------------------------------------------------- measurement
+
+
+@dataclass
+class Series:
+    """Per-run wall times (seconds) of one system at one chain length."""
+
+    run_once: Callable[[], None]
+    times: list[float] = field(default_factory=list)
+
+    def batch(self, runs: int) -> None:
+        gc.collect()
+        run_once = self.run_once
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            run_once()
+            self.times.append(time.perf_counter() - t0)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times) * 1000
+
+
+@dataclass
+class System:
+    name: str
+    one: Series
+    many: Series
+
+    def batch(self, runs: int) -> None:
+        self.one.batch(runs)
+        self.many.batch(runs)
+
+    def per_step_ms(self, steps: int) -> float:
+        return (self.many.median_ms - self.one.median_ms) / (steps - 1)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100,
+                        help="timed runs per system and chain length, over all rounds (100)")
+    parser.add_argument("--steps", type=int, default=50, help="length of the long chain (50)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds the runs are split into (5)")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help="untimed runs per system and chain length first (10)")
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error("--steps must be at least 2")
+    if args.runs < 1 or args.rounds < 1:
+        parser.error("--runs and --rounds must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    steps: int = args.steps
+    per_batch = max(1, -(-args.runs // args.rounds))  # ceil
+
+    ensure_database(REACTOR_DB)
+    ensure_database(DBOS_DB)
+    setup_django()
+    dbos_runner, dbos_shutdown = setup_dbos()
+
+    reactor = System("django_reactor", Series(reactor_chain(1)), Series(reactor_chain(steps)))
+    dbos = System("DBOS", Series(dbos_runner(1)), Series(dbos_runner(steps)))
+    systems = [reactor, dbos]
+
+    started = time.perf_counter()
+    try:
+        for system in systems:  # warm-up: imports, connections, caches, JIT-free steady state
+            for series in (system.one, system.many):
+                for _ in range(args.warmup):
+                    series.run_once()
+        floor_before = insert_floor(200)
+        for round_no in range(args.rounds):
+            order = systems if round_no % 2 == 0 else systems[::-1]
+            for system in order:
+                system.batch(per_batch)
+        floor_after = insert_floor(200)
+    finally:
+        dbos_shutdown()
+    elapsed = time.perf_counter() - started
+
+    import django
+    import dbos as dbos_pkg
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        server_version = cursor.fetchone()[0]
+
+    ours, anchor = reactor.per_step_ms(steps), dbos.per_step_ms(steps)
+    ratio = ours / anchor if anchor > 0 else float("inf")
+    verdict = "PASS" if ratio <= TARGET_RATIO else "MISS"
+    runs_each = per_batch * args.rounds
+
+    print(f"step overhead: no-op chains of 1 and {steps} steps, {runs_each} timed runs each "
+          f"({args.rounds} interleaved rounds of {per_batch}), medians")
+    print(f"PostgreSQL {server_version} at {PG_SERVER.split('@')[-1]}, Django {django.get_version()}, "
+          f"dbos {getattr(dbos_pkg, '__version__', None) or _dist_version('dbos')}, "
+          f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print(f"DB round-trip floor (autocommit INSERT): {floor_before:.3f} ms before, "
+          f"{floor_after:.3f} ms after")
+    print()
+    print(f"{'':16}{'T(1) ms':>10}{f'T({steps}) ms':>12}{'per step ms':>13}")
+    for system in systems:
+        print(f"{system.name:16}{system.one.median_ms:>10.3f}{system.many.median_ms:>12.3f}"
+              f"{system.per_step_ms(steps):>13.4f}")
+    print()
+    print(f"ratio django_reactor/DBOS per step: {ratio:.3f}   target <= {TARGET_RATIO}   {verdict}")
+    print(f"(measured in {elapsed:.1f} s)")
+    return 0
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "?"
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(0)

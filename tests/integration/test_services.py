@@ -1,0 +1,228 @@
+"""undo, cancel and retry: the operations admin, API and commands share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rest_framework import serializers
+
+from django_reactor import Reactor, Step, arg, services, step
+from django_reactor.exceptions import AlreadyRetried, ExecutionBusy, InvalidTransition
+from django_reactor.models import Execution
+from django_reactor.states import ExecutionStatus, RollbackStatus
+from tests.integration.reactors import FAIL_AT, Fragile, Transfer, ledger
+
+pytestmark = pytest.mark.django_db
+
+INPUTS = {"account": "acc-1", "amount": 25, "pin": "1234"}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Iterator[None]:
+    ledger.clear()
+    FAIL_AT.clear()
+    yield
+    FAIL_AT.clear()
+
+
+def kinds(execution_id: Any) -> list[tuple[str, str]]:
+    return [(e.kind, e.step) for e in services.find(execution_id).trace]
+
+
+# ---------------------------------------------------------------------------- undo
+
+
+def test_undo_rolls_back_a_completed_run_newest_first_then_cancels() -> None:
+    outcome = Transfer.run(INPUTS)
+    ledger.clear()
+    handle = services.undo(outcome.execution_id)
+    assert handle.status == ExecutionStatus.CANCELLED
+    assert ledger.calls == [("undo", "notify"), ("undo", "credit"), ("undo", "debit")]
+    assert kinds(outcome.execution_id)[-5:] == [
+        ("rollback", ""), ("undo", "notify"), ("undo", "credit"), ("undo", "debit"), ("cancel", ""),
+    ]
+    assert all(s.rollback == RollbackStatus.UNDONE for s in handle.steps)
+
+
+def test_second_undo_changes_nothing() -> None:
+    outcome = Transfer.run(INPUTS)
+    services.undo(outcome.execution_id)
+    ledger.clear()
+    before = kinds(outcome.execution_id)
+    handle = services.undo(outcome.execution_id)
+    assert handle.status == ExecutionStatus.CANCELLED
+    assert ledger.calls == []
+    assert kinds(outcome.execution_id) == before
+
+
+def test_undo_refuses_failed_and_running_runs() -> None:
+    FAIL_AT.add("credit")
+    failed = Transfer.run(INPUTS)
+    with pytest.raises(InvalidTransition, match="it is failed; undo works on"):
+        services.undo(failed.execution_id)
+
+
+def test_undo_of_a_halted_run() -> None:
+    from django_reactor import Halt
+
+    class Halts(Reactor):
+        a = step(_Tracked)
+
+        @step(wait_for=["a"])
+        def stop() -> Any:
+            return Halt("enough")
+
+    outcome = Halts.run({})
+    assert outcome.status == ExecutionStatus.HALTED
+    handle = services.undo(outcome.execution_id)
+    assert handle.status == ExecutionStatus.CANCELLED
+    assert ("undo", "a") in ledger.calls
+
+
+class _Tracked(Step):
+    def run(self) -> str:
+        ledger("run", self.context.step)
+        return "ok"
+
+    def undo(self, result: Any) -> None:
+        ledger("undo", self.context.step)
+
+
+class Interrupted(Reactor):
+    class Inputs(serializers.Serializer):
+        how = serializers.CharField()
+
+    a = step(_Tracked)
+
+    @step(how=arg.input("how"), wait_for=["a"])
+    def b(how: str) -> None:
+        ledger("run", "b")
+        raise {"ctrl-c": KeyboardInterrupt, "exit": SystemExit}[how]()
+
+    @b.compensate
+    def clean_b(error: Any, how: str) -> None:
+        ledger("compensate", "b")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "exit"])
+def test_interrupted_run_is_aborted_then_undo_compensates_and_undoes(how: str) -> None:
+    exc = {"ctrl-c": KeyboardInterrupt, "exit": SystemExit}[how]
+    with pytest.raises(exc):
+        Interrupted.run({"how": how})
+    row = Execution.objects.get()
+    assert row.status == ExecutionStatus.ABORTED
+    assert row.lease_owner is None
+    assert ledger.calls == [("run", "a"), ("run", "b")]
+    ledger.clear()
+    handle = services.undo(row.id)
+    assert ledger.calls == [("compensate", "b"), ("undo", "a")]
+    assert handle.status == ExecutionStatus.CANCELLED
+    assert kinds(row.id)[:4] == [("start", ""), ("run", "a"), ("fail", "b"), ("abort", "")]
+
+
+def test_failed_rollback_needs_attention_and_undo_retries_only_what_failed() -> None:
+    FAIL_AT.update({"second", "undo"})
+    outcome = Fragile.run({})
+    assert outcome.status == ExecutionStatus.NEEDS_ATTENTION
+    assert [f.step for f in outcome.rollback_failures] == ["first"]
+    assert services.find(outcome.execution_id).step("first").rollback == RollbackStatus.FAILED
+
+    FAIL_AT.discard("undo")
+    ledger.clear()
+    handle = services.undo(outcome.execution_id)
+    assert ledger.calls == [("undo", "first")]  # second was compensated already
+    assert handle.status == ExecutionStatus.FAILED
+    assert handle.step("first").rollback == RollbackStatus.UNDONE
+
+
+def test_undo_refuses_a_run_owned_by_a_live_process() -> None:
+    outcome = Transfer.run(INPUTS)
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        lease_owner="elsewhere:1", lease_expires_at="2999-01-01T00:00:00Z"
+    )
+    with pytest.raises(ExecutionBusy, match="elsewhere:1 is working on it"):
+        services.undo(outcome.execution_id)
+
+
+# ---------------------------------------------------------------------------- cancel
+
+
+def test_cancel_an_aborted_run_without_rollback() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        Interrupted.run({"how": "ctrl-c"})
+    row = Execution.objects.get()
+    ledger.clear()
+    handle = services.cancel(row.id, reason="operator gave up")
+    assert handle.status == ExecutionStatus.CANCELLED
+    assert ledger.calls == []
+    assert handle.trace[-1].kind == "cancel"
+    assert handle.trace[-1].data == {"reason": "operator gave up", "previous_status": "aborted"}
+    # undo still rolls back what the cancelled run left behind
+    services.undo(row.id)
+    assert ledger.calls == [("compensate", "b"), ("undo", "a")]
+
+
+def test_cancel_refuses_finished_runs() -> None:
+    outcome = Transfer.run(INPUTS)
+    with pytest.raises(InvalidTransition, match="it is completed; cancel works on"):
+        services.cancel(outcome.execution_id)
+
+
+def test_cancel_of_a_running_run_is_a_request_honoured_at_the_next_checkpoint() -> None:
+    holder: dict[str, Any] = {}
+
+    class AsksToCancel(Step):
+        def run(self) -> str:
+            holder["handle"] = services.cancel(self.context.execution_id, reason="stop")
+            return "first done"
+
+    class Long(Reactor):
+        first = step(AsksToCancel)
+        second = step(_Tracked, wait_for=["first"])
+
+    outcome = Long.run({})
+    assert holder["handle"].status == ExecutionStatus.RUNNING  # only requested
+    assert outcome.status == ExecutionStatus.CANCELLED
+    assert ("run", "second") not in ledger.calls
+    assert kinds(outcome.execution_id)[-1] == ("cancel", "")
+
+
+# ---------------------------------------------------------------------------- retry
+
+
+def test_retry_runs_a_failed_execution_again_as_a_new_linked_one() -> None:
+    FAIL_AT.add("credit")
+    failed = Transfer.run(INPUTS)
+    FAIL_AT.clear()
+    ledger.clear()
+    outcome = services.retry(failed.execution_id)
+    assert outcome.ok
+    assert outcome.execution_id != failed.execution_id
+    new = services.find(outcome.execution_id)
+    assert new.retry_of == failed.execution_id
+    assert new.inputs["pin"] == "[REDACTED]"
+    assert Execution.objects.get(pk=outcome.execution_id).inputs["pin"] == "1234"
+    assert ledger.calls == [("run", "debit"), ("run", "credit"), ("run", "notify")]
+    assert kinds(failed.execution_id)[-1] == ("rerun", "")
+
+
+def test_a_failed_run_is_retried_once() -> None:
+    FAIL_AT.add("credit")
+    failed = Transfer.run(INPUTS)
+    first = services.retry(failed.execution_id)
+    with pytest.raises(AlreadyRetried, match=f"already retried as {first.execution_id}"):
+        services.retry(failed.execution_id)
+    # the retry failed too: it can be retried in turn
+    FAIL_AT.clear()
+    assert services.retry(first.execution_id).ok
+
+
+def test_retry_refuses_other_statuses_and_invalid_inputs() -> None:
+    done = Transfer.run(INPUTS)
+    with pytest.raises(InvalidTransition, match="it is completed; only failed runs"):
+        services.retry(done.execution_id)
+    invalid = Transfer.run({"amount": "x"})
+    with pytest.raises(InvalidTransition, match="its inputs were invalid"):
+        services.retry(invalid.execution_id)

@@ -1,0 +1,133 @@
+"""The checkpoint: one transaction per state change, conditional on the fence."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from django_reactor import store
+from django_reactor.engine.journal import Event, JournalBatch, RollbackWrite, StepWrite
+from django_reactor.exceptions import LeaseLost
+from django_reactor.models import Execution, ExecutionEvent, StepRecord
+from django_reactor.states import ExecutionStatus, StepStatus
+
+pytestmark = pytest.mark.django_db
+
+NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture(params=["sql", "orm"])
+def journal_path(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Run each test through the one-statement PostgreSQL path and through the ORM path."""
+    fast = request.param == "sql"
+    if fast and connection.vendor != "postgresql":
+        pytest.skip("the one-statement checkpoint is PostgreSQL only")
+    yield fast
+
+
+def new_run() -> store.Owned:
+    return store.create_execution(
+        reactor="tests.fake",
+        definition_hash="h",
+        inputs={"x": 1},
+        secret_paths=[],
+        status=ExecutionStatus.RUNNING,
+        owner="me",
+        events=[Event(1, "start", NOW)],
+    )
+
+
+def step_batch(name: str, seq: int) -> JournalBatch:
+    return JournalBatch(
+        events=[Event(seq, "run", NOW, name, 1, 1.5, {"k": "v"})],
+        step=StepWrite(
+            step=name, status=StepStatus.COMPLETED, seq=seq, attempts=1,
+            arguments={"a": 1}, secret_arguments=[("a",)], started_at=NOW, finished_at=NOW,
+            result={"ok": True},
+        ),
+        current_step=name,
+    )
+
+
+def test_checkpoint_writes_record_event_and_cursor_together(journal_path: bool) -> None:
+    owned = new_run()
+    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    assert journal.commit(step_batch("a", 2)) is False
+    record = StepRecord.objects.get(execution_id=owned.execution_id, step="a")
+    assert (record.status, record.seq, record.result, record.secret_arguments) == (
+        "completed", 2, {"ok": True}, [["a"]],
+    )
+    event = ExecutionEvent.objects.get(execution_id=owned.execution_id, seq=2)
+    assert (event.kind, event.step, event.duration_ms, event.data) == ("run", "a", 1.5, {"k": "v"})
+    row = Execution.objects.get(pk=owned.execution_id)
+    assert row.current_step == "a"
+    assert row.lease_expires_at is not None
+
+
+def test_a_superseded_fence_writes_nothing(journal_path: bool) -> None:
+    owned = new_run()
+    zombie = store.DatabaseJournal(owned, fast_path=journal_path)
+    Execution.objects.filter(pk=owned.execution_id).update(fence=owned.fence + 1)
+    with pytest.raises(LeaseLost, match="no longer owned"):
+        zombie.commit(step_batch("a", 2))
+    assert not StepRecord.objects.filter(execution_id=owned.execution_id).exists()
+    assert ExecutionEvent.objects.filter(execution_id=owned.execution_id).count() == 1
+    assert Execution.objects.get(pk=owned.execution_id).current_step == ""
+
+
+def test_rollback_status_and_finish(journal_path: bool) -> None:
+    owned = new_run()
+    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal.commit(step_batch("a", 2))
+    journal.commit(JournalBatch(
+        events=[Event(3, "undo", NOW, "a")],
+        rollback=RollbackWrite("a", "failed", NOW, {"message": "down"}),
+    ))
+    journal.commit(JournalBatch(
+        events=[Event(4, "fail", NOW)], status=ExecutionStatus.NEEDS_ATTENTION,
+        failure={"kind": "step", "message": "m"}, finished=True,
+    ))
+    record = StepRecord.objects.get(execution_id=owned.execution_id, step="a")
+    assert (record.rollback, record.rollback_error) == ("failed", {"message": "down"})
+    row = Execution.objects.get(pk=owned.execution_id)
+    assert row.status == ExecutionStatus.NEEDS_ATTENTION
+    assert row.failure == {"kind": "step", "message": "m"}
+    assert row.lease_owner is None and row.lease_expires_at is None
+    assert row.finished_at is not None
+
+
+def test_result_and_cancel_flag(journal_path: bool) -> None:
+    owned = new_run()
+    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    Execution.objects.filter(pk=owned.execution_id).update(cancel_requested_at=NOW)
+    assert journal.commit(JournalBatch(events=[Event(2, "complete", NOW)],
+                                       status=ExecutionStatus.COMPLETED, result=[1, "two"],
+                                       finished=True)) is True
+    assert Execution.objects.get(pk=owned.execution_id).result == [1, "two"]
+
+
+def test_a_checkpoint_replaces_an_existing_record_of_the_step(journal_path: bool) -> None:
+    owned = new_run()
+    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal.commit(step_batch("a", 2))
+    journal.commit(step_batch("a", 3))
+    assert StepRecord.objects.filter(execution_id=owned.execution_id).count() == 1
+    assert StepRecord.objects.get(execution_id=owned.execution_id).seq == 3
+
+
+def test_claim_bumps_the_fence_and_locks_out_the_old_owner() -> None:
+    owned = new_run()
+    Execution.objects.filter(pk=owned.execution_id).update(
+        status=ExecutionStatus.COMPLETED, lease_owner=None, lease_expires_at=None
+    )
+    claimed = store.claim(
+        owned.execution_id, allowed=[ExecutionStatus.COMPLETED],
+        new_status=ExecutionStatus.ROLLING_BACK, owner="operator", action="undo",
+    )
+    assert claimed.fence == owned.fence + 1
+    with pytest.raises(LeaseLost):
+        store.DatabaseJournal(owned).commit(step_batch("a", 2))
+    store.DatabaseJournal(claimed).commit(step_batch("a", 2))

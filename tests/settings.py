@@ -1,0 +1,68 @@
+"""Settings for the test suite: the example project, on real services when they are reachable.
+
+PostgreSQL comes from ``DATABASE_URL`` (default ``postgres://postgres@127.0.0.1:5432/postgres``)
+and Redis from ``REDIS_URL`` (default ``redis://127.0.0.1:6379/9``). When one is not reachable the
+suite falls back (SQLite; Redis tests skipped) and says so in its summary, unless
+``REACTOR_REQUIRE_SERVICES=1``, which turns a missing service into a failed run.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import database_from_url
+
+REQUIRE_SERVICES = os.environ.get("REACTOR_REQUIRE_SERVICES") == "1"
+POSTGRES_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+def _postgres_problem(url: str) -> str | None:
+    if urlparse(url).scheme not in ("postgres", "postgresql", "pgsql"):
+        return None
+    try:
+        import psycopg
+
+        with psycopg.connect(url.replace("pgsql://", "postgresql://"), connect_timeout=3):
+            return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+
+
+def _redis_problem(url: str) -> str | None:
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+SERVICE_PROBLEMS: dict[str, str] = {}
+if problem := _postgres_problem(POSTGRES_URL):
+    SERVICE_PROBLEMS["PostgreSQL"] = f"{POSTGRES_URL}: {problem}"
+if problem := _redis_problem(REDIS_URL):
+    SERVICE_PROBLEMS["Redis"] = f"{REDIS_URL}: {problem}"
+
+if "PostgreSQL" in SERVICE_PROBLEMS:
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+else:
+    default = database_from_url(POSTGRES_URL)
+    # A database name of its own per run, so parallel runs on one server never collide.
+    default["TEST"] = {"NAME": f"test_django_reactor_{os.getpid()}"}
+    DATABASES = {"default": default}
+
+if "Redis" not in SERVICE_PROBLEMS:
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": f"reactor-tests-{os.getpid()}",
+        }
+    }
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+REACTOR = {"IDEMPOTENCY_WAIT_SECONDS": 10}

@@ -1,0 +1,40 @@
+"""System checks report each misconfiguration with its stable id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_reactor.checks import check_database, check_settings
+
+
+def ids(messages: list[Any]) -> list[str]:
+    return [m.id for m in messages]
+
+
+def test_default_settings_pass() -> None:
+    assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("not a dict", ["django_reactor.E001"]),
+        ({"LEASE_SECONDS": 0}, ["django_reactor.E002"]),
+        ({"IDEMPOTENCY_WAIT_SECONDS": "10"}, ["django_reactor.E002"]),
+        ({"AUTODISCOVER_MODULES": "reactors"}, ["django_reactor.E003"]),
+        ({"LEASE_SECOND": 30}, ["django_reactor.W001"]),
+    ],
+)
+def test_bad_settings_are_reported(value: Any, expected: list[str]) -> None:
+    with override_settings(REACTOR=value):
+        assert ids(check_settings()) == expected
+
+
+def test_sqlite_is_flagged_for_deployment(settings: Any) -> None:
+    from django.db import connection
+
+    expected = ["django_reactor.W002"] if connection.vendor == "sqlite" else []
+    assert ids(check_database()) == expected
