@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
@@ -92,7 +92,9 @@ def reactor_chain(n: int) -> Callable[[], None]:
     attrs: dict[str, Any] = {"s0": step(noop)}
     for i in range(1, n):
         attrs[f"s{i}"] = step(noop, prev=arg.result(f"s{i - 1}"))
-    chain = type(f"BenchChain{n}", (Reactor,), {"__module__": __name__, **attrs})
+    chain = cast(
+        "type[Reactor]", type(f"BenchChain{n}", (Reactor,), {"__module__": __name__, **attrs})
+    )
     assert len(chain.definition.steps) == n
 
     def run_once() -> None:
@@ -195,13 +197,19 @@ class System:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=100,
-                        help="timed runs per system and chain length, over all rounds (100)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=100,
+        help="timed runs per system and chain length, over all rounds (100)",
+    )
     parser.add_argument("--steps", type=int, default=50, help="length of the long chain (50)")
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="interleaved rounds the runs are split into (5)")
-    parser.add_argument("--warmup", type=int, default=10,
-                        help="untimed runs per system and chain length first (10)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds the runs are split into (5)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=10, help="untimed runs per system and chain length first (10)"
+    )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2")
@@ -241,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
 
     import django
-    import dbos as dbos_pkg
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -253,18 +260,27 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "PASS" if ratio <= TARGET_RATIO else "MISS"
     runs_each = per_batch * args.rounds
 
-    print(f"step overhead: no-op chains of 1 and {steps} steps, {runs_each} timed runs each "
-          f"({args.rounds} interleaved rounds of {per_batch}), medians")
-    print(f"PostgreSQL {server_version} at {PG_SERVER.split('@')[-1]}, Django {django.get_version()}, "
-          f"dbos {getattr(dbos_pkg, '__version__', None) or _dist_version('dbos')}, "
-          f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
-    print(f"DB round-trip floor (autocommit INSERT): {floor_before:.3f} ms before, "
-          f"{floor_after:.3f} ms after")
+    print(
+        f"step overhead: no-op chains of 1 and {steps} steps, {runs_each} timed runs each "
+        f"({args.rounds} interleaved rounds of {per_batch}), medians"
+    )
+    server = PG_SERVER.split("@")[-1]
+    print(
+        f"PostgreSQL {server_version} at {server}, Django {django.get_version()}, "
+        f"dbos {_dist_version('dbos')}, "
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
+    print(
+        f"DB round-trip floor (autocommit INSERT): {floor_before:.3f} ms before, "
+        f"{floor_after:.3f} ms after"
+    )
     print()
     print(f"{'':16}{'T(1) ms':>10}{f'T({steps}) ms':>12}{'per step ms':>13}")
     for system in systems:
-        print(f"{system.name:16}{system.one.median_ms:>10.3f}{system.many.median_ms:>12.3f}"
-              f"{system.per_step_ms(steps):>13.4f}")
+        print(
+            f"{system.name:16}{system.one.median_ms:>10.3f}{system.many.median_ms:>12.3f}"
+            f"{system.per_step_ms(steps):>13.4f}"
+        )
     print()
     print(f"ratio django_reactor/DBOS per step: {ratio:.3f}   target <= {TARGET_RATIO}   {verdict}")
     print(f"(measured in {elapsed:.1f} s)")

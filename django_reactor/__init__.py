@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .engine.declarations import step
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -24,7 +25,6 @@ from .engine.outcomes import (
     Skip,
     Success,
 )
-from .engine.declarations import step
 from .engine.retry import Retry
 from .engine.step import Step, StepContext
 from .engine.templates import arg

@@ -44,19 +44,32 @@ class Execution(models.Model):
         help_text=_("Validated inputs. Secret fields are stored as given and redacted on display."),
     )
     secret_paths = models.JSONField(
-        _("secret input paths"), default=list,
+        _("secret input paths"),
+        default=list,
         help_text=_("Paths into the inputs whose values are redacted wherever shown."),
     )
     parent = models.ForeignKey(
-        "self", verbose_name=_("parent"), null=True, blank=True, on_delete=models.CASCADE,
+        "self",
+        verbose_name=_("parent"),
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
         related_name="children",
     )
     root = models.ForeignKey(
-        "self", verbose_name=_("root"), null=True, blank=True, on_delete=models.CASCADE,
+        "self",
+        verbose_name=_("root"),
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
         related_name="descendants",
     )
     retry_of = models.OneToOneField(
-        "self", verbose_name=_("retry of"), null=True, blank=True, on_delete=models.SET_NULL,
+        "self",
+        verbose_name=_("retry of"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="retried_as",
         help_text=_("The failed execution this one re-runs."),
     )
@@ -68,7 +81,8 @@ class Execution(models.Model):
     lease_owner = models.CharField(_("lease owner"), max_length=255, null=True, blank=True)
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     fence = models.PositiveBigIntegerField(
-        _("fence"), default=0,
+        _("fence"),
+        default=0,
         help_text=_("Raised on every change of owner; writes from an older owner are refused."),
     )
     recovery_attempts = models.PositiveIntegerField(_("recovery attempts"), default=0)
@@ -96,11 +110,13 @@ class Execution(models.Model):
             models.Index(fields=["status", "updated_at"], name="reactor_exec_status_idx"),
             models.Index(fields=["reactor", "created_at"], name="reactor_exec_reactor_idx"),
             models.Index(
-                fields=["correlation_id"], name="reactor_exec_corr_idx",
+                fields=["correlation_id"],
+                name="reactor_exec_corr_idx",
                 condition=Q(correlation_id__isnull=False),
             ),
             models.Index(
-                fields=["lease_expires_at"], name="reactor_exec_lease_idx",
+                fields=["lease_expires_at"],
+                name="reactor_exec_lease_idx",
                 condition=Q(status__in=["running", "rolling_back"]),
             ),
         ]
@@ -129,12 +145,16 @@ class StepRecord(models.Model):
     result = models.JSONField(_("result"), null=True, blank=True)
     error = models.JSONField(_("error"), null=True, blank=True)
     compensable = models.BooleanField(
-        _("compensable"), default=False,
+        _("compensable"),
+        default=False,
         help_text=_("The step failed after its body started, so its compensate applies."),
     )
     rollback = models.CharField(
-        _("rollback"), max_length=_max_length(RollbackStatus), choices=RollbackStatus.choices,
-        default=RollbackStatus.NONE, blank=True,
+        _("rollback"),
+        max_length=_max_length(RollbackStatus),
+        choices=RollbackStatus.choices,
+        default=RollbackStatus.NONE,
+        blank=True,
     )
     rollback_error = models.JSONField(_("rollback error"), null=True, blank=True)
     rolled_back_at = models.DateTimeField(_("rolled back at"), null=True, blank=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .states import ExecutionStatus, TERMINAL_STATUSES
+from .states import TERMINAL_STATUSES, ExecutionStatus
 
 
 class ExecutionQuerySet(models.QuerySet):

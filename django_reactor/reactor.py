@@ -42,8 +42,9 @@ class Reactor(ReactorBase):
             registry.register(cls)
 
     @classmethod
-    def run(cls, inputs: Mapping[str, Any] | None = None, *,
-            idempotency_key: str | None = None) -> Outcome:
+    def run(
+        cls, inputs: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+    ) -> Outcome:
         """Run the reactor in this process and return its :class:`Outcome`.
 
         With ``idempotency_key``, at most one execution exists per key and reactor: a repeat

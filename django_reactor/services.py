@@ -68,8 +68,7 @@ def run(
     definition = reactor.definition
     if not isinstance(inputs, Mapping):
         raise ReactorError(
-            f"{reactor.__qualname__}.run() takes the inputs as a dict, got "
-            f"{type(inputs).__name__}"
+            f"{reactor.__qualname__}.run() takes the inputs as a dict, got {type(inputs).__name__}"
         )
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_KEY_LENGTH
@@ -92,8 +91,9 @@ def run(
             owner=None,
             failure=error.to_dict(),
             events=[
-                Event(1, EventKind.FAIL, utcnow(),
-                      data={"kind": error.kind, "error": error.message}),
+                Event(
+                    1, EventKind.FAIL, utcnow(), data={"kind": error.kind, "error": error.message}
+                ),
             ],
         )
         return Failed(execution_id=created.execution_id, error=error)
@@ -119,8 +119,14 @@ def _start(
             owner=owner,
             idempotency_key=idempotency_key,
             retry_of=retry_of,
-            events=[Event(1, EventKind.START, utcnow(),
-                          data={"retry_of": str(retry_of)} if retry_of else {})],
+            events=[
+                Event(
+                    1,
+                    EventKind.START,
+                    utcnow(),
+                    data={"retry_of": str(retry_of)} if retry_of else {},
+                )
+            ],
         )
     except store.IdempotencyConflict as conflict:
         return _replay(conflict.execution_id)
@@ -207,6 +213,7 @@ def find(execution_id: uuid.UUID | str, *, reactor: type[Reactor] | None = None)
 
 
 CANCELLABLE = (
+    ExecutionStatus.RUNNING,  # only once its process is gone (lease expired)
     ExecutionStatus.PENDING,
     ExecutionStatus.PAUSED,
     ExecutionStatus.ABORTED,
@@ -227,15 +234,18 @@ def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandl
 # ---------------------------------------------------------------------------- undo
 
 
-UNDOABLE = tuple(sorted(sources_of(ExecutionStatus.ROLLING_BACK) - {ExecutionStatus.RUNNING}))
+# Running and rolling-back runs qualify only when their process is gone: claim() refuses a live
+# lease with ExecutionBusy.
+UNDOABLE = tuple(sorted(sources_of(ExecutionStatus.ROLLING_BACK)))
 
 
 def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
     """Roll back every completed step of a finished run, newest first; then it is cancelled.
 
     Works on completed, halted, aborted (a cut-off compensate runs first), cancelled and
-    needs-attention runs (rollback steps that failed are tried again). Undoing a run with
-    nothing left to undo changes nothing.
+    needs-attention runs (rollback steps that failed are tried again), and on running or
+    rolling-back runs whose process died (their lease expired). Undoing a run with nothing left
+    to undo changes nothing. A run that had a failing step ends ``failed``; others ``cancelled``.
     """
     row = store.get_row(execution_id)
     reactor = registry.get(row.reactor)
@@ -257,16 +267,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         action="undo",
     )
     state = store.load_state(row.id)  # read again under ownership
-    # A failed run whose rollback needed attention ends failed once rolled back; everything
-    # else an operator undoes ends cancelled.
-    failure = ErrorInfo.from_dict(row.failure) if row.failure else None
-    final = (
-        ExecutionStatus.FAILED
-        if row.status == ExecutionStatus.NEEDS_ATTENTION
-        and failure is not None
-        and failure.kind != ErrorKind.INTERRUPTED
-        else ExecutionStatus.CANCELLED
-    )
+    final = ExecutionStatus.FAILED if store.had_step_failure(row.id) else ExecutionStatus.CANCELLED
     executor = Executor(
         reactor.definition,
         store.DatabaseJournal(owned),

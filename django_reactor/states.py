@@ -63,11 +63,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     ),
     ExecutionStatus.COMPLETED: frozenset({ExecutionStatus.ROLLING_BACK}),
     ExecutionStatus.HALTED: frozenset({ExecutionStatus.ROLLING_BACK}),
-    ExecutionStatus.ABORTED: frozenset(
-        {ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED}
-    ),
+    ExecutionStatus.ABORTED: frozenset({ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED}),
     ExecutionStatus.ROLLING_BACK: frozenset(
         {
+            # An operator may take over a rollback whose process died (its lease expired).
+            ExecutionStatus.ROLLING_BACK,
             ExecutionStatus.FAILED,
             ExecutionStatus.CANCELLED,
             ExecutionStatus.ABORTED,

@@ -25,9 +25,15 @@ from django.utils import timezone
 from .conf import reactor_settings
 from .engine.executor import PendingCompensation, RunState, UndoEntry
 from .engine.journal import UNSET, Event, JournalBatch
-from .engine.outcomes import ErrorInfo
+from .engine.outcomes import ErrorInfo, ErrorKind
 from .engine.serialization import decode
-from .exceptions import AlreadyRetried, ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
+from .exceptions import (
+    AlreadyRetried,
+    ExecutionBusy,
+    ExecutionNotFound,
+    InvalidTransition,
+    LeaseLost,
+)
 from .models import Execution, ExecutionEvent, StepRecord
 from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 
@@ -109,8 +115,7 @@ def create_execution(
     except IntegrityError:
         if retry_of is not None and (retried_as := find_retry(retry_of)) is not None:
             raise AlreadyRetried(
-                f"execution {retry_of} was already retried as {retried_as}; retry that one "
-                "instead",
+                f"execution {retry_of} was already retried as {retried_as}; retry that one instead",
                 retry_id=retried_as,
             ) from None
         if idempotency_key is None:
@@ -390,6 +395,18 @@ def load_state(execution_id: uuid.UUID) -> RunState:
     return state
 
 
+def had_step_failure(execution_id: uuid.UUID) -> bool:
+    """Whether a step of the run failed (an interrupted step does not count)."""
+    for error in (
+        StepRecord.objects.using(USING)
+        .filter(execution_id=execution_id, status=StepStatus.FAILED)
+        .values_list("error", flat=True)
+    ):
+        if not error or error.get("kind") != ErrorKind.INTERRUPTED:
+            return True
+    return False
+
+
 # ---------------------------------------------------------------------------- claiming runs
 
 
@@ -438,9 +455,7 @@ def claim(
     )
 
 
-def request_cancel(
-    execution_id: uuid.UUID, *, reason: str, cancellable: Iterable[str]
-) -> str:
+def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterable[str]) -> str:
     """Cancel a run without rollback. Returns the status the run had.
 
     An unowned run in ``cancellable`` becomes cancelled at once; a running run owned by a live
@@ -449,9 +464,7 @@ def request_cancel(
     now = timezone.now()
     cancellable = list(cancellable)
     with transaction.atomic(using=USING):
-        row = (
-            Execution.objects.using(USING).select_for_update().filter(pk=execution_id).first()
-        )
+        row = Execution.objects.using(USING).select_for_update().filter(pk=execution_id).first()
         if row is None:
             raise ExecutionNotFound(f"no execution with id {execution_id}")
         previous = row.status
@@ -497,7 +510,9 @@ def append_event(execution_id: uuid.UUID, kind: str, data: dict[str, Any]) -> No
     """Add an operator-level entry to a run's trace (not tied to an owner)."""
     with transaction.atomic(using=USING):
         # Lock the execution row so concurrent appends cannot pick the same sequence number.
-        list(Execution.objects.using(USING).select_for_update().filter(pk=execution_id).values("pk"))
+        list(
+            Execution.objects.using(USING).select_for_update().filter(pk=execution_id).values("pk")
+        )
         last = (
             ExecutionEvent.objects.using(USING)
             .filter(execution_id=execution_id)

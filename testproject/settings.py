@@ -71,8 +71,14 @@ def database_from_url(url: str) -> dict[str, object]:
     if parsed.scheme == "sqlite":
         path = unquote(parsed.path)
         name = path[1:] if path.startswith("//") else path.lstrip("/") or ":memory:"
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": name if name == ":memory:"
-                else str(BASE_DIR / name) if not os.path.isabs(name) else name}
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": name
+            if name == ":memory:"
+            else str(BASE_DIR / name)
+            if not os.path.isabs(name)
+            else name,
+        }
     raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres, sqlite)")
 
 

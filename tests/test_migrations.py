@@ -10,8 +10,9 @@ from django.test import override_settings
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("auto_field", ["django.db.models.AutoField",
-                                        "django.db.models.BigAutoField"])
+@pytest.mark.parametrize(
+    "auto_field", ["django.db.models.AutoField", "django.db.models.BigAutoField"]
+)
 def test_no_missing_migrations(auto_field: str) -> None:
     with override_settings(DEFAULT_AUTO_FIELD=auto_field):
         out = StringIO()

@@ -175,13 +175,16 @@ def _build_spec(
                 f"{where}: {impl.__qualname__}.run() takes no argument {arg_name!r} "
                 f"(it takes: {', '.join(sorted(body.accepted)) or 'nothing'})"
             )
-        if isinstance(template, InputRef) and input_fields is not None:
-            if template.name not in input_fields:
-                raise DefinitionError(
-                    f"{where}: argument {arg_name!r} reads input {template.name!r}, which "
-                    f"{reactor}.Inputs does not declare (inputs: "
-                    f"{', '.join(sorted(input_fields)) or 'none'})"
-                )
+        if (
+            isinstance(template, InputRef)
+            and input_fields is not None
+            and template.name not in input_fields
+        ):
+            raise DefinitionError(
+                f"{where}: argument {arg_name!r} reads input {template.name!r}, which "
+                f"{reactor}.Inputs does not declare (inputs: "
+                f"{', '.join(sorted(input_fields)) or 'none'})"
+            )
 
     required = contract_fields_required(contract) if contract is not None else body.required
     for needed in sorted(required - set(arguments)):

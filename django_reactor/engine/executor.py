@@ -183,8 +183,13 @@ class Executor:
             try:
                 outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**call_arguments))
             except INTERRUPTIONS as interruption:
-                self._abort(interruption, spec=spec, arguments=arguments, attempt=attempt,
-                            started_at=started_at)
+                self._abort(
+                    interruption,
+                    spec=spec,
+                    arguments=arguments,
+                    attempt=attempt,
+                    started_at=started_at,
+                )
                 raise
             except BaseException as raised:  # every other exception from step code is a failure
                 exc = raised
@@ -196,10 +201,17 @@ class Executor:
                     stored, value = roundtrip(outcome.value)
                 except ResultNotSerializable as bad:
                     error = self._error_info(bad, ErrorKind.RESULT, spec, arguments, attempt)
-                    return self._fail(spec, error, arguments, started=True,
-                                      started_at=started_at, attempts=attempt)
-                return self._record_done(spec, outcome, arguments, stored, value, attempt,
-                                         started_at, duration)
+                    return self._fail(
+                        spec,
+                        error,
+                        arguments,
+                        started=True,
+                        started_at=started_at,
+                        attempts=attempt,
+                    )
+                return self._record_done(
+                    spec, outcome, arguments, stored, value, attempt, started_at, duration
+                )
             if isinstance(outcome, Halt):
                 return self._halt(spec, outcome, arguments, attempt, started_at, duration)
 
@@ -224,8 +236,9 @@ class Executor:
                     self.sleep(delay)
                 continue
             error = self._failure_info(outcome, exc, spec, arguments, attempt)
-            return self._fail(spec, error, arguments, started=True, started_at=started_at,
-                              attempts=attempt)
+            return self._fail(
+                spec, error, arguments, started=True, started_at=started_at, attempts=attempt
+            )
 
     def _resolve(self, spec: StepSpec) -> dict[str, Any]:
         scope = self._scope
@@ -252,8 +265,7 @@ class Executor:
             inputs=self._redacted_inputs(),
             arguments=redact(_displayable(arguments), spec.argument_secret_paths()),
         )
-        return self._fail(spec, error, arguments, started=False, started_at=started_at,
-                          attempts=0)
+        return self._fail(spec, error, arguments, started=False, started_at=started_at, attempts=0)
 
     def _should_retry(
         self, spec: StepSpec, outcome: Failure, exc: BaseException | None, attempt: int
@@ -323,7 +335,10 @@ class Executor:
         except ResultNotSerializable:
             reason = str(outcome.reason)
         event = self._event(
-            EventKind.HALT, step=spec.name, attempt=attempt, duration_ms=duration,
+            EventKind.HALT,
+            step=spec.name,
+            attempt=attempt,
+            duration_ms=duration,
             data={"reason": reason},
         )
         self._commit(
@@ -364,8 +379,11 @@ class Executor:
             EventKind.FAIL,
             step=spec.name,
             attempt=attempts,
-            data={"kind": error.kind, "error": error.message,
-                  "exception_class": error.exception_class},
+            data={
+                "kind": error.kind,
+                "error": error.message,
+                "exception_class": error.exception_class,
+            },
         )
         self._commit(
             JournalBatch(
@@ -387,9 +405,7 @@ class Executor:
             )
         )
         if started:
-            self.state.pending_compensation.append(
-                PendingCompensation(spec.name, arguments, error)
-            )
+            self.state.pending_compensation.append(PendingCompensation(spec.name, arguments, error))
         try:
             failures = self._rollback_all()
         except INTERRUPTIONS as exc:
@@ -413,7 +429,9 @@ class Executor:
         while state.pending_compensation:
             pending = state.pending_compensation[0]
             failure = self._rollback_one(
-                self.definition.step(pending.step), "compensate", pending.error.to_dict(),
+                self.definition.step(pending.step),
+                "compensate",
+                pending.error.to_dict(),
                 pending.arguments,
             )
             state.pending_compensation.pop(0)
@@ -433,10 +451,18 @@ class Executor:
         self, spec: StepSpec, action: str, first: Any, arguments: dict[str, Any]
     ) -> RollbackFailure | None:
         kinds = {
-            "undo": (EventKind.UNDO, EventKind.UNDO_FAILED, EventKind.UNDO_SKIPPED,
-                     RollbackStatus.UNDONE),
-            "compensate": (EventKind.COMPENSATE, EventKind.COMPENSATE_FAILED,
-                           EventKind.COMPENSATE_SKIPPED, RollbackStatus.COMPENSATED),
+            "undo": (
+                EventKind.UNDO,
+                EventKind.UNDO_FAILED,
+                EventKind.UNDO_SKIPPED,
+                RollbackStatus.UNDONE,
+            ),
+            "compensate": (
+                EventKind.COMPENSATE,
+                EventKind.COMPENSATE_FAILED,
+                EventKind.COMPENSATE_SKIPPED,
+                RollbackStatus.COMPENSATED,
+            ),
         }
         ok_kind, failed_kind, skipped_kind, ok_status = kinds[action]
         has_handler = spec.has_undo if action == "undo" else spec.has_compensate
@@ -481,11 +507,14 @@ class Executor:
             rollback = RollbackWrite(spec.name, ok_status, event.at)
         else:
             event = self._event(
-                failed_kind, step=spec.name, duration_ms=duration,
+                failed_kind,
+                step=spec.name,
+                duration_ms=duration,
                 data={"error": failure.message, "exception_class": failure.exception_class},
             )
-            rollback = RollbackWrite(spec.name, RollbackStatus.FAILED, event.at,
-                                     error=failure.to_dict())
+            rollback = RollbackWrite(
+                spec.name, RollbackStatus.FAILED, event.at, error=failure.to_dict()
+            )
         self._commit(JournalBatch(events=[event], rollback=rollback))
         return failure
 
@@ -502,9 +531,16 @@ class Executor:
         batch = JournalBatch(status=ExecutionStatus.ABORTED, finished=True)
         if spec is not None:
             error = self._error_info(exc, ErrorKind.INTERRUPTED, spec, arguments or {}, attempt)
-            event = self._event(EventKind.FAIL, step=spec.name, attempt=attempt,
-                                data={"kind": error.kind, "error": error.message,
-                                      "exception_class": error.exception_class})
+            event = self._event(
+                EventKind.FAIL,
+                step=spec.name,
+                attempt=attempt,
+                data={
+                    "kind": error.kind,
+                    "error": error.message,
+                    "exception_class": error.exception_class,
+                },
+            )
             batch.events.append(event)
             batch.step = StepWrite(
                 step=spec.name,
@@ -642,8 +678,10 @@ class Executor:
 def _error_summary(outcome: Failure, exc: BaseException | None) -> dict[str, Any]:
     error = exc if exc is not None else outcome.error
     if isinstance(error, BaseException):
-        return {"error": str(error) or type(error).__name__,
-                "exception_class": qualified_class_name(error)}
+        return {
+            "error": str(error) or type(error).__name__,
+            "exception_class": qualified_class_name(error),
+        }
     return {"error": str(error), "exception_class": None}
 
 

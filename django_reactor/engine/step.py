@@ -146,7 +146,9 @@ def rollback_signature(impl: type[Step], action: str) -> Signature:
     """Keyword parameters of ``undo``/``compensate`` after ``(self, result_or_error)``."""
     if issubclass(impl, FunctionStep):
         fn = getattr(impl, f"{action}_function")
-        return signature_of(fn, skip=1) if fn is not None else Signature(
-            frozenset(), frozenset(), True
+        return (
+            signature_of(fn, skip=1)
+            if fn is not None
+            else Signature(frozenset(), frozenset(), True)
         )
     return signature_of(getattr(impl, action), skip=2)

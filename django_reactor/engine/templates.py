@@ -41,9 +41,7 @@ def dig(value: Any, path: Path, *, what: str) -> Any:
         if isinstance(current, Mapping):
             if key not in current:
                 available = ", ".join(sorted(map(str, current))) or "nothing"
-                raise ArgumentResolutionError(
-                    f"{what} has no key {where!r} (it has: {available})"
-                )
+                raise ArgumentResolutionError(f"{what} has no key {where!r} (it has: {available})")
             current = current[key]
         elif isinstance(current, Sequence) and not isinstance(current, str | bytes):
             try:
@@ -84,8 +82,7 @@ class Template:
                 value = self.transform(value)
             except Exception as exc:
                 raise ArgumentResolutionError(
-                    f"the transform of {self.describe()} raised "
-                    f"{type(exc).__name__}: {exc}"
+                    f"the transform of {self.describe()} raised {type(exc).__name__}: {exc}"
                 ) from exc
         return value
 

@@ -25,8 +25,9 @@ def plain_errors(errors: Any) -> Any:
 
 def summarise_errors(errors: Any) -> str:
     """One line naming each failing field and its first message: ``"items.0.sku: Required."``."""
-    return "; ".join(f"{path}: {message}" if path else message
-                     for path, message in _first_messages(errors, ""))
+    return "; ".join(
+        f"{path}: {message}" if path else message for path, message in _first_messages(errors, "")
+    )
 
 
 def _first_messages(errors: Any, prefix: str) -> list[tuple[str, str]]:

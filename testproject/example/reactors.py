@@ -61,9 +61,9 @@ class ReserveStock(Step):
         reserved = []
         with transaction.atomic():
             for line in OrderLine.objects.filter(order_id=order_id, reserved=False):
-                taken = Product.objects.filter(
-                    pk=line.product_id, stock__gte=line.quantity
-                ).update(stock=F("stock") - line.quantity)
+                taken = Product.objects.filter(pk=line.product_id, stock__gte=line.quantity).update(
+                    stock=F("stock") - line.quantity
+                )
                 if not taken:
                     raise OutOfStock(f"not enough {line.product.sku} for {line.quantity}")
                 line.reserved = True
@@ -74,9 +74,7 @@ class ReserveStock(Step):
     def undo(self, result: dict[str, Any], order_id: int) -> None:
         with transaction.atomic():
             for line in OrderLine.objects.filter(order_id=order_id, reserved=True):
-                Product.objects.filter(pk=line.product_id).update(
-                    stock=F("stock") + line.quantity
-                )
+                Product.objects.filter(pk=line.product_id).update(stock=F("stock") + line.quantity)
                 line.reserved = False
                 line.save(update_fields=["reserved"])
 
@@ -119,9 +117,7 @@ class PlaceOrder(Reactor):
 
     create_order = step(CreateOrder)
     reserve = step(ReserveStock, order_id=arg.result("create_order", "order_id"))
-    charge = step(
-        ChargeCard, amount=arg.result("create_order", "total"), wait_for=["reserve"]
-    )
+    charge = step(ChargeCard, amount=arg.result("create_order", "total"), wait_for=["reserve"])
     ship = step(BookShipping, order_id=arg.result("create_order", "order_id"), wait_for=["charge"])
 
     @step(
@@ -161,8 +157,11 @@ class RenewSubscription(Reactor):
 
     charge = step(FlakyGatewayCharge, amount=arg.result("load", "price"))
 
-    @step(subscription_id=arg.input("subscription_id"), current=arg.result("load", "paid_until"),
-          wait_for=["charge"])
+    @step(
+        subscription_id=arg.input("subscription_id"),
+        current=arg.result("load", "paid_until"),
+        wait_for=["charge"],
+    )
     def extend(subscription_id: int, current: dt.date) -> dt.date:
         new_date = current + dt.timedelta(days=30)
         Subscription.objects.filter(pk=subscription_id).update(paid_until=new_date)

@@ -49,8 +49,13 @@ def test_a_refused_shipment_rolls_back_payment_stock_and_order(stock: None) -> N
     assert Order.objects.get().status == Order.Status.CANCELLED
     trace = [(e.kind, e.step) for e in services.find(outcome.execution_id).trace if e.step]
     assert trace == [
-        ("run", "create_order"), ("run", "reserve"), ("run", "charge"), ("fail", "ship"),
-        ("compensate_skipped", "ship"), ("undo", "charge"), ("undo", "reserve"),
+        ("run", "create_order"),
+        ("run", "reserve"),
+        ("run", "charge"),
+        ("fail", "ship"),
+        ("compensate_skipped", "ship"),
+        ("undo", "charge"),
+        ("undo", "reserve"),
         ("undo", "create_order"),
     ]
 
@@ -84,8 +89,10 @@ def test_renewal_retries_the_flaky_gateway_and_charges_once() -> None:
 
 def test_renewal_of_an_inactive_subscription_halts() -> None:
     sub = Subscription.objects.create(
-        customer_email="g@example.com", monthly_price=Decimal("12"),
-        paid_until=dt.date(2026, 1, 1), active=False,
+        customer_email="g@example.com",
+        monthly_price=Decimal("12"),
+        paid_until=dt.date(2026, 1, 1),
+        active=False,
     )
     outcome = RenewSubscription.run({"subscription_id": sub.pk, "card_token": "tok"})
     assert outcome.status == "halted"

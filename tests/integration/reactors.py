@@ -37,8 +37,9 @@ class Transfer(Reactor):
         amount = serializers.IntegerField(min_value=1)
         pin = serializers.CharField(write_only=True)
 
-    debit = step(Tracked, account=arg.input("account"), amount=arg.input("amount"),
-                 pin=arg.input("pin"))
+    debit = step(
+        Tracked, account=arg.input("account"), amount=arg.input("amount"), pin=arg.input("pin")
+    )
     credit = step(Tracked, amount=arg.result("debit", "amount"))
     notify = step(Tracked, wait_for=["credit"])
 

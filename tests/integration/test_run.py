@@ -42,7 +42,8 @@ def test_completed_run_is_checkpointed_step_by_step() -> None:
     assert row.status == ExecutionStatus.COMPLETED
     assert row.reactor == "tests.integration.reactors.Transfer"
     assert row.definition_hash == Transfer.definition.definition_hash
-    assert row.lease_owner is None and row.finished_at is not None
+    assert row.lease_owner is None
+    assert row.finished_at is not None
     records = list(StepRecord.objects.filter(execution=row).order_by("seq"))
     assert [(r.step, r.status, r.attempts) for r in records] == [
         ("debit", StepStatus.COMPLETED, 1),
@@ -50,7 +51,11 @@ def test_completed_run_is_checkpointed_step_by_step() -> None:
         ("notify", StepStatus.COMPLETED, 1),
     ]
     assert pairs(row.id) == [
-        ("start", ""), ("run", "debit"), ("run", "credit"), ("run", "notify"), ("complete", ""),
+        ("start", ""),
+        ("run", "debit"),
+        ("run", "credit"),
+        ("run", "notify"),
+        ("complete", ""),
     ]
     seqs = list(ExecutionEvent.objects.filter(execution=row).values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
@@ -65,18 +70,29 @@ def test_failed_run_rolls_back_and_records_everything() -> None:
     assert outcome.error.message == "notify exploded"
     assert "Traceback (most recent call last)" in outcome.error.traceback
     assert ledger.calls == [
-        ("run", "debit"), ("run", "credit"), ("run", "notify"),
-        ("compensate", "notify"), ("undo", "credit"), ("undo", "debit"),
+        ("run", "debit"),
+        ("run", "credit"),
+        ("run", "notify"),
+        ("compensate", "notify"),
+        ("undo", "credit"),
+        ("undo", "debit"),
     ]
     assert pairs(outcome.execution_id) == [
-        ("start", ""), ("run", "debit"), ("run", "credit"), ("fail", "notify"),
-        ("compensate", "notify"), ("undo", "credit"), ("undo", "debit"), ("fail", ""),
+        ("start", ""),
+        ("run", "debit"),
+        ("run", "credit"),
+        ("fail", "notify"),
+        ("compensate", "notify"),
+        ("undo", "credit"),
+        ("undo", "debit"),
+        ("fail", ""),
     ]
     handle = Transfer.find(outcome.execution_id)
     assert handle.status == ExecutionStatus.FAILED
     assert handle.step("debit").rollback == RollbackStatus.UNDONE
     assert handle.step("notify").rollback == RollbackStatus.COMPENSATED
-    assert handle.error is not None and handle.error.step == "notify"
+    assert handle.error is not None
+    assert handle.error.step == "notify"
     assert handle.outcome == outcome
 
 
@@ -126,12 +142,12 @@ def test_unknown_and_malformed_execution_ids() -> None:
 
 def test_find_refuses_another_reactors_execution() -> None:
     outcome = Transfer.run(INPUTS)
-    with pytest.raises(ExecutionNotFound, match="is a run of tests.integration.reactors.Transfer"):
+    with pytest.raises(ExecutionNotFound, match=r"is a run of tests\.integration\.reactors\."):
         Fragile.find(outcome.execution_id)
 
 
 def test_run_refuses_to_start_inside_a_transaction() -> None:
-    with transaction.atomic(), pytest.raises(TransactionActive, match="transaction.on_commit"):
+    with transaction.atomic(), pytest.raises(TransactionActive, match=r"transaction\.on_commit"):
         Transfer.run(INPUTS)
     assert ledger.calls == []
     assert not Execution.objects.exists()

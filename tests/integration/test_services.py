@@ -41,7 +41,11 @@ def test_undo_rolls_back_a_completed_run_newest_first_then_cancels() -> None:
     assert handle.status == ExecutionStatus.CANCELLED
     assert ledger.calls == [("undo", "notify"), ("undo", "credit"), ("undo", "debit")]
     assert kinds(outcome.execution_id)[-5:] == [
-        ("rollback", ""), ("undo", "notify"), ("undo", "credit"), ("undo", "debit"), ("cancel", ""),
+        ("rollback", ""),
+        ("undo", "notify"),
+        ("undo", "credit"),
+        ("undo", "debit"),
+        ("cancel", ""),
     ]
     assert all(s.rollback == RollbackStatus.UNDONE for s in handle.steps)
 
@@ -226,3 +230,66 @@ def test_retry_refuses_other_statuses_and_invalid_inputs() -> None:
     invalid = Transfer.run({"amount": "x"})
     with pytest.raises(InvalidTransition, match="its inputs were invalid"):
         services.retry(invalid.execution_id)
+
+
+def test_undo_takes_over_a_run_whose_process_died() -> None:
+    outcome = Transfer.run(INPUTS)
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        status=ExecutionStatus.RUNNING, lease_owner="dead:1", lease_expires_at="2000-01-01T00:00Z"
+    )
+    ledger.clear()
+    handle = services.undo(outcome.execution_id)
+    assert ledger.calls == [("undo", "notify"), ("undo", "credit"), ("undo", "debit")]
+    assert handle.status == ExecutionStatus.CANCELLED
+
+
+def test_cancel_abandons_a_run_whose_process_died_and_fences_it_out() -> None:
+    outcome = Transfer.run(INPUTS)
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        status=ExecutionStatus.RUNNING, lease_owner="dead:1", lease_expires_at="2000-01-01T00:00Z"
+    )
+    fence = Execution.objects.get(pk=outcome.execution_id).fence
+    handle = services.cancel(outcome.execution_id, reason="worker lost")
+    assert handle.status == ExecutionStatus.CANCELLED
+    assert Execution.objects.get(pk=outcome.execution_id).fence == fence + 1
+
+
+class InterruptedUndo(Step):
+    def run(self) -> str:
+        ledger("run", self.context.step)
+        return "ok"
+
+    def undo(self, result: Any) -> None:
+        ledger("undo", self.context.step)
+        if "interrupt-undo" in FAIL_AT:
+            FAIL_AT.discard("interrupt-undo")
+            raise KeyboardInterrupt
+
+
+class RollbackInterrupted(Reactor):
+    a = step(_Tracked)
+    b = step(InterruptedUndo, wait_for=["a"])
+
+    @step(wait_for=["b"])
+    def c() -> None:
+        raise RuntimeError("c failed")
+
+
+def test_a_rollback_cut_off_by_an_interruption_is_finished_by_undo_and_ends_failed() -> None:
+    FAIL_AT.add("interrupt-undo")
+    with pytest.raises(KeyboardInterrupt):
+        RollbackInterrupted.run({})
+    row = Execution.objects.get()
+    assert row.status == ExecutionStatus.ABORTED
+    ledger.clear()
+    handle = services.undo(row.id)
+    assert ledger.calls == [("undo", "b"), ("undo", "a")]
+    assert handle.status == ExecutionStatus.FAILED
+    assert [(e.kind, e.step) for e in handle.trace if e.step] == [
+        ("run", "a"),
+        ("run", "b"),
+        ("fail", "c"),
+        ("compensate_skipped", "c"),
+        ("undo", "b"),
+        ("undo", "a"),
+    ]

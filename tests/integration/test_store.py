@@ -25,7 +25,7 @@ def journal_path(request: pytest.FixtureRequest) -> Iterator[bool]:
     fast = request.param == "sql"
     if fast and connection.vendor != "postgresql":
         pytest.skip("the one-statement checkpoint is PostgreSQL only")
-    yield fast
+    return fast
 
 
 def new_run() -> store.Owned:
@@ -44,8 +44,14 @@ def step_batch(name: str, seq: int) -> JournalBatch:
     return JournalBatch(
         events=[Event(seq, "run", NOW, name, 1, 1.5, {"k": "v"})],
         step=StepWrite(
-            step=name, status=StepStatus.COMPLETED, seq=seq, attempts=1,
-            arguments={"a": 1}, secret_arguments=[("a",)], started_at=NOW, finished_at=NOW,
+            step=name,
+            status=StepStatus.COMPLETED,
+            seq=seq,
+            attempts=1,
+            arguments={"a": 1},
+            secret_arguments=[("a",)],
+            started_at=NOW,
+            finished_at=NOW,
             result={"ok": True},
         ),
         current_step=name,
@@ -58,7 +64,10 @@ def test_checkpoint_writes_record_event_and_cursor_together(journal_path: bool) 
     assert journal.commit(step_batch("a", 2)) is False
     record = StepRecord.objects.get(execution_id=owned.execution_id, step="a")
     assert (record.status, record.seq, record.result, record.secret_arguments) == (
-        "completed", 2, {"ok": True}, [["a"]],
+        "completed",
+        2,
+        {"ok": True},
+        [["a"]],
     )
     event = ExecutionEvent.objects.get(execution_id=owned.execution_id, seq=2)
     assert (event.kind, event.step, event.duration_ms, event.data) == ("run", "a", 1.5, {"k": "v"})
@@ -82,20 +91,27 @@ def test_rollback_status_and_finish(journal_path: bool) -> None:
     owned = new_run()
     journal = store.DatabaseJournal(owned, fast_path=journal_path)
     journal.commit(step_batch("a", 2))
-    journal.commit(JournalBatch(
-        events=[Event(3, "undo", NOW, "a")],
-        rollback=RollbackWrite("a", "failed", NOW, {"message": "down"}),
-    ))
-    journal.commit(JournalBatch(
-        events=[Event(4, "fail", NOW)], status=ExecutionStatus.NEEDS_ATTENTION,
-        failure={"kind": "step", "message": "m"}, finished=True,
-    ))
+    journal.commit(
+        JournalBatch(
+            events=[Event(3, "undo", NOW, "a")],
+            rollback=RollbackWrite("a", "failed", NOW, {"message": "down"}),
+        )
+    )
+    journal.commit(
+        JournalBatch(
+            events=[Event(4, "fail", NOW)],
+            status=ExecutionStatus.NEEDS_ATTENTION,
+            failure={"kind": "step", "message": "m"},
+            finished=True,
+        )
+    )
     record = StepRecord.objects.get(execution_id=owned.execution_id, step="a")
     assert (record.rollback, record.rollback_error) == ("failed", {"message": "down"})
     row = Execution.objects.get(pk=owned.execution_id)
     assert row.status == ExecutionStatus.NEEDS_ATTENTION
     assert row.failure == {"kind": "step", "message": "m"}
-    assert row.lease_owner is None and row.lease_expires_at is None
+    assert row.lease_owner is None
+    assert row.lease_expires_at is None
     assert row.finished_at is not None
 
 
@@ -103,9 +119,17 @@ def test_result_and_cancel_flag(journal_path: bool) -> None:
     owned = new_run()
     journal = store.DatabaseJournal(owned, fast_path=journal_path)
     Execution.objects.filter(pk=owned.execution_id).update(cancel_requested_at=NOW)
-    assert journal.commit(JournalBatch(events=[Event(2, "complete", NOW)],
-                                       status=ExecutionStatus.COMPLETED, result=[1, "two"],
-                                       finished=True)) is True
+    assert (
+        journal.commit(
+            JournalBatch(
+                events=[Event(2, "complete", NOW)],
+                status=ExecutionStatus.COMPLETED,
+                result=[1, "two"],
+                finished=True,
+            )
+        )
+        is True
+    )
     assert Execution.objects.get(pk=owned.execution_id).result == [1, "two"]
 
 
@@ -124,8 +148,11 @@ def test_claim_bumps_the_fence_and_locks_out_the_old_owner() -> None:
         status=ExecutionStatus.COMPLETED, lease_owner=None, lease_expires_at=None
     )
     claimed = store.claim(
-        owned.execution_id, allowed=[ExecutionStatus.COMPLETED],
-        new_status=ExecutionStatus.ROLLING_BACK, owner="operator", action="undo",
+        owned.execution_id,
+        allowed=[ExecutionStatus.COMPLETED],
+        new_status=ExecutionStatus.ROLLING_BACK,
+        owner="operator",
+        action="undo",
     )
     assert claimed.fence == owned.fence + 1
     with pytest.raises(LeaseLost):

@@ -68,7 +68,8 @@ class Command(BaseCommand):
         outcome = PlaceOrder.run({**order, "country": "XX"})
         self._scenario(2, "An order the carrier refuses: it fails and rolls back", outcome)
         self.stdout.write(
-            "Stock after the rollback: " + self._stock(Product)
+            "Stock after the rollback: "
+            + self._stock(Product)
             + f"; order {outcome.error.arguments.get('order_id', '?') if outcome.error else '?'}"
             f" is {Order.objects.order_by('-pk').values_list('status', flat=True).first()}"
         )

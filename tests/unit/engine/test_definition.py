@@ -125,7 +125,7 @@ def test_bad_meta_options() -> None:
 
 
 def test_step_rejects_non_steps() -> None:
-    with pytest.raises(DefinitionError, match="make it subclass django_reactor.Step"):
+    with pytest.raises(DefinitionError, match=r"make it subclass django_reactor\.Step"):
         step(dict)
     with pytest.raises(DefinitionError, match="retry= must be a Retry"):
         step(Echo, retry=3)

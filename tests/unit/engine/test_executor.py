@@ -75,8 +75,11 @@ def test_results_flow_through_paths_and_transforms() -> None:
         def count(items: list[Any]) -> Any:
             return {"n": len(items), "first": items[0]}
 
-        @step(n=arg.result("count", "n", transform=lambda n: n * 10),
-              sku=arg.result("count", "first.sku"), label=arg.value("total"))
+        @step(
+            n=arg.result("count", "n", transform=lambda n: n * 10),
+            sku=arg.result("count", "first.sku"),
+            label=arg.value("total"),
+        )
         def total(n: int, sku: str, label: str) -> Any:
             return f"{label}:{n}:{sku}"
 
@@ -164,18 +167,26 @@ def test_failure_compensates_the_failing_step_then_undoes_newest_first() -> None
     outcome, journal = run_in_memory(Saga)
     assert outcome.status == ExecutionStatus.FAILED
     assert ledger.calls == [
-        ("run", "a"), ("run", "b"), ("run", "c"),
-        ("compensate", "c"), ("undo", "b"), ("undo", "a"),
+        ("run", "a"),
+        ("run", "b"),
+        ("run", "c"),
+        ("compensate", "c"),
+        ("undo", "b"),
+        ("undo", "a"),
     ]
     assert trace(journal) == [
-        ("run", "a"), ("run", "b"), ("fail", "c"),
-        ("compensate", "c"), ("undo", "b"), ("undo", "a"),
+        ("run", "a"),
+        ("run", "b"),
+        ("fail", "c"),
+        ("compensate", "c"),
+        ("undo", "b"),
+        ("undo", "a"),
     ]
     error = outcome.error
     assert error.step == "c"
     assert error.exception_class == "RuntimeError"
     assert error.message == "boom"
-    assert "raise RuntimeError(\"boom\")" in error.traceback
+    assert 'raise RuntimeError("boom")' in error.traceback
     assert error.rollback_failures == ()
     assert journal.statuses == [ExecutionStatus.ROLLING_BACK, ExecutionStatus.FAILED]
 
@@ -213,10 +224,12 @@ def test_a_failing_undo_does_not_stop_the_rest_and_is_reported() -> None:
 
     outcome, journal = run_in_memory(Saga)
     assert outcome.status == ExecutionStatus.NEEDS_ATTENTION
-    assert [a for a in ledger.calls if a[0] == "undo"] == [("undo", "c"), ("undo", "b"), ("undo", "a")]
+    undos = [a for a in ledger.calls if a[0] == "undo"]
+    assert undos == [("undo", "c"), ("undo", "b"), ("undo", "a")]
     failures = outcome.error.rollback_failures
     assert [(f.step, f.action, f.exception_class) for f in failures] == [
-        ("c", "undo", None), ("b", "undo", "ValueError"),
+        ("c", "undo", None),
+        ("b", "undo", "ValueError"),
     ]
     assert failures[1].message == "refund API down"
     assert trace(journal)[-3:] == [("undo_failed", "c"), ("undo_failed", "b"), ("undo", "a")]
@@ -235,7 +248,12 @@ def test_a_failing_compensate_is_reported_and_undo_continues() -> None:
 
     outcome, journal = run_in_memory(Saga)
     assert outcome.status == ExecutionStatus.NEEDS_ATTENTION
-    assert trace(journal) == [("run", "a"), ("fail", "b"), ("compensate_failed", "b"), ("undo", "a")]
+    assert trace(journal) == [
+        ("run", "a"),
+        ("fail", "b"),
+        ("compensate_failed", "b"),
+        ("undo", "a"),
+    ]
     assert outcome.error.rollback_failures[0].action == "compensate"
 
 
@@ -249,9 +267,13 @@ def test_steps_without_handlers_are_recorded_as_such() -> None:
         def b() -> int:
             raise RuntimeError("nope")
 
-    outcome, journal = run_in_memory(Saga)
-    assert trace(journal) == [("run", "a"), ("fail", "b"), ("compensate_skipped", "b"),
-                              ("undo_skipped", "a")]
+    _outcome, journal = run_in_memory(Saga)
+    assert trace(journal) == [
+        ("run", "a"),
+        ("fail", "b"),
+        ("compensate_skipped", "b"),
+        ("undo_skipped", "a"),
+    ]
     assert journal.rollbacks["a"].status == RollbackStatus.NO_HANDLER
 
 
@@ -273,7 +295,7 @@ def test_function_step_rollback_decorators() -> None:
         def void(error: dict[str, Any]) -> None:
             ledger("compensate", f"charge:{error['message']}")
 
-    outcome, journal = run_in_memory(Saga)
+    _outcome, _journal = run_in_memory(Saga)
     assert ledger.calls == [("compensate", "charge:card declined"), ("undo", "reserve:7")]
     assert set(Saga.definition.by_name) == {"reserve", "charge"}
 
@@ -372,9 +394,14 @@ def test_compensation_runs_once_after_the_last_attempt() -> None:
         b = step(Boom, wait_for=["a"], retry=Retry(attempts=3, backoff="linear", delay=1))
 
     sleeps: list[float] = []
-    outcome, journal = run_in_memory(Saga, sleeps=sleeps)
+    outcome, _journal = run_in_memory(Saga, sleeps=sleeps)
     assert ledger.calls == [
-        ("run", "a"), ("run", "b"), ("run", "b"), ("run", "b"), ("compensate", "b"), ("undo", "a"),
+        ("run", "a"),
+        ("run", "b"),
+        ("run", "b"),
+        ("run", "b"),
+        ("compensate", "b"),
+        ("undo", "a"),
     ]
     assert sleeps == [1.0, 2.0]
     assert outcome.error.attempts == 3
@@ -552,4 +579,5 @@ def test_step_context_has_a_stable_idempotency_key_per_action() -> None:
         a = step(Keyed, retry=Retry(attempts=2, delay=0))
 
     run_in_memory(Saga)
-    assert len(keys) == 2 and keys[0] == keys[1]
+    assert len(keys) == 2
+    assert keys[0] == keys[1]

@@ -12,7 +12,11 @@ from django_reactor import Retry, arg
 from django_reactor.engine.redaction import REDACTED, redact
 from django_reactor.engine.serialization import TAG, decode, encode
 from django_reactor.engine.templates import ResolutionScope
-from django_reactor.exceptions import ArgumentResolutionError, DefinitionError, ResultNotSerializable
+from django_reactor.exceptions import (
+    ArgumentResolutionError,
+    DefinitionError,
+    ResultNotSerializable,
+)
 
 
 def scope(**results: object) -> ResolutionScope:
