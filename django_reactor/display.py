@@ -9,7 +9,7 @@ from .engine.redaction import redact
 from .handle import ExecutionHandle
 from .states import EventKind
 
-_STEP_LINES = {
+_STEP_LINES: dict[str, str] = {
     EventKind.RUN: "ran",
     EventKind.SKIP: "skipped",
     EventKind.HALT: "halted",
@@ -23,7 +23,7 @@ _STEP_LINES = {
     EventKind.UNDO_SKIPPED: "nothing to undo (no undo defined)",
 }
 
-_RUN_LINES = {
+_RUN_LINES: dict[str, str] = {
     EventKind.START: "run started",
     EventKind.COMPLETE: "run completed",
     EventKind.FAIL: "run failed",

@@ -163,8 +163,8 @@ class Executor:
         started_at = self.clock()
         try:
             arguments = self._resolve(spec)
-        except ArgumentResolutionError as exc:
-            error = self._error_info(exc, ErrorKind.ARGUMENT, spec, {}, attempts=0)
+        except ArgumentResolutionError as unresolved:
+            error = self._error_info(unresolved, ErrorKind.ARGUMENT, spec, {}, attempts=0)
             return self._fail(spec, error, {}, started=False, started_at=started_at, attempts=0)
         if spec.contract is not None:
             validated = self._validate_contract(spec, arguments, started_at)

@@ -75,7 +75,10 @@ class JournalBatch:
 class Journal(Protocol):
     """Durable writes of one owned run (implemented by ``django_reactor.store``)."""
 
-    execution_id: UUID | None
+    @property
+    def execution_id(self) -> UUID | None:
+        """The run this journal writes for."""
+        ...
 
     def commit(self, batch: JournalBatch) -> bool:
         """Write ``batch`` atomically. Return True when an operator asked to cancel the run.

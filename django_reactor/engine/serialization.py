@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..exceptions import ResultNotSerializable
@@ -62,7 +63,7 @@ def encode(value: Any) -> Any:
     )
 
 
-_DECODERS = {
+_DECODERS: dict[str, Callable[[Any], Any]] = {
     "dict": lambda v: {k: decode(i) for k, i in v.items()},
     "tuple": lambda v: tuple(decode(i) for i in v),
     "set": lambda v: {decode(i) for i in v},

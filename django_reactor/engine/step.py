@@ -6,7 +6,7 @@ import hashlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
 from .retry import Retry
@@ -60,17 +60,24 @@ class Step:
     def __init__(self, context: StepContext) -> None:
         self.context = context
 
-    def run(self, **arguments: Any) -> Any:
-        """Do the work. Return ``Success(value)``, ``Failure``, ``Halt``, ``Skip`` or a value."""
-        raise NotImplementedError(f"{type(self).__qualname__} must define run()")
+    if TYPE_CHECKING:
+        # Declared as plain callables so subclasses may name their own parameters.
+        run: Callable[..., Any]
+        undo: Callable[..., Any]
+        compensate: Callable[..., Any]
+    else:
 
-    @_default
-    def undo(self, result: Any, **arguments: Any) -> Any:
-        """Roll back the completed work described by ``result`` (a later step failed)."""
+        def run(self, **arguments: Any) -> Any:
+            """Do the work; return Success(value), Failure, Halt, Skip or a plain value."""
+            raise NotImplementedError(f"{type(self).__qualname__} must define run()")
 
-    @_default
-    def compensate(self, error: Any, **arguments: Any) -> Any:
-        """Clean up partial work after this step itself failed (``error`` says why)."""
+        @_default
+        def undo(self, result: Any, **arguments: Any) -> Any:
+            """Roll back the completed work described by ``result`` (a later step failed)."""
+
+        @_default
+        def compensate(self, error: Any, **arguments: Any) -> Any:
+            """Clean up partial work after this step itself failed (``error`` says why)."""
 
     @classmethod
     def has_handler(cls, action: str) -> bool:
@@ -103,7 +110,9 @@ class Signature:
 def signature_of(fn: Callable[..., Any], *, skip: int = 0) -> Signature:
     """Keyword parameters of ``fn`` after skipping ``skip`` leading positional ones."""
     params = list(inspect.signature(fn).parameters.values())[skip:]
-    required, optional, var_kw = set(), set(), False
+    required: set[str] = set()
+    optional: set[str] = set()
+    var_kw = False
     for p in params:
         if p.kind is p.VAR_KEYWORD:
             var_kw = True

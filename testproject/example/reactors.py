@@ -36,7 +36,7 @@ class LineSerializer(serializers.Serializer):
 class CreateOrder(Step):
     """Create the order and its lines, priced from the catalogue."""
 
-    def run(self, customer_email: str, items: list[dict[str, Any]]) -> Success:
+    def run(self, customer_email: str, items: list[dict[str, Any]]) -> Success | Failure:
         products = {p.sku: p for p in Product.objects.filter(sku__in=[i["sku"] for i in items])}
         missing = sorted({i["sku"] for i in items} - set(products))
         if missing:

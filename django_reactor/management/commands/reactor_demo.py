@@ -67,11 +67,11 @@ class Command(BaseCommand):
 
         outcome = PlaceOrder.run({**order, "country": "XX"})
         self._scenario(2, "An order the carrier refuses: it fails and rolls back", outcome)
+        refused = Order.objects.order_by("-pk").first()
         self.stdout.write(
-            "Stock after the rollback: "
-            + self._stock(Product)
-            + f"; order {outcome.error.arguments.get('order_id', '?') if outcome.error else '?'}"
-            f" is {Order.objects.order_by('-pk').values_list('status', flat=True).first()}"
+            f"Stock after the rollback: {self._stock(Product)} (unchanged by order "
+            f"{refused.pk if refused else '?'}, which is now "
+            f"{refused.status if refused else '?'})"
         )
 
         subscription = Subscription.objects.create(
