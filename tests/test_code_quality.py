@@ -1,0 +1,51 @@
+"""The code base stays lint-clean and the engine stays free of the ORM, Celery and DRF."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_ruff_finds_nothing() -> None:
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    if not Path(ruff).exists():
+        pytest.fail("ruff is not installed: pip install -e '.[dev]'")
+    result = subprocess.run([ruff, "check", "--quiet", str(ROOT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+FORBIDDEN_IN_ENGINE = (
+    "django.db.models.Model",
+    "django.db.transaction",
+    "celery",
+    "rest_framework",
+    "django_reactor.models",
+    "django_reactor.store",
+)
+
+
+def test_engine_imports_no_orm_celery_or_drf() -> None:
+    offenders = []
+    for path in (ROOT / "django_reactor" / "engine").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:  # relative: resolve against django_reactor.engine
+                    base = ["django_reactor", "engine"][: 3 - node.level] if node.level < 3 else []
+                    module = ".".join([*base, module]) if module else ".".join(base)
+                names = [module] + [f"{module}.{a.name}" for a in node.names]
+            for name in names:
+                if name == "django.db" or any(name.startswith(f) for f in FORBIDDEN_IN_ENGINE):
+                    offenders.append(f"{path.name}: {name}")
+    assert offenders == []
