@@ -60,14 +60,30 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
     if DEFAULT_DB_ALIAS not in connections.settings:
         return []
-    vendor = connections[DEFAULT_DB_ALIAS].vendor
+    database = connections[DEFAULT_DB_ALIAS]
+    vendor = database.vendor
+    messages: list[CheckMessage] = []
+    if (
+        vendor == "postgresql"
+        and database.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+        and reactor_settings.CHECKPOINT_PREPARED_STATEMENTS
+    ):
+        messages.append(
+            Warning(
+                "DISABLE_SERVER_SIDE_CURSORS suggests a transaction-pooling PgBouncer, but "
+                "REACTOR['CHECKPOINT_PREPARED_STATEMENTS'] is on.",
+                hint="Keep it on with PgBouncer 1.21+ and max_prepared_statements > 0; "
+                "otherwise set REACTOR['CHECKPOINT_PREPARED_STATEMENTS'] = False.",
+                id="django_reactor.W003",
+            )
+        )
     if vendor == "sqlite":
-        return [
+        messages.append(
             Warning(
                 "django_reactor is running on SQLite: fine for development and the demo, but "
                 "SQLite serialises writers and cannot run Celery workers safely side by side.",
                 hint="Use PostgreSQL in production.",
                 id="django_reactor.W002",
             )
-        ]
-    return []
+        )
+    return messages

@@ -19,6 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+
+try:
+    import psycopg
+except ImportError:  # psycopg2 or another driver: the checkpoint uses Django's cursor
+    psycopg = None  # type: ignore[assignment]
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -185,7 +190,7 @@ class DatabaseJournal:
             params.append(batch.current_step)
         if batch.status is not None:
             sets.append("status = %s")
-            params.append(batch.status)
+            params.append(str(batch.status))
         if batch.result is not UNSET:
             sets.append("result = %s::jsonb")
             params.append(json.dumps(batch.result))
@@ -215,7 +220,7 @@ class DatabaseJournal:
             params.extend(
                 [
                     step.step,
-                    step.status,
+                    str(step.status),
                     step.seq,
                     step.attempts,
                     json.dumps(step.arguments),
@@ -236,7 +241,7 @@ class DatabaseJournal:
             )
             params.extend(
                 [
-                    rollback.status,
+                    str(rollback.status),
                     None if rollback.error is None else json.dumps(rollback.error),
                     rollback.at,
                     rollback.step,
@@ -255,12 +260,10 @@ class DatabaseJournal:
             )
             for e in batch.events:
                 params.extend(
-                    [e.seq, e.kind, e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
+                    [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
                 )
         sql = ", ".join(parts) + " SELECT cancel_requested_at IS NOT NULL FROM ex"
-        with connections[USING].cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
+        row = _execute_checkpoint(sql, params)
         if row is None:
             raise LeaseLost(
                 f"execution {self.execution_id} is no longer owned by this process "
@@ -333,6 +336,37 @@ class DatabaseJournal:
                 .get()
             )
         return cancel_requested_at is not None
+
+
+def _execute_checkpoint(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+    """Run the checkpoint statement on Django's connection; return its row.
+
+    With psycopg 3 the statement goes through a server-binding cursor of the same connection
+    (same transaction state), prepared once per connection when
+    ``REACTOR["CHECKPOINT_PREPARED_STATEMENTS"]`` is on: planning the statement costs about as
+    much as running it. Django disables prepared statements connection-wide (for transaction
+    poolers), so preparation is enabled around this one statement only. Django's query logging
+    and execute wrappers do not see this statement.
+    """
+    connection = connections[USING]
+    connection.ensure_connection()
+    raw = connection.connection
+    if psycopg is None or not isinstance(raw, psycopg.Connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    connection.validate_no_broken_transaction()
+    prepare = bool(reactor_settings.CHECKPOINT_PREPARED_STATEMENTS)
+    with connection.wrap_database_errors:
+        threshold = raw.prepare_threshold
+        if prepare:
+            raw.prepare_threshold = 0
+        try:
+            with psycopg.Cursor(raw) as cursor:
+                cursor.execute(sql, params, prepare=prepare)
+                return cursor.fetchone()
+        finally:
+            raw.prepare_threshold = threshold
 
 
 # ---------------------------------------------------------------------------- reading runs

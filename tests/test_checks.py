@@ -38,3 +38,18 @@ def test_sqlite_is_flagged_for_deployment(settings: Any) -> None:
 
     expected = ["django_reactor.W002"] if connection.vendor == "sqlite" else []
     assert ids(check_database()) == expected
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_prepared_checkpoints_behind_a_pooler_are_flagged() -> None:
+    from django.db import connection
+
+    original = connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS", False)
+    connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
+    try:
+        assert ids(check_database()) == ["django_reactor.W003"]
+        with override_settings(REACTOR={"CHECKPOINT_PREPARED_STATEMENTS": False}):
+            assert ids(check_database()) == []
+    finally:
+        connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = original

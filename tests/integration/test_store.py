@@ -158,3 +158,12 @@ def test_claim_bumps_the_fence_and_locks_out_the_old_owner() -> None:
     with pytest.raises(LeaseLost):
         store.DatabaseJournal(owned).commit(step_batch("a", 2))
     store.DatabaseJournal(claimed).commit(step_batch("a", 2))
+
+
+@pytest.mark.postgres
+def test_preparing_the_checkpoint_leaves_the_connection_as_django_configured_it() -> None:
+    owned = new_run()
+    connection.ensure_connection()
+    before = connection.connection.prepare_threshold
+    store.DatabaseJournal(owned).commit(step_batch("a", 2))
+    assert connection.connection.prepare_threshold == before
