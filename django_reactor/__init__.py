@@ -26,7 +26,7 @@ from .engine.outcomes import (
     Success,
 )
 from .engine.retry import Retry
-from .engine.step import Step, StepContext
+from .engine.step import Step, StepContext, step_context
 from .engine.templates import arg
 from .reactor import Reactor
 
@@ -51,4 +51,5 @@ __all__ = [
     "__version__",
     "arg",
     "step",
+    "step_context",
 ]

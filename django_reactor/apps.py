@@ -16,7 +16,16 @@ class DjangoReactorConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the checks)
-        from .conf import reactor_settings
+        from .conf import DEFAULTS, reactor_settings
+        from .exceptions import ReactorImproperlyConfigured
         from .registry import autodiscover
 
-        autodiscover(list(reactor_settings.AUTODISCOVER_MODULES))
+        # A broken REACTOR setting must not stop the project from starting: the system checks
+        # (E001, E003) explain it. Fall back to the default modules meanwhile.
+        try:
+            modules = reactor_settings.AUTODISCOVER_MODULES
+        except ReactorImproperlyConfigured:
+            modules = DEFAULTS["AUTODISCOVER_MODULES"]
+        if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+            modules = DEFAULTS["AUTODISCOVER_MODULES"]
+        autodiscover(list(modules))

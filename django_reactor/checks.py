@@ -15,7 +15,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     from django.conf import settings
 
     messages: list[CheckMessage] = []
-    raw = getattr(settings, "REACTOR", {})
+    raw = getattr(settings, "REACTOR", None)
+    if raw is None:
+        raw = {}
     if not isinstance(raw, dict):
         return [
             Error(
@@ -39,6 +41,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 Error(
                     f"REACTOR[{key!r}] must be a positive number of seconds, got {value!r}.",
                     id="django_reactor.E002",
+                )
+            )
+    for key in ("REFUSE_INLINE_IN_TRANSACTION", "CHECKPOINT_PREPARED_STATEMENTS"):
+        value = raw.get(key, DEFAULTS[key])
+        if not isinstance(value, bool):
+            messages.append(
+                Error(
+                    f"REACTOR[{key!r}] must be True or False, got {value!r}.",
+                    id="django_reactor.E004",
                 )
             )
     modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])

@@ -45,7 +45,9 @@ class ReactorSettings:
 
     @property
     def user_settings(self) -> dict[str, Any]:
-        value = getattr(settings, "REACTOR", None) or {}
+        value = getattr(settings, "REACTOR", None)
+        if value is None:
+            return {}
         if not isinstance(value, dict):
             raise ReactorImproperlyConfigured(
                 f"settings.REACTOR must be a dict, got {type(value).__name__}"

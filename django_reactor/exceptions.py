@@ -64,12 +64,12 @@ class LeaseLost(ReactorError):
     """This process no longer owns the run: another owner took it (fence moved on)."""
 
 
-class InputValidationError(ReactorError):
-    """Inputs failed their serializer; ``field_errors`` maps fields to messages."""
+class IdempotencyKeyReused(ReactorError):
+    """An idempotency key was reused with different inputs."""
 
-    def __init__(self, message: str, field_errors: dict[str, Any]) -> None:
+    def __init__(self, message: str, *, execution_id: Any) -> None:
         super().__init__(message)
-        self.field_errors = field_errors
+        self.execution_id = execution_id
 
 
 class ArgumentResolutionError(ReactorError):

@@ -85,7 +85,7 @@ def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
         result = row.result or {}
         return Halted(reason=decode(result.get("reason")), step=result.get("halted_at"), **common)
     if status == ExecutionStatus.CANCELLED:
-        return Cancelled(**common)
+        return Cancelled(reason=row.cancel_reason, **common)
     if status == ExecutionStatus.ABORTED:
         error = ErrorInfo.from_dict(row.failure) if row.failure else None
         return Aborted(error=error, **common)

@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from .querysets import ExecutionQuerySet
+from .querysets import ExecutionManager
 from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 
 
@@ -42,6 +42,13 @@ class Execution(models.Model):
         _("inputs"),
         default=dict,
         help_text=_("Validated inputs. Secret fields are stored as given and redacted on display."),
+    )
+    inputs_digest = models.CharField(
+        _("inputs digest"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_("SHA-256 of the stored inputs: a reused idempotency key must match it."),
     )
     secret_paths = models.JSONField(
         _("secret input paths"),
@@ -87,13 +94,14 @@ class Execution(models.Model):
     )
     recovery_attempts = models.PositiveIntegerField(_("recovery attempts"), default=0)
     cancel_requested_at = models.DateTimeField(_("cancel requested at"), null=True, blank=True)
+    cancel_reason = models.TextField(_("cancel reason"), blank=True, default="")
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     wake_at = models.DateTimeField(_("next wake-up"), null=True, blank=True)
 
-    objects = ExecutionQuerySet.as_manager()
+    objects = ExecutionManager()
 
     class Meta:
         verbose_name = _("execution")

@@ -24,3 +24,7 @@ class ExecutionQuerySet(models.QuerySet):
 
     def needing_attention(self) -> ExecutionQuerySet:
         return self.filter(status=ExecutionStatus.NEEDS_ATTENTION)
+
+
+class ExecutionManager(models.Manager.from_queryset(ExecutionQuerySet)):  # type: ignore[misc]
+    """The default manager of :class:`~django_reactor.models.Execution`."""

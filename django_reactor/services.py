@@ -23,6 +23,7 @@ from .engine.validation import summarise_errors, validate
 from .exceptions import (
     AlreadyRetried,
     ExecutionNotFound,
+    IdempotencyKeyReused,
     InvalidTransition,
     LeaseLost,
     ReactorError,
@@ -49,10 +50,6 @@ def _refuse_open_transaction(action: str) -> None:
             "after the transaction commits (transaction.on_commit), or outside atomic() (for "
             "views under ATOMIC_REQUESTS, decorate them with transaction.non_atomic_requests)."
         )
-
-
-def _capped_sleep(seconds: float) -> None:
-    time.sleep(min(seconds, float(reactor_settings.MAX_INLINE_RETRY_DELAY)))
 
 
 # ---------------------------------------------------------------------------- run
@@ -109,6 +106,7 @@ def _start(
     retry_of: uuid.UUID | None = None,
 ) -> Outcome:
     owner = store.lease_owner_token()
+    first = definition.next_ready(frozenset())
     try:
         owned = store.create_execution(
             reactor=definition.name,
@@ -119,6 +117,7 @@ def _start(
             owner=owner,
             idempotency_key=idempotency_key,
             retry_of=retry_of,
+            current_step=first.name if first is not None else "",
             events=[
                 Event(
                     1,
@@ -129,16 +128,25 @@ def _start(
             ],
         )
     except store.IdempotencyConflict as conflict:
+        holder = store.get_row(conflict.execution_id)
+        if holder.inputs_digest != store.inputs_digest(stored_inputs):
+            raise IdempotencyKeyReused(
+                f"idempotency key {idempotency_key!r} was first used for execution {holder.id} "
+                f"of {definition.reactor_class.__qualname__} with different inputs; use a new "
+                "key for a different request",
+                execution_id=holder.id,
+            ) from None
         return _replay(conflict.execution_id)
     executor = Executor(
         definition,
         store.DatabaseJournal(owned),
         inputs=decode(stored_inputs),
         state=RunState(next_seq=2),
-        sleep=_capped_sleep,
+        max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
     )
     try:
-        return executor.run()
+        with store.LeaseKeeper(owned):
+            return executor.run()
     except LeaseLost:
         logger.warning(
             "execution %s was taken over by another process; this process stopped",
@@ -256,7 +264,8 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
             status=row.status,
         )
     state = store.load_state(row.id)
-    if not state.undo_stack and not state.pending_compensation:
+    dead_run = row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+    if not state.undo_stack and not state.pending_compensation and not dead_run:
         return ExecutionHandle(row)
     _refuse_open_transaction(f"undo execution {row.id}")
     owned = store.claim(
@@ -267,15 +276,29 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         action="undo",
     )
     state = store.load_state(row.id)  # read again under ownership
-    final = ExecutionStatus.FAILED if store.had_step_failure(row.id) else ExecutionStatus.CANCELLED
     executor = Executor(
         reactor.definition,
         store.DatabaseJournal(owned),
         inputs=decode(row.inputs),
         state=state,
-        sleep=_capped_sleep,
     )
-    executor.rollback(final_status=final, reason="undo requested")
+    in_flight = row.current_step
+    if (
+        row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+        and in_flight in reactor.definition.by_name
+        and not store.has_step_record(row.id, in_flight)
+    ):
+        executor.adopt_in_flight(
+            in_flight, "the process running this step stopped before recording its outcome"
+        )
+    failed = store.had_step_failure(row.id)
+    failure = ErrorInfo.from_dict(row.failure) if row.failure and failed else None
+    with store.LeaseKeeper(owned):
+        executor.rollback(
+            final_status=ExecutionStatus.FAILED if failed else ExecutionStatus.CANCELLED,
+            reason="undo requested",
+            failure=failure,
+        )
     return find(row.id)
 
 

@@ -10,9 +10,12 @@ on other databases it is the same writes through the ORM in one ``transaction.at
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,6 +46,8 @@ from .models import Execution, ExecutionEvent, StepRecord
 from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 
 USING = DEFAULT_DB_ALIAS
+
+logger = logging.getLogger("django_reactor.store")
 
 
 def lease_owner_token() -> str:
@@ -89,6 +94,7 @@ def create_execution(
     idempotency_key: str | None = None,
     failure: dict[str, Any] | None = None,
     retry_of: uuid.UUID | None = None,
+    current_step: str = "",
 ) -> Owned:
     """Insert a new execution with its first trace events.
 
@@ -101,7 +107,9 @@ def create_execution(
         definition_hash=definition_hash,
         status=status,
         inputs=inputs,
+        inputs_digest=inputs_digest(inputs),
         secret_paths=[list(p) for p in secret_paths],
+        current_step=current_step,
         idempotency_key=idempotency_key,
         failure=failure,
         retry_of_id=retry_of,
@@ -137,6 +145,12 @@ def create_execution(
     return Owned(execution.id, execution.fence)
 
 
+def inputs_digest(inputs: Any) -> str:
+    """A fingerprint of stored inputs (canonical JSON), to compare reuses of a key."""
+    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def _event_rows(execution_id: uuid.UUID, events: Iterable[Event]) -> list[ExecutionEvent]:
     return [
         ExecutionEvent(
@@ -166,14 +180,14 @@ class DatabaseJournal:
         self.fast_path = (vendor == "postgresql") if fast_path is None else fast_path
         self._lease_seconds = float(reactor_settings.LEASE_SECONDS)
 
-    def commit(self, batch: JournalBatch) -> bool:
+    def commit(self, batch: JournalBatch) -> str | None:
         if self.fast_path:
             return self._commit_sql(batch)
         return self._commit_orm(batch)
 
     # -- PostgreSQL: one statement -------------------------------------------------------------
 
-    def _commit_sql(self, batch: JournalBatch) -> bool:
+    def _commit_sql(self, batch: JournalBatch) -> str | None:
         params: list[Any] = []
         now = timezone.now()
         release = batch.finished
@@ -201,7 +215,7 @@ class DatabaseJournal:
         parts = [
             "WITH ex AS (UPDATE django_reactor_execution SET "
             + ", ".join(sets)
-            + " WHERE id = %s AND fence = %s RETURNING id, cancel_requested_at)"
+            + " WHERE id = %s AND fence = %s RETURNING id, cancel_requested_at, cancel_reason)"
         ]
         step = batch.step
         if step is not None:
@@ -262,18 +276,18 @@ class DatabaseJournal:
                 params.extend(
                     [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
                 )
-        sql = ", ".join(parts) + " SELECT cancel_requested_at IS NOT NULL FROM ex"
+        sql = ", ".join(parts) + " SELECT cancel_requested_at, cancel_reason FROM ex"
         row = _execute_checkpoint(sql, params)
         if row is None:
             raise LeaseLost(
                 f"execution {self.execution_id} is no longer owned by this process "
                 f"(fence {self.fence} was superseded); stopping without writing"
             )
-        return bool(row[0])
+        return _cancel_reason(row[0], row[1])
 
     # -- any database: the ORM ------------------------------------------------------------------
 
-    def _commit_orm(self, batch: JournalBatch) -> bool:
+    def _commit_orm(self, batch: JournalBatch) -> str | None:
         now = timezone.now()
         fields: dict[str, Any] = {"updated_at": now}
         if batch.finished:
@@ -329,13 +343,19 @@ class DatabaseJournal:
                 ExecutionEvent.objects.using(USING).bulk_create(
                     _event_rows(self.execution_id, batch.events)
                 )
-            cancel_requested_at = (
+            requested_at, reason = (
                 Execution.objects.using(USING)
                 .filter(pk=self.execution_id)
-                .values_list("cancel_requested_at", flat=True)
+                .values_list("cancel_requested_at", "cancel_reason")
                 .get()
             )
-        return cancel_requested_at is not None
+        return _cancel_reason(requested_at, reason)
+
+
+def _cancel_reason(requested_at: Any, reason: str) -> str | None:
+    if requested_at is None:
+        return None
+    return reason or "cancelled by an operator"
 
 
 def _execute_checkpoint(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
@@ -367,6 +387,57 @@ def _execute_checkpoint(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
                 return cursor.fetchone()
         finally:
             raw.prepare_threshold = threshold
+
+
+class LeaseKeeper:
+    """Keeps extending an owned run's lease from a background thread while the run executes.
+
+    Checkpoints extend the lease too; the keeper covers steps that run longer than the lease,
+    so nobody takes over a run whose process is alive. It stops when the fence has moved on
+    (the run was taken over): the next checkpoint then raises LeaseLost.
+    """
+
+    def __init__(self, owned: Owned, *, interval: float | None = None) -> None:
+        self.owned = owned
+        seconds = float(reactor_settings.LEASE_SECONDS)
+        self.lease_seconds = seconds
+        self.interval = interval if interval is not None else max(seconds / 3, 0.05)
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"reactor-lease-{owned.execution_id}", daemon=True
+        )
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                extended = (
+                    Execution.objects.using(USING)
+                    .filter(pk=self.owned.execution_id, fence=self.owned.fence)
+                    .update(
+                        lease_expires_at=timezone.now() + dt.timedelta(seconds=self.lease_seconds)
+                    )
+                )
+                if not extended:
+                    self.lost = True
+                    return
+        except Exception:
+            logger.warning(
+                "could not extend the lease of execution %s; another process may take it over "
+                "if this step outlives the lease",
+                self.owned.execution_id,
+                exc_info=True,
+            )
+        finally:
+            connections.close_all()  # this thread's connections only
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -427,6 +498,10 @@ def load_state(execution_id: uuid.UUID) -> RunState:
     )
     state.next_seq = (last or 0) + 1
     return state
+
+
+def has_step_record(execution_id: uuid.UUID, step: str) -> bool:
+    return StepRecord.objects.using(USING).filter(execution_id=execution_id, step=step).exists()
 
 
 def had_step_failure(execution_id: uuid.UUID) -> bool:
@@ -508,7 +583,8 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
         if row.status == ExecutionStatus.RUNNING and live:
             if row.cancel_requested_at is None:
                 row.cancel_requested_at = now
-                row.save(update_fields=["cancel_requested_at", "updated_at"])
+                row.cancel_reason = reason
+                row.save(update_fields=["cancel_requested_at", "cancel_reason", "updated_at"])
             return previous
         if row.status not in cancellable:
             raise InvalidTransition(
@@ -518,6 +594,7 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
             )
         row.status = ExecutionStatus.CANCELLED
         row.cancel_requested_at = now
+        row.cancel_reason = reason
         row.finished_at = now
         row.lease_owner = None
         row.lease_expires_at = None

@@ -26,6 +26,9 @@ def test_default_settings_pass() -> None:
         ({"IDEMPOTENCY_WAIT_SECONDS": "10"}, ["django_reactor.E002"]),
         ({"AUTODISCOVER_MODULES": "reactors"}, ["django_reactor.E003"]),
         ({"LEASE_SECOND": 30}, ["django_reactor.W001"]),
+        ({"REFUSE_INLINE_IN_TRANSACTION": "no"}, ["django_reactor.E004"]),
+        ({"CHECKPOINT_PREPARED_STATEMENTS": 1}, ["django_reactor.E004"]),
+        ([], ["django_reactor.E001"]),
     ],
 )
 def test_bad_settings_are_reported(value: Any, expected: list[str]) -> None:
@@ -53,3 +56,11 @@ def test_prepared_checkpoints_behind_a_pooler_are_flagged() -> None:
             assert ids(check_database()) == []
     finally:
         connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = original
+
+
+def test_a_broken_setting_does_not_stop_the_app_from_loading() -> None:
+    from django.apps import apps
+
+    with override_settings(REACTOR="oops"):
+        apps.get_app_config("django_reactor").ready()
+        assert ids(check_settings()) == ["django_reactor.E001"]

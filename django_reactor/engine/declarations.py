@@ -64,6 +64,10 @@ class StepDeclaration:
         if not callable(fn):
             raise DefinitionError(f"@{self.name}.{action} must decorate a function")
         setattr(self.impl, f"{action}_function", staticmethod(fn))
+        own_name = self.name or self.impl.function.__name__
+        if getattr(fn, "__name__", None) == own_name:
+            # ``@reserve.undo`` above ``def reserve(...)``: the name must keep the step.
+            return self  # type: ignore[return-value]
         return fn
 
 

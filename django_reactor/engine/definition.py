@@ -165,7 +165,7 @@ def _build_spec(
 
     arguments: dict[str, Template] = dict(decl.wiring)
     for arg_name, template in arguments.items():
-        if contract_fields is not None and arg_name not in contract_fields and not body.var_keyword:
+        if contract_fields is not None and arg_name not in contract_fields:
             raise DefinitionError(
                 f"{where}: argument {arg_name!r} is not a field of {impl.__qualname__}.Inputs "
                 f"(fields: {', '.join(sorted(contract_fields))})"

@@ -48,7 +48,7 @@ from .outcomes import (
 )
 from .redaction import redact
 from .serialization import encode, roundtrip
-from .step import StepContext
+from .step import StepContext, acting
 from .templates import ResolutionScope
 from .validation import summarise_errors, validate
 
@@ -102,6 +102,7 @@ class Executor:
         state: RunState | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
+        max_retry_delay: float | None = None,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -109,6 +110,7 @@ class Executor:
         self.state = state or RunState()
         self.clock = clock
         self.sleep = sleep
+        self.max_retry_delay = max_retry_delay
         self._display_inputs: dict[str, Any] | None = None
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
 
@@ -129,11 +131,65 @@ class Executor:
             if outcome is not None:
                 return outcome
 
-    def rollback(self, *, final_status: str, reason: str = "") -> list[RollbackFailure]:
+    def arguments_for(self, step: str) -> dict[str, Any]:
+        """Resolve a step's arguments from the inputs and stored results; ``{}`` if impossible."""
+        spec = self.definition.step(step)
+        try:
+            arguments = self._resolve(spec)
+        except ArgumentResolutionError:
+            return {}
+        if spec.contract is not None:
+            validated, _errors = validate(spec.contract, arguments)
+            return validated if validated is not None else arguments
+        return arguments
+
+    def adopt_in_flight(self, step: str, reason: str) -> None:
+        """Record that ``step`` was running when its process died, so rollback compensates it.
+
+        Its body may have done part of its work before the process stopped; the step never
+        recorded an outcome, so it is marked failed (interrupted) and compensable.
+        """
+        spec = self.definition.step(step)
+        arguments = self.arguments_for(step)
+        error = ErrorInfo(
+            kind=ErrorKind.INTERRUPTED,
+            message=reason,
+            step=step,
+            reactor=self.definition.name,
+            inputs=self._redacted_inputs(),
+            arguments=redact(_displayable(arguments), spec.argument_secret_paths()),
+        )
+        event = self._event(
+            EventKind.FAIL, step=step, data={"kind": error.kind, "error": error.message}
+        )
+        self._commit(
+            JournalBatch(
+                events=[event],
+                step=StepWrite(
+                    step=step,
+                    status=StepStatus.FAILED,
+                    seq=event.seq,
+                    attempts=0,
+                    arguments=_encode_arguments(arguments),
+                    secret_arguments=spec.argument_secret_paths(),
+                    started_at=None,
+                    finished_at=event.at,
+                    error=error.to_dict(),
+                    compensable=True,
+                ),
+                current_step=step,
+            )
+        )
+        self.state.pending_compensation.insert(0, PendingCompensation(step, arguments, error))
+
+    def rollback(
+        self, *, final_status: str, reason: str = "", failure: ErrorInfo | None = None
+    ) -> list[RollbackFailure]:
         """Compensate pending failed steps, undo every completed step newest first, finish.
 
-        Used by ``undo()`` on completed, halted, aborted or cancelled runs. The run ends
-        ``final_status`` when everything rolled back, ``needs_attention`` otherwise.
+        Used by ``undo()``. The run ends ``final_status`` when everything rolled back,
+        ``needs_attention`` otherwise. ``failure`` is the run's failure, if it failed: its
+        ``rollback_failures`` are replaced by what this rollback could not do.
         """
         self._commit(
             JournalBatch(
@@ -148,10 +204,19 @@ class Executor:
             raise
         status = final_status if not failures else ExecutionStatus.NEEDS_ATTENTION
         kind = EventKind.CANCEL if final_status == ExecutionStatus.CANCELLED else EventKind.FAIL
+        if failure is None and failures:
+            failure = ErrorInfo(
+                kind=ErrorKind.ROLLBACK,
+                message=f"{len(failures)} rollback action(s) failed during undo; "
+                "fix the cause and undo again",
+                reactor=self.definition.name,
+                inputs=self._redacted_inputs(),
+            )
         self._commit(
             JournalBatch(
                 events=[self._event(kind, data={"reason": reason} if reason else {})],
                 status=status,
+                failure=failure.with_rollback_failures(failures).to_dict() if failure else None,
                 finished=True,
             )
         )
@@ -170,9 +235,9 @@ class Executor:
             validated = self._validate_contract(spec, arguments, started_at)
             if isinstance(validated, Failed):
                 return validated
-            call_arguments = validated
-        else:
-            call_arguments = arguments
+            # From here on the step's arguments are the contract's validated data: run, the
+            # stored record, undo and compensate all see the same values.
+            arguments = validated
 
         attempt = 0
         while True:
@@ -181,7 +246,8 @@ class Executor:
             t0 = time.perf_counter()
             exc: BaseException | None = None
             try:
-                outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**call_arguments))
+                with acting(context):
+                    outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**arguments))
             except INTERRUPTIONS as interruption:
                 self._abort(
                     interruption,
@@ -218,6 +284,8 @@ class Executor:
             assert isinstance(outcome, Failure)
             if self._should_retry(spec, outcome, exc, attempt):
                 delay = spec.retry.delay_after(attempt)
+                if self.max_retry_delay is not None:
+                    delay = min(delay, self.max_retry_delay)
                 self._commit(
                     JournalBatch(
                         events=[
@@ -233,7 +301,17 @@ class Executor:
                     )
                 )
                 if delay:
-                    self.sleep(delay)
+                    try:
+                        self.sleep(delay)
+                    except INTERRUPTIONS as interruption:
+                        self._abort(
+                            interruption,
+                            spec=spec,
+                            arguments=arguments,
+                            attempt=attempt,
+                            started_at=started_at,
+                        )
+                        raise
                 continue
             error = self._failure_info(outcome, exc, spec, arguments, attempt)
             return self._fail(
@@ -289,6 +367,9 @@ class Executor:
         duration: float,
     ) -> Outcome | None:
         skipped = isinstance(outcome, Skip)
+        # The cursor names the step that runs next, so that if this process dies during it,
+        # whoever takes the run over knows which step was in flight.
+        following = self.definition.next_ready(self.state.done | {spec.name})
         event = self._event(
             EventKind.SKIP if skipped else EventKind.RUN,
             step=spec.name,
@@ -309,7 +390,7 @@ class Executor:
                     finished_at=event.at,
                     result=stored,
                 ),
-                current_step=spec.name,
+                current_step=following.name if following is not None else spec.name,
             )
         )
         state = self.state
@@ -317,8 +398,8 @@ class Executor:
         state.done.add(spec.name)
         if not skipped:
             state.undo_stack.append(UndoEntry(spec.name, arguments, value))
-        if cancel:
-            return self._cancelled("cancel requested while running")
+        if cancel is not None:
+            return self._cancelled(cancel)
         return None
 
     def _halt(
@@ -429,10 +510,7 @@ class Executor:
         while state.pending_compensation:
             pending = state.pending_compensation[0]
             failure = self._rollback_one(
-                self.definition.step(pending.step),
-                "compensate",
-                pending.error.to_dict(),
-                pending.arguments,
+                self.definition.step(pending.step), "compensate", pending.error, pending.arguments
             )
             state.pending_compensation.pop(0)
             if failure:
@@ -481,7 +559,8 @@ class Executor:
         t0 = time.perf_counter()
         failure: RollbackFailure | None = None
         try:
-            returned = getattr(spec.impl(context), action)(first, **signature.filter(arguments))
+            with acting(context):
+                returned = getattr(spec.impl(context), action)(first, **signature.filter(arguments))
             if isinstance(returned, Failure):
                 error = returned.error
                 failure = RollbackFailure(
@@ -597,7 +676,7 @@ class Executor:
 
     # ------------------------------------------------------------------ helpers
 
-    def _commit(self, batch: JournalBatch) -> bool:
+    def _commit(self, batch: JournalBatch) -> str | None:
         return self.journal.commit(batch)
 
     def _event(

@@ -80,8 +80,8 @@ class Journal(Protocol):
         """The run this journal writes for."""
         ...
 
-    def commit(self, batch: JournalBatch) -> bool:
-        """Write ``batch`` atomically. Return True when an operator asked to cancel the run.
+    def commit(self, batch: JournalBatch) -> str | None:
+        """Write ``batch`` atomically. Return the reason when an operator asked to cancel the run.
 
         Raises ``LeaseLost`` when this process no longer owns the run; nothing is written then.
         """
@@ -99,10 +99,10 @@ class MemoryJournal:
         self.statuses: list[str] = []
         self.result: Any = UNSET
         self.failure: dict[str, Any] | None = None
-        self.cancel_requested = False
+        self.cancel_requested: str | None = None
         self.batches = 0
 
-    def commit(self, batch: JournalBatch) -> bool:
+    def commit(self, batch: JournalBatch) -> str | None:
         self.batches += 1
         self.events.extend(batch.events)
         if batch.step is not None:

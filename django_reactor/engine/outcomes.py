@@ -70,6 +70,7 @@ class ErrorKind:
     STEP = "step"
     RESULT = "result_not_serializable"
     INTERRUPTED = "interrupted"
+    ROLLBACK = "rollback"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,7 +129,7 @@ class ErrorInfo:
         if self.kind == ErrorKind.RESULT:
             return f"step {self.step!r} returned a value that cannot be stored: {self.message}"
         if self.kind == ErrorKind.INTERRUPTED:
-            return f"step {self.step!r} was interrupted{exc}"
+            return f"step {self.step!r} was interrupted{exc}: {self.message}"
         if self.kind == ErrorKind.CONTRACT:
             return self.message
         return f"step {self.step!r} failed{exc}: {self.message}"

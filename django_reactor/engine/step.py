@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
+from ..exceptions import ReactorError
 from .retry import Retry
 
 
@@ -30,8 +33,45 @@ class StepContext:
 
     @property
     def idempotency_key(self) -> str:
-        raw = f"{self.execution_id}:{self.step}:{self.action}"
-        return hashlib.sha256(raw.encode()).hexdigest()[:40]
+        """The key of this action (run, undo or compensate) of this step in this run."""
+        return _key(self.execution_id, self.step, self.action)
+
+    @property
+    def run_idempotency_key(self) -> str:
+        """The key ``run()`` used: lets undo and compensate find or void the original call."""
+        return _key(self.execution_id, self.step, "run")
+
+
+def _key(execution_id: UUID | None, step: str, action: str) -> str:
+    return hashlib.sha256(f"{execution_id}:{step}:{action}".encode()).hexdigest()[:40]
+
+
+_current: ContextVar[StepContext | None] = ContextVar("django_reactor_step", default=None)
+
+
+def step_context() -> StepContext:
+    """The :class:`StepContext` of the step running now (function steps use this).
+
+    >>> @step(order_id=arg.input("order_id"))  # doctest: +SKIP
+    ... def charge(order_id):
+    ...     gateway.charge(order_id, idempotency_key=step_context().idempotency_key)
+    """
+    context = _current.get()
+    if context is None:
+        raise ReactorError(
+            "step_context() is only available inside a step's run, undo or compensate"
+        )
+    return context
+
+
+@contextmanager
+def acting(context: StepContext) -> Iterator[None]:
+    """Make ``context`` what :func:`step_context` returns while the block runs."""
+    token = _current.set(context)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 def _default(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,8 +88,9 @@ class Step:
 
     Class attributes:
         Inputs: an optional DRF serializer class, the step's input contract. Arguments are
-            validated by it before every attempt; a violation fails the run without retry or
-            compensation. ``run`` then receives the serializer's validated data.
+            validated by it before the first attempt; a violation fails the run without retry
+            or compensation. ``run``, ``undo`` and ``compensate`` then receive the
+            serializer's validated data.
         retry: the default :class:`Retry` policy of this step (a ``step(..., retry=...)``
             declaration overrides it).
     """
@@ -77,7 +118,7 @@ class Step:
 
         @_default
         def compensate(self, error: Any, **arguments: Any) -> Any:
-            """Clean up partial work after this step itself failed (``error`` says why)."""
+            """Clean up partial work after this step failed; ``error`` is an ErrorInfo."""
 
     @classmethod
     def has_handler(cls, action: str) -> bool:

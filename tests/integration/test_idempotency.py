@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 
 from django_reactor import Reactor, Step, step
+from django_reactor.exceptions import IdempotencyKeyReused
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus
 from tests.integration.reactors import FAIL_AT, Transfer, ledger
@@ -30,11 +31,23 @@ def _reset() -> Iterator[None]:
 def test_a_repeat_replays_the_original_outcome_and_runs_nothing() -> None:
     first = Transfer.run(INPUTS, idempotency_key="order-1")
     ledger.clear()
-    again = Transfer.run({**INPUTS, "amount": 999}, idempotency_key="order-1")
+    again = Transfer.run(dict(INPUTS), idempotency_key="order-1")
     assert again.idempotent_replay is True
     assert first.idempotent_replay is False
     assert again.execution_id == first.execution_id
     assert again.value == first.value == {"step": "credit", "amount": 25}
+    assert ledger.calls == []
+    assert Execution.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_reusing_a_key_with_different_inputs_is_refused() -> None:
+    first = Transfer.run(INPUTS, idempotency_key="order-1")
+    ledger.clear()
+    with pytest.raises(
+        IdempotencyKeyReused, match=f"first used for execution {first.execution_id}"
+    ):
+        Transfer.run({**INPUTS, "amount": 999}, idempotency_key="order-1")
     assert ledger.calls == []
     assert Execution.objects.count() == 1
 

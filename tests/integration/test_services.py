@@ -293,3 +293,41 @@ def test_a_rollback_cut_off_by_an_interruption_is_finished_by_undo_and_ends_fail
         ("undo", "b"),
         ("undo", "a"),
     ]
+
+
+def test_cancel_reason_reaches_the_trace_and_the_outcome() -> None:
+    class AsksToCancel(Step):
+        def run(self) -> str:
+            services.cancel(self.context.execution_id, reason="customer called")
+            return "done"
+
+    class Long(Reactor):
+        first = step(AsksToCancel)
+        second = step(_Tracked, wait_for=["first"])
+
+    outcome = Long.run({})
+    assert outcome.reason == "customer called"
+    assert services.find(outcome.execution_id).trace[-1].data == {"reason": "customer called"}
+    assert services.find(outcome.execution_id).outcome.reason == "customer called"
+
+
+def test_fixing_a_failed_rollback_clears_it_from_the_failure() -> None:
+    FAIL_AT.update({"second", "undo"})
+    outcome = Fragile.run({})
+    assert len(outcome.rollback_failures) == 1
+    FAIL_AT.discard("undo")
+    handle = services.undo(outcome.execution_id)
+    assert handle.status == ExecutionStatus.FAILED
+    assert handle.error is not None
+    assert handle.error.step == "second"
+    assert handle.error.rollback_failures == ()
+
+
+def test_a_failed_undo_of_a_completed_run_is_described() -> None:
+    outcome = Fragile.run({})
+    FAIL_AT.add("undo")
+    handle = services.undo(outcome.execution_id)
+    assert handle.status == ExecutionStatus.NEEDS_ATTENTION
+    assert handle.error is not None
+    assert handle.error.kind == "rollback"
+    assert [f.step for f in handle.error.rollback_failures] == ["first"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -19,12 +19,13 @@ pytestmark = pytest.mark.django_db
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
 
-@pytest.fixture(params=["sql", "orm"])
-def journal_path(request: pytest.FixtureRequest) -> Iterator[bool]:
-    """Run each test through the one-statement PostgreSQL path and through the ORM path."""
-    fast = request.param == "sql"
+@pytest.fixture(params=["sql-prepared", "sql-unprepared", "orm"])
+def journal_path(request: pytest.FixtureRequest, settings: Any) -> bool:
+    """Run each test through the one-statement PostgreSQL path (prepared or not) and the ORM."""
+    fast = request.param.startswith("sql")
     if fast and connection.vendor != "postgresql":
         pytest.skip("the one-statement checkpoint is PostgreSQL only")
+    settings.REACTOR = {"CHECKPOINT_PREPARED_STATEMENTS": request.param == "sql-prepared"}
     return fast
 
 
@@ -61,7 +62,7 @@ def step_batch(name: str, seq: int) -> JournalBatch:
 def test_checkpoint_writes_record_event_and_cursor_together(journal_path: bool) -> None:
     owned = new_run()
     journal = store.DatabaseJournal(owned, fast_path=journal_path)
-    assert journal.commit(step_batch("a", 2)) is False
+    assert journal.commit(step_batch("a", 2)) is None  # no cancel requested
     record = StepRecord.objects.get(execution_id=owned.execution_id, step="a")
     assert (record.status, record.seq, record.result, record.secret_arguments) == (
         "completed",
@@ -118,7 +119,9 @@ def test_rollback_status_and_finish(journal_path: bool) -> None:
 def test_result_and_cancel_flag(journal_path: bool) -> None:
     owned = new_run()
     journal = store.DatabaseJournal(owned, fast_path=journal_path)
-    Execution.objects.filter(pk=owned.execution_id).update(cancel_requested_at=NOW)
+    Execution.objects.filter(pk=owned.execution_id).update(
+        cancel_requested_at=NOW, cancel_reason="customer called"
+    )
     assert (
         journal.commit(
             JournalBatch(
@@ -128,7 +131,7 @@ def test_result_and_cancel_flag(journal_path: bool) -> None:
                 finished=True,
             )
         )
-        is True
+        == "customer called"
     )
     assert Execution.objects.get(pk=owned.execution_id).result == [1, "two"]
 
@@ -167,3 +170,20 @@ def test_preparing_the_checkpoint_leaves_the_connection_as_django_configured_it(
     before = connection.connection.prepare_threshold
     store.DatabaseJournal(owned).commit(step_batch("a", 2))
     assert connection.connection.prepare_threshold == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lease_keeper_extends_a_live_run_and_stops_when_fenced_out() -> None:
+    import time
+
+    owned = new_run()
+    Execution.objects.filter(pk=owned.execution_id).update(lease_expires_at=NOW)
+    with store.LeaseKeeper(owned, interval=0.02) as keeper:
+        deadline = time.monotonic() + 10
+        while Execution.objects.get(pk=owned.execution_id).lease_expires_at == NOW:
+            assert time.monotonic() < deadline, "the lease was never extended"
+            time.sleep(0.02)
+        Execution.objects.filter(pk=owned.execution_id).update(fence=owned.fence + 1)
+        while not keeper.lost:
+            assert time.monotonic() < deadline, "the keeper did not notice the new owner"
+            time.sleep(0.02)

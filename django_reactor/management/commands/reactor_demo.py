@@ -98,8 +98,8 @@ class Command(BaseCommand):
         )
         self.stdout.write("")
         self.stdout.write(
-            "Inspect any run with services.find(<execution id>), or in the admin "
-            "(python manage.py createsuperuser; python manage.py runserver)."
+            "Look at any run again from python manage.py shell: "
+            "from django_reactor import services; services.find('<execution id>').trace"
         )
 
     def _stock(self, product_model: Any) -> str:

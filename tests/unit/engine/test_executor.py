@@ -8,7 +8,7 @@ import pytest
 from rest_framework import serializers
 
 from django_reactor import Failure, Halt, Reactor, Retry, Skip, Step, Success, arg, step
-from django_reactor.engine.outcomes import ErrorKind
+from django_reactor.engine.outcomes import ErrorInfo, ErrorKind
 from django_reactor.states import ExecutionStatus, RollbackStatus, StepStatus
 from tests.helpers import Ledger, run_in_memory, trace
 
@@ -292,8 +292,8 @@ def test_function_step_rollback_decorators() -> None:
             raise RuntimeError("card declined")
 
         @charge.compensate
-        def void(error: dict[str, Any]) -> None:
-            ledger("compensate", f"charge:{error['message']}")
+        def void(error: ErrorInfo) -> None:
+            ledger("compensate", f"charge:{error.message}")
 
     _outcome, _journal = run_in_memory(Saga)
     assert ledger.calls == [("compensate", "charge:card declined"), ("undo", "reserve:7")]
@@ -581,3 +581,152 @@ def test_step_context_has_a_stable_idempotency_key_per_action() -> None:
     run_in_memory(Saga)
     assert len(keys) == 2
     assert keys[0] == keys[1]
+
+
+# ---------------------------------------------------------------------------- review fixes
+
+
+def test_an_interruption_during_the_retry_pause_aborts_the_run() -> None:
+    from django_reactor.engine.executor import Executor, RunState
+    from django_reactor.engine.journal import MemoryJournal
+
+    class Saga(Reactor):
+        a = step(Recording)
+        b = step(Boom, wait_for=["a"], retry=Retry(attempts=3, delay=5))
+
+    def interrupted_sleep(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    journal = MemoryJournal()
+    executor = Executor(
+        Saga.definition, journal, inputs={}, state=RunState(), sleep=interrupted_sleep
+    )
+    with pytest.raises(KeyboardInterrupt):
+        executor.run()
+    assert journal.statuses == [ExecutionStatus.ABORTED]
+    assert journal.steps["b"].compensable is True
+    assert trace(journal) == [("run", "a"), ("retry", "b"), ("fail", "b")]
+
+
+def test_retry_delays_are_capped_and_the_trace_records_the_real_pause() -> None:
+    from django_reactor.engine.executor import Executor, RunState
+    from django_reactor.engine.journal import MemoryJournal
+
+    class Saga(Reactor):
+        b = step(Boom, retry=Retry(attempts=2, delay=600, max_delay=None))
+
+    sleeps: list[float] = []
+    journal = MemoryJournal()
+    Executor(
+        Saga.definition,
+        journal,
+        inputs={},
+        state=RunState(),
+        sleep=sleeps.append,
+        max_retry_delay=2.5,
+    ).run()
+    assert sleeps == [2.5]
+    assert journal.events[0].data["delay"] == 2.5
+
+
+def test_function_steps_reach_their_context_and_nothing_else_does() -> None:
+    from django_reactor import step_context
+    from django_reactor.exceptions import ReactorError
+
+    seen: list[tuple[str, int, str]] = []
+
+    class Saga(Reactor):
+        @step
+        def charge() -> None:
+            context = step_context()
+            seen.append((context.step, context.attempt, context.action))
+            raise RuntimeError("declined")
+
+        @charge.compensate
+        def void(error: ErrorInfo) -> None:
+            context = step_context()
+            seen.append((context.step, context.attempt, context.action))
+            assert context.run_idempotency_key != context.idempotency_key
+
+    run_in_memory(Saga)
+    assert seen == [("charge", 1, "run"), ("charge", 1, "compensate")]
+    with pytest.raises(ReactorError, match="only available inside a step"):
+        step_context()
+
+
+def test_compensate_receives_the_error_info_and_the_run_key() -> None:
+    received: list[Any] = []
+
+    class Charge(Step):
+        def run(self) -> None:
+            received.append(self.context.idempotency_key)
+            raise TimeoutError("gateway timed out")
+
+        def compensate(self, error: ErrorInfo) -> None:
+            received.append(
+                (error.exception_class, error.message, self.context.run_idempotency_key)
+            )
+
+    class Saga(Reactor):
+        charge = step(Charge)
+
+    run_in_memory(Saga)
+    run_key = received[0]
+    assert received[1] == ("TimeoutError", "gateway timed out", run_key)
+
+
+def test_same_name_rollback_decorator_keeps_the_step() -> None:
+    class Saga(Reactor):
+        @step
+        def reserve() -> int:
+            return 7
+
+        @reserve.undo
+        def reserve(result: int) -> None:
+            ledger("undo", f"reserve:{result}")
+
+        @step(wait_for=["reserve"])
+        def fail() -> None:
+            raise RuntimeError("no")
+
+    assert [s.name for s in Saga.definition.steps] == ["reserve", "fail"]
+    run_in_memory(Saga)
+    assert ("undo", "reserve:7") in ledger.calls
+
+
+def test_undo_receives_the_contracts_validated_arguments() -> None:
+    seen: list[Any] = []
+
+    class Typed(Step):
+        class Inputs(serializers.Serializer):
+            quantity = serializers.IntegerField()
+
+        def run(self, quantity: int) -> int:
+            return quantity
+
+        def undo(self, result: int, quantity: int) -> None:
+            seen.append(quantity)
+
+    class Saga(Reactor):
+        t = step(Typed, quantity=arg.value("3"))
+        boom = step(Boom, wait_for=["t"])
+
+    _, journal = run_in_memory(Saga)
+    assert seen == [3]
+    assert journal.steps["t"].arguments == {"quantity": 3}
+
+
+def test_wiring_a_non_contract_argument_is_rejected_even_with_var_kwargs() -> None:
+    from django_reactor.exceptions import DefinitionError
+
+    class Loose(Step):
+        class Inputs(serializers.Serializer):
+            quantity = serializers.IntegerField()
+
+        def run(self, **arguments: Any) -> None:
+            return None
+
+    with pytest.raises(DefinitionError, match="'extra' is not a field of"):
+
+        class Saga(Reactor):
+            t = step(Loose, quantity=arg.value(1), extra=arg.value(2))
