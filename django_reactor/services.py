@@ -76,7 +76,7 @@ def run(
         )
     _refuse_open_transaction(f"run {reactor.__qualname__}")
 
-    validated, error = _validate_inputs(definition, inputs)
+    stored_inputs, error = _validate_inputs(definition, inputs)
     if error is not None:
         # Recorded for operators, without the idempotency key: a corrected call may reuse it.
         created = store.create_execution(
@@ -95,7 +95,7 @@ def run(
         )
         return Failed(execution_id=created.execution_id, error=error)
 
-    return _start(definition, validated, idempotency_key=idempotency_key)
+    return _start(definition, stored_inputs, idempotency_key=idempotency_key)
 
 
 def _start(

@@ -33,6 +33,7 @@ class StepSpec:
     secret_arguments: Mapping[str, tuple[SecretPath, ...]]
     undo_signature: Signature
     compensate_signature: Signature
+    secret_argument_paths: tuple[SecretPath, ...] = ()
 
     @property
     def has_undo(self) -> bool:
@@ -43,7 +44,8 @@ class StepSpec:
         return self.impl.has_handler("compensate")
 
     def argument_secret_paths(self) -> list[SecretPath]:
-        return [(name, *sub) for name, subs in self.secret_arguments.items() for sub in subs]
+        """Secret paths into this step's arguments (for redaction and the step record)."""
+        return list(self.secret_argument_paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +223,9 @@ def _build_spec(
         secret_arguments=secret_arguments,
         undo_signature=rollback_signature(impl, "undo"),
         compensate_signature=rollback_signature(impl, "compensate"),
+        secret_argument_paths=tuple(
+            (arg_name, *sub) for arg_name, subs in secret_arguments.items() for sub in subs
+        ),
     )
 
 
