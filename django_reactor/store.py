@@ -489,14 +489,7 @@ def load_state(execution_id: uuid.UUID) -> RunState:
         ):
             error = ErrorInfo.from_dict(row.error or {"kind": "step", "message": ""})
             state.pending_compensation.append(PendingCompensation(row.step, arguments, error))
-    last = (
-        ExecutionEvent.objects.using(USING)
-        .filter(execution_id=execution_id)
-        .order_by("-seq")
-        .values_list("seq", flat=True)
-        .first()
-    )
-    state.next_seq = (last or 0) + 1
+    state.next_seq = _last_seq(execution_id) + 1
     return state
 
 
@@ -600,13 +593,7 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
         row.lease_expires_at = None
         row.fence = row.fence + 1
         row.save()
-        last = (
-            ExecutionEvent.objects.using(USING)
-            .filter(execution_id=execution_id)
-            .order_by("-seq")
-            .values_list("seq", flat=True)
-            .first()
-        ) or 0
+        last = _last_seq(execution_id)
         ExecutionEvent.objects.using(USING).create(
             execution_id=execution_id,
             seq=last + 1,
@@ -617,6 +604,17 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
     return previous
 
 
+def _last_seq(execution_id: uuid.UUID) -> int:
+    """The highest trace sequence number of a run (0 for none). Call with the run row locked."""
+    return (
+        ExecutionEvent.objects.using(USING)
+        .filter(execution_id=execution_id)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    ) or 0
+
+
 def append_event(execution_id: uuid.UUID, kind: str, data: dict[str, Any]) -> None:
     """Add an operator-level entry to a run's trace (not tied to an owner)."""
     with transaction.atomic(using=USING):
@@ -624,13 +622,7 @@ def append_event(execution_id: uuid.UUID, kind: str, data: dict[str, Any]) -> No
         list(
             Execution.objects.using(USING).select_for_update().filter(pk=execution_id).values("pk")
         )
-        last = (
-            ExecutionEvent.objects.using(USING)
-            .filter(execution_id=execution_id)
-            .order_by("-seq")
-            .values_list("seq", flat=True)
-            .first()
-        ) or 0
+        last = _last_seq(execution_id)
         ExecutionEvent.objects.using(USING).create(
             execution_id=execution_id, seq=last + 1, kind=kind, at=timezone.now(), data=data
         )

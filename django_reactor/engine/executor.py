@@ -165,15 +165,13 @@ class Executor:
         self._commit(
             JournalBatch(
                 events=[event],
-                step=StepWrite(
-                    step=step,
-                    status=StepStatus.FAILED,
-                    seq=event.seq,
-                    attempts=0,
-                    arguments=_encode_arguments(arguments),
-                    secret_arguments=spec.argument_secret_paths(),
-                    started_at=None,
-                    finished_at=event.at,
+                step=_step_write(
+                    spec,
+                    StepStatus.FAILED,
+                    event,
+                    0,
+                    arguments,
+                    None,
                     error=error.to_dict(),
                     compensable=True,
                 ),
@@ -379,15 +377,13 @@ class Executor:
         cancel = self._commit(
             JournalBatch(
                 events=[event],
-                step=StepWrite(
-                    step=spec.name,
-                    status=StepStatus.SKIPPED if skipped else StepStatus.COMPLETED,
-                    seq=event.seq,
-                    attempts=attempt,
-                    arguments=_encode_arguments(arguments),
-                    secret_arguments=spec.argument_secret_paths(),
-                    started_at=started_at,
-                    finished_at=event.at,
+                step=_step_write(
+                    spec,
+                    StepStatus.SKIPPED if skipped else StepStatus.COMPLETED,
+                    event,
+                    attempt,
+                    arguments,
+                    started_at,
                     result=stored,
                 ),
                 current_step=following.name if following is not None else spec.name,
@@ -425,16 +421,8 @@ class Executor:
         self._commit(
             JournalBatch(
                 events=[event],
-                step=StepWrite(
-                    step=spec.name,
-                    status=StepStatus.HALTED,
-                    seq=event.seq,
-                    attempts=attempt,
-                    arguments=_encode_arguments(arguments),
-                    secret_arguments=spec.argument_secret_paths(),
-                    started_at=started_at,
-                    finished_at=event.at,
-                    result=reason,
+                step=_step_write(
+                    spec, StepStatus.HALTED, event, attempt, arguments, started_at, result=reason
                 ),
                 status=ExecutionStatus.HALTED,
                 current_step=spec.name,
@@ -469,15 +457,13 @@ class Executor:
         self._commit(
             JournalBatch(
                 events=[event],
-                step=StepWrite(
-                    step=spec.name,
-                    status=StepStatus.FAILED,
-                    seq=event.seq,
-                    attempts=attempts,
-                    arguments=_encode_arguments(arguments),
-                    secret_arguments=spec.argument_secret_paths(),
-                    started_at=started_at,
-                    finished_at=event.at,
+                step=_step_write(
+                    spec,
+                    StepStatus.FAILED,
+                    event,
+                    attempts,
+                    arguments,
+                    started_at,
                     error=error.to_dict(),
                     compensable=started,
                 ),
@@ -621,15 +607,13 @@ class Executor:
                 },
             )
             batch.events.append(event)
-            batch.step = StepWrite(
-                step=spec.name,
-                status=StepStatus.FAILED,
-                seq=event.seq,
-                attempts=attempt,
-                arguments=_encode_arguments(arguments or {}),
-                secret_arguments=spec.argument_secret_paths(),
-                started_at=started_at,
-                finished_at=event.at,
+            batch.step = _step_write(
+                spec,
+                StepStatus.FAILED,
+                event,
+                attempt,
+                arguments or {},
+                started_at,
                 error=error.to_dict(),
                 compensable=True,
             )
@@ -752,6 +736,34 @@ class Executor:
             )
             retryable = outcome.retryable
         return ErrorInfo(**{**info._fields(), "retryable": retryable})
+
+
+def _step_write(
+    spec: StepSpec,
+    status: str,
+    event: Event,
+    attempts: int,
+    arguments: dict[str, Any],
+    started_at: dt.datetime | None,
+    *,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    compensable: bool = False,
+) -> StepWrite:
+    """The step record written with ``event``: same sequence number, same time."""
+    return StepWrite(
+        step=spec.name,
+        status=status,
+        seq=event.seq,
+        attempts=attempts,
+        arguments=_encode_arguments(arguments),
+        secret_arguments=spec.argument_secret_paths(),
+        started_at=started_at,
+        finished_at=event.at,
+        result=result,
+        error=error,
+        compensable=compensable,
+    )
 
 
 def _error_summary(outcome: Failure, exc: BaseException | None) -> dict[str, Any]:

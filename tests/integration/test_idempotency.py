@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,14 +16,6 @@ from django_reactor.states import ExecutionStatus
 from tests.integration.reactors import FAIL_AT, Transfer, ledger
 
 INPUTS = {"account": "acc-1", "amount": 25, "pin": "1234"}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 @pytest.mark.django_db

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.db import transaction
 
@@ -20,14 +18,6 @@ from tests.integration.reactors import FAIL_AT, Fragile, Transfer, ledger
 pytestmark = pytest.mark.django_db
 
 INPUTS = {"account": "acc-1", "amount": 25, "pin": "1234"}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def pairs(execution_id: object) -> list[tuple[str, str]]:

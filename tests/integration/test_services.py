@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,14 +16,6 @@ from tests.integration.reactors import FAIL_AT, Fragile, Transfer, ledger
 pytestmark = pytest.mark.django_db
 
 INPUTS = {"account": "acc-1", "amount": 25, "pin": "1234"}
-
-
-@pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def kinds(execution_id: Any) -> list[tuple[str, str]]:
