@@ -238,6 +238,16 @@ class Executor:
             arguments = validated
 
         attempt = 0
+
+        def abort(interruption: BaseException) -> None:
+            self._abort(
+                interruption,
+                spec=spec,
+                arguments=arguments,
+                attempt=attempt,
+                started_at=started_at,
+            )
+
         while True:
             attempt += 1
             context = self._context(spec, "run", attempt)
@@ -247,13 +257,7 @@ class Executor:
                 with acting(context):
                     outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**arguments))
             except INTERRUPTIONS as interruption:
-                self._abort(
-                    interruption,
-                    spec=spec,
-                    arguments=arguments,
-                    attempt=attempt,
-                    started_at=started_at,
-                )
+                abort(interruption)
                 raise
             except BaseException as raised:  # every other exception from step code is a failure
                 exc = raised
@@ -302,13 +306,7 @@ class Executor:
                     try:
                         self.sleep(delay)
                     except INTERRUPTIONS as interruption:
-                        self._abort(
-                            interruption,
-                            spec=spec,
-                            arguments=arguments,
-                            attempt=attempt,
-                            started_at=started_at,
-                        )
+                        abort(interruption)
                         raise
                 continue
             error = self._failure_info(outcome, exc, spec, arguments, attempt)
