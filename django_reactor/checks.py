@@ -7,6 +7,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import DEFAULTS, reactor_settings
+from .exceptions import ReactorImproperlyConfigured
 
 
 @register()
@@ -74,10 +75,14 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     database = connections[DEFAULT_DB_ALIAS]
     vendor = database.vendor
     messages: list[CheckMessage] = []
+    try:
+        prepared = bool(reactor_settings.CHECKPOINT_PREPARED_STATEMENTS)
+    except ReactorImproperlyConfigured:  # reported by check_settings (E001)
+        prepared = False
     if (
         vendor == "postgresql"
         and database.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-        and reactor_settings.CHECKPOINT_PREPARED_STATEMENTS
+        and prepared
     ):
         messages.append(
             Warning(

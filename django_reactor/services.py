@@ -1,7 +1,8 @@
 """The operations the API, the admin, the commands and ``Reactor`` share.
 
-Each one enforces the status machine of ``states.TRANSITIONS`` and the lease: no other module
-changes an execution's state.
+The statuses each operation accepts are derived from ``states.TRANSITIONS``, and each takes the
+run's lease (or asks its live owner) before changing it: no other module changes an execution's
+state.
 """
 
 from __future__ import annotations
@@ -220,13 +221,9 @@ def find(execution_id: uuid.UUID | str, *, reactor: type[Reactor] | None = None)
 # ---------------------------------------------------------------------------- cancel
 
 
-CANCELLABLE = (
-    ExecutionStatus.RUNNING,  # only once its process is gone (lease expired)
-    ExecutionStatus.PENDING,
-    ExecutionStatus.PAUSED,
-    ExecutionStatus.ABORTED,
-    ExecutionStatus.NEEDS_ATTENTION,
-)
+# A running run qualifies only once its process is gone (lease expired); a live one is asked
+# to stop after its current step.
+CANCELLABLE = tuple(sorted(sources_of(ExecutionStatus.CANCELLED)))
 
 
 def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandle:
@@ -264,8 +261,11 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
             status=row.status,
         )
     state = store.load_state(row.id)
-    dead_run = row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
-    if not state.undo_stack and not state.pending_compensation and not dead_run:
+    if (
+        not state.undo_stack
+        and not state.pending_compensation
+        and not _abandoned_while_running(row)
+    ):
         return ExecutionHandle(row)
     _refuse_open_transaction(f"undo execution {row.id}")
     owned = store.claim(
@@ -284,7 +284,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
     )
     in_flight = row.current_step
     if (
-        row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+        _abandoned_while_running(row)
         and in_flight in reactor.definition.by_name
         and not store.has_step_record(row.id, in_flight)
     ):
@@ -292,7 +292,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
             in_flight, "the process running this step stopped before recording its outcome"
         )
     failed = store.had_step_failure(row.id)
-    failure = ErrorInfo.from_dict(row.failure) if row.failure and failed else None
+    failure = ErrorInfo.from_dict(row.failure) if row.failure else None
     with store.LeaseKeeper(owned):
         executor.rollback(
             final_status=ExecutionStatus.FAILED if failed else ExecutionStatus.CANCELLED,
@@ -300,6 +300,13 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
             failure=failure,
         )
     return find(row.id)
+
+
+def _abandoned_while_running(row: Any) -> bool:
+    """A run whose process died mid-step: its cursor may name a step that started."""
+    if row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK):
+        return True
+    return row.status == ExecutionStatus.CANCELLED and store.cancelled_while_running(row.id)
 
 
 # ---------------------------------------------------------------------------- retry

@@ -208,9 +208,9 @@ class DatabaseJournal:
         if batch.result is not UNSET:
             sets.append("result = %s::jsonb")
             params.append(json.dumps(batch.result))
-        if batch.failure is not None:
+        if batch.failure is not UNSET:
             sets.append("failure = %s::jsonb")
-            params.append(json.dumps(batch.failure))
+            params.append(None if batch.failure is None else json.dumps(batch.failure))
         params.extend([self.execution_id, self.fence])
         parts = [
             "WITH ex AS (UPDATE django_reactor_execution SET "
@@ -300,7 +300,7 @@ class DatabaseJournal:
             fields["status"] = batch.status
         if batch.result is not UNSET:
             fields["result"] = batch.result
-        if batch.failure is not None:
+        if batch.failure is not UNSET:
             fields["failure"] = batch.failure
         with transaction.atomic(using=USING):
             owned = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
@@ -419,23 +419,28 @@ class LeaseKeeper:
     def _loop(self) -> None:
         try:
             while not self._stop.wait(self.interval):
-                extended = (
-                    Execution.objects.using(USING)
-                    .filter(pk=self.owned.execution_id, fence=self.owned.fence)
-                    .update(
-                        lease_expires_at=timezone.now() + dt.timedelta(seconds=self.lease_seconds)
+                try:
+                    extended = (
+                        Execution.objects.using(USING)
+                        .filter(pk=self.owned.execution_id, fence=self.owned.fence)
+                        .update(
+                            lease_expires_at=timezone.now()
+                            + dt.timedelta(seconds=self.lease_seconds)
+                        )
                     )
-                )
+                except Exception:
+                    # A dropped connection must not end the heartbeat: reconnect next time.
+                    logger.warning(
+                        "could not extend the lease of execution %s; trying again in %.1f s",
+                        self.owned.execution_id,
+                        self.interval,
+                        exc_info=True,
+                    )
+                    connections[USING].close()
+                    continue
                 if not extended:
                     self.lost = True
                     return
-        except Exception:
-            logger.warning(
-                "could not extend the lease of execution %s; another process may take it over "
-                "if this step outlives the lease",
-                self.owned.execution_id,
-                exc_info=True,
-            )
         finally:
             connections.close_all()  # this thread's connections only
 
@@ -495,6 +500,21 @@ def load_state(execution_id: uuid.UUID) -> RunState:
 
 def has_step_record(execution_id: uuid.UUID, step: str) -> bool:
     return StepRecord.objects.using(USING).filter(execution_id=execution_id, step=step).exists()
+
+
+def cancelled_while_running(execution_id: uuid.UUID) -> bool:
+    """Whether the run's last cancellation abandoned it while running (its process gone)."""
+    data = (
+        ExecutionEvent.objects.using(USING)
+        .filter(execution_id=execution_id, kind=EventKind.CANCEL)
+        .order_by("-seq")
+        .values_list("data", flat=True)
+        .first()
+    )
+    return bool(data) and data.get("previous_status") in (
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.ROLLING_BACK,
+    )
 
 
 def had_step_failure(execution_id: uuid.UUID) -> bool:

@@ -64,3 +64,9 @@ def test_a_broken_setting_does_not_stop_the_app_from_loading() -> None:
     with override_settings(REACTOR="oops"):
         apps.get_app_config("django_reactor").ready()
         assert ids(check_settings()) == ["django_reactor.E001"]
+
+
+def test_the_database_check_survives_a_broken_setting() -> None:
+    with override_settings(REACTOR="oops"):
+        assert "django_reactor.E001" in ids(check_settings())
+        check_database()  # reports nothing about REACTOR; E001 covers it

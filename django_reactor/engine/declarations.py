@@ -56,18 +56,18 @@ class StepDeclaration:
         return self._attach("compensate", fn)
 
     def _attach(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        label = self.name or self.impl.__qualname__
         if not issubclass(self.impl, FunctionStep):
             raise DefinitionError(
-                f"@{self.name or 'step'}.{action} only works on function steps; define "
+                f"@{label}.{action} only works on function steps; define "
                 f"{action}() on {self.impl.__qualname__} instead"
             )
         if not callable(fn):
-            raise DefinitionError(f"@{self.name}.{action} must decorate a function")
+            raise DefinitionError(f"@{label}.{action} must decorate a function, got {fn!r}")
         setattr(self.impl, f"{action}_function", staticmethod(fn))
-        own_name = self.name or self.impl.function.__name__
-        if getattr(fn, "__name__", None) == own_name:
-            # ``@reserve.undo`` above ``def reserve(...)``: the name must keep the step.
-            return self  # type: ignore[return-value]
+        # If the function takes the step's own name in the class body, the reactor still finds
+        # the step through this mark (see definition._collect_declarations).
+        fn._reactor_rollback_of = self  # type: ignore[attr-defined]
         return fn
 
 

@@ -90,10 +90,23 @@ def _meta_options(cls: type) -> dict[str, Any]:
 def _collect_declarations(cls: type) -> dict[str, StepDeclaration]:
     found: dict[str, StepDeclaration] = {}
     for klass in reversed(cls.__mro__):
-        for attr, value in vars(klass).items():
-            if isinstance(value, StepDeclaration):
+        namespace = vars(klass)
+        bound = {id(v) for v in namespace.values() if isinstance(v, StepDeclaration)}
+        for attr, value in namespace.items():
+            declaration = value if isinstance(value, StepDeclaration) else None
+            owner = getattr(value, "_reactor_rollback_of", None)
+            if (
+                declaration is None
+                and isinstance(owner, StepDeclaration)
+                and id(owner) not in bound
+            ):
+                # ``@reserve.undo`` above ``def reserve(...)``: the rollback function took the
+                # step's name, and the step keeps it.
+                owner.name = attr
+                declaration = owner
+            if declaration is not None:
                 found.pop(attr, None)  # a redeclaration moves to where the subclass puts it
-                found[attr] = value
+                found[attr] = declaration
             elif attr in found:
                 del found[attr]  # a subclass replaced the step with something else
     return found

@@ -201,20 +201,30 @@ class Executor:
             self._abort(exc)
             raise
         status = final_status if not failures else ExecutionStatus.NEEDS_ATTENTION
-        kind = EventKind.CANCEL if final_status == ExecutionStatus.CANCELLED else EventKind.FAIL
-        if failure is None and failures:
-            failure = ErrorInfo(
-                kind=ErrorKind.ROLLBACK,
-                message=f"{len(failures)} rollback action(s) failed during undo; "
-                "fix the cause and undo again",
-                reactor=self.definition.name,
-                inputs=self._redacted_inputs(),
-            )
+        kind = EventKind.CANCEL if status == ExecutionStatus.CANCELLED else EventKind.FAIL
+        stored: dict[str, Any] | None
+        if failures:
+            if failure is None or failure.kind == ErrorKind.ROLLBACK:
+                failure = ErrorInfo(
+                    kind=ErrorKind.ROLLBACK,
+                    message=f"{len(failures)} rollback action(s) failed during undo; "
+                    "fix the cause and undo again",
+                    reactor=self.definition.name,
+                    inputs=self._redacted_inputs(),
+                )
+            stored = failure.with_rollback_failures(failures).to_dict()
+        elif failure is None or failure.kind == ErrorKind.ROLLBACK:
+            stored = None  # nothing failed, or only an earlier rollback that now succeeded
+        else:
+            stored = failure.with_rollback_failures([]).to_dict()
+        data: dict[str, Any] = {"reason": reason} if reason else {}
+        if kind == EventKind.FAIL:
+            data["status"] = status
         self._commit(
             JournalBatch(
-                events=[self._event(kind, data={"reason": reason} if reason else {})],
+                events=[self._event(kind, data=data)],
                 status=status,
-                failure=failure.with_rollback_failures(failures).to_dict() if failure else None,
+                failure=stored,
                 finished=True,
             )
         )
@@ -392,8 +402,9 @@ class Executor:
         state.done.add(spec.name)
         if not skipped:
             state.undo_stack.append(UndoEntry(spec.name, arguments, value))
-        if cancel is not None:
-            return self._cancelled(cancel)
+        if cancel is not None and following is not None:
+            # Cancellation takes effect between steps; after the last one the run is complete.
+            return self._cancelled(cancel, last_step=spec.name)
         return None
 
     def _halt(
@@ -467,6 +478,7 @@ class Executor:
                 ),
                 status=ExecutionStatus.ROLLING_BACK,
                 current_step=spec.name,
+                failure=error.to_dict(),  # known now, even if rollback is cut short
             )
         )
         if started:
@@ -646,11 +658,12 @@ class Executor:
         )
         return Completed(execution_id=self.execution_id, value=value)
 
-    def _cancelled(self, reason: str) -> Cancelled:
+    def _cancelled(self, reason: str, *, last_step: str) -> Cancelled:
         self._commit(
             JournalBatch(
                 events=[self._event(EventKind.CANCEL, data={"reason": reason})],
                 status=ExecutionStatus.CANCELLED,
+                current_step=last_step,  # nothing is in flight: the next step never started
                 finished=True,
             )
         )

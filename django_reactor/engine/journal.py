@@ -68,7 +68,7 @@ class JournalBatch:
     status: str | None = None
     current_step: str | None = None
     result: Any = UNSET
-    failure: dict[str, Any] | None = None
+    failure: dict[str, Any] | None = UNSET  # None clears a stored failure
     finished: bool = False
 
 
@@ -113,7 +113,7 @@ class MemoryJournal:
             self.statuses.append(batch.status)
         if batch.result is not UNSET:
             self.result = batch.result
-        if batch.failure is not None:
+        if batch.failure is not UNSET:
             self.failure = batch.failure
         return self.cancel_requested
 

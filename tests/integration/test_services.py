@@ -276,6 +276,9 @@ def test_a_rollback_cut_off_by_an_interruption_is_finished_by_undo_and_ends_fail
     handle = services.undo(row.id)
     assert ledger.calls == [("undo", "b"), ("undo", "a")]
     assert handle.status == ExecutionStatus.FAILED
+    assert handle.error is not None
+    assert (handle.error.step, handle.error.message) == ("c", "c failed")
+    assert handle.outcome.status == ExecutionStatus.FAILED
     assert [(e.kind, e.step) for e in handle.trace if e.step] == [
         ("run", "a"),
         ("run", "b"),
@@ -322,3 +325,44 @@ def test_a_failed_undo_of_a_completed_run_is_described() -> None:
     assert handle.error is not None
     assert handle.error.kind == "rollback"
     assert [f.step for f in handle.error.rollback_failures] == ["first"]
+    assert handle.trace[-1].kind == "fail"
+    assert handle.trace[-1].data["status"] == ExecutionStatus.NEEDS_ATTENTION
+    FAIL_AT.discard("undo")
+    fixed = services.undo(outcome.execution_id)
+    assert fixed.status == ExecutionStatus.CANCELLED
+    assert fixed.error is None
+    assert fixed.trace[-1].kind == "cancel"
+
+
+def test_undo_after_cancelling_a_dead_run_compensates_the_step_in_flight() -> None:
+    from django_reactor.models import ExecutionEvent, StepRecord
+
+    outcome = Transfer.run(INPUTS)
+    # The database as a process leaves it when it dies inside "notify": no record of that step.
+    StepRecord.objects.filter(execution_id=outcome.execution_id, step="notify").delete()
+    ExecutionEvent.objects.filter(execution_id=outcome.execution_id, seq__gte=5).delete()
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        status=ExecutionStatus.RUNNING,
+        current_step="notify",
+        lease_owner="dead:1",
+        lease_expires_at="2000-01-01T00:00Z",
+        finished_at=None,
+    )
+    services.cancel(outcome.execution_id, reason="worker lost")
+    ledger.clear()
+    handle = services.undo(outcome.execution_id)
+    assert ledger.calls == [("compensate", "notify"), ("undo", "credit"), ("undo", "debit")]
+    assert handle.status == ExecutionStatus.CANCELLED
+
+
+def test_a_cancel_request_during_the_last_step_lets_the_run_complete() -> None:
+    class LastAsks(Step):
+        def run(self) -> str:
+            services.cancel(self.context.execution_id, reason="too late")
+            return "done"
+
+    class Short(Reactor):
+        first = step(_Tracked)
+        last = step(LastAsks, wait_for=["first"])
+
+    assert Short.run({}).ok

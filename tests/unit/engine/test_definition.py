@@ -207,3 +207,25 @@ def test_secret_paths_follow_inputs_into_arguments() -> None:
     assert d.step("part").argument_secret_paths() == [("value",)]
     assert d.step("shown").argument_secret_paths() == []
     assert d.step("transformed").argument_secret_paths() == [("value",)]
+
+
+def test_a_rollback_function_named_like_the_step_attribute_keeps_the_step() -> None:
+    def book() -> int:
+        return 1
+
+    class Saga(Reactor):
+        reserve = step(book)
+
+        @reserve.undo
+        def reserve(result: int) -> None:
+            pass
+
+    assert [s.name for s in Saga.definition.steps] == ["reserve"]
+    assert Saga.definition.step("reserve").has_undo
+
+
+def test_rollback_decorators_on_class_steps_are_refused_by_name() -> None:
+    from django_reactor.exceptions import DefinitionError
+
+    with pytest.raises(DefinitionError, match=r"@Echo.undo only works on function steps"):
+        step(Echo).undo(lambda result: None)
