@@ -511,7 +511,7 @@ def cancelled_while_running(execution_id: uuid.UUID) -> bool:
         .values_list("data", flat=True)
         .first()
     )
-    return bool(data) and data.get("previous_status") in (
+    return isinstance(data, dict) and data.get("previous_status") in (
         ExecutionStatus.RUNNING,
         ExecutionStatus.ROLLING_BACK,
     )
