@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
@@ -29,3 +31,5 @@ class DjangoReactorConfig(AppConfig):
         if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
             modules = DEFAULTS["AUTODISCOVER_MODULES"]
         autodiscover(list(modules))
+        if importlib.util.find_spec("celery") is not None:
+            from .celery import tasks  # noqa: F401  (registers the shared tasks)

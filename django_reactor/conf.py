@@ -29,6 +29,21 @@ DEFAULTS: dict[str, Any] = {
     # Prepare the per-step checkpoint statement on PostgreSQL (halves its cost). Turn off behind
     # a transaction-pooling PgBouncer older than 1.21 (or without max_prepared_statements).
     "CHECKPOINT_PREPARED_STATEMENTS": True,
+    # Celery queue for django_reactor's tasks (None: Celery's default queue).
+    "CELERY_QUEUE": None,
+    # Times a run may lose its worker (crash, kill) before it is parked as needs_attention
+    # instead of being resumed again.
+    "MAX_RECOVERY_ATTEMPTS": 5,
+    # Retry backoffs up to this many seconds are published with a Celery countdown; longer
+    # ones are stored as a wake-up time that the sweeper releases.
+    "RETRY_COUNTDOWN_LIMIT": 300.0,
+    # Seconds between sweeper runs when scheduled with celery.beat_schedule() or --loop.
+    "SWEEP_INTERVAL": 15.0,
+    # A run waiting for a worker is dispatched again when its last task was sent this long ago
+    # and nobody took it (the message was lost).
+    "REDISPATCH_AFTER": 60.0,
+    # Most rows one sweep handles per kind of work.
+    "SWEEP_BATCH": 500,
     # Extra app modules autodiscovered for reactors, besides each installed app's "reactors".
     "AUTODISCOVER_MODULES": ["reactors"],
 }

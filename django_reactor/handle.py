@@ -11,6 +11,7 @@ from .engine.outcomes import (
     Aborted,
     Cancelled,
     Completed,
+    Dispatched,
     ErrorInfo,
     Failed,
     Halted,
@@ -89,6 +90,8 @@ def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
     if status == ExecutionStatus.ABORTED:
         error = ErrorInfo.from_dict(row.failure) if row.failure else None
         return Aborted(error=error, **common)
+    if row.handed_off and status in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING):
+        return Dispatched(status=status, **common)
     return InProgress(status=status, **common)
 
 

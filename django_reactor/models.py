@@ -32,6 +32,15 @@ class Execution(models.Model):
         max_length=64,
         help_text=_("Fingerprint of the reactor's steps and edges when the run started."),
     )
+    definition_shape = models.JSONField(
+        _("definition shape"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "Each step's implementation and dependencies when the run started: a resumed run "
+            "is refused if a step it already ran has changed."
+        ),
+    )
     status = models.CharField(
         _("status"),
         max_length=_max_length(ExecutionStatus),
@@ -83,6 +92,16 @@ class Execution(models.Model):
     correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
     current_step = models.CharField(_("current step"), max_length=255, blank=True, default="")
+    current_attempt = models.PositiveIntegerField(
+        _("current attempt"),
+        default=0,
+        help_text=_("Attempts of the current step so far (a retry waiting for its wake-up)."),
+    )
+    handed_off = models.BooleanField(
+        _("handed off"),
+        default=False,
+        help_text=_("The run passed its background hand-off point; workers run the rest."),
+    )
     result = models.JSONField(_("result"), null=True, blank=True)
     failure = models.JSONField(_("failure"), null=True, blank=True)
     lease_owner = models.CharField(_("lease owner"), max_length=255, null=True, blank=True)
@@ -206,3 +225,45 @@ class ExecutionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind} {self.step}".rstrip()
+
+
+class Dispatch(models.Model):
+    """Outbox: a Celery task that must be published for an execution.
+
+    Written in the same transaction as the state change that needs it and published after the
+    commit; the sweeper republishes rows a crash left unsent.
+    """
+
+    class Reason(models.TextChoices):
+        START = "start", _("Start in the background")
+        HANDOFF = "handoff", _("Background hand-off")
+        RETRY = "retry", _("Retry after backoff")
+        RECOVER = "recover", _("Recover a run whose worker stopped")
+        WAKE = "wake", _("Wake-up time reached")
+
+    id = models.BigAutoField(primary_key=True)
+    execution = models.ForeignKey(
+        Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="dispatches"
+    )
+    reason = models.CharField(_("reason"), max_length=16, choices=Reason.choices)
+    not_before = models.DateTimeField(
+        _("not before"), null=True, blank=True, help_text=_("Publish with this countdown.")
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("dispatch")
+        verbose_name_plural = _("dispatches")
+        ordering = ["id"]
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                name="reactor_dispatch_unsent_idx",
+                condition=Q(sent_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        state = "sent" if self.sent_at else "unsent"
+        return f"{self.reason} {self.execution_id} ({state})"

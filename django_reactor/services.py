@@ -13,11 +13,13 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from django.db import InterfaceError, OperationalError, connections
+
 from . import registry, store
 from .conf import reactor_settings
 from .engine.executor import Executor, RunState, utcnow
 from .engine.journal import Event
-from .engine.outcomes import ErrorInfo, ErrorKind, Failed, InProgress, Outcome
+from .engine.outcomes import Dispatched, ErrorInfo, ErrorKind, Failed, InProgress, Outcome
 from .engine.redaction import redact
 from .engine.serialization import decode, encode
 from .engine.validation import summarise_errors, validate
@@ -28,6 +30,7 @@ from .exceptions import (
     InvalidTransition,
     LeaseLost,
     ReactorError,
+    ReactorNotRegistered,
     ResultNotSerializable,
     TransactionActive,
 )
@@ -75,7 +78,11 @@ def run(
             f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
             f"characters, got {idempotency_key!r}"
         )
-    _refuse_open_transaction(f"run {reactor.__qualname__}")
+    background = definition.background
+    if background is None or background.mode != "all":
+        # A fully background run executes no step code here: inside a transaction it simply
+        # commits (or rolls back) with the caller's work, and its task is published on commit.
+        _refuse_open_transaction(f"run {reactor.__qualname__}")
 
     stored_inputs, error = _validate_inputs(definition, inputs)
     if error is not None:
@@ -106,16 +113,19 @@ def _start(
     idempotency_key: str | None = None,
     retry_of: uuid.UUID | None = None,
 ) -> Outcome:
-    owner = store.lease_owner_token()
     first = definition.next_ready(frozenset())
+    background = definition.background is not None and definition.background.mode == "all"
     try:
         owned = store.create_execution(
             reactor=definition.name,
             definition_hash=definition.definition_hash,
+            definition_shape=definition.shape,
             inputs=stored_inputs,
             secret_paths=definition.input_secret_paths,
-            status=ExecutionStatus.RUNNING,
-            owner=owner,
+            # A background run is written pending with its dispatch; a worker takes it.
+            status=ExecutionStatus.PENDING if background else ExecutionStatus.RUNNING,
+            owner=None if background else store.lease_owner_token(),
+            dispatch="start" if background else None,
             idempotency_key=idempotency_key,
             retry_of=retry_of,
             current_step=first.name if first is not None else "",
@@ -137,13 +147,16 @@ def _start(
                 "key for a different request",
                 execution_id=holder.id,
             ) from None
-        return _replay(conflict.execution_id)
+        return _replay(conflict.execution_id, wait=definition.background is None)
+    if background:
+        return Dispatched(execution_id=owned.execution_id)
     executor = Executor(
         definition,
         store.DatabaseJournal(owned),
         inputs=decode(stored_inputs),
         state=RunState(next_seq=2),
         max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
+        hand_off=True,
     )
     try:
         with store.LeaseKeeper(owned):
@@ -192,8 +205,14 @@ def _display_value(value: Any) -> Any:
         return repr(value)
 
 
-def _replay(execution_id: uuid.UUID) -> Outcome:
-    """The outcome of the execution holding an idempotency key, waiting briefly if it runs."""
+def _replay(execution_id: uuid.UUID, *, wait: bool = True) -> Outcome:
+    """The outcome of the execution holding an idempotency key.
+
+    For an inline reactor, waits briefly while another caller is still running it; a
+    background run's replay returns at once (its outcome says it is dispatched).
+    """
+    if not wait:
+        return outcome_of(store.get_row(execution_id), replay=True)
     deadline = time.monotonic() + float(reactor_settings.IDEMPOTENCY_WAIT_SECONDS)
     pause = 0.01
     while True:
@@ -307,6 +326,141 @@ def _abandoned_while_running(row: Any) -> bool:
     if row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK):
         return True
     return row.status == ExecutionStatus.CANCELLED and store.cancelled_while_running(row.id)
+
+
+# ---------------------------------------------------------------------------- workers
+
+DATABASE_ERROR_RETRIES = 3
+
+
+def resume(execution_id: uuid.UUID | str) -> Outcome | None:
+    """Run an execution from its last checkpoint in this process (the worker's task).
+
+    Takes the run only if nobody owns it: a duplicate delivery, a finished run or a retry that
+    is not due yet does nothing. Completed steps are not run again; a step that was in flight
+    when the previous owner died runs again (use its idempotency key for external calls).
+    """
+    try:
+        key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
+    except ValueError:
+        logger.warning("resume task for %r, which is not an execution id; ignored", execution_id)
+        return None
+    claim = store.claim_for_worker(key, store.lease_owner_token())
+    if claim is None:
+        if store.execution_exists(key):
+            logger.info(
+                "execution %s is running elsewhere, finished or not due; delivery ignored", key
+            )
+        else:
+            logger.warning("resume task for unknown execution %s; ignored", key)
+        return None
+    row = store.get_row(key)
+    owned = claim.owned
+    try:
+        reactor = registry.get(row.reactor)
+    except ReactorNotRegistered as exc:
+        return _park(owned, row, ErrorKind.REACTOR_MISSING, str(exc))
+    definition = reactor.definition
+    limit = int(reactor_settings.MAX_RECOVERY_ATTEMPTS)
+    if claim.recovery_attempts > limit:
+        return _park(
+            owned,
+            row,
+            ErrorKind.RECOVERY_LIMIT,
+            f"the run lost its worker {claim.recovery_attempts} times (limit {limit}, "
+            f"REACTOR['MAX_RECOVERY_ATTEMPTS']) while at step {row.current_step!r}; it is parked "
+            "instead of being resumed again. Fix what kills the process, then undo() or "
+            "cancel() the run",
+            step=row.current_step or None,
+        )
+    problems = definition.incompatibilities(row.definition_shape, store.step_records_done(key))
+    if problems:
+        return _park(
+            owned,
+            row,
+            ErrorKind.DEFINITION_CHANGED,
+            f"{definition.reactor_class.__qualname__} changed under this run: "
+            f"{'; '.join(problems)}. Deploy the previous definition to finish it, or undo() "
+            "or cancel() it",
+        )
+    with store.LeaseKeeper(owned):
+        for attempt in range(1, DATABASE_ERROR_RETRIES + 1):
+            executor = _worker_executor(definition, owned, row)
+            try:
+                if attempt == 1:
+                    executor.note(
+                        EventKind.RESUME,
+                        {"recovery_attempts": claim.recovery_attempts}
+                        if claim.recovery_attempts
+                        else {},
+                    )
+                if claim.previous_status == ExecutionStatus.ROLLING_BACK:
+                    failure = ErrorInfo.from_dict(row.failure) if row.failure else None
+                    executor.rollback(
+                        final_status=ExecutionStatus.FAILED
+                        if store.had_step_failure(key)
+                        else ExecutionStatus.CANCELLED,
+                        reason="rollback resumed after its worker stopped",
+                        failure=failure,
+                    )
+                    return outcome_of(store.get_row(key))
+                return executor.run()
+            except LeaseLost:
+                logger.warning("execution %s was taken over by another process; stopped", key)
+                return None
+            except (OperationalError, InterfaceError):
+                # The connection died, perhaps while committing. Reconnect and carry on from what
+                # the database holds: a step whose checkpoint did commit is not run again.
+                if attempt == DATABASE_ERROR_RETRIES:
+                    raise
+                logger.warning(
+                    "database error while running execution %s; reconnecting (attempt %d)",
+                    key,
+                    attempt,
+                    exc_info=True,
+                )
+                connections[store.USING].close()
+    return None  # pragma: no cover - the loop returns or raises
+
+
+def _worker_executor(definition: ReactorDefinition, owned: store.Owned, row: Any) -> Executor:
+    state = store.load_state(owned.execution_id)
+    fresh = store.get_row(owned.execution_id)
+    if fresh.current_attempt and fresh.current_step:
+        state.attempts_done[fresh.current_step] = fresh.current_attempt
+    return Executor(
+        definition,
+        store.DatabaseJournal(owned),
+        inputs=decode(row.inputs),
+        state=state,
+        retry_later=True,
+    )
+
+
+def _park(
+    owned: store.Owned, row: Any, kind: str, message: str, *, step: str | None = None
+) -> Outcome:
+    failure = ErrorInfo(kind=kind, message=message, step=step, reactor=row.reactor)
+    logger.error("execution %s needs attention: %s", row.id, message)
+    store.park_for_attention(
+        owned,
+        failure=failure.to_dict(),
+        event_kind=EventKind.ATTENTION,
+        data={"kind": kind, "error": message},
+    )
+    return Failed(execution_id=row.id, error=failure, status=ExecutionStatus.NEEDS_ATTENTION)
+
+
+def sweep() -> store.SweepReport:
+    """Queue again the work that crashes and lost messages left behind (see ``reactor_sweep``)."""
+    report = store.sweep(
+        limit=int(reactor_settings.SWEEP_BATCH),
+        grace=float(reactor_settings.SWEEP_INTERVAL),
+        redispatch_after=float(reactor_settings.REDISPATCH_AFTER),
+    )
+    if any(report.as_dict().values()):
+        logger.info("sweep: %s", report.as_dict())
+    return report
 
 
 # ---------------------------------------------------------------------------- retry

@@ -43,11 +43,19 @@ TERMINAL_STATUSES = frozenset(
 # The one table of legal status changes. Services and the store refuse anything else.
 TRANSITIONS: dict[str, frozenset[str]] = {
     ExecutionStatus.PENDING: frozenset(
-        {ExecutionStatus.RUNNING, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+        {
+            ExecutionStatus.RUNNING,
+            ExecutionStatus.FAILED,
+            ExecutionStatus.CANCELLED,
+            # The reactor class is gone or its definition changed under the run.
+            ExecutionStatus.NEEDS_ATTENTION,
+        }
     ),
     ExecutionStatus.RUNNING: frozenset(
         {
             ExecutionStatus.RUNNING,
+            # Handed off to a worker, or waiting for a retry's wake-up time.
+            ExecutionStatus.PENDING,
             ExecutionStatus.PAUSED,
             ExecutionStatus.COMPLETED,
             ExecutionStatus.FAILED,
@@ -145,3 +153,6 @@ class EventKind(models.TextChoices):
     CANCEL = "cancel", _("Run cancelled")
     ROLLBACK = "rollback", _("Rollback started")
     RERUN = "rerun", _("Run retried as a new execution")
+    HANDOFF = "handoff", _("Handed off to a worker")
+    RESUME = "resume", _("Resumed by a worker")
+    ATTENTION = "attention", _("Needs attention")

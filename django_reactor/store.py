@@ -27,9 +27,10 @@ try:
     import psycopg
 except ImportError:  # psycopg2 or another driver: the checkpoint uses Django's cursor
     psycopg = None  # type: ignore[assignment]
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from .celery import router
 from .conf import reactor_settings
 from .engine.executor import PendingCompensation, RunState, UndoEntry
 from .engine.journal import UNSET, Event, JournalBatch
@@ -42,7 +43,7 @@ from .exceptions import (
     InvalidTransition,
     LeaseLost,
 )
-from .models import Execution, ExecutionEvent, StepRecord
+from .models import Dispatch, Execution, ExecutionEvent, StepRecord
 from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 
 USING = DEFAULT_DB_ALIAS
@@ -95,8 +96,10 @@ def create_execution(
     failure: dict[str, Any] | None = None,
     retry_of: uuid.UUID | None = None,
     current_step: str = "",
+    definition_shape: dict[str, Any] | None = None,
+    dispatch: str | None = None,
 ) -> Owned:
-    """Insert a new execution with its first trace events.
+    """Insert a new execution with its first trace events (and a dispatch to a worker).
 
     Raises IdempotencyConflict (and writes nothing) when the key is taken.
     """
@@ -110,6 +113,8 @@ def create_execution(
         inputs_digest=inputs_digest(inputs),
         secret_paths=[list(p) for p in secret_paths],
         current_step=current_step,
+        definition_shape=definition_shape or {},
+        handed_off=dispatch is not None,
         idempotency_key=idempotency_key,
         failure=failure,
         retry_of_id=retry_of,
@@ -125,6 +130,8 @@ def create_execution(
         with transaction.atomic(using=USING):
             execution.save(force_insert=True, using=USING)
             ExecutionEvent.objects.using(USING).bulk_create(_event_rows(execution.id, events))
+            if dispatch is not None:
+                queue_dispatch(execution.id, dispatch)
     except IntegrityError:
         if retry_of is not None and (retried_as := find_retry(retry_of)) is not None:
             raise AlreadyRetried(
@@ -143,6 +150,22 @@ def create_execution(
             raise
         raise IdempotencyConflict(holder) from None
     return Owned(execution.id, execution.fence)
+
+
+def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> None:
+    """Write an outbox row for a task resuming the run; it is published after the commit.
+
+    Call inside the transaction that makes the task necessary. Delays longer than
+    ``RETRY_COUNTDOWN_LIMIT`` are not published with a countdown: the run's wake-up time is
+    stored instead and the sweeper dispatches it when due.
+    """
+    if delay > float(reactor_settings.RETRY_COUNTDOWN_LIMIT):
+        return
+    not_before = timezone.now() + dt.timedelta(seconds=delay) if delay > 0 else None
+    row = Dispatch.objects.using(USING).create(
+        execution_id=execution_id, reason=reason, not_before=not_before
+    )
+    router.publish_on_commit([router.QueuedDispatch(row.id, execution_id, delay)], USING)
 
 
 def inputs_digest(inputs: Any) -> str:
@@ -181,7 +204,7 @@ class DatabaseJournal:
         self._lease_seconds = float(reactor_settings.LEASE_SECONDS)
 
     def commit(self, batch: JournalBatch) -> str | None:
-        if self.fast_path:
+        if self.fast_path and batch.routine:
             return self._commit_sql(batch)
         return self._commit_orm(batch)
 
@@ -202,6 +225,8 @@ class DatabaseJournal:
         if batch.current_step is not None:
             sets.append("current_step = %s")
             params.append(batch.current_step)
+        if batch.step is not None:
+            sets.append("current_attempt = 0")
         if batch.status is not None:
             sets.append("status = %s")
             params.append(str(batch.status))
@@ -302,6 +327,16 @@ class DatabaseJournal:
             fields["result"] = batch.result
         if batch.failure is not UNSET:
             fields["failure"] = batch.failure
+        if batch.release:
+            fields.update(lease_owner=None, lease_expires_at=None)
+        if batch.handed_off:
+            fields["handed_off"] = True
+        if batch.current_attempt is not None:
+            fields["current_attempt"] = batch.current_attempt
+        if batch.wake_after is not None:
+            fields["wake_at"] = now + dt.timedelta(seconds=batch.wake_after)
+        elif batch.step is not None:
+            fields.update(current_attempt=0, wake_at=None)
         with transaction.atomic(using=USING):
             owned = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
             if not owned.update(**fields):
@@ -343,6 +378,8 @@ class DatabaseJournal:
                 ExecutionEvent.objects.using(USING).bulk_create(
                     _event_rows(self.execution_id, batch.events)
                 )
+            if batch.dispatch is not None:
+                queue_dispatch(self.execution_id, batch.dispatch, batch.dispatch_delay)
             requested_at, reason = (
                 Execution.objects.using(USING)
                 .filter(pk=self.execution_id)
@@ -500,6 +537,204 @@ def load_state(execution_id: uuid.UUID) -> RunState:
 
 def has_step_record(execution_id: uuid.UUID, step: str) -> bool:
     return StepRecord.objects.using(USING).filter(execution_id=execution_id, step=step).exists()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerClaim:
+    """A run a worker took over: its fence, the status it had, and how often it was recovered."""
+
+    owned: Owned
+    previous_status: str
+    recovery_attempts: int
+
+
+RESUMABLE = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+
+
+def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
+    """Take a run nobody owns (pending, or running with an expired lease) for a worker.
+
+    One conditional UPDATE: it bumps the fence, counts a recovery when the previous owner died
+    mid-run, and keeps a rolling-back run rolling back. Returns None when the run is finished,
+    owned by a live process (a duplicate delivery) or not due yet (a retry's wake-up time).
+    """
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        row = (
+            Execution.objects.using(USING)
+            .select_for_update(skip_locked=True)
+            .filter(pk=execution_id, status__in=RESUMABLE)
+            .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+            .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+            .only("id", "status", "fence", "recovery_attempts")
+            .first()
+        )
+        if row is None:
+            return None
+        previous = row.status
+        recovered = previous != ExecutionStatus.PENDING
+        fields = {
+            "lease_owner": owner,
+            "lease_expires_at": now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+            "fence": row.fence + 1,
+            "recovery_attempts": row.recovery_attempts + (1 if recovered else 0),
+            "wake_at": None,
+            "updated_at": now,
+            "status": (
+                ExecutionStatus.ROLLING_BACK
+                if previous == ExecutionStatus.ROLLING_BACK
+                else ExecutionStatus.RUNNING
+            ),
+        }
+        Execution.objects.using(USING).filter(pk=execution_id).update(**fields)
+        Execution.objects.using(USING).filter(pk=execution_id, started_at__isnull=True).update(
+            started_at=now
+        )
+    return WorkerClaim(
+        Owned(execution_id, row.fence + 1), previous, int(fields["recovery_attempts"])
+    )
+
+
+def park_for_attention(
+    owned: Owned, *, failure: dict[str, Any], event_kind: str, data: dict[str, Any]
+) -> None:
+    """End an owned run as needs_attention with ``failure``, releasing it; nothing else runs."""
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        updated = (
+            Execution.objects.using(USING)
+            .filter(pk=owned.execution_id, fence=owned.fence)
+            .update(
+                status=ExecutionStatus.NEEDS_ATTENTION,
+                failure=failure,
+                lease_owner=None,
+                lease_expires_at=None,
+                finished_at=now,
+                updated_at=now,
+            )
+        )
+        if not updated:
+            raise LeaseLost(f"execution {owned.execution_id} was taken over by another process")
+        ExecutionEvent.objects.using(USING).create(
+            execution_id=owned.execution_id,
+            seq=_last_seq(owned.execution_id) + 1,
+            kind=event_kind,
+            at=now,
+            data=data,
+        )
+
+
+def execution_exists(execution_id: uuid.UUID) -> bool:
+    return Execution.objects.using(USING).filter(pk=execution_id).exists()
+
+
+def step_records_done(execution_id: uuid.UUID) -> set[str]:
+    """Names of the steps a run has recorded any outcome for."""
+    return set(
+        StepRecord.objects.using(USING)
+        .filter(execution_id=execution_id)
+        .values_list("step", flat=True)
+    )
+
+
+# ---------------------------------------------------------------------------- the sweeper
+
+
+@dataclass(slots=True)
+class SweepReport:
+    """What one sweep did."""
+
+    republished: int = 0
+    recovered: int = 0
+    woken: int = 0
+    redispatched: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "republished": self.republished,
+            "recovered": self.recovered,
+            "woken": self.woken,
+            "redispatched": self.redispatched,
+        }
+
+
+def sweep(*, limit: int, grace: float, redispatch_after: float) -> SweepReport:
+    """Find work a crash or a lost message left behind and queue it again.
+
+    Safe on many hosts at once: rows are claimed with ``FOR UPDATE SKIP LOCKED``, and a run
+    dispatched twice runs once (a worker must win its lease).
+    """
+    report = SweepReport()
+    now = timezone.now()
+    skip_locked = connections[USING].features.has_select_for_update_skip_locked
+
+    def locked(qs: Any) -> Any:
+        return qs.select_for_update(skip_locked=True) if skip_locked else qs
+
+    # 1. Outbox rows the process that wrote them never published (it died after the commit).
+    with transaction.atomic(using=USING):
+        stale = list(
+            locked(
+                Dispatch.objects.using(USING).filter(
+                    sent_at__isnull=True, created_at__lt=now - dt.timedelta(seconds=grace)
+                )
+            )
+            .order_by("id")
+            .values_list("id", "execution_id", "not_before")[:limit]
+        )
+        if stale:
+            report.republished = len(
+                router.publish(
+                    [
+                        router.QueuedDispatch(
+                            d, e, max(0.0, (nb - now).total_seconds()) if nb else 0.0
+                        )
+                        for d, e, nb in stale
+                    ],
+                    USING,
+                )
+            )
+
+    # 2. Runs nobody owns that should be moving: a dead worker's run (lease expired), a retry
+    #    whose wake-up time came, a pending run whose task was lost.
+    unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
+    with transaction.atomic(using=USING):
+        candidates = list(
+            locked(
+                Execution.objects.using(USING)
+                .filter(status__in=RESUMABLE)
+                .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+                .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+                .exclude(Exists(unsent))
+            )
+            .order_by("updated_at")
+            .values_list("id", "status", "lease_owner", "wake_at")[:limit]
+        )
+        queued = []
+        recently = set(
+            Dispatch.objects.using(USING)
+            .filter(
+                execution_id__in=[c[0] for c in candidates],
+                sent_at__gte=now - dt.timedelta(seconds=redispatch_after),
+            )
+            .values_list("execution_id", flat=True)
+        )
+        for execution_id, status, lease_owner, wake_at in candidates:
+            if lease_owner is not None or status != ExecutionStatus.PENDING:
+                reason = Dispatch.Reason.RECOVER
+                report.recovered += 1
+            elif wake_at is not None:
+                reason = Dispatch.Reason.WAKE
+                report.woken += 1
+            elif execution_id in recently:
+                continue  # its task is on its way; give it time
+            else:
+                reason = Dispatch.Reason.START
+                report.redispatched += 1
+            row = Dispatch.objects.using(USING).create(execution_id=execution_id, reason=reason)
+            queued.append(router.QueuedDispatch(row.id, execution_id))
+        router.publish_on_commit(queued, USING)
+    return report
 
 
 def cancelled_while_running(execution_id: uuid.UUID) -> bool:

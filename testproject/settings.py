@@ -96,6 +96,18 @@ STATIC_URL = "static/"
 
 REACTOR: dict[str, object] = {}
 
+# Celery, configured as django_reactor recommends (django_reactor.celery.RECOMMENDED_...).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "django-reactor-sweep": {"task": "django_reactor.sweep", "schedule": 15.0},
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -65,4 +65,16 @@ if "Redis" not in SERVICE_PROBLEMS:
     }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-REACTOR = {"IDEMPOTENCY_WAIT_SECONDS": 10}
+REACTOR = {
+    "IDEMPOTENCY_WAIT_SECONDS": 10,
+    # A queue of this run's own, so parallel test runs never take each other's tasks.
+    "CELERY_QUEUE": f"reactor-tests-{os.getpid()}",
+    "SWEEP_INTERVAL": 1.0,
+    "REDISPATCH_AFTER": 3.0,
+}
+# Broker on a Redis database of the tests' own; in memory when Redis is not reachable.
+CELERY_BROKER_URL = (
+    "memory://"
+    if "Redis" in SERVICE_PROBLEMS
+    else os.environ.get("CELERY_BROKER_URL", REDIS_URL.rsplit("/", 1)[0] + "/10")
+)

@@ -16,7 +16,19 @@ from .retry import NO_RETRY, Retry
 from .step import Signature, Step, rollback_signature, run_signature
 from .templates import InputRef, Template
 
-META_OPTIONS = frozenset({"returns", "name", "abstract"})
+META_OPTIONS = frozenset({"returns", "name", "abstract", "background"})
+
+
+@dataclass(frozen=True, slots=True)
+class Background:
+    """Where a run moves from the caller to a Celery worker (``Meta.background``).
+
+    ``mode`` is ``"all"`` (the whole run), ``"after"`` (after ``step`` completes) or
+    ``"before"`` (before ``step`` starts).
+    """
+
+    mode: str
+    step: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +73,33 @@ class ReactorDefinition:
     returns: str | None
     definition_hash: str
     by_name: Mapping[str, StepSpec] = field(repr=False)
+    background: Background | None = None
+
+    @property
+    def shape(self) -> dict[str, dict[str, Any]]:
+        """Each step's implementation and dependencies, stored with every run."""
+        return {
+            s.name: {
+                "impl": f"{s.impl.__module__}.{s.impl.__qualname__}",
+                "depends_on": sorted(s.depends_on),
+            }
+            for s in self.steps
+        }
+
+    def incompatibilities(self, stored_shape: Mapping[str, Any], done: set[str]) -> list[str]:
+        """Why a run that started under ``stored_shape`` cannot continue under this definition.
+
+        A run may continue when every step it already recorded still exists with the same
+        implementation and dependencies; steps it has not reached yet may change.
+        """
+        problems = []
+        current = self.shape
+        for name in sorted(done):
+            if name not in current:
+                problems.append(f"step {name!r} ran but no longer exists")
+            elif name in stored_shape and stored_shape[name] != current[name]:
+                problems.append(f"step {name!r} ran but its implementation or inputs changed")
+        return problems
 
     def step(self, name: str) -> StepSpec:
         return self.by_name[name]
@@ -144,6 +183,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
     by_name = {spec.name: spec for spec in specs}
     planner.check(reactor, specs)
 
+    background = _background(reactor, meta.get("background"), by_name)
     returns = meta.get("returns")
     if returns is not None and returns not in by_name:
         raise DefinitionError(
@@ -160,6 +200,27 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         returns=returns,
         definition_hash=_hash(specs, returns),
         by_name=by_name,
+        background=background,
+    )
+
+
+def _background(reactor: str, option: Any, steps: Mapping[str, StepSpec]) -> Background | None:
+    if option is None:
+        return None
+    if option == "all":
+        return Background("all")
+    if isinstance(option, dict) and len(option) == 1:
+        ((mode, step_name),) = option.items()
+        if mode in ("after", "before"):
+            if step_name not in steps:
+                raise DefinitionError(
+                    f"{reactor}.Meta.background hands off {mode} {step_name!r}, which is not a "
+                    f"step of {reactor} (steps: {', '.join(steps) or 'none'})"
+                )
+            return Background(mode, step_name)
+    raise DefinitionError(
+        f'{reactor}.Meta.background must be "all", {{"after": "<step>"}} or '
+        f'{{"before": "<step>"}} (exactly one hand-off point), got {option!r}'
     )
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import faults
 from ..exceptions import ArgumentResolutionError, ResultNotSerializable
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from .definition import ReactorDefinition, StepSpec
@@ -32,6 +33,7 @@ from .journal import Event, Journal, JournalBatch, RollbackWrite, StepWrite
 from .outcomes import (
     Cancelled,
     Completed,
+    Dispatched,
     ErrorInfo,
     ErrorKind,
     Failed,
@@ -39,6 +41,7 @@ from .outcomes import (
     Halt,
     Halted,
     Outcome,
+    Rescheduled,
     RollbackFailure,
     Skip,
     StepOutcome,
@@ -88,6 +91,8 @@ class RunState:
     undo_stack: list[UndoEntry] = field(default_factory=list)
     pending_compensation: list[PendingCompensation] = field(default_factory=list)
     next_seq: int = 1
+    # Attempts a step already made before this process took the run (a retry resumed later).
+    attempts_done: dict[str, int] = field(default_factory=dict)
 
 
 class Executor:
@@ -103,6 +108,8 @@ class Executor:
         clock: Callable[[], dt.datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
         max_retry_delay: float | None = None,
+        hand_off: bool = False,
+        retry_later: bool = False,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -111,6 +118,11 @@ class Executor:
         self.clock = clock
         self.sleep = sleep
         self.max_retry_delay = max_retry_delay
+        # In the caller: stop at the reactor's background hand-off point. In a worker: park the
+        # run for a retry's backoff instead of sleeping.
+        background = definition.background
+        self.hand_off_point = background if hand_off and background is not None else None
+        self.retry_later = retry_later
         self._display_inputs: dict[str, Any] | None = None
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
 
@@ -123,13 +135,20 @@ class Executor:
     def run(self) -> Outcome:
         """Run every remaining step; return how the run ended."""
         definition = self.definition
+        point = self.hand_off_point
         while True:
             spec = definition.next_ready(self.state.done)
             if spec is None:
                 return self._complete()
+            if point is not None and point.mode == "before" and spec.name == point.step:
+                return self._hand_off(next_step=spec.name)
             outcome = self._run_step(spec)
             if outcome is not None:
                 return outcome
+
+    def note(self, kind: str, data: dict[str, Any] | None = None) -> None:
+        """Add a run-level entry to the trace (for example, a worker resuming the run)."""
+        self._commit(JournalBatch(events=[self._event(kind, data=data)]))
 
     def arguments_for(self, step: str) -> dict[str, Any]:
         """Resolve a step's arguments from the inputs and stored results; ``{}`` if impossible."""
@@ -247,7 +266,7 @@ class Executor:
             # stored record, undo and compensate all see the same values.
             arguments = validated
 
-        attempt = 0
+        attempt = self.state.attempts_done.pop(spec.name, 0)
 
         def abort(interruption: BaseException) -> None:
             self._abort(
@@ -264,6 +283,7 @@ class Executor:
             t0 = time.perf_counter()
             exc: BaseException | None = None
             try:
+                faults.point("before_step", step=spec.name)
                 with acting(context):
                     outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**arguments))
             except INTERRUPTIONS as interruption:
@@ -298,6 +318,8 @@ class Executor:
                 delay = spec.retry.delay_after(attempt)
                 if self.max_retry_delay is not None:
                     delay = min(delay, self.max_retry_delay)
+                if self.retry_later and delay > 0:
+                    return self._retry_later(spec, outcome, exc, attempt, delay, duration)
                 self._commit(
                     JournalBatch(
                         events=[
@@ -376,6 +398,7 @@ class Executor:
         # The cursor names the step that runs next, so that if this process dies during it,
         # whoever takes the run over knows which step was in flight.
         following = self.definition.next_ready(self.state.done | {spec.name})
+        faults.point("before_step_commit", step=spec.name)
         event = self._event(
             EventKind.SKIP if skipped else EventKind.RUN,
             step=spec.name,
@@ -397,6 +420,7 @@ class Executor:
                 current_step=following.name if following is not None else spec.name,
             )
         )
+        faults.point("after_step_commit", step=spec.name)
         state = self.state
         state.results[spec.name] = value
         state.done.add(spec.name)
@@ -405,7 +429,62 @@ class Executor:
         if cancel is not None and following is not None:
             # Cancellation takes effect between steps; after the last one the run is complete.
             return self._cancelled(cancel, last_step=spec.name)
+        point = self.hand_off_point
+        if (
+            point is not None
+            and point.mode == "after"
+            and point.step == spec.name
+            and following is not None
+        ):
+            return self._hand_off(next_step=following.name)
         return None
+
+    def _hand_off(self, *, next_step: str) -> Dispatched:
+        """Move the rest of the run to a Celery worker (once: workers never hand off)."""
+        self._commit(
+            JournalBatch(
+                events=[self._event(EventKind.HANDOFF, data={"next_step": next_step})],
+                status=ExecutionStatus.PENDING,
+                current_step=next_step,
+                release=True,
+                handed_off=True,
+                dispatch="handoff",
+            )
+        )
+        self.hand_off_point = None
+        return Dispatched(execution_id=self.execution_id, results=dict(self.state.results))
+
+    def _retry_later(
+        self,
+        spec: StepSpec,
+        outcome: Failure,
+        exc: BaseException | None,
+        attempt: int,
+        delay: float,
+        duration: float,
+    ) -> Rescheduled:
+        """Park the run for the retry's backoff; a task (or the sweeper) resumes it."""
+        self._commit(
+            JournalBatch(
+                events=[
+                    self._event(
+                        EventKind.RETRY,
+                        step=spec.name,
+                        attempt=attempt,
+                        duration_ms=duration,
+                        data={**_error_summary(outcome, exc), "delay": delay},
+                    )
+                ],
+                status=ExecutionStatus.PENDING,
+                current_step=spec.name,
+                current_attempt=attempt,
+                release=True,
+                wake_after=delay,
+                dispatch="retry",
+                dispatch_delay=delay,
+            )
+        )
+        return Rescheduled(execution_id=self.execution_id, step=spec.name, delay=delay)
 
     def _halt(
         self,
@@ -552,6 +631,7 @@ class Executor:
 
         signature = spec.undo_signature if action == "undo" else spec.compensate_signature
         context = self._context(spec, action, 1)
+        faults.point(f"before_{action}", step=spec.name)
         t0 = time.perf_counter()
         failure: RollbackFailure | None = None
         try:

@@ -70,6 +70,25 @@ class JournalBatch:
     result: Any = UNSET
     failure: dict[str, Any] | None = UNSET  # None clears a stored failure
     finished: bool = False
+    # Hand the run to a worker or park it for a retry: release the lease without finishing,
+    # and queue a task (``dispatch`` names why) to publish after the commit.
+    release: bool = False
+    handed_off: bool = False
+    dispatch: str | None = None
+    dispatch_delay: float = 0.0
+    wake_after: float | None = None
+    current_attempt: int | None = None
+
+    @property
+    def routine(self) -> bool:
+        """A plain checkpoint: no hand-off, no parking, no task to queue."""
+        return not (
+            self.release
+            or self.handed_off
+            or self.dispatch
+            or self.wake_after is not None
+            or self.current_attempt is not None
+        )
 
 
 class Journal(Protocol):
@@ -100,6 +119,7 @@ class MemoryJournal:
         self.result: Any = UNSET
         self.failure: dict[str, Any] | None = None
         self.cancel_requested: str | None = None
+        self.dispatches: list[tuple[str, float]] = []
         self.batches = 0
 
     def commit(self, batch: JournalBatch) -> str | None:
@@ -115,6 +135,8 @@ class MemoryJournal:
             self.result = batch.result
         if batch.failure is not UNSET:
             self.failure = batch.failure
+        if batch.dispatch is not None:
+            self.dispatches.append((batch.dispatch, batch.dispatch_delay))
         return self.cancel_requested
 
     def trace(self) -> list[tuple[str, str]]:

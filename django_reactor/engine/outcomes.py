@@ -71,6 +71,9 @@ class ErrorKind:
     RESULT = "result_not_serializable"
     INTERRUPTED = "interrupted"
     ROLLBACK = "rollback"
+    RECOVERY_LIMIT = "recovery_limit"
+    REACTOR_MISSING = "reactor_missing"
+    DEFINITION_CHANGED = "definition_changed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,6 +251,23 @@ class Aborted(Outcome):
 
     error: ErrorInfo | None = None
     status: str = ExecutionStatus.ABORTED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dispatched(Outcome):
+    """The run was handed to a Celery worker; ``results`` holds what ran in this process."""
+
+    results: dict[str, Any] = field(default_factory=dict)
+    status: str = ExecutionStatus.PENDING
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rescheduled(Outcome):
+    """A step will be retried later: the run waits, holding no worker, until ``wake_at``."""
+
+    step: str = ""
+    delay: float = 0.0
+    status: str = ExecutionStatus.PENDING
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

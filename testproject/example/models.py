@@ -116,3 +116,33 @@ class Subscription(models.Model):
 
     def __str__(self) -> str:
         return f"{self.customer_email} until {self.paid_until}"
+
+
+class Effect(models.Model):
+    """An external side effect, recorded once per idempotency key (like a payment provider)."""
+
+    key = models.CharField(max_length=64, unique=True)
+    execution_id = models.UUIDField()
+    step = models.CharField(max_length=64)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.step} {self.key[:8]}"
+
+
+class BodyRun(models.Model):
+    """Every time a step body started (to count at-least-once re-runs)."""
+
+    execution_id = models.UUIDField(db_index=True)
+    step = models.CharField(max_length=64)
+    pid = models.PositiveIntegerField()
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.step} in {self.pid}"

@@ -107,13 +107,13 @@ def test_bad_retry_options(kwargs: dict[str, Any], message: str) -> None:
 
 
 def test_bad_meta_options() -> None:
-    with pytest.raises(DefinitionError, match=r"Meta has unknown option\(s\) background"):
+    with pytest.raises(DefinitionError, match=r"Meta has unknown option\(s\) timeout"):
 
         class BadMeta(Reactor):
             a = step(Echo)
 
             class Meta:
-                background = "all"
+                timeout = 3
 
     with pytest.raises(DefinitionError, match=r"Meta.returns names 'z'"):
 
@@ -229,3 +229,37 @@ def test_rollback_decorators_on_class_steps_are_refused_by_name() -> None:
 
     with pytest.raises(DefinitionError, match=r"@Echo.undo only works on function steps"):
         step(Echo).undo(lambda result: None)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("some", 'must be "all"'),
+        ({"after": "a", "before": "b"}, "exactly one hand-off point"),
+        ({"during": "a"}, 'must be "all"'),
+        ({"after": "zz"}, "hands off after 'zz', which is not a step"),
+    ],
+)
+def test_background_option_is_checked(option: Any, message: str) -> None:
+    with pytest.raises(DefinitionError, match=message):
+        type(
+            "Bg",
+            (Reactor,),
+            {
+                "__module__": __name__,
+                "a": step(Echo),
+                "b": step(Echo),
+                "Meta": type("Meta", (), {"background": option}),
+            },
+        )
+
+
+def test_background_points_are_recorded() -> None:
+    class After(Reactor):
+        a = step(Echo)
+        b = step(Echo, wait_for=["a"])
+
+        class Meta:
+            background = {"after": "a"}
+
+    assert (After.definition.background.mode, After.definition.background.step) == ("after", "a")

@@ -1,0 +1,37 @@
+"""The Celery bridge: the tasks workers run, publishing queued dispatches, the beat schedule.
+
+Add ``django_reactor`` to ``INSTALLED_APPS`` and run Celery workers for your project as usual;
+the tasks are ``@shared_task``s named ``django_reactor.resume`` and ``django_reactor.sweep``.
+See :func:`beat_schedule` and :data:`RECOMMENDED_CELERY_SETTINGS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Celery settings django_reactor is designed for (as ``CELERY_*`` Django settings).
+RECOMMENDED_CELERY_SETTINGS: dict[str, Any] = {
+    # Acknowledge after the task ran, so a lost worker's message is delivered again.
+    "task_acks_late": True,
+    # A worker whose child process dies gives the message back; the run's recovery counter
+    # (REACTOR["MAX_RECOVERY_ATTEMPTS"]) stops a step that kills its worker every time.
+    "task_reject_on_worker_lost": True,
+    # One message at a time per process: long steps do not hold prefetched runs hostage.
+    "worker_prefetch_multiplier": 1,
+    # Results live in the database, not in a result backend.
+    "task_ignore_result": True,
+    # Keep the Redis visibility timeout above your longest step; duplicates are harmless (the
+    # lease suppresses them) but cost a delivery.
+    "broker_transport_options": {"visibility_timeout": 3600},
+}
+
+
+def beat_schedule(interval: float | None = None) -> dict[str, dict[str, Any]]:
+    """A ``CELERY_BEAT_SCHEDULE`` entry running the sweeper every ``interval`` seconds.
+
+    >>> CELERY_BEAT_SCHEDULE = {**beat_schedule()}  # doctest: +SKIP
+    """
+    from ..conf import reactor_settings
+
+    seconds = float(interval if interval is not None else reactor_settings.SWEEP_INTERVAL)
+    return {"django-reactor-sweep": {"task": "django_reactor.sweep", "schedule": seconds}}

@@ -1,0 +1,63 @@
+"""Publishing queued dispatches (outbox rows) to Celery, after the transaction that wrote them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import faults
+
+logger = logging.getLogger("django_reactor.celery")
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedDispatch:
+    """An outbox row to publish: the run to resume, and how long to wait first."""
+
+    dispatch_id: int
+    execution_id: UUID
+    countdown: float = 0.0
+
+
+def publish_on_commit(dispatches: Sequence[QueuedDispatch], using: str) -> None:
+    """Publish after the current transaction commits (at once outside a transaction).
+
+    A failure to publish is logged and left to the sweeper, which republishes unsent rows.
+    """
+    if dispatches:
+        transaction.on_commit(lambda: publish(dispatches, using), using=using, robust=True)
+
+
+def publish(dispatches: Sequence[QueuedDispatch], using: str) -> list[int]:
+    """Send one ``django_reactor.resume`` task per dispatch; mark the ones sent. Returns them."""
+    from ..conf import reactor_settings
+    from ..models import Dispatch
+    from .tasks import resume
+
+    queue = reactor_settings.CELERY_QUEUE
+    sent: list[int] = []
+    faults.point("before_publish")
+    for item in dispatches:
+        options: dict[str, object] = {}
+        if queue:
+            options["queue"] = queue
+        if item.countdown > 0:
+            options["countdown"] = item.countdown
+        try:
+            resume.apply_async(args=[str(item.execution_id)], **options)
+        except Exception:
+            logger.warning(
+                "could not publish the task for execution %s; the sweeper will publish it",
+                item.execution_id,
+                exc_info=True,
+            )
+            continue
+        sent.append(item.dispatch_id)
+    if sent:
+        Dispatch.objects.using(using).filter(id__in=sent).update(sent_at=timezone.now())
+    return sent

@@ -1,0 +1,32 @@
+"""The Celery tasks. Their messages carry an execution id and nothing else."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+
+logger = logging.getLogger("django_reactor.celery")
+
+
+@shared_task(
+    name="django_reactor.resume",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def resume(execution_id: str) -> None:
+    """Take the run over (if nobody owns it) and execute it from its last checkpoint."""
+    from .. import services
+
+    services.resume(execution_id)
+
+
+@shared_task(name="django_reactor.sweep", ignore_result=True)
+def sweep() -> dict[str, Any]:
+    """Republish lost work: unsent dispatches, runs whose worker died, due wake-ups."""
+    from .. import services
+
+    report = services.sweep()
+    return report.as_dict()

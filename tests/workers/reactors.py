@@ -1,0 +1,115 @@
+"""Reactors the worker tests run on real Celery workers.
+
+Every step records that its body started (``BodyRun``) and its external effect once per
+idempotency key (``Effect``), so tests can tell re-runs (allowed for a step in flight) from
+duplicated effects (never allowed).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django_reactor import Reactor, Retry, Step, Success, faults, step
+from testproject.example.models import BodyRun, Effect
+
+
+def effect(key: str, execution_id: Any, name: str) -> None:
+    Effect.objects.get_or_create(key=key, defaults={"execution_id": execution_id, "step": name})
+
+
+class Effectful(Step):
+    """Records its body run, then its effect (once per key), then returns its name."""
+
+    def run(self, **arguments: Any) -> Any:
+        context = self.context
+        BodyRun.objects.create(
+            execution_id=context.execution_id, step=context.step, pid=os.getpid()
+        )
+        effect(context.idempotency_key, context.execution_id, context.step)
+        faults.point("after_effect", step=context.step)
+        if context.step in FAILING:
+            raise RuntimeError(f"{context.step} failed")
+        return Success({"step": context.step})
+
+    def undo(self, result: Any, **arguments: Any) -> None:
+        context = self.context
+        BodyRun.objects.create(
+            execution_id=context.execution_id, step=f"undo:{context.step}", pid=os.getpid()
+        )
+        effect(context.idempotency_key, context.execution_id, f"undo:{context.step}")
+
+    def compensate(self, error: Any, **arguments: Any) -> None:
+        context = self.context
+        effect(context.idempotency_key, context.execution_id, f"compensate:{context.step}")
+
+
+FAILING = {"f4"}
+
+
+class Five(Reactor):
+    """Five steps in a chain, all in the background."""
+
+    s1 = step(Effectful)
+    s2 = step(Effectful, wait_for=["s1"])
+    s3 = step(Effectful, wait_for=["s2"])
+    s4 = step(Effectful, wait_for=["s3"])
+    s5 = step(Effectful, wait_for=["s4"])
+
+    class Meta:
+        background = "all"
+
+
+class FailsAtFour(Reactor):
+    """Three steps, then a failing fourth: the rollback undoes three steps in a worker."""
+
+    f1 = step(Effectful)
+    f2 = step(Effectful, wait_for=["f1"])
+    f3 = step(Effectful, wait_for=["f2"])
+    f4 = step(Effectful, wait_for=["f3"])
+
+    class Meta:
+        background = "all"
+
+
+class Flaky(Step):
+    """Fails its first two attempts; the worker reschedules it instead of sleeping."""
+
+    def run(self) -> Any:
+        BodyRun.objects.create(
+            execution_id=self.context.execution_id, step="flaky", pid=os.getpid()
+        )
+        if self.context.attempt < 3:
+            raise TimeoutError(f"attempt {self.context.attempt} timed out")
+        return "third time lucky"
+
+
+class Retrying(Reactor):
+    first = step(Effectful)
+    flaky = step(Flaky, wait_for=["first"], retry=Retry(attempts=3, backoff="fixed", delay=0.3))
+
+    class Meta:
+        background = "all"
+        returns = "flaky"
+
+
+class HandsOffAfterFirst(Reactor):
+    """Runs ``h1`` in the caller, the rest in a worker."""
+
+    h1 = step(Effectful)
+    h2 = step(Effectful, wait_for=["h1"])
+    h3 = step(Effectful, wait_for=["h2"])
+
+    class Meta:
+        background = {"after": "h1"}
+
+
+class HandsOffBeforeCharge(Reactor):
+    """Runs ``b1`` in the caller; ``charge`` and what follows run in a worker."""
+
+    b1 = step(Effectful)
+    charge = step(Effectful, wait_for=["b1"])
+    b3 = step(Effectful, wait_for=["charge"])
+
+    class Meta:
+        background = {"before": "charge"}

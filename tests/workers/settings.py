@@ -1,0 +1,23 @@
+"""Settings of the Celery worker processes the worker tests start.
+
+The test process passes its test database (``DATABASE_URL``), its broker and queue, and
+django_reactor settings (``REACTOR_SETTINGS_JSON``) through the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import database_from_url
+
+DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+REACTOR = json.loads(os.environ.get("REACTOR_SETTINGS_JSON", "{}"))
+CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_reactor": {"handlers": ["console"], "level": "INFO"}},
+}
