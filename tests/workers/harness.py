@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -58,31 +57,10 @@ class Worker:
     """One ``celery worker`` (prefork) on the test database, broker and queue."""
 
     def __init__(
-        self,
-        *,
-        database_url: str,
-        broker_url: str,
-        queue: str,
-        reactor_settings: dict[str, Any],
-        log_dir: Path,
-        concurrency: int = 2,
-        faults: str = "",
-        fault_state: Path | None = None,
+        self, *, env: dict[str, str], queue: str, log_dir: Path, concurrency: int = 2
     ) -> None:
         self.name = f"w{uuid.uuid4().hex[:6]}"
         self.log_path = log_dir / f"{self.name}.log"
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.workers.settings",
-            "DATABASE_URL": database_url,
-            "CELERY_BROKER_URL": broker_url,
-            "REACTOR_SETTINGS_JSON": json.dumps(reactor_settings),
-            "PYTHONPATH": str(ROOT),
-        }
-        env.pop("REACTOR_FAULTS", None)
-        if faults:
-            env["REACTOR_FAULTS"] = faults
-            env["REACTOR_FAULTS_STATE"] = str(fault_state or log_dir)
         self.command = [
             sys.executable, "-m", "celery", "-A", "testproject", "worker",
             "-P", "prefork", "-c", str(concurrency), "-Q", queue, "-n", f"{self.name}@%h",

@@ -14,7 +14,8 @@ from tests.workers.reactors import Five, HandsOffAfterFirst, HandsOffBeforeCharg
 
 def finished(execution_id: Any) -> Execution | None:
     row = Execution.objects.get(pk=execution_id)
-    return row if row.status not in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING) else None
+    moving = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+    return row if row.status not in moving else None
 
 
 def body_runs(execution_id: Any) -> dict[str, int]:

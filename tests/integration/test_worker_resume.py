@@ -1,0 +1,175 @@
+"""services.resume (the worker task's body) and the sweeper, without a worker process."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import uuid
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from django_reactor import Dispatched, Reactor, services, step, store
+from django_reactor.models import Dispatch, Execution
+from django_reactor.states import ExecutionStatus
+from tests.integration.reactors import Tracked, ledger
+
+pytestmark = pytest.mark.django_db
+
+
+class InBackground(Reactor):
+    one = step(Tracked)
+    two = step(Tracked, wait_for=["one"])
+
+    class Meta:
+        background = "all"
+
+
+def test_run_in_the_background_writes_a_pending_run_and_its_dispatch() -> None:
+    outcome = InBackground.run({})
+    assert isinstance(outcome, Dispatched)
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert (row.status, row.lease_owner, row.handed_off) == (ExecutionStatus.PENDING, None, True)
+    assert row.definition_shape["two"]["depends_on"] == ["one"]
+    assert Dispatch.objects.get(execution=row).reason == "start"
+    assert ledger.calls == []
+    assert services.find(row.id).outcome == Dispatched(
+        execution_id=row.id, status=ExecutionStatus.PENDING
+    )
+
+
+def test_resume_runs_a_pending_run_and_a_second_delivery_does_nothing() -> None:
+    outcome = InBackground.run({})
+    result = services.resume(outcome.execution_id)
+    assert result is not None
+    assert result.ok
+    assert ledger.calls == [("run", "one"), ("run", "two")]
+    assert services.resume(outcome.execution_id) is None
+    assert ledger.calls == [("run", "one"), ("run", "two")]
+
+
+def test_resume_ignores_unknown_and_malformed_ids(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="django_reactor")
+    missing = uuid.uuid4()
+    assert services.resume(missing) is None
+    assert services.resume("not-a-uuid") is None
+    assert f"unknown execution {missing}" in caplog.text
+    assert "'not-a-uuid', which is not an execution id" in caplog.text
+
+
+def test_a_reactor_that_no_longer_imports_parks_the_run_once() -> None:
+    outcome = InBackground.run({})
+    Execution.objects.filter(pk=outcome.execution_id).update(reactor="gone.module.Reactor")
+    result = services.resume(outcome.execution_id)
+    assert result is not None
+    assert result.status == ExecutionStatus.NEEDS_ATTENTION
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.status == ExecutionStatus.NEEDS_ATTENTION
+    assert row.failure["kind"] == "reactor_missing"
+    assert "gone.module.Reactor" in row.failure["message"]
+    assert services.resume(outcome.execution_id) is None  # parked: not taken again
+    assert ledger.calls == []
+
+
+def test_a_changed_definition_under_a_run_is_refused() -> None:
+    outcome = InBackground.run({})
+    services.resume(outcome.execution_id)
+    # Pretend the run stopped after "one", and the deployed "one" now differs.
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        status=ExecutionStatus.PENDING,
+        definition_shape={
+            "one": {"impl": "somewhere.Else", "depends_on": []},
+            "two": {"impl": "x", "depends_on": ["one"]},
+        },
+    )
+    ledger.clear()
+    result = services.resume(outcome.execution_id)
+    assert result is not None
+    assert result.status == ExecutionStatus.NEEDS_ATTENTION
+    message = Execution.objects.get(pk=outcome.execution_id).failure["message"]
+    assert "step 'one' ran but its implementation or inputs changed" in message
+    assert ledger.calls == []
+
+
+def test_steps_not_reached_yet_may_change() -> None:
+    outcome = InBackground.run({})
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        definition_shape={"one": InBackground.definition.shape["one"], "two": {"impl": "old"}}
+    )
+    assert services.resume(outcome.execution_id).ok
+
+
+def test_a_retry_not_due_yet_is_not_taken() -> None:
+    outcome = InBackground.run({})
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        wake_at=timezone.now() + dt.timedelta(hours=1)
+    )
+    assert services.resume(outcome.execution_id) is None
+    assert ledger.calls == []
+
+
+def test_the_sweeper_recovers_a_dead_run_and_releases_due_wake_ups(settings: Any) -> None:
+    dead = InBackground.run({})
+    Execution.objects.filter(pk=dead.execution_id).update(
+        status=ExecutionStatus.RUNNING, lease_owner="gone:1",
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=5),
+    )  # fmt: skip
+    woken = InBackground.run({})
+    Execution.objects.filter(pk=woken.execution_id).update(
+        wake_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    live = InBackground.run({})
+    Execution.objects.filter(pk=live.execution_id).update(
+        status=ExecutionStatus.RUNNING, lease_owner="alive:1",
+        lease_expires_at=timezone.now() + dt.timedelta(minutes=5),
+    )  # fmt: skip
+    Dispatch.objects.update(sent_at=timezone.now())  # their first tasks went out
+    report = services.sweep()
+    assert (report.recovered, report.woken) == (1, 1)
+    reasons = dict(Dispatch.objects.filter(sent_at__isnull=True).values_list("execution", "reason"))
+    assert reasons == {dead.execution_id: "recover", woken.execution_id: "wake"}
+    # A second sweep right away queues nothing more: those dispatches are on their way.
+    assert services.sweep().as_dict() == {
+        "republished": 0, "recovered": 0, "woken": 0, "redispatched": 0,
+    }  # fmt: skip
+
+
+def test_the_sweeper_redispatches_a_run_whose_message_was_lost() -> None:
+    outcome = InBackground.run({})
+    long_ago = timezone.now() - dt.timedelta(minutes=10)
+    Dispatch.objects.update(sent_at=long_ago)
+    assert services.sweep().redispatched == 1
+    assert Dispatch.objects.filter(execution_id=outcome.execution_id).count() == 2
+
+
+def test_reactor_sweep_command_prints_the_report() -> None:
+    out = StringIO()
+    call_command("reactor_sweep", "--json", stdout=out)
+    assert json.loads(out.getvalue()) == {
+        "republished": 0, "recovered": 0, "woken": 0, "redispatched": 0,
+    }  # fmt: skip
+
+
+def test_reactor_sweep_rejects_a_bad_interval() -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="more than 0 seconds"):
+        call_command("reactor_sweep", "--loop", "--interval", "0")
+
+
+def test_background_all_may_start_inside_a_transaction() -> None:
+    from django.db import transaction
+
+    with transaction.atomic():
+        outcome = InBackground.run({})
+    assert Execution.objects.get(pk=outcome.execution_id).status == ExecutionStatus.PENDING
+
+
+def test_the_store_refuses_to_claim_a_finished_run() -> None:
+    outcome = InBackground.run({})
+    services.resume(outcome.execution_id)
+    assert store.claim_for_worker(outcome.execution_id, "me") is None
