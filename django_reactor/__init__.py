@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .engine.composition import compose
 from .engine.declarations import step
 from .engine.outcomes import (
     Aborted,
@@ -54,6 +55,7 @@ __all__ = [
     "Success",
     "__version__",
     "arg",
+    "compose",
     "step",
     "step_context",
 ]

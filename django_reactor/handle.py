@@ -184,6 +184,20 @@ class ExecutionHandle:
             self._trace = [TraceEvent.from_row(r) for r in store.event_rows(self.id)]
         return self._trace
 
+    @property
+    def parent_id(self) -> UUID | None:
+        """For a composed child: the execution whose step runs it."""
+        return self._row.parent_id
+
+    def child(self, step: str) -> ExecutionHandle:
+        """The composed child that ``step`` ran (raises KeyError when it has none)."""
+        from . import store
+
+        row = store.find_child(self.id, step)
+        if row is None:
+            raise KeyError(f"step {step!r} of execution {self.id} did not run a composed reactor")
+        return ExecutionHandle(row)
+
     # -- operations (through services, which enforce the state machine and the lease)
     def refresh(self) -> ExecutionHandle:
         from . import services

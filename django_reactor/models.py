@@ -80,6 +80,13 @@ class Execution(models.Model):
         on_delete=models.CASCADE,
         related_name="descendants",
     )
+    parent_step = models.CharField(
+        _("parent step"),
+        max_length=255,
+        blank=True,
+        default="",
+        help_text=_("For a composed child: the parent's step that runs it."),
+    )
     retry_of = models.OneToOneField(
         "self",
         verbose_name=_("retry of"),
@@ -131,6 +138,11 @@ class Execution(models.Model):
                 fields=["reactor", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="reactor_exec_idempotency_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["parent", "parent_step"],
+                condition=Q(parent__isnull=False),
+                name="reactor_exec_child_uniq",
             ),
         ]
         indexes = [

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import InterfaceError, OperationalError, connections
 
 from . import registry, store
+from .composition import DatabaseChildRunner
 from .conf import reactor_settings
 from .engine.executor import Executor, RunState, utcnow
 from .engine.journal import Event
@@ -157,6 +158,7 @@ def _start(
         state=RunState(next_seq=2),
         max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
         hand_off=True,
+        children=DatabaseChildRunner(owned.execution_id, owned.execution_id),
     )
     try:
         with store.LeaseKeeper(owned):
@@ -251,6 +253,7 @@ def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandl
     A run that a live process is executing is asked to stop after its current step.
     """
     row = store.get_row(execution_id)
+    _refuse_child(row, "cancel")
     store.request_cancel(row.id, reason=reason or "cancelled", cancellable=CANCELLABLE)
     return find(row.id)
 
@@ -272,6 +275,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
     to undo changes nothing. A run that had a failing step ends ``failed``; others ``cancelled``.
     """
     row = store.get_row(execution_id)
+    _refuse_child(row, "undo")
     reactor = registry.get(row.reactor)
     if row.status not in UNDOABLE:
         raise InvalidTransition(
@@ -300,6 +304,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         store.DatabaseJournal(owned),
         inputs=decode(row.inputs),
         state=state,
+        children=DatabaseChildRunner(row.id, row.id),
     )
     in_flight = row.current_step
     if (
@@ -319,6 +324,15 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
             failure=failure,
         )
     return find(row.id)
+
+
+def _refuse_child(row: Any, action: str) -> None:
+    if row.parent_id is not None:
+        raise InvalidTransition(
+            f"cannot {action} execution {row.id}: it is the composed child run by step "
+            f"{row.parent_step!r} of execution {row.parent_id}; {action} that execution instead",
+            status=row.status,
+        )
 
 
 def _abandoned_while_running(row: Any) -> bool:
@@ -434,6 +448,7 @@ def _worker_executor(definition: ReactorDefinition, owned: store.Owned, row: Any
         inputs=decode(row.inputs),
         state=state,
         retry_later=True,
+        children=DatabaseChildRunner(owned.execution_id, owned.execution_id),
     )
 
 
@@ -473,6 +488,7 @@ def retry(execution_id: uuid.UUID | str) -> Outcome:
     most once; retry the retry to go again.
     """
     row = store.get_row(execution_id)
+    _refuse_child(row, "retry")
     if row.status != ExecutionStatus.FAILED:
         raise InvalidTransition(
             f"cannot retry execution {row.id}: it is {row.status}; only failed runs are "

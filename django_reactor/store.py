@@ -67,6 +67,10 @@ def inside_user_transaction(using: str = USING) -> bool:
 # ---------------------------------------------------------------------------- creating runs
 
 
+class ChildExists(Exception):
+    """The parent step already has its composed child (started by an earlier attempt)."""
+
+
 class IdempotencyConflict(Exception):
     """Another execution of the reactor already holds the idempotency key."""
 
@@ -98,6 +102,7 @@ def create_execution(
     current_step: str = "",
     definition_shape: dict[str, Any] | None = None,
     dispatch: str | None = None,
+    parent: tuple[uuid.UUID, uuid.UUID, str] | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -118,6 +123,9 @@ def create_execution(
         idempotency_key=idempotency_key,
         failure=failure,
         retry_of_id=retry_of,
+        parent_id=parent[0] if parent else None,
+        root_id=parent[1] if parent else None,
+        parent_step=parent[2] if parent else "",
         lease_owner=owner,
         lease_expires_at=(now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS))
         if owner
@@ -133,6 +141,8 @@ def create_execution(
             if dispatch is not None:
                 queue_dispatch(execution.id, dispatch)
     except IntegrityError:
+        if parent is not None and find_child(parent[0], parent[2]) is not None:
+            raise ChildExists(parent[2]) from None
         if retry_of is not None and (retried_as := find_retry(retry_of)) is not None:
             raise AlreadyRetried(
                 f"execution {retry_of} was already retried as {retried_as}; retry that one instead",
@@ -563,7 +573,7 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
         row = (
             Execution.objects.using(USING)
             .select_for_update(skip_locked=True)
-            .filter(pk=execution_id, status__in=RESUMABLE)
+            .filter(pk=execution_id, status__in=RESUMABLE, parent__isnull=True)
             .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
             .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
             .only("id", "status", "fence", "recovery_attempts")
@@ -622,6 +632,24 @@ def park_for_attention(
             at=now,
             data=data,
         )
+
+
+def find_child(parent_id: uuid.UUID, step: str) -> Execution | None:
+    """The composed child a parent's step started, if any."""
+    return Execution.objects.using(USING).filter(parent_id=parent_id, parent_step=step).first()
+
+
+def adopt_child(execution_id: uuid.UUID) -> Owned:
+    """Take a composed child over for its parent's owner: bump its fence, so writes from a
+    previous owner of the parent (a zombie) are refused."""
+    with transaction.atomic(using=USING):
+        Execution.objects.using(USING).filter(pk=execution_id).update(
+            fence=F("fence") + 1, updated_at=timezone.now()
+        )
+        fence = (
+            Execution.objects.using(USING).filter(pk=execution_id).values_list("fence", flat=True)
+        ).get()
+    return Owned(execution_id, fence)
 
 
 def execution_exists(execution_id: uuid.UUID) -> bool:
@@ -702,7 +730,7 @@ def sweep(*, limit: int, grace: float, redispatch_after: float) -> SweepReport:
         candidates = list(
             locked(
                 Execution.objects.using(USING)
-                .filter(status__in=RESUMABLE)
+                .filter(status__in=RESUMABLE, parent__isnull=True)
                 .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
                 .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
                 .exclude(Exists(unsent))

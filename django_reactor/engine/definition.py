@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from ..exceptions import DefinitionError
 from . import planner
+from .composition import ComposeStep
 from .declarations import StepDeclaration
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
@@ -46,6 +47,11 @@ class StepSpec:
     undo_signature: Signature
     compensate_signature: Signature
     secret_argument_paths: tuple[SecretPath, ...] = ()
+
+    @property
+    def child(self) -> Any:
+        """The composed reactor class, for a ``compose()`` step."""
+        return getattr(self.impl, "child", None) if issubclass(self.impl, ComposeStep) else None
 
     @property
     def has_undo(self) -> bool:

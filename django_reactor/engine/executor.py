@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults
-from ..exceptions import ArgumentResolutionError, ResultNotSerializable
+from ..exceptions import ArgumentResolutionError, ReactorError, ResultNotSerializable
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
+from .composition import ChildRunner
 from .definition import ReactorDefinition, StepSpec
 from .journal import Event, Journal, JournalBatch, RollbackWrite, StepWrite
 from .outcomes import (
@@ -110,6 +111,7 @@ class Executor:
         max_retry_delay: float | None = None,
         hand_off: bool = False,
         retry_later: bool = False,
+        children: ChildRunner | None = None,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -123,6 +125,7 @@ class Executor:
         background = definition.background
         self.hand_off_point = background if hand_off and background is not None else None
         self.retry_later = retry_later
+        self.children = children
         self._display_inputs: dict[str, Any] | None = None
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
 
@@ -265,6 +268,8 @@ class Executor:
             # From here on the step's arguments are the contract's validated data: run, the
             # stored record, undo and compensate all see the same values.
             arguments = validated
+        if spec.child is not None:
+            return self._run_child(spec, arguments, started_at)
 
         attempt = self.state.attempts_done.pop(spec.name, 0)
 
@@ -345,6 +350,62 @@ class Executor:
             return self._fail(
                 spec, error, arguments, started=True, started_at=started_at, attempts=attempt
             )
+
+    def _run_child(
+        self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> Outcome | None:
+        """Run a composed reactor as this step; map its outcome onto the step."""
+        runner = self._child_runner(spec)
+        t0 = time.perf_counter()
+        try:
+            outcome = runner.run(spec.name, spec.child.definition, arguments)
+        except INTERRUPTIONS as interruption:
+            self._abort(
+                interruption, spec=spec, arguments=arguments, attempt=1, started_at=started_at
+            )
+            raise
+        duration = (time.perf_counter() - t0) * 1000
+        if isinstance(outcome, Completed):
+            stored, value = roundtrip(outcome.value)
+            return self._record_done(
+                spec, Success(outcome.value), arguments, stored, value, 1, started_at, duration
+            )
+        if isinstance(outcome, Halted):
+            return self._halt(spec, Halt(outcome.reason), arguments, 1, started_at, duration)
+        child_error = getattr(outcome, "error", None)
+        name = spec.child.__qualname__
+        if child_error is not None:
+            error = ErrorInfo(
+                **{
+                    **child_error._fields(),
+                    "message": f"composed {name} failed: {child_error}",
+                    "step": spec.name,
+                    "reactor": self.definition.name,
+                    "inputs": self._redacted_inputs(),
+                    "arguments": redact(_displayable(arguments), spec.argument_secret_paths()),
+                    "rollback_failures": tuple(
+                        _nested(spec.name, f) for f in child_error.rollback_failures
+                    ),
+                }
+            )
+        else:
+            error = ErrorInfo(
+                kind=ErrorKind.STEP,
+                message=f"composed {name} ended {outcome.status}",
+                step=spec.name,
+                reactor=self.definition.name,
+                inputs=self._redacted_inputs(),
+            )
+        # The child rolled itself back already: nothing of this step is left to compensate.
+        return self._fail(spec, error, arguments, started=False, started_at=started_at, attempts=1)
+
+    def _child_runner(self, spec: StepSpec) -> ChildRunner:
+        if self.children is None:
+            raise ReactorError(
+                f"step {spec.name!r} composes {spec.child.__qualname__}, but this executor has "
+                "no child runner"
+            )
+        return self.children
 
     def _resolve(self, spec: StepSpec) -> dict[str, Any]:
         scope = self._scope
@@ -567,8 +628,12 @@ class Executor:
         except INTERRUPTIONS as exc:
             self._abort(exc)
             raise
-        final = error.with_rollback_failures(failures)
-        status = ExecutionStatus.FAILED if not failures else ExecutionStatus.NEEDS_ATTENTION
+        final = error.with_rollback_failures([*error.rollback_failures, *failures])
+        status = (
+            ExecutionStatus.FAILED
+            if not final.rollback_failures
+            else ExecutionStatus.NEEDS_ATTENTION
+        )
         self._commit(
             JournalBatch(
                 events=[self._event(EventKind.FAIL, data={"status": status})],
@@ -584,25 +649,29 @@ class Executor:
         state = self.state
         while state.pending_compensation:
             pending = state.pending_compensation[0]
-            failure = self._rollback_one(
-                self.definition.step(pending.step), "compensate", pending.error, pending.arguments
+            failures.extend(
+                self._rollback_one(
+                    self.definition.step(pending.step),
+                    "compensate",
+                    pending.error,
+                    pending.arguments,
+                )
             )
             state.pending_compensation.pop(0)
-            if failure:
-                failures.append(failure)
         while state.undo_stack:
             entry = state.undo_stack[-1]
-            failure = self._rollback_one(
-                self.definition.step(entry.step), "undo", entry.result, entry.arguments
+            failures.extend(
+                self._rollback_one(
+                    self.definition.step(entry.step), "undo", entry.result, entry.arguments
+                )
             )
             state.undo_stack.pop()
-            if failure:
-                failures.append(failure)
         return failures
 
     def _rollback_one(
         self, spec: StepSpec, action: str, first: Any, arguments: dict[str, Any]
-    ) -> RollbackFailure | None:
+    ) -> list[RollbackFailure]:
+        """Undo or compensate one step; return what could not be rolled back."""
         kinds = {
             "undo": (
                 EventKind.UNDO,
@@ -618,6 +687,8 @@ class Executor:
             ),
         }
         ok_kind, failed_kind, skipped_kind, ok_status = kinds[action]
+        if spec.child is not None:
+            return self._rollback_child(spec, ok_kind, failed_kind, ok_status)
         has_handler = spec.has_undo if action == "undo" else spec.has_compensate
         if not has_handler:
             event = self._event(skipped_kind, step=spec.name)
@@ -627,7 +698,7 @@ class Executor:
                     rollback=RollbackWrite(spec.name, RollbackStatus.NO_HANDLER, event.at),
                 )
             )
-            return None
+            return []
 
         signature = spec.undo_signature if action == "undo" else spec.compensate_signature
         context = self._context(spec, action, 1)
@@ -671,7 +742,36 @@ class Executor:
                 spec.name, RollbackStatus.FAILED, event.at, error=failure.to_dict()
             )
         self._commit(JournalBatch(events=[event], rollback=rollback))
-        return failure
+        return [failure] if failure is not None else []
+
+    def _rollback_child(
+        self, spec: StepSpec, ok_kind: str, failed_kind: str, ok_status: str
+    ) -> list[RollbackFailure]:
+        """Undo (or, cut off mid-run, compensate) a composed child: its own rollback."""
+        t0 = time.perf_counter()
+        failures = [_nested(spec.name, f) for f in self._child_runner(spec).rollback(spec.name)]
+        duration = (time.perf_counter() - t0) * 1000
+        if failures:
+            event = self._event(
+                failed_kind,
+                step=spec.name,
+                duration_ms=duration,
+                data={
+                    "error": f"{len(failures)} step(s) of the composed reactor could not be "
+                    "rolled back"
+                },
+            )
+            rollback = RollbackWrite(
+                spec.name,
+                RollbackStatus.FAILED,
+                event.at,
+                error={"failures": [f.to_dict() for f in failures]},
+            )
+        else:
+            event = self._event(ok_kind, step=spec.name, duration_ms=duration)
+            rollback = RollbackWrite(spec.name, ok_status, event.at)
+        self._commit(JournalBatch(events=[event], rollback=rollback))
+        return failures
 
     def _abort(
         self,
@@ -854,6 +954,16 @@ def _step_write(
         result=result,
         error=error,
         compensable=compensable,
+    )
+
+
+def _nested(step: str, failure: RollbackFailure) -> RollbackFailure:
+    """A child's rollback failure as seen from its parent: ``parent_step.child_step``."""
+    return RollbackFailure(
+        step=f"{step}.{failure.step}",
+        action=failure.action,
+        exception_class=failure.exception_class,
+        message=failure.message,
     )
 
 

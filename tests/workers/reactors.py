@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from django_reactor import Reactor, Retry, Step, Success, faults, step
+from django_reactor import Reactor, Retry, Step, Success, compose, faults, step
 from testproject.example.models import BodyRun, Effect
 
 
@@ -113,3 +113,20 @@ class HandsOffBeforeCharge(Reactor):
 
     class Meta:
         background = {"before": "charge"}
+
+
+class ChildThree(Reactor):
+    """Composed by ``WithChild``."""
+
+    c1 = step(Effectful)
+    c2 = step(Effectful, wait_for=["c1"])
+    c3 = step(Effectful, wait_for=["c2"])
+
+
+class WithChild(Reactor):
+    p1 = step(Effectful)
+    child = compose(ChildThree, wait_for=["p1"])
+    p2 = step(Effectful, wait_for=["child"])
+
+    class Meta:
+        background = "all"

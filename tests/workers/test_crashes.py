@@ -252,3 +252,17 @@ def _queue() -> str:
     from django.conf import settings
 
     return str(settings.REACTOR["CELERY_QUEUE"])
+
+
+def test_a_worker_killed_inside_a_composed_child_continues_the_child(start_worker: Any) -> None:
+    from tests.workers.reactors import WithChild
+
+    start_worker(faults="after_step_commit@c2=kill:once")
+    outcome = WithChild.run({})
+    row = sweep_until_finished(outcome.execution_id)
+    assert row.status == ExecutionStatus.COMPLETED
+    child = services.find(row.id).child("child")
+    assert child.status == ExecutionStatus.COMPLETED
+    assert body_runs(row.id) == {"p1": 1, "p2": 1}
+    assert body_runs(child.id) == {"c1": 1, "c2": 1, "c3": 1}
+    assert Execution.objects.filter(parent=row.id).count() == 1

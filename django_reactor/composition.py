@@ -1,0 +1,105 @@
+"""Running composed children durably: each child is an execution of its own, linked to its parent.
+
+The parent's executor calls :class:`DatabaseChildRunner` for a ``compose()`` step. After a crash
+the parent runs that step again; the runner then finds the child it already started and
+continues it from its checkpoint instead of starting another.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from . import store
+from .conf import reactor_settings
+from .engine.definition import ReactorDefinition
+from .engine.executor import Executor, RunState, utcnow
+from .engine.journal import Event
+from .engine.outcomes import ErrorInfo, Outcome, RollbackFailure
+from .engine.serialization import decode, encode
+from .handle import outcome_of
+from .states import EventKind, ExecutionStatus
+
+FINISHED = (
+    ExecutionStatus.COMPLETED,
+    ExecutionStatus.HALTED,
+    ExecutionStatus.FAILED,
+    ExecutionStatus.NEEDS_ATTENTION,
+    ExecutionStatus.CANCELLED,
+)
+
+
+class DatabaseChildRunner:
+    """Runs and rolls back the composed children of one parent execution."""
+
+    def __init__(self, parent_id: uuid.UUID, root_id: uuid.UUID) -> None:
+        self.parent_id = parent_id
+        self.root_id = root_id
+
+    def run(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Outcome:
+        row = store.find_child(self.parent_id, step)
+        if row is None:
+            stored = encode(dict(inputs))
+            first = definition.next_ready(frozenset())
+            try:
+                owned = store.create_execution(
+                    reactor=definition.name,
+                    definition_hash=definition.definition_hash,
+                    definition_shape=definition.shape,
+                    inputs=stored,
+                    secret_paths=definition.input_secret_paths,
+                    status=ExecutionStatus.RUNNING,
+                    owner=None,
+                    parent=(self.parent_id, self.root_id, step),
+                    current_step=first.name if first is not None else "",
+                    events=[Event(1, EventKind.START, utcnow(), data={"parent_step": step})],
+                )
+            except store.ChildExists:
+                row = store.find_child(self.parent_id, step)
+            else:
+                return self._executor(definition, owned, stored, RunState(next_seq=2)).run()
+        assert row is not None
+        if row.status in FINISHED:
+            return outcome_of(row)
+        owned = store.adopt_child(row.id)
+        executor = self._executor(definition, owned, row.inputs, store.load_state(row.id))
+        if row.status == ExecutionStatus.ROLLING_BACK:
+            executor.rollback(
+                final_status=ExecutionStatus.FAILED,
+                reason="rollback resumed with its parent",
+                failure=ErrorInfo.from_dict(row.failure) if row.failure else None,
+            )
+            return outcome_of(store.get_row(row.id))
+        return executor.run()
+
+    def rollback(self, step: str) -> list[RollbackFailure]:
+        row = store.find_child(self.parent_id, step)
+        if row is None:
+            return []  # the child never started
+        state = store.load_state(row.id)
+        if not state.undo_stack and not state.pending_compensation:
+            return []
+        from . import registry
+
+        definition = registry.get(row.reactor).definition
+        owned = store.adopt_child(row.id)
+        executor = self._executor(definition, owned, row.inputs, state)
+        failed = store.had_step_failure(row.id)
+        return executor.rollback(
+            final_status=ExecutionStatus.FAILED if failed else ExecutionStatus.CANCELLED,
+            reason="its parent rolled back",
+            failure=ErrorInfo.from_dict(row.failure) if row.failure else None,
+        )
+
+    def _executor(
+        self, definition: ReactorDefinition, owned: store.Owned, inputs: Any, state: RunState
+    ) -> Executor:
+        return Executor(
+            definition,
+            store.DatabaseJournal(owned),
+            inputs=decode(inputs),
+            state=state,
+            max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
+            children=DatabaseChildRunner(owned.execution_id, self.root_id),
+        )
