@@ -9,8 +9,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .engine.composition import compose
-from .engine.declarations import step
+from .engine.composition import async_reactor, compose
+from .engine.declarations import async_step, step
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -55,6 +55,8 @@ __all__ = [
     "Success",
     "__version__",
     "arg",
+    "async_reactor",
+    "async_step",
     "compose",
     "step",
     "step_context",

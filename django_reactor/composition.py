@@ -11,13 +11,16 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from . import store
+from django.utils import timezone
+
+from . import completion, store
 from .conf import reactor_settings
 from .engine.definition import ReactorDefinition
 from .engine.executor import Executor, RunState, utcnow
 from .engine.journal import Event
 from .engine.outcomes import ErrorInfo, Outcome, RollbackFailure
 from .engine.serialization import decode, encode
+from .exceptions import ReactorError, UnitWaitTimeout
 from .handle import outcome_of
 from .states import EventKind, ExecutionStatus
 
@@ -92,6 +95,63 @@ class DatabaseChildRunner:
             failure=ErrorInfo.from_dict(row.failure) if row.failure else None,
         )
 
+    def dispatch(
+        self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]
+    ) -> uuid.UUID:
+        existing = store.find_child(self.parent_id, step)
+        if existing is not None:
+            return existing.id  # dispatched before a crash: never twice
+        first = definition.next_ready(frozenset())
+        try:
+            owned = store.create_execution(
+                reactor=definition.name,
+                definition_hash=definition.definition_hash,
+                definition_shape=definition.shape,
+                inputs=encode(dict(inputs)),
+                secret_paths=definition.input_secret_paths,
+                status=ExecutionStatus.PENDING,
+                owner=None,
+                parent=(self.parent_id, self.root_id, step),
+                detached=True,
+                dispatch="start",
+                current_step=first.name if first is not None else "",
+                events=[Event(1, EventKind.START, utcnow(), data={"parent_step": step})],
+            )
+        except store.ChildExists:
+            row = store.find_child(self.parent_id, step)
+            assert row is not None
+            return row.id
+        return owned.execution_id
+
+    def settle(self, step: str, *, wait: bool) -> Outcome | None:
+        row = store.find_child(self.parent_id, step)
+        if row is None:
+            raise ReactorError(f"async unit {step!r} of execution {self.parent_id} is missing")
+        if row.status in FINISHED:
+            return outcome_of(row)
+        waited = (timezone.now() - row.created_at).total_seconds()
+        if not wait:
+            limit = float(reactor_settings.ASYNC_PARK_TIMEOUT)
+            if waited > limit:
+                raise UnitWaitTimeout(
+                    f"async unit {step!r} (execution {row.id}) has not finished after "
+                    f"{waited:.0f} s (REACTOR['ASYNC_PARK_TIMEOUT'] is {limit:.0f} s)"
+                )
+            return None
+        timeout = float(reactor_settings.ASYNC_WAIT_TIMEOUT)
+        done = completion.wait(
+            row.id,
+            lambda: store.get_row(row.id).status in FINISHED,
+            timeout=timeout,
+            poll=float(reactor_settings.ASYNC_POLL_INTERVAL),
+        )
+        if not done:
+            raise UnitWaitTimeout(
+                f"async unit {step!r} (execution {row.id}) did not finish within {timeout:g} s "
+                "(REACTOR['ASYNC_WAIT_TIMEOUT']); is a Celery worker running?"
+            )
+        return outcome_of(store.get_row(row.id))
+
     def _executor(
         self, definition: ReactorDefinition, owned: store.Owned, inputs: Any, state: RunState
     ) -> Executor:
@@ -102,4 +162,5 @@ class DatabaseChildRunner:
             state=state,
             max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
             children=DatabaseChildRunner(owned.execution_id, self.root_id),
+            park_poll=float(reactor_settings.ASYNC_POLL_INTERVAL),
         )

@@ -44,6 +44,17 @@ DEFAULTS: dict[str, Any] = {
     "REDISPATCH_AFTER": 60.0,
     # Most rows one sweep handles per kind of work.
     "SWEEP_BATCH": 500,
+    # Redis for completion signals (pub/sub). None: the django-redis "default" cache when there
+    # is one, else waiters only poll the database.
+    "REDIS_URL": None,
+    # How long an inline caller waits for an async unit's result before the reader fails.
+    "ASYNC_WAIT_TIMEOUT": 30.0,
+    # How long a worker keeps a run parked on an async unit (from the unit's dispatch) before
+    # the reader fails.
+    "ASYNC_PARK_TIMEOUT": 3600.0,
+    # Waiters re-check the database at least this often; a parked run is also woken this often
+    # in case its wake-up message was lost.
+    "ASYNC_POLL_INTERVAL": 2.0,
     # Extra app modules autodiscovered for reactors, besides each installed app's "reactors".
     "AUTODISCOVER_MODULES": ["reactors"],
 }

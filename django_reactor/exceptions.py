@@ -78,3 +78,7 @@ class ArgumentResolutionError(ReactorError):
 
 class ResultNotSerializable(ReactorError):
     """A step returned a value that cannot be stored as JSON."""
+
+
+class UnitWaitTimeout(ReactorError):
+    """An async unit did not finish within the time its reader may wait."""

@@ -80,6 +80,14 @@ class Execution(models.Model):
         on_delete=models.CASCADE,
         related_name="descendants",
     )
+    detached = models.BooleanField(
+        _("detached"),
+        default=False,
+        help_text=_(
+            "A child dispatched to workers (async_step, async_reactor): it runs and recovers on "
+            "its own, and its parent never undoes it."
+        ),
+    )
     parent_step = models.CharField(
         _("parent step"),
         max_length=255,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
@@ -40,6 +40,16 @@ def get(name: str) -> type[Reactor]:
         found = _reactors.get(name)
     if found is not None:
         return found
+    if ":" in name:
+        # An async_step unit: "<parent reactor>:<step>".
+        parent_name, _, step_name = name.rpartition(":")
+        parent = get(parent_name)
+        spec = parent.definition.by_name.get(step_name)
+        if spec is not None and spec.unit_definition is not None:
+            return _UnitReactor(spec.unit_definition)  # type: ignore[return-value]
+        raise ReactorNotRegistered(
+            f"{parent_name} has no async step {step_name!r} (its definition changed?)"
+        )
     try:
         candidate = import_string(name)
     except ImportError:
@@ -52,6 +62,13 @@ def get(name: str) -> type[Reactor]:
         f"no reactor named {name!r} is known to this process; make sure the module defining "
         "it is imported (reactors in <app>/reactors.py are found automatically)"
     )
+
+
+class _UnitReactor:
+    """Stands in for a reactor class where only a definition exists (async_step units)."""
+
+    def __init__(self, definition: Any) -> None:
+        self.definition = definition
 
 
 def all_reactors() -> dict[str, type[Reactor]]:

@@ -442,13 +442,15 @@ def _worker_executor(definition: ReactorDefinition, owned: store.Owned, row: Any
     fresh = store.get_row(owned.execution_id)
     if fresh.current_attempt and fresh.current_step:
         state.attempts_done[fresh.current_step] = fresh.current_attempt
+    root = fresh.root_id or fresh.id
     return Executor(
         definition,
-        store.DatabaseJournal(owned),
+        store.DatabaseJournal(owned, wakes=fresh.parent_id if fresh.detached else None),
         inputs=decode(row.inputs),
         state=state,
         retry_later=True,
-        children=DatabaseChildRunner(owned.execution_id, owned.execution_id),
+        children=DatabaseChildRunner(owned.execution_id, root),
+        park_poll=float(reactor_settings.ASYNC_POLL_INTERVAL),
     )
 
 

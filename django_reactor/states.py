@@ -116,6 +116,8 @@ class StepStatus(models.TextChoices):
     HALTED = "halted", _("Halted")
     # The step failed after its last attempt (or before it could start).
     FAILED = "failed", _("Failed")
+    # An async unit handed to workers; its outcome lives in its own execution.
+    DISPATCHED = "dispatched", _("Dispatched")
 
 
 class RollbackStatus(models.TextChoices):
@@ -156,3 +158,5 @@ class EventKind(models.TextChoices):
     HANDOFF = "handoff", _("Handed off to a worker")
     RESUME = "resume", _("Resumed by a worker")
     ATTENTION = "attention", _("Needs attention")
+    DISPATCH = "dispatch", _("Async unit dispatched")
+    PARK = "park", _("Waiting for an async result")

@@ -30,6 +30,7 @@ except ImportError:  # psycopg2 or another driver: the checkpoint uses Django's 
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from . import completion
 from .celery import router
 from .conf import reactor_settings
 from .engine.executor import PendingCompensation, RunState, UndoEntry
@@ -103,6 +104,7 @@ def create_execution(
     definition_shape: dict[str, Any] | None = None,
     dispatch: str | None = None,
     parent: tuple[uuid.UUID, uuid.UUID, str] | None = None,
+    detached: bool = False,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -126,6 +128,7 @@ def create_execution(
         parent_id=parent[0] if parent else None,
         root_id=parent[1] if parent else None,
         parent_step=parent[2] if parent else "",
+        detached=detached,
         lease_owner=owner,
         lease_expires_at=(now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS))
         if owner
@@ -178,6 +181,17 @@ def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> 
     router.publish_on_commit([router.QueuedDispatch(row.id, execution_id, delay)], USING)
 
 
+def _wake_parent(parent_id: uuid.UUID) -> None:
+    """A unit finished: a parent parked waiting for it becomes due and gets a task."""
+    woken = (
+        Execution.objects.using(USING)
+        .filter(pk=parent_id, status=ExecutionStatus.PENDING)
+        .update(wake_at=None)
+    )
+    if woken:
+        queue_dispatch(parent_id, Dispatch.Reason.WAKE)
+
+
 def inputs_digest(inputs: Any) -> str:
     """A fingerprint of stored inputs (canonical JSON), to compare reuses of a key."""
     canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
@@ -206,15 +220,19 @@ def _event_rows(execution_id: uuid.UUID, events: Iterable[Event]) -> list[Execut
 class DatabaseJournal:
     """Commits the executor's batches for one owned run (see :class:`engine.journal.Journal`)."""
 
-    def __init__(self, owned: Owned, *, fast_path: bool | None = None) -> None:
+    def __init__(
+        self, owned: Owned, *, fast_path: bool | None = None, wakes: uuid.UUID | None = None
+    ) -> None:
         self.execution_id = owned.execution_id
         self.fence = owned.fence
+        # An async unit: when it finishes, its parent (perhaps parked on it) is woken.
+        self.wakes = wakes
         vendor = connections[USING].vendor
         self.fast_path = (vendor == "postgresql") if fast_path is None else fast_path
         self._lease_seconds = float(reactor_settings.LEASE_SECONDS)
 
     def commit(self, batch: JournalBatch) -> str | None:
-        if self.fast_path and batch.routine:
+        if self.fast_path and batch.routine and not (self.wakes and batch.finished):
             return self._commit_sql(batch)
         return self._commit_orm(batch)
 
@@ -390,6 +408,9 @@ class DatabaseJournal:
                 )
             if batch.dispatch is not None:
                 queue_dispatch(self.execution_id, batch.dispatch, batch.dispatch_delay)
+            if self.wakes is not None and batch.finished:
+                _wake_parent(self.wakes)
+                completion.publish_on_commit(self.execution_id, str(batch.status or ""), USING)
             requested_at, reason = (
                 Execution.objects.using(USING)
                 .filter(pk=self.execution_id)
@@ -534,6 +555,9 @@ def load_state(execution_id: uuid.UUID) -> RunState:
                 RollbackStatus.FAILED,
             ):
                 state.undo_stack.append(UndoEntry(row.step, arguments, value))
+        elif row.status == StepStatus.DISPATCHED:
+            state.done.add(row.step)
+            state.units.add(row.step)
         elif (
             row.status == StepStatus.FAILED
             and row.compensable
@@ -573,7 +597,8 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
         row = (
             Execution.objects.using(USING)
             .select_for_update(skip_locked=True)
-            .filter(pk=execution_id, status__in=RESUMABLE, parent__isnull=True)
+            .filter(pk=execution_id, status__in=RESUMABLE)
+            .filter(Q(parent__isnull=True) | Q(detached=True))
             .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
             .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
             .only("id", "status", "fence", "recovery_attempts")
@@ -730,7 +755,8 @@ def sweep(*, limit: int, grace: float, redispatch_after: float) -> SweepReport:
         candidates = list(
             locked(
                 Execution.objects.using(USING)
-                .filter(status__in=RESUMABLE, parent__isnull=True)
+                .filter(status__in=RESUMABLE)
+                .filter(Q(parent__isnull=True) | Q(detached=True))
                 .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
                 .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
                 .exclude(Exists(unsent))

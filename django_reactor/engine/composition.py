@@ -43,6 +43,64 @@ class ChildRunner(Protocol):
         """Undo everything the child of ``step`` completed, newest first."""
         ...
 
+    def dispatch(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Any:
+        """Start the async unit of ``step`` on workers (or find it, if already started)."""
+        ...
+
+    def settle(self, step: str, *, wait: bool) -> Outcome | None:
+        """The unit's outcome; None while it runs (after waiting, when ``wait``).
+
+        Raises UnitWaitTimeout once the unit has taken longer than its reader may wait.
+        """
+        ...
+
+
+def _child_declaration(
+    child: type, options: dict[str, Any], what: str, base: type[Step], unit: str | None
+) -> StepDeclaration:
+    definition = getattr(child, "definition", None)
+    if not isinstance(child, type) or definition is None:
+        raise DefinitionError(f"{what}() takes a Reactor subclass, got {child!r}")
+    if "retry" in options:
+        raise DefinitionError(
+            f"{what}({child.__qualname__}) cannot be retried as a whole: a retried child could "
+            "resume with undone steps. Put Retry(...) on the child's steps instead"
+        )
+    wait_for = options.pop("wait_for", ())
+    if isinstance(wait_for, str):
+        wait_for = (wait_for,)
+    for name, value in options.items():
+        if not isinstance(value, Template):
+            raise DefinitionError(
+                f"{what}({child.__qualname__}) argument {name}={value!r} must be "
+                "arg.input(...), arg.result(...) or arg.value(...)"
+            )
+    impl = type(
+        f"{base.__name__.removesuffix('Step')}{child.__name__}",
+        (base,),
+        {
+            "child": child,
+            "Inputs": getattr(child, "Inputs", None),
+            "__module__": child.__module__,
+            "__doc__": f"Runs {child.__qualname__} as one step.",
+        },
+    )
+    return StepDeclaration(impl, dict(options), wait_for=tuple(wait_for), unit=unit)
+
+
+class AsyncReactorStep(ComposeStep):
+    """The step an ``async_reactor()`` declaration makes: dispatches its child to workers."""
+
+
+def async_reactor(child: type, /, **options: Any) -> StepDeclaration:
+    """Declare a step that dispatches the reactor ``child`` as an independent execution.
+
+    The child gets its own id, runs on workers and recovers on its own; the parent never undoes
+    it. Its inputs are validated when the step is reached: invalid inputs fail the step and
+    create nothing. Steps that read ``arg.result("<name>")`` wait for the child to finish.
+    """
+    return _child_declaration(child, options, "async_reactor", AsyncReactorStep, "reactor")
+
 
 def compose(child: type, /, **options: Any) -> StepDeclaration:
     """Declare a step that runs the reactor ``child`` with arguments wired like a step's.
@@ -52,31 +110,4 @@ def compose(child: type, /, **options: Any) -> StepDeclaration:
     without rollback of the child, which never started). The step's result is the child's
     value.
     """
-    definition = getattr(child, "definition", None)
-    if not isinstance(child, type) or definition is None:
-        raise DefinitionError(f"compose() takes a Reactor subclass, got {child!r}")
-    if "retry" in options:
-        raise DefinitionError(
-            f"compose({child.__qualname__}) cannot be retried as a whole: a retried child could "
-            "resume with undone steps. Put Retry(...) on the child's steps instead"
-        )
-    wait_for = options.pop("wait_for", ())
-    if isinstance(wait_for, str):
-        wait_for = (wait_for,)
-    for name, value in options.items():
-        if not isinstance(value, Template):
-            raise DefinitionError(
-                f"compose({child.__qualname__}) argument {name}={value!r} must be arg.input(...), "
-                f"arg.result(...) or arg.value(...)"
-            )
-    impl = type(
-        f"Compose{child.__name__}",
-        (ComposeStep,),
-        {
-            "child": child,
-            "Inputs": getattr(child, "Inputs", None),
-            "__module__": child.__module__,
-            "__doc__": f"Runs {child.__qualname__} as one step.",
-        },
-    )
-    return StepDeclaration(impl, dict(options), wait_for=tuple(wait_for))
+    return _child_declaration(child, options, "compose", ComposeStep, None)

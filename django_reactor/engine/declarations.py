@@ -32,8 +32,11 @@ class StepDeclaration:
         *,
         retry: Retry | None = None,
         wait_for: Iterable[str] = (),
+        unit: str | None = None,
     ) -> None:
         self.impl = impl
+        # "step" for async_step, "reactor" for async_reactor: the body runs in its own execution.
+        self.unit = unit
         self.wiring = wiring
         self.retry = retry
         if isinstance(wait_for, str):
@@ -79,7 +82,7 @@ def _function_step(fn: Callable[..., Any]) -> type[Step]:
     )
 
 
-def _declare(target: Any, options: dict[str, Any]) -> StepDeclaration:
+def _declare(target: Any, options: dict[str, Any], unit: str | None = None) -> StepDeclaration:
     if isinstance(target, type) and issubclass(target, Step):
         impl = target
     elif isinstance(target, type):
@@ -106,7 +109,7 @@ def _declare(target: Any, options: dict[str, Any]) -> StepDeclaration:
         wait_for = (wait_for,)
     if not all(isinstance(w, str) for w in wait_for):
         raise DefinitionError(f"wait_for= must name steps as strings, got {wait_for!r}")
-    return StepDeclaration(impl, wiring, retry=retry, wait_for=wait_for)
+    return StepDeclaration(impl, wiring, retry=retry, wait_for=wait_for, unit=unit)
 
 
 @overload
@@ -126,3 +129,16 @@ def step(target: Any = None, /, **options: Any) -> Any:
     if target is None:
         return lambda fn: _declare(fn, options)
     return _declare(target, options)
+
+
+def async_step(target: Any = None, /, **options: Any) -> Any:
+    """Declare a step whose body runs in its own Celery task (an async unit).
+
+    Same forms as :func:`step`. The reactor goes on with other ready steps meanwhile; a step
+    that reads ``arg.result("<name>")`` (or waits for it) waits for the unit: its value when it
+    succeeded, or the unit's ``Failed``/``Halted`` outcome, for the reader to decide. A unit
+    retries and compensates itself; its parent never undoes it.
+    """
+    if target is None:
+        return lambda fn: _declare(fn, options, unit="step")
+    return _declare(target, options, unit="step")

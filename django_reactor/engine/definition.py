@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -47,11 +48,17 @@ class StepSpec:
     undo_signature: Signature
     compensate_signature: Signature
     secret_argument_paths: tuple[SecretPath, ...] = ()
+    # "step" (async_step) or "reactor" (async_reactor): the body runs as its own execution,
+    # described by ``unit_definition``.
+    unit: str | None = None
+    unit_definition: ReactorDefinition | None = None
 
     @property
     def child(self) -> Any:
         """The composed reactor class, for a ``compose()`` step."""
-        return getattr(self.impl, "child", None) if issubclass(self.impl, ComposeStep) else None
+        if self.unit is not None or not issubclass(self.impl, ComposeStep):
+            return None
+        return getattr(self.impl, "child", None)
 
     @property
     def has_undo(self) -> bool:
@@ -186,11 +193,17 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         _build_spec(reactor, step_name, decl, input_fields, input_secrets)
         for step_name, decl in declarations.items()
     ]
+    specs = [_with_unit(name, cls, spec) for spec in specs]
     by_name = {spec.name: spec for spec in specs}
     planner.check(reactor, specs)
 
     background = _background(reactor, meta.get("background"), by_name)
     returns = meta.get("returns")
+    if returns is not None and returns in by_name and by_name[returns].unit is not None:
+        raise DefinitionError(
+            f"{reactor}.Meta.returns names {returns!r}, an async unit: its result arrives later "
+            "and only to the steps that read it. Return a step that reads it instead"
+        )
     if returns is not None and returns not in by_name:
         raise DefinitionError(
             f"{reactor}.Meta.returns names {returns!r}, which is not a step of {reactor} "
@@ -208,6 +221,32 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         by_name=by_name,
         background=background,
     )
+
+
+def _with_unit(name: str, cls: type, spec: StepSpec) -> StepSpec:
+    """Attach the definition an async unit runs as (its own one-step reactor for async_step)."""
+    if spec.unit == "reactor":
+        return dataclasses.replace(spec, unit_definition=spec.impl.child.definition)  # type: ignore[attr-defined]
+    if spec.unit != "step":
+        return spec
+    unit_name = f"{name}:{spec.name}"
+    wiring: dict[str, Template] = {arg: InputRef(name=arg) for arg in spec.arguments}
+    declaration = StepDeclaration(spec.impl, wiring, retry=spec.retry)
+    arguments = frozenset(spec.arguments)
+    secrets = tuple(spec.secret_argument_paths)
+    unit_spec = _build_spec(unit_name, spec.name, declaration, arguments, secrets)
+    unit = ReactorDefinition(
+        name=unit_name,
+        reactor_class=cls,
+        steps=(unit_spec,),
+        inputs_serializer=None,
+        input_fields=arguments,
+        input_secret_paths=secrets,
+        returns=spec.name,
+        definition_hash=_hash([unit_spec], spec.name),
+        by_name={spec.name: unit_spec},
+    )
+    return dataclasses.replace(spec, unit_definition=unit)
 
 
 def _background(reactor: str, option: Any, steps: Mapping[str, StepSpec]) -> Background | None:
@@ -293,6 +332,7 @@ def _build_spec(
         secret_arguments[field_path[0]] = (*secret_arguments.get(field_path[0], ()), field_path[1:])
 
     return StepSpec(
+        unit=decl.unit,
         name=name,
         impl=impl,
         arguments=arguments,

@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults
-from ..exceptions import ArgumentResolutionError, ReactorError, ResultNotSerializable
+from ..exceptions import (
+    ArgumentResolutionError,
+    ReactorError,
+    ResultNotSerializable,
+    UnitWaitTimeout,
+)
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from .composition import ChildRunner
 from .definition import ReactorDefinition, StepSpec
@@ -94,6 +99,8 @@ class RunState:
     next_seq: int = 1
     # Attempts a step already made before this process took the run (a retry resumed later).
     attempts_done: dict[str, int] = field(default_factory=dict)
+    # Async units dispatched whose outcome no reader has collected yet.
+    units: set[str] = field(default_factory=set)
 
 
 class Executor:
@@ -112,6 +119,7 @@ class Executor:
         hand_off: bool = False,
         retry_later: bool = False,
         children: ChildRunner | None = None,
+        park_poll: float = 2.0,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -126,6 +134,7 @@ class Executor:
         self.hand_off_point = background if hand_off and background is not None else None
         self.retry_later = retry_later
         self.children = children
+        self.park_poll = park_poll
         self._display_inputs: dict[str, Any] | None = None
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
 
@@ -256,6 +265,10 @@ class Executor:
 
     def _run_step(self, spec: StepSpec) -> Outcome | None:
         started_at = self.clock()
+        for unit in sorted(spec.depends_on & self.state.units):
+            waiting = self._collect(unit, spec, started_at)
+            if waiting is not None:
+                return waiting
         try:
             arguments = self._resolve(spec)
         except ArgumentResolutionError as unresolved:
@@ -270,6 +283,8 @@ class Executor:
             arguments = validated
         if spec.child is not None:
             return self._run_child(spec, arguments, started_at)
+        if spec.unit is not None:
+            return self._dispatch_unit(spec, arguments, started_at)
 
         attempt = self.state.attempts_done.pop(spec.name, 0)
 
@@ -399,11 +414,78 @@ class Executor:
         # The child rolled itself back already: nothing of this step is left to compensate.
         return self._fail(spec, error, arguments, started=False, started_at=started_at, attempts=1)
 
+    def _dispatch_unit(
+        self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> Outcome | None:
+        """Hand an async unit to workers; the run goes on with the steps that do not need it."""
+        assert spec.unit_definition is not None
+        unit_id = self._child_runner(spec).dispatch(spec.name, spec.unit_definition, arguments)
+        following = self.definition.next_ready(self.state.done | {spec.name})
+        event = self._event(EventKind.DISPATCH, step=spec.name, data={"execution_id": str(unit_id)})
+        self._commit(
+            JournalBatch(
+                events=[event],
+                step=_step_write(
+                    spec,
+                    StepStatus.DISPATCHED,
+                    event,
+                    0,
+                    arguments,
+                    started_at,
+                    result={"execution_id": str(unit_id)},
+                ),
+                current_step=following.name if following is not None else spec.name,
+            )
+        )
+        self.state.done.add(spec.name)
+        self.state.units.add(spec.name)
+        return None
+
+    def _collect(self, unit: str, reader: StepSpec, started_at: dt.datetime) -> Outcome | None:
+        """Get an async unit's outcome for ``reader``: wait inline, or park the run in a worker.
+
+        Returns None once the outcome is in the results (its value, or its Failed/Halted
+        outcome for the reader to decide on); otherwise how the run stopped.
+        """
+        runner = self._child_runner(reader)
+        try:
+            outcome = runner.settle(unit, wait=not self.retry_later)
+        except UnitWaitTimeout as timeout:
+            error = self._error_info(timeout, ErrorKind.ARGUMENT, reader, {}, attempts=0)
+            return self._fail(reader, error, {}, started=False, started_at=started_at, attempts=0)
+        if outcome is None:
+            if self.retry_later:
+                return self._park(reader, unit)
+            error = ErrorInfo(
+                kind=ErrorKind.ARGUMENT,
+                message=f"async unit {unit!r} has not finished",
+                step=reader.name,
+                reactor=self.definition.name,
+            )
+            return self._fail(reader, error, {}, started=False, started_at=started_at, attempts=0)
+        self.state.results[unit] = outcome.value if isinstance(outcome, Completed) else outcome
+        self.state.units.discard(unit)
+        return None
+
+    def _park(self, reader: StepSpec, unit: str) -> Rescheduled:
+        """Release the worker while ``reader`` waits for ``unit``; its completion wakes the run."""
+        self._commit(
+            JournalBatch(
+                events=[self._event(EventKind.PARK, step=reader.name, data={"waiting_for": unit})],
+                status=ExecutionStatus.PENDING,
+                current_step=reader.name,
+                release=True,
+                # A safety net: if the wake-up message is lost, the sweeper wakes the run.
+                wake_after=self.park_poll,
+            )
+        )
+        return Rescheduled(execution_id=self.execution_id, step=reader.name, delay=self.park_poll)
+
     def _child_runner(self, spec: StepSpec) -> ChildRunner:
         if self.children is None:
             raise ReactorError(
-                f"step {spec.name!r} composes {spec.child.__qualname__}, but this executor has "
-                "no child runner"
+                f"step {spec.name!r} needs a child runner (compose, async_step, async_reactor), "
+                "but this executor has none"
             )
         return self.children
 
@@ -689,6 +771,8 @@ class Executor:
         ok_kind, failed_kind, skipped_kind, ok_status = kinds[action]
         if spec.child is not None:
             return self._rollback_child(spec, ok_kind, failed_kind, ok_status)
+        if spec.unit is not None:
+            return []  # async units own their rollback; the parent never undoes them
         has_handler = spec.has_undo if action == "undo" else spec.has_compensate
         if not has_handler:
             event = self._event(skipped_kind, step=spec.name)

@@ -10,7 +10,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from django_reactor import Reactor, Retry, Step, Success, compose, faults, step
+from django_reactor import (
+    Failed,
+    Reactor,
+    Retry,
+    Step,
+    Success,
+    arg,
+    async_reactor,
+    async_step,
+    compose,
+    faults,
+    step,
+)
 from testproject.example.models import BodyRun, Effect
 
 
@@ -130,3 +142,60 @@ class WithChild(Reactor):
 
     class Meta:
         background = "all"
+
+
+class Doubler(Step):
+    """An async unit: doubles ``n`` (or fails, when the test says so) and compensates once."""
+
+    def run(self, n: int) -> int:
+        context = self.context
+        BodyRun.objects.create(execution_id=context.execution_id, step="double", pid=os.getpid())
+        effect(context.idempotency_key, context.execution_id, "double")
+        if Effect.objects.filter(step="make-unit-fail").exists():
+            raise ValueError("the unit failed")
+        return n * 2
+
+    def compensate(self, error: Any, n: int) -> None:
+        effect(self.context.idempotency_key, self.context.execution_id, "compensate:double")
+
+
+class WithUnit(Reactor):
+    first = step(Effectful)
+    unit = async_step(Doubler, n=arg.value(21), wait_for=["first"])
+    sibling = step(Effectful, wait_for=["first"])
+
+    @step(doubled=arg.result("unit"), wait_for=["sibling"])
+    def reader(doubled: Any) -> Any:
+        if isinstance(doubled, Failed):
+            return {"unit_failed": doubled.error.message}
+        return {"doubled": doubled}
+
+    class Meta:
+        background = "all"
+        returns = "reader"
+
+
+class InlineWithUnit(Reactor):
+    """Runs in the caller; only the unit goes to a worker, and the reader waits for it."""
+
+    unit = async_step(Doubler, n=arg.value(5))
+
+    @step(doubled=arg.result("unit"))
+    def reader(doubled: Any) -> Any:
+        return doubled
+
+    class Meta:
+        returns = "reader"
+
+
+class WithAsyncChild(Reactor):
+    start = step(Effectful)
+    child = async_reactor(ChildThree, wait_for=["start"])
+
+    @step(result=arg.result("child"))
+    def after(result: Any) -> Any:
+        return result
+
+    class Meta:
+        background = "all"
+        returns = "after"

@@ -1,0 +1,99 @@
+"""Completion signals: Redis pub/sub wakes whoever waits for an async unit, the database decides.
+
+A finished async unit publishes on ``django_reactor:done:<execution id>`` after its final commit.
+A waiter subscribes, then re-checks the row, then waits for a message at most one poll interval
+before checking the row again: a lost message (pub/sub is fire-and-forget) costs at most one
+interval, and no message is ever trusted without the database agreeing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+
+from .conf import reactor_settings
+
+logger = logging.getLogger("django_reactor.completion")
+
+_clients: dict[str, Any] = {}
+
+
+def channel(execution_id: uuid.UUID) -> str:
+    return f"django_reactor:done:{execution_id}"
+
+
+def redis_client() -> Any | None:
+    """``REACTOR["REDIS_URL"]``, else django-redis' default cache, else None (poll only)."""
+    url = reactor_settings.REDIS_URL
+    if url:
+        if url not in _clients:
+            import redis
+
+            _clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        return _clients[url]
+    from django.conf import settings
+
+    backend = settings.CACHES.get("default", {}).get("BACKEND", "")
+    if backend.startswith("django_redis."):
+        from django_redis import get_redis_connection
+
+        return get_redis_connection("default")
+    return None
+
+
+def publish_on_commit(execution_id: uuid.UUID, status: str, using: str) -> None:
+    """Announce that ``execution_id`` finished, once the transaction recording it commits."""
+
+    def publish() -> None:
+        client = redis_client()
+        if client is None:
+            return
+        try:
+            client.publish(channel(execution_id), status)
+        except Exception:  # only a hint: waiters poll the database anyway
+            logger.warning("could not publish the completion of %s", execution_id, exc_info=True)
+
+    transaction.on_commit(publish, using=using, robust=True)
+
+
+def wait(
+    execution_id: uuid.UUID, finished: Callable[[], bool], *, timeout: float, poll: float
+) -> bool:
+    """Wait until ``finished()`` is true or ``timeout`` seconds pass; return the last answer."""
+    deadline = time.monotonic() + timeout
+    pubsub = None
+    client = redis_client()
+    if client is not None:
+        try:
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(channel(execution_id))
+        except Exception:
+            logger.warning("completion signals unavailable; polling the database", exc_info=True)
+            pubsub = None
+    try:
+        while True:
+            if finished():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            pause = min(poll, remaining)
+            if pubsub is not None:
+                try:
+                    pubsub.get_message(timeout=pause)
+                except Exception:
+                    pubsub = None
+                    time.sleep(pause)
+            else:
+                time.sleep(pause)  # the bounded poll interval when no signal can come
+    finally:
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:
+                logger.debug("closing the completion subscription failed", exc_info=True)

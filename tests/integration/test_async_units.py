@@ -1,0 +1,106 @@
+"""async_step and async_reactor without workers: declaration, dispatch, waiting limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework import serializers
+
+from django_reactor import Reactor, arg, async_reactor, async_step, services, step
+from django_reactor.exceptions import DefinitionError
+from django_reactor.models import Dispatch, Execution
+from django_reactor.states import ExecutionStatus, StepStatus
+from tests.integration.reactors import Tracked, ledger
+
+pytestmark = pytest.mark.django_db
+
+
+class Needs(Reactor):
+    class Inputs(serializers.Serializer):
+        count = serializers.IntegerField(min_value=1)
+
+    only = step(Tracked)
+
+
+class DispatchesBadChild(Reactor):
+    first = step(Tracked)
+    child = async_reactor(Needs, count=arg.value(0), wait_for=["first"])
+
+
+def test_invalid_child_inputs_fail_the_dispatching_step_and_create_nothing() -> None:
+    outcome = DispatchesBadChild.run({})
+    assert outcome.status == ExecutionStatus.FAILED
+    assert outcome.error.kind == "contract"
+    assert outcome.error.field_errors == {
+        "count": ["Ensure this value is greater than or equal to 1."]
+    }
+    assert Execution.objects.count() == 1
+    assert ledger.calls == [("run", "first"), ("undo", "first")]
+
+
+class FireAndForget(Reactor):
+    first = step(Tracked)
+    unit = async_step(Tracked, wait_for=["first"])
+    last = step(Tracked, wait_for=["first"])
+
+
+def test_a_unit_is_dispatched_and_nobody_waits_for_it_unless_they_read_it() -> None:
+    outcome = FireAndForget.run({})
+    assert outcome.ok
+    unit = Execution.objects.get(parent=outcome.execution_id)
+    assert (unit.status, unit.detached, unit.reactor) == (
+        ExecutionStatus.PENDING, True, f"{FireAndForget.definition.name}:unit",
+    )  # fmt: skip
+    assert Dispatch.objects.get(execution=unit).reason == "start"
+    record = services.find(outcome.execution_id).step("unit")
+    assert record.status == StepStatus.DISPATCHED
+    assert record.result == {"execution_id": str(unit.id)}
+    # A worker would run it: here, in this process.
+    assert services.resume(unit.id).ok
+    assert ledger.calls == [("run", "first"), ("run", "last"), ("run", "unit")]
+
+
+def test_the_parent_never_undoes_its_units() -> None:
+    outcome = FireAndForget.run({})
+    unit = Execution.objects.get(parent=outcome.execution_id)
+    services.resume(unit.id)
+    ledger.clear()
+    services.undo(outcome.execution_id)
+    assert ledger.calls == [("undo", "last"), ("undo", "first")]
+
+
+class Reads(Reactor):
+    unit = async_step(Tracked)
+
+    @step(value=arg.result("unit"))
+    def reader(value: Any) -> Any:
+        return value
+
+
+def test_an_inline_reader_gives_up_after_the_wait_timeout(settings: Any) -> None:
+    settings.REACTOR = {**settings.REACTOR, "ASYNC_WAIT_TIMEOUT": 0.3, "ASYNC_POLL_INTERVAL": 0.1}
+    outcome = Reads.run({})
+    assert outcome.status == ExecutionStatus.FAILED
+    assert outcome.error.step == "reader"
+    assert "did not finish within 0.3 s" in outcome.error.message
+    assert "is a Celery worker running?" in outcome.error.message
+
+
+def test_returns_cannot_name_an_async_unit() -> None:
+    with pytest.raises(DefinitionError, match="an async unit"):
+
+        class Bad(Reactor):
+            unit = async_step(Tracked)
+
+            class Meta:
+                returns = "unit"
+
+
+def test_operations_on_a_unit_are_refused() -> None:
+    from django_reactor.exceptions import InvalidTransition
+
+    outcome = FireAndForget.run({})
+    unit = Execution.objects.get(parent=outcome.execution_id)
+    with pytest.raises(InvalidTransition, match="step 'unit'"):
+        services.cancel(unit.id)

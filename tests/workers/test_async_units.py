@@ -1,0 +1,66 @@
+"""async_step and async_reactor on real workers: dispatch, waiting, parking and wake-up."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django_reactor import services
+from django_reactor.models import Execution
+from django_reactor.states import ExecutionStatus
+from testproject.example.models import Effect
+from tests.workers.harness import wait_until
+from tests.workers.reactors import InlineWithUnit, WithAsyncChild, WithUnit
+from tests.workers.test_background import body_runs, finished
+
+
+def test_an_async_step_runs_in_its_own_task_and_its_reader_gets_the_value(
+    start_worker: Any,
+) -> None:
+    start_worker()
+    outcome = WithUnit.run({})
+    row = wait_until(lambda: finished(outcome.execution_id), what="the run to finish")
+    assert row.status == ExecutionStatus.COMPLETED
+    assert services.find(row.id).outcome.value == {"doubled": 42}
+    unit = Execution.objects.get(parent=row.id, parent_step="unit")
+    assert unit.detached
+    assert unit.status == ExecutionStatus.COMPLETED
+    kinds = [(e.kind, e.step) for e in services.find(row.id).trace if e.step]
+    assert kinds[:3] == [("run", "first"), ("dispatch", "unit"), ("run", "sibling")]
+    assert kinds[-1] == ("run", "reader")
+    assert body_runs(unit.id) == {"double": 1}
+
+
+def test_a_failed_unit_compensates_itself_once_and_the_reader_decides(start_worker: Any) -> None:
+    Effect.objects.create(key="flag", execution_id=uuid.uuid4(), step="make-unit-fail")
+    start_worker()
+    outcome = WithUnit.run({})
+    row = wait_until(lambda: finished(outcome.execution_id), what="the run to finish")
+    assert row.status == ExecutionStatus.COMPLETED  # the reader chose to carry on
+    assert services.find(row.id).outcome.value == {"unit_failed": "the unit failed"}
+    unit = Execution.objects.get(parent=row.id, parent_step="unit")
+    assert unit.status == ExecutionStatus.FAILED
+    assert Effect.objects.filter(execution_id=unit.id, step="compensate:double").count() == 1
+    # The parent never undoes its units.
+    assert not [e for e in services.find(row.id).trace if e.kind == "undo"]
+
+
+def test_an_inline_caller_waits_for_the_unit_a_worker_runs(start_worker: Any) -> None:
+    start_worker()
+    outcome = InlineWithUnit.run({})
+    assert outcome.ok
+    assert outcome.value == 10
+
+
+def test_an_async_reactor_is_an_independent_execution(start_worker: Any) -> None:
+    start_worker()
+    outcome = WithAsyncChild.run({})
+    row = wait_until(lambda: finished(outcome.execution_id), what="the run to finish")
+    assert row.status == ExecutionStatus.COMPLETED
+    child = Execution.objects.get(parent=row.id, parent_step="child")
+    assert child.detached
+    assert child.status == ExecutionStatus.COMPLETED
+    assert body_runs(child.id) == {"c1": 1, "c2": 1, "c3": 1}
+    assert services.find(row.id).outcome.value == {
+        "c1": {"step": "c1"}, "c2": {"step": "c2"}, "c3": {"step": "c3"},
+    }  # fmt: skip
