@@ -774,14 +774,14 @@ def sweep(*, limit: int, grace: float, redispatch_after: float) -> SweepReport:
             .values_list("execution_id", flat=True)
         )
         for execution_id, status, lease_owner, wake_at in candidates:
+            if execution_id in recently:
+                continue  # a task for it went out moments ago; give a worker time to take it
             if lease_owner is not None or status != ExecutionStatus.PENDING:
                 reason = Dispatch.Reason.RECOVER
                 report.recovered += 1
             elif wake_at is not None:
                 reason = Dispatch.Reason.WAKE
                 report.woken += 1
-            elif execution_id in recently:
-                continue  # its task is on its way; give it time
             else:
                 reason = Dispatch.Reason.START
                 report.redispatched += 1

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from django_reactor import Dispatched, Reactor, services, step, store
+from django_reactor import Dispatched, Reactor, Retry, services, step, store
 from django_reactor.models import Dispatch, Execution
 from django_reactor.states import ExecutionStatus
 from tests.integration.reactors import Tracked, ledger
@@ -127,7 +127,8 @@ def test_the_sweeper_recovers_a_dead_run_and_releases_due_wake_ups(settings: Any
         status=ExecutionStatus.RUNNING, lease_owner="alive:1",
         lease_expires_at=timezone.now() + dt.timedelta(minutes=5),
     )  # fmt: skip
-    Dispatch.objects.update(sent_at=timezone.now())  # their first tasks went out
+    # Their first tasks went out a while ago.
+    Dispatch.objects.update(sent_at=timezone.now() - dt.timedelta(minutes=1))
     report = services.sweep()
     assert (report.recovered, report.woken) == (1, 1)
     reasons = dict(Dispatch.objects.filter(sent_at__isnull=True).values_list("execution", "reason"))
@@ -173,3 +174,73 @@ def test_the_store_refuses_to_claim_a_finished_run() -> None:
     outcome = InBackground.run({})
     services.resume(outcome.execution_id)
     assert store.claim_for_worker(outcome.execution_id, "me") is None
+
+
+class SlowRetry(Reactor):
+    @step(retry=Retry(attempts=2, backoff="fixed", delay=0.2))
+    def flaky() -> str:
+        from django_reactor import step_context
+
+        ledger("run", "flaky")
+        if step_context().attempt == 1:
+            raise TimeoutError("first attempt times out")
+        return "ok"
+
+    class Meta:
+        background = "all"
+
+
+def test_a_long_backoff_becomes_a_wake_up_time_for_the_sweeper(settings: Any) -> None:
+    settings.REACTOR = {**settings.REACTOR, "RETRY_COUNTDOWN_LIMIT": 0.1}
+    outcome = SlowRetry.run({})
+    result = services.resume(outcome.execution_id)
+    assert result is not None
+    assert result.status == ExecutionStatus.PENDING  # parked for its backoff
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.wake_at is not None
+    assert row.current_attempt == 1
+    assert row.lease_owner is None
+    # No Celery countdown for a long wait: only the first (start) dispatch exists.
+    assert list(Dispatch.objects.filter(execution=row).values_list("reason", flat=True)) == [
+        "start"
+    ]
+    Dispatch.objects.update(sent_at=timezone.now() - dt.timedelta(minutes=1))
+    assert services.sweep().woken == 0  # not due yet
+    Execution.objects.filter(pk=row.pk).update(wake_at=timezone.now() - dt.timedelta(seconds=1))
+    assert services.sweep().woken == 1
+    assert services.resume(outcome.execution_id).ok
+    assert ledger.calls == [("run", "flaky"), ("run", "flaky")]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_sweepers_on_many_hosts_dispatch_each_run_once() -> None:
+    import threading
+
+    from django.db import connections
+
+    runs = [InBackground.run({}).execution_id for _ in range(30)]
+    Execution.objects.filter(pk__in=runs).update(
+        status=ExecutionStatus.RUNNING, lease_owner="gone:1",
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=5),
+    )  # fmt: skip
+    Dispatch.objects.update(sent_at=timezone.now() - dt.timedelta(minutes=1))
+    barrier = threading.Barrier(4, timeout=20)
+    reports: list[Any] = []
+
+    def sweep() -> None:
+        try:
+            barrier.wait()
+            reports.append(services.sweep())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sweep) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sum(r.recovered for r in reports) == 30
+    recover = Dispatch.objects.filter(reason="recover")
+    assert recover.count() == 30
+    assert set(recover.values_list("execution_id", flat=True)) == set(runs)
