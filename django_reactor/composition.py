@@ -40,24 +40,32 @@ class DatabaseChildRunner:
         self.parent_id = parent_id
         self.root_id = root_id
 
+    def _create(
+        self, step: str, definition: ReactorDefinition, stored: Any, *, detached: bool
+    ) -> store.Owned:
+        """Write the child execution (a detached one pending, with its dispatch)."""
+        first = definition.next_ready(frozenset())
+        return store.create_execution(
+            reactor=definition.name,
+            definition_hash=definition.definition_hash,
+            definition_shape=definition.shape,
+            inputs=stored,
+            secret_paths=definition.input_secret_paths,
+            status=ExecutionStatus.PENDING if detached else ExecutionStatus.RUNNING,
+            owner=None,
+            parent=(self.parent_id, self.root_id, step),
+            detached=detached,
+            dispatch="start" if detached else None,
+            current_step=first.name if first is not None else "",
+            events=[Event(1, EventKind.START, utcnow(), data={"parent_step": step})],
+        )
+
     def run(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Outcome:
         row = store.find_child(self.parent_id, step)
         if row is None:
             stored = encode(dict(inputs))
-            first = definition.next_ready(frozenset())
             try:
-                owned = store.create_execution(
-                    reactor=definition.name,
-                    definition_hash=definition.definition_hash,
-                    definition_shape=definition.shape,
-                    inputs=stored,
-                    secret_paths=definition.input_secret_paths,
-                    status=ExecutionStatus.RUNNING,
-                    owner=None,
-                    parent=(self.parent_id, self.root_id, step),
-                    current_step=first.name if first is not None else "",
-                    events=[Event(1, EventKind.START, utcnow(), data={"parent_step": step})],
-                )
+                owned = self._create(step, definition, stored, detached=False)
             except store.ChildExists:
                 row = store.find_child(self.parent_id, step)
             else:
@@ -101,22 +109,8 @@ class DatabaseChildRunner:
         existing = store.find_child(self.parent_id, step)
         if existing is not None:
             return existing.id  # dispatched before a crash: never twice
-        first = definition.next_ready(frozenset())
         try:
-            owned = store.create_execution(
-                reactor=definition.name,
-                definition_hash=definition.definition_hash,
-                definition_shape=definition.shape,
-                inputs=encode(dict(inputs)),
-                secret_paths=definition.input_secret_paths,
-                status=ExecutionStatus.PENDING,
-                owner=None,
-                parent=(self.parent_id, self.root_id, step),
-                detached=True,
-                dispatch="start",
-                current_step=first.name if first is not None else "",
-                events=[Event(1, EventKind.START, utcnow(), data={"parent_step": step})],
-            )
+            owned = self._create(step, definition, encode(dict(inputs)), detached=True)
         except store.ChildExists:
             row = store.find_child(self.parent_id, step)
             assert row is not None

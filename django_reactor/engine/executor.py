@@ -342,15 +342,7 @@ class Executor:
                     return self._retry_later(spec, outcome, exc, attempt, delay, duration)
                 self._commit(
                     JournalBatch(
-                        events=[
-                            self._event(
-                                EventKind.RETRY,
-                                step=spec.name,
-                                attempt=attempt,
-                                duration_ms=duration,
-                                data={**_error_summary(outcome, exc), "delay": delay},
-                            )
-                        ],
+                        events=[self._retry_event(spec, outcome, exc, attempt, duration, delay)],
                         current_step=spec.name,
                     )
                 )
@@ -597,6 +589,23 @@ class Executor:
         self.hand_off_point = None
         return Dispatched(execution_id=self.execution_id, results=dict(self.state.results))
 
+    def _retry_event(
+        self,
+        spec: StepSpec,
+        outcome: Failure,
+        exc: BaseException | None,
+        attempt: int,
+        duration: float,
+        delay: float,
+    ) -> Event:
+        return self._event(
+            EventKind.RETRY,
+            step=spec.name,
+            attempt=attempt,
+            duration_ms=duration,
+            data={**_error_summary(outcome, exc), "delay": delay},
+        )
+
     def _retry_later(
         self,
         spec: StepSpec,
@@ -609,15 +618,7 @@ class Executor:
         """Park the run for the retry's backoff; a task (or the sweeper) resumes it."""
         self._commit(
             JournalBatch(
-                events=[
-                    self._event(
-                        EventKind.RETRY,
-                        step=spec.name,
-                        attempt=attempt,
-                        duration_ms=duration,
-                        data={**_error_summary(outcome, exc), "delay": delay},
-                    )
-                ],
+                events=[self._retry_event(spec, outcome, exc, attempt, duration, delay)],
                 status=ExecutionStatus.PENDING,
                 current_step=spec.name,
                 current_attempt=attempt,
