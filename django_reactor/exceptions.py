@@ -82,3 +82,7 @@ class ResultNotSerializable(ReactorError):
 
 class UnitWaitTimeout(ReactorError):
     """An async unit did not finish within the time its reader may wait."""
+
+
+class DefinitionChanged(ReactorError):
+    """The reactor's code changed under a run in a way the run cannot follow."""

@@ -26,6 +26,7 @@ from .engine.serialization import decode, encode
 from .engine.validation import summarise_errors, validate
 from .exceptions import (
     AlreadyRetried,
+    DefinitionChanged,
     ExecutionNotFound,
     IdempotencyKeyReused,
     InvalidTransition,
@@ -290,6 +291,14 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         and not _abandoned_while_running(row)
     ):
         return ExecutionHandle(row)
+    problems = reactor.definition.incompatibilities(
+        row.definition_shape, store.step_records_done(row.id)
+    )
+    if problems:
+        raise DefinitionChanged(
+            f"cannot undo execution {row.id}: {reactor.__qualname__} changed since it ran "
+            f"({'; '.join(problems)}); deploy the definition it ran with to undo it"
+        )
     _refuse_open_transaction(f"undo execution {row.id}")
     owned = store.claim(
         row.id,

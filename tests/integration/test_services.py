@@ -366,3 +366,15 @@ def test_a_cancel_request_during_the_last_step_lets_the_run_complete() -> None:
         last = step(LastAsks, wait_for=["first"])
 
     assert Short.run({}).ok
+
+
+def test_undo_refuses_a_run_whose_steps_changed_since() -> None:
+    from django_reactor.exceptions import DefinitionChanged
+
+    outcome = Transfer.run(INPUTS)
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        definition_shape={"debit": {"impl": "elsewhere.Debit", "depends_on": []}}
+    )
+    with pytest.raises(DefinitionChanged, match="step 'debit' ran but its implementation"):
+        services.undo(outcome.execution_id)
+    assert ledger.calls[-1] == ("run", "notify")  # nothing was undone
