@@ -35,12 +35,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_reactor.W001",
             )
         )
-    for key in ("LEASE_SECONDS", "IDEMPOTENCY_WAIT_SECONDS", "MAX_INLINE_RETRY_DELAY"):
+    for key in (
+        "LEASE_SECONDS",
+        "IDEMPOTENCY_WAIT_SECONDS",
+        "MAX_INLINE_RETRY_DELAY",
+        "MAX_RECOVERY_ATTEMPTS",
+        "RETRY_COUNTDOWN_LIMIT",
+        "SWEEP_INTERVAL",
+        "REDISPATCH_AFTER",
+        "SWEEP_BATCH",
+        "DISPATCH_RETENTION",
+        "ASYNC_WAIT_TIMEOUT",
+        "ASYNC_PARK_TIMEOUT",
+        "ASYNC_POLL_INTERVAL",
+    ):
         value = raw.get(key, DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             messages.append(
                 Error(
-                    f"REACTOR[{key!r}] must be a positive number of seconds, got {value!r}.",
+                    f"REACTOR[{key!r}] must be a positive number, got {value!r}.",
                     id="django_reactor.E002",
                 )
             )
@@ -51,6 +64,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 Error(
                     f"REACTOR[{key!r}] must be True or False, got {value!r}.",
                     id="django_reactor.E004",
+                )
+            )
+    for key in ("CELERY_QUEUE", "REDIS_URL"):
+        value = raw.get(key, DEFAULTS[key])
+        if value is not None and (not isinstance(value, str) or not value):
+            messages.append(
+                Error(
+                    f"REACTOR[{key!r}] must be None or a non-empty string, got {value!r}.",
+                    id="django_reactor.E005",
                 )
             )
     modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])

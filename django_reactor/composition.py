@@ -25,6 +25,7 @@ from .handle import outcome_of
 from .states import EventKind, ExecutionStatus
 
 FINISHED = (
+    ExecutionStatus.ABORTED,
     ExecutionStatus.COMPLETED,
     ExecutionStatus.HALTED,
     ExecutionStatus.FAILED,
@@ -156,5 +157,5 @@ class DatabaseChildRunner:
             state=state,
             max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
             children=DatabaseChildRunner(owned.execution_id, self.root_id),
-            park_poll=float(reactor_settings.ASYNC_POLL_INTERVAL),
+            park_poll=float(reactor_settings.REDISPATCH_AFTER),
         )

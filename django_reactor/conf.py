@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "REDISPATCH_AFTER": 60.0,
     # Most rows one sweep handles per kind of work.
     "SWEEP_BATCH": 500,
+    # Sent dispatches (outbox rows) older than this many seconds are deleted by the sweeper.
+    "DISPATCH_RETENTION": 86400.0,
     # Redis for completion signals (pub/sub). None: the django-redis "default" cache when there
     # is one, else waiters only poll the database.
     "REDIS_URL": None,

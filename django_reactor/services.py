@@ -18,7 +18,7 @@ from django.db import InterfaceError, OperationalError, connections
 from . import registry, store
 from .composition import DatabaseChildRunner
 from .conf import reactor_settings
-from .engine.executor import Executor, RunState, utcnow
+from .engine.executor import Executor, RunState, UndoEntry, utcnow
 from .engine.journal import Event
 from .engine.outcomes import Dispatched, ErrorInfo, ErrorKind, Failed, InProgress, Outcome
 from .engine.redaction import redact
@@ -284,7 +284,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
             f"{', '.join(UNDOABLE)} runs",
             status=row.status,
         )
-    state = store.load_state(row.id)
+    state = _rollback_state(row.id, reactor.definition)
     if (
         not state.undo_stack
         and not state.pending_compensation
@@ -307,7 +307,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         owner=store.lease_owner_token(),
         action="undo",
     )
-    state = store.load_state(row.id)  # read again under ownership
+    state = _rollback_state(row.id, reactor.definition)  # read again under ownership
     executor = Executor(
         reactor.definition,
         store.DatabaseJournal(owned),
@@ -335,19 +335,42 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
     return find(row.id)
 
 
+def _rollback_state(execution_id: uuid.UUID, definition: ReactorDefinition) -> RunState:
+    """What an undo must roll back: the run's state, plus a composed child it halted in."""
+    state = store.load_state(execution_id)
+    for name in store.halted_steps(execution_id):
+        spec = definition.by_name.get(name)
+        if spec is not None and spec.child is not None:
+            # The parent halted inside this child: the child's completed steps are undone too.
+            state.undo_stack.append(UndoEntry(name, {}, None))
+    return state
+
+
 def _refuse_child(row: Any, action: str) -> None:
-    if row.parent_id is not None:
+    # Async units (detached) are executions of their own and may be steered; a composed child
+    # is part of its parent's run. Retrying a unit would detach it from its reader.
+    if row.parent_id is not None and (not row.detached or action == "retry"):
         raise InvalidTransition(
-            f"cannot {action} execution {row.id}: it is the composed child run by step "
+            f"cannot {action} execution {row.id}: it is the "
+            f"{'async unit' if row.detached else 'composed child'} run by step "
             f"{row.parent_step!r} of execution {row.parent_id}; {action} that execution instead",
             status=row.status,
         )
 
 
 def _abandoned_while_running(row: Any) -> bool:
-    """A run whose process died mid-step: its cursor may name a step that started."""
+    """Whether the step the run's cursor names may have started without recording an outcome.
+
+    True for a run whose process died mid-step (still running or rolling back, cancelled while
+    so, or parked after killing its workers too often), and for a step that made failed
+    attempts and was waiting for its next one.
+    """
     if row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK):
         return True
+    if row.current_attempt:
+        return True
+    if row.status == ExecutionStatus.NEEDS_ATTENTION:
+        return bool(row.failure) and row.failure.get("kind") == ErrorKind.RECOVERY_LIMIT
     return row.status == ExecutionStatus.CANCELLED and store.cancelled_while_running(row.id)
 
 
@@ -403,13 +426,16 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             row,
             ErrorKind.DEFINITION_CHANGED,
             f"{definition.reactor_class.__qualname__} changed under this run: "
-            f"{'; '.join(problems)}. Deploy the previous definition to finish it, or undo() "
-            "or cancel() it",
+            f"{'; '.join(problems)}. Deploy the previous definition to finish it or to undo() "
+            "it, or cancel() it",
         )
     with store.LeaseKeeper(owned):
         for attempt in range(1, DATABASE_ERROR_RETRIES + 1):
-            executor = _worker_executor(definition, owned, row)
             try:
+                # Read the run again on every attempt: after a lost connection, the database
+                # says where it stands (a failure may have moved it to rolling back).
+                current = store.get_row(key)
+                executor = _worker_executor(definition, owned, current)
                 if attempt == 1:
                     executor.note(
                         EventKind.RESUME,
@@ -417,8 +443,8 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
                         if claim.recovery_attempts
                         else {},
                     )
-                if claim.previous_status == ExecutionStatus.ROLLING_BACK:
-                    failure = ErrorInfo.from_dict(row.failure) if row.failure else None
+                if current.status == ExecutionStatus.ROLLING_BACK:
+                    failure = ErrorInfo.from_dict(current.failure) if current.failure else None
                     executor.rollback(
                         final_status=ExecutionStatus.FAILED
                         if store.had_step_failure(key)
@@ -446,20 +472,20 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
     return None  # pragma: no cover - the loop returns or raises
 
 
-def _worker_executor(definition: ReactorDefinition, owned: store.Owned, row: Any) -> Executor:
+def _worker_executor(definition: ReactorDefinition, owned: store.Owned, fresh: Any) -> Executor:
     state = store.load_state(owned.execution_id)
-    fresh = store.get_row(owned.execution_id)
     if fresh.current_attempt and fresh.current_step:
         state.attempts_done[fresh.current_step] = fresh.current_attempt
     root = fresh.root_id or fresh.id
     return Executor(
         definition,
         store.DatabaseJournal(owned, wakes=fresh.parent_id if fresh.detached else None),
-        inputs=decode(row.inputs),
+        inputs=decode(fresh.inputs),
         state=state,
         retry_later=True,
         children=DatabaseChildRunner(owned.execution_id, root),
-        park_poll=float(reactor_settings.ASYNC_POLL_INTERVAL),
+        # The unit's completion wakes the parked run; this is only the net under a lost task.
+        park_poll=float(reactor_settings.REDISPATCH_AFTER),
     )
 
 
@@ -483,6 +509,7 @@ def sweep() -> store.SweepReport:
         limit=int(reactor_settings.SWEEP_BATCH),
         grace=float(reactor_settings.SWEEP_INTERVAL),
         redispatch_after=float(reactor_settings.REDISPATCH_AFTER),
+        retention=float(reactor_settings.DISPATCH_RETENTION),
     )
     if any(report.as_dict().values()):
         logger.info("sweep: %s", report.as_dict())
@@ -520,7 +547,9 @@ def retry(execution_id: uuid.UUID | str) -> Outcome:
             retry_id=existing,
         )
     reactor = registry.get(row.reactor)
-    _refuse_open_transaction(f"retry execution {row.id}")
+    background = reactor.definition.background
+    if background is None or background.mode != "all":
+        _refuse_open_transaction(f"retry execution {row.id}")
     outcome = _start(reactor.definition, row.inputs, retry_of=row.id)
     store.append_event(row.id, EventKind.RERUN, {"retried_as": str(outcome.execution_id)})
     return outcome

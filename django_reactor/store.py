@@ -569,6 +569,14 @@ def load_state(execution_id: uuid.UUID) -> RunState:
     return state
 
 
+def halted_steps(execution_id: uuid.UUID) -> list[str]:
+    return list(
+        StepRecord.objects.using(USING)
+        .filter(execution_id=execution_id, status=StepStatus.HALTED)
+        .values_list("step", flat=True)
+    )
+
+
 def has_step_record(execution_id: uuid.UUID, step: str) -> bool:
     return StepRecord.objects.using(USING).filter(execution_id=execution_id, step=step).exists()
 
@@ -657,6 +665,14 @@ def park_for_attention(
             at=now,
             data=data,
         )
+        parent = (
+            Execution.objects.using(USING)
+            .filter(pk=owned.execution_id, detached=True)
+            .values_list("parent_id", flat=True)
+            .first()
+        )
+        if parent is not None:  # an async unit: its reader stops waiting
+            _wake_parent(parent)
 
 
 def find_child(parent_id: uuid.UUID, step: str) -> Execution | None:
@@ -701,6 +717,7 @@ class SweepReport:
     recovered: int = 0
     woken: int = 0
     redispatched: int = 0
+    deleted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -708,10 +725,11 @@ class SweepReport:
             "recovered": self.recovered,
             "woken": self.woken,
             "redispatched": self.redispatched,
+            "deleted": self.deleted,
         }
 
 
-def sweep(*, limit: int, grace: float, redispatch_after: float) -> SweepReport:
+def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float) -> SweepReport:
     """Find work a crash or a lost message left behind and queue it again.
 
     Safe on many hosts at once: rows are claimed with ``FOR UPDATE SKIP LOCKED``, and a run
@@ -788,6 +806,14 @@ def sweep(*, limit: int, grace: float, redispatch_after: float) -> SweepReport:
             row = Dispatch.objects.using(USING).create(execution_id=execution_id, reason=reason)
             queued.append(router.QueuedDispatch(row.id, execution_id))
         router.publish_on_commit(queued, USING)
+
+    # 3. Forget dispatches that went out long ago (in batches: a sweep stays short).
+    old = (
+        Dispatch.objects.using(USING)
+        .filter(sent_at__lt=now - dt.timedelta(seconds=retention))
+        .values_list("id", flat=True)[:limit]
+    )
+    report.deleted, _ = Dispatch.objects.using(USING).filter(id__in=list(old)).delete()
     return report
 
 
@@ -882,6 +908,11 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
         live = row.lease_owner is not None and (
             row.lease_expires_at is not None and row.lease_expires_at >= now
         )
+        if row.status == ExecutionStatus.ROLLING_BACK and live:
+            raise ExecutionBusy(
+                f"cannot cancel execution {execution_id}: {row.lease_owner} is rolling it back; "
+                "let the rollback finish"
+            )
         if row.status == ExecutionStatus.RUNNING and live:
             if row.cancel_requested_at is None:
                 row.cancel_requested_at = now

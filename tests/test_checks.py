@@ -29,6 +29,10 @@ def test_default_settings_pass() -> None:
         ({"REFUSE_INLINE_IN_TRANSACTION": "no"}, ["django_reactor.E004"]),
         ({"CHECKPOINT_PREPARED_STATEMENTS": 1}, ["django_reactor.E004"]),
         ([], ["django_reactor.E001"]),
+        ({"SWEEP_BATCH": 0}, ["django_reactor.E002"]),
+        ({"ASYNC_WAIT_TIMEOUT": -1}, ["django_reactor.E002"]),
+        ({"CELERY_QUEUE": ""}, ["django_reactor.E005"]),
+        ({"REDIS_URL": 6379}, ["django_reactor.E005"]),
     ],
 )
 def test_bad_settings_are_reported(value: Any, expected: list[str]) -> None:

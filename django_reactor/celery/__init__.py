@@ -26,12 +26,15 @@ RECOMMENDED_CELERY_SETTINGS: dict[str, Any] = {
 }
 
 
-def beat_schedule(interval: float | None = None) -> dict[str, dict[str, Any]]:
+def beat_schedule(interval: float = 15.0, queue: str | None = None) -> dict[str, dict[str, Any]]:
     """A ``CELERY_BEAT_SCHEDULE`` entry running the sweeper every ``interval`` seconds.
 
-    >>> CELERY_BEAT_SCHEDULE = {**beat_schedule()}  # doctest: +SKIP
-    """
-    from ..conf import reactor_settings
+    Meant for ``settings.py``, so it reads no settings: pass the same ``queue`` as
+    ``REACTOR["CELERY_QUEUE"]`` when you set one.
 
-    seconds = float(interval if interval is not None else reactor_settings.SWEEP_INTERVAL)
-    return {"django-reactor-sweep": {"task": "django_reactor.sweep", "schedule": seconds}}
+    >>> CELERY_BEAT_SCHEDULE = {**beat_schedule(15.0)}  # doctest: +SKIP
+    """
+    entry: dict[str, Any] = {"task": "django_reactor.sweep", "schedule": float(interval)}
+    if queue:
+        entry["options"] = {"queue": queue}
+    return {"django-reactor-sweep": entry}

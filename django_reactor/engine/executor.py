@@ -390,9 +390,9 @@ class Executor:
                     "reactor": self.definition.name,
                     "inputs": self._redacted_inputs(),
                     "arguments": redact(_displayable(arguments), spec.argument_secret_paths()),
-                    "rollback_failures": tuple(
-                        _nested(spec.name, f) for f in child_error.rollback_failures
-                    ),
+                    # What the child could not roll back is tried again by this step's
+                    # compensation (the child's own rollback) and reported from there.
+                    "rollback_failures": (),
                 }
             )
         else:
@@ -403,8 +403,10 @@ class Executor:
                 reactor=self.definition.name,
                 inputs=self._redacted_inputs(),
             )
-        # The child rolled itself back already: nothing of this step is left to compensate.
-        return self._fail(spec, error, arguments, started=False, started_at=started_at, attempts=1)
+        # The child rolled itself back already. Compensating this step re-runs the child's
+        # rollback, which does nothing unless part of it failed: then it is tried again here,
+        # and once more by an operator's undo().
+        return self._fail(spec, error, arguments, started=True, started_at=started_at, attempts=1)
 
     def _dispatch_unit(
         self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
@@ -496,7 +498,7 @@ class Executor:
             kind=ErrorKind.CONTRACT,
             message=(
                 f"the arguments of step {spec.name!r} do not satisfy "
-                f"{spec.impl.__qualname__}.Inputs: {summarise_errors(errors)}"
+                f"{_contract_owner(spec)}.Inputs: {summarise_errors(errors)}"
             ),
             step=spec.name,
             reactor=self.definition.name,
@@ -912,7 +914,12 @@ class Executor:
         if definition.returns is not None:
             value = self.state.results.get(definition.returns)
         else:
-            value = dict(self.state.results)
+            # Async units' outcomes belong to the steps that read them, not to the run's value.
+            value = {
+                name: result
+                for name, result in self.state.results.items()
+                if definition.by_name[name].unit is None
+            }
         self._commit(
             JournalBatch(
                 events=[self._event(EventKind.COMPLETE)],
@@ -1040,6 +1047,12 @@ def _step_write(
         error=error,
         compensable=compensable,
     )
+
+
+def _contract_owner(spec: StepSpec) -> str:
+    """Whose ``Inputs`` a step's arguments answer to: the step's, or its child reactor's."""
+    child = getattr(spec.impl, "child", None)
+    return str(child.__qualname__) if child is not None else spec.impl.__qualname__
 
 
 def _nested(step: str, failure: RollbackFailure) -> RollbackFailure:

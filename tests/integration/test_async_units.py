@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rest_framework import serializers
 
-from django_reactor import Reactor, arg, async_reactor, async_step, services, step
+from django_reactor import Outcome, Reactor, arg, async_reactor, async_step, services, step
 from django_reactor.exceptions import DefinitionError
 from django_reactor.models import Dispatch, Execution
 from django_reactor.states import ExecutionStatus, StepStatus
@@ -97,10 +97,63 @@ def test_returns_cannot_name_an_async_unit() -> None:
                 returns = "unit"
 
 
-def test_operations_on_a_unit_are_refused() -> None:
+def test_a_unit_can_be_steered_but_not_retried_apart_from_its_reader() -> None:
     from django_reactor.exceptions import InvalidTransition
 
     outcome = FireAndForget.run({})
     unit = Execution.objects.get(parent=outcome.execution_id)
-    with pytest.raises(InvalidTransition, match="step 'unit'"):
-        services.cancel(unit.id)
+    assert services.cancel(unit.id, reason="not needed").status == ExecutionStatus.CANCELLED
+    Execution.objects.filter(pk=unit.pk).update(status=ExecutionStatus.FAILED)
+    with pytest.raises(InvalidTransition, match="async unit run by step 'unit'"):
+        services.retry(unit.id)
+
+
+class ReadsInBackground(Reactor):
+    unit = async_step(Tracked)
+
+    @step(value=arg.result("unit"))
+    def reader(value: Any) -> Any:
+        return value.status if isinstance(value, Outcome) else value
+
+    class Meta:
+        background = "all"
+        returns = "reader"
+
+
+def parked_parent() -> tuple[Any, Execution]:
+    outcome = ReadsInBackground.run({})
+    parked = services.resume(outcome.execution_id)  # dispatches the unit, then parks the reader
+    assert parked is not None
+    assert parked.status == ExecutionStatus.PENDING
+    assert [e.kind for e in services.find(outcome.execution_id).trace][-1] == "park"
+    return outcome, Execution.objects.get(parent=outcome.execution_id)
+
+
+def test_a_unit_that_aborted_settles_its_reader() -> None:
+    outcome, unit = parked_parent()
+    Execution.objects.filter(pk=unit.pk).update(status=ExecutionStatus.ABORTED)
+    Execution.objects.filter(pk=outcome.execution_id).update(wake_at=None)
+    result = services.resume(outcome.execution_id)
+    assert result is not None
+    assert result.value == "aborted"
+
+
+def test_a_unit_parked_for_attention_wakes_its_reader() -> None:
+    outcome, unit = parked_parent()
+    Execution.objects.filter(pk=unit.pk).update(reactor="gone.Unit")
+    services.resume(unit.id)  # the unit's reactor is gone: parked as needs_attention
+    parent = Execution.objects.get(pk=outcome.execution_id)
+    assert parent.wake_at is None
+    assert Dispatch.objects.filter(execution=parent, reason="wake").exists()
+    result = services.resume(outcome.execution_id)
+    assert result is not None
+    assert result.value == "needs_attention"
+
+
+def test_a_unit_finishing_wakes_its_parked_reader() -> None:
+    outcome, unit = parked_parent()
+    assert services.resume(unit.id).ok
+    parent = Execution.objects.get(pk=outcome.execution_id)
+    assert parent.wake_at is None
+    assert Dispatch.objects.filter(execution=parent, reason="wake").exists()
+    assert services.resume(outcome.execution_id).value == {"step": "unit"}

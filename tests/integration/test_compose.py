@@ -88,11 +88,10 @@ def test_a_failing_child_rolls_itself_back_then_the_parent_undoes() -> None:
     ]  # fmt: skip
     child = services.find(outcome.execution_id).child("ship")
     assert child.status == ExecutionStatus.FAILED
+    # Compensating the composed step re-runs the child's rollback: nothing left to do.
     assert steps_of(outcome.execution_id) == [
-        ("run", "reserve"),
-        ("fail", "ship"),
-        ("undo", "reserve"),
-    ]
+        ("run", "reserve"), ("fail", "ship"), ("compensate", "ship"), ("undo", "reserve"),
+    ]  # fmt: skip
 
 
 def test_a_completed_child_is_undone_in_place_when_a_later_step_fails() -> None:
@@ -123,25 +122,65 @@ def test_a_halt_in_a_child_halts_the_parent() -> None:
     assert [c for c in ledger.calls if c[0] == "undo"] == []
 
 
+STUBBORN: set[str] = set()
+
+
+class Stubborn(Step):
+    def run(self) -> str:
+        return "done"
+
+    def undo(self, result: Any) -> Any:
+        ledger("undo", "keep")
+        return Failure("cannot release") if "stubborn" in STUBBORN else None
+
+
+class StubbornChild(Reactor):
+    keep = step(Stubborn)
+
+    @step(wait_for=["keep"])
+    def boom() -> None:
+        if "child-fails" in STUBBORN:
+            raise RuntimeError("child step failed")
+
+
+class StubbornParent(Reactor):
+    child = compose(StubbornChild)
+    after = step(Tracked, wait_for=["child"])
+
+
 def test_a_child_rollback_failure_surfaces_in_the_parent() -> None:
-    class Stubborn(Step):
-        def run(self) -> str:
-            return "done"
-
-        def undo(self, result: Any) -> Any:
-            return Failure("cannot release")
-
-    class Child(Reactor):
-        keep = step(Stubborn)
-
-    class Parent(Reactor):
-        child = compose(Child)
-        after = step(Tracked, wait_for=["child"])
-
+    STUBBORN.clear()
+    STUBBORN.add("stubborn")
     FAIL_AT.add("after")
-    outcome = Parent.run({})
+    outcome = StubbornParent.run({})
     assert outcome.status == ExecutionStatus.NEEDS_ATTENTION
     assert [(f.step, f.action) for f in outcome.rollback_failures] == [("child.keep", "undo")]
+
+
+def test_undo_retries_what_a_failed_child_could_not_roll_back() -> None:
+    STUBBORN.clear()
+    STUBBORN.update({"stubborn", "child-fails"})
+    outcome = StubbornParent.run({})
+    assert outcome.status == ExecutionStatus.NEEDS_ATTENTION
+    assert [f.step for f in outcome.rollback_failures] == ["child.keep"]
+    STUBBORN.discard("stubborn")
+    ledger.clear()
+    handle = services.undo(outcome.execution_id)
+    assert ledger.calls == [("undo", "keep")]
+    assert handle.status == ExecutionStatus.FAILED
+    assert handle.child("child").status == ExecutionStatus.FAILED
+    assert handle.error is not None
+    assert handle.error.rollback_failures == ()
+
+
+def test_undo_of_a_parent_halted_in_its_child_undoes_the_child() -> None:
+    FAIL_AT.add("halt-handover")
+    outcome = Order.run(INPUTS)
+    assert outcome.status == ExecutionStatus.HALTED
+    ledger.clear()
+    handle = services.undo(outcome.execution_id)
+    assert ledger.calls == [("undo", "label"), ("undo", "pack"), ("undo", "reserve")]
+    assert handle.status == ExecutionStatus.CANCELLED
 
 
 def test_child_inputs_are_validated_before_it_starts() -> None:

@@ -135,7 +135,7 @@ def test_the_sweeper_recovers_a_dead_run_and_releases_due_wake_ups(settings: Any
     assert reasons == {dead.execution_id: "recover", woken.execution_id: "wake"}
     # A second sweep right away queues nothing more: those dispatches are on their way.
     assert services.sweep().as_dict() == {
-        "republished": 0, "recovered": 0, "woken": 0, "redispatched": 0,
+        "republished": 0, "recovered": 0, "woken": 0, "redispatched": 0, "deleted": 0,
     }  # fmt: skip
 
 
@@ -151,7 +151,7 @@ def test_reactor_sweep_command_prints_the_report() -> None:
     out = StringIO()
     call_command("reactor_sweep", "--json", stdout=out)
     assert json.loads(out.getvalue()) == {
-        "republished": 0, "recovered": 0, "woken": 0, "redispatched": 0,
+        "republished": 0, "recovered": 0, "woken": 0, "redispatched": 0, "deleted": 0,
     }  # fmt: skip
 
 
@@ -244,3 +244,65 @@ def test_sweepers_on_many_hosts_dispatch_each_run_once() -> None:
     recover = Dispatch.objects.filter(reason="recover")
     assert recover.count() == 30
     assert set(recover.values_list("execution_id", flat=True)) == set(runs)
+
+
+class Compensated(Reactor):
+    one = step(Tracked)
+    two = step(Tracked, wait_for=["one"])
+
+    class Meta:
+        background = "all"
+
+
+def test_undo_of_a_run_parked_after_killing_its_workers_compensates_that_step(
+    settings: Any,
+) -> None:
+    settings.REACTOR = {**settings.REACTOR, "MAX_RECOVERY_ATTEMPTS": 1}
+    outcome = Compensated.run({})
+    # As a worker leaves it when killed inside "two" twice: "one" recorded, "two" not.
+    services.resume(outcome.execution_id)
+    from django_reactor.models import StepRecord
+
+    StepRecord.objects.filter(execution_id=outcome.execution_id, step="two").delete()
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        status=ExecutionStatus.RUNNING, current_step="two", recovery_attempts=1,
+        lease_owner="dead:1", lease_expires_at=timezone.now() - dt.timedelta(seconds=1),
+        finished_at=None,
+    )  # fmt: skip
+    parked = services.resume(outcome.execution_id)
+    assert parked.status == ExecutionStatus.NEEDS_ATTENTION
+    ledger.clear()
+    services.undo(outcome.execution_id)
+    assert ledger.calls == [("compensate", "two"), ("undo", "one")]
+
+
+def test_undo_after_cancelling_a_retry_wait_compensates_the_retrying_step(settings: Any) -> None:
+    settings.REACTOR = {**settings.REACTOR, "RETRY_COUNTDOWN_LIMIT": 0.1}
+    outcome = SlowRetry.run({})
+    services.resume(outcome.execution_id)  # first attempt fails; the run waits for its backoff
+    services.cancel(outcome.execution_id, reason="giving up")
+    ledger.clear()
+    handle = services.undo(outcome.execution_id)
+    steps = [(e.kind, e.step) for e in handle.trace if e.step]
+    assert steps[-2:] == [("fail", "flaky"), ("compensate_skipped", "flaky")]
+
+
+def test_cancel_refuses_a_live_rollback() -> None:
+    from django_reactor.exceptions import ExecutionBusy
+
+    outcome = Compensated.run({})
+    Execution.objects.filter(pk=outcome.execution_id).update(
+        status=ExecutionStatus.ROLLING_BACK, lease_owner="busy:1",
+        lease_expires_at=timezone.now() + dt.timedelta(minutes=1),
+    )  # fmt: skip
+    with pytest.raises(ExecutionBusy, match="busy:1 is rolling it back"):
+        services.cancel(outcome.execution_id)
+
+
+def test_the_sweeper_forgets_old_dispatches() -> None:
+    InBackground.run({})
+    InBackground.run({})
+    Dispatch.objects.update(sent_at=timezone.now() - dt.timedelta(days=2))
+    Execution.objects.update(status=ExecutionStatus.COMPLETED)
+    assert services.sweep().deleted == 2
+    assert not Dispatch.objects.exists()

@@ -23,3 +23,12 @@ def test_override_settings_is_seen_and_undone() -> None:
 def test_unknown_names_are_errors() -> None:
     with pytest.raises(AttributeError, match="REACTOR has no setting 'NOPE'"):
         reactor_settings.NOPE  # noqa: B018
+
+
+def test_beat_schedule_reads_no_settings_and_routes_to_the_queue() -> None:
+    from django_reactor.celery import beat_schedule
+
+    assert beat_schedule(5) == {
+        "django-reactor-sweep": {"task": "django_reactor.sweep", "schedule": 5.0}
+    }
+    assert beat_schedule(5, queue="sagas")["django-reactor-sweep"]["options"] == {"queue": "sagas"}
