@@ -400,7 +400,7 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
         else:
             logger.warning("resume task for unknown execution %s; ignored", key)
         return None
-    row = store.get_row(key)
+    row = claim.row
     owned = claim.owned
     try:
         reactor = registry.get(row.reactor)
@@ -419,7 +419,8 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             "cancel() the run",
             step=row.current_step or None,
         )
-    problems = definition.incompatibilities(row.definition_shape, store.step_records_done(key))
+    state = store.load_state(key)
+    problems = definition.incompatibilities(row.definition_shape, state.recorded)
     if problems:
         return _park(
             owned,
@@ -432,10 +433,13 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
     with store.LeaseKeeper(owned):
         for attempt in range(1, DATABASE_ERROR_RETRIES + 1):
             try:
-                # Read the run again on every attempt: after a lost connection, the database
-                # says where it stands (a failure may have moved it to rolling back).
-                current = store.get_row(key)
-                executor = _worker_executor(definition, owned, current)
+                # After a lost connection, read the run again: the database says where it
+                # stands (a step's checkpoint may have committed, or a failure moved it to
+                # rolling back).
+                if attempt > 1:
+                    row, state = store.get_row(key), store.load_state(key)
+                current = row
+                executor = _worker_executor(definition, owned, current, state)
                 if attempt == 1:
                     executor.note(
                         EventKind.RESUME,
@@ -472,8 +476,9 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
     return None  # pragma: no cover - the loop returns or raises
 
 
-def _worker_executor(definition: ReactorDefinition, owned: store.Owned, fresh: Any) -> Executor:
-    state = store.load_state(owned.execution_id)
+def _worker_executor(
+    definition: ReactorDefinition, owned: store.Owned, fresh: Any, state: RunState
+) -> Executor:
     if fresh.current_attempt and fresh.current_step:
         state.attempts_done[fresh.current_step] = fresh.current_attempt
     root = fresh.root_id or fresh.id

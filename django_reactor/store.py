@@ -27,7 +27,8 @@ try:
     import psycopg
 except ImportError:  # psycopg2 or another driver: the checkpoint uses Django's cursor
     psycopg = None  # type: ignore[assignment]
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import completion
@@ -545,6 +546,7 @@ def load_state(execution_id: uuid.UUID) -> RunState:
     """Rebuild what a run has done from its step records, for undo (and later resume)."""
     state = RunState()
     for row in step_rows(execution_id):
+        state.recorded.add(row.step)
         arguments = decode(row.arguments)
         if row.status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
             value = decode(row.result)
@@ -583,11 +585,14 @@ def has_step_record(execution_id: uuid.UUID, step: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class WorkerClaim:
-    """A run a worker took over: its fence, the status it had, and how often it was recovered."""
+    """A run a worker took over: its fence, and the row as the claim left it."""
 
     owned: Owned
-    previous_status: str
-    recovery_attempts: int
+    row: Execution
+
+    @property
+    def recovery_attempts(self) -> int:
+        return self.row.recovery_attempts
 
 
 RESUMABLE = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
@@ -601,41 +606,38 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
     owned by a live process (a duplicate delivery) or not due yet (a retry's wake-up time).
     """
     now = timezone.now()
-    with transaction.atomic(using=USING):
-        row = (
-            Execution.objects.using(USING)
-            .select_for_update(skip_locked=True)
-            .filter(pk=execution_id, status__in=RESUMABLE)
-            .filter(Q(parent__isnull=True) | Q(detached=True))
-            .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
-            .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
-            .only("id", "status", "fence", "recovery_attempts")
-            .first()
-        )
-        if row is None:
-            return None
-        previous = row.status
-        recovered = previous != ExecutionStatus.PENDING
-        fields = {
-            "lease_owner": owner,
-            "lease_expires_at": now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
-            "fence": row.fence + 1,
-            "recovery_attempts": row.recovery_attempts + (1 if recovered else 0),
-            "wake_at": None,
-            "updated_at": now,
-            "status": (
-                ExecutionStatus.ROLLING_BACK
-                if previous == ExecutionStatus.ROLLING_BACK
-                else ExecutionStatus.RUNNING
+    claimed = (
+        Execution.objects.using(USING)
+        .filter(pk=execution_id, status__in=RESUMABLE)
+        .filter(Q(parent__isnull=True) | Q(detached=True))
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+        .update(
+            lease_owner=owner,
+            lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+            fence=F("fence") + 1,
+            recovery_attempts=Case(
+                When(status=ExecutionStatus.PENDING, then=F("recovery_attempts")),
+                default=F("recovery_attempts") + 1,
             ),
-        }
-        Execution.objects.using(USING).filter(pk=execution_id).update(**fields)
-        Execution.objects.using(USING).filter(pk=execution_id, started_at__isnull=True).update(
-            started_at=now
+            status=Case(
+                When(
+                    status=ExecutionStatus.ROLLING_BACK,
+                    then=Value(ExecutionStatus.ROLLING_BACK),
+                ),
+                default=Value(ExecutionStatus.RUNNING),
+            ),
+            started_at=Coalesce(F("started_at"), Value(now)),
+            wake_at=None,
+            updated_at=now,
         )
-    return WorkerClaim(
-        Owned(execution_id, row.fence + 1), previous, int(fields["recovery_attempts"])
     )
+    if not claimed:
+        return None
+    row = get_row(execution_id)
+    if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
+        return None
+    return WorkerClaim(Owned(execution_id, row.fence), row)
 
 
 def park_for_attention(

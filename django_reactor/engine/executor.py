@@ -101,6 +101,8 @@ class RunState:
     attempts_done: dict[str, int] = field(default_factory=dict)
     # Async units dispatched whose outcome no reader has collected yet.
     units: set[str] = field(default_factory=set)
+    # Every step with a record (done, failed, halted or dispatched), as loaded.
+    recorded: set[str] = field(default_factory=set)
 
 
 class Executor:
