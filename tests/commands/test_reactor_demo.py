@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.django_db
@@ -23,3 +29,20 @@ def test_demo_runs_every_scenario_and_prints_a_readable_summary() -> None:
     assert "Traceback" not in text
     assert "tok_visa_4242" not in text
     assert "[REDACTED]" in text
+
+
+def test_the_readme_demo_works_on_a_fresh_sqlite_database(tmp_path: Path) -> None:
+    """What a new user runs first: SQLite, no services, a database that does not exist yet."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "CELERY_BROKER_URL": "memory://",
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "reactor_demo"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "4. A renewal of a cancelled subscription" in result.stdout
