@@ -20,6 +20,12 @@ DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 REACTOR = {"CELERY_QUEUE": os.environ["REACTOR_BENCH_QUEUE"]}
 
+# Off by default (the project's settings): Celery's Django fixup then closes the database
+# connection before and after every task. ``background_throughput.py --db-reuse-max N`` sets it to
+# measure workers that keep their connection for N tasks.
+if os.environ.get("BENCH_DB_REUSE_MAX"):
+    CELERY_DB_REUSE_MAX = int(os.environ["BENCH_DB_REUSE_MAX"])
+
 # The worker runs with ``-l INFO`` (its "ready." line is how the benchmark knows it started);
 # Celery's per-task "received" / "succeeded" lines are silenced so that logging does not count.
 LOGGING = {

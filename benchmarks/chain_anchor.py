@@ -4,9 +4,11 @@ Adapted from ``/work/shared/anchors/celery_chain_anchor.py`` (same app configura
 broker and Redis result backend, ``task_acks_late=True``, ``worker_prefetch_multiplier=1``; same
 task and chain). Only the Redis database numbers differ (13 and 14 by default, overridable with
 ``BROKER`` / ``BACKEND``), and the app does not make itself Celery's current app, so that it can
-live in the same process as the project's app. The benchmark starts its worker with::
+live in the same process as the project's app. The benchmark starts its worker with the same
+flags as django_reactor's worker (``-l INFO`` for the "ready." line, per-task lines silenced)::
 
-    celery -A benchmarks.chain_anchor worker -c 2 -P prefork --without-gossip --without-mingle
+    celery -A benchmarks.chain_anchor worker -P prefork -c 2 --without-mingle --without-gossip \
+        --without-heartbeat -l INFO
 """
 
 from __future__ import annotations
