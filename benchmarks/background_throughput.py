@@ -641,12 +641,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--db-reuse-max",
         type=int,
-        default=0,
-        help="set CELERY_DB_REUSE_MAX on the django_reactor worker (0: unset, as the project; "
-        "Celery then closes the database connection around every task)",
+        default=None,
+        help="override CELERY_DB_REUSE_MAX on the django_reactor worker (default: the "
+        "project's 1000; 0 unsets it, and Celery then closes the database connection around "
+        "every task)",
     )
     args = parser.parse_args(argv)
-    if args.db_reuse_max > 0:
+    if args.db_reuse_max is not None:
         os.environ["BENCH_DB_REUSE_MAX"] = str(args.db_reuse_max)
     if min(args.rounds, args.burst, args.latency) < 1 or args.warmup < 0:
         parser.error("--rounds, --burst and --latency must be positive")

@@ -20,11 +20,12 @@ DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 REACTOR = {"CELERY_QUEUE": os.environ["REACTOR_BENCH_QUEUE"]}
 
-# Off by default (the project's settings): Celery's Django fixup then closes the database
-# connection before and after every task. ``background_throughput.py --db-reuse-max N`` sets it to
-# measure workers that keep their connection for N tasks.
-if os.environ.get("BENCH_DB_REUSE_MAX"):
-    CELERY_DB_REUSE_MAX = int(os.environ["BENCH_DB_REUSE_MAX"])
+# The example project keeps the worker's database connection (CELERY_DB_REUSE_MAX = 1000, as
+# django_reactor.celery.RECOMMENDED_DJANGO_SETTINGS advises). ``--db-reuse-max N`` overrides it;
+# ``--db-reuse-max 0`` unsets it, and Celery's Django fixup then closes the connection around
+# every task.
+if "BENCH_DB_REUSE_MAX" in os.environ:
+    CELERY_DB_REUSE_MAX = int(os.environ["BENCH_DB_REUSE_MAX"]) or None
 
 # The worker runs with ``-l INFO`` (its "ready." line is how the benchmark knows it started);
 # Celery's per-task "received" / "succeeded" lines are silenced so that logging does not count.

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from .. import faults
@@ -59,5 +59,14 @@ def publish(dispatches: Sequence[QueuedDispatch], using: str) -> list[int]:
             continue
         sent.append(item.dispatch_id)
     if sent:
-        Dispatch.objects.using(using).filter(id__in=sent).update(sent_at=timezone.now())
+        # Raw SQL: this runs once per published task, and the ORM's update costs more here
+        # than the statement itself.
+        connection = connections[using]
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        placeholders = ", ".join(["%s"] * len(sent))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Dispatch._meta.db_table} SET sent_at = %s WHERE id IN ({placeholders})",
+                [now, *sent],
+            )
     return sent

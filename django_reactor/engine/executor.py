@@ -137,6 +137,7 @@ class Executor:
         self.retry_later = retry_later
         self.children = children
         self.park_poll = park_poll
+        self._notes: list[Event] = []
         self._display_inputs: dict[str, Any] | None = None
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
 
@@ -161,8 +162,11 @@ class Executor:
                 return outcome
 
     def note(self, kind: str, data: dict[str, Any] | None = None) -> None:
-        """Add a run-level entry to the trace (for example, a worker resuming the run)."""
-        self._commit(JournalBatch(events=[self._event(kind, data=data)]))
+        """Add a run-level entry to the trace (for example, a worker resuming the run).
+
+        It is written with the next state change, in the same transaction: no commit of its own.
+        """
+        self._notes.append(self._event(kind, data=data))
 
     def arguments_for(self, step: str) -> dict[str, Any]:
         """Resolve a step's arguments from the inputs and stored results; ``{}`` if impossible."""
@@ -544,28 +548,32 @@ class Executor:
             attempt=attempt,
             duration_ms=duration,
         )
-        cancel = self._commit(
-            JournalBatch(
-                events=[event],
-                step=_step_write(
-                    spec,
-                    StepStatus.SKIPPED if skipped else StepStatus.COMPLETED,
-                    event,
-                    attempt,
-                    arguments,
-                    started_at,
-                    result=stored,
-                ),
-                current_step=following.name if following is not None else spec.name,
-            )
+        batch = JournalBatch(
+            events=[event],
+            step=_step_write(
+                spec,
+                StepStatus.SKIPPED if skipped else StepStatus.COMPLETED,
+                event,
+                attempt,
+                arguments,
+                started_at,
+                result=stored,
+            ),
+            current_step=following.name if following is not None else spec.name,
         )
-        faults.point("after_step_commit", step=spec.name)
         state = self.state
         state.results[spec.name] = value
         state.done.add(spec.name)
         if not skipped:
             state.undo_stack.append(UndoEntry(spec.name, arguments, value))
-        if cancel is not None and following is not None:
+        if following is None:
+            # The last step: its checkpoint and the run's completion commit together.
+            completed = self._complete(batch)
+            faults.point("after_step_commit", step=spec.name)
+            return completed
+        cancel = self._commit(batch)
+        faults.point("after_step_commit", step=spec.name)
+        if cancel is not None:
             # Cancellation takes effect between steps; after the last one the run is complete.
             return self._cancelled(cancel, last_step=spec.name)
         point = self.hand_off_point
@@ -911,7 +919,8 @@ class Executor:
 
     # ------------------------------------------------------------------ endings
 
-    def _complete(self) -> Completed:
+    def _complete(self, batch: JournalBatch | None = None) -> Completed:
+        """Finish the run, in ``batch`` (the last step's checkpoint) when there is one."""
         definition = self.definition
         if definition.returns is not None:
             value = self.state.results.get(definition.returns)
@@ -922,14 +931,12 @@ class Executor:
                 for name, result in self.state.results.items()
                 if definition.by_name[name].unit is None
             }
-        self._commit(
-            JournalBatch(
-                events=[self._event(EventKind.COMPLETE)],
-                status=ExecutionStatus.COMPLETED,
-                result=encode(value),
-                finished=True,
-            )
-        )
+        batch = batch or JournalBatch()
+        batch.events.append(self._event(EventKind.COMPLETE))
+        batch.status = ExecutionStatus.COMPLETED
+        batch.result = encode(value)
+        batch.finished = True
+        self._commit(batch)
         return Completed(execution_id=self.execution_id, value=value)
 
     def _cancelled(self, reason: str, *, last_step: str) -> Cancelled:
@@ -946,6 +953,9 @@ class Executor:
     # ------------------------------------------------------------------ helpers
 
     def _commit(self, batch: JournalBatch) -> str | None:
+        if self._notes:
+            batch.events[:0] = self._notes
+            self._notes = []
         return self.journal.commit(batch)
 
     def _event(
