@@ -37,9 +37,13 @@ FINISHED = (
 class DatabaseChildRunner:
     """Runs and rolls back the composed children of one parent execution."""
 
-    def __init__(self, parent_id: uuid.UUID, root_id: uuid.UUID) -> None:
+    def __init__(
+        self, parent_id: uuid.UUID, root_id: uuid.UUID, *, in_worker: bool = False
+    ) -> None:
         self.parent_id = parent_id
         self.root_id = root_id
+        # On a worker, a composed child parks (with its parent) instead of sleeping or waiting.
+        self.in_worker = in_worker
 
     def _create(
         self, step: str, definition: ReactorDefinition, stored: Any, *, detached: bool
@@ -75,7 +79,10 @@ class DatabaseChildRunner:
         if row.status in FINISHED:
             return outcome_of(row)
         owned = store.adopt_child(row.id)
-        executor = self._executor(definition, owned, row.inputs, store.load_state(row.id))
+        state = store.load_state(row.id)
+        if row.current_attempt and row.current_step:
+            state.attempts_done[row.current_step] = row.current_attempt
+        executor = self._executor(definition, owned, row.inputs, state)
         if row.status == ExecutionStatus.ROLLING_BACK:
             executor.rollback(
                 final_status=ExecutionStatus.FAILED,
@@ -156,6 +163,10 @@ class DatabaseChildRunner:
             inputs=decode(inputs),
             state=state,
             max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
-            children=DatabaseChildRunner(owned.execution_id, self.root_id),
+            children=DatabaseChildRunner(
+                owned.execution_id, self.root_id, in_worker=self.in_worker
+            ),
             park_poll=float(reactor_settings.REDISPATCH_AFTER),
+            retry_later=self.in_worker,
+            attached=True,
         )

@@ -336,13 +336,25 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
 
 
 def _rollback_state(execution_id: uuid.UUID, definition: ReactorDefinition) -> RunState:
-    """What an undo must roll back: the run's state, plus a composed child it halted in."""
+    """What an undo must roll back: the run's state, plus a composed child it stopped in.
+
+    A parent that halted inside a child, or was parked (or stopped) while its child waited,
+    has no record of the compose step; the child's own rollback undoes what it completed.
+    """
     state = store.load_state(execution_id)
     for name in store.halted_steps(execution_id):
         spec = definition.by_name.get(name)
         if spec is not None and spec.child is not None:
-            # The parent halted inside this child: the child's completed steps are undone too.
             state.undo_stack.append(UndoEntry(name, {}, None))
+    current = store.get_row(execution_id).current_step
+    spec = definition.by_name.get(current)
+    if (
+        spec is not None
+        and spec.child is not None
+        and current not in state.recorded
+        and store.find_child(execution_id, current) is not None
+    ):
+        state.undo_stack.append(UndoEntry(current, {}, None))
     return state
 
 
@@ -488,7 +500,7 @@ def _worker_executor(
         inputs=decode(fresh.inputs),
         state=state,
         retry_later=True,
-        children=DatabaseChildRunner(owned.execution_id, root),
+        children=DatabaseChildRunner(owned.execution_id, root, in_worker=True),
         # The unit's completion wakes the parked run; this is only the net under a lost task.
         park_poll=float(reactor_settings.REDISPATCH_AFTER),
     )

@@ -183,13 +183,23 @@ def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> 
 
 
 def _wake_parent(parent_id: uuid.UUID) -> None:
-    """A unit finished: a parent parked waiting for it becomes due and gets a task."""
-    woken = (
+    """A unit finished: a parent parked waiting for it becomes due and gets a task.
+
+    A composed child parks together with its parent, so the wake-up climbs to the execution a
+    worker resumes (the root, or a detached unit).
+    """
+    row = (
         Execution.objects.using(USING)
-        .filter(pk=parent_id, status=ExecutionStatus.PENDING)
-        .update(wake_at=None)
+        .filter(pk=parent_id)
+        .values("status", "parent_id", "detached")
+        .first()
     )
-    if woken:
+    if row is None or row["status"] != ExecutionStatus.PENDING:
+        return
+    Execution.objects.using(USING).filter(pk=parent_id).update(wake_at=None)
+    if row["parent_id"] is not None and not row["detached"]:
+        _wake_parent(row["parent_id"])
+    else:
         queue_dispatch(parent_id, Dispatch.Reason.WAKE)
 
 

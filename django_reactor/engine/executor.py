@@ -122,6 +122,7 @@ class Executor:
         retry_later: bool = False,
         children: ChildRunner | None = None,
         park_poll: float = 2.0,
+        attached: bool = False,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -137,6 +138,8 @@ class Executor:
         self.retry_later = retry_later
         self.children = children
         self.park_poll = park_poll
+        # A composed child: it parks with its parent, which holds the dispatch that resumes both.
+        self.attached = attached
         self._notes: list[Event] = []
         self._display_inputs: dict[str, Any] | None = None
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
@@ -385,6 +388,8 @@ class Executor:
             )
         if isinstance(outcome, Halted):
             return self._halt(spec, Halt(outcome.reason), arguments, 1, started_at, duration)
+        if isinstance(outcome, Rescheduled):
+            return self._park_with_child(spec, outcome)
         child_error = getattr(outcome, "error", None)
         name = spec.child.__qualname__
         if child_error is not None:
@@ -479,7 +484,37 @@ class Executor:
                 wake_after=self.park_poll,
             )
         )
-        return Rescheduled(execution_id=self.execution_id, step=reader.name, delay=self.park_poll)
+        return Rescheduled(
+            execution_id=self.execution_id, step=reader.name, delay=self.park_poll, reason="park"
+        )
+
+    def _park_with_child(self, spec: StepSpec, child: Rescheduled) -> Rescheduled:
+        """A composed child waits (a retry's backoff, an async unit): the run waits with it.
+
+        The worker is released; the retry's dispatch (or the unit's completion) resumes this run,
+        which re-enters the compose step and continues the child where it stopped.
+        """
+        retry = child.reason == "retry"
+        self._commit(
+            JournalBatch(
+                events=[
+                    self._event(
+                        EventKind.PARK,
+                        step=spec.name,
+                        data={"child_step": child.step, "reason": child.reason},
+                    )
+                ],
+                status=ExecutionStatus.PENDING,
+                current_step=spec.name,
+                release=True,
+                wake_after=child.delay,
+                dispatch="retry" if retry and not self.attached else None,
+                dispatch_delay=child.delay,
+            )
+        )
+        return Rescheduled(
+            execution_id=self.execution_id, step=spec.name, delay=child.delay, reason=child.reason
+        )
 
     def _child_runner(self, spec: StepSpec) -> ChildRunner:
         if self.children is None:
@@ -636,7 +671,7 @@ class Executor:
                 current_attempt=attempt,
                 release=True,
                 wake_after=delay,
-                dispatch="retry",
+                dispatch=None if self.attached else "retry",
                 dispatch_delay=delay,
             )
         )

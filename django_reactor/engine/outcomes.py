@@ -267,6 +267,8 @@ class Rescheduled(Outcome):
 
     step: str = ""
     delay: float = 0.0
+    # "retry" (a step's backoff) or "park" (a reader waiting for an async unit).
+    reason: str = "retry"
     status: str = ExecutionStatus.PENDING
 
 

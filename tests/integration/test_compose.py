@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rest_framework import serializers
 
-from django_reactor import Failure, Halt, Reactor, Step, arg, compose, services, step
+from django_reactor import Failure, Halt, Reactor, Retry, Step, arg, compose, services, step
 from django_reactor.exceptions import DefinitionError, InvalidTransition
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus
@@ -227,3 +227,30 @@ def test_operations_on_a_child_are_refused() -> None:
         services.undo(child.id)
     with pytest.raises(InvalidTransition, match="cancel that execution instead"):
         services.cancel(child.id)
+
+
+class RetryingChild(Reactor):
+    first = step(Tracked)
+
+    @step(wait_for=["first"], retry=Retry(attempts=3, backoff="fixed", delay=5))
+    def flaky() -> None:
+        raise TimeoutError("not yet")
+
+
+class ParkingParent(Reactor):
+    before = step(Tracked)
+    child = compose(RetryingChild, wait_for=["before"])
+
+    class Meta:
+        background = "all"
+
+
+def test_a_parent_parked_with_its_child_is_undone_with_the_child() -> None:
+    outcome = ParkingParent.run({})
+    parked = services.resume(outcome.execution_id)  # the child's retry parks both
+    assert parked.status == ExecutionStatus.PENDING
+    assert parked.reason == "retry"
+    services.cancel(outcome.execution_id, reason="stop waiting")
+    ledger.clear()
+    services.undo(outcome.execution_id)
+    assert ledger.calls == [("undo", "first"), ("undo", "before")]

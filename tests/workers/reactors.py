@@ -199,3 +199,35 @@ class WithAsyncChild(Reactor):
     class Meta:
         background = "all"
         returns = "after"
+
+
+class FlakyChild(Reactor):
+    """A composed child whose second step needs three attempts."""
+
+    k1 = step(Effectful)
+    flaky = step(Flaky, wait_for=["k1"], retry=Retry(attempts=3, backoff="fixed", delay=0.3))
+
+
+class ParentOfFlaky(Reactor):
+    before = step(Effectful)
+    child = compose(FlakyChild, wait_for=["before"])
+    after = step(Effectful, wait_for=["child"])
+
+    class Meta:
+        background = "all"
+
+
+class ChildReadingUnit(Reactor):
+    unit = async_step(Doubler, n=arg.value(4))
+
+    @step(doubled=arg.result("unit"))
+    def read(doubled: Any) -> Any:
+        return doubled
+
+
+class ParentOfReader(Reactor):
+    child = compose(ChildReadingUnit)
+
+    class Meta:
+        background = "all"
+        returns = "child"

@@ -64,3 +64,31 @@ def test_an_async_reactor_is_an_independent_execution(start_worker: Any) -> None
     assert services.find(row.id).outcome.value == {
         "c1": {"step": "c1"}, "c2": {"step": "c2"}, "c3": {"step": "c3"},
     }  # fmt: skip
+
+
+def test_a_composed_child_retrying_on_a_worker_parks_with_its_parent(start_worker: Any) -> None:
+    from tests.workers.reactors import ParentOfFlaky
+
+    start_worker()
+    outcome = ParentOfFlaky.run({})
+    row = wait_until(lambda: finished(outcome.execution_id), what="the run to finish")
+    assert row.status == ExecutionStatus.COMPLETED
+    trace = [(e.kind, e.step, e.data.get("reason")) for e in services.find(row.id).trace]
+    assert trace.count(("park", "child", "retry")) == 2  # the worker was freed twice
+    child = services.find(row.id).child("child")
+    assert child.status == ExecutionStatus.COMPLETED
+    assert body_runs(child.id) == {"k1": 1, "flaky": 3}
+    assert body_runs(row.id) == {"before": 1, "after": 1}
+
+
+def test_a_composed_child_waiting_for_a_unit_parks_and_is_woken(start_worker: Any) -> None:
+    from tests.workers.reactors import ParentOfReader
+
+    start_worker()
+    outcome = ParentOfReader.run({})
+    row = wait_until(lambda: finished(outcome.execution_id), what="the run to finish")
+    assert row.status == ExecutionStatus.COMPLETED
+    assert services.find(row.id).outcome.value == {"read": 8}
+    parks = [e.data for e in services.find(row.id).trace if e.kind == "park"]
+    assert parks
+    assert parks[0] == {"child_step": "read", "reason": "park"}
