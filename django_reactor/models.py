@@ -211,7 +211,7 @@ class StepRecord(models.Model):
     class Meta:
         verbose_name = _("step record")
         verbose_name_plural = _("step records")
-        ordering = ["execution", "seq"]
+        ordering = ["execution_id", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["execution", "step"], name="reactor_step_uniq"),
         ]
@@ -238,7 +238,7 @@ class ExecutionEvent(models.Model):
     class Meta:
         verbose_name = _("execution event")
         verbose_name_plural = _("execution events")
-        ordering = ["execution", "seq"]
+        ordering = ["execution_id", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["execution", "seq"], name="reactor_event_seq_uniq"),
         ]
