@@ -8,6 +8,7 @@ duplicated effects (never allowed).
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from django_reactor import (
@@ -40,6 +41,8 @@ class Effectful(Step):
         )
         effect(context.idempotency_key, context.execution_id, context.step)
         faults.point("after_effect", step=context.step)
+        if Effect.objects.filter(step=f"slow-{context.step}").exists():
+            time.sleep(2)  # the step's own work, long enough to be in it when the test acts
         if context.step in FAILING:
             raise RuntimeError(f"{context.step} failed")
         return Success({"step": context.step})

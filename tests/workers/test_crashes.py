@@ -266,3 +266,25 @@ def test_a_worker_killed_inside_a_composed_child_continues_the_child(start_worke
     assert body_runs(row.id) == {"p1": 1, "p2": 1}
     assert body_runs(child.id) == {"c1": 1, "c2": 1, "c3": 1}
     assert Execution.objects.filter(parent=row.id).count() == 1
+
+
+def test_12_sigterm_during_a_step_lets_it_finish_or_hands_it_on(start_worker: Any) -> None:
+    Effect.objects.create(key="slow-flag", execution_id=uuid.uuid4(), step="slow-s3")
+    worker: Worker = start_worker()
+    outcome = Five.run({})
+    wait_until(
+        lambda: Effect.objects.filter(execution_id=outcome.execution_id, step="s3").exists(),
+        what="the worker to be inside s3",
+    )
+    assert worker.process is not None
+    os.kill(worker.process.pid, signal.SIGTERM)  # warm shutdown, as a deploy does
+    worker.process.wait(timeout=60)
+    row = Execution.objects.get(pk=outcome.execution_id)
+    if row.status != ExecutionStatus.COMPLETED:  # requeued: another worker finishes it
+        start_worker()
+        row = sweep_until_finished(row.id)
+    assert row.status == ExecutionStatus.COMPLETED
+    assert effects(row.id) == FIVE_EFFECTS
+    runs = body_runs(row.id)
+    assert runs["s1"] == runs["s2"] == 1
+    assert runs["s4"] == runs["s5"] == 1
