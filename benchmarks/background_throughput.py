@@ -64,7 +64,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-PG_SERVER = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432").rstrip("/")
+from benchmarks.common import PG_SERVER, ensure_database
+
 REDIS_SERVER = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
 REACTOR_DB = "reactor_bench_bg"
 REACTOR_REDIS_DB = 12
@@ -94,17 +95,6 @@ class BenchmarkError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------- setup
-
-
-def ensure_database(name: str) -> None:
-    """Create database ``name`` on the benchmark server if it does not exist."""
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if exists is None:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def setup_django() -> None:

@@ -49,7 +49,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-PG_SERVER = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432").rstrip("/")
+from benchmarks.common import PG_SERVER, ensure_database
+
 REACTOR_DB = "reactor_bench"
 DBOS_DB = "dbos_bench"
 TARGET_RATIO = 0.25
@@ -60,17 +61,6 @@ os.environ["DATABASE_URL"] = f"{PG_SERVER}/{REACTOR_DB}"
 
 
 # ---------------------------------------------------------------------------- setup
-
-
-def ensure_database(name: str) -> None:
-    """Create database ``name`` on the benchmark server if it does not exist."""
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if exists is None:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def setup_django() -> None:

@@ -34,6 +34,17 @@ FINISHED = (
 )
 
 
+def finish_rollback(executor: Executor, row: Any, reason: str) -> list[RollbackFailure]:
+    """Roll a run back to its end: ``failed`` if one of its steps had failed, else ``cancelled``
+    (``needs_attention`` either way when part of the rollback fails)."""
+    failed = store.had_step_failure(row.id)
+    return executor.rollback(
+        final_status=ExecutionStatus.FAILED if failed else ExecutionStatus.CANCELLED,
+        reason=reason,
+        failure=ErrorInfo.from_dict(row.failure) if row.failure else None,
+    )
+
+
 class DatabaseChildRunner:
     """Runs and rolls back the composed children of one parent execution."""
 
@@ -79,16 +90,9 @@ class DatabaseChildRunner:
         if row.status in FINISHED:
             return outcome_of(row)
         owned = store.adopt_child(row.id)
-        state = store.load_state(row.id)
-        if row.current_attempt and row.current_step:
-            state.attempts_done[row.current_step] = row.current_attempt
-        executor = self._executor(definition, owned, row.inputs, state)
+        executor = self._executor(definition, owned, row.inputs, store.resume_state(row))
         if row.status == ExecutionStatus.ROLLING_BACK:
-            executor.rollback(
-                final_status=ExecutionStatus.FAILED,
-                reason="rollback resumed with its parent",
-                failure=ErrorInfo.from_dict(row.failure) if row.failure else None,
-            )
+            finish_rollback(executor, row, "rollback resumed with its parent")
             return outcome_of(store.get_row(row.id))
         return executor.run()
 
@@ -104,12 +108,7 @@ class DatabaseChildRunner:
         definition = registry.get(row.reactor).definition
         owned = store.adopt_child(row.id)
         executor = self._executor(definition, owned, row.inputs, state)
-        failed = store.had_step_failure(row.id)
-        return executor.rollback(
-            final_status=ExecutionStatus.FAILED if failed else ExecutionStatus.CANCELLED,
-            reason="its parent rolled back",
-            failure=ErrorInfo.from_dict(row.failure) if row.failure else None,
-        )
+        return finish_rollback(executor, row, "its parent rolled back")
 
     def dispatch(
         self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import InterfaceError, OperationalError, connections
 
 from . import registry, store
-from .composition import DatabaseChildRunner
+from .composition import DatabaseChildRunner, finish_rollback
 from .conf import reactor_settings
 from .engine.executor import Executor, RunState, UndoEntry, utcnow
 from .engine.journal import Event
@@ -284,16 +284,11 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
             f"{', '.join(UNDOABLE)} runs",
             status=row.status,
         )
-    state = _rollback_state(row.id, reactor.definition)
-    if (
-        not state.undo_stack
-        and not state.pending_compensation
-        and not _abandoned_while_running(row)
-    ):
+    state = _rollback_state(row, reactor.definition)
+    abandoned = _abandoned_while_running(row)
+    if not state.undo_stack and not state.pending_compensation and not abandoned:
         return ExecutionHandle(row)
-    problems = reactor.definition.incompatibilities(
-        row.definition_shape, store.step_records_done(row.id)
-    )
+    problems = reactor.definition.incompatibilities(row.definition_shape, state.recorded)
     if problems:
         raise DefinitionChanged(
             f"cannot undo execution {row.id}: {reactor.__qualname__} changed since it ran "
@@ -307,7 +302,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         owner=store.lease_owner_token(),
         action="undo",
     )
-    state = _rollback_state(row.id, reactor.definition)  # read again under ownership
+    state = _rollback_state(row, reactor.definition)  # read again under ownership
     executor = Executor(
         reactor.definition,
         store.DatabaseJournal(owned),
@@ -316,43 +311,33 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         children=DatabaseChildRunner(row.id, row.id),
     )
     in_flight = row.current_step
-    if (
-        _abandoned_while_running(row)
-        and in_flight in reactor.definition.by_name
-        and not store.has_step_record(row.id, in_flight)
-    ):
+    if abandoned and in_flight in reactor.definition.by_name and in_flight not in state.recorded:
         executor.adopt_in_flight(
             in_flight, "the process running this step stopped before recording its outcome"
         )
-    failed = store.had_step_failure(row.id)
-    failure = ErrorInfo.from_dict(row.failure) if row.failure else None
     with store.LeaseKeeper(owned):
-        executor.rollback(
-            final_status=ExecutionStatus.FAILED if failed else ExecutionStatus.CANCELLED,
-            reason="undo requested",
-            failure=failure,
-        )
+        finish_rollback(executor, row, "undo requested")
     return find(row.id)
 
 
-def _rollback_state(execution_id: uuid.UUID, definition: ReactorDefinition) -> RunState:
+def _rollback_state(row: Any, definition: ReactorDefinition) -> RunState:
     """What an undo must roll back: the run's state, plus a composed child it stopped in.
 
     A parent that halted inside a child, or was parked (or stopped) while its child waited,
     has no record of the compose step; the child's own rollback undoes what it completed.
     """
-    state = store.load_state(execution_id)
-    for name in store.halted_steps(execution_id):
+    state = store.load_state(row.id)
+    for name in store.halted_steps(row.id):
         spec = definition.by_name.get(name)
         if spec is not None and spec.child is not None:
             state.undo_stack.append(UndoEntry(name, {}, None))
-    current = store.get_row(execution_id).current_step
+    current = row.current_step  # an undo's claim leaves the cursor where it was
     spec = definition.by_name.get(current)
     if (
         spec is not None
         and spec.child is not None
         and current not in state.recorded
-        and store.find_child(execution_id, current) is not None
+        and store.find_child(row.id, current) is not None
     ):
         state.undo_stack.append(UndoEntry(current, {}, None))
     return state
@@ -431,7 +416,7 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             "cancel() the run",
             step=row.current_step or None,
         )
-    state = store.load_state(key)
+    state = store.resume_state(row)
     problems = definition.incompatibilities(row.definition_shape, state.recorded)
     if problems:
         return _park(
@@ -449,9 +434,9 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
                 # stands (a step's checkpoint may have committed, or a failure moved it to
                 # rolling back).
                 if attempt > 1:
-                    row, state = store.get_row(key), store.load_state(key)
-                current = row
-                executor = _worker_executor(definition, owned, current, state)
+                    row = store.get_row(key)
+                    state = store.resume_state(row)
+                executor = _worker_executor(definition, owned, row, state)
                 if attempt == 1:
                     executor.note(
                         EventKind.RESUME,
@@ -459,15 +444,8 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
                         if claim.recovery_attempts
                         else {},
                     )
-                if current.status == ExecutionStatus.ROLLING_BACK:
-                    failure = ErrorInfo.from_dict(current.failure) if current.failure else None
-                    executor.rollback(
-                        final_status=ExecutionStatus.FAILED
-                        if store.had_step_failure(key)
-                        else ExecutionStatus.CANCELLED,
-                        reason="rollback resumed after its worker stopped",
-                        failure=failure,
-                    )
+                if row.status == ExecutionStatus.ROLLING_BACK:
+                    finish_rollback(executor, row, "rollback resumed after its worker stopped")
                     return outcome_of(store.get_row(key))
                 return executor.run()
             except LeaseLost:
@@ -491,8 +469,6 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
 def _worker_executor(
     definition: ReactorDefinition, owned: store.Owned, fresh: Any, state: RunState
 ) -> Executor:
-    if fresh.current_attempt and fresh.current_step:
-        state.attempts_done[fresh.current_step] = fresh.current_attempt
     root = fresh.root_id or fresh.id
     return Executor(
         definition,

@@ -303,8 +303,8 @@ class DatabaseJournal:
         if batch.current_step is not None:
             sets.append("current_step = %s")
             params.append(batch.current_step)
-        if batch.step is not None:
-            sets.append("current_attempt = 0")
+        if batch.step is not None:  # as in _commit_orm: a step's outcome ends any waiting
+            sets.append("current_attempt = 0, wake_at = NULL")
         if batch.status is not None:
             sets.append("status = %s")
             params.append(str(batch.status))
@@ -631,16 +631,20 @@ def load_state(execution_id: uuid.UUID) -> RunState:
     return state
 
 
+def resume_state(row: Execution) -> RunState:
+    """What a run has done, plus the attempts its current step already made (a retry waiting)."""
+    state = load_state(row.id)
+    if row.current_attempt and row.current_step:
+        state.attempts_done[row.current_step] = row.current_attempt
+    return state
+
+
 def halted_steps(execution_id: uuid.UUID) -> list[str]:
     return list(
         StepRecord.objects.using(USING)
         .filter(execution_id=execution_id, status=StepStatus.HALTED)
         .values_list("step", flat=True)
     )
-
-
-def has_step_record(execution_id: uuid.UUID, step: str) -> bool:
-    return StepRecord.objects.using(USING).filter(execution_id=execution_id, step=step).exists()
 
 
 @dataclass(frozen=True, slots=True)
@@ -791,15 +795,6 @@ def adopt_child(execution_id: uuid.UUID) -> Owned:
 
 def execution_exists(execution_id: uuid.UUID) -> bool:
     return Execution.objects.using(USING).filter(pk=execution_id).exists()
-
-
-def step_records_done(execution_id: uuid.UUID) -> set[str]:
-    """Names of the steps a run has recorded any outcome for."""
-    return set(
-        StepRecord.objects.using(USING)
-        .filter(execution_id=execution_id)
-        .values_list("step", flat=True)
-    )
 
 
 # ---------------------------------------------------------------------------- the sweeper

@@ -199,24 +199,8 @@ class Executor:
             inputs=self._redacted_inputs(),
             arguments=redact(_displayable(arguments), spec.argument_secret_paths()),
         )
-        event = self._event(
-            EventKind.FAIL, step=step, data={"kind": error.kind, "error": error.message}
-        )
         self._commit(
-            JournalBatch(
-                events=[event],
-                step=_step_write(
-                    spec,
-                    StepStatus.FAILED,
-                    event,
-                    0,
-                    arguments,
-                    None,
-                    error=error.to_dict(),
-                    compensable=True,
-                ),
-                current_step=step,
-            )
+            self._failed_step(spec, error, arguments, attempts=0, started_at=None, compensable=True)
         )
         self.state.pending_compensation.insert(0, PendingCompensation(step, arguments, error))
 
@@ -723,34 +707,12 @@ class Executor:
         started_at: dt.datetime,
         attempts: int,
     ) -> Failed:
-        event = self._event(
-            EventKind.FAIL,
-            step=spec.name,
-            attempt=attempts,
-            data={
-                "kind": error.kind,
-                "error": error.message,
-                "exception_class": error.exception_class,
-            },
+        batch = self._failed_step(
+            spec, error, arguments, attempts=attempts, started_at=started_at, compensable=started
         )
-        self._commit(
-            JournalBatch(
-                events=[event],
-                step=_step_write(
-                    spec,
-                    StepStatus.FAILED,
-                    event,
-                    attempts,
-                    arguments,
-                    started_at,
-                    error=error.to_dict(),
-                    compensable=started,
-                ),
-                status=ExecutionStatus.ROLLING_BACK,
-                current_step=spec.name,
-                failure=error.to_dict(),  # known now, even if rollback is cut short
-            )
-        )
+        batch.status = ExecutionStatus.ROLLING_BACK
+        batch.failure = error.to_dict()  # known now, even if rollback is cut short
+        self._commit(batch)
         if started:
             self.state.pending_compensation.append(PendingCompensation(spec.name, arguments, error))
         try:
@@ -773,6 +735,42 @@ class Executor:
             )
         )
         return Failed(execution_id=self.execution_id, error=final, status=status)
+
+    def _failed_step(
+        self,
+        spec: StepSpec,
+        error: ErrorInfo,
+        arguments: dict[str, Any],
+        *,
+        attempts: int,
+        started_at: dt.datetime | None,
+        compensable: bool,
+    ) -> JournalBatch:
+        """The ``fail`` trace entry and the failed step record, as one batch to commit."""
+        event = self._event(
+            EventKind.FAIL,
+            step=spec.name,
+            attempt=attempts,
+            data={
+                "kind": error.kind,
+                "error": error.message,
+                "exception_class": error.exception_class,
+            },
+        )
+        return JournalBatch(
+            events=[event],
+            step=_step_write(
+                spec,
+                StepStatus.FAILED,
+                event,
+                attempts,
+                arguments,
+                started_at,
+                error=error.to_dict(),
+                compensable=compensable,
+            ),
+            current_step=spec.name,
+        )
 
     def _rollback_all(self) -> list[RollbackFailure]:
         failures: list[RollbackFailure] = []
@@ -915,31 +913,21 @@ class Executor:
         started_at: dt.datetime | None = None,
     ) -> None:
         """Record that the process was interrupted; the undo stack stays for ``undo()``."""
-        batch = JournalBatch(status=ExecutionStatus.ABORTED, finished=True)
         if spec is not None:
             error = self._error_info(exc, ErrorKind.INTERRUPTED, spec, arguments or {}, attempt)
-            event = self._event(
-                EventKind.FAIL,
-                step=spec.name,
-                attempt=attempt,
-                data={
-                    "kind": error.kind,
-                    "error": error.message,
-                    "exception_class": error.exception_class,
-                },
-            )
-            batch.events.append(event)
-            batch.step = _step_write(
+            batch = self._failed_step(
                 spec,
-                StepStatus.FAILED,
-                event,
-                attempt,
+                error,
                 arguments or {},
-                started_at,
-                error=error.to_dict(),
+                attempts=attempt,
+                started_at=started_at,
                 compensable=True,
             )
             batch.failure = error.to_dict()
+        else:
+            batch = JournalBatch()
+        batch.status = ExecutionStatus.ABORTED
+        batch.finished = True
         batch.events.append(
             self._event(EventKind.ABORT, data={"exception_class": qualified_class_name(exc)})
         )
