@@ -142,11 +142,11 @@ def install_stages() -> Stages:
     from django_reactor.engine.executor import Executor
 
     stages = Stages()
-    for name in ("claim_for_worker", "get_row", "step_records_done", "load_state"):
+    for name in ("claim_for_worker", "get_row", "step_records_done", "load_state", "resume_state"):
         if hasattr(store, name):  # the resume path changes; time what exists
             stages.wrap(store, name, f"store.{name}")
-    stages.wrap(store.LeaseKeeper, "__enter__", "LeaseKeeper start (thread)")
-    stages.wrap(store.LeaseKeeper, "__exit__", "LeaseKeeper stop (join)")
+    stages.wrap(store.LeaseKeeper, "__enter__", "LeaseKeeper enter (shared heartbeat)")
+    stages.wrap(store.LeaseKeeper, "__exit__", "LeaseKeeper exit")
     stages.wrap(store.DatabaseJournal, "commit", "checkpoints (DatabaseJournal.commit)")
     stages.wrap(Executor, "_run_step", "  steps incl. their checkpoint (_run_step)")
     stages.wrap(services, "resume", "resume() total")

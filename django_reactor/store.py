@@ -10,12 +10,14 @@ on other databases it is the same writes through the ORM in one ``transaction.at
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -173,36 +175,55 @@ def _insert_all(execution: Execution, events: list[ExecutionEvent], dispatch: st
     """Insert an execution, its first events and its dispatch in one statement (PostgreSQL).
 
     Every ``run()`` pays this; the ORM's per-object inserts cost several times the statement.
-    Values are prepared by the model fields themselves, so the columns follow the models.
+    Values are prepared by the model fields themselves, so the columns follow the models; the
+    statement's text depends only on how many events there are, and it is sent prepared like
+    the checkpoint.
     """
     connection = connections[USING]
-    rows: list[tuple[models.Model, str]] = [(execution, "ex")]
-    rows += [(event, f"ev{i}") for i, event in enumerate(events)]
+    rows: list[models.Model] = [execution, *events]
     queued: Dispatch | None = None
     if dispatch is not None:
         queued = Dispatch(execution_id=execution.id, reason=dispatch)
-        rows.append((queued, "dp"))
-    parts, params = [], []
-    for obj, name in rows:
-        fields = [
-            f
-            for f in obj._meta.concrete_fields
-            if not (f.primary_key and getattr(obj, f.attname) is None)  # serial ids: the database's
-        ]
+        rows.append(queued)
+    sql = _insert_sql(len(events), queued is not None)
+    params = [
+        f.get_db_prep_save(f.pre_save(obj, True), connection)
+        for obj in rows
+        for f in _insert_fields(type(obj))
+    ]
+    returned = _execute_checkpoint(sql, params)
+    if queued is not None:
+        assert returned is not None
+        queued.id = returned[0]
+        router.publish_on_commit([router.QueuedDispatch(queued.id, execution.id, 0.0)], USING)
+
+
+@functools.cache
+def _insert_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], ...]:
+    """The columns a new row of ``model`` is inserted with (serial ids left to the database)."""
+    return tuple(
+        f
+        for f in model._meta.concrete_fields
+        if not (f.primary_key and isinstance(f, models.AutoField | models.BigAutoField))
+    )
+
+
+@functools.cache
+def _insert_sql(events: int, with_dispatch: bool) -> str:
+    connection = connections[USING]
+    models_named: list[tuple[type[models.Model], str]] = [(Execution, "ex")]
+    models_named += [(ExecutionEvent, f"ev{i}") for i in range(events)]
+    if with_dispatch:
+        models_named.append((Dispatch, "dp"))
+    parts = []
+    for model, name in models_named:
+        fields = _insert_fields(model)
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
         marks = ", ".join(["%s"] * len(fields))
         returning = " RETURNING id" if name == "dp" else ""
-        parts.append(
-            f"{name} AS (INSERT INTO {obj._meta.db_table} ({columns}) VALUES ({marks}){returning})"
-        )
-        params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-    select = "SELECT id FROM dp" if queued is not None else "SELECT 1"
-    with connection.cursor() as cursor:
-        cursor.execute("WITH " + ", ".join(parts) + " " + select, params)
-        if queued is not None:
-            queued.id = cursor.fetchone()[0]
-    if queued is not None:
-        router.publish_on_commit([router.QueuedDispatch(queued.id, execution.id, 0.0)], USING)
+        table = model._meta.db_table
+        parts.append(f"{name} AS (INSERT INTO {table} ({columns}) VALUES ({marks}){returning})")
+    return "WITH " + ", ".join(parts) + (" SELECT id FROM dp" if with_dispatch else " SELECT 1")
 
 
 def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> None:
@@ -513,6 +534,9 @@ class LeaseKeeper:
     Checkpoints extend the lease too; the keeper covers steps that run longer than the lease,
     so nobody takes over a run whose process is alive. It stops when the fence has moved on
     (the run was taken over): the next checkpoint then raises LeaseLost.
+
+    Every keeper of a process shares one heartbeat thread (started on first use, again after
+    a fork), so entering and leaving a keeper costs no thread start or join on every run.
     """
 
     def __init__(self, owned: Owned, *, interval: float | None = None) -> None:
@@ -521,46 +545,95 @@ class LeaseKeeper:
         self.lease_seconds = seconds
         self.interval = interval if interval is not None else max(seconds / 3, 0.05)
         self.lost = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop, name=f"reactor-lease-{owned.execution_id}", daemon=True
-        )
+        self.due = 0.0  # monotonic time of the next extension, set by the heartbeat
 
     def __enter__(self) -> LeaseKeeper:
-        self._thread.start()
+        _Heartbeat.current().add(self)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        _Heartbeat.current().discard(self)
+
+    def extend(self) -> bool:
+        """Push the lease out once; False when the fence moved on (another owner)."""
+        return bool(
+            Execution.objects.using(USING)
+            .filter(pk=self.owned.execution_id, fence=self.owned.fence)
+            .update(lease_expires_at=timezone.now() + dt.timedelta(seconds=self.lease_seconds))
+        )
+
+
+class _Heartbeat:
+    """The process's one thread that extends the leases of the keepers it holds when due."""
+
+    _instance: _Heartbeat | None = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.keepers: set[LeaseKeeper] = set()
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(
+            target=self._loop, name="reactor-lease-heartbeat", daemon=True
+        )
+        self.thread.start()
+
+    @classmethod
+    def current(cls) -> _Heartbeat:
+        instance = cls._instance
+        if instance is None or instance.pid != os.getpid():  # threads do not survive a fork
+            with cls._instance_lock:
+                instance = cls._instance
+                if instance is None or instance.pid != os.getpid():
+                    instance = cls._instance = cls()
+        return instance
+
+    def add(self, keeper: LeaseKeeper) -> None:
+        with self.changed:
+            keeper.due = time.monotonic() + keeper.interval
+            self.keepers.add(keeper)
+            self.changed.notify()
+
+    def discard(self, keeper: LeaseKeeper) -> None:
+        with self.changed:
+            self.keepers.discard(keeper)
 
     def _loop(self) -> None:
+        while True:
+            with self.changed:
+                while True:
+                    now = time.monotonic()
+                    due = [k for k in self.keepers if k.due <= now]
+                    if due:
+                        break
+                    wait = min((k.due for k in self.keepers), default=None)
+                    self.changed.wait(None if wait is None else wait - now)
+            for keeper in due:
+                self._beat(keeper)
+            with self.changed:
+                idle = not self.keepers
+            if idle:
+                connections.close_all()  # this thread's connections only
+
+    def _beat(self, keeper: LeaseKeeper) -> None:
         try:
-            while not self._stop.wait(self.interval):
-                try:
-                    extended = (
-                        Execution.objects.using(USING)
-                        .filter(pk=self.owned.execution_id, fence=self.owned.fence)
-                        .update(
-                            lease_expires_at=timezone.now()
-                            + dt.timedelta(seconds=self.lease_seconds)
-                        )
-                    )
-                except Exception:
-                    # A dropped connection must not end the heartbeat: reconnect next time.
-                    logger.warning(
-                        "could not extend the lease of execution %s; trying again in %.1f s",
-                        self.owned.execution_id,
-                        self.interval,
-                        exc_info=True,
-                    )
-                    connections[USING].close()
-                    continue
-                if not extended:
-                    self.lost = True
-                    return
-        finally:
-            connections.close_all()  # this thread's connections only
+            extended = keeper.extend()
+        except Exception:
+            # A dropped connection must not end the heartbeat: reconnect next time.
+            logger.warning(
+                "could not extend the lease of execution %s; trying again in %.1f s",
+                keeper.owned.execution_id,
+                keeper.interval,
+                exc_info=True,
+            )
+            connections[USING].close()
+            extended = True
+        with self.changed:
+            if not extended:
+                keeper.lost = True
+                self.keepers.discard(keeper)
+            else:
+                keeper.due = time.monotonic() + keeper.interval
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -606,34 +679,73 @@ def load_state(execution_id: uuid.UUID) -> RunState:
     """Rebuild what a run has done from its step records, for undo (and later resume)."""
     state = RunState()
     for row in step_rows(execution_id):
-        state.recorded.add(row.step)
-        arguments = decode(row.arguments)
-        if row.status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
-            value = decode(row.result)
-            state.results[row.step] = value
-            state.done.add(row.step)
-            if row.status == StepStatus.COMPLETED and row.rollback in (
-                RollbackStatus.NONE,
-                RollbackStatus.FAILED,
-            ):
-                state.undo_stack.append(UndoEntry(row.step, arguments, value))
-        elif row.status == StepStatus.DISPATCHED:
-            state.done.add(row.step)
-            state.units.add(row.step)
-        elif (
-            row.status == StepStatus.FAILED
-            and row.compensable
-            and row.rollback in (RollbackStatus.NONE, RollbackStatus.FAILED)
-        ):
-            error = ErrorInfo.from_dict(row.error or {"kind": "step", "message": ""})
-            state.pending_compensation.append(PendingCompensation(row.step, arguments, error))
+        _fold_step(
+            state,
+            StepView(
+                row.step,
+                row.status,
+                row.arguments,
+                row.result,
+                row.error,
+                row.compensable,
+                row.rollback,
+            ),
+        )
     state.next_seq = _last_seq(execution_id) + 1
     return state
 
 
+@dataclass(frozen=True, slots=True)
+class StepView:
+    """The parts of a step record that say what a run has done."""
+
+    step: str
+    status: str
+    arguments: Any
+    result: Any
+    error: dict[str, Any] | None
+    compensable: bool
+    rollback: str
+
+
+def _fold_step(state: RunState, row: StepView) -> None:
+    state.recorded.add(row.step)
+    arguments = decode(row.arguments)
+    if row.status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
+        value = decode(row.result)
+        state.results[row.step] = value
+        state.done.add(row.step)
+        if row.status == StepStatus.COMPLETED and row.rollback in (
+            RollbackStatus.NONE,
+            RollbackStatus.FAILED,
+        ):
+            state.undo_stack.append(UndoEntry(row.step, arguments, value))
+    elif row.status == StepStatus.DISPATCHED:
+        state.done.add(row.step)
+        state.units.add(row.step)
+    elif (
+        row.status == StepStatus.FAILED
+        and row.compensable
+        and row.rollback in (RollbackStatus.NONE, RollbackStatus.FAILED)
+    ):
+        error = ErrorInfo.from_dict(row.error or {"kind": "step", "message": ""})
+        state.pending_compensation.append(PendingCompensation(row.step, arguments, error))
+
+
 def resume_state(row: Execution) -> RunState:
-    """What a run has done, plus the attempts its current step already made (a retry waiting)."""
-    state = load_state(row.id)
+    """What a run has done, plus the attempts its current step already made (a retry waiting).
+
+    A row from the worker's claim on PostgreSQL carries its step records and last trace
+    sequence number already (read by the claim statement); any other row is read here.
+    """
+    claimed = getattr(row, "claimed_steps", None)
+    if claimed is None:
+        state = load_state(row.id)
+    else:
+        state = RunState()
+        for item in json.loads(claimed) if isinstance(claimed, (str, bytes)) else claimed:
+            _fold_step(state, StepView(**item))
+        state.next_seq = int(row.claimed_last_seq) + 1  # type: ignore[attr-defined]
     if row.current_attempt and row.current_step:
         state.attempts_done[row.current_step] = row.current_attempt
     return state
@@ -662,7 +774,8 @@ class WorkerClaim:
 RESUMABLE = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
 
 
-# The worker's claim on PostgreSQL: one statement that returns the claimed row (the ORM's
+# The worker's claim on PostgreSQL: one statement that returns the claimed row with the run's
+# step records and last trace sequence number, so resuming costs one round trip (the ORM's
 # query building costs more than the statement itself on this path, once per delivery).
 _CLAIM_SQL = """
 UPDATE django_reactor_execution SET
@@ -679,7 +792,15 @@ WHERE id = %s
     AND (parent_id IS NULL OR detached)
     AND (lease_owner IS NULL OR lease_expires_at < now())
     AND (wake_at IS NULL OR wake_at <= now())
-RETURNING *
+RETURNING *,
+    (SELECT COALESCE(MAX(ev.seq), 0) FROM django_reactor_executionevent ev
+        WHERE ev.execution_id = django_reactor_execution.id) AS claimed_last_seq,
+    (SELECT COALESCE(json_agg(json_build_object(
+            'step', sr.step, 'status', sr.status, 'arguments', sr.arguments,
+            'result', sr.result, 'error', sr.error, 'compensable', sr.compensable,
+            'rollback', sr.rollback) ORDER BY sr.seq), '[]'::json)
+        FROM django_reactor_steprecord sr
+        WHERE sr.execution_id = django_reactor_execution.id) AS claimed_steps
 """
 
 
