@@ -187,3 +187,45 @@ def test_the_lease_keeper_extends_a_live_run_and_stops_when_fenced_out() -> None
         while not keeper.lost:
             assert time.monotonic() < deadline, "the keeper did not notice the new owner"
             time.sleep(0.02)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the folded claim is PostgreSQL's")
+def test_the_workers_claim_carries_the_same_state_as_reading_it_back() -> None:
+    owned = new_run()
+    journal = store.DatabaseJournal(owned)
+    journal.commit(step_batch("a", 2))
+    journal.commit(step_batch("b", 3))
+    failed = step_batch("c", 4)
+    assert failed.step is not None
+    journal.commit(
+        JournalBatch(
+            events=failed.events,
+            step=StepWrite(
+                step="c",
+                status=StepStatus.FAILED,
+                seq=4,
+                attempts=2,
+                arguments={"n": [1, None]},
+                secret_arguments=[],
+                started_at=NOW,
+                finished_at=NOW,
+                error={"kind": "step", "message": "down", "exception": "ValueError"},
+                compensable=True,
+            ),
+        )
+    )
+    Execution.objects.filter(pk=owned.execution_id).update(
+        lease_expires_at=NOW, current_step="c", current_attempt=2
+    )
+
+    claim = store.claim_for_worker(owned.execution_id, "worker")
+
+    assert claim is not None
+    from_claim = store.resume_state(claim.row)
+    read_back = store.resume_state(Execution.objects.get(pk=owned.execution_id))
+    assert from_claim == read_back
+    assert from_claim.results == {"a": {"ok": True}, "b": {"ok": True}}
+    assert [entry.step for entry in from_claim.undo_stack] == ["a", "b"]
+    assert [p.step for p in from_claim.pending_compensation] == ["c"]
+    assert from_claim.next_seq == 5
+    assert from_claim.attempts_done == {"c": 2}
