@@ -2,7 +2,8 @@
 
 The public API, importable without touching models::
 
-    from django_reactor import Reactor, Step, step, arg, Retry, Success, Failure, Halt, Skip
+    from django_reactor import Reactor, Step, step, interrupt, arg, Retry
+    from django_reactor import Success, Failure, Halt, Skip
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ __version__ = "0.1.0"
 
 from .engine.composition import async_reactor, compose
 from .engine.declarations import async_step, step
+from .engine.interrupts import ContinueWith, interrupt
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -23,6 +25,8 @@ from .engine.outcomes import (
     Halted,
     InProgress,
     Outcome,
+    Paused,
+    PendingInterrupt,
     Rescheduled,
     RollbackFailure,
     Skip,
@@ -37,6 +41,7 @@ __all__ = [
     "Aborted",
     "Cancelled",
     "Completed",
+    "ContinueWith",
     "Dispatched",
     "ErrorInfo",
     "Failed",
@@ -45,6 +50,8 @@ __all__ = [
     "Halted",
     "InProgress",
     "Outcome",
+    "Paused",
+    "PendingInterrupt",
     "Reactor",
     "Rescheduled",
     "Retry",
@@ -58,6 +65,7 @@ __all__ = [
     "async_reactor",
     "async_step",
     "compose",
+    "interrupt",
     "step",
     "step_context",
 ]

@@ -86,3 +86,61 @@ class UnitWaitTimeout(ReactorError):
 
 class DefinitionChanged(ReactorError):
     """The reactor's code changed under a run in a way the run cannot follow."""
+
+
+class CorrelationIdTaken(ReactorError):
+    """Another waiting run of the reactor holds this correlation id."""
+
+    def __init__(self, message: str, *, correlation_id: str, execution_id: Any) -> None:
+        super().__init__(message)
+        self.correlation_id = correlation_id
+        self.execution_id = execution_id
+
+
+class InterruptNotFound(ExecutionNotFound):
+    """No interrupt matches (unknown execution, step, correlation id or token)."""
+
+
+class InterruptClosed(InvalidTransition):
+    """The interrupt no longer takes payloads: it expired, or its run was cancelled or failed.
+
+    ``reason`` is ``"expired"``, ``"cancelled"`` or ``"failed"``.
+    """
+
+    def __init__(self, message: str, *, reason: str, status: str | None = None) -> None:
+        super().__init__(message, status=status)
+        self.reason = reason
+
+
+class AlreadyResumed(InvalidTransition):
+    """The interrupt already accepted a payload (exactly one delivery wins)."""
+
+
+class NotWaiting(InvalidTransition):
+    """The run has not reached the interrupt (yet): nothing waits for this payload.
+
+    Retryable: deliver the payload again later.
+    """
+
+
+class InvalidPayload(ReactorError):
+    """A payload failed the interrupt's serializer; nothing changed but the attempt count.
+
+    ``errors`` holds the field errors; ``run_failed`` is True when this was the last attempt
+    allowed (``max_attempts``) and the run was undone and failed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errors: Any,
+        attempts: int,
+        max_attempts: int | None,
+        run_failed: bool,
+    ) -> None:
+        super().__init__(message)
+        self.errors = errors
+        self.attempts = attempts
+        self.max_attempts = max_attempts
+        self.run_failed = run_failed

@@ -17,6 +17,8 @@ from .engine.outcomes import (
     Halted,
     InProgress,
     Outcome,
+    Paused,
+    PendingInterrupt,
 )
 from .engine.redaction import redact
 from .engine.serialization import decode
@@ -90,6 +92,15 @@ def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
     if status == ExecutionStatus.ABORTED:
         error = ErrorInfo.from_dict(row.failure) if row.failure else None
         return Aborted(error=error, **common)
+    if status == ExecutionStatus.PAUSED:
+        from .interrupt_store import waiting
+
+        return Paused(
+            interrupts=tuple(
+                PendingInterrupt(i.step, i.correlation_id, i.expires_at) for i in waiting(row.id)
+            ),
+            **common,
+        )
     if row.handed_off and status in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING):
         return Dispatched(status=status, **common)
     return InProgress(status=status, **common)

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from .querysets import ExecutionManager
-from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
+from .states import EventKind, ExecutionStatus, InterruptStatus, RollbackStatus, StepStatus
 
 
 def _max_length(choices: type[models.TextChoices]) -> int:
@@ -141,6 +141,12 @@ class Execution(models.Model):
         verbose_name = _("execution")
         verbose_name_plural = _("executions")
         ordering = ["-created_at"]
+        permissions = [
+            ("resume_interrupt", _("Can resume a paused execution")),
+            ("cancel_execution", _("Can cancel an execution")),
+            ("undo_execution", _("Can undo an execution")),
+            ("retry_execution", _("Can retry an execution")),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["reactor", "idempotency_key"],
@@ -260,6 +266,7 @@ class Dispatch(models.Model):
         RETRY = "retry", _("Retry after backoff")
         RECOVER = "recover", _("Recover a run whose worker stopped")
         WAKE = "wake", _("Wake-up time reached")
+        RESUME = "resume", _("Resume after a payload")
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(
@@ -287,3 +294,99 @@ class Dispatch(models.Model):
     def __str__(self) -> str:
         state = "sent" if self.sent_at else "unsent"
         return f"{self.reason} {self.execution_id} ({state})"
+
+
+class Interrupt(models.Model):
+    """An interrupt a run reached: it waits for one validated payload, delivered once.
+
+    Written by the run when it reaches the interrupt; resumed (claimed) by a conditional update
+    from ``waiting``, so exactly one delivery wins. Only the SHA-256 of a resume token is kept.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    execution = models.ForeignKey(
+        Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="interrupts"
+    )
+    reactor = models.CharField(_("reactor"), max_length=255)
+    step = models.CharField(_("step"), max_length=255)
+    status = models.CharField(
+        _("status"),
+        max_length=_max_length(InterruptStatus),
+        choices=InterruptStatus.choices,
+        default=InterruptStatus.WAITING,
+    )
+    correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    invalid_attempts = models.PositiveIntegerField(_("invalid payloads"), default=0)
+    max_attempts = models.PositiveIntegerField(
+        _("max invalid payloads"),
+        null=True,
+        blank=True,
+        help_text=_("The run fails after this many invalid payloads; empty: it stays paused."),
+    )
+    resume_mode = models.CharField(_("resume"), max_length=16, default="inline")
+    payload = models.JSONField(_("payload"), null=True, blank=True)
+    token_hash = models.CharField(
+        _("resume token hash"), max_length=64, null=True, blank=True, editable=False
+    )
+    created_at = models.DateTimeField(_("reached at"), auto_now_add=True)
+    closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("interrupt")
+        verbose_name_plural = _("interrupts")
+        ordering = ["execution_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "step"], name="reactor_interrupt_uniq"),
+            models.UniqueConstraint(
+                fields=["reactor", "correlation_id"],
+                condition=Q(status="waiting", correlation_id__isnull=False),
+                name="reactor_interrupt_corr_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["token_hash"],
+                condition=Q(token_hash__isnull=False),
+                name="reactor_interrupt_token_uniq",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["expires_at"],
+                name="reactor_interrupt_expiry_idx",
+                condition=Q(status="waiting", expires_at__isnull=False),
+            ),
+            models.Index(fields=["correlation_id"], name="reactor_interrupt_corr_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step} of {self.execution_id} ({self.status})"
+
+
+class ApiRequest(models.Model):
+    """A request the API answered under an ``Idempotency-Key`` or a webhook id.
+
+    A retry with the same key and the same body gets the stored response; a retry with a
+    different body is refused. ``status_code`` is 0 while the first request is in flight.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(
+        _("scope"), max_length=255, help_text=_("Whose key it is: a user, a webhook secret.")
+    )
+    key = models.CharField(_("key"), max_length=255)
+    fingerprint = models.CharField(_("body fingerprint"), max_length=64)
+    status_code = models.PositiveSmallIntegerField(_("response status"), default=0)
+    response = models.JSONField(_("response body"), null=True, blank=True)
+    created_at = models.DateTimeField(_("received at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("API request")
+        verbose_name_plural = _("API requests")
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="reactor_apirequest_uniq"),
+        ]
+        indexes = [models.Index(fields=["created_at"], name="reactor_apirequest_age_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.key} ({self.status_code or 'in flight'})"

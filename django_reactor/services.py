@@ -15,20 +15,32 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, connections
 
-from . import registry, store
+from . import interrupt_store, registry, store
 from .composition import DatabaseChildRunner, finish_rollback
 from .conf import reactor_settings
 from .engine.executor import Executor, RunState, UndoEntry, utcnow
+from .engine.interrupts import ContinueWith
 from .engine.journal import Event
-from .engine.outcomes import Dispatched, ErrorInfo, ErrorKind, Failed, InProgress, Outcome
+from .engine.outcomes import (
+    Dispatched,
+    ErrorInfo,
+    ErrorKind,
+    Failed,
+    InProgress,
+    Outcome,
+    Paused,
+)
 from .engine.redaction import redact
 from .engine.serialization import decode, encode
 from .engine.validation import summarise_errors, validate
 from .exceptions import (
     AlreadyRetried,
     DefinitionChanged,
+    ExecutionBusy,
     ExecutionNotFound,
     IdempotencyKeyReused,
+    InterruptNotFound,
+    InvalidPayload,
     InvalidTransition,
     LeaseLost,
     ReactorError,
@@ -37,7 +49,7 @@ from .exceptions import (
     TransactionActive,
 )
 from .handle import ExecutionHandle, outcome_of
-from .states import EventKind, ExecutionStatus, sources_of
+from .states import EventKind, ExecutionStatus, InterruptStatus, sources_of
 
 if TYPE_CHECKING:
     from .engine.definition import ReactorDefinition
@@ -163,7 +175,7 @@ def _start(
     )
     try:
         with store.LeaseKeeper(owned):
-            return executor.run()
+            return after_pause(executor.run())
     except LeaseLost:
         logger.warning(
             "execution %s was taken over by another process; this process stopped",
@@ -447,7 +459,7 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
                 if row.status == ExecutionStatus.ROLLING_BACK:
                     finish_rollback(executor, row, "rollback resumed after its worker stopped")
                     return outcome_of(store.get_row(key))
-                return executor.run()
+                return after_pause(executor.run())
             except LeaseLost:
                 logger.warning("execution %s was taken over by another process; stopped", key)
                 return None
@@ -504,6 +516,7 @@ def sweep() -> store.SweepReport:
         redispatch_after=float(reactor_settings.REDISPATCH_AFTER),
         retention=float(reactor_settings.DISPATCH_RETENTION),
     )
+    report.expired = expire_interrupts()
     if any(report.as_dict().values()):
         logger.info("sweep: %s", report.as_dict())
     return report
@@ -546,3 +559,248 @@ def retry(execution_id: uuid.UUID | str) -> Outcome:
     outcome = _start(reactor.definition, row.inputs, retry_of=row.id)
     store.append_event(row.id, EventKind.RERUN, {"retried_as": str(outcome.execution_id)})
     return outcome
+
+
+# ---------------------------------------------------------------------------- interrupts
+
+
+def resume_interrupt(
+    execution_id: uuid.UUID | str | None = None,
+    *,
+    step: str | None = None,
+    payload: Any,
+    correlation_id: str | None = None,
+    reactor: str | None = None,
+    token: str | None = None,
+    background: bool | None = None,
+) -> Outcome:
+    """Deliver ``payload`` to a paused run's interrupt; exactly one delivery wins.
+
+    Name the interrupt by ``execution_id``, by ``correlation_id`` (and ``reactor`` when several
+    reactors share correlation ids) or by a resume ``token``; ``step`` may be left out when one
+    interrupt waits. The payload is validated by the interrupt's serializer before anything
+    changes; an accepted payload becomes the step's result.
+
+    ``background`` (default: the interrupt's ``resume=``): True hands the rest of the run to a
+    worker and returns ``Dispatched`` at once; False runs it in this process and returns how it
+    ended (``Completed``, ``Paused`` at a later interrupt...). When the run is already moving
+    (another interrupt's payload came first) the payload is recorded and ``InProgress`` is
+    returned.
+
+    Raises InterruptNotFound, NotWaiting (the run has not reached an interrupt yet: deliver
+    later), AlreadyResumed, InterruptClosed (expired, cancelled, failed) and InvalidPayload
+    (field errors; with ``max_attempts``, the last allowed one also fails the run).
+    """
+    if token is not None:
+        row = interrupt_store.find_by_token(token)
+        if (execution_id is not None and str(row.execution_id) != str(execution_id)) or (
+            step is not None and row.step != step
+        ):
+            raise InterruptNotFound("no interrupt has this resume token")
+    else:
+        row = interrupt_store.find(
+            execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+        )
+    execution = store.get_row(row.execution_id)
+    interrupt_store.refuse_closed(row, execution.status)
+    definition = registry.get(execution.reactor).definition
+    spec = definition.by_name.get(row.step)
+    if spec is None or spec.interrupt is None:
+        raise DefinitionChanged(
+            f"execution {execution.id} waits at {row.step!r}, which is no longer an interrupt "
+            f"of {definition.name}; deploy the definition it ran with to resume it"
+        )
+    accepted, errors = _validate_payload(spec.interrupt.payload, payload)
+    if errors is not None:
+        _refuse_payload(row, execution, definition, spec.name, errors)
+    in_background = background if background is not None else row.resume_mode == "background"
+    if not in_background:
+        _refuse_open_transaction(f"resume execution {execution.id} inline")
+    claim = interrupt_store.claim(
+        row, accepted, inline_owner=None if in_background else store.lease_owner_token()
+    )
+    if claim.dispatched:
+        return Dispatched(execution_id=execution.id)
+    if claim.owned is None:
+        return InProgress(execution_id=execution.id, status=claim.execution_status)
+    return _continue_inline(definition, claim.owned)
+
+
+def _validate_payload(serializer: type | None, payload: Any) -> tuple[Any, Any]:
+    """The payload as stored (validated data), or the field errors."""
+    if not isinstance(payload, Mapping):
+        kind = type(payload).__name__
+        return None, {"non_field_errors": [f"the payload must be a JSON object, got {kind}"]}
+    if serializer is None:
+        data: Any = dict(payload)
+        errors: Any = None
+    else:
+        data, errors = validate(serializer, payload)
+    if errors:
+        return None, errors
+    try:
+        return encode(data), None
+    except ResultNotSerializable as exc:
+        return None, {"non_field_errors": [f"the validated payload cannot be stored: {exc}"]}
+
+
+def _refuse_payload(
+    row: Any, execution: Any, definition: ReactorDefinition, step: str, errors: Any
+) -> None:
+    """Count an invalid payload; fail the run on its last allowed attempt. Always raises."""
+    attempts = interrupt_store.count_invalid(row, errors)
+    limit = row.max_attempts
+    summary = summarise_errors(errors)
+    if limit is not None and attempts >= limit:
+        message = (
+            f"interrupt {step!r} received {attempts} invalid payload(s) (max_attempts={limit}); "
+            f"the last one: {summary}"
+        )
+        interrupt_store.mark(row, InterruptStatus.FAILED)
+        _fail_paused(
+            execution,
+            definition,
+            ErrorInfo(
+                kind=ErrorKind.PAYLOAD,
+                message=message,
+                step=step,
+                reactor=definition.name,
+                field_errors=errors,
+                retryable=False,
+                attempts=attempts,
+            ),
+        )
+        raise InvalidPayload(
+            f"{message}; the run was undone and failed",
+            errors=errors,
+            attempts=attempts,
+            max_attempts=limit,
+            run_failed=True,
+        )
+    left = f"; {limit - attempts} attempt(s) left" if limit is not None else ""
+    raise InvalidPayload(
+        f"the payload for interrupt {step!r} is invalid: {summary}{left}; the run stays paused",
+        errors=errors,
+        attempts=attempts,
+        max_attempts=limit,
+        run_failed=False,
+    )
+
+
+def _fail_paused(execution: Any, definition: ReactorDefinition, error: ErrorInfo) -> None:
+    """Undo a paused run's completed steps and fail it with ``error``."""
+    owned = store.claim(
+        execution.id,
+        allowed=[ExecutionStatus.PAUSED],
+        new_status=ExecutionStatus.ROLLING_BACK,
+        owner=store.lease_owner_token(),
+        action="fail",
+    )
+    executor = Executor(
+        definition,
+        store.DatabaseJournal(owned),
+        inputs=decode(execution.inputs),
+        state=_rollback_state(execution, definition),
+        children=DatabaseChildRunner(execution.id, execution.root_id or execution.id),
+    )
+    with store.LeaseKeeper(owned):
+        executor.rollback(final_status=ExecutionStatus.FAILED, reason=error.message, failure=error)
+
+
+def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outcome:
+    """Run the rest of a run this process just took from ``paused``."""
+    row = store.get_row(owned.execution_id)
+    executor = Executor(
+        definition,
+        store.DatabaseJournal(owned, wakes=row.parent_id if row.detached else None),
+        inputs=decode(row.inputs),
+        state=store.resume_state(row),
+        max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
+        children=DatabaseChildRunner(row.id, row.root_id or row.id),
+    )
+    try:
+        with store.LeaseKeeper(owned):
+            outcome = executor.run()
+    except LeaseLost:
+        logger.warning("execution %s was taken over by another process", owned.execution_id)
+        return outcome_of(store.get_row(owned.execution_id))
+    return after_pause(outcome)
+
+
+def after_pause(outcome: Outcome) -> Outcome:
+    """A run that just paused: if a payload was accepted meanwhile, a worker takes it on."""
+    if (
+        isinstance(outcome, Paused)
+        and outcome.execution_id is not None
+        and interrupt_store.reopen_if_claimed(outcome.execution_id)
+    ):
+        return Dispatched(execution_id=outcome.execution_id)
+    return outcome
+
+
+def issue_resume_token(execution_id: uuid.UUID | str, step: str) -> str:
+    """A single-use resume token for the interrupt ``step`` of a paused run.
+
+    Send it to whoever may resume the run (in an e-mail link, to a partner's system); they
+    present it in the ``Reactor-Resume-Token`` header. Only its SHA-256 is stored, so it cannot
+    be shown again; issuing a new one revokes the previous one. It dies with the interrupt.
+    """
+    return interrupt_store.issue_token(execution_id, step)
+
+
+def expire_interrupts(limit: int | None = None) -> int:
+    """Apply ``on_timeout`` to every interrupt whose timeout passed; return how many.
+
+    ``on_timeout="fail"`` undoes the run and fails it; ``ContinueWith(payload)`` resumes it in
+    the background with that payload. Run by the sweeper.
+    """
+    expired = 0
+    for row in interrupt_store.due(limit or int(reactor_settings.SWEEP_BATCH)):
+        try:
+            if _expire(row):
+                expired += 1
+        except (InvalidTransition, ExecutionBusy, ReactorNotRegistered) as exc:
+            logger.warning(
+                "could not expire interrupt %s of %s: %s", row.step, row.execution_id, exc
+            )
+    return expired
+
+
+def _expire(row: Any) -> bool:
+    execution = store.get_row(row.execution_id)
+    definition = registry.get(execution.reactor).definition
+    spec = definition.by_name.get(row.step)
+    on_timeout = spec.interrupt.on_timeout if spec is not None and spec.interrupt else "fail"
+    if isinstance(on_timeout, ContinueWith):
+        try:
+            payload = encode(on_timeout.payload)
+        except ResultNotSerializable:
+            payload = None
+        if payload is not None:
+            try:
+                interrupt_store.claim(
+                    row,
+                    payload,
+                    inline_owner=None,
+                    closing_status=InterruptStatus.EXPIRED,
+                    ignore_expiry=True,
+                )
+            except InvalidTransition:
+                return False  # a payload won the race
+            return True
+    interrupt_store.mark(row, InterruptStatus.EXPIRED)
+    if execution.status != ExecutionStatus.PAUSED:
+        return True  # the run is moving; it fails at its next pause... or completes
+    _fail_paused(
+        execution,
+        definition,
+        ErrorInfo(
+            kind=ErrorKind.TIMEOUT,
+            message=f"interrupt {row.step!r} expired at "
+            f"{row.expires_at:%Y-%m-%d %H:%M:%S %Z} without a payload (on_timeout='fail')",
+            step=row.step,
+            reactor=definition.name,
+            retryable=False,
+        ),
+    )
+    return True

@@ -67,7 +67,14 @@ TRANSITIONS: dict[str, frozenset[str]] = {
         }
     ),
     ExecutionStatus.PAUSED: frozenset(
-        {ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED, ExecutionStatus.ROLLING_BACK}
+        {
+            # Resumed inline by the caller that delivered the payload, or handed to a worker.
+            ExecutionStatus.RUNNING,
+            ExecutionStatus.PENDING,
+            ExecutionStatus.CANCELLED,
+            # Undone, failed by too many invalid payloads, or by an expired interrupt.
+            ExecutionStatus.ROLLING_BACK,
+        }
     ),
     ExecutionStatus.COMPLETED: frozenset({ExecutionStatus.ROLLING_BACK}),
     ExecutionStatus.HALTED: frozenset({ExecutionStatus.ROLLING_BACK}),
@@ -118,6 +125,10 @@ class StepStatus(models.TextChoices):
     FAILED = "failed", _("Failed")
     # An async unit handed to workers; its outcome lives in its own execution.
     DISPATCHED = "dispatched", _("Dispatched")
+    # An interrupt reached: the run waits for its payload.
+    WAITING = "waiting", _("Waiting for a payload")
+    # An interrupt's payload was accepted; the run has not recorded it as the step's result yet.
+    RESUMED = "resumed", _("Payload accepted")
 
 
 class RollbackStatus(models.TextChoices):
@@ -160,3 +171,23 @@ class EventKind(models.TextChoices):
     ATTENTION = "attention", _("Needs attention")
     DISPATCH = "dispatch", _("Async unit dispatched")
     PARK = "park", _("Waiting for an async result")
+    INTERRUPT = "interrupt", _("Interrupt reached")
+    PAUSE = "pause", _("Paused for a payload")
+    PAYLOAD = "payload", _("Payload accepted")
+    INVALID_PAYLOAD = "invalid_payload", _("Invalid payload refused")
+    EXPIRE = "expire", _("Interrupt expired")
+
+
+class InterruptStatus(models.TextChoices):
+    """Where one interrupt of one run stands."""
+
+    # Reached; the run waits for a payload.
+    WAITING = "waiting", _("Waiting")
+    # A valid payload was accepted (exactly one per interrupt).
+    RESUMED = "resumed", _("Resumed")
+    # The timeout passed before a payload came; ``on_timeout`` was applied.
+    EXPIRED = "expired", _("Expired")
+    # The run was cancelled or undone while it waited.
+    CANCELLED = "cancelled", _("Cancelled")
+    # Too many invalid payloads (``max_attempts``): the run was failed and rolled back.
+    FAILED = "failed", _("Failed")

@@ -42,12 +42,13 @@ from .engine.outcomes import ErrorInfo, ErrorKind
 from .engine.serialization import decode
 from .exceptions import (
     AlreadyRetried,
+    CorrelationIdTaken,
     ExecutionBusy,
     ExecutionNotFound,
     InvalidTransition,
     LeaseLost,
 )
-from .models import Dispatch, Execution, ExecutionEvent, StepRecord
+from .models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 
 USING = DEFAULT_DB_ALIAS
@@ -302,6 +303,16 @@ class DatabaseJournal:
         self.fast_path = (vendor == "postgresql") if fast_path is None else fast_path
         self._lease_seconds = float(reactor_settings.LEASE_SECONDS)
 
+    @functools.cached_property
+    def reactor(self) -> str:
+        """The run's reactor name (read once, for the rare writes that need it)."""
+        return str(
+            Execution.objects.using(USING)
+            .filter(pk=self.execution_id)
+            .values_list("reactor", flat=True)
+            .get()
+        )
+
     def commit(self, batch: JournalBatch) -> str | None:
         if self.fast_path and batch.routine and not (self.wakes and batch.finished):
             return self._commit_sql(batch)
@@ -436,6 +447,23 @@ class DatabaseJournal:
             fields["wake_at"] = now + dt.timedelta(seconds=batch.wake_after)
         elif batch.step is not None:
             fields.update(current_attempt=0, wake_at=None)
+        try:
+            return self._commit_orm_fields(batch, fields)
+        except IntegrityError:
+            if batch.interrupt is None or batch.interrupt.correlation_id is None:
+                raise
+            from .interrupt_store import waiting_for_correlation
+
+            holder = waiting_for_correlation(self.reactor, batch.interrupt.correlation_id)
+            if holder is None:
+                raise
+            raise CorrelationIdTaken(
+                f"correlation id {batch.interrupt.correlation_id!r} is taken by execution {holder}",
+                correlation_id=batch.interrupt.correlation_id,
+                execution_id=holder,
+            ) from None
+
+    def _commit_orm_fields(self, batch: JournalBatch, fields: dict[str, Any]) -> str | None:
         with transaction.atomic(using=USING):
             owned = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
             if not owned.update(**fields):
@@ -463,6 +491,17 @@ class DatabaseJournal:
                         "started_at": step.started_at,
                         "finished_at": step.finished_at,
                     },
+                )
+            reached = batch.interrupt
+            if reached is not None:
+                Interrupt.objects.using(USING).create(
+                    execution_id=self.execution_id,
+                    reactor=self.reactor,
+                    step=reached.step,
+                    correlation_id=reached.correlation_id,
+                    expires_at=reached.expires_at,
+                    max_attempts=reached.max_attempts,
+                    resume_mode=reached.resume_mode,
                 )
             rollback = batch.rollback
             if rollback is not None:
@@ -723,6 +762,11 @@ def _fold_step(state: RunState, row: StepView) -> None:
     elif row.status == StepStatus.DISPATCHED:
         state.done.add(row.step)
         state.units.add(row.step)
+    elif row.status == StepStatus.WAITING:
+        state.waiting.add(row.step)
+    elif row.status == StepStatus.RESUMED:
+        state.waiting.add(row.step)
+        state.claimed[row.step] = decode(row.result)
     elif (
         row.status == StepStatus.FAILED
         and row.compensable
@@ -930,6 +974,7 @@ class SweepReport:
     woken: int = 0
     redispatched: int = 0
     deleted: int = 0
+    expired: int = 0  # interrupts whose timeout passed (applied by services.sweep)
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -938,6 +983,7 @@ class SweepReport:
             "woken": self.woken,
             "redispatched": self.redispatched,
             "deleted": self.deleted,
+            "expired": self.expired,
         }
 
 
@@ -1090,6 +1136,8 @@ def claim(
                 .values_list("fence", flat=True)
                 .get()
             )
+            if new_status in (ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED):
+                _close_interrupts(execution_id)
             return Owned(execution_id, fence)
     row = get_row(execution_id)
     if row.status not in allowed:
@@ -1145,6 +1193,7 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
         row.lease_expires_at = None
         row.fence = row.fence + 1
         row.save()
+        _close_interrupts(execution_id)
         last = _last_seq(execution_id)
         ExecutionEvent.objects.using(USING).create(
             execution_id=execution_id,
@@ -1154,6 +1203,12 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
             data={"reason": reason, "previous_status": previous},
         )
     return previous
+
+
+def _close_interrupts(execution_id: uuid.UUID) -> None:
+    from .interrupt_store import close_waiting
+
+    close_waiting(execution_id)
 
 
 def _last_seq(execution_id: uuid.UUID) -> int:

@@ -61,6 +61,12 @@ def _child_declaration(
     definition = getattr(child, "definition", None)
     if not isinstance(child, type) or definition is None:
         raise DefinitionError(f"{what}() takes a Reactor subclass, got {child!r}")
+    if unit is None and any(s.interrupt is not None for s in definition.steps):
+        raise DefinitionError(
+            f"compose({child.__qualname__}): the child has interrupt steps, and a composed child "
+            "cannot pause its parent. Declare the interrupt on the parent, or run the child with "
+            "async_reactor() (it pauses on its own and its readers wait for it)"
+        )
     if "retry" in options:
         raise DefinitionError(
             f"{what}({child.__qualname__}) cannot be retried as a whole: a retried child could "

@@ -13,6 +13,7 @@ from ..exceptions import DefinitionError
 from . import planner
 from .composition import ComposeStep
 from .declarations import StepDeclaration
+from .interrupts import InterruptSpec, InterruptStep
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
 from .step import Signature, Step, rollback_signature, run_signature
@@ -59,6 +60,13 @@ class StepSpec:
         if self.unit is not None or not issubclass(self.impl, ComposeStep):
             return None
         return getattr(self.impl, "child", None)
+
+    @property
+    def interrupt(self) -> InterruptSpec | None:
+        """How the run takes this step's payload, for an ``interrupt()`` step."""
+        if not issubclass(self.impl, InterruptStep):
+            return None
+        return self.impl.interrupt
 
     @property
     def has_undo(self) -> bool:
@@ -117,12 +125,22 @@ class ReactorDefinition:
     def step(self, name: str) -> StepSpec:
         return self.by_name[name]
 
-    def next_ready(self, done: set[str] | frozenset[str]) -> StepSpec | None:
-        """The first step, in declaration order, whose dependencies are all done."""
+    def next_ready(
+        self, done: set[str] | frozenset[str], waiting: set[str] | frozenset[str] = frozenset()
+    ) -> StepSpec | None:
+        """The first step, in declaration order, whose dependencies are all done.
+
+        Steps in ``waiting`` (interrupts waiting for their payload) are not offered again.
+        """
         for spec in self.steps:
-            if spec.name not in done and spec.depends_on <= done:
+            if spec.name not in done and spec.name not in waiting and spec.depends_on <= done:
                 return spec
         return None
+
+    @property
+    def interrupts(self) -> tuple[StepSpec, ...]:
+        """The reactor's ``interrupt()`` steps, in declaration order."""
+        return tuple(s for s in self.steps if s.interrupt is not None)
 
 
 def _meta_options(cls: type) -> dict[str, Any]:
@@ -323,6 +341,12 @@ def _build_spec(
         raise DefinitionError(f"{where}: {impl.__qualname__}.retry must be a Retry(...)")
 
     depends = {t.depends_on for t in arguments.values() if t.depends_on} | set(decl.wait_for)
+    if issubclass(impl, InterruptStep):
+        correlation = impl.interrupt.correlation_id
+        if decl.unit is not None:
+            raise DefinitionError(f"{where}: an interrupt cannot be an async unit")
+        if isinstance(correlation, Template) and correlation.depends_on:
+            depends.add(correlation.depends_on)
     secret_arguments = {
         arg_name: tuple(paths)
         for arg_name, template in arguments.items()

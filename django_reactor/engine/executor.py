@@ -28,6 +28,7 @@ from typing import Any
 from .. import faults
 from ..exceptions import (
     ArgumentResolutionError,
+    CorrelationIdTaken,
     ReactorError,
     ResultNotSerializable,
     UnitWaitTimeout,
@@ -35,7 +36,7 @@ from ..exceptions import (
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from .composition import ChildRunner
 from .definition import ReactorDefinition, StepSpec
-from .journal import Event, Journal, JournalBatch, RollbackWrite, StepWrite
+from .journal import Event, InterruptWrite, Journal, JournalBatch, RollbackWrite, StepWrite
 from .outcomes import (
     Cancelled,
     Completed,
@@ -47,6 +48,8 @@ from .outcomes import (
     Halt,
     Halted,
     Outcome,
+    Paused,
+    PendingInterrupt,
     Rescheduled,
     RollbackFailure,
     Skip,
@@ -103,6 +106,11 @@ class RunState:
     units: set[str] = field(default_factory=set)
     # Every step with a record (done, failed, halted or dispatched), as loaded.
     recorded: set[str] = field(default_factory=set)
+    # Interrupts reached whose payload has not come yet.
+    waiting: set[str] = field(default_factory=set)
+    # Interrupts whose payload was accepted while the run was paused: recorded as their steps'
+    # results when the run continues.
+    claimed: dict[str, Any] = field(default_factory=dict)
 
 
 class Executor:
@@ -141,6 +149,7 @@ class Executor:
         # A composed child: it parks with its parent, which holds the dispatch that resumes both.
         self.attached = attached
         self._notes: list[Event] = []
+        self._reached: dict[str, PendingInterrupt] = {}
         self._display_inputs: dict[str, Any] | None = None
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
 
@@ -154,9 +163,12 @@ class Executor:
         """Run every remaining step; return how the run ended."""
         definition = self.definition
         point = self.hand_off_point
+        self._record_payloads()
         while True:
-            spec = definition.next_ready(self.state.done)
+            spec = definition.next_ready(self.state.done, self.state.waiting)
             if spec is None:
+                if self.state.waiting:
+                    return self._pause()
                 return self._complete()
             if point is not None and point.mode == "before" and spec.name == point.step:
                 return self._hand_off(next_step=spec.name)
@@ -274,6 +286,8 @@ class Executor:
             # From here on the step's arguments are the contract's validated data: run, the
             # stored record, undo and compensate all see the same values.
             arguments = validated
+        if spec.interrupt is not None:
+            return self._reach_interrupt(spec, started_at)
         if spec.child is not None:
             return self._run_child(spec, arguments, started_at)
         if spec.unit is not None:
@@ -351,6 +365,103 @@ class Executor:
                 spec, error, arguments, started=True, started_at=started_at, attempts=attempt
             )
 
+    # ------------------------------------------------------------------ interrupts
+
+    def _reach_interrupt(self, spec: StepSpec, started_at: dt.datetime) -> Outcome | None:
+        """Record that the run waits at ``spec`` for a payload; other ready steps go on."""
+        interrupt = spec.interrupt
+        assert interrupt is not None
+        try:
+            correlation = interrupt.correlation_for(self._scope)
+        except ValueError as exc:
+            return self._correlation_failure(spec, started_at, f"interrupt {spec.name!r}: {exc}")
+        expires_at = (
+            self.clock() + dt.timedelta(seconds=interrupt.timeout)
+            if interrupt.timeout is not None
+            else None
+        )
+        event = self._event(
+            EventKind.INTERRUPT,
+            step=spec.name,
+            data={
+                "correlation_id": correlation,
+                "expires_at": expires_at.isoformat() if expires_at else None,
+            },
+        )
+        batch = JournalBatch(
+            events=[event],
+            step=_step_write(spec, StepStatus.WAITING, event, 0, {}, started_at),
+            current_step=spec.name,
+            interrupt=InterruptWrite(
+                spec.name, correlation, expires_at, interrupt.max_attempts, interrupt.resume
+            ),
+        )
+        try:
+            self._commit(batch)
+        except CorrelationIdTaken as taken:
+            return self._correlation_failure(
+                spec,
+                started_at,
+                f"interrupt {spec.name!r}: correlation id {correlation!r} is already used by "
+                f"execution {taken.execution_id} of {self.definition.name}, which waits for it; "
+                "correlation ids must be unique among a reactor's waiting runs",
+            )
+        self.state.waiting.add(spec.name)
+        self._reached[spec.name] = PendingInterrupt(spec.name, correlation, expires_at)
+        return None
+
+    def _correlation_failure(self, spec: StepSpec, started_at: dt.datetime, message: str) -> Failed:
+        error = ErrorInfo(
+            kind=ErrorKind.CORRELATION,
+            message=message,
+            step=spec.name,
+            reactor=self.definition.name,
+            retryable=False,
+            inputs=self._redacted_inputs(),
+        )
+        return self._fail(spec, error, {}, started=False, started_at=started_at, attempts=0)
+
+    def _pause(self) -> Paused:
+        """Nothing else can run until a payload comes: release the run, waiting."""
+        waiting = [s.name for s in self.definition.steps if s.name in self.state.waiting]
+        self._commit(
+            JournalBatch(
+                events=[self._event(EventKind.PAUSE, data={"waiting_for": waiting})],
+                status=ExecutionStatus.PAUSED,
+                current_step=waiting[0],
+                release=True,
+            )
+        )
+        return Paused(
+            execution_id=self.execution_id,
+            interrupts=tuple(self._reached.get(name, PendingInterrupt(name)) for name in waiting),
+            results=dict(self.state.results),
+        )
+
+    def _record_payloads(self) -> None:
+        """Record the payloads accepted while the run was paused as their steps' results."""
+        state = self.state
+        for spec in self.definition.steps:
+            if spec.name not in state.claimed:
+                continue
+            payload = state.claimed.pop(spec.name)
+            event = self._event(EventKind.PAYLOAD, step=spec.name)
+            self._commit(
+                JournalBatch(
+                    events=[event],
+                    step=_step_write(
+                        spec, StepStatus.COMPLETED, event, 1, {}, None, result=payload
+                    ),
+                    current_step=spec.name,
+                )
+            )
+            state.waiting.discard(spec.name)
+            state.results[spec.name] = payload
+            state.done.add(spec.name)
+            state.undo_stack.append(UndoEntry(spec.name, {}, payload))
+
+    # ------------------------------------------------------------------ children
+
     def _run_child(
         self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> Outcome | None:
@@ -409,7 +520,7 @@ class Executor:
         """Hand an async unit to workers; the run goes on with the steps that do not need it."""
         assert spec.unit_definition is not None
         unit_id = self._child_runner(spec).dispatch(spec.name, spec.unit_definition, arguments)
-        following = self.definition.next_ready(self.state.done | {spec.name})
+        following = self.definition.next_ready(self.state.done | {spec.name}, self.state.waiting)
         event = self._event(EventKind.DISPATCH, step=spec.name, data={"execution_id": str(unit_id)})
         self._commit(
             JournalBatch(
@@ -559,7 +670,7 @@ class Executor:
         skipped = isinstance(outcome, Skip)
         # The cursor names the step that runs next, so that if this process dies during it,
         # whoever takes the run over knows which step was in flight.
-        following = self.definition.next_ready(self.state.done | {spec.name})
+        following = self.definition.next_ready(self.state.done | {spec.name}, self.state.waiting)
         faults.point("before_step_commit", step=spec.name)
         event = self._event(
             EventKind.SKIP if skipped else EventKind.RUN,
@@ -585,7 +696,7 @@ class Executor:
         state.done.add(spec.name)
         if not skipped:
             state.undo_stack.append(UndoEntry(spec.name, arguments, value))
-        if following is None:
+        if following is None and not state.waiting:
             # The last step: its checkpoint and the run's completion commit together.
             completed = self._complete(batch)
             faults.point("after_step_commit", step=spec.name)

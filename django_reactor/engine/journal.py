@@ -58,6 +58,17 @@ class RollbackWrite:
     error: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class InterruptWrite:
+    """An interrupt the run reached: it waits for a payload from now on."""
+
+    step: str
+    correlation_id: str | None
+    expires_at: dt.datetime | None
+    max_attempts: int | None
+    resume_mode: str
+
+
 @dataclass(slots=True)
 class JournalBatch:
     """Everything that must commit together for one state change."""
@@ -78,6 +89,8 @@ class JournalBatch:
     dispatch_delay: float = 0.0
     wake_after: float | None = None
     current_attempt: int | None = None
+    # An interrupt reached: its row is written with the step's ``waiting`` record.
+    interrupt: InterruptWrite | None = None
 
     @property
     def routine(self) -> bool:
@@ -88,6 +101,7 @@ class JournalBatch:
             or self.dispatch
             or self.wake_after is not None
             or self.current_attempt is not None
+            or self.interrupt is not None
         )
 
 
@@ -102,7 +116,9 @@ class Journal(Protocol):
     def commit(self, batch: JournalBatch) -> str | None:
         """Write ``batch`` atomically. Return the reason when an operator asked to cancel the run.
 
-        Raises ``LeaseLost`` when this process no longer owns the run; nothing is written then.
+        Raises ``LeaseLost`` when this process no longer owns the run, and ``CorrelationIdTaken``
+        when the batch's interrupt uses a correlation id another waiting run holds; nothing is
+        written then.
         """
         ...
 
@@ -120,6 +136,7 @@ class MemoryJournal:
         self.failure: dict[str, Any] | None = None
         self.cancel_requested: str | None = None
         self.dispatches: list[tuple[str, float]] = []
+        self.interrupts: list[InterruptWrite] = []
         self.batches = 0
 
     def commit(self, batch: JournalBatch) -> str | None:
@@ -137,6 +154,8 @@ class MemoryJournal:
             self.failure = batch.failure
         if batch.dispatch is not None:
             self.dispatches.append((batch.dispatch, batch.dispatch_delay))
+        if batch.interrupt is not None:
+            self.interrupts.append(batch.interrupt)
         return self.cancel_requested
 
     def trace(self) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ returns an :class:`Outcome`: :class:`Completed`, :class:`Failed`, :class:`Halted
 
 from __future__ import annotations
 
+import datetime as dt
 import traceback as tb
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,12 @@ class ErrorKind:
     RECOVERY_LIMIT = "recovery_limit"
     REACTOR_MISSING = "reactor_missing"
     DEFINITION_CHANGED = "definition_changed"
+    # An interrupt's correlation id could not be computed or is taken by another live run.
+    CORRELATION = "correlation"
+    # Too many invalid payloads for an interrupt (its max_attempts).
+    PAYLOAD = "invalid_payload"
+    # An interrupt expired with on_timeout="fail".
+    TIMEOUT = "interrupt_timeout"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,6 +266,37 @@ class Dispatched(Outcome):
 
     results: dict[str, Any] = field(default_factory=dict)
     status: str = ExecutionStatus.PENDING
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInterrupt:
+    """An interrupt a paused run waits at: resume it by execution id or correlation id."""
+
+    step: str
+    correlation_id: str | None = None
+    expires_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Paused(Outcome):
+    """The run waits at one or more interrupts for their payloads (``interrupts``)."""
+
+    interrupts: tuple[PendingInterrupt, ...] = ()
+    results: dict[str, Any] = field(default_factory=dict)
+    status: str = ExecutionStatus.PAUSED
+
+    @property
+    def step(self) -> str | None:
+        """The first interrupt waiting (most runs have exactly one)."""
+        return self.interrupts[0].step if self.interrupts else None
+
+    @property
+    def correlation_id(self) -> str | None:
+        return self.interrupts[0].correlation_id if self.interrupts else None
+
+    @property
+    def expires_at(self) -> dt.datetime | None:
+        return self.interrupts[0].expires_at if self.interrupts else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

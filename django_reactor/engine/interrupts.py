@@ -1,0 +1,161 @@
+"""``interrupt(...)``: a step that pauses the run until an external payload arrives.
+
+The payload is validated by a DRF serializer before anything changes; the accepted payload is
+the interrupt step's result, read by later steps with ``arg.result("<name>")``::
+
+    class Refund(Reactor):
+        request = step(RequestRefund, order_id=arg.input("order_id"))
+        approval = interrupt(
+            after=["request"],
+            payload=ApprovalSerializer,
+            correlation_id=lambda inputs, results: f"refund-{inputs['order_id']}",
+            timeout=dt.timedelta(days=2),
+            on_timeout="fail",
+            max_attempts=3,
+            resume="background",
+        )
+        refund = step(IssueRefund, approval=arg.result("approval"))
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..exceptions import DefinitionError
+from .declarations import StepDeclaration
+from .step import Step
+from .templates import Template
+
+RESUME_MODES = ("inline", "background")
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueWith:
+    """``on_timeout=ContinueWith(payload)``: an expired interrupt resumes with this payload."""
+
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptSpec:
+    """How one interrupt takes its payload (checked when the reactor class is defined)."""
+
+    payload: type | None
+    correlation_id: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | Template | None
+    timeout: float | None  # seconds
+    on_timeout: str | ContinueWith
+    max_attempts: int | None
+    resume: str
+
+    def correlation_for(self, scope: Any) -> str | None:
+        """The correlation id for a run (``scope`` resolves templates); None without one.
+
+        Raises ValueError with a plain reason when the callable fails or returns no string.
+        """
+        source = self.correlation_id
+        if source is None:
+            return None
+        try:
+            if isinstance(source, Template):
+                value = source.resolve(scope)
+            else:
+                value = source(scope.inputs, scope.results)
+        except Exception as exc:
+            raise ValueError(
+                f"correlation_id raised {type(exc).__name__}: {exc}"
+                if str(exc)
+                else f"correlation_id raised {type(exc).__name__}"
+            ) from exc
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or not value or len(value) > 255:
+            raise ValueError(
+                "correlation_id must give a non-empty string of at most 255 characters, got "
+                f"{value!r}"
+            )
+        return value
+
+
+class InterruptStep(Step):
+    """The step an ``interrupt()`` declaration makes; the executor pauses there instead."""
+
+    interrupt: ClassVar[InterruptSpec]
+
+    def run(self, **arguments: Any) -> Any:  # pragma: no cover - the executor never calls it
+        raise NotImplementedError("an interrupt's result is its payload; it has no body")
+
+
+def interrupt(
+    *,
+    after: Iterable[str] | str = (),
+    payload: type | None = None,
+    correlation_id: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | Template | None = None,
+    timeout: float | dt.timedelta | None = None,
+    on_timeout: str | ContinueWith = "fail",
+    max_attempts: int | None = None,
+    resume: str = "inline",
+) -> StepDeclaration:
+    """Declare a point where the run pauses until a payload is delivered.
+
+    - ``after``: the steps that must be done first (the interrupt has no arguments of its own).
+    - ``payload``: a DRF serializer class validating the payload; its ``validated_data`` is the
+      step's result. Without one, any JSON object is accepted as is.
+    - ``correlation_id``: ``callable(inputs, results) -> str`` or ``arg.input(...)`` /
+      ``arg.result(...)``: another key to resume by, unique among the reactor's waiting runs.
+    - ``timeout`` (seconds or a ``timedelta``) and ``on_timeout``: ``"fail"`` (the run is undone
+      and fails) or ``ContinueWith(payload)`` (the run goes on with that payload). The sweeper
+      enforces it; a payload that comes later is refused.
+    - ``max_attempts``: after this many invalid payloads the run is undone and fails with the
+      field errors; without it, invalid payloads are counted and the run stays paused.
+    - ``resume``: ``"inline"`` (the deliverer's process runs the rest and gets the outcome) or
+      ``"background"`` (the deliverer validates and claims, a worker runs the rest).
+    """
+    if isinstance(after, str):
+        after = (after,)
+    after = tuple(after)
+    if not all(isinstance(name, str) for name in after):
+        raise DefinitionError(f"interrupt(after=...) must name steps as strings, got {after!r}")
+    if payload is not None and not (isinstance(payload, type) and hasattr(payload, "is_valid")):
+        raise DefinitionError(
+            f"interrupt(payload=...) must be a DRF serializer class, got {payload!r}"
+        )
+    if correlation_id is not None and not (
+        isinstance(correlation_id, Template) or callable(correlation_id)
+    ):
+        raise DefinitionError(
+            "interrupt(correlation_id=...) must be a callable (inputs, results) -> str, or "
+            f"arg.input(...) / arg.result(...), got {correlation_id!r}"
+        )
+    seconds: float | None
+    if timeout is None:
+        seconds = None
+    elif isinstance(timeout, dt.timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise DefinitionError(
+            f"interrupt(timeout=...) must be seconds or a timedelta, got {timeout!r}"
+        )
+    if seconds is not None and seconds <= 0:
+        raise DefinitionError(f"interrupt(timeout=...) must be positive, got {timeout!r}")
+    if not (on_timeout == "fail" or isinstance(on_timeout, ContinueWith)):
+        raise DefinitionError(
+            f'interrupt(on_timeout=...) must be "fail" or ContinueWith(payload), got {on_timeout!r}'
+        )
+    if max_attempts is not None and (
+        not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+    ):
+        raise DefinitionError(
+            f"interrupt(max_attempts=...) must be a positive integer or None, got {max_attempts!r}"
+        )
+    if resume not in RESUME_MODES:
+        raise DefinitionError(
+            f'interrupt(resume=...) must be "inline" or "background", got {resume!r}'
+        )
+    spec = InterruptSpec(payload, correlation_id, seconds, on_timeout, max_attempts, resume)
+    impl = type("Interrupt", (InterruptStep,), {"interrupt": spec, "__module__": __name__})
+    return StepDeclaration(impl, {}, wait_for=after)

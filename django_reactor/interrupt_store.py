@@ -1,0 +1,371 @@
+"""Interrupt rows: finding them, counting invalid payloads, claiming, tokens and expiry.
+
+Part of the store boundary (with :mod:`django_reactor.store`): the only code that reads or
+writes :class:`~django_reactor.models.Interrupt` rows. Exactly one payload wins per interrupt:
+the claim is a conditional update from ``waiting``, made while holding the execution row's lock,
+so it serialises with the run pausing (see :func:`reopen_if_claimed`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import secrets
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from . import store
+from .conf import reactor_settings
+from .exceptions import (
+    AlreadyResumed,
+    ExecutionNotFound,
+    InterruptClosed,
+    InterruptNotFound,
+    NotWaiting,
+)
+from .models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
+from .states import EventKind, ExecutionStatus, InterruptStatus, StepStatus
+
+USING = store.USING
+TOKEN_BYTES = 32  # 256 bits
+
+
+def token_hash(token: str) -> str:
+    """The SHA-256 (hex) under which a resume token is stored and looked up."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- finding
+
+
+def waiting_for_correlation(reactor: str, correlation_id: str) -> uuid.UUID | None:
+    """The run of ``reactor`` waiting under ``correlation_id``, if any."""
+    return (
+        Interrupt.objects.using(USING)
+        .filter(reactor=reactor, correlation_id=correlation_id, status=InterruptStatus.WAITING)
+        .values_list("execution_id", flat=True)
+        .first()
+    )
+
+
+def find(
+    *,
+    execution_id: uuid.UUID | str | None = None,
+    correlation_id: str | None = None,
+    reactor: str | None = None,
+    step: str | None = None,
+) -> Interrupt:
+    """The interrupt a delivery names: by execution id or by correlation id, and step.
+
+    ``step`` may be left out when exactly one interrupt of the run waits. Raises
+    InterruptNotFound (unknown run, step or correlation id) or NotWaiting (the run exists but
+    has not reached an interrupt: deliver again later).
+    """
+    if execution_id is not None:
+        row = store.get_row(execution_id)  # ExecutionNotFound for a malformed or unknown id
+        candidates = Interrupt.objects.using(USING).filter(execution_id=row.id)
+        where = f"execution {row.id}"
+    elif correlation_id is not None:
+        if not isinstance(correlation_id, str) or not correlation_id:
+            raise InterruptNotFound("the correlation id must be a non-empty string")
+        candidates = Interrupt.objects.using(USING).filter(correlation_id=correlation_id)
+        if reactor:
+            candidates = candidates.filter(reactor=reactor)
+        where = f"correlation id {correlation_id!r}"
+    else:
+        raise InterruptNotFound("name the run: an execution id or a correlation id")
+    if step is not None:
+        candidates = candidates.filter(step=step)
+    rows = list(candidates.order_by(_waiting_first(), "-id")[:20])
+    if execution_id is None and rows:
+        # A correlation id names one run: its newest interrupts (a waiting one first).
+        rows = [r for r in rows if r.execution_id == rows[0].execution_id]
+    if not rows:
+        if execution_id is not None:
+            what = f"interrupt {step!r}" if step else "an interrupt"
+            raise NotWaiting(
+                f"{where} has not reached {what} (yet); if it is still running, deliver the "
+                "payload again later",
+                status=row.status,
+            )
+        raise InterruptNotFound(
+            f"no run waits under {where}"
+            + (f" at interrupt {step!r}" if step else "")
+            + "; if the run has not reached its interrupt yet, deliver the payload again later"
+        )
+    waiting = [r for r in rows if r.status == InterruptStatus.WAITING]
+    if step is None and len(waiting) > 1:
+        names = ", ".join(sorted(r.step for r in waiting))
+        raise InterruptNotFound(f"{where} waits at several interrupts ({names}); name the step")
+    return waiting[0] if waiting else rows[0]
+
+
+def _waiting_first() -> Any:
+    from django.db.models import Case, IntegerField, Value, When
+
+    return Case(
+        When(status=InterruptStatus.WAITING, then=Value(0)),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
+
+
+def find_by_token(token: str) -> Interrupt:
+    """The waiting interrupt a resume token was issued for; InterruptNotFound otherwise."""
+    if not isinstance(token, str) or not 20 <= len(token) <= 200:
+        raise InterruptNotFound("no interrupt has this resume token")
+    row = Interrupt.objects.using(USING).filter(token_hash=token_hash(token)).first()
+    if row is None:
+        raise InterruptNotFound("no interrupt has this resume token")
+    return row
+
+
+def waiting(execution_id: uuid.UUID) -> list[Interrupt]:
+    """The interrupts a run waits at, in the order it reached them."""
+    return list(
+        Interrupt.objects.using(USING)
+        .filter(execution_id=execution_id, status=InterruptStatus.WAITING)
+        .order_by("id")
+    )
+
+
+def refuse_closed(row: Interrupt, execution_status: str) -> None:
+    """Raise the error a delivery to ``row`` gets when it no longer takes payloads."""
+    if row.status == InterruptStatus.RESUMED:
+        raise AlreadyResumed(
+            f"interrupt {row.step!r} of execution {row.execution_id} already accepted a "
+            "payload; nothing changed",
+            status=execution_status,
+        )
+    if row.status == InterruptStatus.WAITING:
+        if row.expires_at is not None and row.expires_at <= timezone.now():
+            raise InterruptClosed(
+                f"interrupt {row.step!r} of execution {row.execution_id} expired at "
+                f"{row.expires_at:%Y-%m-%d %H:%M:%S %Z}; the payload came too late",
+                reason="expired",
+                status=execution_status,
+            )
+        return
+    reasons: dict[str, str] = {
+        InterruptStatus.EXPIRED: "expired",
+        InterruptStatus.CANCELLED: "cancelled",
+        InterruptStatus.FAILED: "failed",
+    }
+    reason = reasons.get(row.status, str(row.status))
+    explain = {
+        "expired": "its timeout passed",
+        "cancelled": "its run was cancelled or undone",
+        "failed": "its run failed after too many invalid payloads",
+    }.get(reason, reason)
+    raise InterruptClosed(
+        f"interrupt {row.step!r} of execution {row.execution_id} is closed: {explain}",
+        reason=reason,
+        status=execution_status,
+    )
+
+
+# ---------------------------------------------------------------------------- invalid payloads
+
+
+def count_invalid(row: Interrupt, errors: Any) -> int:
+    """Count one invalid payload for a waiting interrupt; return the attempts so far.
+
+    The trace gets an ``invalid_payload`` entry (field errors only, never the payload).
+    Raises the closed-interrupt error when the interrupt stopped waiting meanwhile.
+    """
+    with transaction.atomic(using=USING):
+        execution = (
+            Execution.objects.using(USING)
+            .select_for_update()
+            .only("id", "status")
+            .get(pk=row.execution_id)
+        )
+        updated = (
+            Interrupt.objects.using(USING)
+            .filter(pk=row.pk, status=InterruptStatus.WAITING)
+            .update(invalid_attempts=F("invalid_attempts") + 1)
+        )
+        fresh = Interrupt.objects.using(USING).get(pk=row.pk)
+        if not updated:
+            refuse_closed(fresh, execution.status)
+        if execution.status == ExecutionStatus.PAUSED:
+            # A paused run has no owner writing its trace: the sequence number is free.
+            _append_event(
+                row.execution_id,
+                EventKind.INVALID_PAYLOAD,
+                row.step,
+                {"attempt": fresh.invalid_attempts, "errors": errors},
+            )
+    return fresh.invalid_attempts
+
+
+def mark(row: Interrupt, status: str) -> None:
+    """Close a waiting interrupt as ``status`` (expired, failed, cancelled)."""
+    Interrupt.objects.using(USING).filter(pk=row.pk, status=InterruptStatus.WAITING).update(
+        status=status, closed_at=timezone.now(), token_hash=None
+    )
+
+
+def close_waiting(execution_id: uuid.UUID) -> int:
+    """Close every waiting interrupt of a run that is cancelled or undone."""
+    return (
+        Interrupt.objects.using(USING)
+        .filter(execution_id=execution_id, status=InterruptStatus.WAITING)
+        .update(status=InterruptStatus.CANCELLED, closed_at=timezone.now(), token_hash=None)
+    )
+
+
+# ---------------------------------------------------------------------------- the claim
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What accepting a payload did to the run.
+
+    ``owned``: the caller took the paused run and runs the rest inline. ``dispatched``: the
+    run was paused and a worker was asked to run the rest. Neither: the run was already moving
+    (another interrupt's payload came first) and records this payload when it next pauses.
+    """
+
+    interrupt: Interrupt
+    execution_status: str
+    owned: store.Owned | None = None
+    dispatched: bool = False
+
+
+def claim(
+    row: Interrupt,
+    payload: Any,
+    *,
+    inline_owner: str | None,
+    closing_status: str = InterruptStatus.RESUMED,
+    ignore_expiry: bool = False,
+) -> Claim:
+    """Accept ``payload`` for a waiting interrupt: exactly one delivery wins.
+
+    In one transaction, holding the execution row's lock: the interrupt moves from
+    ``waiting`` (and not expired) to ``closing_status`` with the payload, its step record to
+    ``resumed``, and a paused run to running (owned by ``inline_owner``) or to pending with a
+    dispatch for a worker. Raises AlreadyResumed or InterruptClosed when another delivery won
+    or the interrupt closed.
+    """
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        execution = Execution.objects.using(USING).select_for_update().get(pk=row.execution_id)
+        open_rows = Interrupt.objects.using(USING).filter(pk=row.pk, status=InterruptStatus.WAITING)
+        if not ignore_expiry:
+            open_rows = open_rows.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
+        won = open_rows.update(
+            status=closing_status, payload=payload, closed_at=now, token_hash=None
+        )
+        if not won:
+            refuse_closed(Interrupt.objects.using(USING).get(pk=row.pk), execution.status)
+            raise InterruptClosed(  # waiting but expired by the database's clock
+                f"interrupt {row.step!r} of execution {row.execution_id} expired; the payload "
+                "came too late",
+                reason="expired",
+                status=execution.status,
+            )
+        StepRecord.objects.using(USING).filter(
+            execution_id=row.execution_id, step=row.step, status=StepStatus.WAITING
+        ).update(status=StepStatus.RESUMED, result=payload)
+        fresh = Interrupt.objects.using(USING).get(pk=row.pk)
+        if execution.status != ExecutionStatus.PAUSED:
+            return Claim(fresh, execution.status)
+        if inline_owner is not None:
+            fence = execution.fence + 1
+            Execution.objects.using(USING).filter(pk=execution.pk).update(
+                status=ExecutionStatus.RUNNING,
+                lease_owner=inline_owner,
+                lease_expires_at=now + dt.timedelta(seconds=float(reactor_settings.LEASE_SECONDS)),
+                fence=fence,
+                updated_at=now,
+            )
+            return Claim(fresh, ExecutionStatus.RUNNING, owned=store.Owned(execution.pk, fence))
+        _to_worker(execution.pk, now)
+        return Claim(fresh, ExecutionStatus.PENDING, dispatched=True)
+
+
+def _to_worker(execution_id: uuid.UUID, now: dt.datetime) -> None:
+    Execution.objects.using(USING).filter(pk=execution_id).update(
+        status=ExecutionStatus.PENDING, handed_off=True, updated_at=now
+    )
+    store.queue_dispatch(execution_id, Dispatch.Reason.RESUME)
+
+
+def reopen_if_claimed(execution_id: uuid.UUID) -> bool:
+    """After a run paused: hand it to a worker if a payload was accepted meanwhile.
+
+    A payload accepted while the run was still moving is recorded by the run when it continues;
+    this closes the window between the run's last look and its pause.
+    """
+    with transaction.atomic(using=USING):
+        execution = (
+            Execution.objects.using(USING)
+            .select_for_update()
+            .only("id", "status")
+            .filter(pk=execution_id)
+            .first()
+        )
+        if execution is None or execution.status != ExecutionStatus.PAUSED:
+            return False
+        if (
+            not StepRecord.objects.using(USING)
+            .filter(execution_id=execution_id, status=StepStatus.RESUMED)
+            .exists()
+        ):
+            return False
+        _to_worker(execution_id, timezone.now())
+        return True
+
+
+# ---------------------------------------------------------------------------- tokens
+
+
+def issue_token(execution_id: uuid.UUID | str, step: str) -> str:
+    """A new single-use resume token for a waiting interrupt (a previous one stops working).
+
+    Only its SHA-256 is stored: keep the returned token, it cannot be read back.
+    """
+    row = find(execution_id=execution_id, step=step)
+    if row.status != InterruptStatus.WAITING:
+        refuse_closed(row, store.get_row(row.execution_id).status)
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    updated = (
+        Interrupt.objects.using(USING)
+        .filter(pk=row.pk, status=InterruptStatus.WAITING)
+        .update(token_hash=token_hash(token))
+    )
+    if not updated:
+        raise ExecutionNotFound(f"interrupt {step!r} of execution {execution_id} stopped waiting")
+    return token
+
+
+# ---------------------------------------------------------------------------- expiry
+
+
+def due(limit: int) -> list[Interrupt]:
+    """Waiting interrupts whose timeout passed (by the database's clock), oldest first."""
+    return list(
+        Interrupt.objects.using(USING)
+        .filter(status=InterruptStatus.WAITING, expires_at__lte=Now())
+        .order_by("expires_at")[:limit]
+    )
+
+
+def _append_event(execution_id: uuid.UUID, kind: str, step: str, data: dict[str, Any]) -> None:
+    last = store._last_seq(execution_id)
+    ExecutionEvent.objects.using(USING).create(
+        execution_id=execution_id,
+        seq=last + 1,
+        kind=kind,
+        step=step,
+        at=timezone.now(),
+        data=data,
+    )
