@@ -59,6 +59,29 @@ DEFAULTS: dict[str, Any] = {
     "ASYNC_POLL_INTERVAL": 2.0,
     # Extra app modules autodiscovered for reactors, besides each installed app's "reactors".
     "AUTODISCOVER_MODULES": ["reactors"],
+    # Issue a single-use resume token whenever a run reaches an interrupt (returned in the
+    # Paused outcome; only its SHA-256 is stored). services.issue_resume_token() works either way.
+    "RESUME_TOKENS": False,
+    # How the resume endpoints may be authenticated: "user" (DRF authentication plus the
+    # resume_interrupt permission), "webhook" (signed webhooks) and "token" (resume tokens).
+    # A dict {"default": [...], "<reactor name>": [...]} chooses per reactor.
+    "RESUME_AUTH": ["user", "webhook", "token"],
+    # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
+    # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
+    # reactor. Several secrets at once allow rotation.
+    "WEBHOOK_SECRETS": [],
+    # Seconds a signed webhook's timestamp may differ from now (replays outside are refused).
+    "WEBHOOK_TOLERANCE": 300,
+    # Largest request body the API reads, in bytes (larger: 413 before parsing).
+    "API_MAX_BODY_BYTES": 65536,
+    # Resume requests allowed per client (user, token or address) and period: "N/s|m|h|d".
+    # None: no limit.
+    "API_RESUME_RATE": "120/m",
+    # Seconds an Idempotency-Key (or a webhook id) is remembered with its response.
+    "API_IDEMPOTENCY_TTL": 86400,
+    # Dotted path to a function (request, queryset) -> queryset that limits which executions a
+    # request may see and steer through the API (tenants, owners). None: every execution.
+    "API_SCOPE": None,
 }
 
 REMOVED_SETTINGS: dict[str, str] = {}

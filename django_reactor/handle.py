@@ -229,3 +229,31 @@ class ExecutionHandle:
         from . import services
 
         return services.retry(self.id)
+
+    @property
+    def interrupts(self) -> tuple[PendingInterrupt, ...]:
+        """The interrupts this run waits at (empty unless it is paused)."""
+        from .interrupt_store import waiting
+
+        return tuple(
+            PendingInterrupt(i.step, i.correlation_id, i.expires_at) for i in waiting(self.id)
+        )
+
+    def resume(
+        self,
+        step: str | None = None,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        background: bool | None = None,
+    ) -> Outcome:
+        """Deliver ``payload`` to the interrupt ``step`` (see ``services.resume_interrupt``)."""
+        from . import services
+
+        return services.resume_interrupt(
+            self.id,
+            step=step,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            background=background,
+        )

@@ -61,3 +61,11 @@ class Reactor(ReactorBase):
         from . import services
 
         return services.find(execution_id, reactor=cls)
+
+    @classmethod
+    def find_by_correlation_id(cls, correlation_id: str) -> ExecutionHandle:
+        """The run of this reactor waiting (or last waiting) under ``correlation_id``."""
+        from . import interrupt_store, services
+
+        row = interrupt_store.find(correlation_id=correlation_id, reactor=cls.definition.name)
+        return services.find(row.execution_id, reactor=cls)

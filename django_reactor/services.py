@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, connections
 
-from . import interrupt_store, registry, store
+from . import interrupt_store, registry, request_keys, store
 from .composition import DatabaseChildRunner, finish_rollback
 from .conf import reactor_settings
 from .engine.executor import Executor, RunState, UndoEntry, utcnow
@@ -172,6 +172,7 @@ def _start(
         max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
         hand_off=True,
         children=DatabaseChildRunner(owned.execution_id, owned.execution_id),
+        issue_tokens=bool(reactor_settings.RESUME_TOKENS),
     )
     try:
         with store.LeaseKeeper(owned):
@@ -491,6 +492,7 @@ def _worker_executor(
         children=DatabaseChildRunner(owned.execution_id, root, in_worker=True),
         # The unit's completion wakes the parked run; this is only the net under a lost task.
         park_poll=float(reactor_settings.REDISPATCH_AFTER),
+        issue_tokens=bool(reactor_settings.RESUME_TOKENS),
     )
 
 
@@ -517,6 +519,7 @@ def sweep() -> store.SweepReport:
         retention=float(reactor_settings.DISPATCH_RETENTION),
     )
     report.expired = expire_interrupts()
+    report.deleted += request_keys.forget_expired(int(reactor_settings.SWEEP_BATCH))
     if any(report.as_dict().values()):
         logger.info("sweep: %s", report.as_dict())
     return report
@@ -573,6 +576,7 @@ def resume_interrupt(
     reactor: str | None = None,
     token: str | None = None,
     background: bool | None = None,
+    idempotency_key: str | None = None,
 ) -> Outcome:
     """Deliver ``payload`` to a paused run's interrupt; exactly one delivery wins.
 
@@ -587,10 +591,65 @@ def resume_interrupt(
     (another interrupt's payload came first) the payload is recorded and ``InProgress`` is
     returned.
 
+    With ``idempotency_key``, a repeat of the same delivery (same key, same step and payload)
+    changes nothing and returns the run's outcome with ``idempotent_replay=True``; the same key
+    with another payload raises IdempotencyKeyReused.
+
     Raises InterruptNotFound, NotWaiting (the run has not reached an interrupt yet: deliver
     later), AlreadyResumed, InterruptClosed (expired, cancelled, failed) and InvalidPayload
     (field errors; with ``max_attempts``, the last allowed one also fails the run).
     """
+    arguments = {
+        "execution_id": execution_id,
+        "step": step,
+        "payload": payload,
+        "correlation_id": correlation_id,
+        "reactor": reactor,
+        "token": token,
+        "background": background,
+    }
+    if idempotency_key is None:
+        return _resume_interrupt(**arguments)
+    if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_KEY_LENGTH:
+        raise ReactorError(
+            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+            f"characters, got {idempotency_key!r}"
+        )
+    target = str(execution_id or correlation_id or request_keys.fingerprint(token))
+    reservation = request_keys.reserve(
+        f"resume:{target}", idempotency_key, request_keys.fingerprint(step, payload)
+    )
+    if reservation.state == "mismatch":
+        raise IdempotencyKeyReused(
+            f"idempotency key {idempotency_key!r} was first used with another payload; use a "
+            "new key for a different delivery",
+            execution_id=execution_id,
+        )
+    if reservation.state != "new":
+        stored = reservation.response or {}
+        if "execution_id" not in stored:
+            return InProgress(execution_id=None, status="", idempotent_replay=True)
+        return outcome_of(store.get_row(stored["execution_id"]), replay=True)
+    assert reservation.row_id is not None
+    try:
+        outcome = _resume_interrupt(**arguments)
+    except BaseException:
+        request_keys.release(reservation.row_id)
+        raise
+    request_keys.finish(reservation.row_id, 200, {"execution_id": str(outcome.execution_id)})
+    return outcome
+
+
+def _resume_interrupt(
+    *,
+    execution_id: uuid.UUID | str | None,
+    step: str | None,
+    payload: Any,
+    correlation_id: str | None,
+    reactor: str | None,
+    token: str | None,
+    background: bool | None,
+) -> Outcome:
     if token is not None:
         row = interrupt_store.find_by_token(token)
         if (execution_id is not None and str(row.execution_id) != str(execution_id)) or (
@@ -717,6 +776,7 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
         state=store.resume_state(row),
         max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
         children=DatabaseChildRunner(row.id, row.root_id or row.id),
+        issue_tokens=bool(reactor_settings.RESUME_TOKENS),
     )
     try:
         with store.LeaseKeeper(owned):

@@ -502,6 +502,7 @@ class DatabaseJournal:
                     expires_at=reached.expires_at,
                     max_attempts=reached.max_attempts,
                     resume_mode=reached.resume_mode,
+                    token_hash=reached.token_hash,
                 )
             rollback = batch.rollback
             if rollback is not None:

@@ -19,7 +19,9 @@ the same path). The rollback rule:
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -131,6 +133,7 @@ class Executor:
         children: ChildRunner | None = None,
         park_poll: float = 2.0,
         attached: bool = False,
+        issue_tokens: bool = False,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -148,6 +151,8 @@ class Executor:
         self.park_poll = park_poll
         # A composed child: it parks with its parent, which holds the dispatch that resumes both.
         self.attached = attached
+        # Give every interrupt reached a resume token (returned in the Paused outcome).
+        self.issue_tokens = issue_tokens
         self._notes: list[Event] = []
         self._reached: dict[str, PendingInterrupt] = {}
         self._display_inputs: dict[str, Any] | None = None
@@ -380,6 +385,7 @@ class Executor:
             if interrupt.timeout is not None
             else None
         )
+        token = secrets.token_urlsafe(32) if self.issue_tokens else None
         event = self._event(
             EventKind.INTERRUPT,
             step=spec.name,
@@ -393,7 +399,12 @@ class Executor:
             step=_step_write(spec, StepStatus.WAITING, event, 0, {}, started_at),
             current_step=spec.name,
             interrupt=InterruptWrite(
-                spec.name, correlation, expires_at, interrupt.max_attempts, interrupt.resume
+                spec.name,
+                correlation,
+                expires_at,
+                interrupt.max_attempts,
+                interrupt.resume,
+                hashlib.sha256(token.encode()).hexdigest() if token else None,
             ),
         )
         try:
@@ -407,7 +418,7 @@ class Executor:
                 "correlation ids must be unique among a reactor's waiting runs",
             )
         self.state.waiting.add(spec.name)
-        self._reached[spec.name] = PendingInterrupt(spec.name, correlation, expires_at)
+        self._reached[spec.name] = PendingInterrupt(spec.name, correlation, expires_at, token)
         return None
 
     def _correlation_failure(self, spec: StepSpec, started_at: dt.datetime, message: str) -> Failed:

@@ -8,7 +8,7 @@ the interrupt step's result, read by later steps with ``arg.result("<name>")``::
         approval = interrupt(
             after=["request"],
             payload=ApprovalSerializer,
-            correlation_id=lambda inputs, results: f"refund-{inputs['order_id']}",
+            correlation_id=lambda run: f"refund-{run.inputs['order_id']}",
             timeout=dt.timedelta(days=2),
             on_timeout="fail",
             max_attempts=3,
@@ -20,7 +20,7 @@ the interrupt step's result, read by later steps with ``arg.result("<name>")``::
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -44,7 +44,7 @@ class InterruptSpec:
     """How one interrupt takes its payload (checked when the reactor class is defined)."""
 
     payload: type | None
-    correlation_id: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | Template | None
+    correlation_id: Callable[[Any], Any] | Template | None
     timeout: float | None  # seconds
     on_timeout: str | ContinueWith
     max_attempts: int | None
@@ -59,10 +59,7 @@ class InterruptSpec:
         if source is None:
             return None
         try:
-            if isinstance(source, Template):
-                value = source.resolve(scope)
-            else:
-                value = source(scope.inputs, scope.results)
+            value = source.resolve(scope) if isinstance(source, Template) else source(scope)
         except Exception as exc:
             raise ValueError(
                 f"correlation_id raised {type(exc).__name__}: {exc}"
@@ -92,7 +89,7 @@ def interrupt(
     *,
     after: Iterable[str] | str = (),
     payload: type | None = None,
-    correlation_id: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | Template | None = None,
+    correlation_id: Callable[[Any], Any] | Template | None = None,
     timeout: float | dt.timedelta | None = None,
     on_timeout: str | ContinueWith = "fail",
     max_attempts: int | None = None,
@@ -103,8 +100,9 @@ def interrupt(
     - ``after``: the steps that must be done first (the interrupt has no arguments of its own).
     - ``payload``: a DRF serializer class validating the payload; its ``validated_data`` is the
       step's result. Without one, any JSON object is accepted as is.
-    - ``correlation_id``: ``callable(inputs, results) -> str`` or ``arg.input(...)`` /
-      ``arg.result(...)``: another key to resume by, unique among the reactor's waiting runs.
+    - ``correlation_id``: ``callable(run) -> str`` (``run.inputs`` and ``run.results`` are the
+      run's inputs and the results so far) or ``arg.input(...)`` / ``arg.result(...)``: another
+      key to resume by, unique among the reactor's waiting runs.
     - ``timeout`` (seconds or a ``timedelta``) and ``on_timeout``: ``"fail"`` (the run is undone
       and fails) or ``ContinueWith(payload)`` (the run goes on with that payload). The sweeper
       enforces it; a payload that comes later is refused.
@@ -126,7 +124,7 @@ def interrupt(
         isinstance(correlation_id, Template) or callable(correlation_id)
     ):
         raise DefinitionError(
-            "interrupt(correlation_id=...) must be a callable (inputs, results) -> str, or "
+            "interrupt(correlation_id=...) must be a callable (run) -> str, or "
             f"arg.input(...) / arg.result(...), got {correlation_id!r}"
         )
     seconds: float | None

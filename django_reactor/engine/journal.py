@@ -67,6 +67,7 @@ class InterruptWrite:
     expires_at: dt.datetime | None
     max_attempts: int | None
     resume_mode: str
+    token_hash: str | None = None
 
 
 @dataclass(slots=True)

@@ -275,6 +275,9 @@ class PendingInterrupt:
     step: str
     correlation_id: str | None = None
     expires_at: dt.datetime | None = None
+    # The single-use resume token, when REACTOR["RESUME_TOKENS"] is on (only in the outcome of
+    # the call that paused the run; the database keeps its hash).
+    token: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -297,6 +300,10 @@ class Paused(Outcome):
     @property
     def expires_at(self) -> dt.datetime | None:
         return self.interrupts[0].expires_at if self.interrupts else None
+
+    @property
+    def token(self) -> str | None:
+        return self.interrupts[0].token if self.interrupts else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

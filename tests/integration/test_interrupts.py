@@ -51,7 +51,7 @@ class Refund(Reactor):
     approval = interrupt(
         after=["request"],
         payload=Approval,
-        correlation_id=lambda inputs, results: f"refund-{inputs['order']}",
+        correlation_id=lambda run: f"refund-{run.inputs['order']}",
         max_attempts=2,
     )
     refund = step(Tracked, approved=arg.result("approval", "approved"))
@@ -263,7 +263,7 @@ def test_a_correlation_id_held_by_a_waiting_run_fails_the_run_that_would_reuse_i
 def test_a_correlation_callable_that_raises_fails_the_run_with_its_reason() -> None:
     class Broken(Reactor):
         request = step(Tracked)
-        approval = interrupt(after="request", correlation_id=lambda inputs, results: 1 / 0)
+        approval = interrupt(after="request", correlation_id=lambda run: 1 / 0)
 
     outcome = Broken.run({})
     assert isinstance(outcome, Failed)
@@ -372,3 +372,32 @@ def test_a_correlation_id_taken_error_names_the_holder() -> None:
     assert isinstance(first, Paused)
     error = CorrelationIdTaken("taken", correlation_id="refund-K1", execution_id=first.execution_id)
     assert error.execution_id == first.execution_id
+
+
+def test_with_resume_tokens_on_the_paused_outcome_carries_a_token(settings: Any) -> None:
+    settings.REACTOR = {"RESUME_TOKENS": True}
+    paused = Refund.run({"order": "L2"})
+    assert isinstance(paused, Paused)
+    assert paused.token is not None
+    assert paused.token not in repr(paused)
+    outcome = services.resume_interrupt(token=paused.token, payload={"approved": True})
+    assert isinstance(outcome, Completed)
+
+
+def test_a_keyed_resume_repeats_without_effect_and_refuses_another_payload() -> None:
+    paused = Refund.run({"order": "M3"})
+    handle = Refund.find_by_correlation_id("refund-M3")
+    assert handle.id == paused.execution_id
+    assert [i.step for i in handle.interrupts] == ["approval"]
+
+    first = handle.resume("approval", {"approved": True}, idempotency_key="delivery-1")
+    again = handle.resume("approval", {"approved": True}, idempotency_key="delivery-1")
+
+    assert isinstance(first, Completed)
+    assert isinstance(again, Completed)
+    assert (first.idempotent_replay, again.idempotent_replay) == (False, True)
+    assert ledger.calls == [("run", "request"), ("run", "refund")]
+    from django_reactor.exceptions import IdempotencyKeyReused
+
+    with pytest.raises(IdempotencyKeyReused):
+        handle.resume("approval", {"approved": False}, idempotency_key="delivery-1")
