@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
     "django_reactor",
     "testproject.example",
 ]
@@ -96,6 +97,23 @@ LANGUAGE_CODE = "en-us"
 STATIC_URL = "static/"
 
 REACTOR: dict[str, object] = {}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "django_reactor example API",
+    "DESCRIPTION": "Read and steer saga executions; resume paused runs.",
+    "VERSION": "0.1.0",
+    "ENUM_NAME_OVERRIDES": {
+        "ExecutionStatusEnum": "django_reactor.states.ExecutionStatus",
+        "InterruptStatusEnum": "django_reactor.states.InterruptStatus",
+    },
+}
 
 # Celery, configured as django_reactor recommends (django_reactor.celery.RECOMMENDED_...).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")

@@ -1,0 +1,48 @@
+"""Who may read and steer executions through the API: Django model permissions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.module_loading import import_string
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from ..conf import reactor_settings
+
+# The permission each API action needs (custom permissions of the Execution model).
+ACTION_PERMISSIONS = {
+    "list": "django_reactor.view_execution",
+    "retrieve": "django_reactor.view_execution",
+    "cancel": "django_reactor.cancel_execution",
+    "undo": "django_reactor.undo_execution",
+    "retry": "django_reactor.retry_execution",
+    "resume": "django_reactor.resume_interrupt",
+}
+
+
+class HasReactorPermission(BasePermission):
+    """An authenticated user holding the permission of the view's action."""
+
+    message = "you lack the permission this action needs"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        needed = ACTION_PERMISSIONS.get(getattr(view, "action", None) or "")
+        if needed is None:
+            return False
+        if not user.has_perm(needed):
+            self.message = f"you lack the {needed} permission"
+            return False
+        return True
+
+
+def scoped(request: Request, queryset: Any) -> Any:
+    """Apply ``REACTOR["API_SCOPE"]`` (tenants, owners) to a queryset of executions."""
+    path = reactor_settings.API_SCOPE
+    if not path:
+        return queryset
+    scope = import_string(path) if isinstance(path, str) else path
+    return scope(request, queryset)

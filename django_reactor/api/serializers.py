@@ -1,0 +1,175 @@
+"""Serializers of the API: executions as read, outcomes as answered, resume requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from ..engine.outcomes import (
+    Aborted,
+    Cancelled,
+    Completed,
+    Failed,
+    Halted,
+    Outcome,
+    Paused,
+)
+from ..engine.serialization import encode
+from ..handle import ExecutionHandle
+from ..models import Execution, Interrupt
+
+
+class ExecutionSerializer(serializers.ModelSerializer[Execution]):
+    """One execution in a list: no inputs, steps or trace."""
+
+    duration_ms = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Execution
+        fields = [
+            "id",
+            "reactor",
+            "status",
+            "current_step",
+            "parent",
+            "retry_of",
+            "created_at",
+            "started_at",
+            "updated_at",
+            "finished_at",
+            "duration_ms",
+        ]
+        read_only_fields = fields
+
+    def get_duration_ms(self, row: Execution) -> float | None:
+        if row.started_at is None or row.finished_at is None:
+            return None
+        return round((row.finished_at - row.started_at).total_seconds() * 1000, 3)
+
+
+class InterruptSerializer(serializers.ModelSerializer[Interrupt]):
+    """An interrupt of a run (never its token or payload)."""
+
+    class Meta:
+        model = Interrupt
+        fields = [
+            "step",
+            "status",
+            "correlation_id",
+            "expires_at",
+            "invalid_attempts",
+            "max_attempts",
+            "resume_mode",
+            "created_at",
+            "closed_at",
+        ]
+        read_only_fields = fields
+
+
+class ExecutionDetailSerializer(ExecutionSerializer):
+    """One execution with its redacted inputs, result or failure, steps, trace and interrupts."""
+
+    inputs = serializers.SerializerMethodField()
+    steps = serializers.SerializerMethodField()
+    trace = serializers.SerializerMethodField()
+    interrupts = InterruptSerializer(many=True, read_only=True)
+
+    class Meta(ExecutionSerializer.Meta):
+        fields = [
+            *ExecutionSerializer.Meta.fields,
+            "idempotency_key",
+            "inputs",
+            "result",
+            "failure",
+            "steps",
+            "trace",
+            "interrupts",
+        ]
+        read_only_fields = fields
+
+    def _handle(self, row: Execution) -> ExecutionHandle:
+        cache = self.context.setdefault("handles", {})
+        if row.pk not in cache:
+            cache[row.pk] = ExecutionHandle(row)
+        return cache[row.pk]
+
+    def get_inputs(self, row: Execution) -> Any:
+        return self._handle(row).inputs
+
+    def get_steps(self, row: Execution) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": s.name,
+                "status": s.status,
+                "attempts": s.attempts,
+                "arguments": s.arguments,
+                "result": s.result,
+                "error": s.error.to_dict() if s.error else None,
+                "rollback": s.rollback,
+                "rollback_error": s.rollback_error,
+                "started_at": s.started_at,
+                "finished_at": s.finished_at,
+            }
+            for s in self._handle(row).steps
+        ]
+
+    def get_trace(self, row: Execution) -> list[dict[str, Any]]:
+        return [
+            {
+                "seq": e.seq,
+                "kind": e.kind,
+                "step": e.step,
+                "attempt": e.attempt,
+                "at": e.at,
+                "duration_ms": e.duration_ms,
+                "data": e.data,
+            }
+            for e in self._handle(row).trace
+        ]
+
+
+class ResumeRequestSerializer(serializers.Serializer[dict[str, Any]]):
+    """The body of a resume request."""
+
+    step = serializers.CharField(
+        required=False, max_length=255, help_text="The interrupt; optional when one waits."
+    )
+    payload = serializers.JSONField(help_text="Validated by the interrupt's serializer.")
+
+
+class CorrelationResumeRequestSerializer(ResumeRequestSerializer):
+    reactor = serializers.CharField(
+        required=False,
+        max_length=255,
+        help_text="The reactor's registered name, when several reactors share correlation ids.",
+    )
+
+
+def outcome_data(outcome: Outcome) -> dict[str, Any]:
+    """An outcome as a JSON object: execution id, status and what the status carries."""
+    data: dict[str, Any] = {
+        "execution_id": str(outcome.execution_id) if outcome.execution_id else None,
+        "status": outcome.status,
+    }
+    if isinstance(outcome, Completed):
+        data["value"] = encode(outcome.value)
+    elif isinstance(outcome, Failed | Aborted) and outcome.error is not None:
+        data["error"] = outcome.error.to_dict()
+    elif isinstance(outcome, Halted):
+        data["step"] = outcome.step
+        data["reason"] = encode(outcome.reason)
+    elif isinstance(outcome, Cancelled):
+        data["reason"] = outcome.reason
+    elif isinstance(outcome, Paused):
+        data["interrupts"] = [
+            {
+                "step": i.step,
+                "correlation_id": i.correlation_id,
+                "expires_at": i.expires_at.isoformat() if i.expires_at else None,
+            }
+            for i in outcome.interrupts
+        ]
+    if outcome.idempotent_replay:
+        data["idempotent_replay"] = True
+    return data

@@ -1,0 +1,519 @@
+"""API views: executions (read, cancel, undo, retry) and interrupt resumes.
+
+Every change goes through :mod:`django_reactor.services`. Resume endpoints take one of three
+credentials (``REACTOR["RESUME_AUTH"]``): a user with the ``resume_interrupt`` permission, a
+signed webhook, or a resume token in the ``Reactor-Resume-Token`` header. They check, in order:
+body size, rate limit, credential (the signature over the raw body before anything is parsed),
+the ``Idempotency-Key`` (or webhook id), then the body, then the interrupt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.db import transaction
+from django.utils.dateparse import parse_datetime
+from django.utils.decorators import method_decorator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import interrupt_store, request_keys, services
+from ..conf import reactor_settings
+from ..engine.outcomes import Dispatched, InProgress, Outcome
+from ..exceptions import (
+    AlreadyResumed,
+    ExecutionBusy,
+    ExecutionNotFound,
+    InterruptClosed,
+    InvalidPayload,
+    InvalidTransition,
+    NotWaiting,
+    ReactorError,
+)
+from ..models import Execution, Interrupt
+from ..states import ExecutionStatus
+from . import signatures
+from .permissions import ACTION_PERMISSIONS, HasReactorPermission, scoped
+from .serializers import (
+    CorrelationResumeRequestSerializer,
+    ExecutionDetailSerializer,
+    ExecutionSerializer,
+    ResumeRequestSerializer,
+    outcome_data,
+)
+from .throttling import ResumeRateThrottle
+
+TOKEN_HEADER = "Reactor-Resume-Token"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+RETRY_AFTER_SECONDS = "5"
+
+
+class ApiError(Exception):
+    """Answer the request with ``status_code`` and ``data`` (a JSON object)."""
+
+    def __init__(self, status_code: int, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.data = {"detail": detail, **extra}
+        self.headers: dict[str, str] = {}
+
+
+def error_response(error: ApiError) -> Response:
+    return Response(error.data, status=error.status_code, headers=error.headers)
+
+
+def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
+    """The HTTP answer to a service's refusal. ``quiet``: no details for outside senders."""
+    if isinstance(exc, ExecutionNotFound):  # InterruptNotFound too
+        return ApiError(404, "not found" if quiet else str(exc), code="not_found")
+    if isinstance(exc, NotWaiting):
+        error = ApiError(409, str(exc), code="not_waiting", retryable=True)
+        error.headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return error
+    if isinstance(exc, AlreadyResumed):
+        return ApiError(409, str(exc), code="already_resumed")
+    if isinstance(exc, InterruptClosed):
+        return ApiError(410, str(exc), code=exc.reason)
+    if isinstance(exc, InvalidPayload):
+        return ApiError(
+            400,
+            str(exc),
+            code="invalid_payload",
+            errors=exc.errors,
+            attempts=exc.attempts,
+            max_attempts=exc.max_attempts,
+            run_failed=exc.run_failed,
+        )
+    if isinstance(exc, ExecutionBusy):
+        error = ApiError(409, str(exc), code="busy", retryable=True)
+        error.headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return error
+    if isinstance(exc, InvalidTransition):
+        return ApiError(409, str(exc), code="invalid_transition", status=exc.status)
+    return ApiError(409, str(exc), code="refused")
+
+
+# ---------------------------------------------------------------------------- executions
+
+
+class ExecutionPagination(CursorPagination):
+    ordering = "-created_at"
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+FILTER_PARAMETERS = [
+    OpenApiParameter("reactor", OpenApiTypes.STR, description="Registered reactor name."),
+    OpenApiParameter(
+        "status", OpenApiTypes.STR, description="One status or several, comma-separated."
+    ),
+    OpenApiParameter(
+        "correlation_id", OpenApiTypes.STR, description="An interrupt's correlation id."
+    ),
+    OpenApiParameter("created_after", OpenApiTypes.DATETIME),
+    OpenApiParameter("created_before", OpenApiTypes.DATETIME),
+]
+
+
+@extend_schema(tags=["executions"])
+class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
+    """Read executions; cancel, undo or retry one (each needs its permission)."""
+
+    permission_classes = [HasReactorPermission]
+    pagination_class = ExecutionPagination
+    lookup_value_regex = "[0-9a-fA-F-]{36}"
+
+    def get_queryset(self) -> Any:
+        queryset = scoped(self.request, Execution.objects.all())
+        if self.action != "list":
+            return queryset.prefetch_related("interrupts")
+        params = self.request.query_params
+        if reactor := params.get("reactor"):
+            queryset = queryset.filter(reactor=reactor)
+        if wanted := params.get("status"):
+            statuses = [s.strip() for s in wanted.split(",") if s.strip()]
+            unknown = sorted(set(statuses) - set(ExecutionStatus.values))
+            if unknown:
+                raise ValidationError(
+                    {"status": [f"unknown status {', '.join(unknown)}; one of "
+                                f"{', '.join(ExecutionStatus.values)}"]}
+                )  # fmt: skip
+            queryset = queryset.filter(status__in=statuses)
+        if correlation := params.get("correlation_id"):
+            queryset = queryset.filter(interrupts__correlation_id=correlation).distinct()
+        for name, lookup in (
+            ("created_after", "created_at__gte"),
+            ("created_before", "created_at__lt"),
+        ):
+            if value := params.get(name):
+                queryset = queryset.filter(**{lookup: _datetime(name, value)})
+        return queryset
+
+    def get_serializer_class(self) -> Any:
+        return ExecutionSerializer if self.action == "list" else ExecutionDetailSerializer
+
+    @extend_schema(parameters=FILTER_PARAMETERS)
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Executions, newest first (cursor pagination), filtered by the query parameters."""
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(request=None, responses={200: ExecutionDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Stop the run without rolling anything back (a running run stops after its step)."""
+        row = self.get_object()
+        reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
+        return self._steer(lambda: services.cancel(row.id, reason=str(reason)[:1000]), row)
+
+    @extend_schema(request=None, responses={200: ExecutionDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def undo(self, request: Request, pk: str | None = None) -> Response:
+        """Roll back every completed step, newest first."""
+        row = self.get_object()
+        return self._steer(lambda: services.undo(row.id), row)
+
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str | None = None) -> Response:
+        """Run a failed execution again as a new execution."""
+        row = self.get_object()
+        try:
+            outcome = services.retry(row.id)
+        except ReactorError as exc:
+            return error_response(api_error_for(exc))
+        code = 202 if isinstance(outcome, Dispatched) else 200
+        return Response(outcome_data(outcome), status=code)
+
+    def _steer(self, operation: Any, row: Execution) -> Response:
+        try:
+            operation()
+        except ReactorError as exc:
+            return error_response(api_error_for(exc))
+        fresh = self.get_queryset().get(pk=row.pk)
+        return Response(
+            ExecutionDetailSerializer(fresh, context=self.get_serializer_context()).data
+        )
+
+
+def _datetime(name: str, value: str) -> dt.datetime:
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise ValidationError({name: [f"{value!r} is not an ISO 8601 date and time"]})
+    return parsed
+
+
+# ---------------------------------------------------------------------------- resume
+
+
+class Credential:
+    """Who is resuming: its kind (user, webhook, token), its scope for idempotency keys."""
+
+    def __init__(self, kind: str, scope: str, *, token: str | None = None, group: str = "",
+                 webhook_id: str | None = None) -> None:  # fmt: skip
+        self.kind = kind
+        self.scope = scope
+        self.token = token
+        self.group = group
+        self.webhook_id = webhook_id
+
+
+RESUME_RESPONSES = {
+    200: OpenApiResponse(OpenApiTypes.OBJECT, description="Resumed inline: the run's outcome."),
+    202: OpenApiResponse(OpenApiTypes.OBJECT, description="Accepted: a worker runs the rest."),
+    400: OpenApiResponse(OpenApiTypes.OBJECT, description="Invalid payload: field errors."),
+    401: OpenApiResponse(OpenApiTypes.OBJECT, description="Bad or missing credential."),
+    403: OpenApiResponse(OpenApiTypes.OBJECT, description="The user lacks resume_interrupt."),
+    404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such run, interrupt or token."),
+    409: OpenApiResponse(OpenApiTypes.OBJECT, description="Already resumed, or not waiting yet."),
+    410: OpenApiResponse(OpenApiTypes.OBJECT, description="Expired or cancelled."),
+    413: OpenApiResponse(OpenApiTypes.OBJECT, description="Body too large."),
+    422: OpenApiResponse(OpenApiTypes.OBJECT, description="Idempotency key reused."),
+    429: OpenApiResponse(OpenApiTypes.OBJECT, description="Too many requests."),
+}
+CREDENTIAL_PARAMETERS = [
+    OpenApiParameter(TOKEN_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER),
+    OpenApiParameter(IDEMPOTENCY_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER),
+    OpenApiParameter(signatures.ID_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER),
+    OpenApiParameter(signatures.TIMESTAMP_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER),
+    OpenApiParameter(signatures.SIGNATURE_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER),
+]
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class ResumeView(APIView):
+    """Deliver a payload to an interrupt (base of the three resume endpoints)."""
+
+    permission_classes: list[Any] = []
+    throttle_classes = [ResumeRateThrottle]
+    request_serializer: type = ResumeRequestSerializer
+    action = "resume"
+
+    def post(self, request: Request, **kwargs: Any) -> Response:
+        try:
+            body = self._read_body(request)
+            credential = self._authenticate(request, body)
+        except ApiError as error:
+            return error_response(error)
+        key = request.headers.get(IDEMPOTENCY_HEADER) or credential.webhook_id
+        if not key:
+            return self._respond(request, body, credential, kwargs)
+        if len(key) > 255:
+            return error_response(ApiError(400, f"the {IDEMPOTENCY_HEADER} is too long (255 max)"))
+        reservation = request_keys.reserve(
+            credential.scope, key, request_keys.fingerprint(request.method, request.path, body)
+        )
+        if reservation.state == "replay":
+            return Response(
+                reservation.response,
+                status=reservation.status_code,
+                headers={"Idempotent-Replayed": "true"},
+            )
+        if reservation.state == "in_flight":
+            busy = ApiError(
+                409, "a request with this key is still being answered", code="in_flight"
+            )
+            busy.headers["Retry-After"] = "1"
+            return error_response(busy)
+        if reservation.state == "mismatch":
+            return error_response(
+                ApiError(
+                    422,
+                    "this key was used for a request with another body; use a new key",
+                    code="idempotency_key_reused",
+                )
+            )
+        assert reservation.row_id is not None
+        try:
+            response = self._respond(request, body, credential, kwargs)
+        except BaseException:
+            request_keys.release(reservation.row_id)
+            raise
+        if response.status_code >= 500 or "Retry-After" in response:
+            request_keys.release(reservation.row_id)  # a retry may be answered differently
+        else:
+            request_keys.finish(reservation.row_id, response.status_code, response.data)
+        return response
+
+    # -- the steps, in order
+
+    def _read_body(self, request: Request) -> bytes:
+        limit = int(reactor_settings.API_MAX_BODY_BYTES)
+        try:
+            declared = int(request.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise ApiError(400, "the Content-Length header is not a number") from None
+        too_big = ApiError(413, f"the body is larger than {limit} bytes", code="too_large")
+        if declared > limit:
+            raise too_big
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise too_big from None
+        if len(body) > limit:
+            raise too_big
+        return body
+
+    def _authenticate(self, request: Request, body: bytes) -> Credential:
+        token = request.headers.get(TOKEN_HEADER)
+        if token is not None:
+            if not 20 <= len(token) <= 200:
+                raise ApiError(401, f"the {TOKEN_HEADER} header is not a resume token")
+            return Credential("token", f"token:{interrupt_store.token_hash(token)}", token=token)
+        if request.headers.get(signatures.SIGNATURE_HEADER) is not None:
+            try:
+                verified = signatures.verify(request.headers, body)
+            except signatures.SignatureError as exc:
+                raise ApiError(401, str(exc), code="bad_signature") from None
+            return Credential(
+                "webhook",
+                f"webhook:{verified.group}",
+                group=verified.group,
+                webhook_id=verified.webhook_id,
+            )
+        user = request.user
+        if not (user and user.is_authenticated):
+            raise ApiError(
+                401,
+                "authenticate: a resume token, a signed webhook or a user with the "
+                "resume_interrupt permission",
+                code="not_authenticated",
+            )
+        if not user.has_perm(ACTION_PERMISSIONS["resume"]):
+            raise ApiError(403, "you lack the django_reactor.resume_interrupt permission")
+        return Credential("user", f"user:{user.pk}")
+
+    def _respond(
+        self, request: Request, body: bytes, credential: Credential, kwargs: dict[str, Any]
+    ) -> Response:
+        try:
+            data = self._parse(body)
+            row = self._interrupt(request, data, credential, kwargs)
+            self._authorize(request, row, credential)
+            outcome = services.resume_interrupt(
+                row.execution_id,
+                step=row.step,
+                payload=data["payload"],
+                token=credential.token,
+            )
+        except ApiError as error:
+            return error_response(error)
+        except ReactorError as exc:
+            return error_response(api_error_for(exc, quiet=credential.kind == "token"))
+        return self._answer(outcome, credential)
+
+    def _parse(self, body: bytes) -> dict[str, Any]:
+        try:
+            parsed = json.loads(body)
+        except (ValueError, RecursionError):
+            raise ApiError(400, "the body is not valid JSON", code="parse_error") from None
+        if not isinstance(parsed, dict):
+            raise ApiError(400, 'the body must be a JSON object: {"step": ..., "payload": {...}}')
+        serializer = self.request_serializer(data=parsed)
+        if not serializer.is_valid():
+            raise ApiError(400, "the request is invalid", code="invalid", errors=serializer.errors)
+        return dict(serializer.validated_data)
+
+    def _interrupt(
+        self, request: Request, data: dict[str, Any], credential: Credential, kwargs: dict[str, Any]
+    ) -> Interrupt:
+        raise NotImplementedError  # each endpoint names the run its own way
+
+    def _authorize(self, request: Request, row: Interrupt, credential: Credential) -> None:
+        allowed = _allowed_modes(row.reactor)
+        if credential.kind not in allowed:
+            raise ApiError(
+                401,
+                f"runs of {row.reactor} cannot be resumed with a {credential.kind} credential "
+                f"(accepted: {', '.join(allowed) or 'none'})",
+                code="credential_not_accepted",
+            )
+        if credential.kind == "user":
+            visible = scoped(request, Execution.objects.filter(pk=row.execution_id)).exists()
+            if not visible:
+                raise ApiError(404, f"no execution with id {row.execution_id}", code="not_found")
+        if credential.kind == "webhook" and credential.group not in ("default", row.reactor):
+            raise ApiError(
+                401,
+                f"the webhook secret that signed this request is not for {row.reactor}",
+                code="bad_signature",
+            )
+
+    def _answer(self, outcome: Outcome, credential: Credential) -> Response:
+        if isinstance(outcome, Dispatched):
+            return Response(
+                {
+                    "execution_id": str(outcome.execution_id),
+                    "status": outcome.status,
+                    "detail": "accepted: a worker runs the rest of the run",
+                },
+                status=status.HTTP_202_ACCEPTED,
+            )
+        if isinstance(outcome, InProgress):
+            return Response(
+                {
+                    "execution_id": str(outcome.execution_id),
+                    "status": outcome.status,
+                    "detail": "accepted: the run is already moving and records this payload",
+                },
+                status=status.HTTP_202_ACCEPTED,
+            )
+        if credential.kind != "user":  # outside senders see where the run stands, no more
+            return Response({"execution_id": str(outcome.execution_id), "status": outcome.status})
+        return Response(outcome_data(outcome))
+
+
+def _allowed_modes(reactor: str) -> list[str]:
+    setting = reactor_settings.RESUME_AUTH
+    if isinstance(setting, dict):
+        chosen = setting.get(reactor, setting.get("default", ["user", "webhook", "token"]))
+    else:
+        chosen = setting
+    return [str(mode) for mode in chosen or ()]
+
+
+@extend_schema(
+    tags=["interrupts"],
+    request=ResumeRequestSerializer,
+    responses=RESUME_RESPONSES,
+    parameters=CREDENTIAL_PARAMETERS,
+)
+class ExecutionResumeView(ResumeView):
+    """Resume a paused run by its execution id: ``{"step": ..., "payload": {...}}``."""
+
+    def _interrupt(
+        self, request: Request, data: dict[str, Any], credential: Credential, kwargs: dict[str, Any]
+    ) -> Interrupt:
+        execution_id = kwargs["execution_id"]
+        if credential.kind == "token":
+            row = _by_token(credential)
+            if row.execution_id != execution_id or data.get("step") not in (None, row.step):
+                raise ApiError(404, "not found", code="not_found")
+            return row
+        return interrupt_store.find(execution_id=execution_id, step=data.get("step"))
+
+
+@extend_schema(
+    tags=["interrupts"],
+    request=CorrelationResumeRequestSerializer,
+    responses=RESUME_RESPONSES,
+    parameters=CREDENTIAL_PARAMETERS,
+)
+class CorrelationResumeView(ResumeView):
+    """Resume the run waiting under a correlation id: ``{"step", "reactor", "payload"}``."""
+
+    request_serializer = CorrelationResumeRequestSerializer
+
+    def _interrupt(
+        self, request: Request, data: dict[str, Any], credential: Credential, kwargs: dict[str, Any]
+    ) -> Interrupt:
+        correlation_id = kwargs["correlation_id"]
+        if credential.kind == "token":
+            row = _by_token(credential)
+            if row.correlation_id != correlation_id or data.get("step") not in (None, row.step):
+                raise ApiError(404, "not found", code="not_found")
+            return row
+        return interrupt_store.find(
+            correlation_id=correlation_id, reactor=data.get("reactor"), step=data.get("step")
+        )
+
+
+@extend_schema(
+    tags=["interrupts"],
+    request=ResumeRequestSerializer,
+    responses=RESUME_RESPONSES,
+    parameters=CREDENTIAL_PARAMETERS,
+)
+class TokenResumeView(ResumeView):
+    """Resume the interrupt a resume token was issued for (the token names the run)."""
+
+    def _interrupt(
+        self, request: Request, data: dict[str, Any], credential: Credential, kwargs: dict[str, Any]
+    ) -> Interrupt:
+        if credential.kind != "token":
+            raise ApiError(
+                401, f"this endpoint takes a resume token in the {TOKEN_HEADER} header",
+                code="not_authenticated",
+            )  # fmt: skip
+        row = _by_token(credential)
+        if data.get("step") not in (None, row.step):
+            raise ApiError(404, "not found", code="not_found")
+        return row
+
+
+def _by_token(credential: Credential) -> Interrupt:
+    assert credential.token is not None
+    return interrupt_store.find_by_token(credential.token)

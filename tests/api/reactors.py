@@ -1,0 +1,40 @@
+"""Reactors the API tests pause and resume."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from django_reactor import Reactor, arg, interrupt, step
+from tests.integration.reactors import Tracked
+
+
+class Approval(serializers.Serializer):
+    approved = serializers.BooleanField()
+    note = serializers.CharField(max_length=20, required=False, default="")
+
+
+class ApiRefund(Reactor):
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+        card = serializers.CharField(write_only=True)
+
+    request = step(Tracked, order=arg.input("order"), card=arg.input("card"))
+    approval = interrupt(
+        after=["request"],
+        payload=Approval,
+        correlation_id=lambda run: f"api-refund-{run.inputs['order']}",
+        max_attempts=3,
+    )
+    refund = step(Tracked, approved=arg.result("approval", "approved"))
+
+    class Meta:
+        name = "tests.ApiRefund"
+
+
+class ApiRefundInBackground(Reactor):
+    request = step(Tracked)
+    approval = interrupt(after=["request"], payload=Approval, resume="background")
+    refund = step(Tracked, wait_for=["approval"])
+
+    class Meta:
+        name = "tests.ApiRefundInBackground"
