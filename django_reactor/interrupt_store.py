@@ -34,6 +34,8 @@ from .states import EventKind, ExecutionStatus, InterruptStatus, StepStatus
 
 USING = store.USING
 TOKEN_BYTES = 32  # 256 bits
+# Runs that may still take a payload: paused at it, or moving (another payload came first).
+MOVING = (ExecutionStatus.PAUSED, ExecutionStatus.RUNNING, ExecutionStatus.PENDING)
 
 
 def token_hash(token: str) -> str:
@@ -258,6 +260,13 @@ def claim(
     now = timezone.now()
     with transaction.atomic(using=USING):
         execution = Execution.objects.using(USING).select_for_update().get(pk=row.execution_id)
+        if execution.status not in MOVING:
+            raise InterruptClosed(
+                f"interrupt {row.step!r} of execution {row.execution_id} is closed: the run is "
+                f"{execution.status}",
+                reason="cancelled" if execution.status == ExecutionStatus.CANCELLED else "closed",
+                status=execution.status,
+            )
         open_rows = Interrupt.objects.using(USING).filter(pk=row.pk, status=InterruptStatus.WAITING)
         if not ignore_expiry:
             open_rows = open_rows.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))

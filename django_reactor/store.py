@@ -492,6 +492,8 @@ class DatabaseJournal:
                         "finished_at": step.finished_at,
                     },
                 )
+            if batch.close_interrupts:
+                _close_interrupts(self.execution_id)
             reached = batch.interrupt
             if reached is not None:
                 Interrupt.objects.using(USING).create(

@@ -1098,6 +1098,9 @@ class Executor:
     # ------------------------------------------------------------------ helpers
 
     def _commit(self, batch: JournalBatch) -> str | None:
+        if self.state.waiting and (batch.finished or batch.status == ExecutionStatus.ROLLING_BACK):
+            batch.close_interrupts = True
+            self.state.waiting.clear()
         if self._notes:
             batch.events[:0] = self._notes
             self._notes = []

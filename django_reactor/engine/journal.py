@@ -92,6 +92,8 @@ class JournalBatch:
     current_attempt: int | None = None
     # An interrupt reached: its row is written with the step's ``waiting`` record.
     interrupt: InterruptWrite | None = None
+    # The run ends (or rolls back) while interrupts wait: they stop taking payloads.
+    close_interrupts: bool = False
 
     @property
     def routine(self) -> bool:
@@ -103,6 +105,7 @@ class JournalBatch:
             or self.wake_after is not None
             or self.current_attempt is not None
             or self.interrupt is not None
+            or self.close_interrupts
         )
 
 

@@ -214,6 +214,7 @@ def test_background_resume_validates_and_claims_here_and_dispatches_the_rest() -
     assert ledger.calls == [("run", "request"), ("run", "refund")]
 
 
+@pytest.mark.postgres
 def test_concurrent_deliveries_resume_the_interrupt_once() -> None:
     paused = RefundInBackground.run({})
     barrier = threading.Barrier(4, timeout=10)
@@ -401,3 +402,21 @@ def test_a_keyed_resume_repeats_without_effect_and_refuses_another_payload() -> 
 
     with pytest.raises(IdempotencyKeyReused):
         handle.resume("approval", {"approved": False}, idempotency_key="delivery-1")
+
+
+class ApprovalBesideACheck(Reactor):
+    request = step(Tracked)
+    approval = interrupt(after="request", payload=Approval, correlation_id=arg.value("beside"))
+    check = step(Tracked, wait_for=["request"])
+
+
+def test_a_run_that_fails_while_an_interrupt_waits_closes_it() -> None:
+    FAIL_AT.add("check")
+    outcome = ApprovalBesideACheck.run({})
+    assert isinstance(outcome, Failed)
+    assert Interrupt.objects.get(execution_id=outcome.execution_id).status == "cancelled"
+    with pytest.raises(InterruptClosed):
+        services.resume_interrupt(outcome.execution_id, payload={"approved": True})
+    # The correlation id is free for the next run.
+    FAIL_AT.clear()
+    assert isinstance(ApprovalBesideACheck.run({}), Paused)
