@@ -75,6 +75,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     id="django_reactor.E005",
                 )
             )
+    messages += _api_messages(raw)
     modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
         messages.append(
@@ -84,6 +85,55 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_reactor.E003",
             )
         )
+    return messages
+
+
+RESUME_MODES = ("user", "webhook", "token")
+
+
+def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
+    """The interrupt and API settings: credentials, secrets, limits."""
+    from .api.signatures import configured_secrets
+
+    messages: list[CheckMessage] = []
+    auth = raw.get("RESUME_AUTH", DEFAULTS["RESUME_AUTH"])
+    choices = auth.values() if isinstance(auth, dict) else [auth]
+    for chosen in choices:
+        if not isinstance(chosen, list | tuple) or not set(chosen) <= set(RESUME_MODES):
+            messages.append(
+                Error(
+                    f"REACTOR['RESUME_AUTH'] has {chosen!r}; each entry must be a list of "
+                    f"{', '.join(RESUME_MODES)}.",
+                    hint='For example ["webhook", "token"], or {"default": ["user"], '
+                    '"app.reactors.Refund": ["webhook"]}.',
+                    id="django_reactor.E006",
+                )
+            )
+    try:
+        secrets = configured_secrets()
+    except ReactorImproperlyConfigured as exc:
+        messages.append(Error(str(exc), id="django_reactor.E007"))
+        secrets = {}
+    uses_webhooks = any(
+        isinstance(chosen, list | tuple) and "webhook" in chosen for chosen in choices
+    )
+    if uses_webhooks and "WEBHOOK_SECRETS" in raw and not any(secrets.values()):
+        messages.append(
+            Warning(
+                "REACTOR['WEBHOOK_SECRETS'] is set but empty: signed webhooks are refused.",
+                hint="Add a secret (whsec_<base64>), or drop 'webhook' from RESUME_AUTH.",
+                id="django_reactor.W004",
+            )
+        )
+    for key in ("WEBHOOK_TOLERANCE", "API_MAX_BODY_BYTES", "API_IDEMPOTENCY_TTL"):
+        value = raw.get(key, DEFAULTS[key])
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            messages.append(
+                Error(
+                    f"REACTOR[{key!r}] must be a positive number, got {value!r}.",
+                    id="django_reactor.E002",
+                )
+            )
     return messages
 
 

@@ -74,3 +74,17 @@ def test_the_database_check_survives_a_broken_setting() -> None:
     with override_settings(REACTOR="oops"):
         assert "django_reactor.E001" in ids(check_settings())
         check_database()  # reports nothing about REACTOR; E001 covers it
+
+
+def test_api_settings_are_checked(settings: Any) -> None:
+    from django_reactor.checks import check_settings
+
+    settings.REACTOR = {
+        "RESUME_AUTH": {"default": ["user", "carrier-pigeon"]},
+        "WEBHOOK_SECRETS": ["whsec_not base64!"],
+        "API_MAX_BODY_BYTES": 0,
+    }
+    ids = sorted(m.id for m in check_settings())
+    assert ids == ["django_reactor.E002", "django_reactor.E006", "django_reactor.E007"]
+    settings.REACTOR = {"WEBHOOK_SECRETS": []}
+    assert [m.id for m in check_settings()] == ["django_reactor.W004"]
