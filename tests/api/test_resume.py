@@ -236,6 +236,7 @@ def test_the_rate_limit_answers_429(operator: APIClient, settings: Any) -> None:
     assert codes == [400, 400, 429]
 
 
+@pytest.mark.postgres
 def test_concurrent_signed_deliveries_resume_once(anonymous: APIClient) -> None:
     paused = ApiRefundInBackground.run({})
     barrier = threading.Barrier(4, timeout=10)
