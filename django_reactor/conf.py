@@ -74,7 +74,8 @@ DEFAULTS: dict[str, Any] = {
     "WEBHOOK_TOLERANCE": 300,
     # Largest request body the API reads, in bytes (larger: 413 before parsing).
     "API_MAX_BODY_BYTES": 65536,
-    # Resume requests allowed per client (user, token or address) and period: "N/s|m|h|d".
+    # Resume requests allowed per client (the user, else the client's address) and period:
+    # "N/s|m|h|d".
     # None: no limit.
     "API_RESUME_RATE": "120/m",
     # Seconds an Idempotency-Key (or a webhook id) is remembered with its response.

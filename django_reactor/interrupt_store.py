@@ -27,6 +27,7 @@ from .exceptions import (
     ExecutionNotFound,
     InterruptClosed,
     InterruptNotFound,
+    InvalidTransition,
     NotWaiting,
 )
 from .models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
@@ -91,6 +92,11 @@ def find(
     if not rows:
         if execution_id is not None:
             what = f"interrupt {step!r}" if step else "an interrupt"
+            if row.status not in MOVING:
+                raise InvalidTransition(
+                    f"{where} is {row.status} and did not stop at {what}; it takes no payload",
+                    status=row.status,
+                )
             raise NotWaiting(
                 f"{where} has not reached {what} (yet); if it is still running, deliver the "
                 "payload again later",
@@ -102,6 +108,13 @@ def find(
             + "; if the run has not reached its interrupt yet, deliver the payload again later"
         )
     waiting = [r for r in rows if r.status == InterruptStatus.WAITING]
+    if execution_id is None and not reactor:
+        reactors = sorted({r.reactor for r in candidates.filter(status=InterruptStatus.WAITING)})
+        if len(reactors) > 1:
+            raise InterruptNotFound(
+                f"runs of several reactors wait under {where} ({', '.join(reactors)}); name the "
+                "reactor"
+            )
     if step is None and len(waiting) > 1:
         names = ", ".join(sorted(r.step for r in waiting))
         raise InterruptNotFound(f"{where} waits at several interrupts ({names}); name the step")
@@ -207,9 +220,15 @@ def count_invalid(row: Interrupt, errors: Any) -> int:
     return fresh.invalid_attempts
 
 
-def mark(row: Interrupt, status: str) -> None:
-    """Close a waiting interrupt as ``status`` (expired, failed, cancelled)."""
-    Interrupt.objects.using(USING).filter(pk=row.pk, status=InterruptStatus.WAITING).update(
+def mark(row: Interrupt, status: str, *, closed: bool = False) -> None:
+    """Close a waiting interrupt as ``status`` (expired, failed, cancelled).
+
+    ``closed``: also relabel it when its run's claim already closed it as cancelled.
+    """
+    allowed = [InterruptStatus.WAITING]
+    if closed:
+        allowed.append(InterruptStatus.CANCELLED)
+    Interrupt.objects.using(USING).filter(pk=row.pk, status__in=allowed).update(
         status=status, closed_at=timezone.now(), token_hash=None
     )
 

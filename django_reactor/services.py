@@ -29,6 +29,7 @@ from .engine.outcomes import (
     InProgress,
     Outcome,
     Paused,
+    PendingInterrupt,
 )
 from .engine.redaction import redact
 from .engine.serialization import decode, encode
@@ -300,6 +301,8 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
     state = _rollback_state(row, reactor.definition)
     abandoned = _abandoned_while_running(row)
     if not state.undo_stack and not state.pending_compensation and not abandoned:
+        if row.status == ExecutionStatus.PAUSED:
+            return cancel(row.id, reason="undone while paused (nothing to roll back)")
         return ExecutionHandle(row)
     problems = reactor.definition.incompatibilities(row.definition_shape, state.recorded)
     if problems:
@@ -615,20 +618,30 @@ def resume_interrupt(
             f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
             f"characters, got {idempotency_key!r}"
         )
-    target = str(execution_id or correlation_id or request_keys.fingerprint(token))
+    if token is not None:
+        # The claim consumes the token: a repeat could not find the interrupt again.
+        scope, target = f"resume-token:{interrupt_store.token_hash(token)}", execution_id
+    else:
+        found = interrupt_store.find(
+            execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+        )
+        scope, target = f"resume:{found.execution_id}", found.execution_id
     reservation = request_keys.reserve(
-        f"resume:{target}", idempotency_key, request_keys.fingerprint(step, payload)
+        scope, idempotency_key, request_keys.fingerprint(step, payload)
     )
     if reservation.state == "mismatch":
         raise IdempotencyKeyReused(
             f"idempotency key {idempotency_key!r} was first used with another payload; use a "
             "new key for a different delivery",
-            execution_id=execution_id,
+            execution_id=target,
         )
-    if reservation.state != "new":
+    if reservation.state == "in_flight":
+        raise ExecutionBusy(
+            f"a delivery with idempotency key {idempotency_key!r} is still being processed; "
+            "try again in a moment"
+        )
+    if reservation.state == "replay":
         stored = reservation.response or {}
-        if "execution_id" not in stored:
-            return InProgress(execution_id=None, status="", idempotent_replay=True)
         return outcome_of(store.get_row(stored["execution_id"]), replay=True)
     assert reservation.row_id is not None
     try:
@@ -657,6 +670,8 @@ def _resume_interrupt(
         ):
             raise InterruptNotFound("no interrupt has this resume token")
     else:
+        if execution_id is not None and step is not None:
+            _require_interrupt_step(store.get_row(execution_id), step)
         row = interrupt_store.find(
             execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
         )
@@ -683,6 +698,20 @@ def _resume_interrupt(
     if claim.owned is None:
         return InProgress(execution_id=execution.id, status=claim.execution_status)
     return _continue_inline(definition, claim.owned)
+
+
+def _require_interrupt_step(execution: Any, step: str) -> None:
+    """Refuse a step name that is not an interrupt of the run's reactor (a typo never waits)."""
+    try:
+        definition = registry.get(execution.reactor).definition
+    except ReactorNotRegistered:
+        return  # reported by the resume itself
+    spec = definition.by_name.get(step)
+    if spec is None or spec.interrupt is None:
+        names = ", ".join(s.name for s in definition.interrupts) or "none"
+        raise InterruptNotFound(
+            f"{step!r} is not an interrupt of {definition.name} (its interrupts: {names})"
+        )
 
 
 def _validate_payload(serializer: type | None, payload: Any) -> tuple[Any, Any]:
@@ -715,7 +744,6 @@ def _refuse_payload(
             f"interrupt {step!r} received {attempts} invalid payload(s) (max_attempts={limit}); "
             f"the last one: {summary}"
         )
-        interrupt_store.mark(row, InterruptStatus.FAILED)
         _fail_paused(
             execution,
             definition,
@@ -728,6 +756,8 @@ def _refuse_payload(
                 retryable=False,
                 attempts=attempts,
             ),
+            interrupt=row,
+            closing_status=InterruptStatus.FAILED,
         )
         raise InvalidPayload(
             f"{message}; the run was undone and failed",
@@ -746,8 +776,21 @@ def _refuse_payload(
     )
 
 
-def _fail_paused(execution: Any, definition: ReactorDefinition, error: ErrorInfo) -> None:
-    """Undo a paused run's completed steps and fail it with ``error``."""
+def _fail_paused(
+    execution: Any,
+    definition: ReactorDefinition,
+    error: ErrorInfo,
+    *,
+    interrupt: Any,
+    closing_status: str,
+    event: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Undo a paused run's completed steps and fail it with ``error``, closing ``interrupt``.
+
+    Taking the run (paused to rolling back) comes first: it fails with ExecutionBusy or
+    InvalidTransition, changing nothing, when a payload moved the run meanwhile.
+    """
     owned = store.claim(
         execution.id,
         allowed=[ExecutionStatus.PAUSED],
@@ -755,6 +798,7 @@ def _fail_paused(execution: Any, definition: ReactorDefinition, error: ErrorInfo
         owner=store.lease_owner_token(),
         action="fail",
     )
+    interrupt_store.mark(interrupt, closing_status, closed=True)
     executor = Executor(
         definition,
         store.DatabaseJournal(owned),
@@ -762,6 +806,8 @@ def _fail_paused(execution: Any, definition: ReactorDefinition, error: ErrorInfo
         state=_rollback_state(execution, definition),
         children=DatabaseChildRunner(execution.id, execution.root_id or execution.id),
     )
+    if event is not None:
+        executor.note(event, {"step": interrupt.step, **(data or {})})
     with store.LeaseKeeper(owned):
         executor.rollback(final_status=ExecutionStatus.FAILED, reason=error.message, failure=error)
 
@@ -788,14 +834,24 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
 
 
 def after_pause(outcome: Outcome) -> Outcome:
-    """A run that just paused: if a payload was accepted meanwhile, a worker takes it on."""
-    if (
-        isinstance(outcome, Paused)
-        and outcome.execution_id is not None
-        and interrupt_store.reopen_if_claimed(outcome.execution_id)
-    ):
+    """A run that just paused: if a payload was accepted meanwhile, a worker takes it on.
+
+    Otherwise the outcome lists every interrupt the run waits at, with its correlation id and
+    expiry (also those reached before this process took the run), and the tokens issued now.
+    """
+    if not isinstance(outcome, Paused) or outcome.execution_id is None:
+        return outcome
+    if interrupt_store.reopen_if_claimed(outcome.execution_id):
         return Dispatched(execution_id=outcome.execution_id)
-    return outcome
+    tokens = {i.step: i.token for i in outcome.interrupts if i.token}
+    return Paused(
+        execution_id=outcome.execution_id,
+        interrupts=tuple(
+            PendingInterrupt(i.step, i.correlation_id, i.expires_at, tokens.get(i.step))
+            for i in interrupt_store.waiting(outcome.execution_id)
+        ),
+        results=outcome.results,
+    )
 
 
 def issue_resume_token(execution_id: uuid.UUID | str, step: str) -> str:
@@ -805,6 +861,7 @@ def issue_resume_token(execution_id: uuid.UUID | str, step: str) -> str:
     present it in the ``Reactor-Resume-Token`` header. Only its SHA-256 is stored, so it cannot
     be shown again; issuing a new one revokes the previous one. It dies with the interrupt.
     """
+    _require_interrupt_step(store.get_row(execution_id), step)
     return interrupt_store.issue_token(execution_id, step)
 
 
@@ -848,19 +905,26 @@ def _expire(row: Any) -> bool:
             except InvalidTransition:
                 return False  # a payload won the race
             return True
-    interrupt_store.mark(row, InterruptStatus.EXPIRED)
     if execution.status != ExecutionStatus.PAUSED:
-        return True  # the run is moving; it fails at its next pause... or completes
-    _fail_paused(
-        execution,
-        definition,
-        ErrorInfo(
-            kind=ErrorKind.TIMEOUT,
-            message=f"interrupt {row.step!r} expired at "
-            f"{row.expires_at:%Y-%m-%d %H:%M:%S %Z} without a payload (on_timeout='fail')",
-            step=row.step,
-            reactor=definition.name,
-            retryable=False,
-        ),
-    )
+        return False  # the run is moving: expired when it pauses, at a later sweep
+    expired_at = f"{row.expires_at:%Y-%m-%d %H:%M:%S %Z}"
+    try:
+        _fail_paused(
+            execution,
+            definition,
+            ErrorInfo(
+                kind=ErrorKind.TIMEOUT,
+                message=f"interrupt {row.step!r} expired at {expired_at} without a payload "
+                "(on_timeout='fail')",
+                step=row.step,
+                reactor=definition.name,
+                retryable=False,
+            ),
+            interrupt=row,
+            closing_status=InterruptStatus.EXPIRED,
+            event=EventKind.EXPIRE,
+            data={"expires_at": row.expires_at.isoformat()},
+        )
+    except (InvalidTransition, ExecutionBusy):
+        return False  # a payload moved the run meanwhile
     return True

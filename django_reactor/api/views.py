@@ -3,8 +3,8 @@
 Every change goes through :mod:`django_reactor.services`. Resume endpoints take one of three
 credentials (``REACTOR["RESUME_AUTH"]``): a user with the ``resume_interrupt`` permission, a
 signed webhook, or a resume token in the ``Reactor-Resume-Token`` header. They check, in order:
-body size, rate limit, credential (the signature over the raw body before anything is parsed),
-the ``Idempotency-Key`` (or webhook id), then the body, then the interrupt.
+the rate limit, the body size, the credential (the signature over the raw body before anything
+is parsed), the ``Idempotency-Key`` (or webhook id), then the body, then the interrupt.
 """
 
 from __future__ import annotations
@@ -127,6 +127,7 @@ FILTER_PARAMETERS = [
 
 
 @extend_schema(tags=["executions"])
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
     """Read executions; cancel, undo or retry one (each needs its permission)."""
 
@@ -401,10 +402,8 @@ class ResumeView(APIView):
                 f"(accepted: {', '.join(allowed) or 'none'})",
                 code="credential_not_accepted",
             )
-        if credential.kind == "user":
-            visible = scoped(request, Execution.objects.filter(pk=row.execution_id)).exists()
-            if not visible:
-                raise ApiError(404, f"no execution with id {row.execution_id}", code="not_found")
+        if credential.kind == "user" and not _visible(request, row.execution_id):
+            raise ApiError(404, f"no execution with id {row.execution_id}", code="not_found")
         if credential.kind == "webhook" and credential.group not in ("default", row.reactor):
             raise ApiError(
                 401,
@@ -436,6 +435,10 @@ class ResumeView(APIView):
         return Response(outcome_data(outcome))
 
 
+def _visible(request: Request, execution_id: Any) -> bool:
+    return bool(scoped(request, Execution.objects.filter(pk=execution_id)).exists())
+
+
 def _allowed_modes(reactor: str) -> list[str]:
     setting = reactor_settings.RESUME_AUTH
     if isinstance(setting, dict):
@@ -458,6 +461,8 @@ class ExecutionResumeView(ResumeView):
         self, request: Request, data: dict[str, Any], credential: Credential, kwargs: dict[str, Any]
     ) -> Interrupt:
         execution_id = kwargs["execution_id"]
+        if credential.kind == "user" and not _visible(request, execution_id):
+            raise ApiError(404, f"no execution with id {execution_id}", code="not_found")
         if credential.kind == "token":
             row = _by_token(credential)
             if row.execution_id != execution_id or data.get("step") not in (None, row.step):

@@ -1,14 +1,15 @@
-"""Example sagas: placing an order, and renewing a subscription.
+"""Example sagas: placing an order, renewing a subscription, and approving a refund.
 
 ``PlaceOrder`` creates an order, reserves stock, charges the card, books shipping and writes a
 receipt; if a step fails, the completed ones are undone newest first (refund, release stock,
 cancel the order). ``RenewSubscription`` halts cleanly for inactive subscriptions and retries a
-flaky payment gateway.
+flaky payment gateway. ``ApproveRefund`` pauses until a person approves or declines the refund.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from decimal import Decimal
 from typing import Any
 
@@ -16,10 +17,12 @@ from django.db import transaction
 from django.db.models import F
 from rest_framework import serializers
 
-from django_reactor import Failure, Halt, Reactor, Retry, Step, Success, arg, step
+from django_reactor import Failure, Halt, Reactor, Retry, Step, Success, arg, interrupt, step
 
 from .models import Order, OrderLine, Product, Subscription
 from .services import Carrier, GatewayTimeout, PaymentGateway
+
+logger = logging.getLogger(__name__)
 
 
 class OutOfStock(Exception):
@@ -173,3 +176,77 @@ class RenewSubscription(Reactor):
 
     class Meta:
         returns = "extend"
+
+
+class RefundApprovalSerializer(serializers.Serializer):
+    """What the person deciding on a refund sends back."""
+
+    approved = serializers.BooleanField()
+    approver = serializers.CharField(max_length=100)
+    note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class ApproveRefund(Reactor):
+    """Hold a refund, wait (up to two days) for a person to approve it, then settle it.
+
+    The run pauses at ``approval``; deliver the decision by correlation id::
+
+        services.resume_interrupt(
+            correlation_id="refund-42",
+            payload={"approved": True, "approver": "ada@example.com"},
+        )
+
+    or ``python manage.py reactor_resume --correlation-id refund-42 approved=true
+    approver=ada@example.com``. The payload is handed to a worker (``resume="background"``)
+    unless the caller asks for ``background=False``. Three invalid payloads, or no decision
+    within two days, undo the hold and fail the run. A declined refund halts at ``settle``.
+    """
+
+    class Inputs(serializers.Serializer):
+        order_id = serializers.IntegerField()
+        amount_cents = serializers.IntegerField(min_value=1)
+
+    @step(order_id=arg.input("order_id"), amount_cents=arg.input("amount_cents"))
+    def hold(order_id: int, amount_cents: int) -> Any:
+        order = Order.objects.filter(pk=order_id).first()
+        if order is None:
+            return Failure(f"no order {order_id}", retryable=False)
+        if amount_cents > order.total * 100:
+            return Failure(
+                f"a refund of {amount_cents} cents is more than order {order_id}'s total "
+                f"({order.total})",
+                retryable=False,
+            )
+        return {"order_id": order_id, "amount_cents": amount_cents, "status": "held"}
+
+    @hold.undo
+    def release(result: dict[str, Any], order_id: int, amount_cents: int) -> None:
+        # The hold is only this step's result: releasing it needs no write, just a record.
+        logger.info("released the refund hold of %s cents on order %s", amount_cents, order_id)
+
+    approval = interrupt(
+        after=["hold"],
+        payload=RefundApprovalSerializer,
+        correlation_id=lambda run: f"refund-{run.inputs['order_id']}",
+        timeout=dt.timedelta(days=2),
+        max_attempts=3,
+        resume="background",
+    )
+
+    @step(held=arg.result("hold"), decision=arg.result("approval"))
+    def settle(held: dict[str, Any], decision: dict[str, Any]) -> Any:
+        if not decision["approved"]:
+            reason = f"refund declined by {decision['approver']}"
+            if decision.get("note"):
+                reason += f": {decision['note']}"
+            return Halt(reason)
+        return {
+            "order_id": held["order_id"],
+            "amount_cents": held["amount_cents"],
+            "status": "settled",
+            "approved_by": decision["approver"],
+            "note": decision.get("note", ""),
+        }
+
+    class Meta:
+        returns = "settle"

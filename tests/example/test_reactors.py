@@ -7,9 +7,10 @@ from decimal import Decimal
 
 import pytest
 
-from django_reactor import services
+from django_reactor import Completed, Halted, Paused, services
+from django_reactor.exceptions import InvalidPayload
 from testproject.example.models import GatewayCall, Order, Payment, Product, Shipment, Subscription
-from testproject.example.reactors import PlaceOrder, RenewSubscription
+from testproject.example.reactors import ApproveRefund, PlaceOrder, RenewSubscription
 
 pytestmark = pytest.mark.django_db
 
@@ -98,3 +99,82 @@ def test_renewal_of_an_inactive_subscription_halts() -> None:
     assert outcome.status == "halted"
     assert outcome.step == "load"
     assert Payment.objects.count() == 0
+
+
+@pytest.fixture
+def order() -> Order:
+    return Order.objects.create(customer_email="ada@example.com", total=Decimal("38.00"))
+
+
+def test_a_refund_waits_for_approval_then_settles(order: Order) -> None:
+    paused = ApproveRefund.run({"order_id": order.pk, "amount_cents": 1500})
+    assert isinstance(paused, Paused)
+    assert (paused.step, paused.correlation_id) == ("approval", f"refund-{order.pk}")
+    assert paused.expires_at is not None
+    assert paused.results["hold"] == {"order_id": order.pk, "amount_cents": 1500, "status": "held"}
+
+    outcome = services.resume_interrupt(
+        correlation_id=f"refund-{order.pk}",
+        payload={"approved": True, "approver": "grace@example.com"},
+        background=False,
+    )
+
+    assert isinstance(outcome, Completed)
+    assert outcome.value == {
+        "order_id": order.pk,
+        "amount_cents": 1500,
+        "status": "settled",
+        "approved_by": "grace@example.com",
+        "note": "",
+    }
+
+
+def test_a_declined_refund_halts_at_settle(order: Order) -> None:
+    paused = ApproveRefund.run({"order_id": order.pk, "amount_cents": 1500})
+    outcome = services.resume_interrupt(
+        paused.execution_id,
+        payload={"approved": False, "approver": "grace", "note": "outside the return window"},
+        background=False,
+    )
+    assert isinstance(outcome, Halted)
+    assert outcome.step == "settle"
+    assert outcome.reason == "refund declined by grace: outside the return window"
+
+
+def test_invalid_approvals_are_counted_and_the_third_fails_the_run(order: Order) -> None:
+    paused = ApproveRefund.run({"order_id": order.pk, "amount_cents": 1500})
+    attempts = [
+        ({"approved": True}, {"approver"}),
+        ({"approved": "maybe", "approver": "grace"}, {"approved"}),
+    ]
+    for attempt, (payload, fields) in enumerate(attempts, start=1):
+        with pytest.raises(InvalidPayload) as refused:
+            services.resume_interrupt(paused.execution_id, payload=payload, background=False)
+        assert (refused.value.attempts, refused.value.max_attempts) == (attempt, 3)
+        assert refused.value.run_failed is False
+        assert set(refused.value.errors) == fields
+    assert services.find(paused.execution_id).status == "paused"
+
+    with pytest.raises(InvalidPayload) as last:
+        services.resume_interrupt(
+            paused.execution_id, payload={"approver": "x" * 101}, background=False
+        )
+    assert (last.value.attempts, last.value.run_failed) == (3, True)
+    assert set(last.value.errors) == {"approved", "approver"}
+    run = services.find(paused.execution_id)
+    assert run.status == "failed"
+    assert [(e.kind, e.step) for e in run.trace if e.step][-2:] == [
+        ("invalid_payload", "approval"),
+        ("undo", "hold"),
+    ]
+
+
+def test_a_refund_for_an_unknown_order_or_too_much_fails_without_pausing(order: Order) -> None:
+    unknown = ApproveRefund.run({"order_id": order.pk + 1000, "amount_cents": 100})
+    assert unknown.status == "failed"
+    assert unknown.error.message == f"no order {order.pk + 1000}"
+    too_much = ApproveRefund.run({"order_id": order.pk, "amount_cents": 3801})
+    assert too_much.status == "failed"
+    assert "more than order" in too_much.error.message
+    invalid = ApproveRefund.run({"order_id": order.pk, "amount_cents": 0})
+    assert invalid.error.kind == "input_validation"

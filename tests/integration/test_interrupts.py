@@ -420,3 +420,58 @@ def test_a_run_that_fails_while_an_interrupt_waits_closes_it() -> None:
     # The correlation id is free for the next run.
     FAIL_AT.clear()
     assert isinstance(ApprovalBesideACheck.run({}), Paused)
+
+
+class ExpiringBesideASlowStep(Reactor):
+    request = step(Tracked)
+    approval = interrupt(after="request", payload=Approval, timeout=60)
+    slow = step(Tracked, wait_for=["request"])
+
+
+def test_an_interrupt_that_expires_while_its_run_moves_is_applied_once_it_pauses() -> None:
+    paused = ExpiringBesideASlowStep.run({})
+    Execution.objects.filter(pk=paused.execution_id).update(status=ExecutionStatus.RUNNING)
+    expire_now(paused.execution_id)
+    assert services.sweep().expired == 0  # the run is moving: left for a later sweep
+    assert Interrupt.objects.get(execution_id=paused.execution_id).status == "waiting"
+    Execution.objects.filter(pk=paused.execution_id).update(status=ExecutionStatus.PAUSED)
+    assert services.sweep().expired == 1
+    row = Execution.objects.get(pk=paused.execution_id)
+    assert (row.status, row.failure["kind"]) == ("failed", "interrupt_timeout")
+    assert Interrupt.objects.get(execution_id=row.id).status == "expired"
+    kinds = [k for k, _ in trace(row.id)]
+    assert kinds[-5:] == ["expire", "rollback", "undo", "undo", "fail"]
+
+
+def test_undoing_a_paused_run_with_nothing_to_roll_back_cancels_it() -> None:
+    class ApprovalFirst(Reactor):
+        approval = interrupt(payload=Approval)
+        after = step(Tracked, wait_for=["approval"])
+
+    paused = ApprovalFirst.run({})
+    assert isinstance(paused, Paused)
+    services.undo(paused.execution_id)
+    assert Execution.objects.get(pk=paused.execution_id).status == ExecutionStatus.CANCELLED
+    assert Interrupt.objects.get(execution_id=paused.execution_id).status == "cancelled"
+
+
+def test_a_step_that_is_not_an_interrupt_is_refused_as_not_found() -> None:
+    paused = Refund.run({"order": "N4"})
+    with pytest.raises(InterruptNotFound, match="'refnud' is not an interrupt of .*approval"):
+        services.resume_interrupt(paused.execution_id, step="refnud", payload={"approved": True})
+    with pytest.raises(InterruptNotFound, match="not an interrupt"):
+        services.issue_resume_token(paused.execution_id, "request")
+
+
+def test_a_paused_outcome_after_a_resume_lists_every_waiting_interrupt_in_full() -> None:
+    class Correlated(Reactor):
+        request = step(Tracked)
+        finance = interrupt(after="request", correlation_id=arg.value("fin-1"), timeout=60)
+        legal = interrupt(after="request", correlation_id=arg.value("leg-1"))
+
+    paused = Correlated.run({})
+    again = services.resume_interrupt(paused.execution_id, step="legal", payload={})
+    assert isinstance(again, Paused)
+    (finance,) = again.interrupts
+    assert (finance.step, finance.correlation_id) == ("finance", "fin-1")
+    assert finance.expires_at is not None

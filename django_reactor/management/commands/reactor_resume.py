@@ -1,0 +1,528 @@
+"""Deliver a payload to a paused run's interrupt from the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import json
+import sys
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_reactor import registry, services
+from django_reactor.display import short_json
+from django_reactor.engine.outcomes import (
+    Aborted,
+    Cancelled,
+    Completed,
+    Dispatched,
+    Failed,
+    Halted,
+    InProgress,
+    Outcome,
+    Paused,
+    PendingInterrupt,
+    Rescheduled,
+)
+from django_reactor.exceptions import (
+    AlreadyResumed,
+    ExecutionNotFound,
+    IdempotencyKeyReused,
+    InterruptClosed,
+    InterruptNotFound,
+    InvalidPayload,
+    NotWaiting,
+    ReactorError,
+    ReactorNotRegistered,
+    TransactionActive,
+)
+
+EXAMPLE = """'{"approved": true}'"""
+
+
+class IntermixedCommandParser(CommandParser):
+    """Allows ``key=value`` pairs after options (``<id> --step approval approved=true``)."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        return self.parse_intermixed_args(args, namespace)
+
+
+class Command(BaseCommand):
+    help = (
+        "Deliver a payload to the interrupt a paused run waits at, and print how the run went "
+        "on. Name the run by its execution id, or by --correlation-id (with --reactor when "
+        "several reactors use the same correlation ids). Give the payload as a JSON object "
+        "(--payload or --payload-file) or as key=value pairs. The payload is validated by the "
+        "interrupt's serializer first: an invalid one changes nothing but the attempt count."
+    )
+    # call_command("reactor_resume", ..., payload_file="-", stdin=StringIO(...)) in tests.
+    stealth_options = ("stdin",)
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.__class__ = IntermixedCommandParser
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "execution_id",
+            nargs="?",
+            help="The id of the paused run (the execution_id of its outcome). Leave it out "
+            "when you give --correlation-id.",
+        )
+        parser.add_argument(
+            "fields",
+            nargs="*",
+            metavar="key=value",
+            help="Build the payload from pairs: each value is read as JSON when it parses "
+            "(approved=true is a boolean, amount=5 a number, note=hello the string 'hello'). "
+            "Not together with --payload or --payload-file.",
+        )
+        parser.add_argument(
+            "--correlation-id",
+            metavar="ID",
+            help="Name the run by the correlation id its interrupt declared (for example "
+            "refund-42) instead of by its execution id.",
+        )
+        parser.add_argument(
+            "--reactor",
+            metavar="NAME",
+            help="With --correlation-id: only look at runs of this reactor (its registered "
+            "name, such as myapp.reactors.Refund, or its class name when that is unique).",
+        )
+        parser.add_argument(
+            "--step",
+            help="The interrupt to deliver to. Needed only when the run waits at several "
+            "interrupts at once.",
+        )
+        parser.add_argument(
+            "--payload",
+            metavar="JSON",
+            help=f"The payload as a JSON object, for example {EXAMPLE}.",
+        )
+        parser.add_argument(
+            "--payload-file",
+            metavar="PATH",
+            help="Read the payload (a JSON object) from this file; - reads standard input.",
+        )
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--background",
+            dest="background",
+            action="store_const",
+            const=True,
+            default=None,
+            help="Hand the rest of the run to a Celery worker and return at once (status "
+            "pending). Default: the interrupt's resume= setting.",
+        )
+        mode.add_argument(
+            "--inline",
+            dest="background",
+            action="store_const",
+            const=False,
+            help="Run the rest of the run in this process and print how it ended. Default: "
+            "the interrupt's resume= setting.",
+        )
+        parser.add_argument(
+            "--idempotency-key",
+            metavar="KEY",
+            help="Make the delivery safe to repeat: running the command again with the same "
+            "key and payload changes nothing and prints the run's outcome; the same key with "
+            "another payload is refused.",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print the outcome as one JSON object (execution_id, status, and value, "
+            "error, reason or interrupts when the run has them).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        execution_id = options["execution_id"]
+        fields = list(options["fields"] or [])
+        if execution_id is not None and "=" in execution_id:
+            # No execution id (--correlation-id): the first pair landed in its place.
+            fields.insert(0, execution_id)
+            execution_id = None
+        correlation_id = options["correlation_id"]
+        reactor = options["reactor"]
+        if execution_id is None and correlation_id is None:
+            raise CommandError(
+                "name the run to resume: give its execution id, or --correlation-id ID"
+            )
+        if execution_id is not None and correlation_id is not None:
+            raise CommandError(
+                f"give the execution id ({execution_id}) or --correlation-id "
+                f"({correlation_id}), not both"
+            )
+        if reactor is not None and correlation_id is None:
+            raise CommandError(
+                "--reactor only narrows a --correlation-id lookup; drop it when you give an "
+                "execution id"
+            )
+        if reactor is not None:
+            reactor = self._reactor_name(reactor)
+        payload = self._payload(options, fields)
+
+        target = (
+            f"execution {execution_id}" if execution_id else f"correlation id {correlation_id!r}"
+        )
+        try:
+            outcome = services.resume_interrupt(
+                execution_id,
+                step=options["step"],
+                payload=payload,
+                correlation_id=correlation_id,
+                reactor=reactor,
+                background=options["background"],
+                idempotency_key=options["idempotency_key"],
+            )
+        except InvalidPayload as exc:
+            raise CommandError(self._invalid_payload(exc)) from exc
+        except InterruptNotFound as exc:
+            hint = ""
+            if "name the step" in str(exc):
+                hint = " Pass --step with one of them."
+            elif correlation_id is not None:
+                hint = " Check the correlation id (and --reactor), or give the execution id."
+            raise CommandError(f"cannot resume {target}: {sentence(exc)}{hint}") from exc
+        except ExecutionNotFound as exc:
+            raise CommandError(
+                f"cannot resume: {sentence(exc)} Give the execution_id of the paused run's "
+                "outcome, or name the run with --correlation-id."
+            ) from exc
+        except NotWaiting as exc:
+            raise CommandError(f"cannot resume {target}: {sentence(exc)} Nothing changed.") from exc
+        except AlreadyResumed as exc:
+            where = f"'{execution_id}'" if execution_id else "'<execution id>'"
+            raise CommandError(
+                f"cannot resume {target}: {sentence(exc)} An interrupt takes exactly one "
+                f"payload; services.find({where}) shows how the run went on."
+            ) from exc
+        except InterruptClosed as exc:
+            raise CommandError(
+                f"cannot resume {target}: {exc} (reason: {exc.reason}). The payload was not "
+                "delivered; start a new run if the work is still needed."
+            ) from exc
+        except IdempotencyKeyReused as exc:
+            raise CommandError(
+                f"cannot resume {target}: {sentence(exc)} Nothing changed: give this payload "
+                "a new --idempotency-key."
+            ) from exc
+        except ReactorNotRegistered as exc:
+            raise CommandError(
+                f"cannot resume {target}: {sentence(exc)} Run the command with the settings "
+                "of the project that defines the reactor."
+            ) from exc
+        except TransactionActive as exc:
+            raise CommandError(
+                f"cannot resume {target} inline: {sentence(exc)} Or pass --background to let "
+                "a worker run the rest."
+            ) from exc
+        except ReactorError as exc:  # DefinitionChanged, ExecutionBusy, a malformed key...
+            raise CommandError(f"cannot resume {target}: {sentence(exc)}") from exc
+
+        if isinstance(outcome, Paused):
+            outcome = with_stored_interrupts(outcome)
+        if options["json"]:
+            self.stdout.write(json.dumps(outcome_data(outcome), default=json_default))
+        else:
+            self._summary(outcome)
+
+    # ------------------------------------------------------------------ arguments
+
+    def _reactor_name(self, name: str) -> str:
+        known = registry.all_reactors()
+        if name in known:
+            return name
+        matches = sorted(n for n in known if n.rsplit(".", 1)[-1] == name)
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise CommandError(
+                f"--reactor {name!r} matches several reactors ({', '.join(matches)}); give "
+                "the full name"
+            )
+        try:
+            return registry.get(name).definition.name
+        except ReactorNotRegistered:
+            listed = ", ".join(sorted(known)[:10]) or "none"
+            raise CommandError(
+                f"--reactor {name!r}: no reactor of that name is known to this process (known: "
+                f"{listed}). Give the registered name (Meta.name or the class's dotted path)."
+            ) from None
+
+    def _payload(self, options: Mapping[str, Any], fields: list[str]) -> dict[str, Any]:
+        given = [
+            form
+            for form, present in (
+                ("--payload", options["payload"] is not None),
+                ("--payload-file", options["payload_file"] is not None),
+                ("key=value pairs", bool(fields)),
+            )
+            if present
+        ]
+        if not given:
+            raise CommandError(
+                f"no payload given: pass --payload {EXAMPLE}, --payload-file PATH (- for "
+                "standard input), or key=value pairs such as approved=true"
+            )
+        if len(given) > 1:
+            raise CommandError(
+                f"give the payload one way, not several (got {' and '.join(given)}): "
+                "--payload, --payload-file or key=value pairs"
+            )
+        if fields:
+            return parse_pairs(fields)
+        if options["payload"] is not None:
+            return parse_object(options["payload"], "--payload")
+        path = options["payload_file"]
+        if path == "-":
+            stream = options.get("stdin") or sys.stdin
+            return parse_object(stream.read(), "the payload read from standard input")
+        try:
+            text = Path(path).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise CommandError(
+                f"cannot read the payload file {path}: {reason}. Check the path, or pass "
+                "--payload-file - to read standard input."
+            ) from None
+        return parse_object(text, f"the payload file {path}")
+
+    # ------------------------------------------------------------------ output
+
+    def _invalid_payload(self, exc: InvalidPayload) -> str:
+        lines = ["the payload is invalid; nothing was delivered:"]
+        lines.extend(
+            f"  {path or 'payload'}: {message}" for path, message in field_messages(exc.errors)
+        )
+        if exc.max_attempts is None:
+            lines.append(f"Invalid attempts so far: {exc.attempts} (no limit).")
+        else:
+            lines.append(f"Invalid attempts: {exc.attempts} of {exc.max_attempts} allowed.")
+        if exc.run_failed:
+            lines.append(
+                "That was the last attempt allowed: the run was undone and failed. Start a new "
+                "run if the work is still needed."
+            )
+        else:
+            lines.append("The run is still paused: fix the payload and run the command again.")
+        return "\n".join(lines)
+
+    def _summary(self, outcome: Outcome) -> None:
+        style = {
+            "completed": self.style.SUCCESS,
+            "failed": self.style.ERROR,
+            "needs_attention": self.style.ERROR,
+            "halted": self.style.WARNING,
+            "cancelled": self.style.WARNING,
+            "aborted": self.style.ERROR,
+        }.get(outcome.status, self.style.NOTICE)
+        if outcome.execution_id is None:
+            # A repeated --idempotency-key whose first delivery has not finished yet.
+            self.stdout.write(
+                self.style.NOTICE(
+                    "an earlier delivery with this idempotency key is still being processed; "
+                    "run the command again shortly to see the outcome"
+                )
+            )
+            return
+        self.stdout.write(f"execution {outcome.execution_id}: " + style(outcome.status))
+        if outcome.idempotent_replay:
+            self.stdout.write(
+                "  (this idempotency key was used before: nothing changed, this is the run as "
+                "it stands)"
+            )
+        if isinstance(outcome, Completed):
+            self.stdout.write(f"  value: {short_json(outcome.value, 200)}")
+        elif isinstance(outcome, Failed):
+            self.stdout.write(f"  error: {outcome.error}")
+            for failure in outcome.error.rollback_failures:
+                self.stdout.write(f"  could not {failure.action} {failure.step}: {failure.message}")
+            if outcome.status == "failed" and not outcome.error.rollback_failures:
+                self.stdout.write("  every completed step was undone")
+        elif isinstance(outcome, Halted):
+            self.stdout.write(f"  halted at {outcome.step}: {outcome.reason}")
+        elif isinstance(outcome, Paused):
+            self.stdout.write("  the payload was accepted; the run now waits at:")
+            for pending in outcome.interrupts:
+                self.stdout.write(f"    {describe_interrupt(pending)}")
+            self.stdout.write(
+                f"  resume it with: python manage.py reactor_resume {outcome.execution_id} "
+                "--step STEP ..."
+            )
+        elif isinstance(outcome, Dispatched | Rescheduled):
+            self.stdout.write("  the payload was accepted; a worker runs the rest")
+        elif isinstance(outcome, InProgress):
+            self.stdout.write(
+                "  the payload was accepted; the run is already moving in another process, "
+                "which runs the rest"
+            )
+        elif isinstance(outcome, Cancelled):
+            self.stdout.write(f"  cancelled: {outcome.reason}")
+        elif isinstance(outcome, Aborted) and outcome.error is not None:
+            self.stdout.write(f"  aborted: {outcome.error}; undo() rolls back what completed")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def sentence(text: object) -> str:
+    """``text`` ending with a full stop."""
+    words = str(text).rstrip()
+    return words if words.endswith(".") else words + "."
+
+
+def parse_object(text: str, source: str) -> dict[str, Any]:
+    """``text`` as a JSON object; CommandError naming ``source`` otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(
+            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            f"pass a JSON object such as {EXAMPLE}"
+        ) from None
+    if not isinstance(value, dict):
+        raise CommandError(
+            f"{source} must be a JSON object ({{...}}), got {json_type(value)}; pass a JSON "
+            f"object such as {EXAMPLE}"
+        )
+    return value
+
+
+def parse_pairs(fields: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs as an object; each value is JSON when it parses, else a string."""
+    payload: dict[str, Any] = {}
+    for field in fields:
+        key, sep, raw = field.partition("=")
+        if not sep or not key:
+            raise CommandError(
+                f"{field!r} is not a key=value pair; write the payload as pairs such as "
+                "approved=true note=hello"
+            )
+        if key in payload:
+            raise CommandError(f"the key {key!r} is given twice; give each key once")
+        try:
+            payload[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            payload[key] = raw
+    return payload
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def field_messages(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Every message of a field-error tree, with its dotted path (``items.0.sku``)."""
+    if isinstance(errors, Mapping):
+        found: list[tuple[str, str]] = []
+        for key, value in errors.items():
+            path = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else key)
+            found.extend(field_messages(value, path))
+        return found
+    if isinstance(errors, list | tuple):
+        if all(isinstance(item, str) for item in errors):
+            return [(prefix, " ".join(errors))] if errors else []
+        found = []
+        for index, item in enumerate(errors):
+            if item:
+                found.extend(field_messages(item, f"{prefix}.{index}" if prefix else str(index)))
+        return found
+    return [(prefix, str(errors))]
+
+
+def with_stored_interrupts(outcome: Paused) -> Paused:
+    """``outcome`` with each waiting interrupt's correlation id and expiry as stored.
+
+    A run that pauses again after a resume reports the interrupts it reached before the resume
+    by step name only; the database has their details.
+    """
+    if outcome.execution_id is None:
+        return outcome
+    try:
+        stored = {
+            pending.step: pending for pending in services.find(outcome.execution_id).interrupts
+        }
+    except ReactorError:
+        return outcome
+    return dataclasses.replace(
+        outcome,
+        interrupts=tuple(
+            pending
+            if pending.correlation_id or pending.expires_at or pending.step not in stored
+            else stored[pending.step]
+            for pending in outcome.interrupts
+        ),
+    )
+
+
+def describe_interrupt(pending: PendingInterrupt) -> str:
+    details = []
+    if pending.correlation_id:
+        details.append(f"correlation id {pending.correlation_id}")
+    if pending.expires_at is not None:
+        details.append(f"expires {pending.expires_at.isoformat()}")
+    return pending.step + (f" ({', '.join(details)})" if details else "")
+
+
+def interrupt_data(pending: PendingInterrupt) -> dict[str, Any]:
+    return {
+        "step": pending.step,
+        "correlation_id": pending.correlation_id,
+        "expires_at": pending.expires_at.isoformat() if pending.expires_at else None,
+    }
+
+
+def outcome_data(outcome: Outcome) -> dict[str, Any]:
+    """The outcome as plain data for ``--json``."""
+    data: dict[str, Any] = {
+        "execution_id": str(outcome.execution_id) if outcome.execution_id else None,
+        "status": outcome.status,
+        "idempotent_replay": outcome.idempotent_replay,
+    }
+    if isinstance(outcome, Completed):
+        data["value"] = outcome.value
+    elif isinstance(outcome, Failed):
+        data["error"] = outcome.error.to_dict()
+    elif isinstance(outcome, Halted):
+        data["step"] = outcome.step
+        data["reason"] = outcome.reason
+    elif isinstance(outcome, Paused):
+        data["interrupts"] = [interrupt_data(pending) for pending in outcome.interrupts]
+    elif isinstance(outcome, Cancelled):
+        data["reason"] = outcome.reason
+    elif isinstance(outcome, Aborted) and outcome.error is not None:
+        data["error"] = outcome.error.to_dict()
+    elif isinstance(outcome, Rescheduled):
+        data["step"] = outcome.step
+    return data
+
+
+def json_default(value: Any) -> Any:
+    """What ``json.dumps`` cannot write itself: datetimes, decimals, UUIDs, sets..."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    return repr(value)
