@@ -80,6 +80,12 @@ DEFAULTS: dict[str, Any] = {
     "API_RESUME_RATE": "120/m",
     # Seconds an Idempotency-Key (or a webhook id) is remembered with its response.
     "API_IDEMPOTENCY_TTL": 86400,
+    # DRF authentication classes of the API (dotted paths). None: REST_FRAMEWORK's defaults.
+    "API_AUTHENTICATION_CLASSES": None,
+    # DRF permission classes a user must pass for each API action (the view's ``action`` is
+    # list, retrieve, cancel, undo, retry or resume). The default asks for the matching Django
+    # permission (view_execution, cancel_execution, ..., resume_interrupt).
+    "API_PERMISSION_CLASSES": ["django_reactor.api.permissions.HasReactorPermission"],
     # Dotted path to a function (request, queryset) -> queryset that limits which executions a
     # request may see and steer through the API (tenants, owners). None: every execution.
     "API_SCOPE": None,

@@ -46,3 +46,18 @@ def scoped(request: Request, queryset: Any) -> Any:
         return queryset
     scope = import_string(path) if isinstance(path, str) else path
     return scope(request, queryset)
+
+
+def _classes(setting: Any) -> list[Any]:
+    return [import_string(c) if isinstance(c, str) else c for c in setting]
+
+
+def permission_classes() -> list[Any]:
+    """``REACTOR["API_PERMISSION_CLASSES"]``, imported."""
+    return _classes(reactor_settings.API_PERMISSION_CLASSES or [])
+
+
+def authentication_classes() -> list[Any] | None:
+    """``REACTOR["API_AUTHENTICATION_CLASSES"]``, imported; None for DRF's defaults."""
+    setting = reactor_settings.API_AUTHENTICATION_CLASSES
+    return None if setting is None else _classes(setting)

@@ -43,7 +43,7 @@ from ..exceptions import (
 from ..models import Execution, Interrupt
 from ..states import ExecutionStatus
 from . import signatures
-from .permissions import ACTION_PERMISSIONS, HasReactorPermission, scoped
+from .permissions import authentication_classes, permission_classes, scoped
 from .serializers import (
     CorrelationResumeRequestSerializer,
     ExecutionDetailSerializer,
@@ -131,9 +131,17 @@ FILTER_PARAMETERS = [
 class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
     """Read executions; cancel, undo or retry one (each needs its permission)."""
 
-    permission_classes = [HasReactorPermission]
     pagination_class = ExecutionPagination
     lookup_value_regex = "[0-9a-fA-F-]{36}"
+
+    def get_permissions(self) -> list[Any]:
+        return [permission() for permission in permission_classes()]
+
+    def get_authenticators(self) -> list[Any]:
+        configured = authentication_classes()
+        if configured is None:
+            return super().get_authenticators()
+        return [authenticator() for authenticator in configured]
 
     def get_queryset(self) -> Any:
         queryset = scoped(self.request, Execution.objects.all())
@@ -353,9 +361,17 @@ class ResumeView(APIView):
                 "resume_interrupt permission",
                 code="not_authenticated",
             )
-        if not user.has_perm(ACTION_PERMISSIONS["resume"]):
-            raise ApiError(403, "you lack the django_reactor.resume_interrupt permission")
+        for permission in [p() for p in permission_classes()]:
+            if not permission.has_permission(request, self):
+                message = getattr(permission, "message", "") or "permission denied"
+                raise ApiError(403, str(message), code="permission_denied")
         return Credential("user", f"user:{user.pk}")
+
+    def get_authenticators(self) -> list[Any]:
+        configured = authentication_classes()
+        if configured is None:
+            return super().get_authenticators()
+        return [authenticator() for authenticator in configured]
 
     def _respond(
         self, request: Request, body: bytes, credential: Credential, kwargs: dict[str, Any]
