@@ -26,6 +26,10 @@ def test_demo_runs_every_scenario_and_prints_a_readable_summary() -> None:
     assert "(every completed step was undone)" in text
     assert "attempt failed (attempt 1): gateway timed out" in text
     assert "halted at load" in text
+    assert "5. A refund that waits for a person's approval" in text
+    assert "paused at 'approval', correlation id 'refund-" in text
+    assert "a bad payload is refused, the run stays paused" in text
+    assert "approval       payload" in text
     assert "Traceback" not in text
     assert "tok_visa_4242" not in text
     assert "[REDACTED]" in text
@@ -46,3 +50,4 @@ def test_the_readme_demo_works_on_a_fresh_sqlite_database(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert "4. A renewal of a cancelled subscription" in result.stdout
+    assert "approved: the run goes on from where it paused" in result.stdout

@@ -13,13 +13,15 @@ from django.db import connection
 
 from django_reactor import services
 from django_reactor.display import short_json, trace_lines
+from django_reactor.exceptions import ReactorError
 
 
 class Command(BaseCommand):
     help = (
         "Run the example sagas (an order that completes, one that fails and rolls back, a "
-        "payment that retries, a renewal that halts) and print a summary of each. Migrates the "
-        "database first if needed. Needs the example app testproject.example installed."
+        "payment that retries, a renewal that halts, a refund that pauses for approval) and "
+        "print a summary of each. Migrates the database first if needed. Needs the example "
+        "app testproject.example installed."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -40,7 +42,7 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
 
         from testproject.example.models import Order, Product, Subscription
-        from testproject.example.reactors import PlaceOrder, RenewSubscription
+        from testproject.example.reactors import ApproveRefund, PlaceOrder, RenewSubscription
 
         Product.objects.update_or_create(
             sku="MUG", defaults={"name": "Mug", "price": Decimal("9.50"), "stock": 10}
@@ -62,8 +64,10 @@ class Command(BaseCommand):
             "card_token": "tok_visa_4242",
             "country": "DE",
         }
-        self._scenario(1, "An order that completes", PlaceOrder.run(order))
+        completed = PlaceOrder.run(order)
+        self._scenario(1, "An order that completes", completed)
         self.stdout.write("Stock now: " + self._stock(Product))
+        placed = Order.objects.order_by("-pk").first()
 
         outcome = PlaceOrder.run({**order, "country": "XX"})
         self._scenario(2, "An order the carrier refuses: it fails and rolls back", outcome)
@@ -96,19 +100,47 @@ class Command(BaseCommand):
             "A renewal of a cancelled subscription: the first step halts, nothing to undo",
             RenewSubscription.run({"subscription_id": lapsed.pk, "card_token": "tok_mc"}),
         )
+        if placed is not None:
+            self._refund(ApproveRefund, placed.pk)
         self.stdout.write("")
         self.stdout.write(
             "Look at any run again from python manage.py shell: "
             "from django_reactor import services; services.find('<execution id>').trace"
         )
 
+    def _refund(self, reactor: Any, order_id: int) -> None:
+        paused = reactor.run({"order_id": order_id, "amount_cents": 950})
+        self.stdout.write("")
+        self.stdout.write(
+            self.style.MIGRATE_HEADING("5. A refund that waits for a person's approval")
+        )
+        self.stdout.write(
+            f"   {paused.status} at {paused.step!r}, correlation id {paused.correlation_id!r}, "
+            f"expires {paused.expires_at:%Y-%m-%d %H:%M} UTC"
+        )
+        try:
+            services.resume_interrupt(
+                correlation_id=paused.correlation_id, payload={"approved": "perhaps"}
+            )
+        except ReactorError as refused:
+            self.stdout.write(f"   a bad payload is refused, the run stays paused: {refused}")
+        # background=False: no Celery worker needed here; the rest runs in this process.
+        outcome = services.resume_interrupt(
+            correlation_id=paused.correlation_id,
+            payload={"approved": True, "approver": "ada@example.com"},
+            background=False,
+        )
+        self.stdout.write("   approved: the run goes on from where it paused")
+        self._scenario(5, "", outcome, heading=False)
+
     def _stock(self, product_model: Any) -> str:
         return ", ".join(f"{p.sku}={p.stock}" for p in product_model.objects.order_by("sku"))
 
-    def _scenario(self, number: int, title: str, outcome: Any) -> None:
+    def _scenario(self, number: int, title: str, outcome: Any, *, heading: bool = True) -> None:
         handle = services.find(outcome.execution_id)
-        self.stdout.write("")
-        self.stdout.write(self.style.MIGRATE_HEADING(f"{number}. {title}"))
+        if heading:
+            self.stdout.write("")
+            self.stdout.write(self.style.MIGRATE_HEADING(f"{number}. {title}"))
         self.stdout.write(f"   {handle.reactor.rsplit('.', 1)[-1]} execution {handle.id}")
         self.stdout.write(f"   inputs: {short_json(handle.inputs, 160)}")
         for line in trace_lines(handle):
