@@ -75,8 +75,8 @@ def find(
         candidates = Interrupt.objects.using(USING).filter(execution_id=row.id)
         where = f"execution {row.id}"
     elif correlation_id is not None:
-        if not isinstance(correlation_id, str) or not correlation_id:
-            raise InterruptNotFound("the correlation id must be a non-empty string")
+        if not isinstance(correlation_id, str) or not correlation_id or "\x00" in correlation_id:
+            raise InterruptNotFound(f"no run waits under correlation id {correlation_id!r}")
         candidates = Interrupt.objects.using(USING).filter(correlation_id=correlation_id)
         if reactor:
             candidates = candidates.filter(reactor=reactor)

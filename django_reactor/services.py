@@ -670,9 +670,7 @@ def _resume_interrupt(
         ):
             raise InterruptNotFound("no interrupt has this resume token")
     else:
-        if execution_id is not None and step is not None:
-            _require_interrupt_step(store.get_row(execution_id), step)
-        row = interrupt_store.find(
+        row = find_interrupt(
             execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
         )
     execution = store.get_row(row.execution_id)
@@ -698,6 +696,37 @@ def _resume_interrupt(
     if claim.owned is None:
         return InProgress(execution_id=execution.id, status=claim.execution_status)
     return _continue_inline(definition, claim.owned)
+
+
+def find_interrupt(
+    *,
+    execution_id: uuid.UUID | str | None = None,
+    correlation_id: str | None = None,
+    reactor: str | None = None,
+    step: str | None = None,
+) -> Any:
+    """The interrupt a delivery names (see ``resume_interrupt`` for how it is named)."""
+    if execution_id is not None and step is not None:
+        _require_interrupt_step(store.get_row(execution_id), step)
+    return interrupt_store.find(
+        execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+    )
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether JSON ``value`` has a NUL character in a string or key (the database refuses it)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _require_interrupt_step(execution: Any, step: str) -> None:
@@ -727,7 +756,13 @@ def _validate_payload(serializer: type | None, payload: Any) -> tuple[Any, Any]:
     if errors:
         return None, errors
     try:
-        return encode(data), None
+        stored = encode(data)
+    except ResultNotSerializable as exc:
+        return None, {"non_field_errors": [f"the validated payload cannot be stored: {exc}"]}
+    if _has_nul(stored):
+        return None, {"non_field_errors": ["the payload contains a NUL character (\\u0000)"]}
+    try:
+        return stored, None
     except ResultNotSerializable as exc:
         return None, {"non_field_errors": [f"the validated payload cannot be stored: {exc}"]}
 

@@ -99,10 +99,9 @@ def verify(headers: Mapping[str, str], body: bytes, *, now: float | None = None)
         )
     if len(webhook_id) > 255:
         raise SignatureError(f"the {ID_HEADER} header is longer than 255 characters")
-    try:
-        timestamp = int(stamp)
-    except ValueError:
-        raise SignatureError(f"the {TIMESTAMP_HEADER} header is not a Unix timestamp") from None
+    if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12):
+        raise SignatureError(f"the {TIMESTAMP_HEADER} header is not a Unix timestamp")
+    timestamp = int(stamp)
     tolerance = float(reactor_settings.WEBHOOK_TOLERANCE)
     current = time.time() if now is None else now
     if abs(current - timestamp) > tolerance:
@@ -124,6 +123,6 @@ def verify(headers: Mapping[str, str], body: bytes, *, now: float | None = None)
         for key in keys:
             expected = signature(key, webhook_id, timestamp, body)
             # Compare against every candidate without stopping early on a match.
-            if any(hmac.compare_digest(expected, c) for c in candidates):
+            if any(hmac.compare_digest(expected.encode(), c.encode()) for c in candidates):
                 return Verified(webhook_id, group)
     raise SignatureError("the signature does not match (wrong secret, or the body was changed)")

@@ -14,14 +14,16 @@ import json
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.decorators import method_decorator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -54,6 +56,10 @@ from .serializers import (
 from .throttling import ResumeRateThrottle
 
 TOKEN_HEADER = "Reactor-Resume-Token"
+# Answers a repeat of the request (same key, same body) gets again. Others (401, 403, 404, a
+# retryable 409, 429, 5xx) may change: a run reaches its interrupt, a secret is added.
+FINAL_ANSWERS = frozenset({200, 202, 400, 409, 410, 413})
+MAX_JSON_DEPTH = 32
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_AFTER_SECONDS = "5"
 
@@ -112,6 +118,12 @@ class ExecutionPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
 
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except DjangoValidationError:  # a forged cursor whose position is not a date
+            raise NotFound(self.invalid_cursor_message) from None
+
 
 FILTER_PARAMETERS = [
     OpenApiParameter("reactor", OpenApiTypes.STR, description="Registered reactor name."),
@@ -149,7 +161,7 @@ class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
             return queryset.prefetch_related("interrupts")
         params = self.request.query_params
         if reactor := params.get("reactor"):
-            queryset = queryset.filter(reactor=reactor)
+            queryset = queryset.filter(reactor=_text("reactor", reactor))
         if wanted := params.get("status"):
             statuses = [s.strip() for s in wanted.split(",") if s.strip()]
             unknown = sorted(set(statuses) - set(ExecutionStatus.values))
@@ -160,6 +172,7 @@ class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
                 )  # fmt: skip
             queryset = queryset.filter(status__in=statuses)
         if correlation := params.get("correlation_id"):
+            correlation = _text("correlation_id", correlation)
             queryset = queryset.filter(interrupts__correlation_id=correlation).distinct()
         for name, lookup in (
             ("created_after", "created_at__gte"),
@@ -183,7 +196,9 @@ class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
         """Stop the run without rolling anything back (a running run stops after its step)."""
         row = self.get_object()
         reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
-        return self._steer(lambda: services.cancel(row.id, reason=str(reason)[:1000]), row)
+        if not isinstance(reason, str) or "\x00" in reason:
+            raise ValidationError({"reason": ["must be text without NUL characters"]})
+        return self._steer(lambda: services.cancel(row.id, reason=reason[:1000]), row)
 
     @extend_schema(request=None, responses={200: ExecutionDetailSerializer})
     @action(detail=True, methods=["post"])
@@ -222,7 +237,32 @@ def _datetime(name: str, value: str) -> dt.datetime:
         parsed = None
     if parsed is None:
         raise ValidationError({name: [f"{value!r} is not an ISO 8601 date and time"]})
-    return parsed
+    if timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed)  # the project's time zone
+    try:
+        return parsed.astimezone(dt.UTC)
+    except (OverflowError, ValueError):
+        raise ValidationError({name: [f"{value!r} is out of range"]}) from None
+
+
+def _text(name: str, value: str) -> str:
+    """A query parameter the database will compare as text (NUL cannot be stored or compared)."""
+    if "\x00" in value:
+        raise ValidationError({name: ["must not contain NUL characters"]})
+    return value
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether JSON ``value`` nests more than ``limit`` levels (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 # ---------------------------------------------------------------------------- resume
@@ -311,10 +351,10 @@ class ResumeView(APIView):
         except BaseException:
             request_keys.release(reservation.row_id)
             raise
-        if response.status_code >= 500 or "Retry-After" in response:
-            request_keys.release(reservation.row_id)  # a retry may be answered differently
-        else:
+        if response.status_code in FINAL_ANSWERS and "Retry-After" not in response:
             request_keys.finish(reservation.row_id, response.status_code, response.data)
+        else:
+            request_keys.release(reservation.row_id)  # a retry may be answered differently
         return response
 
     # -- the steps, in order
@@ -399,6 +439,8 @@ class ResumeView(APIView):
             raise ApiError(400, "the body is not valid JSON", code="parse_error") from None
         if not isinstance(parsed, dict):
             raise ApiError(400, 'the body must be a JSON object: {"step": ..., "payload": {...}}')
+        if _too_deep(parsed, MAX_JSON_DEPTH):
+            raise ApiError(400, f"the body is nested more than {MAX_JSON_DEPTH} levels deep")
         serializer = self.request_serializer(data=parsed)
         if not serializer.is_valid():
             raise ApiError(400, "the request is invalid", code="invalid", errors=serializer.errors)
@@ -484,7 +526,7 @@ class ExecutionResumeView(ResumeView):
             if row.execution_id != execution_id or data.get("step") not in (None, row.step):
                 raise ApiError(404, "not found", code="not_found")
             return row
-        return interrupt_store.find(execution_id=execution_id, step=data.get("step"))
+        return services.find_interrupt(execution_id=execution_id, step=data.get("step"))
 
 
 @extend_schema(
@@ -507,7 +549,7 @@ class CorrelationResumeView(ResumeView):
             if row.correlation_id != correlation_id or data.get("step") not in (None, row.step):
                 raise ApiError(404, "not found", code="not_found")
             return row
-        return interrupt_store.find(
+        return services.find_interrupt(
             correlation_id=correlation_id, reactor=data.get("reactor"), step=data.get("step")
         )
 

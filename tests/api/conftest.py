@@ -2,23 +2,44 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.cache import cache
+from django.db.models import QuerySet
+from rest_framework.request import Request
 from rest_framework.test import APIClient
 
+from django_reactor.api.signatures import sign
 from tests.integration.reactors import FAIL_AT, ledger
 
 SECRET = "whsec_" + "c2VjcmV0LWtleS1mb3ItdGVzdHMtMDEyMzQ1Njc4OQ=="
 OLD_SECRET = "old-plain-secret"
 
+# Every permission of the API (read, resume, cancel, undo, retry).
+ALL_PERMISSIONS = (
+    "view_execution",
+    "resume_interrupt",
+    "cancel_execution",
+    "undo_execution",
+    "retry_execution",
+)
+# REACTOR["API_SCOPE"] of the scoping tests (see tenant_scope).
+TENANT_SCOPE = "tests.api.conftest.tenant_scope"
+
 
 @pytest.fixture(autouse=True)
 def _api_settings(settings: Any) -> Iterator[None]:
-    settings.REACTOR = {"WEBHOOK_SECRETS": [SECRET, OLD_SECRET], "API_RESUME_RATE": None}
+    # The suite's settings (its own Celery queue...) with webhook secrets and no rate limit.
+    settings.REACTOR = {
+        **settings.REACTOR,
+        "WEBHOOK_SECRETS": [SECRET, OLD_SECRET],
+        "API_RESUME_RATE": None,
+    }
     cache.clear()
     ledger.clear()
     FAIL_AT.clear()
@@ -26,8 +47,9 @@ def _api_settings(settings: Any) -> Iterator[None]:
     FAIL_AT.clear()
 
 
-def user_with(*codenames: str) -> User:
-    user = User.objects.create_user(f"user-{'-'.join(codenames) or 'none'}", password="pw")
+def make_user(username: str, *codenames: str, tenant: str = "") -> User:
+    """A user holding ``codenames`` (django_reactor permissions); ``tenant`` is its first_name."""
+    user = User.objects.create_user(username, password="pw", first_name=tenant)
     for codename in codenames:
         user.user_permissions.add(
             Permission.objects.get(content_type__app_label="django_reactor", codename=codename)
@@ -35,20 +57,40 @@ def user_with(*codenames: str) -> User:
     return User.objects.get(pk=user.pk)  # a fresh object: permissions are cached per instance
 
 
+def user_with(*codenames: str) -> User:
+    return make_user(f"user-{'-'.join(codenames) or 'none'}", *codenames)
+
+
+def client_for(user: User, **kwargs: Any) -> APIClient:
+    client = APIClient(**kwargs)
+    client.force_authenticate(user)
+    return client
+
+
+def tenant_scope(request: Request, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    """A tenant sees the runs whose ``order`` input starts with its name and a dash.
+
+    The tenant is the user's ``first_name``; a user without one (or no user) sees nothing.
+    """
+    tenant = getattr(request.user, "first_name", "")
+    if not tenant:
+        return queryset.none()
+    return queryset.filter(inputs__order__startswith=f"{tenant}-")
+
+
+def resume_body(payload: Any, **extra: Any) -> bytes:
+    return json.dumps({"payload": payload, **extra}).encode()
+
+
+def signed_headers(raw: bytes, *, secret: str = SECRET, webhook_id: str | None = None) -> dict:
+    """The Standard Webhooks headers of a delivery of ``raw`` signed now with ``secret``."""
+    return sign(secret, webhook_id or f"msg_{time.monotonic_ns()}", raw)
+
+
 @pytest.fixture
 def operator() -> APIClient:
     """A client whose user may read, resume, cancel, undo and retry."""
-    client = APIClient()
-    client.force_authenticate(
-        user_with(
-            "view_execution",
-            "resume_interrupt",
-            "cancel_execution",
-            "undo_execution",
-            "retry_execution",
-        )
-    )
-    return client
+    return client_for(user_with(*ALL_PERMISSIONS))
 
 
 @pytest.fixture

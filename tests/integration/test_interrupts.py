@@ -457,7 +457,7 @@ def test_undoing_a_paused_run_with_nothing_to_roll_back_cancels_it() -> None:
 
 def test_a_step_that_is_not_an_interrupt_is_refused_as_not_found() -> None:
     paused = Refund.run({"order": "N4"})
-    with pytest.raises(InterruptNotFound, match="'refnud' is not an interrupt of .*approval"):
+    with pytest.raises(InterruptNotFound, match=r"'refnud' is not an interrupt of .*approval"):
         services.resume_interrupt(paused.execution_id, step="refnud", payload={"approved": True})
     with pytest.raises(InterruptNotFound, match="not an interrupt"):
         services.issue_resume_token(paused.execution_id, "request")

@@ -1,0 +1,166 @@
+"""The OpenAPI schema: it renders and documents the resume answers, and a schemathesis run
+against the WSGI application finds no operation that answers 5xx."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from django.core.handlers.wsgi import WSGIHandler
+from hypothesis import HealthCheck, Phase, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis.configuration import set_hypothesis_home_dir
+from rest_framework.test import APIClient
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+
+from django_reactor import Paused, services
+from django_reactor.models import Execution
+from tests.api.conftest import ALL_PERMISSIONS, make_user
+from tests.api.reactors import ApiRefund, ApiRefundInBackground
+from tests.integration.reactors import FAIL_AT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RESUME_PATHS = [
+    "/reactor/executions/{execution_id}/resume/",
+    "/reactor/correlations/{correlation_id}/resume/",
+    "/reactor/resume/",
+]
+# Examples per operation: valid requests, invalid ones, and valid ones aimed at each stored run.
+# The whole run takes seconds, and the same examples every time (derandomized).
+EXAMPLES = 20
+NEGATIVE_EXAMPLES = 10
+AIMED_EXAMPLES = 8
+OPERATIONS = {
+    "GET /reactor/executions/",
+    "GET /reactor/executions/{id}/",
+    "POST /reactor/executions/{id}/cancel/",
+    "POST /reactor/executions/{id}/undo/",
+    "POST /reactor/executions/{id}/retry/",
+    "POST /reactor/executions/{execution_id}/resume/",
+    "POST /reactor/correlations/{correlation_id}/resume/",
+    "POST /reactor/resume/",
+}
+
+
+def test_the_schema_renders_as_openapi_3(anonymous: APIClient) -> None:
+    response = anonymous.get("/api/schema/", {"format": "json"})
+    assert response.status_code == 200
+    schema = response.json()
+    assert schema["openapi"].startswith("3.")
+    paths = schema["paths"]
+    for path in (
+        "/reactor/executions/",
+        "/reactor/executions/{id}/",
+        "/reactor/executions/{id}/cancel/",
+        "/reactor/executions/{id}/undo/",
+        "/reactor/executions/{id}/retry/",
+        *RESUME_PATHS,
+    ):
+        assert path in paths, sorted(paths)
+    listed = {p["name"] for p in paths["/reactor/executions/"]["get"]["parameters"]}
+    assert {"reactor", "status", "correlation_id", "created_after", "created_before"} <= listed
+    assert {"cursor", "page_size"} <= listed
+    yaml = anonymous.get("/api/schema/")
+    assert yaml.status_code == 200
+    assert yaml.content.startswith(b"openapi: 3.")
+
+
+def test_the_resume_endpoints_document_their_answers(anonymous: APIClient) -> None:
+    paths = anonymous.get("/api/schema/", {"format": "json"}).json()["paths"]
+    for path in RESUME_PATHS:
+        operation = paths[path]["post"]
+        codes = set(operation["responses"])
+        assert {"200", "202", "400", "401", "404", "409", "410", "413", "422", "429"} <= codes
+        for code in ("202", "400", "409", "410"):
+            assert operation["responses"][code]["description"], (path, code)
+        headers = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+        assert headers == {
+            "Reactor-Resume-Token",
+            "Idempotency-Key",
+            "webhook-id",
+            "webhook-timestamp",
+            "webhook-signature",
+        }
+        assert "requestBody" in operation
+    assert "reactor" in str(paths["/reactor/correlations/{correlation_id}/resume/"])
+
+
+# ---------------------------------------------------------------------------- schemathesis
+
+
+def _fuzz(
+    operation: Any,
+    auth: dict[str, str],
+    failures: list[str],
+    examples: int,
+    mode: GenerationMode = GenerationMode.POSITIVE,
+    **fixed: Any,
+) -> None:
+    @hypothesis_settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(mode, **fixed))
+    def check(case: Any) -> None:
+        response = case.call(headers=auth)
+        case.validate_response(response, checks=[not_a_server_error])
+
+    try:
+        check()
+    except Exception as exc:
+        failures.append(f"{operation.label} ({mode.value}) {fixed}: {exc}")
+
+
+@pytest.fixture
+def hypothesis_home(tmp_path: Path) -> Iterator[None]:
+    """Hypothesis's files (its constants cache) under tmp_path, not in the repository."""
+    set_hypothesis_home_dir(tmp_path / ".hypothesis")
+    yield
+    set_hypothesis_home_dir(None)
+
+
+@pytest.mark.usefixtures("hypothesis_home")
+def test_no_operation_answers_a_server_error() -> None:
+    user = make_user("fuzzer", *ALL_PERMISSIONS)
+    auth = {"Authorization": "Basic " + base64.b64encode(f"{user.username}:pw".encode()).decode()}
+    # Runs to steer: paused (inline and background), completed, failed.
+    paused = ApiRefund.run({"order": "P1", "card": "4242"})
+    assert isinstance(paused, Paused)
+    ApiRefund.run({"order": "P2", "card": "4242"})
+    ApiRefundInBackground.run({})
+    done = ApiRefund.run({"order": "D1", "card": "4242"})
+    services.resume_interrupt(done.execution_id, step="approval", payload={"approved": True})
+    FAIL_AT.add("request")
+    failed = ApiRefund.run({"order": "F1", "card": "4242"})
+    FAIL_AT.clear()
+    assert Execution.objects.get(pk=failed.execution_id).status == "failed"
+
+    schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", WSGIHandler())
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert OPERATIONS <= {operation.label for operation in operations}
+    targets = {
+        "execution_id": [str(paused.execution_id), str(uuid.uuid4())],
+        "id": [str(paused.execution_id), str(done.execution_id), str(failed.execution_id)],
+        "correlation_id": ["api-refund-P2"],
+    }
+    failures: list[str] = []
+    for operation in operations:
+        # Every parameter generated: valid requests, then invalid ones.
+        _fuzz(operation, auth, failures, EXAMPLES)
+        _fuzz(operation, auth, failures, NEGATIVE_EXAMPLES, GenerationMode.NEGATIVE)
+        names = {p.name for p in operation.path_parameters}
+        for name in names & set(targets):  # and aimed at the stored runs
+            for value in targets[name]:
+                _fuzz(operation, auth, failures, AIMED_EXAMPLES, path_parameters={name: value})
+    assert not failures, "\n\n".join(failures)
