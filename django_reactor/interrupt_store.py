@@ -71,9 +71,9 @@ def find(
     has not reached an interrupt: deliver again later).
     """
     if execution_id is not None:
-        row = store.get_row(execution_id)  # ExecutionNotFound for a malformed or unknown id
-        candidates = Interrupt.objects.using(USING).filter(execution_id=row.id)
-        where = f"execution {row.id}"
+        key = store.parse_id(execution_id)  # ExecutionNotFound for a malformed id
+        candidates = Interrupt.objects.using(USING).filter(execution_id=key)
+        where = f"execution {key}"
     elif correlation_id is not None:
         if not isinstance(correlation_id, str) or not correlation_id or "\x00" in correlation_id:
             raise InterruptNotFound(f"no run waits under correlation id {correlation_id!r}")
@@ -85,12 +85,21 @@ def find(
         raise InterruptNotFound("name the run: an execution id or a correlation id")
     if step is not None:
         candidates = candidates.filter(step=step)
-    rows = list(candidates.order_by(_waiting_first(), "-id")[:20])
-    if execution_id is None and rows:
-        # A correlation id names one run: its newest interrupts (a waiting one first).
-        rows = [r for r in rows if r.execution_id == rows[0].execution_id]
+    found = list(candidates.order_by("-id")[:20])
+    # Waiting interrupts first, then the newest (one query, no ordering expression to compile).
+    found.sort(key=lambda r: r.status != InterruptStatus.WAITING)
+    if execution_id is None and not reactor:
+        reactors = sorted({r.reactor for r in found if r.status == InterruptStatus.WAITING})
+        if len(reactors) > 1:
+            raise InterruptNotFound(
+                f"runs of several reactors wait under {where} ({', '.join(reactors)}); name the "
+                "reactor"
+            )
+    # A correlation id names one run: its interrupts (the run with a waiting one first).
+    rows = [r for r in found if r.execution_id == found[0].execution_id] if found else []
     if not rows:
         if execution_id is not None:
+            row = store.get_row(execution_id)  # ExecutionNotFound for an unknown id
             what = f"interrupt {step!r}" if step else "an interrupt"
             if row.status not in MOVING:
                 raise InvalidTransition(
@@ -108,27 +117,10 @@ def find(
             + "; if the run has not reached its interrupt yet, deliver the payload again later"
         )
     waiting = [r for r in rows if r.status == InterruptStatus.WAITING]
-    if execution_id is None and not reactor:
-        reactors = sorted({r.reactor for r in candidates.filter(status=InterruptStatus.WAITING)})
-        if len(reactors) > 1:
-            raise InterruptNotFound(
-                f"runs of several reactors wait under {where} ({', '.join(reactors)}); name the "
-                "reactor"
-            )
     if step is None and len(waiting) > 1:
         names = ", ".join(sorted(r.step for r in waiting))
         raise InterruptNotFound(f"{where} waits at several interrupts ({names}); name the step")
     return waiting[0] if waiting else rows[0]
-
-
-def _waiting_first() -> Any:
-    from django.db.models import Case, IntegerField, Value, When
-
-    return Case(
-        When(status=InterruptStatus.WAITING, then=Value(0)),
-        default=Value(1),
-        output_field=IntegerField(),
-    )
 
 
 def find_by_token(token: str) -> Interrupt:
@@ -150,7 +142,7 @@ def waiting(execution_id: uuid.UUID) -> list[Interrupt]:
     )
 
 
-def refuse_closed(row: Interrupt, execution_status: str) -> None:
+def refuse_closed(row: Interrupt, execution_status: str | None = None) -> None:
     """Raise the error a delivery to ``row`` gets when it no longer takes payloads."""
     if row.status == InterruptStatus.RESUMED:
         raise AlreadyResumed(
@@ -303,7 +295,7 @@ def claim(
         StepRecord.objects.using(USING).filter(
             execution_id=row.execution_id, step=row.step, status=StepStatus.WAITING
         ).update(status=StepStatus.RESUMED, result=payload)
-        fresh = Interrupt.objects.using(USING).get(pk=row.pk)
+        fresh = row
         if execution.status != ExecutionStatus.PAUSED:
             return Claim(fresh, execution.status)
         if inline_owner is not None:

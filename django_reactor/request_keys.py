@@ -1,8 +1,10 @@
 """Remembered requests: ``Idempotency-Key`` headers, webhook ids and keyed resumes.
 
 The first request with a key reserves it (a unique row, ``status_code`` 0 while in flight) and
-stores its response when done. A repeat with the same body fingerprint gets the stored response
-(or "in flight"); a repeat with another body is refused. Rows older than
+stores its response when done. A reservation left unanswered for ``REACTOR["LEASE_SECONDS"]``
+(its process died) is taken over by the next request with the key. A repeat with the same body
+fingerprint gets the stored response (or "in flight"); a repeat with another body is refused.
+Rows older than
 ``REACTOR["API_IDEMPOTENCY_TTL"]`` are forgotten by the sweeper.
 """
 
@@ -54,6 +56,7 @@ class Reservation:
 def reserve(scope: str, key: str, body_fingerprint: str) -> Reservation:
     """Reserve ``key`` in ``scope`` for a request whose body has ``body_fingerprint``."""
     ttl = dt.timedelta(seconds=float(reactor_settings.API_IDEMPOTENCY_TTL))
+    in_flight = dt.timedelta(seconds=float(reactor_settings.LEASE_SECONDS))
     now = timezone.now()
     for _ in range(2):
         try:
@@ -68,8 +71,11 @@ def reserve(scope: str, key: str, body_fingerprint: str) -> Reservation:
             )
             if existing is None:
                 continue  # released meanwhile: try again
-            if existing.created_at < now - ttl:
-                # Expired but not swept yet: a new request may take the key.
+            abandoned = existing.status_code == 0 and existing.created_at < now - in_flight
+            if existing.created_at < now - ttl or abandoned:
+                # Expired but not swept yet, or its request died unanswered (the process
+                # stopped): a new request may take the key. Taking over is safe: what the
+                # request does is guarded on its own (an interrupt takes one payload).
                 ApiRequest.objects.using(USING).filter(pk=existing.pk).delete()
                 continue
             if existing.fingerprint != body_fingerprint:

@@ -673,28 +673,36 @@ def _resume_interrupt(
         row = find_interrupt(
             execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
         )
-    execution = store.get_row(row.execution_id)
-    interrupt_store.refuse_closed(row, execution.status)
-    definition = registry.get(execution.reactor).definition
+    return deliver(row, payload, background=background)
+
+
+def deliver(row: Any, payload: Any, *, background: bool | None = None) -> Outcome:
+    """Deliver ``payload`` to the interrupt ``row`` (from :func:`find_interrupt`).
+
+    What :func:`resume_interrupt` does once it has found the interrupt; the API calls it with
+    the interrupt its credential check found, so the interrupt is read once per request.
+    """
+    interrupt_store.refuse_closed(row)
+    definition = registry.get(row.reactor).definition
     spec = definition.by_name.get(row.step)
     if spec is None or spec.interrupt is None:
         raise DefinitionChanged(
-            f"execution {execution.id} waits at {row.step!r}, which is no longer an interrupt "
-            f"of {definition.name}; deploy the definition it ran with to resume it"
+            f"execution {row.execution_id} waits at {row.step!r}, which is no longer an "
+            f"interrupt of {definition.name}; deploy the definition it ran with to resume it"
         )
     accepted, errors = _validate_payload(spec.interrupt.payload, payload)
     if errors is not None:
-        _refuse_payload(row, execution, definition, spec.name, errors)
+        _refuse_payload(row, store.get_row(row.execution_id), definition, spec.name, errors)
     in_background = background if background is not None else row.resume_mode == "background"
     if not in_background:
-        _refuse_open_transaction(f"resume execution {execution.id} inline")
+        _refuse_open_transaction(f"resume execution {row.execution_id} inline")
     claim = interrupt_store.claim(
         row, accepted, inline_owner=None if in_background else store.lease_owner_token()
     )
     if claim.dispatched:
-        return Dispatched(execution_id=execution.id)
+        return Dispatched(execution_id=row.execution_id)
     if claim.owned is None:
-        return InProgress(execution_id=execution.id, status=claim.execution_status)
+        return InProgress(execution_id=row.execution_id, status=claim.execution_status)
     return _continue_inline(definition, claim.owned)
 
 
@@ -706,11 +714,14 @@ def find_interrupt(
     step: str | None = None,
 ) -> Any:
     """The interrupt a delivery names (see ``resume_interrupt`` for how it is named)."""
-    if execution_id is not None and step is not None:
-        _require_interrupt_step(store.get_row(execution_id), step)
-    return interrupt_store.find(
-        execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
-    )
+    try:
+        return interrupt_store.find(
+            execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+        )
+    except InvalidTransition:  # NotWaiting too: a misspelt step never waits
+        if execution_id is not None and step is not None:
+            _require_interrupt_step(store.get_row(execution_id), step)
+        raise
 
 
 def _has_nul(value: Any) -> bool:

@@ -681,15 +681,20 @@ class _Heartbeat:
 # ---------------------------------------------------------------------------- reading runs
 
 
-def get_row(execution_id: uuid.UUID | str) -> Execution:
-    """The execution row; raises ExecutionNotFound with the id in the message."""
+def parse_id(execution_id: uuid.UUID | str) -> uuid.UUID:
+    """An execution id as a UUID; raises ExecutionNotFound for anything else."""
     try:
-        key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
+        return execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
     except ValueError:
         raise ExecutionNotFound(
             f"{execution_id!r} is not an execution id (expected a UUID such as "
             f"'{uuid.UUID(int=0)}')"
         ) from None
+
+
+def get_row(execution_id: uuid.UUID | str) -> Execution:
+    """The execution row; raises ExecutionNotFound with the id in the message."""
+    key = parse_id(execution_id)
     try:
         return Execution.objects.using(USING).get(pk=key)
     except Execution.DoesNotExist:

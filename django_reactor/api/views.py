@@ -420,12 +420,7 @@ class ResumeView(APIView):
             data = self._parse(body)
             row = self._interrupt(request, data, credential, kwargs)
             self._authorize(request, row, credential)
-            outcome = services.resume_interrupt(
-                row.execution_id,
-                step=row.step,
-                payload=data["payload"],
-                token=credential.token,
-            )
+            outcome = services.deliver(row, data["payload"])
         except ApiError as error:
             return error_response(error)
         except ReactorError as exc:
