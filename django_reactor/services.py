@@ -974,3 +974,128 @@ def _expire(row: Any) -> bool:
     except (InvalidTransition, ExecutionBusy):
         return False  # a payload moved the run meanwhile
     return True
+
+
+# ---------------------------------------------------------------------------- background run
+
+
+def run_in_background(
+    reactor: type[Reactor],
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+) -> Outcome:
+    """Validate ``inputs`` and hand the whole run to a Celery worker, whatever the reactor's
+    ``Meta.background`` says; returns ``Dispatched`` at once.
+
+    Invalid inputs are recorded as a failed run and returned as ``Failed``, as with
+    :func:`run`. A reused ``idempotency_key`` returns the run holding it (``idempotent_replay``)
+    when the inputs match, and raises IdempotencyKeyReused otherwise. Inside
+    ``transaction.atomic()`` the run is created with your transaction and its task is published
+    when it commits.
+    """
+    definition = reactor.definition
+    if not isinstance(inputs, Mapping):
+        raise ReactorError(
+            f"{reactor.__qualname__}.run_in_background() takes the inputs as a dict, got "
+            f"{type(inputs).__name__}"
+        )
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_KEY_LENGTH
+    ):
+        raise ReactorError(
+            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+            f"characters, got {idempotency_key!r}"
+        )
+    stored_inputs, error = _validate_inputs(definition, inputs)
+    if error is not None:
+        created = store.create_execution(
+            reactor=definition.name,
+            definition_hash=definition.definition_hash,
+            inputs=error.inputs,
+            secret_paths=[],
+            status=ExecutionStatus.FAILED,
+            owner=None,
+            failure=error.to_dict(),
+            events=[
+                Event(
+                    1, EventKind.FAIL, utcnow(), data={"kind": error.kind, "error": error.message}
+                ),
+            ],
+        )
+        return Failed(execution_id=created.execution_id, error=error)
+    first = definition.next_ready(frozenset())
+    try:
+        owned = store.create_execution(
+            reactor=definition.name,
+            definition_hash=definition.definition_hash,
+            definition_shape=definition.shape,
+            inputs=stored_inputs,
+            secret_paths=definition.input_secret_paths,
+            status=ExecutionStatus.PENDING,
+            owner=None,
+            dispatch="start",
+            idempotency_key=idempotency_key,
+            current_step=first.name if first is not None else "",
+            events=[Event(1, EventKind.START, utcnow(), data={})],
+        )
+    except store.IdempotencyConflict as conflict:
+        holder = store.get_row(conflict.execution_id)
+        if holder.inputs_digest != store.inputs_digest(stored_inputs):
+            raise IdempotencyKeyReused(
+                f"idempotency key {idempotency_key!r} was first used for execution {holder.id} "
+                f"of {reactor.__qualname__} with different inputs; use a new key for a "
+                "different request",
+                execution_id=holder.id,
+            ) from None
+        return _replay(conflict.execution_id, wait=False)
+    return Dispatched(execution_id=owned.execution_id)
+
+
+# ---------------------------------------------------------------------------- prune
+
+
+def prune(
+    older_than_days: float,
+    statuses: Any = None,
+    batch_size: int = 1000,
+    dry_run: bool = False,
+    *,
+    on_batch: Any = None,
+) -> int:
+    """Delete finished runs whose ``finished_at`` is more than ``older_than_days`` days ago.
+
+    ``statuses`` (default: completed, failed, halted and cancelled) must all be finished
+    statuses; runs that could still move (pending, running, paused, rolling back, aborted,
+    needs attention) are never deleted. Only top-level runs are selected, and only when their
+    whole tree (composed children, async units) has finished; children, step records, traces
+    and interrupts go with them. Deletes ``batch_size`` runs per transaction, calling
+    ``on_batch(count)`` after each; returns how many top-level runs were deleted, or with
+    ``dry_run`` how many would be, deleting nothing.
+    """
+    import datetime as dt
+
+    from .states import TERMINAL_STATUSES
+
+    if isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float):
+        raise ReactorError(f"older_than_days must be a number, got {older_than_days!r}")
+    if older_than_days < 0:
+        raise ReactorError(f"older_than_days must be 0 or more, got {older_than_days}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ReactorError(f"batch_size must be a whole number of 1 or more, got {batch_size!r}")
+    chosen = sorted(TERMINAL_STATUSES) if statuses is None else [str(s) for s in statuses]
+    unfinished = [s for s in chosen if s not in TERMINAL_STATUSES]
+    if unfinished or not chosen:
+        raise ReactorError(
+            f"prune deletes only finished runs ({', '.join(sorted(TERMINAL_STATUSES))}); "
+            f"got {', '.join(unfinished) or 'no status'}"
+        )
+    cutoff = utcnow() - dt.timedelta(days=older_than_days)
+    if dry_run:
+        return store.count_prunable(cutoff, chosen)
+    total = 0
+    for count in store.prune_finished(cutoff, chosen, batch_size):
+        total += count
+        if on_batch is not None:
+            on_batch(count)
+    return total

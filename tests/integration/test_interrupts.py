@@ -475,3 +475,8 @@ def test_a_paused_outcome_after_a_resume_lists_every_waiting_interrupt_in_full()
     (finance,) = again.interrupts
     assert (finance.step, finance.correlation_id) == ("finance", "fin-1")
     assert finance.expires_at is not None
+
+
+def test_the_execution_row_carries_the_latest_correlation_id() -> None:
+    paused = Refund.run({"order": "P5"})
+    assert Execution.objects.get(pk=paused.execution_id).correlation_id == "refund-P5"

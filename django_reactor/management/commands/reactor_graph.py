@@ -1,0 +1,154 @@
+"""Draw a reactor's steps as Mermaid, Graphviz DOT or SVG, optionally coloured by a stored run."""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_reactor import graph, registry
+from django_reactor.exceptions import ReactorNotRegistered
+from django_reactor.models import Execution, StepRecord
+
+FORMATS = ("mermaid", "dot", "svg")
+
+
+class Command(BaseCommand):
+    help = (
+        "Draw the steps of a reactor and the dependencies between them, as a Mermaid flowchart "
+        "(the default), a Graphviz DOT graph or a self-contained SVG image. With --execution, "
+        "each step is coloured by how far that stored run got (completed, failed, undone, "
+        "waiting, ...)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "reactor",
+            nargs="?",
+            help="The reactor to draw: its registered name (Meta.name or the class's dotted "
+            "path, such as myapp.reactors.PlaceOrder), or its class name when that is unique. "
+            "May be left out with --execution: the run's own reactor is drawn.",
+        )
+        parser.add_argument(
+            "--format",
+            choices=FORMATS,
+            default="mermaid",
+            help="mermaid (a 'flowchart TD' for Markdown and GitHub), dot (for Graphviz: "
+            "dot -Tpng) or svg (an image for browsers, with light and dark colours). "
+            "Default: mermaid.",
+        )
+        parser.add_argument(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write the drawing to FILE instead of standard output (- is standard output).",
+        )
+        parser.add_argument(
+            "--execution",
+            metavar="ID",
+            help="Colour every step by its state in this stored run (an execution id): "
+            "completed, failed, undone, compensated, skipped, halted, running, parked, waiting "
+            "or pending (not reached).",
+        )
+        parser.add_argument(
+            "--direction",
+            choices=("LR", "TB"),
+            default="LR",
+            help="With --format svg: lay the steps out left to right (LR, the default) or top "
+            "to bottom (TB).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        name: str | None = options["reactor"]
+        execution = None
+        if options["execution"] is not None:
+            execution = self._execution(options["execution"])
+            if name is None:
+                name = execution.reactor
+        if name is None:
+            raise CommandError(
+                "name the reactor to draw (for example myapp.reactors.PlaceOrder), or give "
+                "--execution ID to draw that run's reactor"
+            )
+        reactor = self._reactor(name)
+        definition = reactor.definition
+
+        states: dict[str, str] | None = None
+        title = definition.name
+        if execution is not None:
+            if execution.reactor != definition.name:
+                raise CommandError(
+                    f"execution {execution.pk} is a run of {execution.reactor}, not of "
+                    f"{definition.name}; leave the reactor out to draw the run's own reactor"
+                )
+            records = StepRecord.objects.filter(execution=execution).order_by("seq", "id")
+            states = graph.step_states(execution, records)
+            title = f"{definition.name} · execution {execution.pk} ({execution.status})"
+
+        fmt = options["format"]
+        if fmt == "mermaid":
+            text = graph.to_mermaid(definition, states)
+        elif fmt == "dot":
+            text = graph.to_dot(definition, states)
+        else:
+            text = graph.render_svg(definition, states, title=title, direction=options["direction"])
+
+        output = options["output"]
+        if output is None or output == "-":
+            self.stdout.write(text, ending="")
+            return
+        path = Path(output)
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from exc
+        if options["verbosity"] >= 1:
+            self.stderr.write(f"wrote the {fmt} drawing of {definition.name} to {output}")
+
+    def _execution(self, value: str) -> Execution:
+        try:
+            execution_id = uuid.UUID(value)
+        except ValueError:
+            raise CommandError(
+                f"--execution {value!r} is not an execution id (a UUID such as "
+                "1d87741e-6b87-4300-92da-6565a08849a9)"
+            ) from None
+        try:
+            return Execution.objects.get(pk=execution_id)
+        except Execution.DoesNotExist:
+            raise CommandError(f"--execution {value}: no such execution in this database") from None
+
+    def _reactor(self, name: str) -> Any:
+        known = registry.all_reactors()
+        if name in known:
+            return known[name]
+        matches = sorted(n for n in known if n.rsplit(".", 1)[-1] == name)
+        if len(matches) == 1:
+            return known[matches[0]]
+        if matches:
+            raise CommandError(
+                f"{name!r} matches several reactors ({', '.join(matches)}); give the full name"
+            )
+        try:
+            return registry.get(name)
+        except ReactorNotRegistered:
+            pass
+        short = {n.rsplit(".", 1)[-1]: n for n in known}
+        close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
+        close += [
+            short[s]
+            for s in difflib.get_close_matches(name.rsplit(".", 1)[-1], list(short), n=5)
+            if short[s] not in close
+        ]
+        hint = (
+            f" Did you mean: {', '.join(close[:5])}?"
+            if close
+            else f" Known reactors: {', '.join(sorted(known)[:10]) or 'none'}."
+        )
+        raise CommandError(
+            f"no reactor named {name!r} is known to this process.{hint} Give the registered "
+            "name (Meta.name or the class's dotted path) or a unique class name."
+        )

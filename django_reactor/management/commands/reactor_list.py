@@ -1,0 +1,175 @@
+"""List stored runs, newest first."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from django_reactor.management.commandtools import (
+    dumps,
+    duration,
+    human_duration,
+    iso,
+    non_negative_int,
+    parse_moment,
+    parse_statuses,
+    positive_int,
+    reactor_name,
+    short_reactor,
+    styled,
+    table,
+)
+from django_reactor.models import Execution, Interrupt
+
+COLUMNS = (
+    "id",
+    "reactor",
+    "status",
+    "current_step",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "parent_id",
+)
+
+
+class Command(BaseCommand):
+    help = (
+        "List stored runs, newest first: id, reactor, status, current step, when it was "
+        "created and how long it took. Narrow the list by reactor, status, age or correlation "
+        "id. Reads only; use reactor_show ID for one run's steps and trace."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--reactor",
+            metavar="NAME",
+            help="Only runs of this reactor: its registered name (such as "
+            "myapp.reactors.PlaceOrder) or its class name when that is unique.",
+        )
+        parser.add_argument(
+            "--status",
+            metavar="S[,S]",
+            help="Only runs in these statuses, separated by commas, for example "
+            "failed,needs_attention. Statuses: pending, running, paused, completed, failed, "
+            "halted, cancelled, aborted, rolling_back, needs_attention.",
+        )
+        since = parser.add_mutually_exclusive_group()
+        since.add_argument(
+            "--since",
+            metavar="ISO",
+            help="Only runs created at or after this ISO 8601 date or date-time (2024-05-01, "
+            "2024-05-01T12:30:00+00:00; without an offset, the current time zone).",
+        )
+        since.add_argument(
+            "--days",
+            metavar="N",
+            type=non_negative_int,
+            help="Only runs created in the last N days.",
+        )
+        parser.add_argument(
+            "--correlation-id",
+            metavar="ID",
+            help="Only runs with this correlation id (declared by one of their interrupts), "
+            "for example refund-42.",
+        )
+        parser.add_argument(
+            "--limit",
+            metavar="N",
+            type=positive_int,
+            default=50,
+            help="Show at most N runs (default 50).",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print the runs as one JSON array of objects (id, reactor, status, "
+            "current_step, created_at, started_at, finished_at, duration_seconds, parent_id).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        runs = Execution.objects.all()
+        if options["reactor"] is not None:
+            runs = runs.filter(reactor=self._reactor(options["reactor"]))
+        if options["status"] is not None:
+            runs = runs.filter(status__in=parse_statuses(options["status"]))
+        if options["since"] is not None:
+            runs = runs.filter(created_at__gte=parse_moment(options["since"]))
+        elif options["days"] is not None:
+            runs = runs.filter(created_at__gte=timezone.now() - dt.timedelta(days=options["days"]))
+        correlation_id = options["correlation_id"]
+        if correlation_id is not None:
+            runs = runs.filter(
+                Q(correlation_id=correlation_id)
+                | Exists(
+                    Interrupt.objects.filter(
+                        execution_id=OuterRef("pk"), correlation_id=correlation_id
+                    )
+                )
+            )
+        limit = options["limit"]
+        # One more than shown: tells whether the list was cut, in the same query.
+        rows = list(runs.order_by("-created_at", "-id").values(*COLUMNS)[: limit + 1])
+        more = len(rows) > limit
+        rows = rows[:limit]
+
+        if options["json"]:
+            self.stdout.write(dumps([self._data(row) for row in rows]))
+            return
+        if not rows:
+            self.stdout.write("no runs match")
+            return
+        lines = table(
+            (
+                [
+                    str(row["id"]),
+                    short_reactor(row["reactor"]),
+                    row["status"],
+                    row["current_step"] or "-",
+                    timezone.localtime(row["created_at"]).strftime("%Y-%m-%d %H:%M:%S"),
+                    human_duration(self._seconds(row)),
+                ]
+                for row in rows
+            ),
+            ["ID", "REACTOR", "STATUS", "STEP", "CREATED", "DURATION"],
+        )
+        self.stdout.write(lines[0])
+        for row, line in zip(rows, lines[1:], strict=True):
+            # Colour only the status word, after aligning on plain text.
+            status = row["status"]
+            head, _, tail = line.partition(f"  {status}")
+            self.stdout.write(f"{head}  {styled(self, status)}{tail}")
+        if more:
+            self.stdout.write(
+                f"(the {len(rows)} newest shown; pass --limit to see more, or narrow the list)"
+            )
+
+    def _reactor(self, name: str) -> str:
+        try:
+            return reactor_name(name)
+        except CommandError:
+            # Runs of a reactor this process no longer knows are still listed by exact name.
+            if Execution.objects.filter(reactor=name).exists():
+                return name
+            raise
+
+    @staticmethod
+    def _seconds(row: dict[str, Any]) -> float | None:
+        return duration(row["started_at"] or row["created_at"], row["finished_at"])
+
+    def _data(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": str(row["id"]),
+            "reactor": row["reactor"],
+            "status": row["status"],
+            "current_step": row["current_step"],
+            "created_at": iso(row["created_at"]),
+            "started_at": iso(row["started_at"]),
+            "finished_at": iso(row["finished_at"]),
+            "duration_seconds": self._seconds(row),
+            "parent_id": str(row["parent_id"]) if row["parent_id"] else None,
+        }

@@ -1,0 +1,224 @@
+"""Show one stored run: its steps, trace, failure and what it waits for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_reactor import interrupt_store, services
+from django_reactor.display import short_json, trace_lines
+from django_reactor.exceptions import ExecutionNotFound
+from django_reactor.handle import ExecutionHandle
+from django_reactor.management.commandtools import (
+    dumps,
+    duration,
+    human_duration,
+    iso,
+    sentence,
+    styled,
+)
+from django_reactor.models import Execution
+
+
+class Command(BaseCommand):
+    help = (
+        "Show one stored run: status, inputs (secrets redacted), each step's status, attempts, "
+        "rollback and result, the trace, the failure with its traceback, rollback failures, "
+        "the interrupts it waits at, and its parent and child runs. Reads only."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "execution_id", help="The id of the run (the execution_id of its outcome)."
+        )
+        parser.add_argument(
+            "--no-trace",
+            action="store_true",
+            help="Leave out the trace (one line per event), for runs with long histories.",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print the run as one JSON object (id, reactor, status, inputs, steps, "
+            "trace, failure, interrupts, parent_id, children...).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            handle = services.find(options["execution_id"])
+        except ExecutionNotFound as exc:
+            raise CommandError(
+                f"cannot show the run: {sentence(exc)} Give the execution_id of a run's "
+                "outcome; reactor_list lists the stored runs."
+            ) from exc
+        interrupts = [
+            {
+                "step": row.step,
+                "correlation_id": row.correlation_id,
+                "expires_at": row.expires_at,
+                "invalid_attempts": row.invalid_attempts,
+                "max_attempts": row.max_attempts,
+            }
+            for row in interrupt_store.waiting(handle.id)
+        ]
+        children = list(
+            Execution.objects.filter(parent_id=handle.id)
+            .order_by("created_at", "id")
+            .values("id", "parent_step", "reactor", "status", "detached")
+        )
+        if options["json"]:
+            self.stdout.write(dumps(self._data(handle, interrupts, children, options)))
+        else:
+            self._text(handle, interrupts, children, options)
+
+    # ------------------------------------------------------------------ output
+
+    def _data(
+        self,
+        handle: ExecutionHandle,
+        interrupts: list[dict[str, Any]],
+        children: list[dict[str, Any]],
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        error = handle.error
+        data: dict[str, Any] = {
+            "id": str(handle.id),
+            "reactor": handle.reactor,
+            "status": handle.status,
+            "current_step": handle.current_step,
+            "created_at": iso(handle.created_at),
+            "finished_at": iso(handle.finished_at),
+            "idempotency_key": handle.idempotency_key,
+            "retry_of": str(handle.retry_of) if handle.retry_of else None,
+            "parent_id": str(handle.parent_id) if handle.parent_id else None,
+            "inputs": handle.inputs,
+            "steps": [
+                {
+                    "name": view.name,
+                    "status": view.status,
+                    "attempts": view.attempts,
+                    "arguments": view.arguments,
+                    "result": view.result,
+                    "error": view.error.to_dict() if view.error else None,
+                    "rollback": view.rollback,
+                    "rollback_error": view.rollback_error,
+                    "started_at": iso(view.started_at),
+                    "finished_at": iso(view.finished_at),
+                }
+                for view in handle.steps
+            ],
+            "failure": error.to_dict() if error is not None else None,
+            "interrupts": [{**item, "expires_at": iso(item["expires_at"])} for item in interrupts],
+            "children": [
+                {
+                    "id": str(child["id"]),
+                    "step": child["parent_step"],
+                    "reactor": child["reactor"],
+                    "status": child["status"],
+                    "detached": child["detached"],
+                }
+                for child in children
+            ],
+        }
+        if handle.status == "completed":
+            data["value"] = getattr(handle.outcome, "value", None)
+        if not options["no_trace"]:
+            data["trace"] = [
+                {
+                    "seq": event.seq,
+                    "kind": event.kind,
+                    "step": event.step,
+                    "attempt": event.attempt,
+                    "at": iso(event.at),
+                    "duration_ms": event.duration_ms,
+                    "data": event.data,
+                }
+                for event in handle.trace
+            ]
+        return data
+
+    def _text(
+        self,
+        handle: ExecutionHandle,
+        interrupts: list[dict[str, Any]],
+        children: list[dict[str, Any]],
+        options: dict[str, Any],
+    ) -> None:
+        write = self.stdout.write
+        write(f"{handle.reactor}  execution {handle.id}")
+        write("status: " + styled(self, handle.status))
+        if handle.current_step:
+            write(f"current step: {handle.current_step}")
+        started = handle.created_at
+        took = human_duration(duration(started, handle.finished_at))
+        finished = f", finished {iso(handle.finished_at)} ({took})" if handle.finished_at else ""
+        write(f"created {iso(started)}{finished}")
+        if handle.idempotency_key:
+            write(f"idempotency key: {handle.idempotency_key}")
+        if handle.retry_of:
+            write(f"retry of: {handle.retry_of}")
+        if handle.parent_id:
+            write(f"parent: {handle.parent_id}")
+        write(f"inputs: {short_json(handle.inputs, 200)}")
+        if handle.status == "completed":
+            write(f"value: {short_json(getattr(handle.outcome, 'value', None), 200)}")
+
+        steps = handle.steps
+        write("steps:" if steps else "steps: none recorded")
+        for view in steps:
+            line = f"  {view.name:<14} {view.status:<10} attempts {view.attempts}"
+            if view.rollback:
+                line += f"  rollback {view.rollback}"
+            if view.result is not None:
+                line += f"  -> {short_json(view.result, 60)}"
+            write(line)
+            if view.error is not None:
+                write(f"    error: {view.error}")
+            if view.rollback_error:
+                message = view.rollback_error.get("message", view.rollback_error)
+                write(f"    rollback error: {message}")
+
+        if not options["no_trace"]:
+            write("trace:")
+            for line in trace_lines(handle):
+                write(f"  {line}")
+
+        error = handle.error
+        if error is not None:
+            write("failure:")
+            write(f"  kind: {error.kind}")
+            if error.step:
+                write(f"  step: {error.step}")
+            if error.exception_class:
+                write(f"  exception: {error.exception_class}")
+            write(f"  message: {error.message}")
+            if error.attempts:
+                write(f"  attempts: {error.attempts}")
+            if error.traceback:
+                write("  traceback:")
+                for line in error.traceback.rstrip().splitlines():
+                    write(f"    {line}")
+            if error.rollback_failures:
+                write("rollback failures (undo the run again, or fix by hand):")
+                for failure in error.rollback_failures:
+                    write(f"  could not {failure.action} {failure.step}: {failure.message}")
+
+        if interrupts:
+            write("waiting at:")
+            for item in interrupts:
+                details = [f"correlation id {item['correlation_id'] or '-'}"]
+                details.append(f"expires {iso(item['expires_at']) or 'never'}")
+                limit = item["max_attempts"]
+                attempts = f"{item['invalid_attempts']}" + (f" of {limit}" if limit else "")
+                details.append(f"invalid payloads {attempts}")
+                write(f"  {item['step']} ({', '.join(details)})")
+            write(
+                f"  resume it with: python manage.py reactor_resume {handle.id} "
+                "[--step STEP] key=value ..."
+            )
+        if children:
+            write("children:")
+            for child in children:
+                kind = "async unit" if child["detached"] else "composed"
+                write(f"  {child['parent_step']:<14} {child['id']}  {child['status']}  ({kind})")

@@ -1,0 +1,444 @@
+"""Helpers the ``reactor_*`` management commands share.
+
+Argument parsing (reactor names, JSON objects, ``key=value`` pairs, statuses, dates) and output
+(outcomes as text or as JSON). Errors are raised as ``CommandError`` with a plain message that
+says what to do next.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import sys
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import dateparse, timezone
+
+from django_reactor import registry
+from django_reactor.display import short_json
+from django_reactor.engine.outcomes import (
+    Aborted,
+    Cancelled,
+    Completed,
+    Dispatched,
+    Failed,
+    Halted,
+    InProgress,
+    Outcome,
+    Paused,
+    PendingInterrupt,
+    Rescheduled,
+)
+from django_reactor.exceptions import ReactorNotRegistered
+from django_reactor.states import ExecutionStatus
+
+EXAMPLE = """'{"amount": 5}'"""
+
+STATUS_STYLES = {
+    "completed": "SUCCESS",
+    "failed": "ERROR",
+    "needs_attention": "ERROR",
+    "aborted": "ERROR",
+    "halted": "WARNING",
+    "cancelled": "WARNING",
+}
+
+
+class IntermixedCommandParser(CommandParser):
+    """Allows ``key=value`` pairs after options (``Refund --background order=42``)."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        return self.parse_intermixed_args(args, namespace)
+
+
+# ---------------------------------------------------------------------- arguments
+
+
+def sentence(text: object) -> str:
+    """``text`` ending with a full stop."""
+    words = str(text).rstrip()
+    return words if words.endswith(".") else words + "."
+
+
+def reactor_name(name: str, option: str = "--reactor") -> str:
+    """The registered name of the reactor ``name`` names (registered name, dotted path or a
+    unique class name); CommandError otherwise."""
+    known = registry.all_reactors()
+    if name in known:
+        return name
+    matches = sorted(n for n in known if n.rsplit(".", 1)[-1] == name)
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise CommandError(
+            f"{option} {name!r} matches several reactors ({', '.join(matches)}); give the full name"
+        )
+    try:
+        return registry.get(name).definition.name
+    except ReactorNotRegistered:
+        listed = ", ".join(sorted(known)[:10]) or "none"
+        raise CommandError(
+            f"{option} {name!r}: no reactor of that name is known to this process (known: "
+            f"{listed}). Give the registered name (Meta.name or the class's dotted path)."
+        ) from None
+
+
+def parse_object(text: str, source: str, example: str = EXAMPLE) -> dict[str, Any]:
+    """``text`` as a JSON object; CommandError naming ``source`` otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(
+            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            f"pass a JSON object such as {example}"
+        ) from None
+    if not isinstance(value, dict):
+        raise CommandError(
+            f"{source} must be a JSON object ({{...}}), got {json_type(value)}; pass a JSON "
+            f"object such as {example}"
+        )
+    return value
+
+
+def parse_pairs(fields: list[str], what: str = "the payload") -> dict[str, Any]:
+    """``key=value`` pairs as an object; each value is JSON when it parses, else a string."""
+    payload: dict[str, Any] = {}
+    for field in fields:
+        key, sep, raw = field.partition("=")
+        if not sep or not key:
+            raise CommandError(
+                f"{field!r} is not a key=value pair; write {what} as pairs such as "
+                "amount=5 note=hello"
+            )
+        if key in payload:
+            raise CommandError(f"the key {key!r} is given twice; give each key once")
+        try:
+            payload[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            payload[key] = raw
+    return payload
+
+
+def read_object_file(path: str, what: str, stdin: IO[str] | None = None) -> dict[str, Any]:
+    """The JSON object in the file ``path`` (``-``: standard input)."""
+    if path == "-":
+        stream = stdin or sys.stdin
+        return parse_object(stream.read(), f"{what} read from standard input")
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CommandError(
+            f"cannot read the file {path}: {reason}. Check the path, or pass - to read "
+            "standard input."
+        ) from None
+    return parse_object(text, f"the file {path}")
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def parse_statuses(text: str, option: str = "--status") -> list[str]:
+    """Comma-separated execution statuses (``failed,needs_attention``), each checked."""
+    known = list(ExecutionStatus.values)
+    statuses: list[str] = []
+    for part in text.split(","):
+        name = part.strip().lower().replace("-", "_")
+        if not name:
+            continue
+        if name not in known:
+            raise CommandError(
+                f"{option}: {part.strip()!r} is not a status; use one or more of "
+                f"{', '.join(known)}, separated by commas"
+            )
+        if name not in statuses:
+            statuses.append(name)
+    if not statuses:
+        raise CommandError(f"{option} needs at least one status, such as {option} failed")
+    return statuses
+
+
+def non_negative_int(value: str) -> int:
+    """argparse ``type=``: a whole number of 0 or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise CommandError(f"{value!r} is not a whole number") from None
+    if number < 0:
+        raise CommandError(f"the number must be 0 or more, got {value}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    """argparse ``type=``: a whole number of 1 or more."""
+    number = non_negative_int(value)
+    if number < 1:
+        raise CommandError(f"the number must be 1 or more, got {value}")
+    return number
+
+
+def parse_moment(text: str, option: str = "--since") -> dt.datetime:
+    """An ISO 8601 date or date-time; naive values are in the current time zone."""
+    try:
+        moment = dateparse.parse_datetime(text)
+        if moment is None:
+            day = dateparse.parse_date(text)
+            if day is not None:
+                moment = dt.datetime.combine(day, dt.time.min)
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise CommandError(
+            f"{option} {text!r} is not an ISO 8601 date or date-time; write it like "
+            "2024-05-01 or 2024-05-01T12:30:00+00:00"
+        )
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment)
+    return moment
+
+
+# ---------------------------------------------------------------------- output
+
+
+def styled(command: BaseCommand, status: str) -> str:
+    style: Callable[[str], str] = getattr(command.style, STATUS_STYLES.get(status, "NOTICE"), str)
+    return style(status)
+
+
+def describe_interrupt(pending: PendingInterrupt) -> str:
+    details = []
+    if pending.correlation_id:
+        details.append(f"correlation id {pending.correlation_id}")
+    if pending.expires_at is not None:
+        details.append(f"expires {pending.expires_at.isoformat()}")
+    return pending.step + (f" ({', '.join(details)})" if details else "")
+
+
+def interrupt_data(pending: PendingInterrupt) -> dict[str, Any]:
+    return {
+        "step": pending.step,
+        "correlation_id": pending.correlation_id,
+        "expires_at": pending.expires_at.isoformat() if pending.expires_at else None,
+    }
+
+
+def outcome_data(outcome: Outcome) -> dict[str, Any]:
+    """The outcome as plain data for ``--json``."""
+    data: dict[str, Any] = {
+        "execution_id": str(outcome.execution_id) if outcome.execution_id else None,
+        "status": outcome.status,
+        "idempotent_replay": outcome.idempotent_replay,
+    }
+    if isinstance(outcome, Completed):
+        data["value"] = outcome.value
+    elif isinstance(outcome, Failed):
+        data["error"] = outcome.error.to_dict()
+    elif isinstance(outcome, Halted):
+        data["step"] = outcome.step
+        data["reason"] = outcome.reason
+    elif isinstance(outcome, Paused):
+        data["interrupts"] = [interrupt_data(pending) for pending in outcome.interrupts]
+    elif isinstance(outcome, Cancelled):
+        data["reason"] = outcome.reason
+    elif isinstance(outcome, Aborted) and outcome.error is not None:
+        data["error"] = outcome.error.to_dict()
+    elif isinstance(outcome, Rescheduled):
+        data["step"] = outcome.step
+    return data
+
+
+def outcome_lines(outcome: Outcome) -> list[str]:
+    """What an outcome says, one indented line each, after its ``execution ID: status``."""
+    lines: list[str] = []
+    if outcome.idempotent_replay:
+        lines.append(
+            "  (this idempotency key was used before: nothing ran again, this is the run as "
+            "it stands)"
+        )
+    if isinstance(outcome, Completed):
+        lines.append(f"  value: {short_json(outcome.value, 200)}")
+    elif isinstance(outcome, Failed):
+        lines.append(f"  error: {outcome.error}")
+        for failure in outcome.error.rollback_failures:
+            lines.append(f"  could not {failure.action} {failure.step}: {failure.message}")
+    elif isinstance(outcome, Halted):
+        lines.append(f"  halted at {outcome.step}: {outcome.reason}")
+    elif isinstance(outcome, Paused):
+        lines.append("  the run waits at:")
+        lines.extend(f"    {describe_interrupt(pending)}" for pending in outcome.interrupts)
+        lines.append(
+            f"  resume it with: python manage.py reactor_resume {outcome.execution_id} "
+            "[--step STEP] key=value ..."
+        )
+    elif isinstance(outcome, Dispatched | Rescheduled):
+        lines.append("  a worker runs the rest")
+    elif isinstance(outcome, InProgress):
+        lines.append("  the run is moving in another process")
+    elif isinstance(outcome, Cancelled):
+        lines.append(f"  cancelled: {outcome.reason}")
+    elif isinstance(outcome, Aborted) and outcome.error is not None:
+        lines.append(f"  aborted: {outcome.error}; reactor_undo rolls back what completed")
+    return lines
+
+
+def json_default(value: Any) -> Any:
+    """What ``json.dumps`` cannot write itself: datetimes, decimals, UUIDs, sets..."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    return repr(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=json_default)
+
+
+def iso(moment: dt.datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def duration(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
+    """Seconds from ``start`` to ``end`` (None when either is missing)."""
+    if start is None or end is None:
+        return None
+    return (end - start).total_seconds()
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"
+
+
+def table(rows: Iterable[Iterable[str]], headers: list[str]) -> list[str]:
+    """Rows as left-aligned text columns under ``headers``."""
+    body = [list(row) for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [headers, *body]
+    ]
+
+
+def short_reactor(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------------- steering
+
+
+class SteeringCommand(BaseCommand):
+    """Base of ``reactor_cancel``, ``reactor_undo`` and ``reactor_retry``: apply one operation
+    to each execution id given, report each, and fail at the end if any was refused."""
+
+    action = ""  # the verb, as in "cannot <action> execution ..."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "execution_ids",
+            nargs="+",
+            metavar="execution_id",
+            help=f"The id of each run to {self.action} (the execution_id of its outcome); "
+            "give several to handle each in turn.",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print one JSON array with an object per id: execution_id, ok, and status "
+            "(or error, when it was refused).",
+        )
+
+    def operate(
+        self, execution_id: str, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Apply the operation; return the JSON result and the text lines for one id."""
+        raise NotImplementedError
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django_reactor.exceptions import (
+            ExecutionBusy,
+            ExecutionNotFound,
+            ReactorError,
+            ReactorNotRegistered,
+            TransactionActive,
+        )
+
+        ids = list(dict.fromkeys(options["execution_ids"]))
+        results: list[dict[str, Any]] = []
+        refused = 0
+        for execution_id in ids:
+            try:
+                data, lines = self.operate(execution_id, options)
+            except ReactorError as exc:
+                refused += 1
+                hint = ""
+                if isinstance(exc, ExecutionNotFound):
+                    hint = " Check the id; reactor_list lists the stored runs."
+                elif isinstance(exc, ExecutionBusy):
+                    hint = " Nothing changed; run the command again when it stops."
+                elif isinstance(exc, ReactorNotRegistered):
+                    hint = " Run the command with the settings of the project that defines it."
+                elif isinstance(exc, TransactionActive):
+                    hint = " Run the command outside the transaction."
+                if str(exc).startswith(f"cannot {self.action} "):
+                    message = sentence(exc) + hint  # it names the execution already
+                else:
+                    message = f"cannot {self.action} execution {execution_id}: {sentence(exc)}"
+                    message += hint
+                results.append({"execution_id": execution_id, "ok": False, "error": str(exc)})
+                if not options["json"]:
+                    self.stderr.write(message)
+                continue
+            results.append({"execution_id": execution_id, "ok": True, **data})
+            if not options["json"]:
+                for line in lines:
+                    self.stdout.write(line)
+        if options["json"]:
+            self.stdout.write(dumps(results))
+        if refused:
+            raise CommandError(
+                f"{refused} of {len(ids)} execution(s) could not be {self.past_tense}; see the "
+                "messages above"
+                if not options["json"]
+                else f"{refused} of {len(ids)} execution(s) could not be {self.past_tense}; see "
+                "the JSON output"
+            )
+
+    @property
+    def past_tense(self) -> str:
+        return {"cancel": "cancelled", "undo": "undone", "retry": "retried"}.get(
+            self.action, self.action
+        )
