@@ -1,0 +1,1126 @@
+"""Admin pages for operators: read-only runs, their DAG and trace, and the operations on them.
+
+Nothing here changes a row directly: cancel, undo, retry and resume go through
+``django_reactor.services`` (which enforce the state machine and the lease), each behind its
+custom permission, and each change is recorded as an admin ``LogEntry``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from .display import short_json
+from .models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
+from .states import EventKind, ExecutionStatus, InterruptStatus
+
+APP = Execution._meta.app_label
+
+# Trace entries drawn in the error colour, and those drawn as rollback work.
+FAILURE_EVENTS = frozenset(
+    {
+        EventKind.FAIL,
+        EventKind.RETRY,
+        EventKind.COMPENSATE_FAILED,
+        EventKind.UNDO_FAILED,
+        EventKind.ATTENTION,
+        EventKind.ABORT,
+        EventKind.INVALID_PAYLOAD,
+        EventKind.EXPIRE,
+    }
+)
+ROLLBACK_EVENTS = frozenset(
+    {
+        EventKind.COMPENSATE,
+        EventKind.COMPENSATE_SKIPPED,
+        EventKind.UNDO,
+        EventKind.UNDO_SKIPPED,
+        EventKind.ROLLBACK,
+        EventKind.CANCEL,
+    }
+)
+
+# At most this many per-run error messages after a bulk action (the rest are counted).
+MAX_ERROR_MESSAGES = 20
+# Runs read per query while a bulk action works through them.
+BULK_BATCH = 200
+# Rows listed on a bulk action's confirmation page (the count and the states cover the rest).
+CONFIRMATION_SAMPLE = 100
+
+
+def status_badge(status: str, label: Any = None) -> SafeString:
+    """A coloured badge for an execution, step or interrupt status."""
+    return format_html(
+        '<span class="reactor-badge reactor-badge-{}">{}</span>', status, label or status
+    )
+
+
+def short_reactor(name: str) -> SafeString:
+    """The last part of a reactor's dotted name, with the full name as its title."""
+    return format_html('<span title="{}">{}</span>', name, name.rsplit(".", 1)[-1])
+
+
+def format_duration(start: dt.datetime | None, end: dt.datetime | None) -> str:
+    """``1.2 s``, ``3 min 4 s``, ``2 h 5 min``; empty when either end is unknown."""
+    if start is None or end is None:
+        return ""
+    seconds = max((end - start).total_seconds(), 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def execution_link(execution_id: Any, label: Any = None) -> SafeString:
+    url = reverse(f"admin:{APP}_execution_change", args=[quote(str(execution_id))])
+    return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
+
+
+def flatten_errors(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Serializer errors as ``(field path, message)`` pairs, every message kept."""
+    if isinstance(errors, dict):
+        pairs: list[tuple[str, str]] = []
+        for key, value in errors.items():
+            path_ = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else key)
+            pairs.extend(flatten_errors(value, path_))
+        return pairs
+    if isinstance(errors, list | tuple):
+        if all(isinstance(item, str) for item in errors):
+            return [(prefix, str(item)) for item in errors]
+        pairs = []
+        for index, item in enumerate(errors):
+            if item:
+                pairs.extend(flatten_errors(item, f"{prefix}.{index}" if prefix else str(index)))
+        return pairs
+    return [(prefix, str(errors))]
+
+
+# ---------------------------------------------------------------------------- payload forms
+
+
+def _example_value(field: Any) -> Any:
+    """A placeholder value of the right JSON type for a DRF serializer field."""
+    from rest_framework import serializers
+
+    if isinstance(field, serializers.ListSerializer):
+        return [_example_value(field.child)]
+    if isinstance(field, serializers.BaseSerializer):
+        return serializer_example(field)
+    if isinstance(field, serializers.BooleanField):
+        return False
+    if isinstance(field, serializers.IntegerField):
+        return field.min_value if isinstance(field.min_value, int) else 0
+    if isinstance(field, serializers.FloatField | serializers.DecimalField):
+        return 0
+    if isinstance(field, serializers.ChoiceField):
+        return next(iter(field.choices), "")
+    if isinstance(field, serializers.ListField):
+        return []
+    if isinstance(field, serializers.DictField | serializers.JSONField):
+        return {}
+    return ""
+
+
+def serializer_example(serializer: Any) -> dict[str, Any]:
+    """A JSON object with every writable field of ``serializer`` (required ones first)."""
+    fields = [f for f in serializer.fields.values() if not f.read_only]
+    fields.sort(key=lambda f: not f.required)
+    return {f.field_name: _example_value(f) for f in fields}
+
+
+def serializer_help(serializer_class: type | None) -> list[dict[str, Any]]:
+    """One row per writable field: name, type, required, help text."""
+    if serializer_class is None:
+        return []
+    rows = []
+    for field in serializer_class().fields.values():
+        if field.read_only:
+            continue
+        choices = getattr(field, "choices", None)
+        rows.append(
+            {
+                "name": field.field_name,
+                "type": type(field).__name__.removesuffix("Field") or type(field).__name__,
+                "required": field.required,
+                "help_text": field.help_text or "",
+                "choices": ", ".join(str(c) for c in choices) if choices else "",
+            }
+        )
+    return rows
+
+
+class ResumeForm(forms.Form):
+    """The payload of an interrupt as a JSON object, and where the rest of the run goes."""
+
+    payload = forms.CharField(
+        label=_("Payload (JSON object)"),
+        widget=forms.Textarea(attrs={"rows": 12, "cols": 80, "class": "vLargeTextField"}),
+    )
+    background = forms.BooleanField(
+        label=_("Run the rest on a worker"),
+        required=False,
+        help_text=_(
+            "Checked: a worker runs the rest of the run and this page returns at once. "
+            "Unchecked: this request runs it."
+        ),
+    )
+
+    def clean_payload(self) -> Any:
+        text = self.cleaned_data["payload"]
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(
+                _("This is not valid JSON: %(error)s"), params={"error": exc}
+            ) from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError(_("The payload must be a JSON object ({...})."))
+        return value
+
+
+# ---------------------------------------------------------------------------- filters
+
+
+class ReactorListFilter(admin.SimpleListFilter):
+    """Filter by reactor, labelled with the short names."""
+
+    title = _("reactor")
+    parameter_name = "reactor"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        from . import registry
+
+        names = set(registry.all_reactors())
+        names.update(
+            model_admin.get_queryset(request)
+            .order_by()
+            .values_list("reactor", flat=True)
+            .distinct()[:200]
+        )
+        return [(name, name.rsplit(".", 1)[-1]) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(reactor=value) if value else queryset
+
+
+# ---------------------------------------------------------------------------- executions
+
+
+class ExecutionChangeList(ChangeList):
+    """The changelist leaves the large JSON columns in the database (pages of 100,000 runs)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .defer("inputs", "result", "failure", "definition_shape", "secret_paths")
+        )
+
+
+def _interrupt_correlation() -> Subquery:
+    """The correlation id of the run's waiting interrupt, else of its last one."""
+    return Subquery(
+        Interrupt.objects.filter(execution=OuterRef("pk"), correlation_id__isnull=False)
+        .annotate(
+            waiting_first=Case(
+                When(status=InterruptStatus.WAITING, then=Value(0)),
+                default=Value(1),
+                output_field=IntegerField(),
+            )
+        )
+        .order_by("waiting_first", "-id")
+        .values("correlation_id")[:1]
+    )
+
+
+@admin.register(Execution)
+class ExecutionAdmin(admin.ModelAdmin):
+    """Runs, read-only; cancel, undo, retry and resume through ``services``."""
+
+    list_display = (
+        "run",
+        "reactor_name",
+        "status_badge",
+        "current_step",
+        "correlation",
+        "created_at",
+        "updated_at",
+        "duration",
+    )
+    list_display_links = ("run",)
+    list_filter = (ReactorListFilter, "status", "created_at")
+    date_hierarchy = "created_at"
+    search_fields = ("=id", "=idempotency_key", "=interrupts__correlation_id")
+    search_help_text = _("An execution id, an idempotency key or a correlation id (exact).")
+    list_select_related = False
+    show_full_result_count = False
+    list_per_page = 50
+    ordering = ("-created_at",)
+    actions = ("cancel_selected", "undo_selected", "retry_selected")
+    change_form_template = "admin/django_reactor/execution/change_form.html"
+    readonly_fields = (
+        "id",
+        "reactor",
+        "status_badge",
+        "current_step",
+        "current_attempt",
+        "redacted_inputs",
+        "result_json",
+        "idempotency_key",
+        "correlation_id",
+        "definition_hash",
+        "created_at",
+        "started_at",
+        "updated_at",
+        "finished_at",
+        "duration",
+        "wake_at",
+        "handed_off",
+        "detached",
+        "lease_owner",
+        "lease_expires_at",
+        "fence",
+        "recovery_attempts",
+        "cancel_requested_at",
+        "cancel_reason",
+    )
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "reactor",
+                    "status_badge",
+                    "current_step",
+                    "current_attempt",
+                    "redacted_inputs",
+                    "result_json",
+                )
+            },
+        ),
+        (
+            _("Keys"),
+            {"fields": ("idempotency_key", "correlation_id", "definition_hash")},
+        ),
+        (
+            _("Times"),
+            {
+                "fields": (
+                    "created_at",
+                    "started_at",
+                    "updated_at",
+                    "finished_at",
+                    "duration",
+                    "wake_at",
+                )
+            },
+        ),
+        (
+            _("Ownership"),
+            {
+                "classes": ("collapse",),
+                "fields": (
+                    "handed_off",
+                    "detached",
+                    "lease_owner",
+                    "lease_expires_at",
+                    "fence",
+                    "recovery_attempts",
+                    "cancel_requested_at",
+                    "cancel_reason",
+                ),
+            },
+        ),
+    )
+
+    # -- queryset and columns
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return ExecutionChangeList
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Execution]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(interrupt_correlation=_interrupt_correlation())
+            .annotate(correlation=Coalesce(F("interrupt_correlation"), F("correlation_id")))
+        )
+
+    @admin.display(description=_("run"), ordering="id")
+    def run(self, obj: Execution) -> str:
+        return str(obj.id)[:8]
+
+    @admin.display(description=_("reactor"), ordering="reactor")
+    def reactor_name(self, obj: Execution) -> SafeString:
+        return short_reactor(obj.reactor)
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, obj: Execution) -> SafeString:
+        return status_badge(obj.status, obj.get_status_display())
+
+    @admin.display(description=_("correlation id"))
+    def correlation(self, obj: Execution) -> str:
+        return getattr(obj, "correlation", None) or obj.correlation_id or ""
+
+    @admin.display(description=_("duration"))
+    def duration(self, obj: Execution) -> str:
+        return format_duration(obj.started_at or obj.created_at, obj.finished_at)
+
+    @admin.display(description=_("inputs"))
+    def redacted_inputs(self, obj: Execution) -> SafeString:
+        from .handle import ExecutionHandle
+
+        return format_html("<pre>{}</pre>", _pretty(ExecutionHandle(obj).inputs))
+
+    @admin.display(description=_("result"))
+    def result_json(self, obj: Execution) -> SafeString | str:
+        if obj.result is None:
+            return "-"
+        return format_html("<pre>{}</pre>", _pretty(obj.result))
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Execution], search_term: str
+    ) -> tuple[QuerySet[Execution], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            execution_id = uuid.UUID(term)
+        except ValueError:
+            execution_id = None
+        if execution_id is not None:
+            return queryset.filter(pk=execution_id), False
+        # EXISTS rather than a join: one row per run, whatever its interrupts.
+        by_interrupt = Exists(
+            Interrupt.objects.filter(execution=OuterRef("pk"), correlation_id=term)
+        )
+        matches = Q(idempotency_key=term) | Q(correlation_id=term) | Q(by_interrupt)
+        return queryset.filter(matches), False
+
+    # -- permissions: runs are written by the engine only
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def _perm(self, request: HttpRequest, codename: str) -> bool:
+        return request.user.has_perm(f"{APP}.{codename}")
+
+    def has_cancel_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "cancel_execution")
+
+    def has_undo_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "undo_execution")
+
+    def has_retry_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "retry_execution")
+
+    def has_resume_interrupt_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "resume_interrupt")
+
+    # -- bulk actions (each through services, after a confirmation page)
+    @admin.action(permissions=["cancel_execution"], description=_("Cancel selected executions"))
+    def cancel_selected(
+        self, request: HttpRequest, queryset: QuerySet[Execution]
+    ) -> HttpResponse | None:
+        return self._bulk(request, queryset, "cancel")
+
+    @admin.action(permissions=["undo_execution"], description=_("Undo selected executions"))
+    def undo_selected(
+        self, request: HttpRequest, queryset: QuerySet[Execution]
+    ) -> HttpResponse | None:
+        return self._bulk(request, queryset, "undo")
+
+    @admin.action(permissions=["retry_execution"], description=_("Retry selected executions"))
+    def retry_selected(
+        self, request: HttpRequest, queryset: QuerySet[Execution]
+    ) -> HttpResponse | None:
+        return self._bulk(request, queryset, "retry")
+
+    def _bulk(
+        self, request: HttpRequest, queryset: QuerySet[Execution], operation: str
+    ) -> HttpResponse | None:
+        if request.POST.get("post") != "yes":
+            return self._confirmation(request, queryset, operation)
+        reason = request.POST.get("reason", "").strip()[:500]
+        done = 0
+        errors: list[str] = []
+        # Ids first, rows in small batches: no cursor stays open while step code runs.
+        ids = list(queryset.order_by("created_at").values_list("pk", flat=True))
+        for start in range(0, len(ids), BULK_BATCH):
+            batch = Execution.objects.filter(pk__in=ids[start : start + BULK_BATCH])
+            for row in batch.only("id", "reactor", "status").order_by("created_at"):
+                ok, text = self._operate(request, row, operation, reason=reason)
+                if ok:
+                    done += 1
+                else:
+                    errors.append(text)
+        if done:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(verb)s %(count)d execution.",
+                    "%(verb)s %(count)d executions.",
+                    done,
+                )
+                % {"verb": OPERATIONS[operation]["done"], "count": done},
+                messages.SUCCESS,
+            )
+        for text in errors[:MAX_ERROR_MESSAGES]:
+            self.message_user(request, text, messages.ERROR)
+        if len(errors) > MAX_ERROR_MESSAGES:
+            self.message_user(
+                request,
+                _("…and %(count)d more refused.") % {"count": len(errors) - MAX_ERROR_MESSAGES},
+                messages.ERROR,
+            )
+        return None
+
+    def _operate(
+        self, request: HttpRequest, row: Execution, operation: str, *, reason: str = ""
+    ) -> tuple[bool, str]:
+        """Run one operation through services; log it. Returns (done, message)."""
+        from . import services
+        from .exceptions import ReactorError
+
+        try:
+            if operation == "cancel":
+                handle = services.cancel(row.id, reason=reason or "cancelled from the admin")
+                message = f"Cancel requested: {handle.status}"
+                if reason:
+                    message += f" ({reason})"
+            elif operation == "undo":
+                handle = services.undo(row.id)
+                message = f"Undone: {handle.status}"
+            elif operation == "retry":
+                outcome = services.retry(row.id)
+                message = f"Retried as {outcome.execution_id}"
+            else:  # pragma: no cover - the URLs name only these
+                raise ValueError(operation)
+        except (ReactorError, LookupError) as exc:
+            return False, f"{row}: {exc}"
+        self.log_change(request, row, message)
+        return True, message
+
+    def _confirmation(
+        self, request: HttpRequest, queryset: QuerySet[Execution], operation: str
+    ) -> TemplateResponse:
+        opts = self.model._meta
+        by_status = (
+            queryset.order_by()
+            .values("status")
+            .annotate(count=Count("pk"))
+            .order_by("-count", "status")
+        )
+        labels = dict(ExecutionStatus.choices)
+        states = [
+            {"status": s["status"], "label": labels.get(s["status"], s["status"]), **s}
+            for s in by_status
+        ]
+        count = sum(int(s["count"]) for s in by_status)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": OPERATIONS[operation]["title"],
+            "opts": opts,
+            "operation": operation,
+            "description": OPERATIONS[operation]["description"],
+            "button": OPERATIONS[operation]["button"],
+            "count": count,
+            "states": states,
+            "sample": [
+                {"row": row, "badge": status_badge(row.status, row.get_status_display())}
+                for row in queryset[:CONFIRMATION_SAMPLE]
+            ],
+            "more": max(count - CONFIRMATION_SAMPLE, 0),
+            "select_across": request.POST.get("select_across") == "1",
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "action": request.POST.get("action", ""),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request, "admin/django_reactor/execution/action_confirmation.html", context
+        )
+
+    # -- detail page
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context.update(self._detail(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _detail(self, request: HttpRequest, obj: Execution) -> dict[str, Any]:
+        from . import registry, services
+        from .engine.outcomes import ErrorInfo
+        from .exceptions import ReactorNotRegistered
+        from .handle import StepView
+
+        records = list(StepRecord.objects.filter(execution=obj).order_by("seq"))
+        events = list(ExecutionEvent.objects.filter(execution=obj).order_by("seq"))
+        interrupts = list(Interrupt.objects.filter(execution=obj).order_by("id"))
+        children = list(
+            Execution.objects.filter(parent=obj)
+            .order_by("created_at")
+            .only("id", "reactor", "status", "parent_step", "detached", "created_at")
+        )
+        retried_as = Execution.objects.filter(retry_of=obj).only("id", "status").first()
+
+        graph = ""
+        graph_problem = ""
+        definition = None
+        try:
+            definition = registry.get(obj.reactor).definition
+        except ReactorNotRegistered as exc:
+            graph_problem = str(exc)
+        if definition is not None:
+            try:
+                from .graph import render_svg, step_states
+            except ImportError:
+                graph_problem = "the graph renderer (django_reactor.graph) is not available"
+            else:
+                graph = render_svg(definition, step_states(obj, records))
+
+        steps = []
+        for record in records:
+            view = StepView.from_row(record)
+            steps.append(
+                {
+                    "view": view,
+                    "badge": status_badge(view.status, record.get_status_display()),
+                    "rollback_label": record.get_rollback_display(),
+                    "arguments": short_json(view.arguments, 120),
+                    "result": "" if view.result is None else short_json(view.result, 120),
+                    "error": str(view.error) if view.error else "",
+                    "rollback_error": (view.rollback_error or {}).get("message", "")
+                    if view.rollback_error
+                    else "",
+                    "duration": format_duration(view.started_at, view.finished_at),
+                }
+            )
+        labels = dict(EventKind.choices)
+        trace = []
+        for event in events:
+            css = (
+                "fail"
+                if event.kind in FAILURE_EVENTS
+                else "rollback"
+                if event.kind in ROLLBACK_EVENTS
+                else "complete"
+                if event.kind == EventKind.COMPLETE
+                else ""
+            )
+            trace.append(
+                {
+                    "event": event,
+                    "label": labels.get(event.kind, event.kind),
+                    "css": css,
+                    "data": short_json(event.data, 160) if event.data else "",
+                }
+            )
+
+        can_resume = self.has_resume_interrupt_permission(request, obj)
+        waiting = [
+            {
+                "row": i,
+                "badge": status_badge(i.status, i.get_status_display()),
+                "resume_url": reverse(
+                    f"admin:{APP}_execution_resume", args=[quote(str(obj.pk)), i.step]
+                ),
+            }
+            for i in interrupts
+        ]
+        composed_child = obj.parent_id is not None and not obj.detached
+        buttons = []
+        if not composed_child:
+            if obj.status in services.CANCELLABLE and self.has_cancel_execution_permission(
+                request, obj
+            ):
+                buttons.append(("cancel", _("Cancel"), _("Stop the run without rolling back.")))
+            if obj.status in services.UNDOABLE and self.has_undo_execution_permission(request, obj):
+                buttons.append(("undo", _("Undo"), _("Roll back every completed step.")))
+        if (
+            obj.status == ExecutionStatus.FAILED
+            and obj.parent_id is None
+            and retried_as is None
+            and self.has_retry_execution_permission(request, obj)
+        ):
+            buttons.append(("retry", _("Retry"), _("Run it again as a new execution.")))
+        failure = ErrorInfo.from_dict(obj.failure) if obj.failure else None
+        return {
+            "reactor_graph": graph,
+            "reactor_graph_problem": graph_problem,
+            "reactor_steps": steps,
+            "reactor_trace": trace,
+            "reactor_failure": failure,
+            "reactor_failure_fields": _failure_fields(failure),
+            "reactor_interrupts": waiting,
+            "reactor_can_resume": can_resume and obj.status == ExecutionStatus.PAUSED,
+            "reactor_children": [
+                {"row": c, "badge": status_badge(c.status, c.get_status_display())}
+                for c in children
+            ],
+            "reactor_retried_as": retried_as,
+            "reactor_buttons": [
+                {
+                    "name": name,
+                    "label": label,
+                    "help": help_text,
+                    "url": reverse(f"admin:{APP}_execution_{name}", args=[quote(str(obj.pk))]),
+                }
+                for name, label, help_text in buttons
+            ],
+            "reactor_status_badge": status_badge(obj.status, obj.get_status_display()),
+        }
+
+    # -- custom URLs
+    def get_urls(self) -> list[URLPattern]:
+        def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+            def call(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+                return view(request, *args, **kwargs)
+
+            # Services refuse to run step code inside a request's transaction (ATOMIC_REQUESTS).
+            return self.admin_site.admin_view(transaction.non_atomic_requests(call))
+
+        name = f"{APP}_execution"
+        custom = [
+            path("parked/", wrap(self.parked_view), name=f"{name}_parked"),
+            path("<path:object_id>/cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
+            path("<path:object_id>/undo/", wrap(self.undo_view), name=f"{name}_undo"),
+            path("<path:object_id>/retry/", wrap(self.retry_view), name=f"{name}_retry"),
+            path(
+                "<path:object_id>/resume/<str:step>/",
+                wrap(self.resume_view),
+                name=f"{name}_resume",
+            ),
+        ]
+        return custom + super().get_urls()
+
+    def _get_run(self, request: HttpRequest, object_id: str) -> Execution:
+        try:
+            obj = self.get_object(request, unquote(object_id))
+        except ValueError:
+            obj = None
+        if obj is None:
+            raise Http404(f"no execution with id {object_id!r}")
+        return obj
+
+    def _single(
+        self, request: HttpRequest, object_id: str, operation: str, allowed: bool
+    ) -> HttpResponse:
+        if not allowed:
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        row = self._get_run(request, object_id)
+        reason = request.POST.get("reason", "").strip()[:500]
+        ok, text = self._operate(request, row, operation, reason=reason)
+        self.message_user(request, text, messages.SUCCESS if ok else messages.ERROR)
+        if ok and operation == "retry":
+            retried = Execution.objects.filter(retry_of=row).only("id").first()
+            if retried is not None:
+                return redirect(
+                    reverse(f"admin:{APP}_execution_change", args=[quote(str(retried.pk))])
+                )
+        return redirect(reverse(f"admin:{APP}_execution_change", args=[quote(str(row.pk))]))
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        allowed = self.has_cancel_execution_permission(request)
+        return self._single(request, object_id, "cancel", allowed)
+
+    def undo_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._single(request, object_id, "undo", self.has_undo_execution_permission(request))
+
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        allowed = self.has_retry_execution_permission(request)
+        return self._single(request, object_id, "retry", allowed)
+
+    def resume_view(self, request: HttpRequest, object_id: str, step: str) -> HttpResponse:
+        from . import registry, services
+        from .exceptions import (
+            AlreadyResumed,
+            InterruptClosed,
+            InvalidPayload,
+            NotWaiting,
+            ReactorError,
+            ReactorNotRegistered,
+        )
+
+        if not self.has_resume_interrupt_permission(request):
+            raise PermissionDenied
+        if request.method not in ("GET", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        row = self._get_run(request, object_id)
+        change_url = reverse(f"admin:{APP}_execution_change", args=[quote(str(row.pk))])
+        interrupt = Interrupt.objects.filter(execution=row, step=step).first()
+        if interrupt is None:
+            raise Http404(f"execution {row.id} has no interrupt {step!r}")
+        serializer_class = None
+        definition_problem = ""
+        try:
+            spec = registry.get(row.reactor).definition.by_name.get(step)
+            if spec is not None and spec.interrupt is not None:
+                serializer_class = spec.interrupt.payload
+            else:
+                definition_problem = f"{step!r} is no longer an interrupt of {row.reactor}"
+        except ReactorNotRegistered as exc:
+            definition_problem = str(exc)
+        example = serializer_example(serializer_class()) if serializer_class else {}
+        initial = {
+            "payload": json.dumps(example, indent=2),
+            "background": interrupt.resume_mode == "background",
+        }
+        payload_errors: list[tuple[str, str]] = []
+        if request.method == "POST":
+            form = ResumeForm(request.POST, initial=initial)
+            if form.is_valid():
+                try:
+                    services.resume_interrupt(
+                        row.id,
+                        step=step,
+                        payload=form.cleaned_data["payload"],
+                        background=form.cleaned_data["background"],
+                    )
+                except InvalidPayload as exc:
+                    payload_errors = flatten_errors(exc.errors)
+                    for field_path, message in payload_errors:
+                        form.add_error(
+                            "payload", f"{field_path}: {message}" if field_path else message
+                        )
+                    limit = f" of {exc.max_attempts}" if exc.max_attempts else ""
+                    self.log_change(
+                        request,
+                        row,
+                        f"Invalid payload for interrupt {step!r} (attempt {exc.attempts}{limit})",
+                    )
+                    if exc.run_failed:
+                        self.message_user(request, str(exc), messages.ERROR)
+                        return redirect(change_url)
+                    self.message_user(
+                        request,
+                        _(
+                            "The payload was refused (invalid payload %(attempts)s%(limit)s); "
+                            "the run stays paused."
+                        )
+                        % {"attempts": exc.attempts, "limit": limit},
+                        messages.WARNING,
+                    )
+                    interrupt.refresh_from_db()
+                except AlreadyResumed as exc:
+                    self.message_user(request, str(exc), messages.WARNING)
+                    return redirect(change_url)
+                except (InterruptClosed, NotWaiting, ReactorError, LookupError) as exc:
+                    self.message_user(request, str(exc), messages.ERROR)
+                    return redirect(change_url)
+                else:
+                    status = (
+                        Execution.objects.filter(pk=row.pk).values_list("status", flat=True).get()
+                    )
+                    label = dict(ExecutionStatus.choices).get(status, status)
+                    self.log_change(request, row, f"Resumed interrupt {step!r}")
+                    self.message_user(
+                        request,
+                        _("Payload accepted for %(step)s; the run is now %(status)s.")
+                        % {"step": step, "status": str(label).lower()},
+                        messages.SUCCESS,
+                    )
+                    return redirect(change_url)
+        else:
+            form = ResumeForm(initial=initial)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Resume %(step)s") % {"step": step},
+            "opts": self.model._meta,
+            "original": row,
+            "change_url": change_url,
+            "interrupt": interrupt,
+            "interrupt_badge": status_badge(interrupt.status, interrupt.get_status_display()),
+            "waiting": interrupt.status == InterruptStatus.WAITING,
+            "form": form,
+            "payload_errors": payload_errors,
+            "fields": serializer_help(serializer_class),
+            "serializer_name": serializer_class.__name__ if serializer_class else "",
+            "definition_problem": definition_problem,
+            "status_badge": status_badge(row.status, row.get_status_display()),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/django_reactor/execution/resume.html", context)
+
+    def parked_view(self, request: HttpRequest) -> HttpResponse:
+        """Runs waiting: at interrupts, and pending until a wake-up (retry backoff, async unit)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        waiting = (
+            Interrupt.objects.filter(status=InterruptStatus.WAITING)
+            .select_related("execution")
+            .only(
+                "id",
+                "step",
+                "correlation_id",
+                "expires_at",
+                "invalid_attempts",
+                "max_attempts",
+                "resume_mode",
+                "created_at",
+                "execution__id",
+                "execution__reactor",
+                "execution__status",
+                "execution__updated_at",
+            )
+            .order_by("created_at", "id")
+        )
+        last = ExecutionEvent.objects.filter(execution=OuterRef("pk")).order_by("-seq")
+        pending = (
+            Execution.objects.filter(status=ExecutionStatus.PENDING)
+            .annotate(
+                last_kind=Subquery(last.values("kind")[:1]),
+                last_data=Subquery(last.values("data")[:1]),
+            )
+            .filter(Q(wake_at__isnull=False) | Q(last_kind=EventKind.PARK))
+            .only("id", "reactor", "status", "current_step", "updated_at", "wake_at")
+            .order_by(F("wake_at").asc(nulls_last=True), "updated_at")
+        )
+        interrupts_page = Paginator(waiting, self.list_per_page).get_page(request.GET.get("ip"))
+        pending_page = Paginator(pending, self.list_per_page).get_page(request.GET.get("pp"))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Parked executions"),
+            "opts": self.model._meta,
+            "interrupts_page": interrupts_page,
+            "interrupts": [
+                {
+                    "row": i,
+                    "reactor": short_reactor(i.execution.reactor),
+                    "link": execution_link(i.execution_id),
+                }
+                for i in interrupts_page
+            ],
+            "pending_page": pending_page,
+            "pending": [
+                {
+                    "row": e,
+                    "reactor": short_reactor(e.reactor),
+                    "link": execution_link(e.id),
+                    "waits_for": _waits_for(e),
+                }
+                for e in pending_page
+            ],
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/django_reactor/execution/parked.html", context)
+
+
+def _waits_for(row: Any) -> str:
+    data = row.last_data or {}
+    if row.last_kind == EventKind.PARK:
+        if "waiting_for" in data:
+            return f"async unit {data['waiting_for']}"
+        if "child_step" in data:
+            return f"composed child at {data['child_step']} ({data.get('reason', '')})".replace(
+                " ()", ""
+            )
+        return "an async result"
+    if row.last_kind == EventKind.RETRY:
+        return "its next attempt"
+    return "its wake-up time"
+
+
+def _failure_fields(failure: Any) -> list[tuple[Any, Any]]:
+    if failure is None:
+        return []
+    rows: list[tuple[Any, Any]] = [(_("kind"), failure.kind)]
+    if failure.step:
+        rows.append((_("step"), failure.step))
+    if failure.exception_class:
+        rows.append((_("exception"), failure.exception_class))
+    if failure.attempts:
+        rows.append((_("attempts"), failure.attempts))
+    rows.append((_("message"), failure.message))
+    if failure.field_errors:
+        rows.append((_("field errors"), short_json(failure.field_errors, 400)))
+    if failure.arguments:
+        rows.append((_("arguments"), short_json(failure.arguments, 400)))
+    return rows
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str, ensure_ascii=False)
+
+
+OPERATIONS: dict[str, dict[str, Any]] = {
+    "cancel": {
+        "title": _("Cancel executions"),
+        "button": _("Yes, cancel them"),
+        "done": _("Cancelled"),
+        "description": _(
+            "Each run stops without rolling anything back (undo it for that). A run a live "
+            "process is executing is asked to stop after its current step; finished runs are "
+            "refused one by one."
+        ),
+    },
+    "undo": {
+        "title": _("Undo executions"),
+        "button": _("Yes, undo them"),
+        "done": _("Undid"),
+        "description": _(
+            "Each run's completed steps are rolled back, newest first, in this request; the run "
+            "ends cancelled (failed if a step had failed). Runs that cannot be undone are "
+            "refused one by one."
+        ),
+    },
+    "retry": {
+        "title": _("Retry executions"),
+        "button": _("Yes, retry them"),
+        "done": _("Retried"),
+        "description": _(
+            "Each failed run starts again as a new execution linked to it, from the first step "
+            "with the stored inputs. Only failed runs that were not retried yet qualify."
+        ),
+    },
+}
+
+
+# ---------------------------------------------------------------------------- other tables
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Interrupt)
+class InterruptAdmin(_ReadOnlyAdmin):
+    """Interrupts runs reached, read-only (resume a run from its execution page)."""
+
+    list_display = (
+        "step",
+        "run",
+        "reactor_name",
+        "status_badge",
+        "correlation_id",
+        "attempts",
+        "expires_at",
+        "created_at",
+        "closed_at",
+    )
+    list_filter = ("status", "reactor", "created_at")
+    date_hierarchy = "created_at"
+    search_fields = ("=correlation_id", "=step")
+    show_full_result_count = False
+    exclude = ("token_hash",)
+
+    @admin.display(description=_("execution"), ordering="execution_id")
+    def run(self, obj: Interrupt) -> SafeString:
+        return execution_link(obj.execution_id)
+
+    @admin.display(description=_("reactor"), ordering="reactor")
+    def reactor_name(self, obj: Interrupt) -> SafeString:
+        return short_reactor(obj.reactor)
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, obj: Interrupt) -> SafeString:
+        return status_badge(obj.status, obj.get_status_display())
+
+    @admin.display(description=_("invalid payloads"))
+    def attempts(self, obj: Interrupt) -> str:
+        limit = f" / {obj.max_attempts}" if obj.max_attempts else ""
+        return f"{obj.invalid_attempts}{limit}"
+
+
+class SentFilter(admin.SimpleListFilter):
+    title = _("sent")
+    parameter_name = "sent"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, Any]]:
+        return [("yes", _("Sent")), ("no", _("Not sent"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "yes":
+            return queryset.filter(sent_at__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(sent_at__isnull=True)
+        return queryset
+
+
+@admin.register(Dispatch)
+class DispatchAdmin(_ReadOnlyAdmin):
+    """The outbox of Celery tasks, read-only: unsent rows show what a crash left behind."""
+
+    list_display = ("id", "run", "reason", "not_before", "created_at", "sent_at")
+    list_filter = ("reason", SentFilter, "created_at")
+    date_hierarchy = "created_at"
+    search_fields = ("=execution__id",)
+    show_full_result_count = False
+
+    @admin.display(description=_("execution"), ordering="execution_id")
+    def run(self, obj: Dispatch) -> SafeString:
+        return execution_link(obj.execution_id)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Dispatch], search_term: str
+    ) -> tuple[QuerySet[Dispatch], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(execution_id=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.none(), False

@@ -1,0 +1,79 @@
+"""Reactors for the admin tests: one per status an operator meets, and a composed one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from django_reactor import Failure, Halt, Reactor, Step, arg, compose, interrupt, step
+
+# Step names that misbehave; tests set and clear it.
+TRIGGERS: set[str] = set()
+
+
+class Booked(Step):
+    """Completes, with an undo (so undo has something to roll back)."""
+
+    def run(self, **arguments: Any) -> Any:
+        # Never echo the card: results are stored as returned (only arguments are redacted).
+        return {"step": self.context.step, **{k: v for k, v in arguments.items() if k != "card"}}
+
+    def undo(self, result: Any, **arguments: Any) -> Any:
+        if "undo-fails" in TRIGGERS:
+            return Failure("the refund service is down")
+        return None
+
+
+class Booking(Reactor):
+    """reserve -> charge -> confirm; ``charge`` can be made to raise or halt."""
+
+    class Inputs(serializers.Serializer):
+        guest = serializers.CharField()
+        card = serializers.CharField(write_only=True)
+
+    reserve = step(Booked, guest=arg.input("guest"), card=arg.input("card"))
+
+    @step(wait_for=["reserve"])
+    def charge() -> Any:
+        if "charge" in TRIGGERS:
+            raise RuntimeError("card declined <script>alert(1)</script>")
+        if "halt" in TRIGGERS:
+            return Halt("manual review")
+        return {"charged": True}
+
+    confirm = step(Booked, wait_for=["charge"])
+
+
+class Approval(serializers.Serializer):
+    approved = serializers.BooleanField(help_text="Whether the refund may go ahead.")
+    note = serializers.CharField(max_length=20, required=False, default="")
+
+
+class Refund(Reactor):
+    """Pauses for an approval (two invalid payloads fail it)."""
+
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+
+    request = step(Booked, order=arg.input("order"))
+    approval = interrupt(
+        after=["request"],
+        payload=Approval,
+        correlation_id=lambda run: f"refund-{run.inputs['order']}",
+        max_attempts=2,
+    )
+    pay = step(Booked, approved=arg.result("approval", "approved"))
+
+
+class Label(Reactor):
+    pack = step(Booked)
+    label = step(Booked, wait_for=["pack"])
+
+
+class Shipment(Reactor):
+    """A composed child run as step ``ship``."""
+
+    prepare = step(Booked)
+    ship = compose(Label, wait_for=["prepare"])
+    notify = step(Booked, wait_for=["ship"])

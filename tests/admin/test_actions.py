@@ -1,0 +1,332 @@
+"""Operator actions: permissions, CSRF, bulk actions with confirmation, buttons, resume form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.messages import get_messages
+from django.test import Client
+from django.urls import reverse
+
+from django_reactor.models import Execution, Interrupt
+from django_reactor.states import ExecutionStatus, InterruptStatus
+from tests.admin.reactors import TRIGGERS, Booking, Refund
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHANGELIST = reverse("admin:django_reactor_execution_changelist")
+
+
+def url(name: str, *args: Any) -> str:
+    return reverse(f"admin:django_reactor_execution_{name}", args=[str(a) for a in args])
+
+
+def status(execution_id: Any) -> str:
+    return Execution.objects.get(pk=execution_id).status
+
+
+def log_messages(execution_id: Any) -> list[str]:
+    return list(
+        LogEntry.objects.filter(object_id=str(execution_id), action_flag=CHANGE)
+        .order_by("id")
+        .values_list("change_message", flat=True)
+    )
+
+
+def texts(response: Any) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def failed_run() -> Any:
+    TRIGGERS.add("charge")
+    outcome = Booking.run({"guest": "ann", "card": "4111"})
+    TRIGGERS.discard("charge")
+    assert outcome.status == ExecutionStatus.FAILED
+    return outcome.execution_id
+
+
+# ---------------------------------------------------------------------------- permissions
+
+
+def test_a_viewer_sees_no_buttons_and_no_actions(client_viewer: Client) -> None:
+    paused = Refund.run({"order": "V1"}).execution_id
+
+    detail = client_viewer.get(url("change", paused)).content.decode()
+    changelist = client_viewer.get(CHANGELIST).content.decode()
+
+    assert 'id="reactor-actions"' not in detail
+    assert url("resume", paused, "approval") not in detail
+    assert 'name="action"' not in changelist
+    assert "cancel_selected" not in changelist
+
+
+@pytest.mark.parametrize("name", ["cancel", "undo", "retry"])
+def test_a_viewer_is_refused_the_action_urls(client_viewer: Client, name: str) -> None:
+    run = Refund.run({"order": f"V-{name}"}).execution_id
+
+    assert client_viewer.post(url(name, run)).status_code == 403
+    assert client_viewer.get(url(name, run)).status_code == 403
+    assert status(run) == ExecutionStatus.PAUSED
+
+
+def test_a_viewer_is_refused_the_resume_form(client_viewer: Client) -> None:
+    run = Refund.run({"order": "V2"}).execution_id
+    resume = url("resume", run, "approval")
+
+    assert client_viewer.get(resume).status_code == 403
+    assert client_viewer.post(resume, {"payload": '{"approved": true}'}).status_code == 403
+    assert status(run) == ExecutionStatus.PAUSED
+
+
+def test_a_viewer_cannot_run_a_bulk_action_by_hand(client_viewer: Client) -> None:
+    run = Refund.run({"order": "V3"}).execution_id
+
+    client_viewer.post(
+        CHANGELIST, {"action": "cancel_selected", "_selected_action": [str(run)], "post": "yes"}
+    )
+
+    assert status(run) == ExecutionStatus.PAUSED
+    assert log_messages(run) == []
+
+
+def test_action_urls_take_post_only_and_check_csrf(operator: Any) -> None:
+    run = Refund.run({"order": "X1"}).execution_id
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+
+    assert client.get(url("cancel", run)).status_code == 405
+    assert client.post(url("cancel", run)).status_code == 403  # no CSRF token
+    assert status(run) == ExecutionStatus.PAUSED
+
+
+# ---------------------------------------------------------------------------- bulk actions
+
+
+def test_bulk_cancel_confirms_then_cancels_each_run_and_logs_it(client_operator: Client) -> None:
+    paused = [Refund.run({"order": f"B{i}"}).execution_id for i in range(2)]
+    completed = Booking.run({"guest": "ann", "card": "4111"}).execution_id
+    selected = [str(i) for i in [*paused, completed]]
+
+    confirm = client_operator.post(
+        CHANGELIST, {"action": "cancel_selected", "_selected_action": selected}
+    )
+
+    assert confirm.status_code == 200
+    html = confirm.content.decode()
+    assert "3 executions selected." in html
+    assert 'id="reactor-confirm-states"' in html
+    assert "reactor-badge-paused" in html
+    assert "reactor-badge-completed" in html
+    assert all(status(i) == ExecutionStatus.PAUSED for i in paused)
+
+    done = client_operator.post(
+        CHANGELIST,
+        {
+            "action": "cancel_selected",
+            "_selected_action": selected,
+            "post": "yes",
+            "reason": "duplicate orders",
+        },
+    )
+
+    assert done.status_code == 302
+    assert all(status(i) == ExecutionStatus.CANCELLED for i in paused)
+    assert status(completed) == ExecutionStatus.COMPLETED
+    messages = texts(done)
+    assert "Cancelled 2 executions." in messages
+    assert any(str(completed) in m and "completed" in m for m in messages)
+    for run in paused:
+        assert log_messages(run) == ["Cancel requested: cancelled (duplicate orders)"]
+    assert log_messages(completed) == []
+
+
+def test_bulk_cancel_across_every_page_uses_the_changelist_filters(
+    client_operator: Client,
+) -> None:
+    paused = [Refund.run({"order": f"S{i}"}).execution_id for i in range(3)]
+    completed = Booking.run({"guest": "ann", "card": "4111"}).execution_id
+
+    confirm = client_operator.post(
+        f"{CHANGELIST}?status__exact=paused",
+        {"action": "cancel_selected", "select_across": "1", "_selected_action": [str(paused[0])]},
+    )
+    assert "3 executions selected." in confirm.content.decode()
+    assert 'name="select_across" value="1"' in confirm.content.decode()
+
+    client_operator.post(
+        f"{CHANGELIST}?status__exact=paused",
+        {
+            "action": "cancel_selected",
+            "select_across": "1",
+            "_selected_action": [str(paused[0])],  # as the confirmation page posts it
+            "post": "yes",
+        },
+    )
+
+    assert [status(i) for i in paused] == [ExecutionStatus.CANCELLED] * 3
+    assert status(completed) == ExecutionStatus.COMPLETED
+
+
+def test_bulk_undo_rolls_back_and_logs(client_operator: Client) -> None:
+    runs = [Booking.run({"guest": f"g{i}", "card": "1"}).execution_id for i in range(2)]
+
+    done = client_operator.post(
+        CHANGELIST,
+        {"action": "undo_selected", "_selected_action": [str(i) for i in runs], "post": "yes"},
+    )
+
+    assert [status(i) for i in runs] == [ExecutionStatus.CANCELLED] * 2
+    assert "Undid 2 executions." in texts(done)
+    assert log_messages(runs[0]) == ["Undone: cancelled"]
+
+
+def test_bulk_retry_starts_new_runs_and_refuses_others(client_operator: Client) -> None:
+    failed = failed_run()
+    completed = Booking.run({"guest": "ann", "card": "4111"}).execution_id
+
+    done = client_operator.post(
+        CHANGELIST,
+        {
+            "action": "retry_selected",
+            "_selected_action": [str(failed), str(completed)],
+            "post": "yes",
+        },
+    )
+
+    retry = Execution.objects.get(retry_of_id=failed)
+    assert retry.status == ExecutionStatus.COMPLETED
+    messages = texts(done)
+    assert "Retried 1 execution." in messages
+    assert any("only failed runs are retried" in m for m in messages)
+    assert log_messages(failed) == [f"Retried as {retry.id}"]
+
+
+# ---------------------------------------------------------------------------- buttons
+
+
+def test_the_cancel_button(client_operator: Client) -> None:
+    run = Refund.run({"order": "C1"}).execution_id
+
+    response = client_operator.post(url("cancel", run), {"reason": "customer called"})
+
+    assert response.status_code == 302
+    assert response["Location"] == url("change", run)
+    assert status(run) == ExecutionStatus.CANCELLED
+    assert Execution.objects.get(pk=run).cancel_reason == "customer called"
+    assert log_messages(run) == ["Cancel requested: cancelled (customer called)"]
+
+
+def test_the_undo_button(client_operator: Client) -> None:
+    run = Booking.run({"guest": "ann", "card": "4111"}).execution_id
+
+    client_operator.post(url("undo", run))
+
+    assert status(run) == ExecutionStatus.CANCELLED
+    assert log_messages(run) == ["Undone: cancelled"]
+
+
+def test_the_retry_button_goes_to_the_new_run(client_operator: Client) -> None:
+    run = failed_run()
+
+    response = client_operator.post(url("retry", run))
+
+    retry = Execution.objects.get(retry_of_id=run)
+    assert response["Location"] == url("change", retry.id)
+    assert log_messages(run) == [f"Retried as {retry.id}"]
+
+
+def test_a_refused_button_says_why(client_operator: Client) -> None:
+    run = Booking.run({"guest": "ann", "card": "4111"}).execution_id
+
+    response = client_operator.post(url("retry", run))
+
+    assert status(run) == ExecutionStatus.COMPLETED
+    assert any("only failed runs are retried" in m for m in texts(response))
+    assert log_messages(run) == []
+
+
+# ---------------------------------------------------------------------------- resume
+
+
+def test_the_resume_form_shows_the_interrupt_and_an_example_payload(
+    client_operator: Client,
+) -> None:
+    run = Refund.run({"order": "R1"}).execution_id
+
+    html = client_operator.get(url("resume", run, "approval")).content.decode()
+
+    assert "refund-R1" in html
+    assert "Whether the refund may go ahead." in html
+    assert "&quot;approved&quot;: false" in html
+    assert 'id="reactor-attempts">0 / 2<' in html
+
+
+def test_resume_with_a_valid_payload_completes_the_run(client_operator: Client) -> None:
+    run = Refund.run({"order": "R2"}).execution_id
+
+    response = client_operator.post(
+        url("resume", run, "approval"), {"payload": '{"approved": true, "note": "ok"}'}
+    )
+
+    assert response.status_code == 302
+    assert status(run) == ExecutionStatus.COMPLETED
+    assert Interrupt.objects.get(execution_id=run).status == InterruptStatus.RESUMED
+    assert "Payload accepted for approval; the run is now completed." in texts(response)
+    assert log_messages(run) == ["Resumed interrupt 'approval'"]
+
+    again = client_operator.post(url("resume", run, "approval"), {"payload": '{"approved": 1}'})
+    assert again.status_code == 302
+    assert texts(again)  # refused with a message (already resumed)
+    assert log_messages(run) == ["Resumed interrupt 'approval'"]
+
+
+def test_an_invalid_payload_shows_field_errors_and_counts(client_operator: Client) -> None:
+    run = Refund.run({"order": "R3"}).execution_id
+    resume = url("resume", run, "approval")
+
+    response = client_operator.post(resume, {"payload": '{"note": "far too long for the field"}'})
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="reactor-payload-errors"' in html
+    assert "<code>approved</code>: This field is required." in html
+    assert "<code>note</code>:" in html
+    assert 'id="reactor-attempts">1 / 2<' in html
+    assert status(run) == ExecutionStatus.PAUSED
+    assert log_messages(run) == ["Invalid payload for interrupt 'approval' (attempt 1 of 2)"]
+
+    last = client_operator.post(resume, {"payload": "{}"})
+
+    assert last.status_code == 302
+    assert status(run) == ExecutionStatus.FAILED
+    assert any("the run was undone and failed" in m for m in texts(last))
+
+
+def test_malformed_json_is_refused_by_the_form_without_counting(client_operator: Client) -> None:
+    run = Refund.run({"order": "R4"}).execution_id
+
+    for text in ("{not json", "[1, 2]"):
+        response = client_operator.post(url("resume", run, "approval"), {"payload": text})
+        assert response.status_code == 200
+        assert "errorlist" in response.content.decode()
+
+    assert Interrupt.objects.get(execution_id=run).invalid_attempts == 0
+    assert log_messages(run) == []
+
+
+def test_resume_in_the_background_hands_the_run_to_a_worker(client_operator: Client) -> None:
+    run = Refund.run({"order": "R5"}).execution_id
+
+    client_operator.post(
+        url("resume", run, "approval"), {"payload": '{"approved": true}', "background": "on"}
+    )
+
+    assert status(run) == ExecutionStatus.PENDING
+    assert Interrupt.objects.get(execution_id=run).status == InterruptStatus.RESUMED
+
+
+def test_an_unknown_interrupt_is_not_found(client_operator: Client) -> None:
+    run = Refund.run({"order": "R6"}).execution_id
+    assert client_operator.get(url("resume", run, "nope")).status_code == 404
