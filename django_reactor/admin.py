@@ -22,19 +22,13 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import (
-    Case,
     Count,
-    Exists,
     F,
-    IntegerField,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
-    Value,
-    When,
 )
-from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -230,13 +224,11 @@ class ReactorListFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         from . import registry
 
+        # The registered reactors (a DISTINCT over the runs would read every row), plus the one
+        # chosen, should it be gone from the code.
         names = set(registry.all_reactors())
-        names.update(
-            model_admin.get_queryset(request)
-            .order_by()
-            .values_list("reactor", flat=True)
-            .distinct()[:200]
-        )
+        if self.value():
+            names.add(str(self.value()))
         return [(name, name.rsplit(".", 1)[-1]) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -258,22 +250,6 @@ class ExecutionChangeList(ChangeList):
         )
 
 
-def _interrupt_correlation() -> Subquery:
-    """The correlation id of the run's waiting interrupt, else of its last one."""
-    return Subquery(
-        Interrupt.objects.filter(execution=OuterRef("pk"), correlation_id__isnull=False)
-        .annotate(
-            waiting_first=Case(
-                When(status=InterruptStatus.WAITING, then=Value(0)),
-                default=Value(1),
-                output_field=IntegerField(),
-            )
-        )
-        .order_by("waiting_first", "-id")
-        .values("correlation_id")[:1]
-    )
-
-
 @admin.register(Execution)
 class ExecutionAdmin(admin.ModelAdmin):
     """Runs, read-only; cancel, undo, retry and resume through ``services``."""
@@ -289,8 +265,8 @@ class ExecutionAdmin(admin.ModelAdmin):
         "duration",
     )
     list_display_links = ("run",)
+    # No date_hierarchy: its DISTINCT over every run's date is a full scan of 100,000 rows.
     list_filter = (ReactorListFilter, "status", "created_at")
-    date_hierarchy = "created_at"
     search_fields = ("=id", "=idempotency_key", "=interrupts__correlation_id")
     search_help_text = _("An execution id, an idempotency key or a correlation id (exact).")
     list_select_related = False
@@ -379,14 +355,6 @@ class ExecutionAdmin(admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ExecutionChangeList
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Execution]:
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(interrupt_correlation=_interrupt_correlation())
-            .annotate(correlation=Coalesce(F("interrupt_correlation"), F("correlation_id")))
-        )
-
     @admin.display(description=_("run"), ordering="id")
     def run(self, obj: Execution) -> str:
         return str(obj.id)[:8]
@@ -399,9 +367,10 @@ class ExecutionAdmin(admin.ModelAdmin):
     def status_badge(self, obj: Execution) -> SafeString:
         return status_badge(obj.status, obj.get_status_display())
 
-    @admin.display(description=_("correlation id"))
+    @admin.display(description=_("correlation id"), ordering="correlation_id")
     def correlation(self, obj: Execution) -> str:
-        return getattr(obj, "correlation", None) or obj.correlation_id or ""
+        # The store keeps the latest interrupt's correlation id on the run itself.
+        return obj.correlation_id or ""
 
     @admin.display(description=_("duration"))
     def duration(self, obj: Execution) -> str:
@@ -431,12 +400,14 @@ class ExecutionAdmin(admin.ModelAdmin):
             execution_id = None
         if execution_id is not None:
             return queryset.filter(pk=execution_id), False
-        # EXISTS rather than a join: one row per run, whatever its interrupts.
-        by_interrupt = Exists(
-            Interrupt.objects.filter(execution=OuterRef("pk"), correlation_id=term)
-        )
-        matches = Q(idempotency_key=term) | Q(correlation_id=term) | Q(by_interrupt)
-        return queryset.filter(matches), False
+        # Three indexed lookups rather than one OR across columns (a full scan of the runs).
+        limit = 1000
+        runs = Execution.objects.values_list("pk", flat=True)
+        ids = set(runs.filter(idempotency_key=term)[:limit])
+        ids.update(runs.filter(correlation_id=term)[:limit])
+        by_interrupt = Interrupt.objects.filter(correlation_id=term)
+        ids.update(by_interrupt.values_list("execution_id", flat=True)[:limit])
+        return queryset.filter(pk__in=ids), False
 
     # -- permissions: runs are written by the engine only
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -162,6 +162,13 @@ class Execution(models.Model):
         indexes = [
             models.Index(fields=["status", "updated_at"], name="reactor_exec_status_idx"),
             models.Index(fields=["reactor", "created_at"], name="reactor_exec_reactor_idx"),
+            # The admin's and the API's newest-first pages.
+            models.Index(fields=["created_at", "id"], name="reactor_exec_created_idx"),
+            models.Index(
+                fields=["idempotency_key"],
+                name="reactor_exec_idem_idx",
+                condition=Q(idempotency_key__isnull=False),
+            ),
             models.Index(
                 fields=["correlation_id"],
                 name="reactor_exec_corr_idx",
