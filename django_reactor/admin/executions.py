@@ -7,13 +7,11 @@ custom permission, and each change is recorded as an admin ``LogEntry``.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote, unquote
@@ -38,35 +36,23 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .display import short_json
-from .models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
-from .states import EventKind, ExecutionStatus, InterruptStatus
-
-APP = Execution._meta.app_label
-
-# Trace entries drawn in the error colour, and those drawn as rollback work.
-FAILURE_EVENTS = frozenset(
-    {
-        EventKind.FAIL,
-        EventKind.RETRY,
-        EventKind.COMPENSATE_FAILED,
-        EventKind.UNDO_FAILED,
-        EventKind.ATTENTION,
-        EventKind.ABORT,
-        EventKind.INVALID_PAYLOAD,
-        EventKind.EXPIRE,
-    }
+from ..display import short_json
+from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
+from ..states import EventKind, ExecutionStatus, InterruptStatus
+from .display import (
+    APP,
+    FAILURE_EVENTS,
+    ROLLBACK_EVENTS,
+    execution_link,
+    failure_fields,
+    flatten_errors,
+    format_duration,
+    pretty_json,
+    short_reactor,
+    status_badge,
+    waits_for,
 )
-ROLLBACK_EVENTS = frozenset(
-    {
-        EventKind.COMPENSATE,
-        EventKind.COMPENSATE_SKIPPED,
-        EventKind.UNDO,
-        EventKind.UNDO_SKIPPED,
-        EventKind.ROLLBACK,
-        EventKind.CANCEL,
-    }
-)
+from .forms import ResumeForm, serializer_example, serializer_help
 
 # At most this many per-run error messages after a bulk action (the rest are counted).
 MAX_ERROR_MESSAGES = 20
@@ -74,142 +60,6 @@ MAX_ERROR_MESSAGES = 20
 BULK_BATCH = 200
 # Rows listed on a bulk action's confirmation page (the count and the states cover the rest).
 CONFIRMATION_SAMPLE = 100
-
-
-def status_badge(status: str, label: Any = None) -> SafeString:
-    """A coloured badge for an execution, step or interrupt status."""
-    return format_html(
-        '<span class="reactor-badge reactor-badge-{}">{}</span>', status, label or status
-    )
-
-
-def short_reactor(name: str) -> SafeString:
-    """The last part of a reactor's dotted name, with the full name as its title."""
-    return format_html('<span title="{}">{}</span>', name, name.rsplit(".", 1)[-1])
-
-
-def format_duration(start: dt.datetime | None, end: dt.datetime | None) -> str:
-    """``1.2 s``, ``3 min 4 s``, ``2 h 5 min``; empty when either end is unknown."""
-    if start is None or end is None:
-        return ""
-    seconds = max((end - start).total_seconds(), 0.0)
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
-
-
-def execution_link(execution_id: Any, label: Any = None) -> SafeString:
-    url = reverse(f"admin:{APP}_execution_change", args=[quote(str(execution_id))])
-    return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
-
-
-def flatten_errors(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """Serializer errors as ``(field path, message)`` pairs, every message kept."""
-    if isinstance(errors, dict):
-        pairs: list[tuple[str, str]] = []
-        for key, value in errors.items():
-            path_ = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else key)
-            pairs.extend(flatten_errors(value, path_))
-        return pairs
-    if isinstance(errors, list | tuple):
-        if all(isinstance(item, str) for item in errors):
-            return [(prefix, str(item)) for item in errors]
-        pairs = []
-        for index, item in enumerate(errors):
-            if item:
-                pairs.extend(flatten_errors(item, f"{prefix}.{index}" if prefix else str(index)))
-        return pairs
-    return [(prefix, str(errors))]
-
-
-# ---------------------------------------------------------------------------- payload forms
-
-
-def _example_value(field: Any) -> Any:
-    """A placeholder value of the right JSON type for a DRF serializer field."""
-    from rest_framework import serializers
-
-    if isinstance(field, serializers.ListSerializer):
-        return [_example_value(field.child)]
-    if isinstance(field, serializers.BaseSerializer):
-        return serializer_example(field)
-    if isinstance(field, serializers.BooleanField):
-        return False
-    if isinstance(field, serializers.IntegerField):
-        return field.min_value if isinstance(field.min_value, int) else 0
-    if isinstance(field, serializers.FloatField | serializers.DecimalField):
-        return 0
-    if isinstance(field, serializers.ChoiceField):
-        return next(iter(field.choices), "")
-    if isinstance(field, serializers.ListField):
-        return []
-    if isinstance(field, serializers.DictField | serializers.JSONField):
-        return {}
-    return ""
-
-
-def serializer_example(serializer: Any) -> dict[str, Any]:
-    """A JSON object with every writable field of ``serializer`` (required ones first)."""
-    fields = [f for f in serializer.fields.values() if not f.read_only]
-    fields.sort(key=lambda f: not f.required)
-    return {f.field_name: _example_value(f) for f in fields}
-
-
-def serializer_help(serializer_class: type | None) -> list[dict[str, Any]]:
-    """One row per writable field: name, type, required, help text."""
-    if serializer_class is None:
-        return []
-    rows = []
-    for field in serializer_class().fields.values():
-        if field.read_only:
-            continue
-        choices = getattr(field, "choices", None)
-        rows.append(
-            {
-                "name": field.field_name,
-                "type": type(field).__name__.removesuffix("Field") or type(field).__name__,
-                "required": field.required,
-                "help_text": field.help_text or "",
-                "choices": ", ".join(str(c) for c in choices) if choices else "",
-            }
-        )
-    return rows
-
-
-class ResumeForm(forms.Form):
-    """The payload of an interrupt as a JSON object, and where the rest of the run goes."""
-
-    payload = forms.CharField(
-        label=_("Payload (JSON object)"),
-        widget=forms.Textarea(attrs={"rows": 12, "cols": 80, "class": "vLargeTextField"}),
-    )
-    background = forms.BooleanField(
-        label=_("Run the rest on a worker"),
-        required=False,
-        help_text=_(
-            "Checked: a worker runs the rest of the run and this page returns at once. "
-            "Unchecked: this request runs it."
-        ),
-    )
-
-    def clean_payload(self) -> Any:
-        text = self.cleaned_data["payload"]
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(
-                _("This is not valid JSON: %(error)s"), params={"error": exc}
-            ) from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError(_("The payload must be a JSON object ({...})."))
-        return value
 
 
 # ---------------------------------------------------------------------------- filters
@@ -222,7 +72,7 @@ class ReactorListFilter(admin.SimpleListFilter):
     parameter_name = "reactor"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from . import registry
+        from .. import registry
 
         # The registered reactors (a DISTINCT over the runs would read every row), plus the one
         # chosen, should it be gone from the code.
@@ -378,15 +228,15 @@ class ExecutionAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("inputs"))
     def redacted_inputs(self, obj: Execution) -> SafeString:
-        from .handle import ExecutionHandle
+        from ..handle import ExecutionHandle
 
-        return format_html("<pre>{}</pre>", _pretty(ExecutionHandle(obj).inputs))
+        return format_html("<pre>{}</pre>", pretty_json(ExecutionHandle(obj).inputs))
 
     @admin.display(description=_("result"))
     def result_json(self, obj: Execution) -> SafeString | str:
         if obj.result is None:
             return "-"
-        return format_html("<pre>{}</pre>", _pretty(obj.result))
+        return format_html("<pre>{}</pre>", pretty_json(obj.result))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Execution], search_term: str
@@ -496,8 +346,8 @@ class ExecutionAdmin(admin.ModelAdmin):
         self, request: HttpRequest, row: Execution, operation: str, *, reason: str = ""
     ) -> tuple[bool, str]:
         """Run one operation through services; log it. Returns (done, message)."""
-        from . import services
-        from .exceptions import ReactorError
+        from .. import services
+        from ..exceptions import ReactorError
 
         try:
             if operation == "cancel":
@@ -574,10 +424,10 @@ class ExecutionAdmin(admin.ModelAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _detail(self, request: HttpRequest, obj: Execution) -> dict[str, Any]:
-        from . import registry, services
-        from .engine.outcomes import ErrorInfo
-        from .exceptions import ReactorNotRegistered
-        from .handle import StepView
+        from .. import registry, services
+        from ..engine.outcomes import ErrorInfo
+        from ..exceptions import ReactorNotRegistered
+        from ..handle import StepView
 
         records = list(StepRecord.objects.filter(execution=obj).order_by("seq"))
         events = list(ExecutionEvent.objects.filter(execution=obj).order_by("seq"))
@@ -598,7 +448,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             graph_problem = str(exc)
         if definition is not None:
             try:
-                from .graph import render_svg, step_states
+                from ..graph import render_svg, step_states
             except ImportError:
                 graph_problem = "the graph renderer (django_reactor.graph) is not available"
             else:
@@ -676,7 +526,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             "reactor_steps": steps,
             "reactor_trace": trace,
             "reactor_failure": failure,
-            "reactor_failure_fields": _failure_fields(failure),
+            "reactor_failure_fields": failure_fields(failure),
             "reactor_interrupts": waiting,
             "reactor_can_resume": can_resume and obj.status == ExecutionStatus.PAUSED,
             "reactor_children": [
@@ -759,8 +609,8 @@ class ExecutionAdmin(admin.ModelAdmin):
         return self._single(request, object_id, "retry", allowed)
 
     def resume_view(self, request: HttpRequest, object_id: str, step: str) -> HttpResponse:
-        from . import registry, services
-        from .exceptions import (
+        from .. import registry, services
+        from ..exceptions import (
             AlreadyResumed,
             InterruptClosed,
             InvalidPayload,
@@ -924,50 +774,13 @@ class ExecutionAdmin(admin.ModelAdmin):
                     "row": e,
                     "reactor": short_reactor(e.reactor),
                     "link": execution_link(e.id),
-                    "waits_for": _waits_for(e),
+                    "waits_for": waits_for(e),
                 }
                 for e in pending_page
             ],
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/django_reactor/execution/parked.html", context)
-
-
-def _waits_for(row: Any) -> str:
-    data = row.last_data or {}
-    if row.last_kind == EventKind.PARK:
-        if "waiting_for" in data:
-            return f"async unit {data['waiting_for']}"
-        if "child_step" in data:
-            return f"composed child at {data['child_step']} ({data.get('reason', '')})".replace(
-                " ()", ""
-            )
-        return "an async result"
-    if row.last_kind == EventKind.RETRY:
-        return "its next attempt"
-    return "its wake-up time"
-
-
-def _failure_fields(failure: Any) -> list[tuple[Any, Any]]:
-    if failure is None:
-        return []
-    rows: list[tuple[Any, Any]] = [(_("kind"), failure.kind)]
-    if failure.step:
-        rows.append((_("step"), failure.step))
-    if failure.exception_class:
-        rows.append((_("exception"), failure.exception_class))
-    if failure.attempts:
-        rows.append((_("attempts"), failure.attempts))
-    rows.append((_("message"), failure.message))
-    if failure.field_errors:
-        rows.append((_("field errors"), short_json(failure.field_errors, 400)))
-    if failure.arguments:
-        rows.append((_("arguments"), short_json(failure.arguments, 400)))
-    return rows
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, default=str, ensure_ascii=False)
 
 
 OPERATIONS: dict[str, dict[str, Any]] = {
@@ -1001,97 +814,3 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         ),
     },
 }
-
-
-# ---------------------------------------------------------------------------- other tables
-
-
-class _ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-@admin.register(Interrupt)
-class InterruptAdmin(_ReadOnlyAdmin):
-    """Interrupts runs reached, read-only (resume a run from its execution page)."""
-
-    list_display = (
-        "step",
-        "run",
-        "reactor_name",
-        "status_badge",
-        "correlation_id",
-        "attempts",
-        "expires_at",
-        "created_at",
-        "closed_at",
-    )
-    list_filter = ("status", "reactor", "created_at")
-    date_hierarchy = "created_at"
-    search_fields = ("=correlation_id", "=step")
-    show_full_result_count = False
-    exclude = ("token_hash",)
-
-    @admin.display(description=_("execution"), ordering="execution_id")
-    def run(self, obj: Interrupt) -> SafeString:
-        return execution_link(obj.execution_id)
-
-    @admin.display(description=_("reactor"), ordering="reactor")
-    def reactor_name(self, obj: Interrupt) -> SafeString:
-        return short_reactor(obj.reactor)
-
-    @admin.display(description=_("status"), ordering="status")
-    def status_badge(self, obj: Interrupt) -> SafeString:
-        return status_badge(obj.status, obj.get_status_display())
-
-    @admin.display(description=_("invalid payloads"))
-    def attempts(self, obj: Interrupt) -> str:
-        limit = f" / {obj.max_attempts}" if obj.max_attempts else ""
-        return f"{obj.invalid_attempts}{limit}"
-
-
-class SentFilter(admin.SimpleListFilter):
-    title = _("sent")
-    parameter_name = "sent"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, Any]]:
-        return [("yes", _("Sent")), ("no", _("Not sent"))]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() == "yes":
-            return queryset.filter(sent_at__isnull=False)
-        if self.value() == "no":
-            return queryset.filter(sent_at__isnull=True)
-        return queryset
-
-
-@admin.register(Dispatch)
-class DispatchAdmin(_ReadOnlyAdmin):
-    """The outbox of Celery tasks, read-only: unsent rows show what a crash left behind."""
-
-    list_display = ("id", "run", "reason", "not_before", "created_at", "sent_at")
-    list_filter = ("reason", SentFilter, "created_at")
-    date_hierarchy = "created_at"
-    search_fields = ("=execution__id",)
-    show_full_result_count = False
-
-    @admin.display(description=_("execution"), ordering="execution_id")
-    def run(self, obj: Dispatch) -> SafeString:
-        return execution_link(obj.execution_id)
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Dispatch], search_term: str
-    ) -> tuple[QuerySet[Dispatch], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        try:
-            return queryset.filter(execution_id=uuid.UUID(term)), False
-        except ValueError:
-            return queryset.none(), False

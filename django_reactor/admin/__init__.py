@@ -1,0 +1,17 @@
+"""Admin pages for operators: read-only runs, their DAG and trace, and the operations on them.
+
+Nothing here changes a row directly: cancel, undo, retry and resume go through
+``django_reactor.services`` (which enforce the state machine and the lease), each behind its
+custom permission, and each change is recorded as an admin ``LogEntry``.
+
+- ``executions``: the runs' list, page, actions, resume form and parked view;
+- ``records``: read-only lists of interrupts and dispatches;
+- ``display`` and ``forms``: what those pages share.
+"""
+
+from __future__ import annotations
+
+from .executions import ExecutionAdmin
+from .records import DispatchAdmin, InterruptAdmin
+
+__all__ = ["DispatchAdmin", "ExecutionAdmin", "InterruptAdmin"]

@@ -1,0 +1,133 @@
+"""How runs, statuses and errors are shown on the admin pages (shared helpers)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from django.contrib.admin.utils import quote
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from ..display import short_json
+from ..models import Execution
+from ..states import EventKind
+
+APP = Execution._meta.app_label
+
+# Trace entries drawn in the error colour, and those drawn as rollback work.
+FAILURE_EVENTS = frozenset(
+    {
+        EventKind.FAIL,
+        EventKind.RETRY,
+        EventKind.COMPENSATE_FAILED,
+        EventKind.UNDO_FAILED,
+        EventKind.ATTENTION,
+        EventKind.ABORT,
+        EventKind.INVALID_PAYLOAD,
+        EventKind.EXPIRE,
+    }
+)
+ROLLBACK_EVENTS = frozenset(
+    {
+        EventKind.COMPENSATE,
+        EventKind.COMPENSATE_SKIPPED,
+        EventKind.UNDO,
+        EventKind.UNDO_SKIPPED,
+        EventKind.ROLLBACK,
+        EventKind.CANCEL,
+    }
+)
+
+
+def status_badge(status: str, label: Any = None) -> SafeString:
+    """A coloured badge for an execution, step or interrupt status."""
+    return format_html(
+        '<span class="reactor-badge reactor-badge-{}">{}</span>', status, label or status
+    )
+
+
+def short_reactor(name: str) -> SafeString:
+    """The last part of a reactor's dotted name, with the full name as its title."""
+    return format_html('<span title="{}">{}</span>', name, name.rsplit(".", 1)[-1])
+
+
+def format_duration(start: dt.datetime | None, end: dt.datetime | None) -> str:
+    """``1.2 s``, ``3 min 4 s``, ``2 h 5 min``; empty when either end is unknown."""
+    if start is None or end is None:
+        return ""
+    seconds = max((end - start).total_seconds(), 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def execution_link(execution_id: Any, label: Any = None) -> SafeString:
+    url = reverse(f"admin:{APP}_execution_change", args=[quote(str(execution_id))])
+    return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
+
+
+def flatten_errors(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Serializer errors as ``(field path, message)`` pairs, every message kept."""
+    if isinstance(errors, dict):
+        pairs: list[tuple[str, str]] = []
+        for key, value in errors.items():
+            path_ = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else key)
+            pairs.extend(flatten_errors(value, path_))
+        return pairs
+    if isinstance(errors, list | tuple):
+        if all(isinstance(item, str) for item in errors):
+            return [(prefix, str(item)) for item in errors]
+        pairs = []
+        for index, item in enumerate(errors):
+            if item:
+                pairs.extend(flatten_errors(item, f"{prefix}.{index}" if prefix else str(index)))
+        return pairs
+    return [(prefix, str(errors))]
+
+
+def waits_for(row: Any) -> str:
+    data = row.last_data or {}
+    if row.last_kind == EventKind.PARK:
+        if "waiting_for" in data:
+            return f"async unit {data['waiting_for']}"
+        if "child_step" in data:
+            return f"composed child at {data['child_step']} ({data.get('reason', '')})".replace(
+                " ()", ""
+            )
+        return "an async result"
+    if row.last_kind == EventKind.RETRY:
+        return "its next attempt"
+    return "its wake-up time"
+
+
+def failure_fields(failure: Any) -> list[tuple[Any, Any]]:
+    if failure is None:
+        return []
+    rows: list[tuple[Any, Any]] = [(_("kind"), failure.kind)]
+    if failure.step:
+        rows.append((_("step"), failure.step))
+    if failure.exception_class:
+        rows.append((_("exception"), failure.exception_class))
+    if failure.attempts:
+        rows.append((_("attempts"), failure.attempts))
+    rows.append((_("message"), failure.message))
+    if failure.field_errors:
+        rows.append((_("field errors"), short_json(failure.field_errors, 400)))
+    if failure.arguments:
+        rows.append((_("arguments"), short_json(failure.arguments, 400)))
+    return rows
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str, ensure_ascii=False)
