@@ -73,6 +73,7 @@ def format_duration(start: dt.datetime | None, end: dt.datetime | None) -> str:
 
 
 def execution_link(execution_id: Any, label: Any = None) -> SafeString:
+    """A link to a run's admin page (its short id unless ``label`` is given)."""
     url = reverse(f"admin:{APP}_execution_change", args=[quote(str(execution_id))])
     return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
 
@@ -97,6 +98,7 @@ def flatten_errors(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 
 def waits_for(row: Any) -> str:
+    """What a parked run waits for, from its last trace entry (``last_kind``/``last_data``)."""
     data = row.last_data or {}
     if row.last_kind == EventKind.PARK:
         if "waiting_for" in data:
@@ -112,6 +114,7 @@ def waits_for(row: Any) -> str:
 
 
 def failure_fields(failure: Any) -> list[tuple[Any, Any]]:
+    """A run's failure as ``(label, value)`` rows for the run page."""
     if failure is None:
         return []
     rows: list[tuple[Any, Any]] = [(_("kind"), failure.kind)]
@@ -130,4 +133,5 @@ def failure_fields(failure: Any) -> list[tuple[Any, Any]]:
 
 
 def pretty_json(value: Any) -> str:
+    """Indented JSON for a ``<pre>`` block."""
     return json.dumps(value, indent=2, default=str, ensure_ascii=False)
