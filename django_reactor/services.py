@@ -198,9 +198,13 @@ def _validate_inputs(
         data, errors = validate(serializer_class, inputs)
     if not errors:
         try:
-            return encode(data), None
+            stored = encode(data)
         except ResultNotSerializable as exc:
             errors = {"non_field_errors": [f"the validated inputs cannot be stored: {exc}"]}
+        else:
+            if not _has_nul(stored):
+                return stored, None
+            errors = {"non_field_errors": ["the inputs contain a NUL character (\\u0000)"]}
     summary = summarise_errors(errors)
     display = redact(
         {k: _display_value(v) for k, v in dict(inputs).items()}, definition.input_secret_paths
@@ -217,9 +221,11 @@ def _validate_inputs(
 
 def _display_value(value: Any) -> Any:
     try:
-        return encode(value)
+        shown = encode(value)
     except ResultNotSerializable:
         return repr(value)
+    # A NUL character cannot be stored: the failure record shows the value's repr instead.
+    return repr(value) if _has_nul(shown) else shown
 
 
 def _replay(execution_id: uuid.UUID, *, wait: bool = True) -> Outcome:

@@ -147,3 +147,18 @@ def test_the_setting_can_allow_runs_inside_transactions(settings: object) -> Non
     settings.REACTOR = {"REFUSE_INLINE_IN_TRANSACTION": False}  # type: ignore[attr-defined]
     with transaction.atomic():
         assert Transfer.run(INPUTS).ok
+
+
+@pytest.mark.django_db
+def test_inputs_with_a_nul_character_fail_validation_and_are_recorded() -> None:
+    from django_reactor import Failed, Reactor, step
+
+    class Echo(Reactor):
+        @step
+        def echo() -> str:
+            return "ok"
+
+    outcome = Echo.run({"note": "a\x00b"})
+    assert isinstance(outcome, Failed)
+    assert outcome.error.kind == "input_validation"
+    assert "NUL character" in outcome.error.message
