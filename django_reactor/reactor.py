@@ -36,7 +36,8 @@ class Reactor(ReactorBase):
 
     @classmethod
     def _on_defined(cls, *, abstract: bool) -> None:
-        if not abstract:
+        # Reactor itself is the base class users subclass, not a reactor to register.
+        if not abstract and not (cls.__module__ == __name__ and cls.__qualname__ == "Reactor"):
             from . import registry
 
             registry.register(cls)

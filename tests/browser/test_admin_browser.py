@@ -1,0 +1,115 @@
+"""The admin in a real browser: log in, see a failed step in red, resume a paused run, parked runs.
+
+Drives Debian's Chromium (``/usr/bin/chromium``) with Playwright against pytest-django's
+``live_server``. Skipped when either is missing, a failure under ``REACTOR_REQUIRE_SERVICES=1``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import TIMEOUT_MS, require_browser
+
+require_browser()
+
+from django.urls import reverse  # noqa: E402
+from playwright.sync_api import expect  # noqa: E402
+
+from django_reactor.models import Execution, Interrupt  # noqa: E402
+from django_reactor.states import ExecutionStatus, InterruptStatus  # noqa: E402
+from tests.browser.reactors import FAIL, Checkout, RefundReview  # noqa: E402
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+def detail(execution_id: Any) -> str:
+    return reverse("admin:django_reactor_execution_change", args=[str(execution_id)])
+
+
+def rgb(css: str) -> tuple[int, int, int]:
+    """``rgb(220, 38, 38)`` as numbers."""
+    match = re.fullmatch(r"rgba?\((\d+),\s*(\d+),\s*(\d+)(?:,\s*[\d.]+)?\)", css.strip())
+    assert match, f"not an rgb() colour: {css!r}"
+    r, g, b = (int(part) for part in match.groups())
+    return r, g, b
+
+
+def reddish(css: str, margin: int = 20) -> bool:
+    r, g, b = rgb(css)
+    return r - max(g, b) >= margin
+
+
+def test_a_failed_run_draws_its_failed_step_in_red(admin_page: Any, live_server: Any) -> None:
+    FAIL.add("charge_card")
+    outcome = Checkout.run({"order": "A-100"})
+    assert outcome.status == ExecutionStatus.FAILED
+
+    admin_page.goto(live_server.url + detail(outcome.execution_id))
+
+    failed = admin_page.locator('#reactor-graph g[data-state="failed"]')
+    expect(failed).to_have_count(1)
+    expect(failed).to_be_visible()
+    expect(failed).to_have_attribute("data-step", "charge_card")
+    rect = failed.locator("rect")
+    fill = rect.evaluate("el => getComputedStyle(el).fill")
+    stroke = rect.evaluate("el => getComputedStyle(el).stroke")
+    assert reddish(fill), fill
+    assert reddish(stroke, margin=100), stroke
+    # The steps that never ran are not red; the failure section names the exception.
+    pending = admin_page.locator('#reactor-graph g[data-step="print_label"] rect')
+    assert not reddish(pending.evaluate("el => getComputedStyle(el).stroke"))
+    expect(admin_page.locator("#reactor-failure")).to_contain_text("RuntimeError")
+
+
+def test_resume_delivers_a_payload_and_the_run_completes(admin_page: Any, live_server: Any) -> None:
+    outcome = RefundReview.run({"order": "R-7"})
+    assert outcome.status == ExecutionStatus.PAUSED
+    run_url = live_server.url + detail(outcome.execution_id)
+
+    admin_page.goto(run_url)
+    expect(admin_page.locator('#reactor-graph g[data-step="review"]')).to_have_attribute(
+        "data-state", "waiting"
+    )
+    admin_page.locator("#reactor-interrupts a.reactor-resume").click()
+    admin_page.wait_for_url(re.compile(r"/resume/review/$"), timeout=TIMEOUT_MS)
+    expect(admin_page.locator("#reactor-interrupt")).to_contain_text("refund-R-7")
+
+    admin_page.fill("textarea#id_payload", '{"approved": true, "note": "checked by phone"}')
+    background = admin_page.locator("input#id_background")
+    # The interrupt resumes in the background, so the box starts ticked; no worker runs here.
+    expect(background).to_be_checked()
+    background.uncheck()
+    expect(background).not_to_be_checked()
+    admin_page.click("input[type=submit][value='Deliver payload']")
+
+    admin_page.wait_for_url(run_url, timeout=TIMEOUT_MS)
+    expect(admin_page.locator("ul.messagelist")).to_contain_text(
+        "Payload accepted for review; the run is now completed."
+    )
+    expect(admin_page.locator("#reactor-graph g[data-step='notify']")).to_have_attribute(
+        "data-state", "completed"
+    )
+    expect(admin_page.locator(".field-status_badge .reactor-badge-completed")).to_be_visible()
+
+    assert Execution.objects.get(pk=outcome.execution_id).status == ExecutionStatus.COMPLETED
+    interrupt = Interrupt.objects.get(execution_id=outcome.execution_id)
+    assert interrupt.status == InterruptStatus.RESUMED
+
+
+def test_the_parked_view_lists_a_paused_run(admin_page: Any, live_server: Any) -> None:
+    outcome = RefundReview.run({"order": "P-3"})
+    assert outcome.status == ExecutionStatus.PAUSED
+
+    admin_page.goto(live_server.url + reverse("admin:django_reactor_execution_changelist"))
+    admin_page.get_by_role("link", name=re.compile("Parked executions", re.I)).click()
+    admin_page.wait_for_url(re.compile(r"/parked/$"), timeout=TIMEOUT_MS)
+
+    section = admin_page.locator("#reactor-parked-interrupts")
+    expect(section.locator("h2")).to_contain_text("Paused at an interrupt (1)")
+    row = section.locator("tr", has_text="refund-P-3")
+    expect(row).to_be_visible()
+    expect(row.locator(f'a[href="{detail(outcome.execution_id)}"]')).to_be_visible()
+    expect(row).to_contain_text("review")
