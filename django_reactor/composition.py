@@ -22,6 +22,7 @@ from .engine.outcomes import ErrorInfo, Outcome, RollbackFailure
 from .engine.serialization import decode, encode
 from .exceptions import ReactorError, UnitWaitTimeout
 from .handle import outcome_of
+from .observability import observer_for
 from .states import EventKind, ExecutionStatus
 
 FINISHED = (
@@ -168,4 +169,5 @@ class DatabaseChildRunner:
             park_poll=float(reactor_settings.REDISPATCH_AFTER),
             retry_later=self.in_worker,
             attached=True,
+            observer=observer_for(definition, parent_id=self.parent_id),
         )

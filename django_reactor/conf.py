@@ -59,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     "ASYNC_POLL_INTERVAL": 2.0,
     # Extra app modules autodiscovered for reactors, besides each installed app's "reactors".
     "AUTODISCOVER_MODULES": ["reactors"],
+    # Dotted paths of RunObserver subclasses instantiated for every execution (lifecycle
+    # notifications), before the reactor's own Meta.middleware and the Django signals.
+    "MIDDLEWARE": [],
     # Issue a single-use resume token whenever a run reaches an interrupt (returned in the
     # Paused outcome; only its SHA-256 is stored). services.issue_resume_token() works either way.
     "RESUME_TOKENS": False,

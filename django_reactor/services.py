@@ -50,6 +50,7 @@ from .exceptions import (
     TransactionActive,
 )
 from .handle import ExecutionHandle, outcome_of
+from .observability import observer_for
 from .states import EventKind, ExecutionStatus, InterruptStatus, sources_of
 
 if TYPE_CHECKING:
@@ -174,6 +175,7 @@ def _start(
         hand_off=True,
         children=DatabaseChildRunner(owned.execution_id, owned.execution_id),
         issue_tokens=bool(reactor_settings.RESUME_TOKENS),
+        observer=_observer_for(definition),
     )
     try:
         with store.LeaseKeeper(owned):
@@ -184,6 +186,11 @@ def _start(
             owned.execution_id,
         )
         return outcome_of(store.get_row(owned.execution_id))
+
+
+def _observer_for(definition: ReactorDefinition, *, parent_id: Any = None) -> Any:
+    """Every execution's observers: REACTOR["MIDDLEWARE"], Meta.middleware, signals, logs."""
+    return observer_for(definition, parent_id=parent_id)
 
 
 def _validate_inputs(
@@ -331,6 +338,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         inputs=decode(row.inputs),
         state=state,
         children=DatabaseChildRunner(row.id, row.id),
+        observer=_observer_for(reactor.definition, parent_id=row.parent_id),
     )
     in_flight = row.current_step
     if abandoned and in_flight in reactor.definition.by_name and in_flight not in state.recorded:
@@ -502,6 +510,7 @@ def _worker_executor(
         # The unit's completion wakes the parked run; this is only the net under a lost task.
         park_poll=float(reactor_settings.REDISPATCH_AFTER),
         issue_tokens=bool(reactor_settings.RESUME_TOKENS),
+        observer=_observer_for(definition, parent_id=fresh.parent_id),
     )
 
 
@@ -857,6 +866,7 @@ def _fail_paused(
         inputs=decode(execution.inputs),
         state=_rollback_state(execution, definition),
         children=DatabaseChildRunner(execution.id, execution.root_id or execution.id),
+        observer=_observer_for(definition, parent_id=execution.parent_id),
     )
     if event is not None:
         executor.note(event, {"step": interrupt.step, **(data or {})})
@@ -875,6 +885,7 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
         max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
         children=DatabaseChildRunner(row.id, row.root_id or row.id),
         issue_tokens=bool(reactor_settings.RESUME_TOKENS),
+        observer=_observer_for(definition, parent_id=row.parent_id),
     )
     try:
         with store.LeaseKeeper(owned):

@@ -28,6 +28,8 @@ FORBIDDEN_IN_ENGINE = (
     "rest_framework",
     "django_reactor.models",
     "django_reactor.store",
+    "django_reactor.signals",
+    "django.dispatch",
 )
 
 

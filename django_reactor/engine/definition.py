@@ -14,12 +14,13 @@ from . import planner
 from .composition import ComposeStep
 from .declarations import StepDeclaration
 from .interrupts import InterruptSpec, InterruptStep
+from .observers import RunObserver
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
 from .step import Signature, Step, rollback_signature, run_signature
 from .templates import InputRef, Template
 
-META_OPTIONS = frozenset({"returns", "name", "abstract", "background"})
+META_OPTIONS = frozenset({"returns", "name", "abstract", "background", "middleware"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,8 @@ class ReactorDefinition:
     definition_hash: str
     by_name: Mapping[str, StepSpec] = field(repr=False)
     background: Background | None = None
+    # RunObserver classes instantiated for each execution (Meta.middleware), in order.
+    middleware: tuple[type, ...] = ()
 
     @property
     def shape(self) -> dict[str, dict[str, Any]]:
@@ -227,6 +230,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
             f"{reactor}.Meta.returns names {returns!r}, which is not a step of {reactor} "
             f"(steps: {', '.join(by_name) or 'none'})"
         )
+    middleware = _middleware(reactor, meta.get("middleware", ()))
     return ReactorDefinition(
         name=name,
         reactor_class=cls,
@@ -238,7 +242,20 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         definition_hash=_hash(specs, returns),
         by_name=by_name,
         background=background,
+        middleware=middleware,
     )
+
+
+def _middleware(reactor: str, option: Any) -> tuple[type, ...]:
+    classes = tuple(option) if isinstance(option, list | tuple) else None
+    if classes is None or not all(
+        isinstance(c, type) and issubclass(c, RunObserver) for c in classes
+    ):
+        raise DefinitionError(
+            f"{reactor}.Meta.middleware must be a list of RunObserver subclasses "
+            f"(django_reactor.engine.observers.RunObserver), got {option!r}"
+        )
+    return classes
 
 
 def _with_unit(name: str, cls: type, spec: StepSpec) -> StepSpec:

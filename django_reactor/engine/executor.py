@@ -39,6 +39,7 @@ from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from .composition import ChildRunner
 from .definition import ReactorDefinition, StepSpec
 from .journal import Event, InterruptWrite, Journal, JournalBatch, RollbackWrite, StepWrite
+from .observers import ExecutionEvent, RunObserver, StepEvent, composite, summarise
 from .outcomes import (
     Cancelled,
     Completed,
@@ -134,6 +135,7 @@ class Executor:
         park_poll: float = 2.0,
         attached: bool = False,
         issue_tokens: bool = False,
+        observer: RunObserver | None = None,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -157,6 +159,9 @@ class Executor:
         self._reached: dict[str, PendingInterrupt] = {}
         self._display_inputs: dict[str, Any] | None = None
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
+        # Lifecycle notifications, after each commit; None (the default) costs one test each.
+        self.observer = composite(observer)
+        self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------ public
 
@@ -168,6 +173,11 @@ class Executor:
         """Run every remaining step; return how the run ended."""
         definition = self.definition
         point = self.hand_off_point
+        if self.observer is not None:
+            if self.state.next_seq <= 2:  # nothing but the start event: a new run
+                self.observer.execution_started(self._run_event(ExecutionStatus.RUNNING))
+            else:
+                self.observer.execution_resumed(self._run_event(ExecutionStatus.RUNNING))
         self._record_payloads()
         while True:
             spec = definition.next_ready(self.state.done, self.state.waiting)
@@ -269,6 +279,12 @@ class Executor:
                 finished=True,
             )
         )
+        if self.observer is not None:
+            run_event = self._run_event(status, reason=reason or None, failure=stored)
+            if status == ExecutionStatus.CANCELLED:
+                self.observer.execution_cancelled(run_event)
+            else:
+                self.observer.execution_failed(run_event)
         return failures
 
     # ------------------------------------------------------------------ steps
@@ -312,6 +328,8 @@ class Executor:
         while True:
             attempt += 1
             context = self._context(spec, "run", attempt)
+            if self.observer is not None:
+                self.observer.step_started(self._step_event(spec.name, "running", attempt))
             t0 = time.perf_counter()
             exc: BaseException | None = None
             try:
@@ -358,6 +376,7 @@ class Executor:
                         current_step=spec.name,
                     )
                 )
+                self._notify_retry(spec, outcome, exc, attempt, duration, delay)
                 if delay:
                     try:
                         self.sleep(delay)
@@ -443,6 +462,10 @@ class Executor:
                 release=True,
             )
         )
+        if self.observer is not None:
+            self.observer.execution_paused(
+                self._run_event(ExecutionStatus.PAUSED, step=waiting[0], waiting_for=tuple(waiting))
+            )
         return Paused(
             execution_id=self.execution_id,
             interrupts=tuple(self._reached.get(name, PendingInterrupt(name)) for name in waiting),
@@ -478,6 +501,8 @@ class Executor:
     ) -> Outcome | None:
         """Run a composed reactor as this step; map its outcome onto the step."""
         runner = self._child_runner(spec)
+        if self.observer is not None:
+            self.observer.step_started(self._step_event(spec.name, "running", 1))
         t0 = time.perf_counter()
         try:
             outcome = runner.run(spec.name, spec.child.definition, arguments)
@@ -590,6 +615,7 @@ class Executor:
                 wake_after=self.park_poll,
             )
         )
+        self._notify_parked(reader.name, "park", self.park_poll)
         return Rescheduled(
             execution_id=self.execution_id, step=reader.name, delay=self.park_poll, reason="park"
         )
@@ -618,6 +644,7 @@ class Executor:
                 dispatch_delay=child.delay,
             )
         )
+        self._notify_parked(spec.name, child.reason, child.delay)
         return Rescheduled(
             execution_id=self.execution_id, step=spec.name, delay=child.delay, reason=child.reason
         )
@@ -707,12 +734,24 @@ class Executor:
         state.done.add(spec.name)
         if not skipped:
             state.undo_stack.append(UndoEntry(spec.name, arguments, value))
+        done = (
+            self._step_event(
+                spec.name,
+                StepStatus.SKIPPED if skipped else StepStatus.COMPLETED,
+                attempt,
+                duration_ms=duration,
+            )
+            if self.observer is not None
+            else None
+        )
         if following is None and not state.waiting:
             # The last step: its checkpoint and the run's completion commit together.
-            completed = self._complete(batch)
+            completed = self._complete(batch, step_done=done)
             faults.point("after_step_commit", step=spec.name)
             return completed
         cancel = self._commit(batch)
+        if done is not None and self.observer is not None:
+            self.observer.step_completed(done)
         faults.point("after_step_commit", step=spec.name)
         if cancel is not None:
             # Cancellation takes effect between steps; after the last one the run is complete.
@@ -739,6 +778,10 @@ class Executor:
                 dispatch="handoff",
             )
         )
+        if self.observer is not None:
+            self.observer.execution_handed_off(
+                self._run_event(ExecutionStatus.PENDING, step=next_step)
+            )
         self.hand_off_point = None
         return Dispatched(execution_id=self.execution_id, results=dict(self.state.results))
 
@@ -781,6 +824,8 @@ class Executor:
                 dispatch_delay=delay,
             )
         )
+        self._notify_retry(spec, outcome, exc, attempt, duration, delay)
+        self._notify_parked(spec.name, "retry", delay)
         return Rescheduled(execution_id=self.execution_id, step=spec.name, delay=delay)
 
     def _halt(
@@ -815,6 +860,10 @@ class Executor:
                 finished=True,
             )
         )
+        if self.observer is not None:
+            self.observer.execution_halted(
+                self._run_event(ExecutionStatus.HALTED, step=spec.name, reason=str(reason))
+            )
         return Halted(execution_id=self.execution_id, reason=outcome.reason, step=spec.name)
 
     # ------------------------------------------------------------------ failure and rollback
@@ -835,6 +884,16 @@ class Executor:
         batch.status = ExecutionStatus.ROLLING_BACK
         batch.failure = error.to_dict()  # known now, even if rollback is cut short
         self._commit(batch)
+        if self.observer is not None:
+            self.observer.step_failed(
+                self._step_event(
+                    spec.name,
+                    error.kind,
+                    attempts,
+                    error=error.message,
+                    error_class=error.exception_class,
+                )
+            )
         if started:
             self.state.pending_compensation.append(PendingCompensation(spec.name, arguments, error))
         try:
@@ -856,6 +915,10 @@ class Executor:
                 finished=True,
             )
         )
+        if self.observer is not None:
+            self.observer.execution_failed(
+                self._run_event(status, step=spec.name, failure=final.to_dict())
+            )
         return Failed(execution_id=self.execution_id, error=final, status=status)
 
     def _failed_step(
@@ -950,6 +1013,7 @@ class Executor:
                     rollback=RollbackWrite(spec.name, RollbackStatus.NO_HANDLER, event.at),
                 )
             )
+            self._notify_rollback(action, spec.name, RollbackStatus.NO_HANDLER, None, None)
             return []
 
         signature = spec.undo_signature if action == "undo" else spec.compensate_signature
@@ -994,6 +1058,7 @@ class Executor:
                 spec.name, RollbackStatus.FAILED, event.at, error=failure.to_dict()
             )
         self._commit(JournalBatch(events=[event], rollback=rollback))
+        self._notify_rollback(action, spec.name, rollback.status, duration, failure)
         return [failure] if failure is not None else []
 
     def _rollback_child(
@@ -1023,6 +1088,13 @@ class Executor:
             event = self._event(ok_kind, step=spec.name, duration_ms=duration)
             rollback = RollbackWrite(spec.name, ok_status, event.at)
         self._commit(JournalBatch(events=[event], rollback=rollback))
+        self._notify_rollback(
+            "undo" if ok_kind == EventKind.UNDO else "compensate",
+            spec.name,
+            rollback.status,
+            duration,
+            failures[0] if failures else None,
+        )
         return failures
 
     def _abort(
@@ -1064,7 +1136,9 @@ class Executor:
 
     # ------------------------------------------------------------------ endings
 
-    def _complete(self, batch: JournalBatch | None = None) -> Completed:
+    def _complete(
+        self, batch: JournalBatch | None = None, *, step_done: StepEvent | None = None
+    ) -> Completed:
         """Finish the run, in ``batch`` (the last step's checkpoint) when there is one."""
         definition = self.definition
         if definition.returns is not None:
@@ -1082,6 +1156,10 @@ class Executor:
         batch.result = encode(value)
         batch.finished = True
         self._commit(batch)
+        if self.observer is not None:
+            if step_done is not None:
+                self.observer.step_completed(step_done)
+            self.observer.execution_completed(self._run_event(ExecutionStatus.COMPLETED))
         return Completed(execution_id=self.execution_id, value=value)
 
     def _cancelled(self, reason: str, *, last_step: str) -> Cancelled:
@@ -1093,7 +1171,97 @@ class Executor:
                 finished=True,
             )
         )
+        if self.observer is not None:
+            self.observer.execution_cancelled(
+                self._run_event(ExecutionStatus.CANCELLED, step=last_step, reason=reason)
+            )
         return Cancelled(execution_id=self.execution_id, reason=reason)
+
+    # ------------------------------------------------------------------ notifications
+
+    def _run_event(
+        self,
+        status: str,
+        *,
+        failure: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> ExecutionEvent:
+        if failure is not None:
+            fields.setdefault("step", failure.get("step"))
+            fields["error"] = summarise(failure.get("message"))
+            fields["error_class"] = failure.get("exception_class")
+        return ExecutionEvent(
+            execution_id=self.execution_id,
+            reactor=self.definition.name,
+            status=str(status),
+            duration_ms=(time.perf_counter() - self._t0) * 1000,
+            **fields,
+        )
+
+    def _step_event(self, step: str, status: str, attempt: int, **fields: Any) -> StepEvent:
+        if "error" in fields:
+            fields["error"] = summarise(fields["error"])
+        return StepEvent(
+            execution_id=self.execution_id,
+            reactor=self.definition.name,
+            step=step,
+            status=str(status),
+            attempt=attempt,
+            **fields,
+        )
+
+    def _notify_retry(
+        self,
+        spec: StepSpec,
+        outcome: Failure,
+        exc: BaseException | None,
+        attempt: int,
+        duration: float,
+        delay: float,
+    ) -> None:
+        if self.observer is None:
+            return
+        summary = _error_summary(outcome, exc)
+        self.observer.step_retried(
+            self._step_event(
+                spec.name,
+                "retry",
+                attempt,
+                duration_ms=duration,
+                error=summary["error"],
+                error_class=summary["exception_class"],
+                delay=delay,
+            )
+        )
+
+    def _notify_parked(self, step: str, reason: str, delay: float) -> None:
+        if self.observer is not None:
+            self.observer.execution_parked(
+                self._run_event(ExecutionStatus.PENDING, step=step, reason=reason, delay=delay)
+            )
+
+    def _notify_rollback(
+        self,
+        action: str,
+        step: str,
+        status: str,
+        duration: float | None,
+        failure: RollbackFailure | None,
+    ) -> None:
+        if self.observer is None:
+            return
+        event = self._step_event(
+            step,
+            status,
+            1,
+            duration_ms=duration,
+            error=failure.message if failure is not None else None,
+            error_class=failure.exception_class if failure is not None else None,
+        )
+        if action == "undo":
+            self.observer.step_undone(event)
+        else:
+            self.observer.step_compensated(event)
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,0 +1,206 @@
+"""Lifecycle notifications: what the executor tells observers about a run and its steps.
+
+The executor calls a :class:`RunObserver` after each state change it commits (a step done, a
+step failed, the run paused, ...). Events carry identities, names, timings and error summaries,
+never a run's inputs or a step's arguments (they may hold secrets).
+
+An observer that raises never breaks a run: the executor wraps whatever it is given in a
+:class:`CompositeObserver`, which logs the exception and goes on with the next observer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger("django_reactor.observers")
+
+ERROR_SUMMARY_LIMIT = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionEvent:
+    """Something happened to a whole run.
+
+    ``status`` is the run's status afterwards (``completed``, ``failed``, ``needs_attention``,
+    ``paused``, ``pending``, ``running``, ...). ``step`` is where it happened (the failed or
+    halting step, the first interrupt waited for, the next step after a hand-off, the step a
+    parked run waits at). ``duration_ms`` is the time this process spent on the run so far.
+    """
+
+    execution_id: Any
+    reactor: str
+    status: str
+    step: str | None = None
+    duration_ms: float | None = None
+    error: str | None = None
+    error_class: str | None = None
+    reason: str | None = None
+    delay: float | None = None
+    waiting_for: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """Something happened to one step of a run.
+
+    ``status`` is ``running`` (started), ``completed``, ``skipped``, the error kind of a
+    failure (``step``, ``argument``, ``contract``, ...), ``retry``, or the rollback status of an
+    undo or compensate (``undone``, ``compensated``, ``failed``, ``no_handler``).
+    """
+
+    execution_id: Any
+    reactor: str
+    step: str
+    status: str
+    attempt: int = 0
+    duration_ms: float | None = None
+    error: str | None = None
+    error_class: str | None = None
+    delay: float | None = None
+
+
+def summarise(message: Any) -> str | None:
+    """An error message short enough for a notification (``None`` stays ``None``)."""
+    if message is None:
+        return None
+    text = str(message)
+    if len(text) > ERROR_SUMMARY_LIMIT:
+        return text[: ERROR_SUMMARY_LIMIT - 1] + "…"
+    return text
+
+
+class RunObserver:
+    """Receives a run's lifecycle notifications. Every method does nothing: override some."""
+
+    def execution_started(self, event: ExecutionEvent) -> None:
+        """A new run starts its first step in this process."""
+
+    def execution_resumed(self, event: ExecutionEvent) -> None:
+        """A run continues from its checkpoint (a worker took it, or a payload arrived)."""
+
+    def execution_completed(self, event: ExecutionEvent) -> None:
+        """Every step is done."""
+
+    def execution_failed(self, event: ExecutionEvent) -> None:
+        """The run failed and was rolled back (``status`` ``needs_attention`` when not fully)."""
+
+    def execution_halted(self, event: ExecutionEvent) -> None:
+        """A step returned ``Halt``: the run stopped without rollback."""
+
+    def execution_cancelled(self, event: ExecutionEvent) -> None:
+        """The run was cancelled (between steps, or by ``undo()``)."""
+
+    def execution_paused(self, event: ExecutionEvent) -> None:
+        """The run waits at one or more interrupts for their payload."""
+
+    def execution_handed_off(self, event: ExecutionEvent) -> None:
+        """The caller handed the rest of the run to a Celery worker (``Meta.background``)."""
+
+    def execution_parked(self, event: ExecutionEvent) -> None:
+        """The worker released the run to wait (a retry's backoff, an async unit, a child)."""
+
+    def step_started(self, event: StepEvent) -> None:
+        """A step's body is about to run (once per attempt)."""
+
+    def step_completed(self, event: StepEvent) -> None:
+        """A step's outcome (``Success`` or ``Skip``) was checkpointed."""
+
+    def step_failed(self, event: StepEvent) -> None:
+        """A step failed for good; rollback follows."""
+
+    def step_retried(self, event: StepEvent) -> None:
+        """An attempt failed and the step will be tried again after ``delay`` seconds."""
+
+    def step_undone(self, event: StepEvent) -> None:
+        """A completed step's undo ran (or it had none: ``status`` ``no_handler``)."""
+
+    def step_compensated(self, event: StepEvent) -> None:
+        """A failed step's compensate ran (or it had none: ``status`` ``no_handler``)."""
+
+
+NOTIFICATIONS = tuple(
+    name for name in vars(RunObserver) if name.startswith("execution_") or name.startswith("step_")
+)
+
+
+class CompositeObserver(RunObserver):
+    """Calls several observers in order; one that raises is logged and the others still run."""
+
+    def __init__(self, observers: Iterable[RunObserver]) -> None:
+        self.observers: tuple[RunObserver, ...] = tuple(observers)
+        # Per notification, only the observers that override it: the no-ops cost nothing.
+        self._targets: dict[str, tuple[Any, ...]] = {
+            name: tuple(
+                getattr(observer, name)
+                for observer in self.observers
+                if getattr(type(observer), name, None) is not getattr(RunObserver, name)
+            )
+            for name in NOTIFICATIONS
+        }
+
+    def _notify(self, name: str, event: Any) -> None:
+        for method in self._targets[name]:
+            try:
+                method(event)
+            except Exception:
+                logger.exception(
+                    "observer %s raised in %s for execution %s; the run goes on",
+                    type(method.__self__).__qualname__,
+                    name,
+                    getattr(event, "execution_id", None),
+                )
+
+    def execution_started(self, event: ExecutionEvent) -> None:
+        self._notify("execution_started", event)
+
+    def execution_resumed(self, event: ExecutionEvent) -> None:
+        self._notify("execution_resumed", event)
+
+    def execution_completed(self, event: ExecutionEvent) -> None:
+        self._notify("execution_completed", event)
+
+    def execution_failed(self, event: ExecutionEvent) -> None:
+        self._notify("execution_failed", event)
+
+    def execution_halted(self, event: ExecutionEvent) -> None:
+        self._notify("execution_halted", event)
+
+    def execution_cancelled(self, event: ExecutionEvent) -> None:
+        self._notify("execution_cancelled", event)
+
+    def execution_paused(self, event: ExecutionEvent) -> None:
+        self._notify("execution_paused", event)
+
+    def execution_handed_off(self, event: ExecutionEvent) -> None:
+        self._notify("execution_handed_off", event)
+
+    def execution_parked(self, event: ExecutionEvent) -> None:
+        self._notify("execution_parked", event)
+
+    def step_started(self, event: StepEvent) -> None:
+        self._notify("step_started", event)
+
+    def step_completed(self, event: StepEvent) -> None:
+        self._notify("step_completed", event)
+
+    def step_failed(self, event: StepEvent) -> None:
+        self._notify("step_failed", event)
+
+    def step_retried(self, event: StepEvent) -> None:
+        self._notify("step_retried", event)
+
+    def step_undone(self, event: StepEvent) -> None:
+        self._notify("step_undone", event)
+
+    def step_compensated(self, event: StepEvent) -> None:
+        self._notify("step_compensated", event)
+
+
+def composite(observer: RunObserver | None) -> CompositeObserver | None:
+    """``observer`` made safe to call (a composite never raises); ``None`` stays ``None``."""
+    if observer is None or isinstance(observer, CompositeObserver):
+        return observer
+    return CompositeObserver([observer])
