@@ -125,6 +125,7 @@ def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
                 id="django_reactor.W004",
             )
         )
+    messages += _middleware_messages(raw)
     for key in ("WEBHOOK_TOLERANCE", "API_MAX_BODY_BYTES", "API_IDEMPOTENCY_TTL"):
         value = raw.get(key, DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -132,6 +133,44 @@ def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
                 Error(
                     f"REACTOR[{key!r}] must be a positive number, got {value!r}.",
                     id="django_reactor.E002",
+                )
+            )
+    return messages
+
+
+def _middleware_messages(raw: dict[str, Any]) -> list[CheckMessage]:
+    """Every ``REACTOR["MIDDLEWARE"]`` entry imports and is a RunObserver subclass."""
+    from django.utils.module_loading import import_string
+
+    from .engine.observers import RunObserver
+
+    entries = raw.get("MIDDLEWARE", DEFAULTS["MIDDLEWARE"])
+    if not isinstance(entries, list | tuple):
+        return [
+            Error(
+                f"REACTOR['MIDDLEWARE'] must be a list of dotted paths, got {entries!r}.",
+                id="django_reactor.E008",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    for entry in entries:
+        try:
+            found = import_string(entry) if isinstance(entry, str) else entry
+        except ImportError as exc:
+            messages.append(
+                Error(
+                    f"REACTOR['MIDDLEWARE'] entry {entry!r} cannot be imported: {exc}.",
+                    hint="Give the dotted path of a RunObserver subclass.",
+                    id="django_reactor.E008",
+                )
+            )
+            continue
+        if not (isinstance(found, type) and issubclass(found, RunObserver)):
+            messages.append(
+                Error(
+                    f"REACTOR['MIDDLEWARE'] entry {entry!r} is not a RunObserver subclass.",
+                    hint="Subclass django_reactor.engine.observers.RunObserver.",
+                    id="django_reactor.E008",
                 )
             )
     return messages

@@ -88,3 +88,15 @@ def test_api_settings_are_checked(settings: Any) -> None:
     assert ids == ["django_reactor.E002", "django_reactor.E006", "django_reactor.E007"]
     settings.REACTOR = {"WEBHOOK_SECRETS": []}
     assert [m.id for m in check_settings()] == ["django_reactor.W004"]
+
+
+def test_middleware_entries_are_checked(settings: Any) -> None:
+    from django_reactor.checks import check_settings
+
+    settings.REACTOR = {"MIDDLEWARE": ["no.such.Module", "django_reactor.conf.DEFAULTS"]}
+    messages = check_settings()
+    assert [m.id for m in messages] == ["django_reactor.E008", "django_reactor.E008"]
+    assert "cannot be imported" in messages[0].msg
+    assert "not a RunObserver subclass" in messages[1].msg
+    settings.REACTOR = {"MIDDLEWARE": ["django_reactor.observability.LogObserver"]}
+    assert check_settings() == []
