@@ -82,10 +82,23 @@ def run(
     idempotency_key: str | None = None,
 ) -> Outcome:
     """Validate ``inputs`` and run ``reactor`` in this process. See ``Reactor.run``."""
+    return _run(reactor, inputs, idempotency_key=idempotency_key, all_in_background=False)
+
+
+def _run(
+    reactor: type[Reactor],
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None,
+    all_in_background: bool,
+) -> Outcome:
+    """``run`` and ``run_in_background``: check the call, record invalid inputs, start."""
     definition = reactor.definition
+    method = "run_in_background" if all_in_background else "run"
     if not isinstance(inputs, Mapping):
         raise ReactorError(
-            f"{reactor.__qualname__}.run() takes the inputs as a dict, got {type(inputs).__name__}"
+            f"{reactor.__qualname__}.{method}() takes the inputs as a dict, got "
+            f"{type(inputs).__name__}"
         )
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_KEY_LENGTH
@@ -95,7 +108,7 @@ def run(
             f"characters, got {idempotency_key!r}"
         )
     background = definition.background
-    if background is None or background.mode != "all":
+    if not all_in_background and (background is None or background.mode != "all"):
         # A fully background run executes no step code here: inside a transaction it simply
         # commits (or rolls back) with the caller's work, and its task is published on commit.
         _refuse_open_transaction(f"run {reactor.__qualname__}")
@@ -119,7 +132,12 @@ def run(
         )
         return Failed(execution_id=created.execution_id, error=error)
 
-    return _start(definition, stored_inputs, idempotency_key=idempotency_key)
+    return _start(
+        definition,
+        stored_inputs,
+        idempotency_key=idempotency_key,
+        all_in_background=all_in_background,
+    )
 
 
 def _start(
@@ -128,9 +146,12 @@ def _start(
     *,
     idempotency_key: str | None = None,
     retry_of: uuid.UUID | None = None,
+    all_in_background: bool = False,
 ) -> Outcome:
     first = definition.next_ready(frozenset())
-    background = definition.background is not None and definition.background.mode == "all"
+    background = all_in_background or (
+        definition.background is not None and definition.background.mode == "all"
+    )
     try:
         owned = store.create_execution(
             reactor=definition.name,
@@ -163,7 +184,9 @@ def _start(
                 "key for a different request",
                 execution_id=holder.id,
             ) from None
-        return _replay(conflict.execution_id, wait=definition.background is None)
+        return _replay(
+            conflict.execution_id, wait=definition.background is None and not all_in_background
+        )
     if background:
         return Dispatched(execution_id=owned.execution_id)
     executor = Executor(
@@ -1011,62 +1034,7 @@ def run_in_background(
     ``transaction.atomic()`` the run is created with your transaction and its task is published
     when it commits.
     """
-    definition = reactor.definition
-    if not isinstance(inputs, Mapping):
-        raise ReactorError(
-            f"{reactor.__qualname__}.run_in_background() takes the inputs as a dict, got "
-            f"{type(inputs).__name__}"
-        )
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_KEY_LENGTH
-    ):
-        raise ReactorError(
-            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
-            f"characters, got {idempotency_key!r}"
-        )
-    stored_inputs, error = _validate_inputs(definition, inputs)
-    if error is not None:
-        created = store.create_execution(
-            reactor=definition.name,
-            definition_hash=definition.definition_hash,
-            inputs=error.inputs,
-            secret_paths=[],
-            status=ExecutionStatus.FAILED,
-            owner=None,
-            failure=error.to_dict(),
-            events=[
-                Event(
-                    1, EventKind.FAIL, utcnow(), data={"kind": error.kind, "error": error.message}
-                ),
-            ],
-        )
-        return Failed(execution_id=created.execution_id, error=error)
-    first = definition.next_ready(frozenset())
-    try:
-        owned = store.create_execution(
-            reactor=definition.name,
-            definition_hash=definition.definition_hash,
-            definition_shape=definition.shape,
-            inputs=stored_inputs,
-            secret_paths=definition.input_secret_paths,
-            status=ExecutionStatus.PENDING,
-            owner=None,
-            dispatch="start",
-            idempotency_key=idempotency_key,
-            current_step=first.name if first is not None else "",
-            events=[Event(1, EventKind.START, utcnow(), data={})],
-        )
-    except store.IdempotencyConflict as conflict:
-        holder = store.get_row(conflict.execution_id)
-        if holder.inputs_digest != store.inputs_digest(stored_inputs):
-            raise IdempotencyKeyReused(
-                f"idempotency key {idempotency_key!r} was first used for execution {holder.id} "
-                f"of {reactor.__qualname__} with different inputs; use a new key for a "
-                "different request",
-                execution_id=holder.id,
-            ) from None
-        return _replay(conflict.execution_id, wait=False)
-    return Dispatched(execution_id=owned.execution_id)
+    return _run(reactor, inputs, idempotency_key=idempotency_key, all_in_background=True)
 
 
 # ---------------------------------------------------------------------------- prune

@@ -105,15 +105,16 @@ def parse_object(text: str, source: str, example: str = EXAMPLE) -> dict[str, An
     return value
 
 
-def parse_pairs(fields: list[str], what: str = "the payload") -> dict[str, Any]:
+def parse_pairs(
+    fields: list[str], what: str = "the payload", example: str = "amount=5 note=hello"
+) -> dict[str, Any]:
     """``key=value`` pairs as an object; each value is JSON when it parses, else a string."""
     payload: dict[str, Any] = {}
     for field in fields:
         key, sep, raw = field.partition("=")
         if not sep or not key:
             raise CommandError(
-                f"{field!r} is not a key=value pair; write {what} as pairs such as "
-                "amount=5 note=hello"
+                f"{field!r} is not a key=value pair; write {what} as pairs such as {example}"
             )
         if key in payload:
             raise CommandError(f"the key {key!r} is given twice; give each key once")

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-import decimal
 import json
 import sys
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_reactor import registry, services
+from django_reactor import services
 from django_reactor.display import short_json
 from django_reactor.engine.outcomes import (
     Aborted,
@@ -26,7 +22,6 @@ from django_reactor.engine.outcomes import (
     InProgress,
     Outcome,
     Paused,
-    PendingInterrupt,
     Rescheduled,
 )
 from django_reactor.exceptions import (
@@ -41,15 +36,18 @@ from django_reactor.exceptions import (
     ReactorNotRegistered,
     TransactionActive,
 )
+from django_reactor.management.commandtools import (
+    IntermixedCommandParser,
+    describe_interrupt,
+    json_default,
+    outcome_data,
+    parse_object,
+    parse_pairs,
+    reactor_name,
+    sentence,
+)
 
 EXAMPLE = """'{"approved": true}'"""
-
-
-class IntermixedCommandParser(CommandParser):
-    """Allows ``key=value`` pairs after options (``<id> --step approval approved=true``)."""
-
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        return self.parse_intermixed_args(args, namespace)
 
 
 class Command(BaseCommand):
@@ -166,7 +164,7 @@ class Command(BaseCommand):
                 "execution id"
             )
         if reactor is not None:
-            reactor = self._reactor_name(reactor)
+            reactor = reactor_name(reactor)
         payload = self._payload(options, fields)
 
         target = (
@@ -227,35 +225,12 @@ class Command(BaseCommand):
         except ReactorError as exc:  # DefinitionChanged, ExecutionBusy, a malformed key...
             raise CommandError(f"cannot resume {target}: {sentence(exc)}") from exc
 
-        if isinstance(outcome, Paused):
-            outcome = with_stored_interrupts(outcome)
         if options["json"]:
             self.stdout.write(json.dumps(outcome_data(outcome), default=json_default))
         else:
             self._summary(outcome)
 
     # ------------------------------------------------------------------ arguments
-
-    def _reactor_name(self, name: str) -> str:
-        known = registry.all_reactors()
-        if name in known:
-            return name
-        matches = sorted(n for n in known if n.rsplit(".", 1)[-1] == name)
-        if len(matches) == 1:
-            return matches[0]
-        if matches:
-            raise CommandError(
-                f"--reactor {name!r} matches several reactors ({', '.join(matches)}); give "
-                "the full name"
-            )
-        try:
-            return registry.get(name).definition.name
-        except ReactorNotRegistered:
-            listed = ", ".join(sorted(known)[:10]) or "none"
-            raise CommandError(
-                f"--reactor {name!r}: no reactor of that name is known to this process (known: "
-                f"{listed}). Give the registered name (Meta.name or the class's dotted path)."
-            ) from None
 
     def _payload(self, options: Mapping[str, Any], fields: list[str]) -> dict[str, Any]:
         given = [
@@ -278,13 +253,13 @@ class Command(BaseCommand):
                 "--payload, --payload-file or key=value pairs"
             )
         if fields:
-            return parse_pairs(fields)
+            return parse_pairs(fields, example="approved=true note=hello")
         if options["payload"] is not None:
-            return parse_object(options["payload"], "--payload")
+            return parse_object(options["payload"], "--payload", EXAMPLE)
         path = options["payload_file"]
         if path == "-":
             stream = options.get("stdin") or sys.stdin
-            return parse_object(stream.read(), "the payload read from standard input")
+            return parse_object(stream.read(), "the payload read from standard input", EXAMPLE)
         try:
             text = Path(path).read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
@@ -293,7 +268,7 @@ class Command(BaseCommand):
                 f"cannot read the payload file {path}: {reason}. Check the path, or pass "
                 "--payload-file - to read standard input."
             ) from None
-        return parse_object(text, f"the payload file {path}")
+        return parse_object(text, f"the payload file {path}", EXAMPLE)
 
     # ------------------------------------------------------------------ output
 
@@ -373,62 +348,6 @@ class Command(BaseCommand):
 # ---------------------------------------------------------------------- helpers
 
 
-def sentence(text: object) -> str:
-    """``text`` ending with a full stop."""
-    words = str(text).rstrip()
-    return words if words.endswith(".") else words + "."
-
-
-def parse_object(text: str, source: str) -> dict[str, Any]:
-    """``text`` as a JSON object; CommandError naming ``source`` otherwise."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(
-            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-            f"pass a JSON object such as {EXAMPLE}"
-        ) from None
-    if not isinstance(value, dict):
-        raise CommandError(
-            f"{source} must be a JSON object ({{...}}), got {json_type(value)}; pass a JSON "
-            f"object such as {EXAMPLE}"
-        )
-    return value
-
-
-def parse_pairs(fields: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs as an object; each value is JSON when it parses, else a string."""
-    payload: dict[str, Any] = {}
-    for field in fields:
-        key, sep, raw = field.partition("=")
-        if not sep or not key:
-            raise CommandError(
-                f"{field!r} is not a key=value pair; write the payload as pairs such as "
-                "approved=true note=hello"
-            )
-        if key in payload:
-            raise CommandError(f"the key {key!r} is given twice; give each key once")
-        try:
-            payload[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            payload[key] = raw
-    return payload
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return type(value).__name__
-
-
 def field_messages(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
     """Every message of a field-error tree, with its dotted path (``items.0.sku``)."""
     if isinstance(errors, Mapping):
@@ -446,83 +365,3 @@ def field_messages(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
                 found.extend(field_messages(item, f"{prefix}.{index}" if prefix else str(index)))
         return found
     return [(prefix, str(errors))]
-
-
-def with_stored_interrupts(outcome: Paused) -> Paused:
-    """``outcome`` with each waiting interrupt's correlation id and expiry as stored.
-
-    A run that pauses again after a resume reports the interrupts it reached before the resume
-    by step name only; the database has their details.
-    """
-    if outcome.execution_id is None:
-        return outcome
-    try:
-        stored = {
-            pending.step: pending for pending in services.find(outcome.execution_id).interrupts
-        }
-    except ReactorError:
-        return outcome
-    return dataclasses.replace(
-        outcome,
-        interrupts=tuple(
-            pending
-            if pending.correlation_id or pending.expires_at or pending.step not in stored
-            else stored[pending.step]
-            for pending in outcome.interrupts
-        ),
-    )
-
-
-def describe_interrupt(pending: PendingInterrupt) -> str:
-    details = []
-    if pending.correlation_id:
-        details.append(f"correlation id {pending.correlation_id}")
-    if pending.expires_at is not None:
-        details.append(f"expires {pending.expires_at.isoformat()}")
-    return pending.step + (f" ({', '.join(details)})" if details else "")
-
-
-def interrupt_data(pending: PendingInterrupt) -> dict[str, Any]:
-    return {
-        "step": pending.step,
-        "correlation_id": pending.correlation_id,
-        "expires_at": pending.expires_at.isoformat() if pending.expires_at else None,
-    }
-
-
-def outcome_data(outcome: Outcome) -> dict[str, Any]:
-    """The outcome as plain data for ``--json``."""
-    data: dict[str, Any] = {
-        "execution_id": str(outcome.execution_id) if outcome.execution_id else None,
-        "status": outcome.status,
-        "idempotent_replay": outcome.idempotent_replay,
-    }
-    if isinstance(outcome, Completed):
-        data["value"] = outcome.value
-    elif isinstance(outcome, Failed):
-        data["error"] = outcome.error.to_dict()
-    elif isinstance(outcome, Halted):
-        data["step"] = outcome.step
-        data["reason"] = outcome.reason
-    elif isinstance(outcome, Paused):
-        data["interrupts"] = [interrupt_data(pending) for pending in outcome.interrupts]
-    elif isinstance(outcome, Cancelled):
-        data["reason"] = outcome.reason
-    elif isinstance(outcome, Aborted) and outcome.error is not None:
-        data["error"] = outcome.error.to_dict()
-    elif isinstance(outcome, Rescheduled):
-        data["step"] = outcome.step
-    return data
-
-
-def json_default(value: Any) -> Any:
-    """What ``json.dumps`` cannot write itself: datetimes, decimals, UUIDs, sets..."""
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal | uuid.UUID):
-        return str(value)
-    if isinstance(value, set | frozenset):
-        return sorted(value, key=repr)
-    return repr(value)
