@@ -62,7 +62,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.common import PG_SERVER, ensure_database
+from benchmarks.common import PG_SERVER, cpu_busy, ensure_database, percentile
 
 REDIS_SERVER = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
 REACTOR_DB = "reactor_bench_resume"
@@ -583,25 +583,6 @@ def context_line(figures: Figures) -> str:
     )
 
 
-def cpu_busy(seconds: float) -> float:
-    """The share of all CPUs busy (not idle or iowait) over ``seconds``, from /proc/stat."""
-
-    def sample() -> tuple[int, int]:
-        try:
-            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-        except (OSError, ValueError):
-            return 0, 0
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return sum(fields), idle
-
-    total0, idle0 = sample()
-    time.sleep(seconds)
-    total1, idle1 = sample()
-    if total1 <= total0:
-        return 0.0
-    return 1.0 - (idle1 - idle0) / (total1 - total0)
-
-
 @dataclass(frozen=True)
 class CpuSample:
     """CPU seconds used so far: by the machine, this process tree, PostgreSQL and Redis."""
@@ -673,13 +654,6 @@ def code_revision() -> str:
     if diff:
         described += f" (diff {hashlib.sha1(diff.encode()).hexdigest()[:8]})"
     return described
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by the nearest-rank method."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 1))  # ceil(n * q)
-    return ordered[int(rank) - 1]
 
 
 def report(
