@@ -11,8 +11,10 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .engine.composition import async_reactor, compose
+from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
 from .engine.interrupts import ContinueWith, interrupt
+from .engine.mapping import map_over
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -49,13 +51,18 @@ __all__ = [
     "Halt",
     "Halted",
     "InProgress",
+    "Lock",
+    "OrderedLock",
     "Outcome",
     "Paused",
     "PendingInterrupt",
+    "Period",
+    "RateLimit",
     "Reactor",
     "Rescheduled",
     "Retry",
     "RollbackFailure",
+    "Semaphore",
     "Skip",
     "Step",
     "StepContext",
@@ -66,6 +73,7 @@ __all__ = [
     "async_step",
     "compose",
     "interrupt",
+    "map_over",
     "step",
     "step_context",
 ]

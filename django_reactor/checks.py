@@ -176,6 +176,21 @@ def _middleware_messages(raw: dict[str, Any]) -> list[CheckMessage]:
     return messages
 
 
+@register()
+def check_coordination(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Report coordination settings the backend would refuse when a run first needs it."""
+    from .coordination.validation import settings_problems
+
+    return [
+        Error(
+            problem,
+            hint="See the Coordination section of the settings reference.",
+            id="django_reactor.E009",
+        )
+        for problem in settings_problems()
+    ]
+
+
 @register(deploy=True)
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Warn when the database cannot give the guarantees the engine relies on."""

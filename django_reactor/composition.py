@@ -15,13 +15,16 @@ from django.utils import timezone
 
 from . import completion, store
 from .conf import reactor_settings
+from .coordination.runtime import coordinator_for, guard_dispatch
 from .engine.definition import ReactorDefinition
 from .engine.executor import Executor, RunState, utcnow
 from .engine.journal import Event
-from .engine.outcomes import ErrorInfo, Outcome, RollbackFailure
+from .engine.mapping import MapRollbackPending
+from .engine.outcomes import ErrorInfo, Outcome, Rescheduled, RollbackFailure
 from .engine.serialization import decode, encode
 from .exceptions import ReactorError, UnitWaitTimeout
 from .handle import outcome_of
+from .maps import MapRunnerMixin
 from .observability import observer_for
 from .states import EventKind, ExecutionStatus
 
@@ -46,8 +49,8 @@ def finish_rollback(executor: Executor, row: Any, reason: str) -> list[RollbackF
     )
 
 
-class DatabaseChildRunner:
-    """Runs and rolls back the composed children of one parent execution."""
+class DatabaseChildRunner(MapRunnerMixin):
+    """Runs and rolls back the composed children and the maps of one parent execution."""
 
     def __init__(
         self, parent_id: uuid.UUID, root_id: uuid.UUID, *, in_worker: bool = False
@@ -93,7 +96,15 @@ class DatabaseChildRunner:
         owned = store.adopt_child(row.id)
         executor = self._executor(definition, owned, row.inputs, store.resume_state(row))
         if row.status == ExecutionStatus.ROLLING_BACK:
-            finish_rollback(executor, row, "rollback resumed with its parent")
+            try:
+                finish_rollback(executor, row, "rollback resumed with its parent")
+            except MapRollbackPending as pending:
+                return Rescheduled(
+                    execution_id=row.id,
+                    step=pending.step,
+                    delay=float(reactor_settings.REDISPATCH_AFTER),
+                    reason="map_rollback",
+                )
             return outcome_of(store.get_row(row.id))
         return executor.run()
 
@@ -117,6 +128,7 @@ class DatabaseChildRunner:
         existing = store.find_child(self.parent_id, step)
         if existing is not None:
             return existing.id  # dispatched before a crash: never twice
+        guard_dispatch(definition, inputs, holder_id=self.root_id)
         try:
             owned = self._create(step, definition, encode(dict(inputs)), detached=True)
         except store.ChildExists:
@@ -157,11 +169,21 @@ class DatabaseChildRunner:
     def _executor(
         self, definition: ReactorDefinition, owned: store.Owned, inputs: Any, state: RunState
     ) -> Executor:
+        decoded = decode(inputs)
         return Executor(
             definition,
             store.DatabaseJournal(owned),
-            inputs=decode(inputs),
+            inputs=decoded,
             state=state,
+            # A composed child shares its root's locks and slots (re-entrant), never its
+            # rate limits, periods or ordered-lock place.
+            coordinator=coordinator_for(
+                definition,
+                execution_id=owned.execution_id,
+                owner_id=self.root_id,
+                inputs=decoded,
+                in_worker=self.in_worker,
+            ),
             max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
             children=DatabaseChildRunner(
                 owned.execution_id, self.root_id, in_worker=self.in_worker

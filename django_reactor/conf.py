@@ -92,6 +92,23 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path to a function (request, queryset) -> queryset that limits which executions a
     # request may see and steer through the API (tenants, owners). None: every execution.
     "API_SCOPE": None,
+    # Coordination (locks, semaphores, rate limits, periods, ordered locks).
+    # Dotted path of the CoordinationBackend class: the Redis one, or
+    # "django_reactor.coordination.backends.database.DatabaseBackend" without Redis.
+    "COORDINATION_BACKEND": "django_reactor.coordination.backends.redis.RedisBackend",
+    # The Redis of the Redis backend: a django-redis cache alias or a redis:// URL.
+    "COORDINATION_REDIS": "default",
+    # First part of every coordination key in Redis (one per app sharing a Redis).
+    "COORDINATION_KEY_PREFIX": "django_reactor",
+    # Seconds a worker waits before trying again a run (or step) that could not take its lock,
+    # semaphore slot or ordered-lock turn (a rate limit says itself how long to wait).
+    "CONTENTION_DELAY": 1.0,
+    # Times a run may be rescheduled for contention (or an unreachable coordination backend)
+    # before it fails instead.
+    "MAX_CONTENTION_SNOOZES": 100,
+    # Named rate limits shared by every reactor and step that uses the name:
+    # {"stripe": {"second": 3, "minute": 100}} or {"stripe": [[3, 1], [100, 60]]}.
+    "RATE_LIMITS": {},
 }
 
 REMOVED_SETTINGS: dict[str, str] = {}

@@ -239,6 +239,13 @@ class ExecutionHandle:
             PendingInterrupt(i.step, i.correlation_id, i.expires_at) for i in waiting(self.id)
         )
 
+    @property
+    def maps(self) -> list[dict[str, Any]]:
+        """A summary of each ``map_over`` step this run reached (totals, sampled failures)."""
+        from . import map_store
+
+        return [map_store.summary(run.pk) for run in map_store.maps_of(self.id)]
+
     def resume(
         self,
         step: str | None = None,

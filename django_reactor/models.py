@@ -13,7 +13,15 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from .querysets import ExecutionManager
-from .states import EventKind, ExecutionStatus, InterruptStatus, RollbackStatus, StepStatus
+from .states import (
+    ElementStatus,
+    EventKind,
+    ExecutionStatus,
+    InterruptStatus,
+    MapStatus,
+    RollbackStatus,
+    StepStatus,
+)
 
 
 def _max_length(choices: type[models.TextChoices]) -> int:
@@ -111,6 +119,15 @@ class Execution(models.Model):
         _("current attempt"),
         default=0,
         help_text=_("Attempts of the current step so far (a retry waiting for its wake-up)."),
+    )
+    coordination = models.JSONField(
+        _("coordination"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "What the run's declared coordination holds across processes: locks and slots it "
+            "took, its period bucket, whether its rate limit was charged, its reschedules."
+        ),
     )
     handed_off = models.BooleanField(
         _("handed off"),
@@ -274,12 +291,23 @@ class Dispatch(models.Model):
         RECOVER = "recover", _("Recover a run whose worker stopped")
         WAKE = "wake", _("Wake-up time reached")
         RESUME = "resume", _("Resume after a payload")
+        MAP = "map", _("Run map elements")
+        MAP_UNDO = "map_undo", _("Undo map elements")
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(
         Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="dispatches"
     )
     reason = models.CharField(_("reason"), max_length=16, choices=Reason.choices)
+    map_run = models.ForeignKey(
+        "MapRun",
+        verbose_name=_("map"),
+        on_delete=models.CASCADE,
+        related_name="dispatches",
+        null=True,
+        blank=True,
+        help_text=_("For map work: the map whose elements the task runs or undoes."),
+    )
     not_before = models.DateTimeField(
         _("not before"), null=True, blank=True, help_text=_("Publish with this countdown.")
     )
@@ -397,3 +425,147 @@ class ApiRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope}:{self.key} ({self.status_code or 'in flight'})"
+
+
+class MapRun(models.Model):
+    """One ``map_over`` step of one execution: its size, policy and progress counters.
+
+    The counters are kept under this row's lock by every element settle, so the run is
+    resumed exactly once: by the settle that brings ``settled`` to ``size``.
+    """
+
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
+    execution = models.ForeignKey(
+        Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="maps"
+    )
+    step = models.CharField(_("step"), max_length=255)
+    status = models.CharField(
+        _("status"),
+        max_length=_max_length(MapStatus),
+        choices=MapStatus.choices,
+        default=MapStatus.MATERIALISING,
+    )
+    fan_out = models.BooleanField(_("fan out"), default=False)
+    size = models.PositiveIntegerField(_("size"), null=True, blank=True)
+    batch_size = models.PositiveIntegerField(
+        _("batch size"), help_text=_("Most elements in flight at once.")
+    )
+    chunk_size = models.PositiveIntegerField(
+        _("chunk size"), help_text=_("Elements a task claims at a time.")
+    )
+    atomic = models.BooleanField(_("atomic"), default=True)
+    max_failures = models.PositiveIntegerField(
+        _("max failures"),
+        null=True,
+        blank=True,
+        help_text=_("Failed elements tolerated before the map fails (non-atomic maps)."),
+    )
+    settled = models.PositiveIntegerField(_("settled"), default=0)
+    succeeded = models.PositiveIntegerField(_("succeeded"), default=0)
+    failed = models.PositiveIntegerField(_("failed"), default=0)
+    stop_reason = models.CharField(
+        _("stop reason"),
+        max_length=16,
+        blank=True,
+        default="",
+        help_text=_("Why no new element starts: failed or halted."),
+    )
+    first_failure = models.PositiveIntegerField(
+        _("first failure"),
+        null=True,
+        blank=True,
+        help_text=_("Index of the first element that failed."),
+    )
+    shared = models.JSONField(
+        _("shared arguments"),
+        default=dict,
+        blank=True,
+        help_text=_("The map's arguments that are the same for every element."),
+    )
+    source_model = models.CharField(
+        _("source model"),
+        max_length=255,
+        blank=True,
+        default="",
+        help_text=_(
+            "app_label.Model when elements are rows of a QuerySet (stored as primary keys)."
+        ),
+    )
+    collected = models.BooleanField(
+        _("collected"), default=False, help_text=_("The run was woken for the settled elements.")
+    )
+    rollback_total = models.PositiveIntegerField(_("elements to undo"), default=0)
+    rollback_settled = models.PositiveIntegerField(_("elements undone"), default=0)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("map")
+        verbose_name_plural = _("maps")
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "step"], name="reactor_map_step_uniq"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["updated_at"],
+                name="reactor_map_active_idx",
+                condition=Q(status__in=["running", "rolling_back"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step} of {self.execution_id} ({self.status})"
+
+
+class MapResult(models.Model):
+    """One element of a map: its source item, status, value or error, and what undoes it."""
+
+    id = models.BigAutoField(primary_key=True)
+    map_run = models.ForeignKey(
+        MapRun, verbose_name=_("map"), on_delete=models.CASCADE, related_name="results"
+    )
+    index = models.PositiveIntegerField(_("index"))
+    status = models.CharField(
+        _("status"),
+        max_length=_max_length(ElementStatus),
+        choices=ElementStatus.choices,
+        default=ElementStatus.PENDING,
+    )
+    item = models.JSONField(_("item"), null=True, blank=True)
+    value = models.JSONField(_("value"), null=True, blank=True)
+    error = models.JSONField(_("error"), null=True, blank=True)
+    undo = models.JSONField(
+        _("undo data"),
+        null=True,
+        blank=True,
+        help_text=_("The element's completed steps and their results, newest last."),
+    )
+    rollback_error = models.JSONField(_("rollback error"), null=True, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
+    claimed_by = models.CharField(
+        _("claimed by"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_("The task holding the slot (its claim token)."),
+    )
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("map element")
+        verbose_name_plural = _("map elements")
+        ordering = ["map_run_id", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["map_run", "index"], name="reactor_map_index_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["map_run", "status", "index"], name="reactor_map_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"element {self.index} of map {self.map_run_id} ({self.status})"
+
+
+from .coordination.models import *  # noqa: E402,F403

@@ -7,6 +7,7 @@ state.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -15,12 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, connections
 
-from . import interrupt_store, registry, request_keys, store
+from . import interrupt_store, map_store, registry, request_keys, store
 from .composition import DatabaseChildRunner, finish_rollback
 from .conf import reactor_settings
+from .coordination import runtime as coordination_runtime
+from .coordination.exceptions import CoordinationUnavailable
 from .engine.executor import Executor, RunState, UndoEntry, utcnow
 from .engine.interrupts import ContinueWith
 from .engine.journal import Event
+from .engine.mapping import MapRollbackPending
 from .engine.outcomes import (
     Dispatched,
     ErrorInfo,
@@ -187,18 +191,24 @@ def _start(
         return _replay(
             conflict.execution_id, wait=definition.background is None and not all_in_background
         )
+    inputs = decode(stored_inputs)
+    if definition.coordination:
+        # Ordered locks order runs by when they are started, wherever they then run.
+        with contextlib.suppress(CoordinationUnavailable):  # the run's entry fails closed
+            coordination_runtime.enqueue(definition, owned.execution_id, inputs)
     if background:
         return Dispatched(execution_id=owned.execution_id)
     executor = Executor(
         definition,
         store.DatabaseJournal(owned),
-        inputs=decode(stored_inputs),
+        inputs=inputs,
         state=RunState(next_seq=2),
         max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
         hand_off=True,
         children=DatabaseChildRunner(owned.execution_id, owned.execution_id),
         issue_tokens=bool(reactor_settings.RESUME_TOKENS),
         observer=_observer_for(definition),
+        coordinator=_coordinator(definition, owned.execution_id, None, inputs, in_worker=False),
     )
     try:
         with store.LeaseKeeper(owned):
@@ -209,6 +219,24 @@ def _start(
             owned.execution_id,
         )
         return outcome_of(store.get_row(owned.execution_id))
+
+
+def _coordinator(
+    definition: ReactorDefinition,
+    execution_id: uuid.UUID,
+    row: Any,
+    inputs: Any,
+    *,
+    in_worker: bool,
+) -> Any:
+    """The run's coordinator (None when nothing is declared). A composed child shares its
+    root's locks; a root run or an async unit owns its own."""
+    owner = execution_id
+    if row is not None and row.parent_id is not None and not row.detached:
+        owner = row.root_id or row.parent_id
+    return coordination_runtime.coordinator_for(
+        definition, execution_id=execution_id, owner_id=owner, inputs=inputs, in_worker=in_worker
+    )
 
 
 def _observer_for(definition: ReactorDefinition, *, parent_id: Any = None) -> Any:
@@ -306,7 +334,10 @@ def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandl
     row = store.get_row(execution_id)
     _refuse_child(row, "cancel")
     store.request_cancel(row.id, reason=reason or "cancelled", cancellable=CANCELLABLE)
-    return find(row.id)
+    handle = find(row.id)
+    if handle.status == ExecutionStatus.CANCELLED:
+        map_store.stop_all(row.id, "cancelled")  # its fanned-out elements not started never start
+    return handle
 
 
 # ---------------------------------------------------------------------------- undo
@@ -355,42 +386,55 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         action="undo",
     )
     state = _rollback_state(row, reactor.definition)  # read again under ownership
+    inputs = decode(row.inputs)
     executor = Executor(
         reactor.definition,
         store.DatabaseJournal(owned),
-        inputs=decode(row.inputs),
+        inputs=inputs,
         state=state,
         children=DatabaseChildRunner(row.id, row.id),
         observer=_observer_for(reactor.definition, parent_id=row.parent_id),
+        coordinator=_coordinator(reactor.definition, row.id, row, inputs, in_worker=False),
     )
     in_flight = row.current_step
-    if abandoned and in_flight in reactor.definition.by_name and in_flight not in state.recorded:
+    in_flight_spec = reactor.definition.by_name.get(in_flight)
+    if (
+        abandoned
+        and in_flight_spec is not None
+        and in_flight_spec.map is None  # a map's elements say themselves what they did
+        and in_flight not in state.recorded
+    ):
         executor.adopt_in_flight(
             in_flight, "the process running this step stopped before recording its outcome"
         )
-    with store.LeaseKeeper(owned):
+    # While workers undo a map's elements the run parks; it finishes its rollback after.
+    with store.LeaseKeeper(owned), contextlib.suppress(MapRollbackPending):
         finish_rollback(executor, row, "undo requested")
     return find(row.id)
 
 
 def _rollback_state(row: Any, definition: ReactorDefinition) -> RunState:
-    """What an undo must roll back: the run's state, plus a composed child it stopped in.
+    """What an undo must roll back: the run's state, plus a composed child or a map it stopped in.
 
     A parent that halted inside a child, or was parked (or stopped) while its child waited,
-    has no record of the compose step; the child's own rollback undoes what it completed.
+    has no record of the compose step; the child's own rollback undoes what it completed. The
+    same holds for a map that halted, or that the run was waiting for: its completed elements
+    are undone.
     """
     state = store.load_state(row.id)
     for name in store.halted_steps(row.id):
         spec = definition.by_name.get(name)
-        if spec is not None and spec.child is not None:
+        if spec is not None and (spec.child is not None or spec.map is not None):
             state.undo_stack.append(UndoEntry(name, {}, None))
     current = row.current_step  # an undo's claim leaves the cursor where it was
     spec = definition.by_name.get(current)
     if (
         spec is not None
-        and spec.child is not None
         and current not in state.recorded
-        and store.find_child(row.id, current) is not None
+        and (
+            (spec.child is not None and store.find_child(row.id, current) is not None)
+            or (spec.map is not None and map_store.find(row.id, current) is not None)
+        )
     ):
         state.undo_stack.append(UndoEntry(current, {}, None))
     return state
@@ -498,7 +542,8 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
                         else {},
                     )
                 if row.status == ExecutionStatus.ROLLING_BACK:
-                    finish_rollback(executor, row, "rollback resumed after its worker stopped")
+                    with contextlib.suppress(MapRollbackPending):  # parked again: still undoing
+                        finish_rollback(executor, row, "rollback resumed")
                     return outcome_of(store.get_row(key))
                 return after_pause(executor.run())
             except LeaseLost:
@@ -523,11 +568,13 @@ def _worker_executor(
     definition: ReactorDefinition, owned: store.Owned, fresh: Any, state: RunState
 ) -> Executor:
     root = fresh.root_id or fresh.id
+    inputs = decode(fresh.inputs)
     return Executor(
         definition,
         store.DatabaseJournal(owned, wakes=fresh.parent_id if fresh.detached else None),
-        inputs=decode(fresh.inputs),
+        inputs=inputs,
         state=state,
+        coordinator=_coordinator(definition, fresh.id, fresh, inputs, in_worker=True),
         retry_later=True,
         children=DatabaseChildRunner(owned.execution_id, root, in_worker=True),
         # The unit's completion wakes the parked run; this is only the net under a lost task.
@@ -560,6 +607,9 @@ def sweep() -> store.SweepReport:
         retention=float(reactor_settings.DISPATCH_RETENTION),
     )
     report.expired = expire_interrupts()
+    report.maps = map_store.redispatch_stalled(
+        after=float(reactor_settings.REDISPATCH_AFTER), limit=int(reactor_settings.SWEEP_BATCH)
+    )
     report.deleted += request_keys.forget_expired(int(reactor_settings.SWEEP_BATCH))
     if any(report.as_dict().values()):
         logger.info("sweep: %s", report.as_dict())
@@ -883,13 +933,15 @@ def _fail_paused(
         action="fail",
     )
     interrupt_store.mark(interrupt, closing_status, closed=True)
+    inputs = decode(execution.inputs)
     executor = Executor(
         definition,
         store.DatabaseJournal(owned),
-        inputs=decode(execution.inputs),
+        inputs=inputs,
         state=_rollback_state(execution, definition),
         children=DatabaseChildRunner(execution.id, execution.root_id or execution.id),
         observer=_observer_for(definition, parent_id=execution.parent_id),
+        coordinator=_coordinator(definition, execution.id, execution, inputs, in_worker=False),
     )
     if event is not None:
         executor.note(event, {"step": interrupt.step, **(data or {})})
@@ -900,11 +952,13 @@ def _fail_paused(
 def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outcome:
     """Run the rest of a run this process just took from ``paused``."""
     row = store.get_row(owned.execution_id)
+    inputs = decode(row.inputs)
     executor = Executor(
         definition,
         store.DatabaseJournal(owned, wakes=row.parent_id if row.detached else None),
-        inputs=decode(row.inputs),
+        inputs=inputs,
         state=store.resume_state(row),
+        coordinator=_coordinator(definition, row.id, row, inputs, in_worker=False),
         max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
         children=DatabaseChildRunner(row.id, row.root_id or row.id),
         issue_tokens=bool(reactor_settings.RESUME_TOKENS),
@@ -1084,3 +1138,31 @@ def prune(
         if on_batch is not None:
             on_batch(count)
     return total
+
+
+# ---------------------------------------------------------------------------- ordered locks
+
+
+def ordered_lock(key: str) -> Any:
+    """Where the runs of an ordered lock stand: queue (head first), halt, skipped runs.
+
+    ``key`` is the lock's key as the reactor computes it (``"account-7"``).
+    """
+    from .coordination import get_backend
+
+    return get_backend().ordered_status(f"ordered:{key}")
+
+
+def skip_ordered_run(key: str, execution_id: uuid.UUID | str) -> bool:
+    """Take a run out of an ordered lock's queue (a stuck head); False when it was not queued."""
+    from .coordination import get_backend
+
+    return get_backend().skip_ordered(f"ordered:{key}", str(store.parse_id(execution_id)))
+
+
+def reset_ordered_lock(key: str) -> int:
+    """Empty an ordered lock's queue and lift its halt; the runs removed (they re-queue when
+    a worker next takes them)."""
+    from .coordination import get_backend
+
+    return get_backend().reset_ordered(f"ordered:{key}")

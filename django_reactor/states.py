@@ -176,6 +176,8 @@ class EventKind(models.TextChoices):
     PAYLOAD = "payload", _("Payload accepted")
     INVALID_PAYLOAD = "invalid_payload", _("Invalid payload refused")
     EXPIRE = "expire", _("Interrupt expired")
+    MAP = "map", _("Map elements started")
+    ACQUIRE = "acquire", _("Coordination acquired")
 
 
 class InterruptStatus(models.TextChoices):
@@ -191,3 +193,33 @@ class InterruptStatus(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
     # Too many invalid payloads (``max_attempts``): the run was failed and rolled back.
     FAILED = "failed", _("Failed")
+
+
+class MapStatus(models.TextChoices):
+    """Where a map step's elements are."""
+
+    #: The source is being read into element rows.
+    MATERIALISING = "materialising", _("Reading the source")
+    #: Elements are running (inline, or on workers).
+    RUNNING = "running", _("Running elements")
+    #: Every element settled; the map's run has taken (or will take) the outcome.
+    SETTLED = "settled", _("Settled")
+    #: Completed elements are being undone.
+    ROLLING_BACK = "rolling_back", _("Rolling back elements")
+    #: Every completed element was undone (or reported in rollback failures).
+    ROLLED_BACK = "rolled_back", _("Rolled back")
+
+
+class ElementStatus(models.TextChoices):
+    """One map element's slot."""
+
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    HALTED = "halted", _("Halted")
+    #: Never started: an atomic map stopped at an earlier failure.
+    NOT_STARTED = "not_started", _("Not started")
+    UNDOING = "undoing", _("Being undone")
+    UNDONE = "undone", _("Undone")
+    UNDO_FAILED = "undo_failed", _("Undo failed")

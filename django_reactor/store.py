@@ -598,6 +598,10 @@ class LeaseKeeper:
     def __exit__(self, *exc_info: object) -> None:
         _Heartbeat.current().discard(self)
 
+    @property
+    def label(self) -> str:
+        return f"execution {self.owned.execution_id}"
+
     def extend(self) -> bool:
         """Push the lease out once; False when the fence moved on (another owner)."""
         return bool(
@@ -615,7 +619,9 @@ class _Heartbeat:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.keepers: set[LeaseKeeper] = set()
+        # LeaseKeepers, and anything else with ``due``, ``interval``, ``lost``, ``label`` and
+        # ``extend()`` (map slots a task holds).
+        self.keepers: set[Any] = set()
         self.changed = threading.Condition()
         self.thread = threading.Thread(
             target=self._loop, name="reactor-lease-heartbeat", daemon=True
@@ -632,13 +638,13 @@ class _Heartbeat:
                     instance = cls._instance = cls()
         return instance
 
-    def add(self, keeper: LeaseKeeper) -> None:
+    def add(self, keeper: Any) -> None:
         with self.changed:
             keeper.due = time.monotonic() + keeper.interval
             self.keepers.add(keeper)
             self.changed.notify()
 
-    def discard(self, keeper: LeaseKeeper) -> None:
+    def discard(self, keeper: Any) -> None:
         with self.changed:
             self.keepers.discard(keeper)
 
@@ -659,14 +665,14 @@ class _Heartbeat:
             if idle:
                 connections.close_all()  # this thread's connections only
 
-    def _beat(self, keeper: LeaseKeeper) -> None:
+    def _beat(self, keeper: Any) -> None:
         try:
             extended = keeper.extend()
         except Exception:
             # A dropped connection must not end the heartbeat: reconnect next time.
             logger.warning(
-                "could not extend the lease of execution %s; trying again in %.1f s",
-                keeper.owned.execution_id,
+                "could not extend the lease of %s; trying again in %.1f s",
+                keeper.label,
                 keeper.interval,
                 exc_info=True,
             )
@@ -805,6 +811,21 @@ def resume_state(row: Execution) -> RunState:
     return state
 
 
+def coordination_state(execution_id: uuid.UUID) -> dict[str, Any]:
+    """The run's coordination bookkeeping (see ``Execution.coordination``)."""
+    found = (
+        Execution.objects.using(USING)
+        .filter(pk=execution_id)
+        .values_list("coordination", flat=True)
+        .first()
+    )
+    return dict(found or {})
+
+
+def save_coordination_state(execution_id: uuid.UUID, state: dict[str, Any]) -> None:
+    Execution.objects.using(USING).filter(pk=execution_id).update(coordination=state)
+
+
 def halted_steps(execution_id: uuid.UUID) -> list[str]:
     return list(
         StepRecord.objects.using(USING)
@@ -836,7 +857,8 @@ UPDATE django_reactor_execution SET
     lease_owner = %s,
     lease_expires_at = now() + make_interval(secs => %s),
     fence = fence + 1,
-    recovery_attempts = recovery_attempts + CASE WHEN status = 'pending' THEN 0 ELSE 1 END,
+    recovery_attempts = recovery_attempts
+        + CASE WHEN status = 'pending' OR lease_owner IS NULL THEN 0 ELSE 1 END,
     status = CASE WHEN status = 'rolling_back' THEN 'rolling_back' ELSE 'running' END,
     started_at = COALESCE(started_at, now()),
     wake_at = NULL,
@@ -891,6 +913,7 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
             fence=F("fence") + 1,
             recovery_attempts=Case(
                 When(status=ExecutionStatus.PENDING, then=F("recovery_attempts")),
+                When(lease_owner__isnull=True, then=F("recovery_attempts")),
                 default=F("recovery_attempts") + 1,
             ),
             status=Case(
@@ -980,6 +1003,7 @@ class SweepReport:
     """What one sweep did."""
 
     republished: int = 0
+    maps: int = 0
     recovered: int = 0
     woken: int = 0
     redispatched: int = 0
@@ -989,6 +1013,7 @@ class SweepReport:
     def as_dict(self) -> dict[str, int]:
         return {
             "republished": self.republished,
+            "maps": self.maps,
             "recovered": self.recovered,
             "woken": self.woken,
             "redispatched": self.redispatched,
@@ -1019,16 +1044,20 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
                 )
             )
             .order_by("id")
-            .values_list("id", "execution_id", "not_before")[:limit]
+            .values_list("id", "execution_id", "not_before", "reason", "map_run_id")[:limit]
         )
         if stale:
             report.republished = len(
                 router.publish(
                     [
                         router.QueuedDispatch(
-                            d, e, max(0.0, (nb - now).total_seconds()) if nb else 0.0
+                            d,
+                            e,
+                            max(0.0, (nb - now).total_seconds()) if nb else 0.0,
+                            task=reason if map_id is not None else "resume",
+                            map_id=map_id,
                         )
-                        for d, e, nb in stale
+                        for d, e, nb, reason, map_id in stale
                     ],
                     USING,
                 )
@@ -1062,7 +1091,7 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
         for execution_id, status, lease_owner, wake_at in candidates:
             if execution_id in recently:
                 continue  # a task for it went out moments ago; give a worker time to take it
-            if lease_owner is not None or status != ExecutionStatus.PENDING:
+            if lease_owner is not None or (status != ExecutionStatus.PENDING and wake_at is None):
                 reason = Dispatch.Reason.RECOVER
                 report.recovered += 1
             elif wake_at is not None:

@@ -38,9 +38,14 @@ __all__ = [
     "ReactorResult",
     "StepMock",
     "assert_idempotent",
+    "assert_lock_free",
+    "assert_lock_held",
     "fail_step",
+    "lock_holder",
     "mock_step",
+    "rate_limit_count",
     "run_reactor",
+    "semaphore_available",
 ]
 
 #: How many queued tasks :meth:`ReactorResult.drain` runs before it gives up.
@@ -53,10 +58,11 @@ _UNSET: Any = object()
 
 
 class _TaskQueue:
-    """Execution ids whose ``django_reactor.resume`` task would have gone to the broker."""
+    """Tasks that would have gone to the broker: ``("resume", execution id)``, or a map's
+    ``("map", map id)`` / ``("map_undo", map id)``."""
 
     def __init__(self) -> None:
-        self.pending: list[uuid.UUID] = []
+        self.pending: list[tuple[str, uuid.UUID]] = []
 
     @contextlib.contextmanager
     def capturing(self) -> Iterator[None]:
@@ -70,11 +76,14 @@ class _TaskQueue:
 
         from .celery import router
 
+        def task(d: Any) -> tuple[str, uuid.UUID]:
+            return (d.task, d.map_id) if d.map_id is not None else ("resume", d.execution_id)
+
         def publish_on_commit(dispatches: Any, using: str) -> None:
-            self.pending.extend(d.execution_id for d in dispatches)
+            self.pending.extend(task(d) for d in dispatches)
 
         def publish(dispatches: Any, using: str) -> list[int]:
-            self.pending.extend(d.execution_id for d in dispatches)
+            self.pending.extend(task(d) for d in dispatches)
             return [d.dispatch_id for d in dispatches]
 
         with (
@@ -162,7 +171,7 @@ class ReactorResult:
     @property
     def queued(self) -> list[uuid.UUID]:
         """Executions with a resume task captured and not run yet."""
-        return list(self._queue.pending)
+        return [target for kind, target in self._queue.pending if kind == "resume"]
 
     # -- moving the run on
     def _refresh(self) -> None:
@@ -181,9 +190,14 @@ class ReactorResult:
             self._fast_forward()
         if not self._queue.pending:
             return False
-        execution_id = self._queue.pending.pop(0)
+        kind, target = self._queue.pending.pop(0)
         with self._queue.capturing():
-            services.resume(execution_id)
+            if kind == "resume":
+                services.resume(target)
+            else:
+                from . import maps
+
+                maps.work(target, forward=kind == "map")
         self._refresh()
         return True
 
@@ -196,7 +210,7 @@ class ReactorResult:
         if self._queue.pending:
             raise AssertionError(
                 f"{self.reactor.__qualname__}: work was still queued after {limit} resume "
-                f"task(s) (queued: {[str(i) for i in self._queue.pending]}); a step that "
+                f"task(s) (queued: {[f'{k} {i}' for k, i in self._queue.pending]}); a step that "
                 "keeps rescheduling itself? Raise max_rounds if the run needs more.\n"
                 + self._describe()
             )
@@ -216,7 +230,7 @@ class ReactorResult:
             lease_owner__isnull=True,
         ).update(wake_at=None)
         if woken:
-            self._queue.pending.append(self.execution_id)
+            self._queue.pending.append(("resume", self.execution_id))
 
     def resume(self, step: str | None = None, payload: Any = None) -> ReactorResult:
         """Deliver ``payload`` to the interrupt ``step`` (``None``: the one waiting); then
@@ -333,6 +347,18 @@ class ReactorResult:
                 f"expected the run to wait at interrupt {step!r}, but it is {self.status}"
                 + (f" waiting at {', '.join(self.paused_at)}" if self.paused_at else "")
             )
+        return self
+
+    def assert_acquired(self, kind: str, key: str, step: str = "") -> ReactorResult:
+        """The run (or its ``step``) took ``kind`` ("lock", "semaphore", "rate_limit",
+        "period") ``key``, as its trace says."""
+        events = self.handle.trace if self.execution_id is not None else []
+        taken = [
+            (e.step, e.data.get(kind)) for e in events if e.kind == "acquire" and kind in e.data
+        ]
+        if (step, key) not in taken:
+            seen = ", ".join(f"{k}" + (f" (step {s})" if s else "") for s, k in taken) or "none"
+            raise self._fail(f"expected the run to take {kind} {key!r}; it took: {seen}")
         return self
 
     def assert_rollback_failure(self, step: str) -> ReactorResult:
@@ -593,3 +619,50 @@ if pytest is not None:
                 return stack.enter_context(fail_step(reactor, step, *args, **options))
 
             yield replace
+
+
+# ---------------------------------------------------------------------------- coordination
+
+
+def lock_holder(key: str) -> uuid.UUID | None:
+    """The run holding lock ``key`` (as declared, ``"order-7"``) on the configured backend."""
+    from .coordination import get_backend
+
+    holder = get_backend().lock_holder(f"lock:{key}")
+    return uuid.UUID(holder.removeprefix("run:")) if holder else None
+
+
+def assert_lock_held(key: str, by: Any = None) -> None:
+    """Lock ``key`` is held (by the run ``by``, an execution id or a ReactorResult, if given)."""
+    holder = lock_holder(key)
+    wanted = getattr(by, "execution_id", by)
+    if holder is None or (wanted is not None and str(holder) != str(wanted)):
+        raise AssertionError(
+            f"expected lock {key!r} to be held"
+            + (f" by execution {wanted}" if wanted is not None else "")
+            + (f", but execution {holder} holds it" if holder else ", but it is free")
+        )
+
+
+def assert_lock_free(key: str) -> None:
+    """Nobody holds lock ``key``."""
+    holder = lock_holder(key)
+    if holder is not None:
+        raise AssertionError(f"expected lock {key!r} to be free, but execution {holder} holds it")
+
+
+def semaphore_available(key: str, limit: int) -> int:
+    """Free slots of semaphore ``key`` (declared with ``limit``)."""
+    from .coordination import get_backend
+
+    return limit - len(get_backend().semaphore_holders(f"semaphore:{key}"))
+
+
+def rate_limit_count(key: str, seconds: float, *, name: bool = False) -> int:
+    """Starts charged to rate limit ``key`` (or the named limit ``key``) in the last
+    ``seconds``."""
+    from .coordination import Window, get_backend
+    from .coordination.rates import named_rate_limit
+
+    full = named_rate_limit(key)[0] if name else f"rate:{key}"
+    return get_backend().rate_count(full, Window(1_000_000, seconds))

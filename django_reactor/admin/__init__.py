@@ -5,13 +5,13 @@ Nothing here changes a row directly: cancel, undo, retry and resume go through
 custom permission, and each change is recorded as an admin ``LogEntry``.
 
 - ``executions``: the runs' list, page, actions, resume form and parked view;
-- ``records``: read-only lists of interrupts and dispatches;
+- ``records``: read-only lists of interrupts, dispatches, maps and map elements;
 - ``display`` and ``forms``: what those pages share.
 """
 
 from __future__ import annotations
 
 from .executions import ExecutionAdmin
-from .records import DispatchAdmin, InterruptAdmin
+from .records import DispatchAdmin, InterruptAdmin, MapResultAdmin, MapRunAdmin
 
-__all__ = ["DispatchAdmin", "ExecutionAdmin", "InterruptAdmin"]
+__all__ = ["DispatchAdmin", "ExecutionAdmin", "InterruptAdmin", "MapResultAdmin", "MapRunAdmin"]

@@ -97,10 +97,16 @@ def flatten_errors(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix, str(errors))]
 
 
-def waits_for(row: Any) -> str:
-    """What a parked run waits for, from its last trace entry (``last_kind``/``last_data``)."""
+MAP_WAITS = ("map", "map rollback")
+
+
+def waits_for(row: Any, map_run: dict[str, Any] | None = None) -> str:
+    """What a parked run waits for, from its last trace entry (``last_kind``/``last_data``);
+    ``map_run`` holds the counters of the map it waits for (``MapRun`` values)."""
     data = row.last_data or {}
     if row.last_kind == EventKind.PARK:
+        if data.get("waiting_for") in MAP_WAITS:
+            return map_wait(getattr(row, "last_step", "") or "", data["waiting_for"], map_run)
         if "waiting_for" in data:
             return f"async unit {data['waiting_for']}"
         if "child_step" in data:
@@ -111,6 +117,28 @@ def waits_for(row: Any) -> str:
     if row.last_kind == EventKind.RETRY:
         return "its next attempt"
     return "its wake-up time"
+
+
+def map_wait(step: str, waiting_for: str, map_run: dict[str, Any] | None) -> str:
+    """``map pack: 4 of 10 elements settled``, or its rollback's ``2 of 6 elements undone``."""
+    if map_run is None:
+        return f"map {step}: its elements" if waiting_for == "map" else f"map {step}: its rollback"
+    if waiting_for == "map rollback":
+        return (
+            f"map {step}: {map_run['rollback_settled']} of {map_run['rollback_total']} "
+            "elements undone"
+        )
+    if map_run["size"] is None:
+        return f"map {step}: reading its source"
+    return f"map {step}: {map_run['settled']} of {map_run['size']} elements settled"
+
+
+def progress(done: int, total: int | None) -> dict[str, Any]:
+    """A progress bar's numbers: ``done``, ``total`` and the percentage (``0`` to ``100``)."""
+    total = total or 0
+    done = min(done, total) if total else done
+    percent = (100.0 * done / total) if total else 100.0
+    return {"done": done, "total": total, "percent": percent, "label": f"{percent:.0f} %"}
 
 
 def failure_fields(failure: Any) -> list[tuple[Any, Any]]:

@@ -32,22 +32,25 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from ..display import short_json
-from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
-from ..states import EventKind, ExecutionStatus, InterruptStatus
+from ..models import Execution, ExecutionEvent, Interrupt, MapRun, StepRecord
+from ..states import EventKind, ExecutionStatus, InterruptStatus, MapStatus
 from .display import (
     APP,
     FAILURE_EVENTS,
+    MAP_WAITS,
     ROLLBACK_EVENTS,
     execution_link,
     failure_fields,
     flatten_errors,
     format_duration,
     pretty_json,
+    progress,
     short_reactor,
     status_badge,
     waits_for,
@@ -60,6 +63,20 @@ MAX_ERROR_MESSAGES = 20
 BULK_BATCH = 200
 # Rows listed on a bulk action's confirmation page (the count and the states cover the rest).
 CONFIRMATION_SAMPLE = 100
+
+
+# Counts shown beside a map's progress bar when not zero (the first four always are).
+MAP_COUNTS = (
+    ("total", _("Total")),
+    ("succeeded", _("Succeeded")),
+    ("failed", _("Failed")),
+    ("pending", _("Pending or running")),
+    ("halted", _("Halted")),
+    ("not_started", _("Not started")),
+    ("undone", _("Undone")),
+    ("undoing", _("Being undone")),
+    ("undo_failed", _("Undo failed")),
+)
 
 
 # ---------------------------------------------------------------------------- filters
@@ -521,6 +538,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             buttons.append(("retry", _("Retry"), _("Run it again as a new execution.")))
         failure = ErrorInfo.from_dict(obj.failure) if obj.failure else None
         return {
+            "reactor_maps": map_sections(request, obj),
             "reactor_graph": graph,
             "reactor_graph_problem": graph_problem,
             "reactor_steps": steps,
@@ -744,17 +762,26 @@ class ExecutionAdmin(admin.ModelAdmin):
         )
         last = ExecutionEvent.objects.filter(execution=OuterRef("pk")).order_by("-seq")
         pending = (
-            Execution.objects.filter(status=ExecutionStatus.PENDING)
+            Execution.objects.filter(
+                status__in=[ExecutionStatus.PENDING, ExecutionStatus.ROLLING_BACK]
+            )
             .annotate(
                 last_kind=Subquery(last.values("kind")[:1]),
                 last_data=Subquery(last.values("data")[:1]),
+                last_step=Subquery(last.values("step")[:1]),
+                last_at=Subquery(last.values("at")[:1]),
             )
-            .filter(Q(wake_at__isnull=False) | Q(last_kind=EventKind.PARK))
+            # Pending runs with a wake-up or parked; runs rolling back parked on a map's undo.
+            .filter(
+                Q(status=ExecutionStatus.PENDING, wake_at__isnull=False)
+                | Q(last_kind=EventKind.PARK)
+            )
             .only("id", "reactor", "status", "current_step", "updated_at", "wake_at")
             .order_by(F("wake_at").asc(nulls_last=True), "updated_at")
         )
         interrupts_page = Paginator(waiting, self.list_per_page).get_page(request.GET.get("ip"))
         pending_page = Paginator(pending, self.list_per_page).get_page(request.GET.get("pp"))
+        maps = parked_maps(list(pending_page))
         context = {
             **self.admin_site.each_context(request),
             "title": _("Parked executions"),
@@ -774,13 +801,143 @@ class ExecutionAdmin(admin.ModelAdmin):
                     "row": e,
                     "reactor": short_reactor(e.reactor),
                     "link": execution_link(e.id),
-                    "waits_for": waits_for(e),
+                    "badge": status_badge(e.status, e.get_status_display()),
+                    "waits_for": waits_for(e, maps.get((e.id, e.last_step))),
+                    "since": waiting_since(e, maps.get((e.id, e.last_step))),
                 }
                 for e in pending_page
             ],
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/django_reactor/execution/parked.html", context)
+
+
+# ---------------------------------------------------------------------------- maps
+
+
+def map_sections(request: HttpRequest, obj: Execution) -> list[dict[str, Any]]:
+    """Each map step of the run: its summary (a few aggregate queries), progress and links.
+
+    One query reads the run's maps (without their shared arguments); then, per map,
+    ``map_store.summary`` counts the elements by status and samples the first failures.
+    """
+    from .. import map_store
+
+    runs = list(
+        MapRun.objects.filter(execution=obj)
+        .order_by("created_at")
+        .only(
+            "id",
+            "step",
+            "status",
+            "size",
+            "fan_out",
+            "atomic",
+            "max_failures",
+            "batch_size",
+            "chunk_size",
+            "stop_reason",
+            "rollback_total",
+            "rollback_settled",
+            "created_at",
+        )
+    )
+    if not runs:
+        return []
+    elements_url = ""
+    if request.user.has_perm(f"{APP}.view_mapresult"):
+        elements_url = reverse(f"admin:{APP}_mapresult_changelist")
+    labels = dict(MapStatus.choices)
+    sections = []
+    for run in runs:
+        summary = map_store.summary(run.pk)
+        if not summary:  # deleted since the first query
+            continue
+        total = int(summary["total"])
+        pending = int(summary["pending"])
+        size = run.size if run.size is not None else total
+        # Red: failed elements, and undos that failed.
+        bad = int(summary["failed"]) + int(summary["undo_failed"])
+        other = max(total - pending - int(summary["succeeded"]) - bad, 0)
+        bar = progress(total - pending, size)
+        segments = []
+        for css, count, label in (
+            ("succeeded", int(summary["succeeded"]), _("succeeded")),
+            ("failed", bad, _("failed")),
+            ("other", other, _("halted, not started or undone")),
+        ):
+            if count and size:
+                width = f"{100.0 * count / size:.3f}"
+                segments.append({"css": css, "count": count, "label": label, "width": width})
+        counts = [
+            {"name": name, "label": label, "value": summary[name]}
+            for index, (name, label) in enumerate(MAP_COUNTS)
+            if index < 4 or summary[name]
+        ]
+        link = ""
+        failed_link = ""
+        if elements_url:
+            link = f"{elements_url}?{urlencode({'map_run__id__exact': str(run.pk)})}"
+            failed_link = (
+                f"{elements_url}?"
+                f"{urlencode({'map_run__id__exact': str(run.pk), 'status__exact': 'failed'})}"
+            )
+        rollback = None
+        if run.status in (MapStatus.ROLLING_BACK, MapStatus.ROLLED_BACK) and run.rollback_total:
+            rollback = progress(run.rollback_settled, run.rollback_total)
+        failures = summary["failures"]
+        sections.append(
+            {
+                "run": run,
+                "summary": summary,
+                "badge": status_badge(run.status, labels.get(run.status, run.status)),
+                "size": run.size,
+                "progress": bar,
+                "segments": segments,
+                "counts": counts,
+                "rollback": rollback,
+                "failures": failures,
+                "more_failures": max(int(summary["failed"]) - len(failures), 0)
+                if summary["failures_truncated"]
+                else 0,
+                "elements_url": link,
+                "failed_url": failed_link,
+            }
+        )
+    return sections
+
+
+def parked_maps(rows: list[Execution]) -> dict[tuple[Any, str], dict[str, Any]]:
+    """The counters of the maps a page of parked runs waits for, in one query."""
+    ids = [
+        row.id
+        for row in rows
+        if getattr(row, "last_kind", None) == EventKind.PARK
+        and (getattr(row, "last_data", None) or {}).get("waiting_for") in MAP_WAITS
+    ]
+    if not ids:
+        return {}
+    found = MapRun.objects.filter(execution_id__in=ids).values(
+        "execution_id",
+        "step",
+        "size",
+        "settled",
+        "status",
+        "rollback_total",
+        "rollback_settled",
+        "created_at",
+    )
+    return {(m["execution_id"], m["step"]): dict(m) for m in found}
+
+
+def waiting_since(row: Execution, map_run: dict[str, Any] | None) -> Any:
+    """When a parked run began to wait: its map's start, its last park, or its last change."""
+    last_at = getattr(row, "last_at", None)  # annotated by the parked view's queryset
+    if map_run is not None and (getattr(row, "last_data", None) or {}).get("waiting_for") == "map":
+        return map_run["created_at"]
+    if getattr(row, "last_kind", None) == EventKind.PARK and last_at is not None:
+        return last_at
+    return row.updated_at
 
 
 OPERATIONS: dict[str, dict[str, Any]] = {

@@ -1,4 +1,5 @@
-"""Read-only admin lists of interrupts and dispatches (steer runs from their page)."""
+"""Read-only admin lists of interrupts, dispatches, maps and map elements (steer runs from
+their page)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,23 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import (
-    QuerySet,
-)
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from ..models import Dispatch, Interrupt
-from .display import execution_link, short_reactor, status_badge
+from ..models import Dispatch, Interrupt, MapResult, MapRun
+from ..states import MapStatus
+from .display import APP, execution_link, pretty_json, short_reactor, status_badge
+
+# Characters of an element's error message shown in the element list.
+SHORT_ERROR = 160
 
 
 class _ReadOnlyAdmin(admin.ModelAdmin):
@@ -107,3 +116,259 @@ class DispatchAdmin(_ReadOnlyAdmin):
             return queryset.filter(execution_id=uuid.UUID(term)), False
         except ValueError:
             return queryset.none(), False
+
+
+# ---------------------------------------------------------------------------- maps
+
+
+def _uuid(term: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(term.strip())
+    except ValueError:
+        return None
+
+
+@admin.register(MapRun)
+class MapRunAdmin(_ReadOnlyAdmin):
+    """The map steps runs reached, with their counters (a run's page has their summary)."""
+
+    list_display = (
+        "step",
+        "run",
+        "status_badge",
+        "mode",
+        "size",
+        "settled",
+        "succeeded",
+        "failed",
+        "elements",
+        "created_at",
+    )
+    list_filter = ("status", "fan_out", "created_at")
+    search_fields = ("=execution__id",)
+    search_help_text = _("An execution id (exact).")
+    show_full_result_count = False
+    ordering = ("-created_at",)
+    exclude = ("shared",)
+    readonly_fields = ("shared_json",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[MapRun]:
+        return super().get_queryset(request).defer("shared")
+
+    @admin.display(description=_("execution"), ordering="execution_id")
+    def run(self, obj: MapRun) -> SafeString:
+        return execution_link(obj.execution_id)
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, obj: MapRun) -> SafeString:
+        return status_badge(obj.status, obj.get_status_display())
+
+    @admin.display(description=_("runs"))
+    def mode(self, obj: MapRun) -> str:
+        where = _("on workers") if obj.fan_out else _("inline")
+        return f"{where}, {_('atomic') if obj.atomic else _('tolerant')}"
+
+    @admin.display(description=_("elements"))
+    def elements(self, obj: MapRun) -> SafeString:
+        url = reverse(f"admin:{APP}_mapresult_changelist")
+        return format_html(
+            '<a href="{}?{}">{}</a>', url, urlencode({"map_run__id__exact": str(obj.pk)}), _("list")
+        )
+
+    @admin.display(description=_("shared arguments"))
+    def shared_json(self, obj: MapRun) -> SafeString:
+        return format_html("<pre>{}</pre>", pretty_json(obj.shared))
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[MapRun], search_term: str
+    ) -> tuple[QuerySet[MapRun], bool]:
+        if not search_term.strip():
+            return queryset, False
+        execution_id = _uuid(search_term)
+        if execution_id is None:
+            return queryset.none(), False
+        return queryset.filter(execution_id=execution_id), False
+
+
+class MapFilter(admin.SimpleListFilter):
+    """The map whose elements are listed (the link on a run's page sets it); only the chosen
+    map is offered, so the sidebar never lists every map."""
+
+    title = _("map")
+    parameter_name = "map_run__id__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, Any]]:
+        value = self.value()
+        if not value:
+            return []
+        row = (
+            MapRun.objects.filter(pk=_uuid(value) or uuid.UUID(int=0))
+            .values("step", "execution_id")
+            .first()
+        )
+        if row is None:
+            return [(value, _("unknown map"))]
+        label = _("%(step)s of run %(run)s") % {
+            "step": row["step"],
+            "run": str(row["execution_id"])[:8],
+        }
+        return [(value, label)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        map_id = _uuid(value)
+        return queryset.filter(map_run_id=map_id) if map_id else queryset.none()
+
+
+class MapResultChangeList(ChangeList):
+    """Pages of elements leave items, values, undo data and tracebacks in the database: only
+    the error's message is read, through a JSON key lookup."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .only("id", "map_run_id", "index", "status", "attempts", "finished_at")
+            .annotate(
+                error_message=Coalesce(
+                    KT("error__message"),
+                    KT("error__reason"),
+                    KT("rollback_error__0__message"),
+                    KT("rollback_error__message"),
+                )
+            )
+        )
+
+
+@admin.register(MapResult)
+class MapResultAdmin(_ReadOnlyAdmin):
+    """The elements of a map, by index: status, error message, attempts (read-only)."""
+
+    list_display = ("index", "status_badge", "error_message", "attempts", "finished_at", "map")
+    list_display_links = ("index",)
+    list_filter = (MapFilter, "status")
+    list_per_page = 100
+    show_full_result_count = False
+    ordering = ("map_run_id", "index")
+    list_select_related = False
+    fields = (
+        "map_link",
+        "index",
+        "status_badge",
+        "attempts",
+        "finished_at",
+        "lease_until",
+        "item_json",
+        "value_json",
+        "error_json",
+        "rollback_error_json",
+        "undo_json",
+    )
+    readonly_fields = fields
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return MapResultChangeList
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # The map listed (one query): its step and run, above the list.
+        map_id = _uuid(request.GET.get(MapFilter.parameter_name, ""))
+        row = None
+        if map_id is not None:
+            row = (
+                MapRun.objects.filter(pk=map_id)
+                .values("step", "execution_id", "status", "size")
+                .first()
+            )
+        if row is not None:
+            labels = dict(MapStatus.choices)
+            extra_context = {
+                **(extra_context or {}),
+                "title": _("Elements of map %(step)s") % {"step": row["step"]},
+                "reactor_map": {
+                    **row,
+                    "run": execution_link(row["execution_id"], str(row["execution_id"])),
+                    "badge": status_badge(row["status"], labels.get(row["status"])),
+                },
+            }
+        return super().changelist_view(request, extra_context)
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        # The map column only when the list spans maps (the filter names the one shown).
+        if request.GET.get(MapFilter.parameter_name):
+            return self.list_display[:-1]
+        return self.list_display
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, obj: MapResult) -> SafeString:
+        return status_badge(obj.status, obj.get_status_display())
+
+    @admin.display(description=_("error"))
+    def error_message(self, obj: MapResult) -> str:
+        if hasattr(obj, "error_message"):  # the list's JSON lookup
+            message = obj.error_message
+        else:
+            message = _message(obj.error) or _message(obj.rollback_error)
+        message = str(message or "")
+        if len(message) > SHORT_ERROR:
+            message = message[: SHORT_ERROR - 1] + "…"
+        return message
+
+    @admin.display(description=_("map"), ordering="map_run_id")
+    def map(self, obj: MapResult) -> SafeString:
+        url = reverse(f"admin:{APP}_mapresult_changelist")
+        return format_html(
+            '<a href="{}?{}">{}</a>',
+            url,
+            urlencode({"map_run__id__exact": str(obj.map_run_id)}),
+            str(obj.map_run_id)[:8],
+        )
+
+    @admin.display(description=_("map"))
+    def map_link(self, obj: MapResult) -> SafeString:
+        run = MapRun.objects.filter(pk=obj.map_run_id).values("step", "execution_id").first()
+        if run is None:
+            return format_html("{}", obj.map_run_id)
+        url = reverse(f"admin:{APP}_mapresult_changelist")
+        return format_html(
+            '<a href="{}?{}">{}</a> · {}',
+            url,
+            urlencode({"map_run__id__exact": str(obj.map_run_id)}),
+            _("%(step)s: all elements") % {"step": run["step"]},
+            execution_link(run["execution_id"]),
+        )
+
+    @admin.display(description=_("item"))
+    def item_json(self, obj: MapResult) -> SafeString:
+        return _pre(obj.item)
+
+    @admin.display(description=_("value"))
+    def value_json(self, obj: MapResult) -> SafeString:
+        return _pre(obj.value)
+
+    @admin.display(description=_("error"))
+    def error_json(self, obj: MapResult) -> SafeString:
+        return _pre(obj.error)
+
+    @admin.display(description=_("rollback error"))
+    def rollback_error_json(self, obj: MapResult) -> SafeString:
+        return _pre(obj.rollback_error)
+
+    @admin.display(description=_("undo data"))
+    def undo_json(self, obj: MapResult) -> SafeString:
+        return _pre(obj.undo)
+
+
+def _pre(value: Any) -> SafeString:
+    if value is None:
+        return format_html("{}", "-")
+    return format_html("<pre>{}</pre>", pretty_json(value))
+
+
+def _message(error: Any) -> str:
+    if isinstance(error, list):
+        error = error[0] if error else None
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("reason") or "")
+    return ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..engine.outcomes import (
@@ -17,6 +18,7 @@ from ..engine.outcomes import (
 )
 from ..engine.serialization import encode
 from ..handle import ExecutionHandle
+from ..maps import displayable
 from ..models import Execution, Interrupt
 
 
@@ -74,6 +76,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     steps = serializers.SerializerMethodField()
     trace = serializers.SerializerMethodField()
     interrupts = InterruptSerializer(many=True, read_only=True)
+    maps = serializers.SerializerMethodField()
 
     class Meta(ExecutionSerializer.Meta):
         fields = [
@@ -85,6 +88,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
             "steps",
             "trace",
             "interrupts",
+            "maps",
         ]
         read_only_fields = fields
 
@@ -104,7 +108,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
                 "status": s.status,
                 "attempts": s.attempts,
                 "arguments": s.arguments,
-                "result": s.result,
+                "result": displayable(s.result),
                 "error": s.error.to_dict() if s.error else None,
                 "rollback": s.rollback,
                 "rollback_error": s.rollback_error,
@@ -113,6 +117,11 @@ class ExecutionDetailSerializer(ExecutionSerializer):
             }
             for s in self._handle(row).steps
         ]
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_maps(self, row: Execution) -> list[dict[str, Any]]:
+        """Each map step's summary: totals by outcome and up to 25 sampled failures."""
+        return self._handle(row).maps
 
     def get_trace(self, row: Execution) -> list[dict[str, Any]]:
         return [

@@ -22,6 +22,9 @@ class QueuedDispatch:
     dispatch_id: int
     execution_id: UUID
     countdown: float = 0.0
+    # "resume" for the run itself; "map" / "map_undo" run or undo elements of map ``map_id``.
+    task: str = "resume"
+    map_id: UUID | None = None
 
 
 def publish_on_commit(dispatches: Sequence[QueuedDispatch], using: str) -> None:
@@ -34,10 +37,13 @@ def publish_on_commit(dispatches: Sequence[QueuedDispatch], using: str) -> None:
 
 
 def publish(dispatches: Sequence[QueuedDispatch], using: str) -> list[int]:
-    """Send one ``django_reactor.resume`` task per dispatch; mark the ones sent. Returns them."""
+    """Send one task per dispatch (``django_reactor.resume``, or a map's element task); mark
+    the ones sent. Returns them."""
     from ..conf import reactor_settings
     from ..models import Dispatch
-    from .tasks import resume
+    from .tasks import map_elements, map_rollback, resume
+
+    tasks = {"resume": resume, "map": map_elements, "map_undo": map_rollback}
 
     queue = reactor_settings.CELERY_QUEUE
     sent: list[int] = []
@@ -48,8 +54,10 @@ def publish(dispatches: Sequence[QueuedDispatch], using: str) -> list[int]:
             options["queue"] = queue
         if item.countdown > 0:
             options["countdown"] = item.countdown
+        task = tasks.get(item.task, resume)
+        target = item.map_id if task is not resume else item.execution_id
         try:
-            resume.apply_async(args=[str(item.execution_id)], **options)
+            task.apply_async(args=[str(target)], **options)
         except Exception:
             logger.warning(
                 "could not publish the task for execution %s; the sweeper will publish it",

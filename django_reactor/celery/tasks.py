@@ -23,6 +23,32 @@ def resume(execution_id: str) -> None:
     services.resume(execution_id)
 
 
+@shared_task(
+    name="django_reactor.map_elements",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def map_elements(map_id: str) -> None:
+    """Run pending elements of a fanned-out map, a chunk at a time, until none is left."""
+    from .. import maps
+
+    maps.work(map_id, forward=True)
+
+
+@shared_task(
+    name="django_reactor.map_rollback",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def map_rollback(map_id: str) -> None:
+    """Undo succeeded elements of a fanned-out map, highest index first, until none is left."""
+    from .. import maps
+
+    maps.work(map_id, forward=False)
+
+
 @shared_task(name="django_reactor.sweep", ignore_result=True)
 def sweep() -> dict[str, Any]:
     """Republish lost work: unsent dispatches, runs whose worker died, due wake-ups."""

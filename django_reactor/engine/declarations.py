@@ -10,7 +10,7 @@ from .retry import Retry
 from .step import FunctionStep, Step
 from .templates import Template
 
-OPTION_NAMES = frozenset({"retry", "wait_for"})
+OPTION_NAMES = frozenset({"retry", "wait_for", "coordination"})
 
 
 class StepDeclaration:
@@ -33,8 +33,11 @@ class StepDeclaration:
         retry: Retry | None = None,
         wait_for: Iterable[str] = (),
         unit: str | None = None,
+        coordination: Any = None,
     ) -> None:
         self.impl = impl
+        # None: the step class's own ``coordination``.
+        self.coordination = coordination
         # "step" for async_step, "reactor" for async_reactor: the body runs in its own execution.
         self.unit = unit
         self.wiring = wiring
@@ -109,7 +112,14 @@ def _declare(target: Any, options: dict[str, Any], unit: str | None = None) -> S
         wait_for = (wait_for,)
     if not all(isinstance(w, str) for w in wait_for):
         raise DefinitionError(f"wait_for= must name steps as strings, got {wait_for!r}")
-    return StepDeclaration(impl, wiring, retry=retry, wait_for=wait_for, unit=unit)
+    return StepDeclaration(
+        impl,
+        wiring,
+        retry=retry,
+        wait_for=wait_for,
+        unit=unit,
+        coordination=options.get("coordination"),
+    )
 
 
 @overload

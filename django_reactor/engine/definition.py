@@ -12,15 +12,19 @@ from typing import Any, ClassVar
 from ..exceptions import DefinitionError
 from . import planner
 from .composition import ComposeStep
-from .declarations import StepDeclaration
+from .coordination import Declaration, OrderedLock, check_declarations
+from .declarations import StepDeclaration, _function_step
 from .interrupts import InterruptSpec, InterruptStep
+from .mapping import MapSpec, MapStep, unsupported_in_element
 from .observers import RunObserver
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
 from .step import Signature, Step, rollback_signature, run_signature
 from .templates import InputRef, Template
 
-META_OPTIONS = frozenset({"returns", "name", "abstract", "background", "middleware"})
+META_OPTIONS = frozenset(
+    {"returns", "name", "abstract", "background", "middleware", "coordination"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,10 @@ class StepSpec:
     # described by ``unit_definition``.
     unit: str | None = None
     unit_definition: ReactorDefinition | None = None
+    # A map_over() step: its elements and policy.
+    map: MapSpec | None = None
+    # Lock, Semaphore, RateLimit, Period held around the step's body (keyed on its arguments).
+    coordination: tuple[Declaration, ...] = ()
 
     @property
     def child(self) -> Any:
@@ -98,6 +106,8 @@ class ReactorDefinition:
     background: Background | None = None
     # RunObserver classes instantiated for each execution (Meta.middleware), in order.
     middleware: tuple[type, ...] = ()
+    # Meta.coordination: held while the run runs, keyed on its inputs.
+    coordination: tuple[Declaration, ...] = ()
 
     @property
     def shape(self) -> dict[str, dict[str, Any]]:
@@ -231,6 +241,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
             f"(steps: {', '.join(by_name) or 'none'})"
         )
     middleware = _middleware(reactor, meta.get("middleware", ()))
+    coordination = check_declarations(meta.get("coordination"), f"{reactor}.Meta.coordination")
     return ReactorDefinition(
         name=name,
         reactor_class=cls,
@@ -243,6 +254,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         by_name=by_name,
         background=background,
         middleware=middleware,
+        coordination=coordination,
     )
 
 
@@ -258,8 +270,52 @@ def _middleware(reactor: str, option: Any) -> tuple[type, ...]:
     return classes
 
 
+def _with_map(name: str, cls: type, spec: StepSpec) -> StepSpec:
+    """Attach the definition each element of a ``map_over()`` step runs."""
+    if not issubclass(spec.impl, MapStep):
+        return spec
+    config = spec.impl.config
+    where = f"{cls.__qualname__}.{spec.name}"
+    element = config.element
+    names = frozenset(spec.arguments) | frozenset(config.element_arguments)
+    element_definition = getattr(element, "definition", None)
+    if isinstance(element_definition, ReactorDefinition):
+        fields = element_definition.input_fields
+        if fields is not None and not names <= fields:
+            raise DefinitionError(
+                f"{where}: map_over() passes {', '.join(sorted(names - fields))} to "
+                f"{element.__qualname__}, whose Inputs do not declare it (inputs: "
+                f"{', '.join(sorted(fields)) or 'none'})"
+            )
+    else:
+        impl = element if isinstance(element, type) else _function_step(element)
+        element_name = f"{name}:{spec.name}"
+        step_name = getattr(element, "__name__", "element")
+        declaration = StepDeclaration(impl, {n: InputRef(name=n) for n in sorted(names)})
+        element_spec = _build_spec(element_name, step_name, declaration, names, ())
+        element_definition = ReactorDefinition(
+            name=element_name,
+            reactor_class=cls,
+            steps=(element_spec,),
+            inputs_serializer=None,
+            input_fields=names,
+            input_secret_paths=(),
+            returns=step_name,
+            definition_hash=_hash([element_spec], step_name),
+            by_name={step_name: element_spec},
+        )
+    problems = unsupported_in_element(element_definition)
+    if problems:
+        raise DefinitionError(
+            f"{where}: map elements run in memory, one stored slot each, so the element "
+            f"reactor cannot have compose, async or map steps ({'; '.join(problems)})"
+        )
+    return dataclasses.replace(spec, map=MapSpec(config, element_definition))
+
+
 def _with_unit(name: str, cls: type, spec: StepSpec) -> StepSpec:
     """Attach the definition an async unit runs as (its own one-step reactor for async_step)."""
+    spec = _with_map(name, cls, spec)
     if spec.unit == "reactor":
         return dataclasses.replace(spec, unit_definition=spec.impl.child.definition)  # type: ignore[attr-defined]
     if spec.unit != "step":
@@ -372,7 +428,15 @@ def _build_spec(
     for field_path in secret_paths_of_serializer(contract):
         secret_arguments[field_path[0]] = (*secret_arguments.get(field_path[0], ()), field_path[1:])
 
+    declared = decl.coordination if decl.coordination is not None else impl.coordination
+    coordination = check_declarations(declared, f"{where} coordination")
+    misplaced = [type(d).__name__ for d in coordination if isinstance(d, OrderedLock)]
+    if misplaced:
+        raise DefinitionError(
+            f"{where}: an OrderedLock orders whole runs; declare it in Meta.coordination"
+        )
     return StepSpec(
+        coordination=coordination,
         unit=decl.unit,
         name=name,
         impl=impl,

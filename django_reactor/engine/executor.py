@@ -37,8 +37,10 @@ from ..exceptions import (
 )
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from .composition import ChildRunner
+from .coordination import NOT_STARTED, Blocked, Coordinator, DispatchRefused
 from .definition import ReactorDefinition, StepSpec
 from .journal import Event, InterruptWrite, Journal, JournalBatch, RollbackWrite, StepWrite
+from .mapping import MapDone, MapRollbackPending, MapRunner, MapSourceError, MapStopped
 from .observers import ExecutionEvent, RunObserver, StepEvent, composite, summarise
 from .outcomes import (
     Cancelled,
@@ -136,6 +138,7 @@ class Executor:
         attached: bool = False,
         issue_tokens: bool = False,
         observer: RunObserver | None = None,
+        coordinator: Coordinator | None = None,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -161,6 +164,9 @@ class Executor:
         self._scope = ResolutionScope(inputs=inputs, results=self.state.results)
         # Lifecycle notifications, after each commit; None (the default) costs one test each.
         self.observer = composite(observer)
+        # Locks, semaphores, rate limits, periods, ordered locks (None: nothing declared).
+        self.coordinator = coordinator
+        self._fences: dict[str, int] = {}
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------ public
@@ -171,6 +177,23 @@ class Executor:
 
     def run(self) -> Outcome:
         """Run every remaining step; return how the run ended."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return self._run()
+        blocked = coordinator.enter(new=self.state.next_seq <= 2)
+        self._acquired()
+        if blocked is not None:
+            return self._blocked(blocked)
+        outcome: Outcome | None = None
+        try:
+            outcome = self._run()
+        finally:
+            # Finished, failed or halted: released; paused: released (taken again on resume);
+            # parked or handed off: kept for the process that resumes the run.
+            coordinator.exit(outcome.status if outcome is not None else None)
+        return outcome
+
+    def _run(self) -> Outcome:
         definition = self.definition
         point = self.hand_off_point
         if self.observer is not None:
@@ -187,6 +210,12 @@ class Executor:
                 return self._complete()
             if point is not None and point.mode == "before" and spec.name == point.step:
                 return self._hand_off(next_step=spec.name)
+            if self.coordinator is not None and self.coordinator.lost:
+                # A lock or slot lapsed while the run held it: take it again, or wait.
+                blocked = self.coordinator.enter(new=False)
+                self._acquired()
+                if blocked is not None:
+                    return self._blocked(blocked)
             outcome = self._run_step(spec)
             if outcome is not None:
                 return outcome
@@ -239,6 +268,9 @@ class Executor:
         Used by ``undo()``. The run ends ``final_status`` when everything rolled back,
         ``needs_attention`` otherwise. ``failure`` is the run's failure, if it failed: its
         ``rollback_failures`` are replaced by what this rollback could not do.
+
+        Raises MapRollbackPending (after parking the run, ``rolling_back``) while workers undo a
+        fanned-out map's elements; the run is woken to finish when they are done.
         """
         self._commit(
             JournalBatch(
@@ -246,8 +278,15 @@ class Executor:
                 status=ExecutionStatus.ROLLING_BACK,
             )
         )
+        if self.coordinator is not None:
+            self.coordinator.enter_rollback()
         try:
             failures = self._rollback_all()
+        except MapRollbackPending as pending:
+            self._park_rollback(pending)
+            if self.coordinator is not None:
+                self.coordinator.exit(ExecutionStatus.ROLLING_BACK)
+            raise
         except INTERRUPTIONS as exc:
             self._abort(exc)
             raise
@@ -279,6 +318,8 @@ class Executor:
                 finished=True,
             )
         )
+        if self.coordinator is not None:
+            self.coordinator.exit(status)
         if self.observer is not None:
             run_event = self._run_event(status, reason=reason or None, failure=stored)
             if status == ExecutionStatus.CANCELLED:
@@ -302,7 +343,7 @@ class Executor:
             return self._fail(spec, error, {}, started=False, started_at=started_at, attempts=0)
         if spec.contract is not None:
             validated = self._validate_contract(spec, arguments, started_at)
-            if isinstance(validated, Failed):
+            if not isinstance(validated, dict):
                 return validated
             # From here on the step's arguments are the contract's validated data: run, the
             # stored record, undo and compensate all see the same values.
@@ -313,7 +354,25 @@ class Executor:
             return self._run_child(spec, arguments, started_at)
         if spec.unit is not None:
             return self._dispatch_unit(spec, arguments, started_at)
+        if spec.map is not None:
+            return self._run_map(spec, arguments, started_at)
+        if spec.coordination and self.coordinator is not None:
+            hold = self.coordinator.enter_step(spec.name, spec.coordination, arguments)
+            self._acquired(spec.name)
+            if isinstance(hold, Blocked):
+                return self._step_blocked(spec, hold, arguments, started_at)
+            self._fences = dict(hold.fences)
+            try:
+                return self._attempts(spec, arguments, started_at)
+            finally:
+                self._fences = {}
+                hold.release(spec.name in self.state.done)
+        return self._attempts(spec, arguments, started_at)
 
+    def _attempts(
+        self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> Outcome | None:
+        """Run the step's body, retrying as its policy says; record how it ended."""
         attempt = self.state.attempts_done.pop(spec.name, 0)
 
         def abort(interruption: BaseException) -> None:
@@ -440,7 +499,9 @@ class Executor:
         self._reached[spec.name] = PendingInterrupt(spec.name, correlation, expires_at, token)
         return None
 
-    def _correlation_failure(self, spec: StepSpec, started_at: dt.datetime, message: str) -> Failed:
+    def _correlation_failure(
+        self, spec: StepSpec, started_at: dt.datetime, message: str
+    ) -> Failed | Rescheduled:
         error = ErrorInfo(
             kind=ErrorKind.CORRELATION,
             message=message,
@@ -555,7 +616,19 @@ class Executor:
     ) -> Outcome | None:
         """Hand an async unit to workers; the run goes on with the steps that do not need it."""
         assert spec.unit_definition is not None
-        unit_id = self._child_runner(spec).dispatch(spec.name, spec.unit_definition, arguments)
+        try:
+            unit_id = self._child_runner(spec).dispatch(spec.name, spec.unit_definition, arguments)
+        except DispatchRefused as refused:
+            error = ErrorInfo(
+                kind="coordination",
+                message=f"async unit {spec.name!r} was not dispatched: {refused}",
+                step=spec.name,
+                reactor=self.definition.name,
+                inputs=self._redacted_inputs(),
+            )
+            return self._fail(
+                spec, error, arguments, started=False, started_at=started_at, attempts=0
+            )
         following = self.definition.next_ready(self.state.done | {spec.name}, self.state.waiting)
         event = self._event(EventKind.DISPATCH, step=spec.name, data={"execution_id": str(unit_id)})
         self._commit(
@@ -649,6 +722,169 @@ class Executor:
             execution_id=self.execution_id, step=spec.name, delay=child.delay, reason=child.reason
         )
 
+    # ------------------------------------------------------------------ maps
+
+    def _run_map(
+        self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> Outcome | None:
+        """Run a ``map_over`` step: its elements inline, or on workers while the run waits."""
+        map_spec = spec.map
+        assert map_spec is not None
+        runner = self._map_runner(spec)
+        try:
+            source = map_spec.resolve_source(self._scope, arguments)
+        except ArgumentResolutionError as unresolved:
+            error = self._error_info(unresolved, ErrorKind.ARGUMENT, spec, arguments, attempts=0)
+            return self._fail(
+                spec, error, arguments, started=False, started_at=started_at, attempts=0
+            )
+        if self.observer is not None:
+            self.observer.step_started(self._step_event(spec.name, "running", 1))
+        t0 = time.perf_counter()
+        try:
+            outcome = runner.run_map(spec.name, map_spec, source, arguments)
+        except MapSourceError as bad:
+            error = self._error_info(bad, ErrorKind.ARGUMENT, spec, arguments, attempts=0)
+            return self._fail(
+                spec, error, arguments, started=False, started_at=started_at, attempts=0
+            )
+        except INTERRUPTIONS as interruption:
+            self._abort(
+                interruption, spec=spec, arguments=arguments, attempt=1, started_at=started_at
+            )
+            raise
+        duration = (time.perf_counter() - t0) * 1000
+        if isinstance(outcome, MapDone):
+            try:
+                stored, value = roundtrip(outcome.value)
+            except ResultNotSerializable as unstorable:
+                error = self._error_info(unstorable, ErrorKind.RESULT, spec, arguments, 1)
+                return self._fail(
+                    spec, error, arguments, started=True, started_at=started_at, attempts=1
+                )
+            return self._record_done(
+                spec, Success(outcome.value), arguments, stored, value, 1, started_at, duration
+            )
+        if isinstance(outcome, MapStopped):
+            if outcome.error is None:
+                return self._halt(
+                    spec, Halt(outcome.halt_reason or ""), arguments, 1, started_at, duration
+                )
+            error = ErrorInfo(
+                **{
+                    **outcome.error._fields(),
+                    "step": spec.name,
+                    "reactor": self.definition.name,
+                    "inputs": self._redacted_inputs(),
+                    "arguments": redact(_displayable(arguments), spec.argument_secret_paths()),
+                }
+            )
+            # Elements that completed are undone by this step's compensation (the map's
+            # rollback); the failed ones rolled themselves back.
+            return self._fail(
+                spec, error, arguments, started=True, started_at=started_at, attempts=1
+            )
+        return self._park_map(spec, runner)
+
+    def _park_map(self, spec: StepSpec, runner: MapRunner) -> Outcome:
+        """The elements run on workers: release the run; the last element to settle wakes it."""
+        self._commit(
+            JournalBatch(
+                events=[
+                    self._event(
+                        EventKind.PARK,
+                        step=spec.name,
+                        data={"waiting_for": "map", "map": spec.name},
+                    )
+                ],
+                status=ExecutionStatus.PENDING,
+                current_step=spec.name,
+                release=True,
+                wake_after=self.park_poll,
+            )
+        )
+        self._notify_parked(spec.name, "map", self.park_poll)
+        runner.map_parked(spec.name)
+        if self.retry_later or self.attached:
+            return Rescheduled(
+                execution_id=self.execution_id, step=spec.name, delay=self.park_poll, reason="map"
+            )
+        return Dispatched(execution_id=self.execution_id, results=dict(self.state.results))
+
+    def _park_rollback(self, pending: MapRollbackPending) -> Rescheduled:
+        """A map's elements are being undone on workers: release the run, rolling back.
+
+        The map may be a composed child's: the child parked first, and its map wakes this run.
+        """
+        own = pending.step in self.definition.by_name
+        step = pending.step if own else ""
+        self._commit(
+            JournalBatch(
+                events=[
+                    self._event(
+                        EventKind.PARK,
+                        step=step,
+                        data={"waiting_for": "map rollback", "map": pending.step},
+                    )
+                ],
+                status=ExecutionStatus.ROLLING_BACK,
+                release=True,
+                wake_after=self.park_poll,
+            )
+        )
+        self._notify_parked(step, "map_rollback", self.park_poll)
+        if own:
+            self._map_runner(self.definition.step(step)).map_parked(step)
+        return Rescheduled(
+            execution_id=self.execution_id,
+            step=step,
+            delay=self.park_poll,
+            reason="map_rollback",
+            status=ExecutionStatus.ROLLING_BACK,
+        )
+
+    def _rollback_map(
+        self, spec: StepSpec, ok_kind: str, failed_kind: str, ok_status: str
+    ) -> list[RollbackFailure]:
+        """Undo a map's completed elements (its own rollback; failed elements undid theirs)."""
+        assert spec.map is not None
+        t0 = time.perf_counter()
+        failures = self._map_runner(spec).rollback_map(spec.name, spec.map)
+        duration = (time.perf_counter() - t0) * 1000
+        if failures:
+            event = self._event(
+                failed_kind,
+                step=spec.name,
+                duration_ms=duration,
+                data={"error": f"{len(failures)} map element rollback(s) failed"},
+            )
+            rollback = RollbackWrite(
+                spec.name,
+                RollbackStatus.FAILED,
+                event.at,
+                error={"failures": [f.to_dict() for f in failures]},
+            )
+        else:
+            event = self._event(ok_kind, step=spec.name, duration_ms=duration)
+            rollback = RollbackWrite(spec.name, ok_status, event.at)
+        self._commit(JournalBatch(events=[event], rollback=rollback))
+        self._notify_rollback(
+            "undo" if ok_kind == EventKind.UNDO else "compensate",
+            spec.name,
+            rollback.status,
+            duration,
+            failures[0] if failures else None,
+        )
+        return failures
+
+    def _map_runner(self, spec: StepSpec) -> MapRunner:
+        runner = self.children
+        if runner is None or not hasattr(runner, "run_map"):
+            raise ReactorError(
+                f"step {spec.name!r} is a map and needs a map runner, but this executor has none"
+            )
+        return runner  # type: ignore[return-value]
+
     def _child_runner(self, spec: StepSpec) -> ChildRunner:
         if self.children is None:
             raise ReactorError(
@@ -663,7 +899,7 @@ class Executor:
 
     def _validate_contract(
         self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
-    ) -> dict[str, Any] | Failed:
+    ) -> dict[str, Any] | Failed | Rescheduled:
         assert spec.contract is not None
         validated, errors = validate(spec.contract, arguments)
         if validated is not None:
@@ -877,7 +1113,7 @@ class Executor:
         started: bool,
         started_at: dt.datetime,
         attempts: int,
-    ) -> Failed:
+    ) -> Failed | Rescheduled:
         batch = self._failed_step(
             spec, error, arguments, attempts=attempts, started_at=started_at, compensable=started
         )
@@ -898,6 +1134,8 @@ class Executor:
             self.state.pending_compensation.append(PendingCompensation(spec.name, arguments, error))
         try:
             failures = self._rollback_all()
+        except MapRollbackPending as pending:
+            return self._park_rollback(pending)
         except INTERRUPTIONS as exc:
             self._abort(exc)
             raise
@@ -1002,6 +1240,8 @@ class Executor:
         ok_kind, failed_kind, skipped_kind, ok_status = kinds[action]
         if spec.child is not None:
             return self._rollback_child(spec, ok_kind, failed_kind, ok_status)
+        if spec.map is not None:
+            return self._rollback_map(spec, ok_kind, failed_kind, ok_status)
         if spec.unit is not None:
             return []  # async units own their rollback; the parent never undoes them
         has_handler = spec.has_undo if action == "undo" else spec.has_compensate
@@ -1295,7 +1535,155 @@ class Executor:
             action=action,
             attempt=attempt,
             inputs=self.inputs,
+            fences=self._fences
+            or (dict(self.coordinator.fences) if self.coordinator is not None else {}),
         )
+
+    # ------------------------------------------------------------------ coordination
+
+    def _acquired(self, step: str = "") -> None:
+        """Put what the coordinator just acquired in the trace (with the next state change)."""
+        coordinator = self.coordinator
+        if coordinator is not None and coordinator.notes:
+            for data in coordinator.notes:
+                self._notes.append(self._event(EventKind.ACQUIRE, step=step, data=data))
+            coordinator.notes.clear()
+
+    def _blocked(self, blocked: Blocked) -> Outcome:
+        """The run's coordination cannot be held now: halt, fail, wait on a worker, or hand
+        the run to a worker (an inline caller never sleeps for it once steps have run)."""
+        state = self.state
+        if blocked.kind == "halt":
+            reason = blocked.message
+            self._commit(
+                JournalBatch(
+                    events=[self._event(EventKind.HALT, data={"reason": reason})],
+                    status=ExecutionStatus.HALTED,
+                    result={"halted_at": "", "reason": reason},
+                    finished=True,
+                    close_interrupts=True,
+                )
+            )
+            if self.coordinator is not None:
+                self.coordinator.exit(ExecutionStatus.HALTED)
+            if self.observer is not None:
+                self.observer.execution_halted(
+                    self._run_event(ExecutionStatus.HALTED, reason=reason)
+                )
+            return Halted(execution_id=self.execution_id, reason=reason, step=None)
+        waiting = blocked.kind in ("contention", "unavailable")
+        if waiting and self.retry_later:
+            if self.coordinator is not None and not self.coordinator.snoozes_left():
+                blocked = Blocked(
+                    "fail",
+                    f"{blocked.message}; gave up after REACTOR['MAX_CONTENTION_SNOOZES'] "
+                    "reschedules",
+                    error_kind=blocked.error_kind,
+                )
+            else:
+                return self._snooze(blocked, step="")
+        elif waiting and (state.done or state.undo_stack):
+            # Steps ran already (a resumed run): a worker goes on once it can hold them.
+            self._commit(
+                JournalBatch(
+                    events=[
+                        self._event(
+                            EventKind.HANDOFF,
+                            data={"waiting_for": blocked.message, "delay": blocked.retry_after},
+                        )
+                    ],
+                    status=ExecutionStatus.PENDING,
+                    release=True,
+                    handed_off=True,
+                    dispatch="retry",
+                    dispatch_delay=blocked.retry_after,
+                    wake_after=blocked.retry_after,
+                )
+            )
+            return Dispatched(execution_id=self.execution_id, results=dict(state.results))
+        error = ErrorInfo(
+            kind=blocked.error_kind,
+            message=blocked.message,
+            reactor=self.definition.name,
+            retryable=blocked.retryable,
+            inputs=self._redacted_inputs(),
+        )
+        if state.undo_stack or state.pending_compensation:
+            self.rollback(final_status=ExecutionStatus.FAILED, failure=error)
+            return Failed(execution_id=self.execution_id, error=error)
+        self._commit(
+            JournalBatch(
+                events=[
+                    self._event(EventKind.FAIL, data={"kind": error.kind, "error": error.message})
+                ],
+                status=ExecutionStatus.FAILED,
+                failure=error.to_dict(),
+                finished=True,
+                close_interrupts=True,
+            )
+        )
+        if self.coordinator is not None:
+            # Nothing ran: it leaves its ordered-lock queue without halting the chain.
+            self.coordinator.exit(NOT_STARTED if not state.done else ExecutionStatus.FAILED)
+        if self.observer is not None:
+            self.observer.execution_failed(
+                self._run_event(ExecutionStatus.FAILED, failure=error.to_dict())
+            )
+        return Failed(execution_id=self.execution_id, error=error)
+
+    def _snooze(self, blocked: Blocked, *, step: str) -> Rescheduled:
+        """Reschedule the run (not retry it): it holds nothing and no worker meanwhile."""
+        delay = max(blocked.retry_after, 0.05)
+        self._commit(
+            JournalBatch(
+                events=[
+                    self._event(
+                        EventKind.PARK,
+                        step=step,
+                        data={
+                            "waiting_for": blocked.message,
+                            "reason": blocked.kind,
+                            "delay": delay,
+                        },
+                    )
+                ],
+                status=ExecutionStatus.PENDING,
+                current_step=step or None,
+                release=True,
+                wake_after=delay,
+                dispatch="retry" if not self.attached else None,
+                dispatch_delay=delay,
+            )
+        )
+        self._notify_parked(step, "contention", delay)
+        return Rescheduled(
+            execution_id=self.execution_id, step=step, delay=delay, reason="contention"
+        )
+
+    def _step_blocked(
+        self, spec: StepSpec, blocked: Blocked, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> Outcome | None:
+        """A step's coordination cannot be held: skip it (its period is claimed), wait on a
+        worker, or fail it without compensation (it never started)."""
+        if blocked.kind == "halt":
+            stored, value = roundtrip(None)
+            return self._record_done(spec, Skip(None), arguments, stored, value, 0, started_at, 0.0)
+        if (
+            blocked.kind in ("contention", "unavailable")
+            and self.retry_later
+            and (self.coordinator is None or self.coordinator.snoozes_left())
+        ):
+            return self._snooze(blocked, step=spec.name)
+        error = ErrorInfo(
+            kind=blocked.error_kind,
+            message=f"step {spec.name!r}: {blocked.message}",
+            step=spec.name,
+            reactor=self.definition.name,
+            retryable=blocked.retryable,
+            inputs=self._redacted_inputs(),
+            arguments=redact(_displayable(arguments), spec.argument_secret_paths()),
+        )
+        return self._fail(spec, error, arguments, started=False, started_at=started_at, attempts=0)
 
     def _redacted_inputs(self) -> dict[str, Any]:
         if self._display_inputs is None:

@@ -88,17 +88,22 @@ class RollbackFailure:
     """An undo or compensate that raised or returned Failure during rollback."""
 
     step: str
-    action: str  # "undo" or "compensate"
+    action: str  # "undo", "compensate" or "undo_all"
     exception_class: str | None
     message: str
+    # For a map element: its index in the map.
+    index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "step": self.step,
             "action": self.action,
             "exception_class": self.exception_class,
             "message": self.message,
         }
+        if self.index is not None:
+            data["index"] = self.index
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RollbackFailure:
@@ -107,6 +112,7 @@ class RollbackFailure:
             action=data["action"],
             exception_class=data.get("exception_class"),
             message=data.get("message", ""),
+            index=data.get("index"),
         )
 
 

@@ -57,6 +57,12 @@ def encode(value: Any) -> Any:
         return {TAG: "decimal", "v": str(value)}
     if isinstance(value, uuid.UUID):
         return {TAG: "uuid", "v": str(value)}
+    reference = getattr(value, "__reactor_encode__", None)
+    if reference is not None:
+        tag, payload = reference()
+        if tag not in _DECODERS:
+            raise ResultNotSerializable(f"no decoder is registered for {tag!r} values")
+        return {TAG: tag, "v": payload}
     raise ResultNotSerializable(
         f"a {type(value).__qualname__} cannot be stored as JSON; return plain data "
         "(dicts, lists, strings, numbers, dates, decimals, UUIDs) or an id to look it up"
@@ -74,6 +80,15 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "decimal": decimal.Decimal,
     "uuid": uuid.UUID,
 }
+
+
+def register_decoder(tag: str, decoder: Callable[[Any], Any]) -> None:
+    """Read values stored as ``{TAG: tag, "v": payload}`` back with ``decoder(payload)``.
+
+    Objects with a ``__reactor_encode__()`` method returning ``(tag, payload)`` are stored
+    that way: references (a map's result reader) rather than copies of their data.
+    """
+    _DECODERS[tag] = decoder
 
 
 def decode(value: Any) -> Any:

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
@@ -30,6 +30,9 @@ class StepContext:
     action: str  # "run", "undo" or "compensate"
     attempt: int
     inputs: Mapping[str, Any]
+    # Fencing numbers of the locks held for this step and its run, by lock key: pass them to
+    # the writes a lock protects, so a holder whose lock lapsed can be refused.
+    fences: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def idempotency_key(self) -> str:
@@ -93,10 +96,13 @@ class Step:
             serializer's validated data.
         retry: the default :class:`Retry` policy of this step (a ``step(..., retry=...)``
             declaration overrides it).
+        coordination: ``Lock``, ``Semaphore``, ``RateLimit`` and ``Period`` held around the
+            step's body, keyed on its arguments (``step(..., coordination=[...])`` overrides).
     """
 
     Inputs: ClassVar[type | None] = None
     retry: ClassVar[Retry | None] = None
+    coordination: ClassVar[tuple[Any, ...] | list[Any]] = ()
 
     def __init__(self, context: StepContext) -> None:
         self.context = context

@@ -34,7 +34,10 @@ def parse_path(path: str | Sequence[str | int] | None) -> Path:
 
 
 def dig(value: Any, path: Path, *, what: str) -> Any:
-    """Follow ``path`` into ``value``; raise ArgumentResolutionError naming the failing key."""
+    """Follow ``path`` into ``value``; raise ArgumentResolutionError naming the failing key.
+
+    Mappings are read by key, sequences by index, other objects by public attribute.
+    """
     current = value
     for depth, key in enumerate(path):
         where = ".".join(path[: depth + 1])
@@ -50,6 +53,9 @@ def dig(value: Any, path: Path, *, what: str) -> Any:
                 raise ArgumentResolutionError(
                     f"{what}: {where!r} is not a valid index into a list of {len(current)}"
                 ) from None
+        elif not key.startswith("_") and hasattr(current, key):
+            # An object (a model instance a map element runs for): its public attribute.
+            current = getattr(current, key)
         else:
             raise ArgumentResolutionError(
                 f"{what}: cannot look up {where!r} in a {type(current).__name__}"
@@ -146,15 +152,35 @@ class ValueRef(Template):
 
 
 @dataclass(frozen=True, slots=True)
+class ElementRef(Template):
+    """The current element of a ``map_over`` (``arg.element``)."""
+
+    def describe(self) -> str:
+        suffix = f" at {'.'.join(self.path)!r}" if self.path else ""
+        return f"the map element{suffix}"
+
+    def lookup(self, scope: ResolutionScope) -> Any:
+        if scope.element is NO_ELEMENT:
+            raise ArgumentResolutionError(
+                "arg.element() only has a value inside map_over(): use it in a map's arguments"
+            )
+        return scope.element
+
+
+NO_ELEMENT: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
 class ResolutionScope:
-    """What templates resolve against: the run's inputs and the results so far."""
+    """What templates resolve against: the run's inputs, the results so far, a map element."""
 
     inputs: Mapping[str, Any]
     results: Mapping[str, Any]
+    element: Any = NO_ELEMENT
 
 
 class _Arg:
-    """Namespace of template constructors: ``arg.input``, ``arg.result``, ``arg.value``."""
+    """Template constructors: ``arg.input``, ``arg.result``, ``arg.value``, ``arg.element``."""
 
     @staticmethod
     def input(
@@ -179,6 +205,16 @@ class _Arg:
         _check_name(step, "arg.result")
         _check_transform(transform)
         return ResultRef(step=step, path=parse_path(path), transform=transform)
+
+    @staticmethod
+    def element(
+        path: str | Sequence[str | int] | None = None,
+        *,
+        transform: Callable[[Any], Any] | None = None,
+    ) -> ElementRef:
+        """The element a ``map_over`` runs for (optionally a path inside it)."""
+        _check_transform(transform)
+        return ElementRef(path=parse_path(path), transform=transform)
 
     @staticmethod
     def value(value: Any, *, transform: Callable[[Any], Any] | None = None) -> ValueRef:

@@ -17,7 +17,18 @@ from django.db import transaction
 from django.db.models import F
 from rest_framework import serializers
 
-from django_reactor import Failure, Halt, Reactor, Retry, Step, Success, arg, interrupt, step
+from django_reactor import (
+    Failure,
+    Halt,
+    Reactor,
+    Retry,
+    Step,
+    Success,
+    arg,
+    interrupt,
+    map_over,
+    step,
+)
 
 from .models import Order, OrderLine, Product, Subscription
 from .services import Carrier, GatewayTimeout, PaymentGateway
@@ -176,6 +187,40 @@ class RenewSubscription(Reactor):
 
     class Meta:
         returns = "extend"
+
+
+def _renewal_summary(results: Any) -> dict[str, Any]:
+    summary = results.summary()
+    return {
+        "renewed": summary["succeeded"],
+        "failed": [f"element {f['index']}: {f['message']}" for f in summary["failures"]],
+    }
+
+
+class RenewDueSubscriptions(Reactor):
+    """Renew every active subscription due by a date: one element per subscription, read from
+    the database in pages. A renewal that fails undoes itself; the others go on."""
+
+    class Inputs(serializers.Serializer):
+        due_by = serializers.DateField()
+        card_token = serializers.CharField(write_only=True)
+
+    renewals = map_over(
+        arg.input(
+            "due_by",
+            transform=lambda due_by: Subscription.objects.filter(
+                active=True, paid_until__lte=due_by
+            ),
+        ),
+        RenewSubscription,
+        subscription_id=arg.element("pk"),
+        card_token=arg.input("card_token"),
+        atomic=False,
+        collect=_renewal_summary,
+    )
+
+    class Meta:
+        returns = "renewals"
 
 
 class RefundApprovalSerializer(serializers.Serializer):

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from django_reactor import Failure, Halt, Reactor, Step, arg, compose, interrupt, step
+from django_reactor import Failure, Halt, Reactor, Step, arg, compose, interrupt, map_over, step
 
 # Step names that misbehave; tests set and clear it.
 TRIGGERS: set[str] = set()
@@ -77,3 +77,46 @@ class Shipment(Reactor):
     prepare = step(Booked)
     ship = compose(Label, wait_for=["prepare"])
     notify = step(Booked, wait_for=["ship"])
+
+
+# ---------------------------------------------------------------------------- maps
+
+
+class Pack(Step):
+    """A map element: packs one item; fails for ``item-<n>`` in TRIGGERS, or every odd item
+    with ``odd``."""
+
+    def run(self, item: int) -> Any:
+        if f"item-{item}" in TRIGGERS or ("odd" in TRIGGERS and item % 2):
+            raise RuntimeError(f"the label printer jammed on item {item}")
+        return {"item": item}
+
+    def undo(self, result: Any, item: int) -> Any:
+        return None
+
+
+class Items(serializers.Serializer):
+    items = serializers.ListField(child=serializers.IntegerField())
+
+
+class Warehouse(Reactor):
+    """An atomic map: the first failed item fails the run, the packed ones are undone."""
+
+    Inputs = Items
+    pack = map_over(arg.input("items"), Pack, item=arg.element())
+
+
+class TolerantWarehouse(Reactor):
+    """A map that completes whatever fails (up to 1,000 failed items)."""
+
+    Inputs = Items
+    pack = map_over(arg.input("items"), Pack, item=arg.element(), atomic=False, max_failures=1000)
+
+
+class FannedWarehouse(Reactor):
+    """A map whose elements run on workers: the run parks until they settle."""
+
+    Inputs = Items
+    pack = map_over(
+        arg.input("items"), Pack, item=arg.element(), fan_out=True, batch_size=4, chunk_size=2
+    )

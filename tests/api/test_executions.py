@@ -385,8 +385,8 @@ def test_the_detail_uses_a_bounded_number_of_queries(
     operator.get(detail(small))  # permissions cached
     counts = []
     for execution_id in (small, big):
-        # The run, its interrupts, its steps, its trace: whatever their number.
-        with django_assert_max_num_queries(4):
+        # The run, its interrupts, its steps, its trace, its maps: whatever their number.
+        with django_assert_max_num_queries(5):
             operator.get(detail(execution_id))
         counts.append(_count(operator, detail(execution_id)))
     assert counts[0] == counts[1]

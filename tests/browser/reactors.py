@@ -1,4 +1,5 @@
-"""Reactors for the browser tests and the admin screenshots: a checkout that fails, a review."""
+"""Reactors for the browser tests and the admin screenshots: a checkout that fails, a review,
+a map over parcels."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from django_reactor import Reactor, Step, arg, interrupt, step
+from django_reactor import Reactor, Step, arg, interrupt, map_over, step
 
-# Step names that raise; tests set and clear it.
+# Step names (and ``parcel-<n>`` items) that raise; tests set and clear it.
 FAIL: set[str] = set()
 
 
@@ -60,3 +61,33 @@ class RefundReview(Reactor):
     )
     refund = step(Work, approved=arg.result("review", "approved"))
     notify = step(Work, wait_for=["refund"])
+
+
+class PrintLabel(Step):
+    """A map element: a shipping label for one parcel; raises for ``parcel-<n>`` in ``FAIL``."""
+
+    def run(self, parcel: int) -> Any:
+        if f"parcel-{parcel}" in FAIL:
+            raise RuntimeError(f"the carrier refused parcel {parcel}: the address has no postcode")
+        return {"parcel": parcel, "label": f"LBL-{parcel:05d}"}
+
+    def undo(self, result: Any, parcel: int) -> Any:
+        return None
+
+
+class ShipParcels(Reactor):
+    """Labels every parcel on workers, 20 per task; up to 25 refused parcels are tolerated."""
+
+    class Inputs(serializers.Serializer):
+        parcels = serializers.ListField(child=serializers.IntegerField())
+
+    label_parcels = map_over(
+        arg.input("parcels"),
+        PrintLabel,
+        parcel=arg.element(),
+        fan_out=True,
+        atomic=False,
+        max_failures=25,
+        batch_size=40,
+        chunk_size=20,
+    )

@@ -11,7 +11,9 @@ It writes, at 1280 px wide, light mode unless said otherwise:
   (the failed step in red);
 - ``docs/img/admin-execution-dark.png``: the same in dark mode;
 - ``docs/img/admin-parked.png``: the parked view;
-- ``docs/img/admin-resume.png``: the resume form of a paused run.
+- ``docs/img/admin-resume.png``: the resume form of a paused run;
+- ``docs/img/admin-map-summary.png``: the map section of a run whose parcels are being
+  labelled on workers (some done, a few refused, the rest pending), one traceback open.
 
 Set ``REACTOR_SCREENSHOTS=/some/dir`` to write them elsewhere (to compare before replacing).
 """
@@ -35,7 +37,7 @@ from django.utils import timezone  # noqa: E402
 from django_reactor.models import Execution, ExecutionEvent  # noqa: E402
 from django_reactor.states import EventKind, ExecutionStatus  # noqa: E402
 from tests.browser.conftest import log_in  # noqa: E402
-from tests.browser.reactors import FAIL, Checkout, RefundReview  # noqa: E402
+from tests.browser.reactors import FAIL, Checkout, RefundReview, ShipParcels  # noqa: E402
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -55,6 +57,23 @@ def shoot_down_to(page: Any, selector: str, path: Path, extra: int = 16) -> None
         path=str(path),
         full_page=True,
         clip={"x": 0, "y": 0, "width": width, "height": box["y"] + box["height"] + extra},
+    )
+
+
+def shoot_map(page: Any, path: Path, margin: int = 12) -> None:
+    """The Maps section only, the full width."""
+    box = page.locator("#reactor-maps").bounding_box()
+    assert box
+    width = page.viewport_size["width"]
+    page.screenshot(
+        path=str(path),
+        full_page=True,
+        clip={
+            "x": 0,
+            "y": max(box["y"] - margin, 0),
+            "width": width,
+            "height": box["height"] + 2 * margin,
+        },
     )
 
 
@@ -82,6 +101,24 @@ def parked_rows() -> None:
     )
 
 
+def map_in_flight() -> Any:
+    """A run labelling 240 parcels on workers, halfway: three element tasks ran one chunk each
+    (60 parcels, four refused); the run is parked until the rest settle."""
+    from django_reactor import maps
+    from django_reactor.testing import run_reactor
+
+    FAIL.update({"parcel-1007", "parcel-1019", "parcel-1030", "parcel-1052"})
+    result = run_reactor(ShipParcels, {"parcels": list(range(1000, 1240))}, background="none")
+    with pytest.MonkeyPatch.context() as patch:
+        # Each task hands over after its first chunk, as a worker out of time would.
+        patch.setattr(maps, "TASK_BUDGET", 0.0)
+        for _ in range(3):
+            assert result.step_once()
+    FAIL.clear()
+    assert result.status == ExecutionStatus.PENDING
+    return result
+
+
 def test_take_the_admin_screenshots(browser: Any, live_server: Any, operator: Any) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     FAIL.add("charge_card")
@@ -90,6 +127,7 @@ def test_take_the_admin_screenshots(browser: Any, live_server: Any, operator: An
     assert failed.status == ExecutionStatus.FAILED
     parked_rows()
     paused = RefundReview.run({"order": "A-1063"})
+    shipping = map_in_flight()
 
     for scheme in ("light", "dark"):
         context, page = open_page(browser, color_scheme=scheme)
@@ -110,5 +148,8 @@ def test_take_the_admin_screenshots(browser: Any, live_server: Any, operator: An
                 )
             )
             shoot_down_to(page, "#content", OUT / "admin-resume.png")
+            page.goto(live_server.url + detail(shipping.execution_id))
+            page.locator("#reactor-maps details").first.locator("summary").click()
+            shoot_map(page, OUT / "admin-map-summary.png")
         finally:
             context.close()

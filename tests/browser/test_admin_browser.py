@@ -1,4 +1,5 @@
-"""The admin in a real browser: log in, see a failed step in red, resume a paused run, parked runs.
+"""The admin in a real browser: log in, see a failed step in red, resume a paused run, parked runs,
+a map's progress bar.
 
 Drives Debian's Chromium (``/usr/bin/chromium``) with Playwright against pytest-django's
 ``live_server``. Skipped when either is missing, a failure under ``REACTOR_REQUIRE_SERVICES=1``.
@@ -20,7 +21,7 @@ from playwright.sync_api import expect  # noqa: E402
 
 from django_reactor.models import Execution, Interrupt  # noqa: E402
 from django_reactor.states import ExecutionStatus, InterruptStatus  # noqa: E402
-from tests.browser.reactors import FAIL, Checkout, RefundReview  # noqa: E402
+from tests.browser.reactors import FAIL, Checkout, RefundReview, ShipParcels  # noqa: E402
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -113,3 +114,32 @@ def test_the_parked_view_lists_a_paused_run(admin_page: Any, live_server: Any) -
     expect(row).to_be_visible()
     expect(row.locator(f'a[href="{detail(outcome.execution_id)}"]')).to_be_visible()
     expect(row).to_contain_text("review")
+
+
+def test_a_map_shows_its_progress_bar(admin_page: Any, live_server: Any) -> None:
+    from django_reactor.testing import run_reactor
+
+    FAIL.add("parcel-3")
+    result = run_reactor(ShipParcels, {"parcels": list(range(1, 11))})
+    assert result.status == ExecutionStatus.COMPLETED
+
+    admin_page.goto(live_server.url + detail(result.execution_id))
+
+    bar = admin_page.locator('#reactor-maps [data-step="label_parcels"] .reactor-progress')
+    expect(bar).to_be_visible()
+    expect(bar).to_have_attribute("aria-valuenow", "10")
+    succeeded = bar.locator(".reactor-progress-succeeded").bounding_box()
+    whole = bar.bounding_box()
+    assert succeeded is not None
+    assert whole is not None
+    # Nine parcels labelled, one refused: the segments share the bar nine to one.
+    assert abs(succeeded["width"] / (whole["width"] - 2) - 0.9) < 0.02
+    assert reddish(
+        bar.locator(".reactor-progress-failed").evaluate(
+            "el => getComputedStyle(el).backgroundColor"
+        )
+    )
+    traceback = admin_page.locator('#reactor-maps tr[data-index="2"] details')
+    expect(traceback.locator("pre")).not_to_be_visible()
+    traceback.locator("summary").click()
+    expect(traceback.locator("pre")).to_contain_text("the address has no postcode")

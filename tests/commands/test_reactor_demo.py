@@ -30,6 +30,8 @@ def test_demo_runs_every_scenario_and_prints_a_readable_summary() -> None:
     assert "paused at 'approval', correlation id 'refund-" in text
     assert "a bad payload is refused, the run stays paused" in text
     assert "approval       payload" in text
+    assert "6. Renewing every due subscription: a map" in text
+    assert "map renewals: 2 elements, 2 succeeded, 0 failed" in text
     assert "Traceback" not in text
     assert "tok_visa_4242" not in text
     assert "[REDACTED]" in text

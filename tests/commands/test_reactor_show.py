@@ -168,3 +168,16 @@ def test_children_and_parent() -> None:
 def test_unknown_and_malformed_ids(execution_id: str, message: str) -> None:
     with pytest.raises(CommandError, match=message):
         show(execution_id)
+
+
+def test_a_map_step_is_shown_as_its_summary() -> None:
+    from tests.integration.test_maps import Tolerant
+
+    FAIL_AT.update({"item-2", "item-4"})
+    outcome = Tolerant.run({"items": [1, 2, 3, 4, 5]})
+    text = show(str(outcome.execution_id), no_trace=True)
+    assert "map lines (settled): 5 elements: 3 succeeded, 2 failed" in text
+    assert "element 1 failed: card declined for 2" in text
+    data = json.loads(show(str(outcome.execution_id), json=True, no_trace=True))
+    (summary,) = data["maps"]
+    assert (summary["succeeded"], summary["failed"]) == (3, 2)

@@ -10,7 +10,12 @@ import pytest
 from django_reactor import Completed, Halted, Paused, services
 from django_reactor.exceptions import InvalidPayload
 from testproject.example.models import GatewayCall, Order, Payment, Product, Shipment, Subscription
-from testproject.example.reactors import ApproveRefund, PlaceOrder, RenewSubscription
+from testproject.example.reactors import (
+    ApproveRefund,
+    PlaceOrder,
+    RenewDueSubscriptions,
+    RenewSubscription,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -178,3 +183,26 @@ def test_a_refund_for_an_unknown_order_or_too_much_fails_without_pausing(order: 
     assert "more than order" in too_much.error.message
     invalid = ApproveRefund.run({"order_id": order.pk, "amount_cents": 0})
     assert invalid.error.kind == "input_validation"
+
+
+def test_renewing_every_due_subscription_is_a_map_over_a_queryset() -> None:
+    today = dt.date.today()
+    due = [
+        Subscription.objects.create(
+            customer_email=f"c{i}@example.com", monthly_price=Decimal("5.00"), paid_until=today
+        )
+        for i in range(3)
+    ]
+    later = Subscription.objects.create(
+        customer_email="later@example.com",
+        monthly_price=Decimal("5.00"),
+        paid_until=today + dt.timedelta(days=20),
+    )
+    outcome = RenewDueSubscriptions.run({"due_by": today.isoformat(), "card_token": "tok"})
+    assert isinstance(outcome, Completed), outcome
+    assert outcome.value == {"renewed": 3, "failed": []}
+    for subscription in due:
+        subscription.refresh_from_db()
+        assert subscription.paid_until == today + dt.timedelta(days=30)
+    later.refresh_from_db()
+    assert later.paid_until == today + dt.timedelta(days=20)

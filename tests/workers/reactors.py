@@ -22,6 +22,7 @@ from django_reactor import (
     async_step,
     compose,
     faults,
+    map_over,
     step,
 )
 from testproject.example.models import BodyRun, Effect
@@ -234,3 +235,206 @@ class ParentOfReader(Reactor):
     class Meta:
         background = "all"
         returns = "child"
+
+
+# ---------------------------------------------------------------------------- maps
+
+
+def _redis(url: str) -> Any:
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+class MapTick(Step):
+    """A map element on workers. Every run and undo is recorded in Redis under ``ns`` (what
+    the test reads): ``runs:<i>`` / ``undos:<i>`` counters and ``started`` / ``undone`` lists
+    of ``pid:index``. While the key ``<ns>:hold`` exists the element waits (the test's
+    barrier, bounded); element ``fail_at`` raises; each element takes ``pause`` seconds, and
+    ``<ns>:slow:<i>`` / ``<ns>:undo_pause`` seconds more when those keys are set."""
+
+    def run(self, item: int, ns: str, redis_url: str, fail_at: int, pause: float) -> Any:
+        client = _redis(redis_url)
+        client.incr(f"{ns}:runs:{item}")
+        client.rpush(f"{ns}:started", f"{os.getpid()}:{item}")
+        if client.exists(f"{ns}:hold"):
+            client.sadd(f"{ns}:waiting", f"{os.getpid()}:{item}")
+            deadline = time.monotonic() + 30
+            while client.exists(f"{ns}:hold") and time.monotonic() < deadline:
+                time.sleep(0.02)
+        if pause:
+            time.sleep(pause)
+        slow = client.get(f"{ns}:slow:{item}")
+        if slow:
+            time.sleep(float(slow))
+        if item == fail_at:
+            raise RuntimeError(f"element {item} failed")
+        return item * 2
+
+    def undo(
+        self, result: Any, item: int, ns: str, redis_url: str, fail_at: int, pause: float
+    ) -> None:
+        client = _redis(redis_url)
+        client.incr(f"{ns}:undos:{item}")
+        client.rpush(f"{ns}:undone", f"{os.getpid()}:{item}")
+        slow = client.get(f"{ns}:undo_pause")
+        if slow:
+            time.sleep(float(slow))
+
+
+def _sum(results: Any) -> int:
+    return sum(results)
+
+
+class FannedOutTicks(Reactor):
+    """A fanned-out map of ``MapTick``: 4 element tasks of 5 elements in flight."""
+
+    ticks = map_over(
+        arg.input("items"),
+        MapTick,
+        item=arg.element(),
+        ns=arg.input("ns"),
+        redis_url=arg.input("redis_url"),
+        fail_at=arg.input("fail_at"),
+        pause=arg.input("pause"),
+        fan_out=True,
+        batch_size=20,
+        chunk_size=5,
+        collect=_sum,
+    )
+
+    class Meta:
+        background = "all"
+        returns = "ticks"
+
+
+class TwoTaskTicks(FannedOutTicks):
+    """The same map with 2 element tasks of 5 elements in flight (one per worker process)."""
+
+    ticks = map_over(
+        arg.input("items"),
+        MapTick,
+        item=arg.element(),
+        ns=arg.input("ns"),
+        redis_url=arg.input("redis_url"),
+        fail_at=arg.input("fail_at"),
+        pause=arg.input("pause"),
+        fan_out=True,
+        batch_size=10,
+        chunk_size=5,
+        collect=_sum,
+    )
+
+    class Meta:
+        background = "all"
+        returns = "ticks"
+
+
+# ---------------------------------------------------------------------------- coordination
+
+from django_reactor import Lock, RateLimit  # noqa: E402
+
+# INCR the holders counter, keep its high-water mark, return the server time (us) and count.
+_ENTER = """
+local n = redis.call('INCR', KEYS[1])
+if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end
+local t = redis.call('TIME')
+return {n, t[1] * 1000000 + t[2]}
+"""
+
+
+def _server_us(client: Any) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1_000_000 + int(micros)
+
+
+class Holder(Step):
+    """Records, in Redis under ``ns``, that its body holds the run's coordination: INCR of
+    ``<ns>:holders`` (high-water mark in ``<ns>:max_holders``) on entry, DECR on exit, and a
+    ``<ns>:entries`` line ``execution start_us end_us fences pid`` (Redis server time) per body
+    run. Sleeps ``pause`` seconds in between."""
+
+    def run(self, ns: str, redis_url: str, pause: float) -> Any:
+        import json
+
+        context = self.context
+        client = _redis(redis_url)
+        holders, start = client.eval(_ENTER, 2, f"{ns}:holders", f"{ns}:max_holders")
+        try:
+            time.sleep(pause)
+        finally:
+            end = _server_us(client)
+            client.decr(f"{ns}:holders")
+        entry = {
+            "execution": str(context.execution_id),
+            "start": int(start),
+            "end": end,
+            "holders": int(holders),
+            "fences": dict(context.fences),
+            "pid": os.getpid(),
+        }
+        client.rpush(f"{ns}:entries", json.dumps(entry))
+        return {"fences": dict(context.fences)}
+
+
+def _hold(**extra: Any) -> Any:
+    return step(
+        Holder,
+        ns=arg.input("ns"),
+        redis_url=arg.input("redis_url"),
+        pause=arg.input("pause"),
+        **extra,
+    )
+
+
+class LockedHolder(Reactor):
+    """One ``Holder`` step under a reactor-level lock on ``coord-{ns}``, in the background."""
+
+    hold = _hold()
+
+    class Meta:
+        background = "all"
+        coordination = [Lock("coord-{ns}", ttl=30)]
+        returns = "hold"
+
+
+class RateLimitedHolder(Reactor):
+    """One ``Holder`` step; runs start at most 5 times a second (per ``ns``)."""
+
+    hold = _hold()
+
+    class Meta:
+        background = "all"
+        coordination = [RateLimit("coord-rate-{ns}", limits={"second": 5})]
+        returns = "hold"
+
+
+class BarrierUnit(Step):
+    """An async unit that waits (bounded, 30 s) while ``<ns>:hold`` exists; ``<ns>:unit``
+    says it started."""
+
+    def run(self, ns: str, redis_url: str) -> str:
+        client = _redis(redis_url)
+        client.set(f"{ns}:unit", str(self.context.execution_id))
+        deadline = time.monotonic() + 30
+        while client.exists(f"{ns}:hold") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "unit done"
+
+
+class LockedWithUnit(Reactor):
+    """Holds ``coord-{ns}`` for the whole run, which parks while its async unit runs."""
+
+    first = _hold()
+    unit = async_step(
+        BarrierUnit, ns=arg.input("ns"), redis_url=arg.input("redis_url"), wait_for=["first"]
+    )
+
+    @step(value=arg.result("unit"))
+    def reader(value: Any) -> Any:
+        return value
+
+    class Meta:
+        background = "all"
+        coordination = [Lock("coord-{ns}", ttl=30)]
+        returns = "reader"

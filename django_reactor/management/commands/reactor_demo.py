@@ -42,7 +42,12 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
 
         from testproject.example.models import Order, Product, Subscription
-        from testproject.example.reactors import ApproveRefund, PlaceOrder, RenewSubscription
+        from testproject.example.reactors import (
+            ApproveRefund,
+            PlaceOrder,
+            RenewDueSubscriptions,
+            RenewSubscription,
+        )
 
         Product.objects.update_or_create(
             sku="MUG", defaults={"name": "Mug", "price": Decimal("9.50"), "stock": 10}
@@ -102,6 +107,21 @@ class Command(BaseCommand):
         )
         if placed is not None:
             self._refund(ApproveRefund, placed.pk)
+        for email in ("edsger@example.com", "barbara@example.com"):
+            Subscription.objects.create(
+                customer_email=email, monthly_price=Decimal("7.00"), paid_until=dt.date.today()
+            )
+        renewals = RenewDueSubscriptions.run(
+            {"due_by": dt.date.today().isoformat(), "card_token": "tok_mc"}
+        )
+        self._scenario(
+            6, "Renewing every due subscription: a map, one element per subscription", renewals
+        )
+        for summary in services.find(str(renewals.execution_id)).maps:
+            self.stdout.write(
+                f"   map {summary['step']}: {summary['total']} elements, "
+                f"{summary['succeeded']} succeeded, {summary['failed']} failed"
+            )
         self.stdout.write("")
         self.stdout.write(
             "Look at any run again from python manage.py shell: "

@@ -18,6 +18,7 @@ from django_reactor.management.commandtools import (
     sentence,
     styled,
 )
+from django_reactor.maps import displayable
 from django_reactor.models import Execution
 
 
@@ -99,7 +100,7 @@ class Command(BaseCommand):
                     "status": view.status,
                     "attempts": view.attempts,
                     "arguments": view.arguments,
-                    "result": view.result,
+                    "result": displayable(view.result),
                     "error": view.error.to_dict() if view.error else None,
                     "rollback": view.rollback,
                     "rollback_error": view.rollback_error,
@@ -109,6 +110,7 @@ class Command(BaseCommand):
                 for view in handle.steps
             ],
             "failure": error.to_dict() if error is not None else None,
+            "maps": handle.maps,
             "interrupts": [{**item, "expires_at": iso(item["expires_at"])} for item in interrupts],
             "children": [
                 {
@@ -122,7 +124,7 @@ class Command(BaseCommand):
             ],
         }
         if handle.status == "completed":
-            data["value"] = getattr(handle.outcome, "value", None)
+            data["value"] = displayable(getattr(handle.outcome, "value", None))
         if not options["no_trace"]:
             data["trace"] = [
                 {
@@ -137,6 +139,19 @@ class Command(BaseCommand):
                 for event in handle.trace
             ]
         return data
+
+    def _map(self, summary: dict[str, Any]) -> None:
+        write = self.stdout.write
+        counts = ", ".join(
+            f"{summary[key]} {key.replace('_', ' ')}"
+            for key in ("succeeded", "failed", "halted", "pending", "not_started", "undone")
+            if summary.get(key)
+        )
+        write(f"map {summary['step']} ({summary['status']}): {summary['total']} elements: {counts}")
+        for failure in summary["failures"]:
+            write(f"  element {failure['index']} failed: {failure['message']}")
+        if summary["failures_truncated"]:
+            write(f"  ... {summary['failed'] - len(summary['failures'])} more failures not shown")
 
     def _text(
         self,
@@ -162,7 +177,8 @@ class Command(BaseCommand):
             write(f"parent: {handle.parent_id}")
         write(f"inputs: {short_json(handle.inputs, 200)}")
         if handle.status == "completed":
-            write(f"value: {short_json(getattr(handle.outcome, 'value', None), 200)}")
+            value = displayable(getattr(handle.outcome, "value", None))
+            write(f"value: {short_json(value, 200)}")
 
         steps = handle.steps
         write("steps:" if steps else "steps: none recorded")
@@ -171,13 +187,16 @@ class Command(BaseCommand):
             if view.rollback:
                 line += f"  rollback {view.rollback}"
             if view.result is not None:
-                line += f"  -> {short_json(view.result, 60)}"
+                line += f"  -> {short_json(displayable(view.result), 60)}"
             write(line)
             if view.error is not None:
                 write(f"    error: {view.error}")
             if view.rollback_error:
                 message = view.rollback_error.get("message", view.rollback_error)
                 write(f"    rollback error: {message}")
+
+        for summary in handle.maps:
+            self._map(summary)
 
         if not options["no_trace"]:
             write("trace:")

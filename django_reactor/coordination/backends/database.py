@@ -1,0 +1,482 @@
+"""The database backend: coordination in the project's own database, on its server's clock.
+
+For deployments without Redis (and the SQLite demo). Each operation that writes is one
+``transaction.atomic(durable=True)``: it locks the row of its key (``SELECT ... FOR UPDATE``,
+created on first use under a unique constraint), then reads the database server's clock
+(``clock_timestamp()`` on PostgreSQL, so a wait for the row lock never makes the time stale),
+decides and writes. Such operations must not run inside a caller's transaction (Django raises
+RuntimeError): their state has to commit on its own, and their row locks must not be held for
+the caller's work. Reads (``server_time``, ``lock_holder``, ``semaphore_holders``,
+``rate_count``, ``peek_ordered``, ``ordered_status``) are plain queries, callable anywhere.
+
+PostgreSQL is the production database for it. SQLite works for one process (or several with
+``"OPTIONS": {"transaction_mode": "IMMEDIATE"}``); its clock has millisecond resolution.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connections, router, transaction
+from django.db.models import Q, Sum
+
+from ...exceptions import ReactorImproperlyConfigured
+from ..exceptions import CoordinationUnavailable
+from ..models import (
+    CoordinationKey,
+    CoordinationLock,
+    OrderedLockEntry,
+    OrderedLockState,
+    PeriodMarker,
+    RateLimitEvent,
+    SemaphoreHolder,
+)
+from ..types import LockGrant, OrderedStatus, PeriodClaim, RateDecision, SemaphoreGrant, Window
+from .base import SKIPPED_KEPT, CoordinationBackend, check_key, check_seconds, check_windows
+
+logger = logging.getLogger("django_reactor.coordination")
+
+_CLOCK_SQL = {
+    "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())",
+    # 'now' is stable within one statement: whole seconds plus the fraction of %f (ms).
+    "sqlite": (
+        "SELECT CAST(strftime('%s', 'now') AS REAL)"
+        " + strftime('%f', 'now') - CAST(strftime('%S', 'now') AS INTEGER)"
+    ),
+    "mysql": "SELECT UNIX_TIMESTAMP(SYSDATE(6))",
+}
+
+RESERVED = PeriodMarker.State.RESERVED
+CLAIMED = PeriodMarker.State.CLAIMED
+
+
+def _dt(seconds: float) -> datetime:
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    return moment if settings.USE_TZ else moment.replace(tzinfo=None)
+
+
+def _ts(moment: datetime) -> float:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _live(expires_at: datetime | None, now: float) -> bool:
+    return expires_at is not None and _ts(expires_at) > now
+
+
+class DatabaseBackend(CoordinationBackend):
+    """Coordination in the database that Django routes the coordination models to.
+
+    ``using``: the database alias (default: the router's choice for writes, usually
+    ``"default"``).
+    """
+
+    def __init__(self, using: str | None = None) -> None:
+        self.using = using or router.db_for_write(CoordinationLock)
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except (OperationalError, InterfaceError) as exc:
+            # Connection loss, timeouts, "database is locked": infrastructure, fail closed.
+            # A missing table (ProgrammingError) is a deployment mistake and propagates.
+            raise CoordinationUnavailable(f"the coordination database failed: {exc}") from exc
+
+    @contextmanager
+    def _atomic(self) -> Iterator[None]:
+        """A transaction of its own for a write: never inside the caller's transaction."""
+        with self._errors(), transaction.atomic(using=self.using, durable=True):
+            yield
+
+    def _now(self) -> float:
+        connection = connections[self.using]
+        sql = _CLOCK_SQL.get(connection.vendor)
+        if sql is None:
+            raise ReactorImproperlyConfigured(
+                f"the database coordination backend does not support {connection.vendor}"
+            )
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            return float(cursor.fetchone()[0])
+
+    def _guard(self, kind: str, key: str) -> None:
+        CoordinationKey.objects.using(self.using).select_for_update().get_or_create(
+            kind=kind, key=key
+        )
+
+    # --- clock ------------------------------------------------------------------------------
+
+    def server_time(self) -> float:
+        with self._errors():
+            return self._now()
+
+    # --- locks --------------------------------------------------------------------------------
+
+    def acquire_lock(self, key: str, owner: str, ttl: float) -> LockGrant | None:
+        check_key(key)
+        check_key(owner, "owner")
+        ttl = check_seconds(ttl, "a lock's ttl")
+        with self._atomic():
+            row, _ = (
+                CoordinationLock.objects.using(self.using)
+                .select_for_update()
+                .get_or_create(key=key)
+            )
+            now = self._now()
+            live = row.owner is not None and _live(row.expires_at, now)
+            if live and row.owner != owner:
+                return None
+            row.expires_at = _dt(now + ttl)
+            if live:
+                row.save(update_fields=["expires_at"])
+                return LockGrant(key, owner, row.fence, ttl, reentered=True)
+            row.owner, row.fence, row.acquired_at = owner, row.fence + 1, _dt(now)
+            row.save(update_fields=["owner", "fence", "acquired_at", "expires_at"])
+            return LockGrant(key, owner, row.fence, ttl)
+
+    def _owned_lock(self, key: str, owner: str) -> tuple[CoordinationLock | None, float]:
+        row = (
+            CoordinationLock.objects.using(self.using)
+            .select_for_update()
+            .filter(key=check_key(key), owner=check_key(owner, "owner"))
+            .first()
+        )
+        return row, self._now()
+
+    def extend_lock(self, key: str, owner: str, ttl: float) -> bool:
+        ttl = check_seconds(ttl, "a lock's ttl")
+        with self._atomic():
+            row, now = self._owned_lock(key, owner)
+            if row is None or not _live(row.expires_at, now):
+                return False
+            row.expires_at = _dt(now + ttl)
+            row.save(update_fields=["expires_at"])
+            return True
+
+    def release_lock(self, key: str, owner: str) -> bool:
+        with self._atomic():
+            row, now = self._owned_lock(key, owner)
+            if row is None:
+                return False
+            was_live = _live(row.expires_at, now)
+            row.owner, row.expires_at = None, None
+            row.save(update_fields=["owner", "expires_at"])
+            return was_live
+
+    def lock_holder(self, key: str) -> str | None:
+        check_key(key)
+        with self._errors():
+            row = CoordinationLock.objects.using(self.using).filter(key=key).first()
+            if row is None or row.owner is None or not _live(row.expires_at, self._now()):
+                return None
+            return row.owner
+
+    # --- semaphores --------------------------------------------------------------------------
+
+    def acquire_semaphore(
+        self, key: str, owner: str, limit: int, ttl: float
+    ) -> SemaphoreGrant | None:
+        check_key(key)
+        check_key(owner, "owner")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"a semaphore's limit must be a positive integer, got {limit!r}")
+        ttl = check_seconds(ttl, "a semaphore's ttl")
+        holders = SemaphoreHolder.objects.using(self.using)
+        with self._atomic():
+            self._guard(CoordinationKey.Kind.SEMAPHORE, key)
+            now = self._now()
+            holders.filter(key=key, expires_at__lte=_dt(now)).delete()
+            renewed = holders.filter(key=key, owner=owner).update(expires_at=_dt(now + ttl))
+            count = holders.filter(key=key).count()
+            if renewed:
+                return SemaphoreGrant(key, owner, count, limit, reentered=True)
+            if count >= limit:
+                return None
+            holders.create(key=key, owner=owner, acquired_at=_dt(now), expires_at=_dt(now + ttl))
+            return SemaphoreGrant(key, owner, count + 1, limit)
+
+    def extend_semaphore(self, key: str, owner: str, ttl: float) -> bool:
+        check_key(key)
+        check_key(owner, "owner")
+        ttl = check_seconds(ttl, "a semaphore's ttl")
+        with self._atomic():
+            self._guard(CoordinationKey.Kind.SEMAPHORE, key)
+            now = self._now()
+            return bool(
+                SemaphoreHolder.objects.using(self.using)
+                .filter(key=key, owner=owner, expires_at__gt=_dt(now))
+                .update(expires_at=_dt(now + ttl))
+            )
+
+    def release_semaphore(self, key: str, owner: str) -> bool:
+        check_key(key)
+        check_key(owner, "owner")
+        with self._atomic():
+            self._guard(CoordinationKey.Kind.SEMAPHORE, key)
+            now = self._now()
+            mine = SemaphoreHolder.objects.using(self.using).filter(key=key, owner=owner)
+            live = mine.filter(expires_at__gt=_dt(now)).exists()
+            mine.delete()
+            return live
+
+    def semaphore_holders(self, key: str) -> list[str]:
+        check_key(key)
+        with self._errors():
+            now = self._now()
+            return list(
+                SemaphoreHolder.objects.using(self.using)
+                .filter(key=key, expires_at__gt=_dt(now))
+                .order_by("expires_at", "id")
+                .values_list("owner", flat=True)
+            )
+
+    # --- rate limits -------------------------------------------------------------------------
+
+    def check_rate(self, key: str, windows: Sequence[Window], cost: int = 1) -> RateDecision:
+        check_key(key)
+        checked = check_windows(windows, cost)
+        longest = max(w.period for w in checked)
+        events = RateLimitEvent.objects.using(self.using).filter(key=key)
+        with self._atomic():
+            self._guard(CoordinationKey.Kind.RATE, key)
+            now = self._now()
+            events.filter(at__lte=_dt(now - longest)).delete()
+            sums = events.aggregate(
+                **{
+                    f"w{i}": Sum("cost", filter=Q(at__gt=_dt(now - w.period)), default=0)
+                    for i, w in enumerate(checked)
+                }
+            )
+            counts = [int(sums[f"w{i}"]) for i in range(len(checked))]
+            retry, limited_by = 0.0, None
+            for window, count in zip(checked, counts, strict=True):
+                excess = count + cost - window.limit
+                if excess > 0:
+                    wait = self._leaves_after(events, window, now, excess)
+                    if limited_by is None or wait > retry:
+                        retry, limited_by = wait, window
+            if limited_by is not None:
+                return RateDecision(False, retry, tuple(counts), limited_by, now)
+            events.create(key=key, at=_dt(now), cost=cost, expires_at=_dt(now + longest))
+            return RateDecision(True, 0.0, tuple(c + cost for c in counts), None, now)
+
+    @staticmethod
+    def _leaves_after(events: Any, window: Window, now: float, excess: int) -> float:
+        """Seconds until the oldest charges of ``window`` worth ``excess`` have left it."""
+        freed = 0
+        for at, cost in (
+            events.filter(at__gt=_dt(now - window.period))
+            .order_by("at", "id")
+            .values_list("at", "cost")
+        ):
+            freed += cost
+            if freed >= excess:
+                return max(0.0, _ts(at) + window.period - now)
+        return window.period  # unreachable when counts are consistent
+
+    def rate_count(self, key: str, window: Window) -> int:
+        check_key(key)
+        with self._errors():
+            now = self._now()
+            total = (
+                RateLimitEvent.objects.using(self.using)
+                .filter(key=key, at__gt=_dt(now - window.period))
+                .aggregate(total=Sum("cost", default=0))["total"]
+            )
+            return int(total)
+
+    # --- periods -----------------------------------------------------------------------------
+
+    def _marker(self, key: str, bucket: str, owner: str) -> tuple[PeriodMarker, bool, float]:
+        row, created = (
+            PeriodMarker.objects.using(self.using)
+            .select_for_update()
+            .get_or_create(
+                key=check_key(key),
+                bucket=check_key(bucket, "bucket"),
+                defaults={"owner": check_key(owner, "owner"), "state": RESERVED},
+            )
+        )
+        return row, created, self._now()
+
+    def reserve_period(self, key: str, bucket: str, owner: str, ttl: float) -> PeriodClaim:
+        ttl = check_seconds(ttl, "a period reservation's ttl")
+        with self._atomic():
+            row, created, now = self._marker(key, bucket, owner)
+            if not created and _live(row.expires_at, now) and row.owner != owner:
+                return PeriodClaim(False, row.owner, row.state)
+            if created or not _live(row.expires_at, now):
+                row.owner, row.state = owner, RESERVED
+            if row.state == RESERVED:
+                row.expires_at = _dt(now + ttl)
+            row.save()
+            return PeriodClaim(True, owner, row.state)
+
+    def confirm_period(self, key: str, bucket: str, owner: str, keep_for: float) -> bool:
+        keep_for = check_seconds(keep_for, "a claimed period's keep_for")
+        with self._atomic():
+            row, created, now = self._marker(key, bucket, owner)
+            if not created and _live(row.expires_at, now) and row.owner != owner:
+                return False
+            row.owner, row.state, row.expires_at = owner, CLAIMED, _dt(now + keep_for)
+            row.save()
+            return True
+
+    def release_period(self, key: str, bucket: str, owner: str) -> bool:
+        check_key(owner, "owner")
+        with self._atomic():
+            row = (
+                PeriodMarker.objects.using(self.using)
+                .select_for_update()
+                .filter(key=check_key(key), bucket=check_key(bucket, "bucket"))
+                .first()
+            )
+            if row is None or row.owner != owner or row.state != RESERVED:
+                return False
+            live = _live(row.expires_at, self._now())
+            row.delete()
+            return live
+
+    # --- ordered locks -------------------------------------------------------------------------
+
+    def _ordered(self, key: str) -> tuple[OrderedLockState, float]:
+        state, _ = (
+            OrderedLockState.objects.using(self.using)
+            .select_for_update()
+            .get_or_create(key=check_key(key))
+        )
+        return state, self._now()
+
+    def _entries(self, key: str) -> Any:
+        return OrderedLockEntry.objects.using(self.using).filter(key=key).order_by("seq")
+
+    def _refresh_head(self, state: OrderedLockState, now: float) -> str | None:
+        first = self._entries(state.key).values_list("owner", flat=True).first()
+        if first != state.head:
+            state.head, state.head_since = first, (None if first is None else _dt(now))
+            state.save(update_fields=["head", "head_since"])
+        return first
+
+    def _remember_skip(self, state: OrderedLockState, owner: str) -> None:
+        state.skipped = [*state.skipped, owner][-SKIPPED_KEPT:]
+        state.save(update_fields=["skipped"])
+
+    def enqueue_ordered(self, key: str, owner: str) -> int:
+        check_key(owner, "owner")
+        with self._atomic():
+            state, now = self._ordered(key)
+            entries = self._entries(key)
+            mine = entries.filter(owner=owner).first()
+            if mine is None:
+                state.next_seq += 1
+                state.save(update_fields=["next_seq"])
+                mine = entries.create(
+                    key=key, owner=owner, seq=state.next_seq, enqueued_at=_dt(now)
+                )
+                self._refresh_head(state, now)
+            return entries.filter(seq__lt=mine.seq).count()
+
+    def ordered_head(self, key: str, poison_after: float) -> str | None:
+        poison_after = check_seconds(poison_after, "poison_after")
+        with self._atomic():
+            state, now = self._ordered(key)
+            if state.halted_after is not None:
+                return None
+            while (head := self._refresh_head(state, now)) is not None:
+                assert state.head_since is not None
+                if now - _ts(state.head_since) <= poison_after:
+                    return head
+                self._entries(key).filter(owner=head).delete()
+                self._remember_skip(state, head)
+                logger.warning(
+                    "ordered lock %r: skipped %s, head for more than %ss without completing",
+                    key,
+                    head,
+                    poison_after,
+                )
+            return None
+
+    def heartbeat_ordered(self, key: str, owner: str) -> bool:
+        check_key(owner, "owner")
+        with self._atomic():
+            state, now = self._ordered(key)
+            if self._refresh_head(state, now) != owner:
+                return False
+            state.head_since = _dt(now)
+            state.save(update_fields=["head_since"])
+            return True
+
+    def complete_ordered(self, key: str, owner: str, failed: bool, strict: bool) -> bool:
+        check_key(owner, "owner")
+        with self._atomic():
+            state, now = self._ordered(key)
+            removed, _ = self._entries(key).filter(owner=owner).delete()
+            if removed and failed and strict and state.halted_after is None:
+                state.halted_after = owner
+                state.save(update_fields=["halted_after"])
+            self._refresh_head(state, now)
+            return bool(removed)
+
+    def peek_ordered(self, key: str) -> list[str]:
+        check_key(key)
+        with self._errors():
+            return list(self._entries(key).values_list("owner", flat=True))
+
+    def skip_ordered(self, key: str, owner: str) -> bool:
+        check_key(owner, "owner")
+        with self._atomic():
+            state, now = self._ordered(key)
+            removed, _ = self._entries(key).filter(owner=owner).delete()
+            if removed:
+                self._remember_skip(state, owner)
+            self._refresh_head(state, now)
+            return bool(removed)
+
+    def reset_ordered(self, key: str) -> int:
+        with self._atomic():
+            state, _ = self._ordered(key)
+            removed, _ = self._entries(key).delete()
+            state.head = state.head_since = state.halted_after = None
+            state.skipped = []
+            state.save(update_fields=["head", "head_since", "halted_after", "skipped"])
+            return removed
+
+    def ordered_status(self, key: str) -> OrderedStatus:
+        check_key(key)
+        with self._errors():
+            state = OrderedLockState.objects.using(self.using).filter(key=key).first()
+            queue = tuple(self._entries(key).values_list("owner", flat=True))
+        if state is None:
+            return OrderedStatus(key, queue, None, None, ())
+        return OrderedStatus(
+            key=key,
+            queue=queue,
+            head_since=None if state.head_since is None else _ts(state.head_since),
+            halted_after=state.halted_after,
+            skipped=tuple(state.skipped),
+        )
+
+    # --- housekeeping --------------------------------------------------------------------------
+
+    def purge_expired(self) -> int:
+        """Delete lapsed semaphore holders, period markers and rate-limit charges.
+
+        A charge is kept until it leaves the longest window it was checked against; a key whose
+        windows later grow may forget charges early. Lock rows are kept: they hold the fences.
+        """
+        with self._atomic():
+            cutoff = _dt(self._now())
+            removed = 0
+            for model in (SemaphoreHolder, PeriodMarker, RateLimitEvent):
+                count, _ = model.objects.using(self.using).filter(expires_at__lte=cutoff).delete()
+                removed += count
+            return removed

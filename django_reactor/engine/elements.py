@@ -1,0 +1,146 @@
+"""Running one map element, and undoing it, in memory.
+
+An element is a run of the element reactor whose steps are not checkpointed one by one: the
+element's whole outcome (its value or error, and what it needs to be undone) is stored in its
+slot when it settles. A crash before that runs the element again from its first step, as a
+crash inside a step runs that step again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID, uuid5
+
+from ..states import ElementStatus, ExecutionStatus
+from .definition import ReactorDefinition
+from .executor import Executor, RunState, UndoEntry
+from .journal import MemoryJournal
+from .outcomes import (
+    Completed,
+    ErrorInfo,
+    ErrorKind,
+    Failed,
+    Halted,
+    Outcome,
+    Paused,
+    RollbackFailure,
+)
+from .serialization import decode, encode
+from .validation import summarise_errors, validate
+
+
+@dataclass(slots=True)
+class ElementOutcome:
+    """What one element did, ready to be stored in its slot (values already encoded)."""
+
+    status: str
+    value: Any = None
+    error: dict[str, Any] | None = None
+    undo: dict[str, Any] | None = None
+    halt_reason: str = ""
+    duration_ms: float = 0.0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def element_id(map_id: UUID, index: int) -> UUID:
+    """The stable identity of one element: the same on every attempt, unique per element.
+
+    Its steps see it as ``context.execution_id``, so their idempotency keys differ from one
+    element to the next and stay the same when an element runs again after a crash.
+    """
+    return uuid5(map_id, str(index))
+
+
+def run_element(
+    definition: ReactorDefinition,
+    inputs: Mapping[str, Any],
+    *,
+    identity: UUID | None = None,
+    max_retry_delay: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ElementOutcome:
+    """Run the element reactor on ``inputs``; a failed element has rolled itself back."""
+    t0 = time.perf_counter()
+    if definition.inputs_serializer is not None:
+        validated, errors = validate(definition.inputs_serializer, inputs)
+        if validated is None:
+            error = ErrorInfo(
+                kind=ErrorKind.CONTRACT,
+                message="the element's inputs do not satisfy "
+                f"{definition.reactor_class.__qualname__}.Inputs: {summarise_errors(errors)}",
+                reactor=definition.name,
+                field_errors=errors,
+                retryable=False,
+            )
+            return ElementOutcome(ElementStatus.FAILED, error=error.to_dict(), duration_ms=_ms(t0))
+        inputs = validated
+    journal = MemoryJournal(identity)
+    executor = Executor(
+        definition, journal, inputs=inputs, max_retry_delay=max_retry_delay, sleep=sleep
+    )
+    outcome: Outcome = executor.run()
+    if isinstance(outcome, Paused):
+        waiting = ", ".join(p.step for p in outcome.interrupts) or "an interrupt"
+        error = ErrorInfo(
+            kind=ErrorKind.STEP,
+            message=f"interrupt {waiting} cannot pause inside a map element: a map element "
+            "runs to its end. Move the interrupt to the reactor that declares the map",
+            reactor=definition.name,
+            step=waiting,
+            retryable=False,
+        )
+        failures = executor.rollback(final_status=ExecutionStatus.FAILED, failure=error)
+        outcome = Failed(
+            execution_id=None, error=error.with_rollback_failures(failures), status="failed"
+        )
+    if isinstance(outcome, Completed):
+        state = executor.state
+        undo = {
+            "steps": [entry.step for entry in state.undo_stack],
+            "results": {entry.step: encode(entry.result) for entry in state.undo_stack},
+        }
+        return ElementOutcome(
+            ElementStatus.SUCCEEDED,
+            value=journal.result,
+            undo=undo if state.undo_stack else None,
+            duration_ms=_ms(t0),
+        )
+    if isinstance(outcome, Halted):
+        return ElementOutcome(
+            ElementStatus.HALTED, halt_reason=outcome.reason or "", duration_ms=_ms(t0)
+        )
+    error_info = getattr(outcome, "error", None)
+    error_dict = (
+        error_info.to_dict()
+        if error_info is not None
+        else {"kind": ErrorKind.STEP, "message": f"the element ended {outcome.status}"}
+    )
+    return ElementOutcome(ElementStatus.FAILED, error=error_dict, duration_ms=_ms(t0))
+
+
+def rollback_element(
+    definition: ReactorDefinition,
+    inputs: Mapping[str, Any],
+    undo: Mapping[str, Any] | None,
+    *,
+    identity: UUID | None = None,
+) -> list[RollbackFailure]:
+    """Undo a succeeded element's completed steps, newest first; return what failed."""
+    if not undo or not undo.get("steps"):
+        return []
+    results = {step: decode(value) for step, value in undo.get("results", {}).items()}
+    state = RunState(results=results, done=set(results))
+    executor = Executor(definition, MemoryJournal(identity), inputs=inputs, state=state)
+    state.undo_stack.extend(
+        UndoEntry(step, executor.arguments_for(step), results.get(step))
+        for step in undo["steps"]
+        if step in definition.by_name
+    )
+    return executor.rollback(final_status=ExecutionStatus.CANCELLED)
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000

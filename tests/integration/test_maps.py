@@ -1,0 +1,467 @@
+"""map_over(): elements inline, their slots, failure policies, collect and rollback order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework import serializers
+
+from django_reactor import (
+    Completed,
+    Failed,
+    Halt,
+    Halted,
+    Reactor,
+    Step,
+    arg,
+    map_over,
+    services,
+    step,
+)
+from django_reactor.exceptions import DefinitionError
+from django_reactor.maps import MapResults
+from django_reactor.models import MapResult, MapRun
+from django_reactor.states import ElementStatus, ExecutionStatus
+from tests.integration.reactors import FAIL_AT, ledger
+
+pytestmark = pytest.mark.django_db
+
+
+class Charge(Step):
+    """An element step that records what it does and fails for items in FAIL_AT."""
+
+    def run(self, item: int, order_id: int) -> Any:
+        ledger("run", f"charge-{item}")
+        if f"item-{item}" in FAIL_AT:
+            raise RuntimeError(f"card declined for {item}")
+        if f"halt-{item}" in FAIL_AT:
+            return Halt(f"item {item} needs review")
+        return {"item": item, "charged": item * 10}
+
+    def undo(self, result: Any, item: int, order_id: int) -> None:
+        ledger("undo", f"charge-{item}")
+        if f"undo-{item}" in FAIL_AT:
+            raise RuntimeError(f"refund failed for {item}")
+
+
+class Line(Reactor):
+    class Inputs(serializers.Serializer):
+        item = serializers.IntegerField(min_value=0)
+        order_id = serializers.IntegerField()
+
+    charge = step(Charge)
+
+    class Meta:
+        returns = "charge"
+
+
+class Basket(Reactor):
+    class Inputs(serializers.Serializer):
+        order_id = serializers.IntegerField()
+        items = serializers.ListField(child=serializers.IntegerField())
+
+    @step(order_id=arg.input("order_id"))
+    def reserve(order_id: int) -> Any:
+        ledger("run", "reserve")
+        return {"order": order_id}
+
+    @reserve.undo
+    def release(result: Any, order_id: int) -> None:
+        ledger("undo", "reserve")
+
+    lines = map_over(
+        arg.input("items"),
+        Line,
+        item=arg.element(),
+        order_id=arg.input("order_id"),
+        wait_for=["reserve"],
+        batch_size=4,
+    )
+
+    @step(lines=arg.result("lines"))
+    def total(lines: Any) -> Any:
+        ledger("run", "total")
+        if "total" in FAIL_AT:
+            raise RuntimeError("ledger closed")
+        return sum(line["charged"] for line in lines)
+
+    class Meta:
+        returns = "total"
+
+
+def test_every_element_runs_and_the_next_step_reads_the_lazy_results() -> None:
+    outcome = Basket.run({"order_id": 1, "items": [1, 2, 3, 4, 5, 6, 7]})
+    assert isinstance(outcome, Completed), outcome
+    assert outcome.value == 280
+    assert ledger.calls == [
+        ("run", "reserve"),
+        *[("run", f"charge-{i}") for i in range(1, 8)],
+        ("run", "total"),
+    ]
+    run = MapRun.objects.get(execution_id=outcome.execution_id)
+    assert (run.size, run.settled, run.succeeded, run.failed) == (7, 7, 7, 0)
+    assert list(MapResult.objects.filter(map_run=run).values_list("index", "status")) == [
+        (i, ElementStatus.SUCCEEDED) for i in range(7)
+    ]
+    results = services.find(outcome.execution_id).step_result("lines")
+    assert isinstance(results, MapResults)
+    assert [r["item"] for r in results] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_an_atomic_map_stops_at_the_first_failure_and_undoes_highest_index_first() -> None:
+    FAIL_AT.add("item-4")
+    outcome = Basket.run({"order_id": 1, "items": [1, 2, 3, 4, 5, 6]})
+    assert isinstance(outcome, Failed), outcome
+    assert outcome.error.step == "lines"
+    assert "map element 3 (of 6) failed" in outcome.error.message
+    assert "card declined for 4" in outcome.error.message
+    assert ledger.calls == [
+        ("run", "reserve"),
+        ("run", "charge-1"),
+        ("run", "charge-2"),
+        ("run", "charge-3"),
+        ("run", "charge-4"),
+        ("undo", "charge-3"),
+        ("undo", "charge-2"),
+        ("undo", "charge-1"),
+        ("undo", "reserve"),
+    ]
+    statuses = dict(
+        MapResult.objects.filter(map_run__execution_id=outcome.execution_id).values_list(
+            "index", "status"
+        )
+    )
+    assert statuses == {
+        0: ElementStatus.UNDONE,
+        1: ElementStatus.UNDONE,
+        2: ElementStatus.UNDONE,
+        3: ElementStatus.FAILED,
+        4: ElementStatus.NOT_STARTED,
+        5: ElementStatus.NOT_STARTED,
+    }
+
+
+def test_a_later_failure_undoes_every_element_once() -> None:
+    FAIL_AT.add("total")
+    outcome = Basket.run({"order_id": 1, "items": [1, 2, 3]})
+    assert isinstance(outcome, Failed)
+    undos = [entry for entry in ledger.calls if entry[0] == "undo"]
+    assert undos == [
+        ("undo", "charge-3"),
+        ("undo", "charge-2"),
+        ("undo", "charge-1"),
+        ("undo", "reserve"),
+    ]
+    events = [(e.kind, e.step) for e in services.find(outcome.execution_id).trace if e.step]
+    assert ("undo", "lines") in events
+
+
+def test_an_element_whose_undo_fails_is_reported_with_its_index() -> None:
+    FAIL_AT.update({"total", "undo-2"})
+    outcome = Basket.run({"order_id": 1, "items": [1, 2, 3]})
+    assert isinstance(outcome, Failed)
+    assert outcome.status == ExecutionStatus.NEEDS_ATTENTION
+    (failure,) = outcome.error.rollback_failures
+    assert failure.index == 1
+    assert failure.step == "lines[1].charge"
+    assert "refund failed for 2" in failure.message
+    # The others were still undone.
+    assert ("undo", "charge-1") in ledger.calls
+    assert ("undo", "reserve") in ledger.calls
+
+
+def test_an_invalid_element_fails_with_field_errors() -> None:
+    outcome = Basket.run({"order_id": 1, "items": [1, -5, 3]})
+    assert isinstance(outcome, Failed)
+    assert outcome.error.field_errors == {
+        "item": ["Ensure this value is greater than or equal to 0."]
+    }
+    assert ("undo", "charge-1") in ledger.calls
+
+
+def test_a_halted_element_halts_the_run_without_rollback() -> None:
+    FAIL_AT.add("halt-2")
+    outcome = Basket.run({"order_id": 1, "items": [1, 2, 3]})
+    assert isinstance(outcome, Halted), outcome
+    assert "map element 1 halted: item 2 needs review" in outcome.reason
+    assert not [e for e in ledger.calls if e[0] == "undo"]
+
+
+def test_an_empty_source_gives_empty_results() -> None:
+    outcome = Basket.run({"order_id": 1, "items": []})
+    assert isinstance(outcome, Completed)
+    assert outcome.value == 0
+
+
+class Tolerant(Reactor):
+    class Inputs(serializers.Serializer):
+        items = serializers.ListField(child=serializers.IntegerField())
+
+    lines = map_over(
+        arg.input("items"),
+        Charge,
+        item=arg.element(),
+        order_id=arg.value(9),
+        atomic=False,
+        max_failures=2,
+        collect=lambda results: {
+            "ok": [r["item"] for r in results],
+            "failed": [f.index for f in results.failures()],
+        },
+    )
+
+    class Meta:
+        returns = "lines"
+
+
+def test_a_tolerant_map_completes_with_every_outcome() -> None:
+    FAIL_AT.update({"item-2", "item-4"})
+    outcome = Tolerant.run({"items": [1, 2, 3, 4, 5]})
+    assert isinstance(outcome, Completed), outcome
+    assert outcome.value == {"ok": [1, 3, 5], "failed": [1, 3]}
+
+
+def test_a_tolerant_map_past_its_threshold_fails_and_undoes_the_rest() -> None:
+    FAIL_AT.update({"item-1", "item-2", "item-4"})
+    outcome = Tolerant.run({"items": [1, 2, 3, 4, 5]})
+    assert isinstance(outcome, Failed), outcome
+    assert "3 of 5 map elements failed, more than max_failures=2" in outcome.error.message
+    assert ("undo", "charge-3") in ledger.calls
+    assert ("undo", "charge-5") not in ledger.calls  # never started
+
+
+def test_collect_raising_fails_the_map_and_undoes_every_element() -> None:
+    class Collecting(Reactor):
+        class Inputs(serializers.Serializer):
+            items = serializers.ListField(child=serializers.IntegerField())
+
+        lines = map_over(
+            arg.input("items"),
+            Charge,
+            item=arg.element(),
+            order_id=arg.value(1),
+            collect=lambda results: 1 / 0,
+        )
+
+    outcome = Collecting.run({"items": [1, 2]})
+    assert isinstance(outcome, Failed)
+    assert "collect" in outcome.error.message
+    assert "ZeroDivisionError" in outcome.error.message
+    assert [e for e in ledger.calls if e[0] == "undo"] == [
+        ("undo", "charge-2"),
+        ("undo", "charge-1"),
+    ]
+
+
+def test_a_source_that_is_not_iterable_fails_the_map_step() -> None:
+    class Broken(Reactor):
+        @step()
+        def first() -> Any:
+            ledger("run", "first")
+            return 5
+
+        @first.undo
+        def unfirst(result: Any) -> None:
+            ledger("undo", "first")
+
+        lines = map_over(arg.result("first"), Charge, item=arg.element(), order_id=arg.value(1))
+
+    outcome = Broken.run({})
+    assert isinstance(outcome, Failed)
+    assert outcome.error.step == "lines"
+    assert "not iterable" in outcome.error.message
+    assert ledger.calls == [("run", "first"), ("undo", "first")]
+
+
+def test_a_source_callable_that_raises_fails_the_map_step() -> None:
+    def explode(order_id: int) -> list[int]:
+        raise LookupError("no such order")
+
+    class Exploding(Reactor):
+        lines = map_over(explode, Charge, item=arg.element(), order_id=arg.value(1))
+
+    outcome = Exploding.run({})
+    assert isinstance(outcome, Failed)
+    assert "LookupError: no such order" in outcome.error.message
+
+
+def test_map_over_refuses_bad_declarations() -> None:
+    with pytest.raises(DefinitionError, match=r"passes no arg\.element"):
+        map_over(arg.input("items"), Charge, order_id=arg.value(1))
+    with pytest.raises(DefinitionError, match="needs atomic=False"):
+        map_over(arg.input("items"), Charge, item=arg.element(), max_failures=1)
+    with pytest.raises(DefinitionError, match="batch_size must be a positive integer"):
+        map_over(arg.input("items"), Charge, item=arg.element(), batch_size=0)
+
+
+# ---------------------------------------------------------------------------- fan-out
+
+
+class FannedBasket(Basket):
+    lines = map_over(
+        arg.input("items"),
+        Line,
+        item=arg.element(),
+        order_id=arg.input("order_id"),
+        wait_for=["reserve"],
+        fan_out=True,
+        batch_size=4,
+        chunk_size=2,
+    )
+
+    class Meta:
+        returns = "total"
+
+
+def test_a_fanned_out_map_parks_the_run_and_its_last_element_wakes_it() -> None:
+    from django_reactor.testing import run_reactor
+
+    result = run_reactor(
+        FannedBasket, {"order_id": 1, "items": list(range(1, 11))}, background="none"
+    )
+    assert result.status == ExecutionStatus.PENDING
+    kinds = [kind for kind, _ in result._queue.pending]
+    assert kinds == ["map", "map"]  # batch_size / chunk_size element tasks in flight
+    result.drain()
+    assert result.status == ExecutionStatus.COMPLETED, result._describe()
+    assert result.outcome.value == sum(i * 10 for i in range(1, 11))
+    run = MapRun.objects.get(execution_id=result.execution_id)
+    assert (run.settled, run.succeeded, run.collected) == (10, 10, True)
+    # The run was woken once, by the settle that completed the map.
+    resumes = [e for e in services.find(result.execution_id).trace if e.kind == "resume"]
+    assert len(resumes) == 1
+
+
+def test_duplicate_element_tasks_never_duplicate_slots_or_wake_the_run_twice() -> None:
+    from django_reactor import maps
+    from django_reactor.testing import run_reactor
+
+    result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4, 5]}, background="none")
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+    queue = result._queue
+    with queue.capturing():
+        maps.work(map_id, forward=True)
+        maps.work(map_id, forward=True)  # delivered again: nothing left to claim
+    wakes = [kind for kind, target in queue.pending if kind == "resume"]
+    assert wakes == ["resume"]
+    result.drain()
+    assert result.status == ExecutionStatus.COMPLETED
+    assert MapResult.objects.filter(map_run_id=map_id).count() == 5
+    assert [c for c in ledger.calls if c[1].startswith("charge")] == [
+        ("run", f"charge-{i}") for i in range(1, 6)
+    ]
+
+
+def test_a_fanned_out_atomic_failure_undoes_completed_elements_on_workers() -> None:
+    from django_reactor.testing import run_reactor
+
+    FAIL_AT.add("item-3")
+    result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4, 5, 6, 7, 8]})
+    assert result.status == ExecutionStatus.FAILED, result._describe()
+    assert "map element 2 (of 8) failed" in result.outcome.error.message
+    undone = [c[1] for c in ledger.calls if c[0] == "undo"]
+    # Elements undone highest index first, then the step before the map.
+    charges = [int(name.split("-")[1]) for name in undone if name.startswith("charge")]
+    assert charges == sorted(charges, reverse=True)
+    assert undone[-1] == "reserve"
+    statuses = set(
+        MapResult.objects.filter(map_run__execution_id=result.execution_id).values_list(
+            "status", flat=True
+        )
+    )
+    assert ElementStatus.SUCCEEDED not in statuses
+    trace = [(e.kind, e.step) for e in services.find(result.execution_id).trace]
+    assert ("compensate", "lines") in trace
+
+
+def test_undo_of_a_completed_fanned_out_run_rolls_elements_back_on_workers() -> None:
+    from django_reactor.testing import run_reactor
+
+    result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2, 3]})
+    assert result.status == ExecutionStatus.COMPLETED
+    with result._queue.capturing():
+        handle = services.undo(result.execution_id)
+    assert handle.status == ExecutionStatus.ROLLING_BACK
+    result.drain()
+    assert result.status == ExecutionStatus.CANCELLED, result._describe()
+    assert [c for c in ledger.calls if c[0] == "undo"] == [
+        ("undo", "charge-3"),
+        ("undo", "charge-2"),
+        ("undo", "charge-1"),
+        ("undo", "reserve"),
+    ]
+
+
+def test_each_element_has_idempotency_keys_of_its_own() -> None:
+    from django_reactor import step_context
+    from django_reactor.engine.elements import element_id
+
+    seen: list[tuple[Any, str]] = []
+
+    def remember(item: int) -> int:
+        context = step_context()
+        seen.append((context.execution_id, context.idempotency_key))
+        return item
+
+    class Keys(Reactor):
+        class Inputs(serializers.Serializer):
+            items = serializers.ListField(child=serializers.IntegerField())
+
+        each = map_over(arg.input("items"), remember, item=arg.element())
+
+    outcome = Keys.run({"items": [1, 2, 3]})
+    assert isinstance(outcome, Completed)
+    map_id = MapRun.objects.get(execution_id=outcome.execution_id).pk
+    assert [identity for identity, _ in seen] == [element_id(map_id, i) for i in range(3)]
+    assert len({key for _, key in seen}) == 3
+
+
+def test_undo_of_a_cancelled_run_parked_on_a_map_undoes_the_elements_done_so_far() -> None:
+    from django_reactor import maps
+    from django_reactor.testing import run_reactor
+
+    result = run_reactor(
+        FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4, 5, 6]}, background="none"
+    )
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+    # One element task runs one chunk, then its worker is gone; the run is still parked.
+    from django_reactor import map_store
+
+    claimed, _ = map_store.claim(map_id, 2, forward=True, token="gone")
+    writes = maps._run_chunk(
+        map_id,
+        FannedBasket.definition.step("lines").map,
+        {"order_id": 1},
+        claimed,
+        {c.index: c.index + 1 for c in claimed},
+        None,
+        False,
+    )
+    map_store.settle(map_id, writes, tolerated=None, token="gone")
+    result._queue.pending.clear()
+    # A parked run is cancelled first (its elements stop), then undone.
+    assert services.cancel(result.execution_id).status == ExecutionStatus.CANCELLED
+    with result._queue.capturing():
+        handle = services.undo(result.execution_id)
+    assert handle.status == ExecutionStatus.ROLLING_BACK  # workers undo the elements
+    result.drain()
+    assert result.status == ExecutionStatus.CANCELLED, result._describe()
+    assert [c for c in ledger.calls if c[0] == "undo"] == [
+        ("undo", "charge-2"),
+        ("undo", "charge-1"),
+        ("undo", "reserve"),
+    ]
+    assert not [c for c in ledger.calls if c == ("run", "charge-3")]
+
+
+def test_cancelling_a_run_parked_on_a_map_stops_its_elements() -> None:
+    from django_reactor.testing import run_reactor
+
+    result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4]}, background="none")
+    handle = services.cancel(result.execution_id, reason="customer left")
+    assert handle.status == ExecutionStatus.CANCELLED
+    result.drain()
+    assert not [c for c in ledger.calls if c[1].startswith("charge")]
+    run = MapRun.objects.get(execution_id=result.execution_id)
+    assert (run.stop_reason, run.settled) == ("cancelled", 4)
