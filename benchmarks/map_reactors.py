@@ -1,14 +1,14 @@
 """The reactors ``map_fanout.py`` runs: one ``map_over`` step of no-op elements, fanned out.
 
-``Map_b100_c25`` maps ``noop_element`` (a function step returning its item) over
-``range(count)`` with ``fan_out=True, batch_size=100, chunk_size=25`` (the library's default:
-``chunk_size = max(1, min(50, batch_size // 4))``); the other classes try other
+``Map_b100_c50`` maps ``noop_element`` (a function step returning its item) over
+``range(count)`` with ``fan_out=True, batch_size=100, chunk_size=50`` (the library's default:
+``chunk_size = max(1, min(50, batch_size // 2))``); the other classes try other
 ``batch_size`` / ``chunk_size`` pairs. ``MapFailing`` is the same map with ``atomic=False``
 and elements that fail when ``item % fail_every == 0`` (its failure sample is not empty).
 
 The source is a callable over the map's arguments, so that neither the run's inputs nor the
 process that starts the run ever hold the whole collection. Workers find the reactors by their
-dotted names (``benchmarks.map_reactors.Map_b100_c25``), so run them with the repository root on
+dotted names (``benchmarks.map_reactors.Map_b100_c50``), so run them with the repository root on
 ``PYTHONPATH``.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, cast
 from django_reactor import Reactor, arg, map_over
 
 #: (batch_size, chunk_size) pairs with a reactor each; the first is the library's default.
-CONFIGS: list[tuple[int, int]] = [(100, 25), (100, 50), (200, 50), (500, 100), (1000, 250)]
+CONFIGS: list[tuple[int, int]] = [(100, 50), (100, 25), (200, 50), (500, 100), (1000, 250)]
 DEFAULT = CONFIGS[0]
 
 

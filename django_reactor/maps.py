@@ -447,19 +447,24 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
     token = uuid.uuid4().hex
     # The process's heartbeat thread keeps the slots this task holds leased meanwhile.
     with map_store.SlotKeeper(map_id, token):
-        while True:
-            claimed, stopped = map_store.claim(map_id, run.chunk_size, forward=forward, token=token)
-            if not claimed:
-                return
+        claimed, stopped = map_store.claim(map_id, run.chunk_size, forward=forward, token=token)
+        while claimed:
             items = _items(claimed, model)
+            # Out of time: settle without claiming more, and hand the rest to a fresh task.
+            out_of_time = deadline is not None and time.monotonic() > deadline
+            more = 0 if out_of_time else run.chunk_size
             if forward:
                 allowed = None if tolerated is None else tolerated - map_store.failed_count(map_id)
                 writes = _run_chunk(map_id, spec, shared, claimed, items, allowed, stopped)
-                map_store.settle(map_id, writes, tolerated=tolerated, token=token)
+                _, (claimed, stopped) = map_store.settle(
+                    map_id, writes, tolerated=tolerated, token=token, claim_next=more
+                )
             else:
                 writes = _undo_chunk(map_id, spec, shared, claimed, items)
-                map_store.settle_rollback(map_id, writes, token=token)
-            if deadline is not None and time.monotonic() > deadline:
+                _, (claimed, stopped) = map_store.settle_rollback(
+                    map_id, writes, token=token, claim_next=more
+                )
+            if out_of_time:
                 map_store.hand_over(map_id, forward=forward)
                 return
 
