@@ -96,7 +96,11 @@ TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
 STATIC_URL = "static/"
 
-REACTOR: dict[str, object] = {}
+REACTOR: dict[str, object] = {
+    # The demo runs without Redis: locks and rate limits live in the database. With Redis, drop
+    # this line (the Redis backend is the default).
+    "COORDINATION_BACKEND": "django_reactor.coordination.backends.database.DatabaseBackend",
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

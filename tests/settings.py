@@ -71,6 +71,13 @@ REACTOR = {
     "CELERY_QUEUE": f"reactor-tests-{os.getpid()}",
     "SWEEP_INTERVAL": 1.0,
     "REDISPATCH_AFTER": 3.0,
+    # Coordination on a Redis database of its own (other tests flush theirs), keys prefixed by
+    # this run; on the database when Redis is not reachable.
+    "COORDINATION_BACKEND": "django_reactor.coordination.backends.database.DatabaseBackend"
+    if "Redis" in SERVICE_PROBLEMS
+    else "django_reactor.coordination.backends.redis.RedisBackend",
+    "COORDINATION_REDIS": REDIS_URL.rsplit("/", 1)[0] + "/8",
+    "COORDINATION_KEY_PREFIX": f"reactor-tests-{os.getpid()}",
 }
 # Broker on a Redis database of the tests' own; in memory when Redis is not reachable.
 CELERY_BROKER_URL = (

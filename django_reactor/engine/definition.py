@@ -308,7 +308,8 @@ def _with_map(name: str, cls: type, spec: StepSpec) -> StepSpec:
     if problems:
         raise DefinitionError(
             f"{where}: map elements run in memory, one stored slot each, so the element "
-            f"reactor cannot have compose, async or map steps ({'; '.join(problems)})"
+            f"reactor cannot have compose, async or map steps nor coordination "
+            f"({'; '.join(problems)})"
         )
     return dataclasses.replace(spec, map=MapSpec(config, element_definition))
 

@@ -294,6 +294,11 @@ def _check_positive(name: str, value: Any) -> None:
 def unsupported_in_element(definition: ReactorDefinition) -> list[str]:
     """Steps an element reactor may not have: elements run in memory, one slot each."""
     problems = []
+    if definition.coordination or any(spec.coordination for spec in definition.steps):
+        problems.append(
+            "it declares coordination, which map elements do not take (limit them with "
+            "batch_size, or declare the coordination on the reactor that declares the map)"
+        )
     for spec in definition.steps:
         if spec.unit is not None or spec.child is not None or spec.map is not None:
             kind = "a map" if spec.map is not None else "a composed or async unit"

@@ -20,6 +20,7 @@ from rest_framework import serializers
 from django_reactor import (
     Failure,
     Halt,
+    Lock,
     Reactor,
     Retry,
     Step,
@@ -145,6 +146,8 @@ class PlaceOrder(Reactor):
 
     class Meta:
         returns = "confirm"
+        # One checkout per customer at a time (a double click waits up to 5 s, then fails).
+        coordination = [Lock("customer-{customer_email}", ttl=60, wait=5)]
 
 
 class FlakyGatewayCharge(ChargeCard):

@@ -206,3 +206,20 @@ def test_renewing_every_due_subscription_is_a_map_over_a_queryset() -> None:
         assert subscription.paid_until == today + dt.timedelta(days=30)
     later.refresh_from_db()
     assert later.paid_until == today + dt.timedelta(days=20)
+
+
+def test_a_second_checkout_of_the_same_customer_waits_then_fails(stock: None) -> None:
+    from django_reactor.coordination import get_backend
+
+    backend = get_backend()
+    backend.acquire_lock("lock:customer-ada@example.com", "run:another-checkout", 30)
+    try:
+        outcome = PlaceOrder.run(ORDER)  # waits up to the lock's wait=5 s
+    finally:
+        backend.release_lock("lock:customer-ada@example.com", "run:another-checkout")
+    assert outcome.status == "failed"
+    assert outcome.error.kind == "contention"
+    assert "lock 'customer-ada@example.com' is held by execution another-checkout" in str(
+        outcome.error.message
+    )
+    assert not Order.objects.exists()  # nothing ran

@@ -465,3 +465,26 @@ def test_cancelling_a_run_parked_on_a_map_stops_its_elements() -> None:
     assert not [c for c in ledger.calls if c[1].startswith("charge")]
     run = MapRun.objects.get(execution_id=result.execution_id)
     assert (run.stop_reason, run.settled) == ("cancelled", 4)
+
+
+def test_an_element_reactor_with_coordination_is_refused() -> None:
+    from django_reactor import Lock
+
+    class Locked(Reactor):
+        class Inputs(serializers.Serializer):
+            item = serializers.IntegerField()
+
+        @step(item=arg.input("item"))
+        def one(item: int) -> int:
+            return item
+
+        class Meta:
+            coordination = [Lock("item-{item}")]
+
+    with pytest.raises(DefinitionError, match="declares coordination, which map elements"):
+
+        class Mapping(Reactor):
+            class Inputs(serializers.Serializer):
+                items = serializers.ListField(child=serializers.IntegerField())
+
+            each = map_over(arg.input("items"), Locked, item=arg.element())
