@@ -323,7 +323,9 @@ def _with_unit(name: str, cls: type, spec: StepSpec) -> StepSpec:
         return spec
     unit_name = f"{name}:{spec.name}"
     wiring: dict[str, Template] = {arg: InputRef(name=arg) for arg in spec.arguments}
-    declaration = StepDeclaration(spec.impl, wiring, retry=spec.retry)
+    declaration = StepDeclaration(
+        spec.impl, wiring, retry=spec.retry, coordination=list(spec.coordination)
+    )
     arguments = frozenset(spec.arguments)
     secrets = tuple(spec.secret_argument_paths)
     unit_spec = _build_spec(unit_name, spec.name, declaration, arguments, secrets)
