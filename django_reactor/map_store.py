@@ -333,7 +333,7 @@ def _write_slots(
         columns = "rollback_error = v.a::jsonb"
         triples = [(w.error, None, None) for w in writes]
     sql = _WRITE_SLOTS_SQL.format(table=MapResult._meta.db_table, columns=columns)
-    params = [
+    params: list[Any] = [
         now,
         [w.id for w in writes],
         [w.status for w in writes],

@@ -22,7 +22,13 @@ from django.db.models.query import ModelIterable
 
 from . import map_store
 from .conf import reactor_settings
-from .engine.elements import ElementOutcome, element_id, rollback_element, run_element
+from .engine.elements import (
+    ElementOutcome,
+    element_id,
+    rollback_element,
+    run_element,
+    running_element,
+)
 from .engine.mapping import (
     MapDone,
     MapPending,
@@ -521,7 +527,8 @@ def _run_chunk(
             writes.append(map_store.SlotWrite(slot.id, slot.index, ElementStatus.NOT_STARTED))
             continue
         identity = element_id(map_id, slot.index)
-        outcome = _run_one(spec, shared, items[slot.index], max_delay, identity)
+        with running_element(map_id, slot.index):
+            outcome = _run_one(spec, shared, items[slot.index], max_delay, identity)
         writes.append(
             map_store.SlotWrite(
                 slot.id,
@@ -588,12 +595,13 @@ def _undo_chunk(
         else:
             try:
                 inputs = spec.element_inputs(shared, item)
-                failures = rollback_element(
-                    spec.element_definition,
-                    inputs,
-                    slot.undo,
-                    identity=element_id(map_id, slot.index),
-                )
+                with running_element(map_id, slot.index):
+                    failures = rollback_element(
+                        spec.element_definition,
+                        inputs,
+                        slot.undo,
+                        identity=element_id(map_id, slot.index),
+                    )
             except Exception as exc:
                 failures = [
                     RollbackFailure(

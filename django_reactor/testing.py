@@ -23,18 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     from .engine.definition import ReactorDefinition, StepSpec
     from .engine.outcomes import Outcome
     from .engine.step import Step
     from .handle import ExecutionHandle
+    from .maps import ElementResult
     from .reactor import Reactor
 
 __all__ = [
+    "MapElements",
     "ReactorResult",
     "StepMock",
     "assert_idempotent",
@@ -107,6 +111,7 @@ class ReactorResult:
         *,
         eager: bool,
         max_rounds: int = DEFAULT_MAX_ROUNDS,
+        parent: ReactorResult | None = None,
     ) -> None:
         self.reactor = reactor
         self._outcome = outcome
@@ -114,9 +119,16 @@ class ReactorResult:
         self._eager = eager
         self.max_rounds = max_rounds
         self._handle: ExecutionHandle | None = None
+        # For the result of a composed child or async unit: the result it was read from.
+        self.parent = parent
 
     def __repr__(self) -> str:
-        return f"<ReactorResult {self.reactor.__qualname__} {self.execution_id} {self.status}>"
+        return f"<ReactorResult {self._name} {self.execution_id} {self.status}>"
+
+    @property
+    def _name(self) -> str:
+        # An async_step unit has no class of its own: its definition is named "Parent:step".
+        return getattr(self.reactor, "__qualname__", None) or self.reactor.definition.name
 
     # -- what happened
     @property
@@ -173,6 +185,85 @@ class ReactorResult:
         """Executions with a resume task captured and not run yet."""
         return [target for kind, target in self._queue.pending if kind == "resume"]
 
+    # -- children, units and map elements
+    def child(self, step: str) -> ReactorResult:
+        """The run of the reactor that ``step`` composed (``compose``) or dispatched
+        (``async_reactor``, ``async_step``), as a result of its own, read as it is now.
+
+        ``"ship.pack"`` is the child that step ``pack`` of ``ship``'s child ran. The child
+        shares this result's captured work: draining either moves both on.
+        """
+        result = self
+        for name in step.split("."):
+            result = result._child(name)
+        return result
+
+    def _child(self, step: str) -> ReactorResult:
+        from . import registry
+
+        if "[" in step:
+            raise self._fail(
+                f"{step!r}: map elements are not runs of their own; read them with "
+                f"elements({step.partition('[')[0]!r})"
+            )
+        try:
+            handle = self.handle.child(step)
+        except KeyError:
+            raise self._fail(
+                f"expected step {step!r} to have run a composed reactor or an async unit, but "
+                "it ran none"
+            ) from None
+        result = ReactorResult(
+            registry.get(handle.reactor),
+            handle.outcome,
+            self._queue,
+            eager=self._eager,
+            max_rounds=self.max_rounds,
+            parent=self,
+        )
+        result._handle = handle
+        return result
+
+    def _owner_of(self, path: str) -> tuple[ReactorResult, str]:
+        """The result (this one or a child) that runs the last step of ``path``, and its name."""
+        owner_path, _, step = path.rpartition(".")
+        return (self.child(owner_path) if owner_path else self), step
+
+    def _map_id(self, step: str) -> uuid.UUID:
+        from . import map_store
+
+        owner, name = self._owner_of(step)
+        run = map_store.find(owner.execution_id, name) if owner.execution_id else None
+        if run is None:
+            spec = owner.reactor.definition.by_name.get(name)
+            what = "is not a map_over() step" if spec is None or spec.map is None else "never ran"
+            raise owner._fail(f"expected map step {name!r} to have run, but it {what}")
+        return uuid.UUID(str(run.pk))
+
+    def elements(self, step: str) -> MapElements:
+        """Every element of the map ``step`` (``"ship.lines"``: of a child's map), in index
+        order, with assertions about them."""
+        from . import map_store
+        from .maps import MapResults
+
+        owner, name = self._owner_of(step)
+        map_id = self._map_id(step)
+        return MapElements(
+            owner,
+            name,
+            map_id,
+            list(MapResults(map_id).outcomes()),
+            dict(map_store.rollback_errors(map_id)),
+        )
+
+    def map_summary(self, step: str) -> dict[str, Any]:
+        """The totals of the map ``step``: ``size``, ``succeeded``, ``failed``, ``halted``,
+        ``not_started``, ``undone``, ``undo_failed``... and sampled ``failures``
+        (``map_store.summary``)."""
+        from . import map_store
+
+        return map_store.summary(self._map_id(step))
+
     # -- moving the run on
     def _refresh(self) -> None:
         from . import services
@@ -198,7 +289,10 @@ class ReactorResult:
                 from . import maps
 
                 maps.work(target, forward=kind == "map")
-        self._refresh()
+        result: ReactorResult | None = self
+        while result is not None:
+            result._refresh()
+            result = result.parent
         return True
 
     def drain(self, max_rounds: int | None = None) -> ReactorResult:
@@ -209,7 +303,7 @@ class ReactorResult:
                 return self
         if self._queue.pending:
             raise AssertionError(
-                f"{self.reactor.__qualname__}: work was still queued after {limit} resume "
+                f"{self._name}: work was still queued after {limit} resume "
                 f"task(s) (queued: {[f'{k} {i}' for k, i in self._queue.pending]}); a step that "
                 "keeps rescheduling itself? Raise max_rounds if the run needs more.\n"
                 + self._describe()
@@ -248,7 +342,7 @@ class ReactorResult:
 
     # -- assertions
     def _describe(self) -> str:
-        lines = [f"{self.reactor.__qualname__} run {self.execution_id}: status {self.status}"]
+        lines = [f"{self._name} run {self.execution_id}: status {self.status}"]
         if self.error is not None:
             lines.append(f"error: {self.error}")
         if self.paused_at:
@@ -372,6 +466,221 @@ class ReactorResult:
             )
         return self
 
+    def assert_map(
+        self,
+        step: str,
+        *,
+        size: int | None = None,
+        succeeded: int | None = None,
+        failed: int | None = None,
+        halted: int | None = None,
+        not_started: int | None = None,
+        undone: int | None = None,
+        undo_failed: int | None = None,
+    ) -> ReactorResult:
+        """The map ``step`` has these totals (those given), as :meth:`map_summary` reads them.
+
+        An element counts where it is now: an element undone by rollback counts as ``undone``,
+        not ``succeeded``.
+        """
+        expected = {
+            "size": size,
+            "succeeded": succeeded,
+            "failed": failed,
+            "halted": halted,
+            "not_started": not_started,
+            "undone": undone,
+            "undo_failed": undo_failed,
+        }
+        summary = self.map_summary(step)
+        wrong = {
+            name: (count, summary.get(name))
+            for name, count in expected.items()
+            if count is not None and summary.get(name) != count
+        }
+        if wrong:
+            totals = ", ".join(
+                f"{name}={summary.get(name)}" for name in expected if summary.get(name)
+            )
+            raise self._fail(
+                f"expected map {step!r} to have "
+                + ", ".join(f"{name}={want}" for name, (want, _) in wrong.items())
+                + f", but it has {totals or 'no elements'}"
+            )
+        return self
+
+
+class MapElements(Sequence["ElementResult"]):
+    """The elements of one map step, in index order: each an ``ElementResult`` (``index``,
+    ``status``, ``value``, ``error``), and assertions about them.
+
+    ``error`` is the element's ``ErrorInfo`` as a dict when it failed (``error["step"]`` names
+    the element's step that failed) and ``{"reason": ...}`` when it halted; what went wrong
+    undoing an element is :meth:`rollback_errors`. Obtained from
+    :meth:`ReactorResult.elements`.
+    """
+
+    def __init__(
+        self,
+        owner: ReactorResult,
+        step: str,
+        map_id: uuid.UUID,
+        elements: list[ElementResult],
+        rollback_errors: Mapping[int, list[dict[str, Any]]] | None = None,
+    ) -> None:
+        self.owner = owner
+        self.step = step
+        self.map_id = map_id
+        self._elements = elements
+        self._rollback_errors = dict(rollback_errors or {})
+
+    def __repr__(self) -> str:
+        return f"<MapElements {self.step} of {self.owner._name}: {len(self)} element(s)>"
+
+    @overload
+    def __getitem__(self, index: int) -> ElementResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ElementResult]: ...
+
+    def __getitem__(self, index: int | slice) -> ElementResult | Sequence[ElementResult]:
+        return self._elements[index]
+
+    def __len__(self) -> int:
+        return len(self._elements)
+
+    @property
+    def statuses(self) -> list[str]:
+        """Each element's status, in index order."""
+        return [element.status for element in self._elements]
+
+    def indices(self, *statuses: str) -> list[int]:
+        """The indices of the elements with one of ``statuses``."""
+        return [element.index for element in self._elements if element.status in statuses]
+
+    def values(self) -> list[Any]:
+        """The values of the elements that succeeded (or succeeded and were undone since)."""
+        return [e.value for e in self._elements if e.status in ("succeeded", "undone")]
+
+    def rollback_errors(self, index: int) -> list[dict[str, Any]]:
+        """The rollback failures (``step``, ``action``, ``message``...) of element ``index``
+        whose undo failed (empty for other elements)."""
+        return list(self._rollback_errors.get(index) or [])
+
+    def summary(self) -> dict[str, Any]:
+        """The map's totals (see :meth:`ReactorResult.map_summary`)."""
+        from . import map_store
+
+        return map_store.summary(self.map_id)
+
+    # -- assertions
+    def _describe(self) -> str:
+        lines = [f"map {self.step} ({len(self)} element(s)):"]
+        for element in self._elements[:50]:
+            detail = _detail(element, self.rollback_errors(element.index))
+            lines.append(f"  [{element.index}] {element.status:<12} {detail}".rstrip())
+        if len(self) > 50:
+            lines.append(f"  ... and {len(self) - 50} more")
+        return "\n".join(lines)
+
+    def _fail(self, message: str) -> AssertionError:
+        return self.owner._fail(f"{message}\n{self._describe()}")
+
+    def _element(self, index: int, status: str) -> ElementResult:
+        found = [e for e in self._elements if e.index == index]
+        if not found:
+            raise self._fail(
+                f"expected element {index} of map {self.step!r} to be {status}, but the map has "
+                f"{len(self)} element(s)"
+            )
+        if found[0].status != status:
+            raise self._fail(
+                f"expected element {index} of map {self.step!r} to be {status}, but it is "
+                f"{found[0].status}"
+            )
+        return found[0]
+
+    def assert_element_succeeded(self, index: int, value: Any = _UNSET) -> MapElements:
+        """Element ``index`` succeeded (with ``value``, when given)."""
+        element = self._element(index, "succeeded")
+        if value is not _UNSET and element.value != value:
+            raise self._fail(
+                f"expected element {index} of map {self.step!r} to succeed with {value!r}, but "
+                f"its value is {element.value!r}"
+            )
+        return self
+
+    def assert_element_failed(
+        self,
+        index: int,
+        *,
+        step: str | None = None,
+        kind: str | None = None,
+        message: str | None = None,
+    ) -> MapElements:
+        """Element ``index`` failed (at its ``step``, with an error of ``kind`` whose message
+        contains ``message``, when given)."""
+        error = self._element(index, "failed").error or {}
+        for field, wanted in (("step", step), ("kind", kind)):
+            if wanted is not None and error.get(field) != wanted:
+                raise self._fail(
+                    f"expected element {index} of map {self.step!r} to fail with {field} "
+                    f"{wanted!r}, but its {field} is {error.get(field)!r}"
+                )
+        if message is not None and message not in str(error.get("message", "")):
+            raise self._fail(
+                f"expected the error of element {index} of map {self.step!r} to mention "
+                f"{message!r}, but it is {error.get('message')!r}"
+            )
+        return self
+
+    def assert_element_halted(self, index: int, reason: Any = _UNSET) -> MapElements:
+        """Element ``index`` halted (with ``reason``, when given)."""
+        error = self._element(index, "halted").error or {}
+        if reason is not _UNSET and error.get("reason") != reason:
+            raise self._fail(
+                f"expected element {index} of map {self.step!r} to halt with reason "
+                f"{reason!r}, but the reason is {error.get('reason')!r}"
+            )
+        return self
+
+    def assert_element_undone(self, index: int) -> MapElements:
+        """Element ``index`` succeeded, then rollback undid it."""
+        self._element(index, "undone")
+        return self
+
+    def assert_element_not_started(self, index: int) -> MapElements:
+        """Element ``index`` never ran: the map stopped before it."""
+        self._element(index, "not_started")
+        return self
+
+    def assert_element_undo_failed(self, index: int, message: str | None = None) -> MapElements:
+        """Undoing element ``index`` failed during rollback (with an error whose message
+        contains ``message``, when given)."""
+        self._element(index, "undo_failed")
+        messages = [str(f.get("message", "")) for f in self.rollback_errors(index)]
+        if message is not None and not any(message in m for m in messages):
+            raise self._fail(
+                f"expected undoing element {index} of map {self.step!r} to fail mentioning "
+                f"{message!r}, but it failed with {'; '.join(messages) or 'no message'}"
+            )
+        return self
+
+
+def _detail(element: ElementResult, rollback_errors: list[dict[str, Any]]) -> str:
+    error: Any = element.error
+    if rollback_errors:
+        return "; ".join(
+            f"{f.get('action', 'undo')} {f.get('step') or ''} failed: {f.get('message')}"
+            for f in rollback_errors
+        )
+    if element.status == "halted" and isinstance(error, dict):
+        return f"halted: {error.get('reason')}"
+    if isinstance(error, dict):
+        where = f" at step {error['step']!r}" if error.get("step") else ""
+        return f"{error.get('kind', 'step')} error{where}: {error.get('message', '')}"
+    return "" if element.value is None else repr(element.value)[:80]
+
 
 def run_reactor(
     reactor: type[Reactor],
@@ -409,41 +718,200 @@ def run_reactor(
 
 @dataclasses.dataclass
 class StepMock:
-    """A replaced step: ``calls`` holds the arguments of every call of its ``run``."""
+    """A replaced step: ``calls`` holds the arguments of every call of its replacement.
+
+    For a step of map elements, ``indices`` holds the element index of each of those calls.
+    """
 
     reactor: type[Reactor]
     step: str
     calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    indices: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def called(self) -> bool:
         return bool(self.calls)
 
 
-def _replaceable(reactor: type[Reactor], step: str) -> StepSpec:
-    definition = reactor.definition
-    spec = definition.by_name.get(step)
-    if spec is None:
-        known = ", ".join(definition.by_name) or "none"
-        hint = " (paths into composed reactors are not supported yet)" if "." in step else ""
-        raise ValueError(f"{reactor.__qualname__} has no step {step!r}{hint}; its steps: {known}")
-    if spec.interrupt is not None or spec.child is not None or spec.unit is not None:
+_SEGMENT = re.compile(r"(?P<name>[A-Za-z_]\w*)(?:\[(?P<index>\d+|\*)\])?")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """Where a step path leads: step ``step`` of ``owner``, or (``element_step`` given) the
+    step ``element_step`` of the elements of ``owner``'s map ``step``."""
+
+    owner: type[Reactor]
+    step: str
+    spec: StepSpec  # the step replaced: its impl is the original the replacement wraps
+    element_step: str | None = None
+    index: int | None = None  # the one element replaced (None: every element)
+
+    def definition_with(self, impl: type[Step]) -> ReactorDefinition:
+        """``owner``'s current definition with the target step's impl replaced by ``impl``."""
+        definition: ReactorDefinition = self.owner.definition
+        if self.element_step is None:
+            return _with_impl(definition, self.step, impl)
+        spec = definition.by_name[self.step]
+        assert spec.map is not None
+        element = _with_impl(spec.map.element_definition, self.element_step, impl)
+        mapped = dataclasses.replace(spec.map, element_definition=element)
+        return _with_spec(definition, dataclasses.replace(spec, map=mapped))
+
+
+def _with_spec(definition: ReactorDefinition, spec: StepSpec) -> ReactorDefinition:
+    steps = tuple(spec if s.name == spec.name else s for s in definition.steps)
+    return dataclasses.replace(definition, steps=steps, by_name={s.name: s for s in steps})
+
+
+def _with_impl(definition: ReactorDefinition, step: str, impl: type[Step]) -> ReactorDefinition:
+    spec = definition.by_name[step]
+    replaced = dataclasses.replace(spec, impl=impl)
+    if spec.unit == "step" and spec.unit_definition is not None:
+        # An async_step runs as a one-step reactor of its own, found through its parent.
+        unit = _with_impl(spec.unit_definition, step, impl)
+        replaced = dataclasses.replace(replaced, unit_definition=unit)
+    return _with_spec(definition, replaced)
+
+
+def _child_class(spec: StepSpec) -> Any:
+    """The reactor class a compose() or async_reactor() step runs (None for other steps)."""
+    if spec.child is not None:
+        return spec.child
+    if spec.unit == "reactor":
+        return getattr(spec.impl, "child", None)
+    return None
+
+
+def _steps_of(definition: ReactorDefinition) -> str:
+    return ", ".join(definition.by_name) or "none"
+
+
+def _resolve(reactor: type[Reactor], path: str) -> _Target:
+    """Follow ``path`` ("charge", "ship.pack", "lines[3].charge", "lines[*].charge") from
+    ``reactor`` to the step it names; ValueError saying where it leads nowhere."""
+    parsed = []
+    for segment in path.split("."):
+        match = _SEGMENT.fullmatch(segment)
+        if match is None:
+            raise ValueError(
+                f"step path {path!r}: {segment!r} is not a step name, 'name[3]' (one map "
+                "element) or 'name[*]' (every map element)"
+            )
+        parsed.append((match["name"], match["index"]))
+    owner = reactor
+    for position, (name, index) in enumerate(parsed):
+        definition: ReactorDefinition = owner.definition
+        where = getattr(owner, "__qualname__", definition.name)
+        spec = definition.by_name.get(name)
+        if spec is None:
+            via = f" (reached by {'.'.join(n for n, _ in parsed[:position])!r})" if position else ""
+            raise ValueError(
+                f"{where}{via} has no step {name!r}; its steps: {_steps_of(definition)}"
+            )
+        rest = parsed[position + 1 :]
+        if index is not None:
+            if spec.map is None:
+                raise ValueError(
+                    f"step path {path!r}: step {name!r} of {where} is not a map_over() step; "
+                    "only a map's elements are chosen with [index]"
+                )
+            return _element_target(owner, spec, index, rest, path)
+        if not rest:
+            _check_leaf(where, spec, path)
+            return _Target(owner, name, spec)
+        child = _child_class(spec)
+        if child is None:
+            if spec.map is not None:
+                raise ValueError(
+                    f"step path {path!r}: step {name!r} of {where} is a map; choose its "
+                    f"elements: {name}[3].<step> (element 3) or {name}[*].<step> (every element)"
+                )
+            raise ValueError(
+                f"step path {path!r}: step {name!r} of {where} is not a compose() or "
+                "async_reactor() step: no steps are nested in it"
+            )
+        owner = child
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _check_leaf(where: str, spec: StepSpec, path: str) -> None:
+    child = _child_class(spec)
+    if child is not None:
         raise ValueError(
-            f"step {step!r} of {reactor.__qualname__} is an interrupt, composed reactor or "
-            "async unit; only plain steps can be replaced"
+            f"step {spec.name!r} of {where} runs the reactor {child.__qualname__}; only plain "
+            f"steps can be replaced: name one of its steps, {path}.<step> (its steps: "
+            f"{_steps_of(child.definition)})"
         )
-    return spec
+    if spec.map is not None:
+        raise ValueError(
+            f"step {spec.name!r} of {where} is a map; only plain steps can be replaced: name an "
+            f"element's step, {path}[3].<step> (element 3) or {path}[*].<step> (every element)"
+        )
+    if spec.interrupt is not None:
+        raise ValueError(
+            f"step {spec.name!r} of {where} is an interrupt; only plain steps can be replaced "
+            "(deliver its payload with ReactorResult.resume(...) instead)"
+        )
 
 
-def _impl_with_run(spec: StepSpec, run: Callable[[Step, dict[str, Any]], Any]) -> type[Step]:
+def _element_target(
+    owner: type[Reactor],
+    spec: StepSpec,
+    index: str,
+    rest: list[tuple[str, str | None]],
+    path: str,
+) -> _Target:
+    assert spec.map is not None
+    element = spec.map.element_definition
+    if len(rest) > 1 or (rest and rest[0][1] is not None):
+        raise ValueError(
+            f"step path {path!r}: the steps of a map element have nothing nested in them "
+            "(an element cannot compose, dispatch or map)"
+        )
+    if rest:
+        inner = element.by_name.get(rest[0][0])
+        if inner is None:
+            raise ValueError(
+                f"step path {path!r}: the elements of map {spec.name!r} have no step "
+                f"{rest[0][0]!r}; their steps: {_steps_of(element)}"
+            )
+    elif len(element.steps) == 1:
+        inner = element.steps[0]  # "lines[*]": the element is one step
+    else:
+        raise ValueError(
+            f"step path {path!r}: the elements of map {spec.name!r} have several steps; name "
+            f"one: {path}.<step> (their steps: {_steps_of(element)})"
+        )
+    _check_leaf(element.name, inner, path)
+    return _Target(
+        owner,
+        spec.name,
+        inner,
+        element_step=inner.name,
+        index=None if index == "*" else int(index),
+    )
+
+
+def _impl_with_run(
+    spec: StepSpec, run: Callable[[Step, dict[str, Any]], Any], index: int | None = None
+) -> type[Step]:
     """A subclass of the step's class whose ``run`` is ``run``; undo and compensate stay.
 
-    It keeps the original's module and qualified name, so the run's stored shape does not
-    change: a run started with the replacement can continue without it, and back.
+    With ``index``, only map element ``index`` calls ``run``; other elements run the
+    original body. It keeps the original's module and qualified name, so the run's stored
+    shape does not change: a run started with the replacement can continue without it, and
+    back.
     """
     original = spec.impl
 
     def body(self: Step, **arguments: Any) -> Any:
+        if index is not None:
+            from .engine.elements import current_element
+
+            element = current_element()
+            if element is None or element.index != index:
+                return original.run(self, **arguments)
         return run(self, arguments)
 
     return type(
@@ -458,8 +926,8 @@ def _impl_with_run(spec: StepSpec, run: Callable[[Step, dict[str, Any]], Any]) -
 
 
 @contextlib.contextmanager
-def _replaced(reactor: type[Reactor], impls: Mapping[str, type[Step]]) -> Iterator[None]:
-    """Swap ``reactor.definition`` for one whose steps use ``impls``; restore on exit.
+def _swapped(reactor: type[Reactor], definition: ReactorDefinition) -> Iterator[None]:
+    """Make ``definition`` ``reactor``'s definition while the block runs; restore on exit.
 
     Workers find reactors through the registry: while the block runs, the registry returns
     this class for its name.
@@ -467,12 +935,8 @@ def _replaced(reactor: type[Reactor], impls: Mapping[str, type[Step]]) -> Iterat
     from . import registry
 
     previous: ReactorDefinition = reactor.definition
-    steps = tuple(
-        dataclasses.replace(s, impl=impls[s.name]) if s.name in impls else s for s in previous.steps
-    )
-    replaced = dataclasses.replace(previous, steps=steps, by_name={s.name: s for s in steps})
     registered = registry.all_reactors().get(previous.name)
-    reactor.definition = replaced
+    reactor.definition = definition
     registry.register(reactor)
     try:
         yield
@@ -483,6 +947,16 @@ def _replaced(reactor: type[Reactor], impls: Mapping[str, type[Step]]) -> Iterat
 
 
 @contextlib.contextmanager
+def _replaced(reactor: type[Reactor], impls: Mapping[str, type[Step]]) -> Iterator[None]:
+    """Swap ``reactor.definition`` for one whose top-level steps use ``impls``."""
+    definition: ReactorDefinition = reactor.definition
+    for name, impl in impls.items():
+        definition = _with_impl(definition, name, impl)
+    with _swapped(reactor, definition):
+        yield
+
+
+@contextlib.contextmanager
 def mock_step(
     reactor: type[Reactor],
     step: str,
@@ -490,30 +964,49 @@ def mock_step(
     returns: Any = _UNSET,
     side_effect: Callable[..., Any] | None = None,
     raises: BaseException | type[BaseException] | None = None,
+    wraps: Callable[..., Any] | None = None,
 ) -> Iterator[StepMock]:
     """Replace the body of ``reactor``'s ``step`` while the block runs.
 
+    ``step`` is a step name or a path to a nested step: ``"ship.pack"`` is step ``pack`` of
+    the reactor that step ``ship`` runs (``compose`` or ``async_reactor``; any depth,
+    ``"a.b.c"``), ``"lines[3].charge"`` is step ``charge`` of element 3 of the map ``lines``
+    (``"lines[*].charge"``: of every element; ``"lines[*]"`` when the element is one step).
+    A step of a composed reactor is replaced in that reactor's class, so wherever the class
+    runs while the block is open; a step of map elements only in that map.
+
     Give one of ``returns`` (the value the step returns: a plain value, ``Success``,
     ``Failure``, ``Halt`` or ``Skip``), ``side_effect`` (called with the step's arguments as
-    keywords; what it returns or raises is the step's) or ``raises`` (an exception to raise).
-    The step's ``undo`` and ``compensate`` stay as they are. Only a top-level step name is
-    supported for now: steps of composed reactors and ``map`` items come later.
+    keywords; what it returns or raises is the step's), ``raises`` (an exception to raise) or
+    ``wraps`` (called as ``wraps(original, **arguments)``, where ``original(**arguments)``
+    runs the step's own body; what it returns or raises is the step's). The step's ``undo``
+    and ``compensate`` stay as they are.
     """
-    given = [returns is not _UNSET, side_effect is not None, raises is not None]
+    given = [returns is not _UNSET, side_effect is not None, raises is not None, wraps is not None]
     if sum(given) != 1:
-        raise TypeError("mock_step() takes exactly one of returns=, side_effect= or raises=")
-    spec = _replaceable(reactor, step)
+        raise TypeError(
+            "mock_step() takes exactly one of returns=, side_effect=, raises= or wraps="
+        )
+    target = _resolve(reactor, step)
     record = StepMock(reactor, step)
 
     def run(instance: Step, arguments: dict[str, Any]) -> Any:
+        from .engine.elements import current_element
+
         record.calls.append(dict(arguments))
+        element = current_element()
+        if element is not None:
+            record.indices.append(element.index)
         if raises is not None:
             raise raises
         if side_effect is not None:
             return side_effect(**arguments)
+        if wraps is not None:
+            return wraps(functools.partial(target.spec.impl.run, instance), **arguments)
         return returns
 
-    with _replaced(reactor, {step: _impl_with_run(spec, run)}):
+    impl = _impl_with_run(target.spec, run, index=target.index)
+    with _swapped(target.owner, target.definition_with(impl)):
         yield record
 
 
@@ -526,7 +1019,9 @@ def fail_step(
 ) -> contextlib.AbstractContextManager[StepMock]:
     """Make ``step`` fail while the block runs (by default without retries).
 
-    ``error`` is an exception to raise or a message. With ``retryable=False`` the step returns
+    ``step`` is a name or a path, as for :func:`mock_step` (``"ship.pack"``,
+    ``"lines[3].charge"``, ``"lines[*].charge"``). ``error`` is an exception to raise or a
+    message. With ``retryable=False`` the step returns
     ``Failure(error, retryable=False)``, so its retry policy does not delay the failure.
     """
     from .engine.outcomes import Failure
@@ -602,7 +1097,8 @@ if pytest is not None:
 
     @pytest.fixture(name="mock_step")
     def mock_step_fixture() -> Iterator[Callable[..., StepMock]]:
-        """:func:`mock_step` for the rest of the test: ``mock_step(R, "charge", returns=1)``."""
+        """:func:`mock_step` for the rest of the test: ``mock_step(R, "charge", returns=1)``
+        (or a path: ``"ship.pack"``, ``"lines[3].charge"``)."""
         with contextlib.ExitStack() as stack:
 
             def replace(reactor: type[Reactor], step: str, **options: Any) -> StepMock:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -302,7 +302,7 @@ class RunCoordinator:
             label = declaration.name
         else:
             full, windows = f"rate:{key}", parse_windows(declaration.limits)
-            label = key
+            label = key or ""
         decision = self.backend.check_rate(full, windows)
         if decision.allowed:
             self._note({"rate_limit": label})
@@ -315,7 +315,11 @@ class RunCoordinator:
         )
 
     def _take(
-        self, keys: list[tuple[Declaration, str]], *, wait: bool, into: list[_Held] | None = None
+        self,
+        keys: Sequence[tuple[Declaration, str]],
+        *,
+        wait: bool,
+        into: list[_Held] | None = None,
     ) -> Blocked | None:
         """Locks then semaphores, by key; on contention give back what this call took."""
         held = self._held if into is None else into
@@ -506,7 +510,9 @@ class RunCoordinator:
     # ------------------------------------------------------------------ holding
 
     def _release(self, held: list[_Held]) -> None:
-        backend = self.backend if held else None
+        if not held:
+            return
+        backend = self.backend
         for item in reversed(held):
             if not item.owned:
                 continue  # an enclosing run holds it: it gives it back

@@ -322,7 +322,8 @@ class Blocked:
 class StepHold(Protocol):
     """What a step's coordination holds while its body runs; :meth:`release` gives it back."""
 
-    fences: Mapping[str, int]
+    @property
+    def fences(self) -> Mapping[str, int]: ...
 
     def release(self, succeeded: bool = True) -> None: ...
 

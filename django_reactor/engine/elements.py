@@ -9,7 +9,9 @@ crash inside a step runs that step again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID, uuid5
@@ -52,6 +54,40 @@ def element_id(map_id: UUID, index: int) -> UUID:
     element to the next and stay the same when an element runs again after a crash.
     """
     return uuid5(map_id, str(index))
+
+
+@dataclass(frozen=True, slots=True)
+class RunningElement:
+    """Which map element is running (or being undone) in this context."""
+
+    map_id: UUID
+    index: int
+
+
+_current_element: ContextVar[RunningElement | None] = ContextVar(
+    "django_reactor_element", default=None
+)
+
+
+def current_element() -> RunningElement | None:
+    """The map element whose steps run now, or None outside a map element.
+
+    Set by the map runner around each element's run and undo, so code that only sees the
+    element's ``StepContext`` (whose ``execution_id`` is :func:`element_id`) can know the
+    element's index; ``django_reactor.testing`` uses it to replace a step of one element.
+    """
+    return _current_element.get()
+
+
+@contextmanager
+def running_element(map_id: UUID, index: int) -> Iterator[RunningElement]:
+    """Make element ``index`` of map ``map_id`` :func:`current_element` while the block runs."""
+    ref = RunningElement(map_id, index)
+    token = _current_element.set(ref)
+    try:
+        yield ref
+    finally:
+        _current_element.reset(token)
 
 
 def run_element(
