@@ -295,6 +295,31 @@ class ReactorResult:
             result = result.parent
         return True
 
+    def wait(self, timeout: float = 30.0) -> ReactorResult:
+        """Wait for real workers to finish (or pause) the run; AssertionError after ``timeout``.
+
+        For runs started with ``background="workers"`` (or resumed by workers meanwhile).
+        """
+        import time
+
+        from .states import ExecutionStatus
+
+        moving = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+        deadline = time.monotonic() + timeout
+        pause = 0.02
+        while True:
+            self._refresh()
+            if self.status not in moving:
+                return self
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{self.reactor.__qualname__}: the run was still {self.status} after "
+                    f"{timeout:g} s; is a Celery worker running on the queue "
+                    "REACTOR['CELERY_QUEUE'] names?\n" + self._describe()
+                )
+            time.sleep(pause)  # waiting for another process: there is nothing to wait on here
+            pause = min(pause * 1.5, 0.2)
+
     def drain(self, max_rounds: int | None = None) -> ReactorResult:
         """Run captured tasks until none is left (at most ``max_rounds`` of them)."""
         limit = self.max_rounds if max_rounds is None else max_rounds
@@ -689,19 +714,27 @@ def run_reactor(
     background: str = "eager",
     idempotency_key: str | None = None,
     max_rounds: int = DEFAULT_MAX_ROUNDS,
+    timeout: float = 30.0,
 ) -> ReactorResult:
-    """Run ``reactor`` in this process and return a :class:`ReactorResult`.
+    """Run ``reactor`` and return a :class:`ReactorResult`.
 
-    No task reaches Celery: the resume tasks a run queues are captured. With
-    ``background="eager"`` (the default) they run here, one after the other, until nothing is
-    queued (at most ``max_rounds``); a retry waiting for its backoff is made due at once. With
-    ``background="none"`` they stay queued: continue with :meth:`ReactorResult.step_once` or
-    :meth:`ReactorResult.drain`.
+    With ``background="eager"`` (the default) or ``"none"`` no task reaches Celery: the tasks
+    a run queues are captured. ``"eager"`` runs them here, one after the other, until nothing
+    is queued (at most ``max_rounds``); a retry waiting for its backoff is made due at once.
+    ``"none"`` leaves them queued: continue with :meth:`ReactorResult.step_once` or
+    :meth:`ReactorResult.drain`. With ``background="workers"`` the tasks go to Celery as in
+    production and real workers (which your test starts) run them; the call returns once the
+    run has finished or paused, or fails after ``timeout`` seconds. Replaced steps
+    (``mock_step``) only apply in this process, so not on real workers.
     """
     from . import services
 
-    if background not in ("eager", "none"):
-        raise ValueError(f'background must be "eager" or "none", got {background!r}')
+    if background not in ("eager", "none", "workers"):
+        raise ValueError(f'background must be "eager", "none" or "workers", got {background!r}')
+    if background == "workers":
+        outcome = services.run(reactor, inputs or {}, idempotency_key=idempotency_key)
+        result = ReactorResult(reactor, outcome, _TaskQueue(), eager=False)
+        return result.wait(timeout)
     queue = _TaskQueue()
     with queue.capturing():
         outcome = services.run(reactor, inputs or {}, idempotency_key=idempotency_key)

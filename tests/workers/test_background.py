@@ -84,3 +84,12 @@ def test_hand_off_before_a_step(start_worker: Any) -> None:
     row = wait_until(lambda: finished(outcome.execution_id), what="the run to finish")
     assert row.status == ExecutionStatus.COMPLETED
     assert body_runs(row.id) == {"b1": 1, "charge": 1, "b3": 1}
+
+
+def test_run_reactor_can_hand_its_run_to_real_workers(start_worker: Any) -> None:
+    from django_reactor.testing import run_reactor
+
+    start_worker()
+    result = run_reactor(Five, background="workers", timeout=30)
+    result.assert_completed().assert_ran("s1", "s2", "s3", "s4", "s5")
+    assert ("resume", "") in result.trace  # a worker took it
