@@ -12,6 +12,11 @@ from django.utils import timezone
 
 from .. import faults
 
+try:  # the trace context for the tasks' headers, when OpenTelemetry is installed
+    from ..otel import trace_headers
+except ImportError:
+    trace_headers = None  # type: ignore[assignment]
+
 logger = logging.getLogger("django_reactor.celery")
 
 
@@ -48,10 +53,14 @@ def publish(dispatches: Sequence[QueuedDispatch], using: str) -> list[int]:
     queue = reactor_settings.CELERY_QUEUE
     sent: list[int] = []
     faults.point("before_publish")
+    # Metadata only (W3C traceparent/tracestate): the messages stay identity-only.
+    headers = trace_headers() if trace_headers is not None else None
     for item in dispatches:
         options: dict[str, object] = {}
         if queue:
             options["queue"] = queue
+        if headers:
+            options["headers"] = headers
         if item.countdown > 0:
             options["countdown"] = item.countdown
         task = tasks.get(item.task, resume)

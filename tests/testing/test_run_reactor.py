@@ -186,7 +186,7 @@ def test_resume_without_draining() -> None:
 
 
 def test_unknown_background_mode_is_refused() -> None:
-    with pytest.raises(ValueError, match='background must be "eager" or "none"'):
+    with pytest.raises(ValueError, match='background must be "eager", "none" or "workers"'):
         run_reactor(Order, {"order": "A1"}, background="celery")
 
 
