@@ -16,6 +16,7 @@ DATABASE = "django_reactor.coordination.backends.database.DatabaseBackend"
 
 
 @pytest.mark.redis
+@override_settings(REACTOR={})  # the library's defaults, not the test suite's
 def test_the_default_is_redis_through_the_default_cache() -> None:
     backend = get_backend()
     assert isinstance(backend, RedisBackend)
