@@ -58,14 +58,31 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
                 line += f"; retrying in {event.data.get('delay', 0):.2f}s"
             if event.kind == EventKind.HALT:
                 line += f": {event.data.get('reason')}"
+            if event.kind == EventKind.ACQUIRE:
+                line += f" {_acquired(event.data)}"
         else:
             line = _RUN_LINES.get(event.kind, event.kind)
-            if event.data.get("reason"):
+            if event.kind == EventKind.ACQUIRE:
+                line = f"acquired {_acquired(event.data)}"
+            elif event.data.get("reason"):
                 line += f" ({event.data['reason']})"
         if event.duration_ms is not None:
             line += f"  [{event.duration_ms:.1f} ms]"
         lines.append(line)
     return lines
+
+
+def _acquired(data: dict[str, Any]) -> str:
+    """What an ``acquire`` entry took: ``lock 'order-7' (fence 12)``."""
+    if "lock" in data:
+        return f"lock {data['lock']!r} (fence {data.get('fence')})"
+    if "semaphore" in data:
+        return f"semaphore {data['semaphore']!r} ({data.get('holders')} holding)"
+    if "rate_limit" in data:
+        return f"rate limit {data['rate_limit']!r}"
+    if "period" in data:
+        return f"period {data['period']!r} ({data.get('bucket')})"
+    return short_json(data)
 
 
 def summary_lines(handle: ExecutionHandle) -> list[str]:

@@ -31,6 +31,7 @@ def test_demo_runs_every_scenario_and_prints_a_readable_summary() -> None:
     assert "a bad payload is refused, the run stays paused" in text
     assert "approval       payload" in text
     assert "6. Renewing every due subscription: a map" in text
+    assert "acquired lock 'customer-ada@example.com' (fence " in text
     assert "map renewals: 2 elements, 2 succeeded, 0 failed" in text
     assert "Traceback" not in text
     assert "tok_visa_4242" not in text
