@@ -826,6 +826,33 @@ def save_coordination_state(execution_id: uuid.UUID, state: dict[str, Any]) -> N
     Execution.objects.using(USING).filter(pk=execution_id).update(coordination=state)
 
 
+def wake_waiter(key: str) -> uuid.UUID | None:
+    """Wake the longest-waiting run rescheduled for coordination ``key`` (released just now).
+
+    The run goes on at once instead of at its wake-up time; if it loses the race again it is
+    rescheduled again. One run: a released lock (or slot) lets one more through.
+    """
+    with transaction.atomic(using=USING):
+        waiting = (
+            Execution.objects.using(USING)
+            .filter(
+                status=ExecutionStatus.PENDING,
+                lease_owner__isnull=True,
+                wake_at__isnull=False,
+                coordination__waiting=key,
+            )
+            .order_by("updated_at")
+        )
+        if connections[USING].features.has_select_for_update_skip_locked:
+            waiting = waiting.select_for_update(skip_locked=True)
+        found = waiting.values_list("id", flat=True).first()
+        if found is None:
+            return None
+        Execution.objects.using(USING).filter(pk=found).update(wake_at=None)
+        queue_dispatch(found, Dispatch.Reason.WAKE)
+    return found
+
+
 def halted_steps(execution_id: uuid.UUID) -> list[str]:
     return list(
         StepRecord.objects.using(USING)

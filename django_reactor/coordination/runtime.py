@@ -229,6 +229,8 @@ class RunCoordinator:
             return _unavailable(exc)
         if blocked is None:
             self.lost = False
+            if self._state.pop("waiting", None) is not None:
+                self._save()
             self._start_keeper()
         return blocked
 
@@ -335,6 +337,10 @@ class RunCoordinator:
                 time.sleep(INLINE_POLL)
             if got is None:
                 self._release(taken)
+                if into is None and self.in_worker:
+                    # Rescheduled: the run holding it wakes this one when it lets go.
+                    self._state["waiting"] = _full_key(declaration, key)
+                    self._save()
                 return Blocked(
                     "contention", self._contended(declaration, key), retry_after=_delay()
                 )
@@ -524,6 +530,9 @@ class RunCoordinator:
             except CoordinationUnavailable:
                 logger.warning("could not release %s %s (its TTL frees it)", item.kind, item.key)
             self._forget(item)
+            from .. import store
+
+            store.wake_waiter(item.key)  # one run rescheduled for it goes on now
         held.clear()
 
     def _release_quietly(self) -> None:
@@ -620,6 +629,10 @@ class _Keeper:
             key = coordinator._key(declaration, coordinator.inputs)
             backend.heartbeat_ordered(f"ordered:{key}", coordinator.run_owner)
         return True
+
+
+def _full_key(declaration: Lock | Semaphore, key: str) -> str:
+    return f"{'lock' if isinstance(declaration, Lock) else 'semaphore'}:{key}"
 
 
 def _unavailable(exc: CoordinationUnavailable) -> Blocked:
