@@ -279,3 +279,34 @@ def test_the_testing_helpers_read_locks_and_rate_counts(backend: Any) -> None:
     Limited.run({"order_id": 1})
     assert testing.rate_limit_count("partner", 60, name=True) == 1
     assert testing.semaphore_available("nobody", 3) == 3
+
+
+def test_a_released_lock_wakes_the_run_that_waited_longest_for_it() -> None:
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from django_reactor import store
+    from django_reactor.models import Dispatch, Execution
+
+    later = timezone.now() + dt.timedelta(seconds=30)
+    waiting = [
+        Execution.objects.create(
+            reactor="r",
+            definition_hash="h",
+            status="pending",
+            wake_at=later,
+            coordination={"waiting": "lock:order-1"},
+        )
+        for _ in range(2)
+    ]
+    other = Execution.objects.create(
+        reactor="r", definition_hash="h", status="pending", wake_at=later,
+        coordination={"waiting": "lock:order-2"},
+    )  # fmt: skip
+    assert store.wake_waiter("lock:order-1") == waiting[0].pk
+    assert Execution.objects.get(pk=waiting[0].pk).wake_at is None
+    assert Execution.objects.get(pk=waiting[1].pk).wake_at == later  # one run per release
+    assert Execution.objects.get(pk=other.pk).wake_at == later
+    assert Dispatch.objects.filter(execution_id=waiting[0].pk, reason="wake").count() == 1
+    assert store.wake_waiter("lock:nobody") is None
