@@ -554,6 +554,7 @@ def _race(count: int, send: Any) -> list[Any]:
     return responses
 
 
+@pytest.mark.postgres  # threads racing on one row: SQLite locks the whole table
 def test_eight_keys_racing_for_one_interrupt_resume_once() -> None:
     execution_id = paused_run()
     user = make_user("racer", "resume_interrupt")
@@ -572,6 +573,7 @@ def test_eight_keys_racing_for_one_interrupt_resume_once() -> None:
     assert Interrupt.objects.get(execution_id=execution_id).status == "resumed"
 
 
+@pytest.mark.postgres  # threads racing on one row: SQLite locks the whole table
 def test_one_key_sent_four_times_at_once_resumes_once() -> None:
     execution_id = paused_run()
     user = make_user("retrier", "resume_interrupt")
