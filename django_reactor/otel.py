@@ -13,7 +13,7 @@ worker, in the same trace (the Celery task carries the W3C trace context in its 
   your step code starts, and composed children, nest under it);
 * ``undo <step>`` / ``compensate <step>``: one span per rollback action, after the failure;
 * events ``retry`` (on the failed attempt), ``handoff``, ``park``, ``pause``, ``halt``,
-  ``cancel`` and ``acquire`` (coordination taken, read back from the run's trace).
+  ``cancel`` and ``acquire`` (coordination taken).
 
 Attributes carry ids, names, statuses and error summaries, never inputs or arguments.
 """
@@ -21,7 +21,6 @@ Attributes carry ids, names, statuses and error summaries, never inputs or argum
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -41,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     ) from exc
 
 from . import __version__
-from .engine.observers import ExecutionEvent, RunObserver, StepEvent
+from .engine.observers import CoordinationEvent, ExecutionEvent, RunObserver, StepEvent
 
 logger = logging.getLogger("django_reactor.otel")
 
@@ -94,7 +93,6 @@ class OpenTelemetryMiddleware(RunObserver):
         self._error_kind: str | None = None
         self._execution_id: Any = None
         self._reactor = ""
-        self._since: dt.datetime | None = None
 
     # ------------------------------------------------------------------ the run's segment
 
@@ -111,7 +109,6 @@ class OpenTelemetryMiddleware(RunObserver):
         self._reactor = event.reactor
         # The executor started (and took the run's coordination) event.duration_ms ago.
         started = _ns(event.duration_ms)
-        self._since = dt.datetime.fromtimestamp(started / 1e9 - 0.001, tz=dt.UTC)
         span = self.span = self.tracer.start_span(
             f"reactor {event.reactor}",
             kind=SpanKind.INTERNAL,
@@ -178,7 +175,6 @@ class OpenTelemetryMiddleware(RunObserver):
                     )
                 )
                 span.set_status(Status(StatusCode.ERROR, event.error or event.status))
-            self._add_acquires(span)
         finally:  # whatever failed above, the segment ends and stops being current
             self._finish()
 
@@ -311,27 +307,19 @@ class OpenTelemetryMiddleware(RunObserver):
 
     # ------------------------------------------------------------------ coordination
 
-    def _add_acquires(self, span: Span) -> None:
-        """Add an ``acquire`` event per coordination the run took in this segment."""
-        if self._since is None or not _coordinated(self._reactor):
+    def coordination_acquired(self, event: CoordinationEvent) -> None:
+        """An ``acquire`` event on the run's span (the step's, for a step's coordination)."""
+        span = self.span
+        if span is None:
             return
-        from .models import ExecutionEvent as TraceEntry
-        from .states import EventKind
-
-        rows = (
-            TraceEntry.objects.filter(
-                execution_id=self._execution_id, kind=EventKind.ACQUIRE, at__gte=self._since
-            )
-            .order_by("seq")
-            .values_list("step", "at", "data")
+        span.add_event(
+            "acquire",
+            _attributes(
+                reactor__step=event.step,
+                reactor__coordination__fence=event.fence,
+                **{f"reactor__coordination__{event.kind}": event.key},
+            ),
         )
-        for step, at, data in rows:
-            fields = {f"reactor__coordination__{k}": v for k, v in (data or {}).items()}
-            span.add_event(
-                "acquire",
-                _attributes(reactor__step=step or None, **fields),
-                timestamp=int(at.timestamp() * 1e9),
-            )
 
 
 def _record_error(span: Span, event: StepEvent, kind: str | None = None) -> None:
@@ -356,17 +344,6 @@ def _parent_of(execution_id: Any) -> str | None:
 
     parent = Execution.objects.filter(pk=execution_id).values_list("parent_id", flat=True).first()
     return str(parent) if parent is not None else None
-
-
-def _coordinated(reactor: str) -> bool:
-    """Does the reactor declare coordination (for itself or any step)?"""
-    from . import registry
-
-    try:
-        definition = registry.get(reactor).definition
-    except Exception:
-        return False
-    return bool(definition.coordination) or any(s.coordination for s in definition.steps)
 
 
 # ---------------------------------------------------------------------------- Celery hand-off

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from .engine.observers import ExecutionEvent, RunObserver, StepEvent
+from .engine.observers import CoordinationEvent, ExecutionEvent, RunObserver, StepEvent
 
 execution_started = Signal()
 execution_resumed = Signal()
@@ -36,6 +36,7 @@ step_failed = Signal()
 step_retried = Signal()
 step_undone = Signal()
 step_compensated = Signal()
+coordination_acquired = Signal()
 
 
 class SignalObserver(RunObserver):
@@ -92,3 +93,6 @@ class SignalObserver(RunObserver):
 
     def step_compensated(self, event: StepEvent) -> None:
         self._send(step_compensated, event)
+
+    def coordination_acquired(self, event: CoordinationEvent) -> None:
+        self._send(coordination_acquired, event)

@@ -41,7 +41,14 @@ from .coordination import NOT_STARTED, Blocked, Coordinator, DispatchRefused
 from .definition import ReactorDefinition, StepSpec
 from .journal import Event, InterruptWrite, Journal, JournalBatch, RollbackWrite, StepWrite
 from .mapping import MapDone, MapRollbackPending, MapRunner, MapSourceError, MapStopped
-from .observers import ExecutionEvent, RunObserver, StepEvent, composite, summarise
+from .observers import (
+    CoordinationEvent,
+    ExecutionEvent,
+    RunObserver,
+    StepEvent,
+    composite,
+    summarise,
+)
 from .outcomes import (
     Cancelled,
     Completed,
@@ -167,6 +174,7 @@ class Executor:
         # Locks, semaphores, rate limits, periods, ordered locks (None: nothing declared).
         self.coordinator = coordinator
         self._fences: dict[str, int] = {}
+        self._acquisitions: list[CoordinationEvent] = []
         self._t0 = time.perf_counter()
 
     # ------------------------------------------------------------------ public
@@ -178,29 +186,31 @@ class Executor:
     def run(self) -> Outcome:
         """Run every remaining step; return how the run ended."""
         coordinator = self.coordinator
+        new = self.state.next_seq <= 2  # nothing but the start event: a new run
         if coordinator is None:
-            return self._run()
-        blocked = coordinator.enter(new=self.state.next_seq <= 2)
+            return self._run(new)
+        blocked = coordinator.enter(new=new)
         self._acquired()
         if blocked is not None:
             return self._blocked(blocked)
         outcome: Outcome | None = None
         try:
-            outcome = self._run()
+            outcome = self._run(new)
         finally:
             # Finished, failed or halted: released; paused: released (taken again on resume);
             # parked or handed off: kept for the process that resumes the run.
             coordinator.exit(outcome.status if outcome is not None else None)
         return outcome
 
-    def _run(self) -> Outcome:
+    def _run(self, new: bool) -> Outcome:
         definition = self.definition
         point = self.hand_off_point
         if self.observer is not None:
-            if self.state.next_seq <= 2:  # nothing but the start event: a new run
+            if new:
                 self.observer.execution_started(self._run_event(ExecutionStatus.RUNNING))
             else:
                 self.observer.execution_resumed(self._run_event(ExecutionStatus.RUNNING))
+            self._tell_acquisitions()
         self._record_payloads()
         while True:
             spec = definition.next_ready(self.state.done, self.state.waiting)
@@ -214,6 +224,7 @@ class Executor:
                 # A lock or slot lapsed while the run held it: take it again, or wait.
                 blocked = self.coordinator.enter(new=False)
                 self._acquired()
+                self._tell_acquisitions()
                 if blocked is not None:
                     return self._blocked(blocked)
             outcome = self._run_step(spec)
@@ -1542,12 +1553,34 @@ class Executor:
     # ------------------------------------------------------------------ coordination
 
     def _acquired(self, step: str = "") -> None:
-        """Put what the coordinator just acquired in the trace (with the next state change)."""
+        """Put what the coordinator just acquired in the trace (with the next state change),
+        and tell the observers (a run's own acquisitions once it has started)."""
         coordinator = self.coordinator
         if coordinator is not None and coordinator.notes:
             for data in coordinator.notes:
                 self._notes.append(self._event(EventKind.ACQUIRE, step=step, data=data))
+                if self.observer is not None:
+                    self._acquisitions.append(self._coordination_event(data, step))
             coordinator.notes.clear()
+        if step:
+            self._tell_acquisitions()
+
+    def _coordination_event(self, data: dict[str, Any], step: str) -> CoordinationEvent:
+        kind = next((k for k in ("lock", "semaphore", "rate_limit", "period") if k in data), "lock")
+        return CoordinationEvent(
+            execution_id=self.execution_id,
+            reactor=self.definition.name,
+            kind=kind,
+            key=str(data.get(kind, "")),
+            step=step or None,
+            fence=data.get("fence"),
+        )
+
+    def _tell_acquisitions(self) -> None:
+        if self.observer is not None:
+            for event in self._acquisitions:
+                self.observer.coordination_acquired(event)
+        self._acquisitions.clear()
 
     def _blocked(self, blocked: Blocked) -> Outcome:
         """The run's coordination cannot be held now: halt, fail, wait on a worker, or hand

@@ -62,6 +62,22 @@ class StepEvent:
     delay: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CoordinationEvent:
+    """A run (or, with ``step``, one of its steps) took what its coordination declares.
+
+    ``kind`` is ``lock`` (with its ``fence``), ``semaphore``, ``rate_limit`` or ``period``;
+    ``key`` the key as computed. A lock re-adopted after a park sends none.
+    """
+
+    execution_id: Any
+    reactor: str
+    kind: str
+    key: str
+    step: str | None = None
+    fence: int | None = None
+
+
 def summarise(message: Any) -> str | None:
     """An error message short enough for a notification (``None`` stays ``None``)."""
     if message is None:
@@ -120,9 +136,12 @@ class RunObserver:
     def step_compensated(self, event: StepEvent) -> None:
         """A failed step's compensate ran (or it had none: ``status`` ``no_handler``)."""
 
+    def coordination_acquired(self, event: CoordinationEvent) -> None:
+        """The run (or a step) took a lock, a semaphore slot, a rate-limit charge or a period."""
+
 
 NOTIFICATIONS = tuple(
-    name for name in vars(RunObserver) if name.startswith("execution_") or name.startswith("step_")
+    name for name in vars(RunObserver) if name.startswith(("execution_", "step_", "coordination_"))
 )
 
 
@@ -197,6 +216,9 @@ class CompositeObserver(RunObserver):
 
     def step_compensated(self, event: StepEvent) -> None:
         self._notify("step_compensated", event)
+
+    def coordination_acquired(self, event: CoordinationEvent) -> None:
+        self._notify("coordination_acquired", event)
 
 
 def composite(observer: RunObserver | None) -> CompositeObserver | None:

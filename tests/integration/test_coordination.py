@@ -310,3 +310,33 @@ def test_a_released_lock_wakes_the_run_that_waited_longest_for_it() -> None:
     assert Execution.objects.get(pk=other.pk).wake_at == later
     assert Dispatch.objects.filter(execution_id=waiting[0].pk, reason="wake").count() == 1
     assert store.wake_waiter("lock:nobody") is None
+
+
+def test_observers_hear_what_a_run_took_after_it_started(backend: Any) -> None:
+    from django_reactor import signals
+
+    heard: list[tuple[str, Any]] = []
+
+    def started(sender: Any, event: Any, **kwargs: Any) -> None:
+        heard.append(("started", event.execution_id))
+
+    def resumed(sender: Any, event: Any, **kwargs: Any) -> None:
+        heard.append(("resumed", event.execution_id))
+
+    def acquired(sender: Any, event: Any, **kwargs: Any) -> None:
+        heard.append((f"{event.kind} {event.key} fence={event.fence}", event.execution_id))
+
+    signals.execution_started.connect(started)
+    signals.execution_resumed.connect(resumed)
+    signals.coordination_acquired.connect(acquired)
+    try:
+        outcome = LockedOrder.run({"order_id": 11})
+    finally:
+        signals.execution_started.disconnect(started)
+        signals.execution_resumed.disconnect(resumed)
+        signals.coordination_acquired.disconnect(acquired)
+    fence = outcome.value["order-11"]
+    assert heard == [
+        ("started", outcome.execution_id),
+        (f"lock order-11 fence={fence}", outcome.execution_id),
+    ]
