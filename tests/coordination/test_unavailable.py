@@ -77,6 +77,7 @@ def test_a_failing_database_fails_closed(monkeypatch: pytest.MonkeyPatch) -> Non
         raise OperationalError("server closed the connection unexpectedly")
 
     monkeypatch.setattr(DatabaseBackend, "_now", lost)
+    monkeypatch.setattr(DatabaseBackend, "_run_sql", lambda self, *args: lost(self))
     for name, operation in OPERATIONS:
         if name in ("peek_ordered", "lock_holder", "ordered_status"):
             continue  # these do not read the clock when nothing is held
@@ -90,5 +91,6 @@ def test_a_missing_table_is_not_mistaken_for_an_outage(monkeypatch: pytest.Monke
         raise ProgrammingError('relation "django_reactor_coordinationlock" does not exist')
 
     monkeypatch.setattr(DatabaseBackend, "_now", missing)
+    monkeypatch.setattr(DatabaseBackend, "_run_sql", lambda self, *args: missing(self))
     with pytest.raises(ProgrammingError):
         DatabaseBackend().acquire_lock("k", "a", 1)
