@@ -244,7 +244,7 @@ class ExecutionHandle:
         """A summary of each ``map_over`` step this run reached (totals, sampled failures)."""
         from . import map_store
 
-        return [map_store.summary(run.pk) for run in map_store.maps_of(self.id)]
+        return [map_store.summary(run.pk, run) for run in map_store.maps_of(self.id)]
 
     def resume(
         self,

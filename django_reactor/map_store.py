@@ -165,8 +165,9 @@ def claim(
 
 
 def _claim(
-    map_id: uuid.UUID, limit: int, *, forward: bool, token: str
+    map_id: uuid.UUID, limit: int, *, forward: bool, token: str, stopped: bool | None = None
 ) -> tuple[list[Claimed], bool]:
+    """``claim`` inside the caller's transaction; ``stopped``: the map's stop, when known."""
     now = timezone.now()
     lease = dt.timedelta(seconds=float(reactor_settings.LEASE_SECONDS))
     if forward:
@@ -177,7 +178,8 @@ def _claim(
         order, taken = "-index", ElementStatus.UNDOING
     slots = MapResult.objects.using(USING).filter(map_run_id=map_id)
     columns = ("id", "index", "item", "undo", "attempts")
-    stopped = forward and stopped_map(map_id)
+    if stopped is None:
+        stopped = forward and stopped_map(map_id)
     # Two queries, each served by the (map, status, index) index: slots never claimed, then
     # slots whose holder's lease lapsed (its process died).
     rows = list(_locked(slots.filter(status=fresh)).order_by(order).values_list(*columns)[:limit])
@@ -234,10 +236,6 @@ class SlotKeeper:
         )
 
 
-def failed_count(map_id: uuid.UUID) -> int:
-    return MapRun.objects.using(USING).filter(pk=map_id).values_list("failed", flat=True)[0]
-
-
 def stopped_map(map_id: uuid.UUID) -> bool:
     return MapRun.objects.using(USING).filter(pk=map_id).exclude(stop_reason="").exists()
 
@@ -282,7 +280,9 @@ def settle(
         _fan_in(run, fields)
         run.save(update_fields=sorted(fields))
         following = (
-            _claim(map_id, claim_next, forward=True, token=token) if claim_next else ([], False)
+            _claim(map_id, claim_next, forward=True, token=token, stopped=bool(run.stop_reason))
+            if claim_next
+            else ([], False)
         )
     return run, following
 
@@ -467,8 +467,9 @@ def settle_rollback(
     return run, following
 
 
-def mark_all_undone(map_id: uuid.UUID, error: dict[str, Any] | None) -> None:
-    """``undo_all`` ran once for every succeeded element."""
+def mark_all_undone(map_id: uuid.UUID, error: list[dict[str, Any]] | None) -> None:
+    """``undo_all`` ran once for every succeeded element (``error``: its rollback failure, in
+    the list form every failed undo is stored in)."""
     status = ElementStatus.UNDO_FAILED if error else ElementStatus.UNDONE
     with transaction.atomic(using=USING):
         run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
@@ -513,10 +514,16 @@ def count(map_id: uuid.UUID, statuses: Iterable[str]) -> int:
     )
 
 
-def summary(map_id: uuid.UUID) -> dict[str, Any]:
-    """Totals by outcome and a sample of failures, from SQL aggregates (no scan in Python)."""
-    run = MapRun.objects.using(USING).filter(pk=map_id).values("size", "status", "step").first()
-    if run is None:
+def summary(map_id: uuid.UUID, run: MapRun | None = None) -> dict[str, Any]:
+    """Totals by outcome and a sample of failures, from SQL aggregates (no scan in Python).
+
+    ``run``: the map's row when the caller has it already (saves reading it again).
+    """
+    if run is not None:
+        row: Any = {"size": run.size, "status": run.status, "step": run.step}
+    else:
+        row = MapRun.objects.using(USING).filter(pk=map_id).values("size", "status", "step").first()
+    if row is None:
         return {}
     by = {
         "succeeded": [ElementStatus.SUCCEEDED],
@@ -546,9 +553,9 @@ def summary(map_id: uuid.UUID) -> dict[str, Any]:
     return {
         "type": "map_results",
         "map_id": str(map_id),
-        "step": run["step"],
-        "status": run["status"],
-        "size": run["size"],
+        "step": row["step"],
+        "status": row["status"],
+        "size": row["size"],
         **totals,
         # Elements once succeeded stay counted as completed work after they were undone.
         "failures": [_failure_sample(index, error) for index, error in sample[:FAILURE_SAMPLE]],

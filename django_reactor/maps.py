@@ -213,7 +213,7 @@ def _undo_all(run: Any, spec: MapSpec, step: str) -> list[RollbackFailure]:
             exception_class=qualified_class_name(exc),
             message=str(exc) or type(exc).__name__,
         )
-    map_store.mark_all_undone(run.pk, failure.to_dict() if failure else None)
+    map_store.mark_all_undone(run.pk, [failure.to_dict()] if failure else None)
     return [failure] if failure else []
 
 
@@ -222,8 +222,7 @@ def _rollback_failures(map_id: uuid.UUID, step: str) -> list[RollbackFailure]:
     for index, errors in map_store.rollback_errors(map_id):
         for error in errors or []:
             if error.get("action") == "undo_all":
-                failures.append(RollbackFailure.from_dict(error))
-                continue
+                return [RollbackFailure.from_dict(error)]  # one action, reported once
             failures.append(
                 RollbackFailure(
                     step=f"{step}[{index}].{error.get('step', '')}",
@@ -233,8 +232,6 @@ def _rollback_failures(map_id: uuid.UUID, step: str) -> list[RollbackFailure]:
                     index=index,
                 )
             )
-    if failures and any(f.action == "undo_all" for f in failures):
-        return failures[:1]  # undo_all is one action, reported once
     return failures
 
 
@@ -454,17 +451,19 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
     # The process's heartbeat thread keeps the slots this task holds leased meanwhile.
     with map_store.SlotKeeper(map_id, token):
         claimed, stopped = map_store.claim(map_id, run.chunk_size, forward=forward, token=token)
+        failed = run.failed  # the map's failures so far, as each settle leaves them
         while claimed:
             items = _items(claimed, model)
             # Out of time: settle without claiming more, and hand the rest to a fresh task.
             out_of_time = deadline is not None and time.monotonic() > deadline
             more = 0 if out_of_time else run.chunk_size
             if forward:
-                allowed = None if tolerated is None else tolerated - map_store.failed_count(map_id)
+                allowed = None if tolerated is None else tolerated - failed
                 writes = _run_chunk(map_id, spec, shared, claimed, items, allowed, stopped)
-                _, (claimed, stopped) = map_store.settle(
+                settled, (claimed, stopped) = map_store.settle(
                     map_id, writes, tolerated=tolerated, token=token, claim_next=more
                 )
+                failed = settled.failed
             else:
                 writes = _undo_chunk(map_id, spec, shared, claimed, items)
                 _, (claimed, stopped) = map_store.settle_rollback(

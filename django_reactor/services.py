@@ -1150,14 +1150,16 @@ def ordered_lock(key: str) -> Any:
     """
     from .coordination import get_backend
 
-    return get_backend().ordered_status(f"ordered:{key}")
+    return get_backend().ordered_status(coordination_runtime.backend_key("ordered", key))
 
 
 def skip_ordered_run(key: str, execution_id: uuid.UUID | str) -> bool:
     """Take a run out of an ordered lock's queue (a stuck head); False when it was not queued."""
     from .coordination import get_backend
 
-    return get_backend().skip_ordered(f"ordered:{key}", str(store.parse_id(execution_id)))
+    return get_backend().skip_ordered(
+        coordination_runtime.backend_key("ordered", key), str(store.parse_id(execution_id))
+    )
 
 
 def reset_ordered_lock(key: str) -> int:
@@ -1165,4 +1167,4 @@ def reset_ordered_lock(key: str) -> int:
     a worker next takes them)."""
     from .coordination import get_backend
 
-    return get_backend().reset_ordered(f"ordered:{key}")
+    return get_backend().reset_ordered(coordination_runtime.backend_key("ordered", key))

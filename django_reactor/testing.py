@@ -1156,8 +1156,9 @@ if pytest is not None:
 def lock_holder(key: str) -> uuid.UUID | None:
     """The run holding lock ``key`` (as declared, ``"order-7"``) on the configured backend."""
     from .coordination import get_backend
+    from .coordination.runtime import backend_key
 
-    holder = get_backend().lock_holder(f"lock:{key}")
+    holder = get_backend().lock_holder(backend_key("lock", key))
     return uuid.UUID(holder.removeprefix("run:")) if holder else None
 
 
@@ -1183,8 +1184,9 @@ def assert_lock_free(key: str) -> None:
 def semaphore_available(key: str, limit: int) -> int:
     """Free slots of semaphore ``key`` (declared with ``limit``)."""
     from .coordination import get_backend
+    from .coordination.runtime import backend_key
 
-    return limit - len(get_backend().semaphore_holders(f"semaphore:{key}"))
+    return limit - len(get_backend().semaphore_holders(backend_key("semaphore", key)))
 
 
 def rate_limit_count(key: str, seconds: float, *, name: bool = False) -> int:
@@ -1192,6 +1194,7 @@ def rate_limit_count(key: str, seconds: float, *, name: bool = False) -> int:
     ``seconds``."""
     from .coordination import Window, get_backend
     from .coordination.rates import named_rate_limit
+    from .coordination.runtime import backend_key
 
-    full = named_rate_limit(key)[0] if name else f"rate:{key}"
+    full = named_rate_limit(key)[0] if name else backend_key("rate", key)
     return get_backend().rate_count(full, Window(1_000_000, seconds))

@@ -850,7 +850,7 @@ def map_sections(request: HttpRequest, obj: Execution) -> list[dict[str, Any]]:
     labels = dict(MapStatus.choices)
     sections = []
     for run in runs:
-        summary = map_store.summary(run.pk)
+        summary = map_store.summary(run.pk, run)
         if not summary:  # deleted since the first query
             continue
         total = int(summary["total"])

@@ -13,10 +13,11 @@ stays with its PostgreSQL lease and fence.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,12 @@ FAILED = (
     ExecutionStatus.CANCELLED,
     ExecutionStatus.ABORTED,
 )
+
+
+def backend_key(kind: str, key: str) -> str:
+    """The backend key of a declared key: ``lock:order-7``, ``ordered:account-1``, ... (the
+    kinds never share a key on the backend; operators and tests read them this way too)."""
+    return f"{kind}:{key}"
 
 
 def coordinated(definition: ReactorDefinition) -> bool:
@@ -99,7 +106,7 @@ def enqueue(
             key = resolve_key(declaration.key, inputs, "OrderedLock")
         except CoordinationKeyError:
             return
-        get_backend().enqueue_ordered(f"ordered:{key}", str(execution_id))
+        get_backend().enqueue_ordered(backend_key("ordered", key), str(execution_id))
 
 
 def guard_dispatch(
@@ -127,9 +134,9 @@ def guard_dispatch(
         except CoordinationKeyError:
             continue
         if isinstance(declaration, Lock):
-            held = backend.lock_holder(f"lock:{key}") == owner
+            held = backend.lock_holder(backend_key("lock", key)) == owner
         else:
-            held = owner in backend.semaphore_holders(f"semaphore:{key}")
+            held = owner in backend.semaphore_holders(backend_key("semaphore", key))
         if held:
             raise DispatchRefused(
                 f"it needs {declaration.kind} {key!r}, which this run holds: it would wait "
@@ -171,6 +178,20 @@ class StepHoldings:
                     backend.release_period(key, bucket, self.coordinator.run_owner)
             except CoordinationUnavailable:
                 logger.warning("could not settle period %s %s", key, bucket, exc_info=True)
+        self.coordinator._flush()
+
+
+def _flushes(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Write the run's coordination state once, when ``method`` ends (however it ends)."""
+
+    @functools.wraps(method)
+    def wrapper(self: RunCoordinator, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._flush()
+
+    return wrapper
 
 
 class RunCoordinator:
@@ -199,6 +220,7 @@ class RunCoordinator:
         self._held: list[_Held] = []
         self._keeper: _Keeper | None = None
         self._state: dict[str, Any] = store.coordination_state(execution_id)
+        self._dirty = False
         self._backend: Any = None
 
     @property
@@ -211,6 +233,7 @@ class RunCoordinator:
 
     # ------------------------------------------------------------------ the run
 
+    @_flushes
     def enter(self, *, new: bool) -> Blocked | None:
         """Take the run's coordination; None when held, else why the run cannot go on."""
         declarations = self.definition.coordination
@@ -235,7 +258,6 @@ class RunCoordinator:
         return blocked
 
     def _enter(self, keys: list[tuple[Declaration, str]]) -> Blocked | None:
-        backend = self.backend
         state = self._state
         for declaration, key in keys:
             if isinstance(declaration, OrderedLock):
@@ -244,17 +266,11 @@ class RunCoordinator:
                     return blocked
         for declaration, key in keys:
             if isinstance(declaration, Period) and "period" not in state:
-                bucket = bucket_for(declaration.every, backend.server_time())
-                keep = period_seconds(declaration.every)
-                claim = backend.reserve_period(f"period:{key}", bucket, self.run_owner, 2 * keep)
-                if not claim.granted:
-                    return Blocked(
-                        "halt",
-                        f"period {key!r} ({bucket}) was already {claim.state or 'claimed'} by "
-                        f"execution {claim.holder}",
-                    )
-                state["period"] = [f"period:{key}", bucket, 2 * keep]
-                self._note({"period": key, "bucket": bucket})
+                reserved = self._reserve_period(declaration, key)
+                if isinstance(reserved, Blocked):
+                    return reserved
+                state["period"] = list(reserved)
+                self._note({"period": key, "bucket": reserved[1]})
                 self._save()
         charged = list(state.get("charged", []))
         for declaration, key in keys:
@@ -269,9 +285,25 @@ class RunCoordinator:
             [(d, k) for d, k in keys if isinstance(d, Lock | Semaphore)], wait=not self.in_worker
         )
 
+    def _reserve_period(self, declaration: Period, key: str) -> tuple[str, str, float] | Blocked:
+        """Hold the current bucket of ``key`` for this run: ``(backend key, bucket, keep)``,
+        or a halt naming the run that reserved or claimed it."""
+        backend = self.backend
+        bucket = bucket_for(declaration.every, backend.server_time())
+        keep = 2 * period_seconds(declaration.every)
+        full = backend_key("period", key)
+        claim = backend.reserve_period(full, bucket, self.run_owner, keep)
+        if not claim.granted:
+            return Blocked(
+                "halt",
+                f"period {key!r} ({bucket}) was already {claim.state or 'claimed'} by "
+                f"execution {claim.holder}",
+            )
+        return full, bucket, keep
+
     def _ordered_gate(self, declaration: OrderedLock, key: str) -> Blocked | None:
         backend = self.backend
-        full = f"ordered:{key}"
+        full = backend_key("ordered", key)
         if not self._state.get("enqueued"):
             backend.enqueue_ordered(full, self.run_owner)  # idempotent: started elsewhere too
             self._state["enqueued"] = True
@@ -298,13 +330,13 @@ class RunCoordinator:
             retry_after=_delay(),
         )
 
-    def _charge(self, declaration: RateLimit, key: str | None) -> Blocked | None:
+    def _charge(self, declaration: RateLimit, key: str) -> Blocked | None:
         if declaration.name is not None:
             full, windows = named_rate_limit(declaration.name)
             label = declaration.name
         else:
-            full, windows = f"rate:{key}", parse_windows(declaration.limits)
-            label = key or ""
+            full, windows = backend_key("rate", key), parse_windows(declaration.limits)
+            label = key
         decision = self.backend.check_rate(full, windows)
         if decision.allowed:
             self._note({"rate_limit": label})
@@ -353,7 +385,7 @@ class RunCoordinator:
         backend = self.backend
         ours = set(self._state.get("locks" if isinstance(declaration, Lock) else "semaphores", []))
         if isinstance(declaration, Lock):
-            full = f"lock:{key}"
+            full = backend_key("lock", key)
             grant = backend.acquire_lock(full, self.owner, declaration.ttl)
             if grant is None:
                 return None
@@ -370,7 +402,7 @@ class RunCoordinator:
                 else self._own(full, grant.reentered, ours, "locks"),
             )
         else:
-            full = f"semaphore:{key}"
+            full = backend_key("semaphore", key)
             slot = backend.acquire_semaphore(full, self.owner, declaration.limit, declaration.ttl)
             if slot is None:
                 return None
@@ -397,15 +429,16 @@ class RunCoordinator:
     def _contended(self, declaration: Lock | Semaphore, key: str) -> str:
         try:
             if isinstance(declaration, Lock):
-                holder = self.backend.lock_holder(f"lock:{key}")
+                holder = self.backend.lock_holder(backend_key("lock", key))
                 return f"lock {key!r} is held by {_who(holder)}"
-            holders = self.backend.semaphore_holders(f"semaphore:{key}")
+            holders = self.backend.semaphore_holders(backend_key("semaphore", key))
             return (
                 f"semaphore {key!r} has no free slot ({len(holders)} of {declaration.limit} held)"
             )
         except CoordinationUnavailable:
             return f"{declaration.kind} {key!r} is taken"
 
+    @_flushes
     def enter_rollback(self) -> None:
         """Hold the run's locks and slots while it rolls back, without waiting for them."""
         declarations = [d for d in self.definition.coordination if isinstance(d, Lock | Semaphore)]
@@ -425,6 +458,7 @@ class RunCoordinator:
             )
         self._start_keeper()
 
+    @_flushes
     def exit(self, status: str | None) -> None:
         """The run stopped with ``status``: keep what a parked run holds, give back the rest."""
         self._stop_keeper()
@@ -447,7 +481,7 @@ class RunCoordinator:
                     key = self._key(declaration, self.inputs)
                     failed = status in FAILED and status != NOT_STARTED
                     backend.complete_ordered(
-                        f"ordered:{key}", self.run_owner, failed, declaration.strict
+                        backend_key("ordered", key), self.run_owner, failed, declaration.strict
                     )
         except (CoordinationUnavailable, CoordinationKeyError):
             logger.warning(
@@ -461,10 +495,12 @@ class RunCoordinator:
         snoozes = int(self._state.get("snoozes", 0)) + 1
         self._state["snoozes"] = snoozes
         self._save()
+        self._flush()
         return snoozes <= int(reactor_settings.MAX_CONTENTION_SNOOZES)
 
     # ------------------------------------------------------------------ steps
 
+    @_flushes
     def enter_step(
         self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, Any]
     ) -> StepHoldings | Blocked:
@@ -474,20 +510,12 @@ class RunCoordinator:
         where = f"step {step!r}"
         try:
             keys = [(d, self._key(d, arguments, where)) for d in declarations]
-            backend = self.backend
             for declaration, key in keys:
                 if isinstance(declaration, Period):
-                    bucket = bucket_for(declaration.every, backend.server_time())
-                    keep = 2 * period_seconds(declaration.every)
-                    full = f"period:{key}"
-                    claim = backend.reserve_period(full, bucket, self.run_owner, keep)
-                    if not claim.granted:
-                        return Blocked(
-                            "halt",
-                            f"period {key!r} ({bucket}) was already claimed by execution "
-                            f"{claim.holder}",
-                        )
-                    holdings.period = (full, bucket, keep)
+                    reserved = self._reserve_period(declaration, key)
+                    if isinstance(reserved, Blocked):
+                        return reserved
+                    holdings.period = reserved
             blocked = self._take(
                 [(d, k) for d, k in keys if isinstance(d, Lock | Semaphore)],
                 wait=not self.in_worker,
@@ -518,6 +546,8 @@ class RunCoordinator:
     def _release(self, held: list[_Held]) -> None:
         if not held:
             return
+        from .. import store
+
         backend = self.backend
         for item in reversed(held):
             if not item.owned:
@@ -530,8 +560,6 @@ class RunCoordinator:
             except CoordinationUnavailable:
                 logger.warning("could not release %s %s (its TTL frees it)", item.kind, item.key)
             self._forget(item)
-            from .. import store
-
             store.wake_waiter(item.key)  # one run rescheduled for it goes on now
         held.clear()
 
@@ -572,9 +600,14 @@ class RunCoordinator:
         self.notes.append(data)
 
     def _save(self) -> None:
-        from .. import store
+        self._dirty = True  # written once, when the operation that changed it ends
 
-        store.save_coordination_state(self.execution_id, self._state)
+    def _flush(self) -> None:
+        if self._dirty:
+            from .. import store
+
+            store.save_coordination_state(self.execution_id, self._state)
+            self._dirty = False
 
 
 class _Keeper:
@@ -627,12 +660,12 @@ class _Keeper:
                 return False
         for declaration in self.ordered:
             key = coordinator._key(declaration, coordinator.inputs)
-            backend.heartbeat_ordered(f"ordered:{key}", coordinator.run_owner)
+            backend.heartbeat_ordered(backend_key("ordered", key), coordinator.run_owner)
         return True
 
 
 def _full_key(declaration: Lock | Semaphore, key: str) -> str:
-    return f"{'lock' if isinstance(declaration, Lock) else 'semaphore'}:{key}"
+    return backend_key("lock" if isinstance(declaration, Lock) else "semaphore", key)
 
 
 def _unavailable(exc: CoordinationUnavailable) -> Blocked:

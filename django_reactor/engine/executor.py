@@ -861,32 +861,15 @@ class Executor:
         assert spec.map is not None
         t0 = time.perf_counter()
         failures = self._map_runner(spec).rollback_map(spec.name, spec.map)
-        duration = (time.perf_counter() - t0) * 1000
-        if failures:
-            event = self._event(
-                failed_kind,
-                step=spec.name,
-                duration_ms=duration,
-                data={"error": f"{len(failures)} map element rollback(s) failed"},
-            )
-            rollback = RollbackWrite(
-                spec.name,
-                RollbackStatus.FAILED,
-                event.at,
-                error={"failures": [f.to_dict() for f in failures]},
-            )
-        else:
-            event = self._event(ok_kind, step=spec.name, duration_ms=duration)
-            rollback = RollbackWrite(spec.name, ok_status, event.at)
-        self._commit(JournalBatch(events=[event], rollback=rollback))
-        self._notify_rollback(
-            "undo" if ok_kind == EventKind.UNDO else "compensate",
-            spec.name,
-            rollback.status,
-            duration,
-            failures[0] if failures else None,
+        return self._record_nested_rollback(
+            spec,
+            failures,
+            f"{len(failures)} map element rollback(s) failed",
+            (time.perf_counter() - t0) * 1000,
+            ok_kind,
+            failed_kind,
+            ok_status,
         )
-        return failures
 
     def _map_runner(self, spec: StepSpec) -> MapRunner:
         runner = self.children
@@ -1318,16 +1301,31 @@ class Executor:
         """Undo (or, cut off mid-run, compensate) a composed child: its own rollback."""
         t0 = time.perf_counter()
         failures = [_nested(spec.name, f) for f in self._child_runner(spec).rollback(spec.name)]
-        duration = (time.perf_counter() - t0) * 1000
+        return self._record_nested_rollback(
+            spec,
+            failures,
+            f"{len(failures)} step(s) of the composed reactor could not be rolled back",
+            (time.perf_counter() - t0) * 1000,
+            ok_kind,
+            failed_kind,
+            ok_status,
+        )
+
+    def _record_nested_rollback(
+        self,
+        spec: StepSpec,
+        failures: list[RollbackFailure],
+        summary: str,
+        duration: float,
+        ok_kind: str,
+        failed_kind: str,
+        ok_status: str,
+    ) -> list[RollbackFailure]:
+        """Record the rollback of a step that rolls back steps of its own (a composed child,
+        a map's elements): undone, or failed with what could not be rolled back."""
         if failures:
             event = self._event(
-                failed_kind,
-                step=spec.name,
-                duration_ms=duration,
-                data={
-                    "error": f"{len(failures)} step(s) of the composed reactor could not be "
-                    "rolled back"
-                },
+                failed_kind, step=spec.name, duration_ms=duration, data={"error": summary}
             )
             rollback = RollbackWrite(
                 spec.name,

@@ -421,3 +421,18 @@ def test_the_results_reader_pages_through_every_outcome_in_index_order(
     assert [f.index for f in failures] == FAILING
     assert {f.status for f in failures} == {ElementStatus.FAILED}
     assert len(failures) == 30  # not capped at the summary's sample size
+
+
+def test_undoing_again_after_undo_all_failed_reports_it_once_more(
+    undo_all_log: list[Any],
+) -> None:
+    from django_reactor import services
+
+    FAIL_AT.add("undo_all")
+    outcome = BulkRefund.run({"items": [1, 2, 3]})
+    assert outcome.status == ExecutionStatus.NEEDS_ATTENTION
+    handle = services.undo(outcome.execution_id)
+    assert handle.status == ExecutionStatus.NEEDS_ATTENTION
+    (failure,) = handle.error.rollback_failures
+    assert (failure.action, failure.step) == ("undo_all", "lines")
+    assert len(undo_all_log) == 1  # the elements' slots say undo_all failed; it is not re-run

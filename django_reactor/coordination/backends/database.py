@@ -172,10 +172,10 @@ class DatabaseBackend(CoordinationBackend):
         check_key(owner, "owner")
         ttl = check_seconds(ttl, "a lock's ttl")
         if self._postgresql():
-            row = self._one(_ACQUIRE_LOCK_SQL, [key, owner, ttl])
-            if row is None:
+            found = self._one(_ACQUIRE_LOCK_SQL, [key, owner, ttl])
+            if found is None:
                 return None
-            fence, reentered = row
+            fence, reentered = found
             return LockGrant(key, owner, fence, ttl, reentered=bool(reentered))
         with self._atomic():
             row, _ = (
@@ -221,8 +221,8 @@ class DatabaseBackend(CoordinationBackend):
 
     def release_lock(self, key: str, owner: str) -> bool:
         if self._postgresql():
-            row = self._one(_RELEASE_LOCK_SQL, [check_key(key), check_key(owner, "owner")])
-            return row is not None and bool(row[0])
+            found = self._one(_RELEASE_LOCK_SQL, [check_key(key), check_key(owner, "owner")])
+            return found is not None and bool(found[0])
         with self._atomic():
             row, now = self._owned_lock(key, owner)
             if row is None:
