@@ -48,6 +48,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         "ASYNC_WAIT_TIMEOUT",
         "ASYNC_PARK_TIMEOUT",
         "ASYNC_POLL_INTERVAL",
+        "ROLLBACK_WAIT",
     ):
         value = raw.get(key, DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -179,9 +180,12 @@ def _middleware_messages(raw: dict[str, Any]) -> list[CheckMessage]:
 @register()
 def check_coordination(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Report coordination settings the backend would refuse when a run first needs it."""
+    from .coordination import get_backend
+    from .coordination.runtime import coordinated
     from .coordination.validation import settings_problems
+    from .registry import all_reactors
 
-    return [
+    messages: list[CheckMessage] = [
         Error(
             problem,
             hint="See the Coordination section of the settings reference.",
@@ -189,12 +193,39 @@ def check_coordination(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         )
         for problem in settings_problems()
     ]
+    users = sorted(name for name, r in all_reactors().items() if coordinated(r.definition))
+    if users and not messages:
+        try:
+            get_backend()  # builds the client only: no server is contacted
+        except ReactorImproperlyConfigured as exc:
+            shown = ", ".join(users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
+            messages.append(
+                Error(
+                    f"{shown} declare locks, semaphores, rate limits, periods or ordered locks, "
+                    f"but the coordination backend cannot be set up: {exc}",
+                    hint='Set REACTOR["COORDINATION_REDIS"] to a redis:// URL (or the alias of '
+                    'a django-redis cache), or REACTOR["COORDINATION_BACKEND"] = '
+                    '"django_reactor.coordination.backends.database.DatabaseBackend" to '
+                    "coordinate through the database.",
+                    id="django_reactor.E010",
+                )
+            )
+    return messages
 
 
 @register(deploy=True)
-def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Warn when the database cannot give the guarantees the engine relies on."""
-    from django.db import DEFAULT_DB_ALIAS, connections
+def check_database(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Warn when the database cannot give the guarantees the engine relies on.
+
+    ``W003`` (prepared checkpoints behind a transaction pooler) is raised from the settings when
+    ``DISABLE_SERVER_SIDE_CURSORS`` is set, and, when the check may use the database
+    (``check --deploy --database default``), from the connection itself: a pooler such as
+    PgBouncer answers the client's startup with a backend process id of its own, which is not
+    the ``pg_backend_pid()`` of the server process behind it.
+    """
+    from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
     if DEFAULT_DB_ALIAS not in connections.settings:
         return []
@@ -205,17 +236,36 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         prepared = bool(reactor_settings.CHECKPOINT_PREPARED_STATEMENTS)
     except ReactorImproperlyConfigured:  # reported by check_settings (E001)
         prepared = False
-    if (
-        vendor == "postgresql"
-        and database.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-        and prepared
-    ):
+    if vendor == "postgresql" and prepared:
+        from django.db.backends.postgresql import psycopg_any
+
+        # Only psycopg 3 prepares the checkpoint; with psycopg2 the setting does nothing.
+        prepared = bool(psycopg_any.is_psycopg3)
+    pooled_because = ""
+    if vendor == "postgresql" and prepared:
+        if database.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+            pooled_because = "DISABLE_SERVER_SIDE_CURSORS suggests a transaction-pooling PgBouncer"
+        elif databases and DEFAULT_DB_ALIAS in databases:
+            try:
+                with database.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    server_pid = cursor.fetchone()[0]
+                announced = database.connection.info.backend_pid
+            except (DatabaseError, AttributeError):  # unreachable: other checks report it
+                announced = server_pid = None
+            if announced != server_pid:
+                pooled_because = (
+                    f"The default database is reached through a connection pooler (the "
+                    f"connection announced backend process {announced}, the server runs it as "
+                    f"{server_pid})"
+                )
+    if pooled_because:
         messages.append(
             Warning(
-                "DISABLE_SERVER_SIDE_CURSORS suggests a transaction-pooling PgBouncer, but "
-                "REACTOR['CHECKPOINT_PREPARED_STATEMENTS'] is on.",
-                hint="Keep it on with PgBouncer 1.21+ and max_prepared_statements > 0; "
-                "otherwise set REACTOR['CHECKPOINT_PREPARED_STATEMENTS'] = False.",
+                f"{pooled_because}, but REACTOR['CHECKPOINT_PREPARED_STATEMENTS'] is on.",
+                hint="Keep it on with PgBouncer 1.21+ and max_prepared_statements > 0 (or in "
+                "session pooling mode); otherwise set "
+                "REACTOR['CHECKPOINT_PREPARED_STATEMENTS'] = False.",
                 id="django_reactor.W003",
             )
         )

@@ -106,6 +106,10 @@ DEFAULTS: dict[str, Any] = {
     # Times a run may be rescheduled for contention (or an unreachable coordination backend)
     # before it fails instead.
     "MAX_CONTENTION_SNOOZES": 100,
+    # Seconds an undo or compensate waits for its step's lock or semaphore slot while another
+    # run holds it (or the backend is unreachable) before it is reported as a rollback failure
+    # (coordination_unavailable); it never runs unlocked.
+    "ROLLBACK_WAIT": 10.0,
     # Named rate limits shared by every reactor and step that uses the name:
     # {"stripe": {"second": 3, "minute": 100}} or {"stripe": [[3, 1], [100, 60]]}.
     "RATE_LIMITS": {},

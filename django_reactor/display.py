@@ -21,6 +21,7 @@ _STEP_LINES: dict[str, str] = {
     EventKind.UNDO: "undone",
     EventKind.UNDO_FAILED: "undo FAILED",
     EventKind.UNDO_SKIPPED: "nothing to undo (no undo defined)",
+    EventKind.HAND_BACK: "worker interrupted mid-step; handed back to run again",
 }
 
 _RUN_LINES: dict[str, str] = {
@@ -28,6 +29,7 @@ _RUN_LINES: dict[str, str] = {
     EventKind.COMPLETE: "run completed",
     EventKind.FAIL: "run failed",
     EventKind.ABORT: "run aborted",
+    EventKind.HAND_BACK: "worker interrupted; run handed back to another worker",
     EventKind.CANCEL: "run cancelled",
     EventKind.ROLLBACK: "rollback started",
     EventKind.RERUN: "retried as a new execution",

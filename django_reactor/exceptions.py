@@ -77,7 +77,17 @@ class ArgumentResolutionError(ReactorError):
 
 
 class ResultNotSerializable(ReactorError):
-    """A step returned a value that cannot be stored as JSON."""
+    """A value cannot be stored as JSON in the database.
+
+    Raised for types JSON cannot hold, and for values PostgreSQL refuses: NUL characters and
+    lone surrogates in strings or keys, nesting deeper than ``serialization.MAX_DEPTH``, values
+    that contain themselves and integers too long to write out.
+    """
+
+
+class StoredValueUnreadable(ReactorError):
+    """A stored value cannot be read back by this code (an unknown type tag, a malformed
+    tagged value): the row was written by other code or changed by hand."""
 
 
 class UnitWaitTimeout(ReactorError):

@@ -5,8 +5,9 @@
     REACTOR_FAULTS="after_step_commit@s3=kill:once;before_undo@s2=kill"
 
 Actions: ``kill`` (SIGKILL this process), ``stop`` (SIGSTOP it; the test sends SIGCONT),
-``term`` (SIGTERM), ``exit`` (``os._exit(137)``), ``raise`` (RuntimeError), ``db_kill`` (terminate
-this process's own PostgreSQL connection). ``:once`` fires the rule only the first time across
+``term`` (SIGTERM), ``exit`` (``os._exit(137)``), ``raise`` (RuntimeError), ``sysexit``
+(``SystemExit``), ``keyboard`` (``KeyboardInterrupt``), ``db_kill`` (terminate this process's own
+PostgreSQL connection). ``:once`` fires the rule only the first time across
 all processes, using a marker file in ``REACTOR_FAULTS_STATE`` (a directory). Production code
 calls :func:`point` at the places a crash is interesting; with the variable unset it returns at
 once.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 ENV = "REACTOR_FAULTS"
 STATE_ENV = "REACTOR_FAULTS_STATE"
-ACTIONS = ("kill", "stop", "term", "exit", "raise", "db_kill")
+ACTIONS = ("kill", "stop", "term", "exit", "raise", "sysexit", "keyboard", "db_kill")
 
 
 class InjectedFault(RuntimeError):
@@ -91,6 +92,10 @@ def _fire(action: str, where: str) -> None:
         os._exit(137)
     elif action == "raise":
         raise InjectedFault(f"fault injected at {where}")
+    elif action == "sysexit":
+        raise SystemExit(f"fault injected at {where}")
+    elif action == "keyboard":
+        raise KeyboardInterrupt(f"fault injected at {where}")
     elif action == "db_kill":
         from django.db import connection
 

@@ -21,7 +21,7 @@ from .engine.outcomes import (
     PendingInterrupt,
 )
 from .engine.redaction import redact
-from .engine.serialization import decode
+from .engine.serialization import readable
 from .states import ExecutionStatus
 
 if TYPE_CHECKING:
@@ -49,8 +49,8 @@ class StepView:
             name=row.step,
             status=row.status,
             attempts=row.attempts,
-            arguments=redact(decode(row.arguments), row.secret_arguments),
-            result=decode(row.result),
+            arguments=redact(readable(row.arguments), row.secret_arguments),
+            result=readable(row.result),
             error=ErrorInfo.from_dict(row.error) if row.error else None,
             rollback=row.rollback,
             rollback_error=row.rollback_error,
@@ -81,12 +81,13 @@ def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
     status = row.status
     common: dict[str, Any] = {"execution_id": row.id, "idempotent_replay": replay}
     if status == ExecutionStatus.COMPLETED:
-        return Completed(value=decode(row.result), **common)
+        return Completed(value=readable(row.result), **common)
     if status in (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION) and row.failure:
         return Failed(error=ErrorInfo.from_dict(row.failure), status=status, **common)
     if status == ExecutionStatus.HALTED:
         result = row.result or {}
-        return Halted(reason=decode(result.get("reason")), step=result.get("halted_at"), **common)
+        reason = readable(result.get("reason"))
+        return Halted(reason=reason, step=result.get("halted_at"), **common)
     if status == ExecutionStatus.CANCELLED:
         return Cancelled(reason=row.cancel_reason, **common)
     if status == ExecutionStatus.ABORTED:
@@ -157,7 +158,7 @@ class ExecutionHandle:
     @property
     def inputs(self) -> dict[str, Any]:
         """The run's inputs with secret values replaced by ``[REDACTED]``."""
-        return redact(decode(self._row.inputs), self._row.secret_paths)
+        return redact(readable(self._row.inputs), self._row.secret_paths)
 
     @property
     def outcome(self) -> Outcome:

@@ -272,6 +272,11 @@ def claim(
     with transaction.atomic(using=USING):
         execution = Execution.objects.using(USING).select_for_update().get(pk=row.execution_id)
         if execution.status not in MOVING:
+            # A delivery that lost the race to one whose run has finished since: it was
+            # already resumed (409), not closed.
+            current = Interrupt.objects.using(USING).get(pk=row.pk)
+            if current.status != InterruptStatus.WAITING:
+                refuse_closed(current, execution.status)
             raise InterruptClosed(
                 f"interrupt {row.step!r} of execution {row.execution_id} is closed: the run is "
                 f"{execution.status}",

@@ -23,7 +23,7 @@ from .celery import router
 from .conf import reactor_settings
 from .models import Dispatch, Execution, MapResult, MapRun
 from .states import ElementStatus, ExecutionStatus, MapStatus
-from .store import USING
+from .store import USING, Kept
 
 UNSETTLED = (ElementStatus.PENDING, ElementStatus.RUNNING)
 FAILURE_SAMPLE = 25
@@ -61,7 +61,12 @@ def find(execution_id: uuid.UUID, step: str) -> MapRun | None:
 
 
 def get(map_id: uuid.UUID | str) -> MapRun | None:
-    return MapRun.objects.using(USING).select_related("execution").filter(pk=map_id).first()
+    """The map with its execution; None when there is none (or ``map_id`` is no UUID)."""
+    try:
+        key = map_id if isinstance(map_id, uuid.UUID) else uuid.UUID(str(map_id))
+    except ValueError:
+        return None
+    return MapRun.objects.using(USING).select_related("execution").filter(pk=key).first()
 
 
 def start(
@@ -196,7 +201,7 @@ def _claim(
     return [Claimed(*row) for row in rows], stopped
 
 
-class SlotKeeper:
+class SlotKeeper(Kept):
     """Keeps extending the leases of the slots one task holds, from the process's heartbeat
     thread (see ``store.LeaseKeeper``), so no other task takes an element that is still
     running or being undone, however long it takes. Stops when none is left."""
@@ -205,24 +210,11 @@ class SlotKeeper:
         self.map_id = map_id
         self.token = token
         self.lease_seconds = float(reactor_settings.LEASE_SECONDS)
-        self.interval = max(self.lease_seconds / 3, 0.05)
-        self.lost = False
-        self.due = 0.0
+        super().__init__()
 
     @property
     def label(self) -> str:
         return f"the elements of map {self.map_id} held by {self.token}"
-
-    def __enter__(self) -> SlotKeeper:
-        from .store import _Heartbeat
-
-        _Heartbeat.current().add(self)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        from .store import _Heartbeat
-
-        _Heartbeat.current().discard(self)
 
     def extend(self) -> bool:
         return bool(
@@ -492,6 +484,15 @@ def rollback_errors(map_id: uuid.UUID) -> Iterator[tuple[int, Any]]:
         .values_list("index", "rollback_error")
         .iterator(chunk_size=500)
     )
+
+
+def missing_indices(map_id: uuid.UUID, size: int) -> list[int]:
+    """Indices below ``size`` that have no slot row (deleted by hand or by other code)."""
+    slots = MapResult.objects.using(USING).filter(map_run_id=map_id)
+    if slots.count() >= size:
+        return []
+    present = set(slots.values_list("index", flat=True).iterator(chunk_size=5000))
+    return [index for index in range(size) if index not in present]
 
 
 def slot(map_id: uuid.UUID, index: int) -> MapResult | None:

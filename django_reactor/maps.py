@@ -20,7 +20,7 @@ from django.apps import apps
 from django.db.models import QuerySet
 from django.db.models.query import ModelIterable
 
-from . import map_store
+from . import map_store, store
 from .conf import reactor_settings
 from .engine.elements import (
     ElementOutcome,
@@ -197,7 +197,7 @@ class MapRunnerMixin:
             if run.fan_out:
                 raise MapRollbackPending(step)
             _work(run.pk, spec, forward=False, budget=None)
-        return _rollback_failures(run.pk, step)
+        return _rollback_failures(run.pk, step) + _missing_elements(run, step)
 
 
 def _undo_all(run: Any, spec: MapSpec, step: str) -> list[RollbackFailure]:
@@ -232,6 +232,39 @@ def _rollback_failures(map_id: uuid.UUID, step: str) -> list[RollbackFailure]:
                     index=index,
                 )
             )
+    return failures
+
+
+MISSING_REPORTED = 25
+
+
+def _missing_elements(run: Any, step: str) -> list[RollbackFailure]:
+    """Elements whose slot row is gone: their undo could not run, and the rollback says so
+    (it cannot tell whether they had succeeded)."""
+    missing = map_store.missing_indices(run.pk, run.size)
+    failures = [
+        RollbackFailure(
+            step=f"{step}[{index}]",
+            action="undo",
+            exception_class=None,
+            message=f"element {index} of the map has no stored row (it was deleted), so it "
+            "could not be undone; undo its work by hand if it had succeeded",
+            index=index,
+            kind="missing",
+        )
+        for index in missing[:MISSING_REPORTED]
+    ]
+    if len(missing) > MISSING_REPORTED:
+        failures.append(
+            RollbackFailure(
+                step=f"{step}[*]",
+                action="undo",
+                exception_class=None,
+                message=f"{len(missing) - MISSING_REPORTED} more elements have no stored row "
+                f"(indices up to {missing[-1]})",
+                kind="missing",
+            )
+        )
     return failures
 
 
@@ -406,7 +439,7 @@ def _queryset_batches(queryset: QuerySet[Any], model_rows: bool) -> Iterator[lis
 
 def work(map_id: uuid.UUID | str, *, forward: bool) -> None:
     """Entry point of the element tasks: run (or undo) elements of the map until none is left."""
-    run = map_store.get(map_id)
+    run = store.reconnecting(lambda: map_store.get(map_id), what=f"reading map {map_id}")
     if run is None:
         logger.warning("map %s no longer exists; nothing to do", map_id)
         return
@@ -450,7 +483,10 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
     token = uuid.uuid4().hex
     # The process's heartbeat thread keeps the slots this task holds leased meanwhile.
     with map_store.SlotKeeper(map_id, token):
-        claimed, stopped = map_store.claim(map_id, run.chunk_size, forward=forward, token=token)
+        claimed, stopped = store.reconnecting(
+            lambda: map_store.claim(map_id, run.chunk_size, forward=forward, token=token),
+            what=f"claiming elements of map {map_id}",
+        )
         failed = run.failed  # the map's failures so far, as each settle leaves them
         while claimed:
             items = _items(claimed, model)

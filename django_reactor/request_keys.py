@@ -1,11 +1,13 @@
 """Remembered requests: ``Idempotency-Key`` headers, webhook ids and keyed resumes.
 
 The first request with a key reserves it (a unique row, ``status_code`` 0 while in flight) and
-stores its response when done. A reservation left unanswered for ``REACTOR["LEASE_SECONDS"]``
-(its process died) is taken over by the next request with the key. A repeat with the same body
-fingerprint gets the stored response (or "in flight"); a repeat with another body is refused.
-Rows older than
-``REACTOR["API_IDEMPOTENCY_TTL"]`` are forgotten by the sweeper.
+stores its response when done. While the request runs, :func:`kept` has the process's lease
+heartbeat push the reservation's ``created_at`` forward every ``LEASE_SECONDS / 3``, however
+long the request takes (an inline resume runs the rest of a run). A reservation left unextended
+for ``REACTOR["LEASE_SECONDS"]`` (its process died) is taken over by the next request with the
+key. A repeat with the same body fingerprint gets the stored response (or "in flight"); a
+repeat with another body is refused. Rows older than ``REACTOR["API_IDEMPOTENCY_TTL"]`` (counted
+from the last extension) are forgotten by the sweeper.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +25,7 @@ from django.utils import timezone
 
 from .conf import reactor_settings
 from .models import ApiRequest
-from .store import USING
+from .store import USING, Kept
 
 
 def fingerprint(*parts: Any) -> str:
@@ -75,8 +79,13 @@ def reserve(scope: str, key: str, body_fingerprint: str) -> Reservation:
             if existing.created_at < now - ttl or abandoned:
                 # Expired but not swept yet, or its request died unanswered (the process
                 # stopped): a new request may take the key. Taking over is safe: what the
-                # request does is guarded on its own (an interrupt takes one payload).
-                ApiRequest.objects.using(USING).filter(pk=existing.pk).delete()
+                # request does is guarded on its own (an interrupt takes one payload). Only
+                # the row as read is deleted: one its keeper extended meanwhile is alive.
+                ApiRequest.objects.using(USING).filter(
+                    pk=existing.pk,
+                    created_at=existing.created_at,
+                    status_code=existing.status_code,
+                ).delete()
                 continue
             if existing.fingerprint != body_fingerprint:
                 return Reservation("mismatch", existing.pk)
@@ -84,6 +93,38 @@ def reserve(scope: str, key: str, body_fingerprint: str) -> Reservation:
                 return Reservation("in_flight", existing.pk)
             return Reservation("replay", existing.pk, existing.status_code, existing.response)
     return Reservation("in_flight")
+
+
+class ReservationKeeper(Kept):
+    """Keeps a reserved key's request alive: extended by the process's heartbeat (which also
+    extends runs' leases) while the request runs."""
+
+    def __init__(self, row_id: int) -> None:
+        self.row_id = row_id
+        super().__init__()
+
+    @property
+    def label(self) -> str:
+        return f"the reservation of remembered request {self.row_id}"
+
+    def extend(self) -> bool:
+        """Mark the reservation alive now; False once it was answered, released or taken."""
+        return bool(
+            ApiRequest.objects.using(USING)
+            .filter(pk=self.row_id, status_code=0)
+            .update(created_at=timezone.now())
+        )
+
+
+@contextmanager
+def kept(row_id: int) -> Iterator[ReservationKeeper]:
+    """Keep the reservation ``row_id`` from being taken over while the block runs.
+
+    Wrap the work a reserved request does, then :func:`finish` or :func:`release` it. If the
+    process dies, the extensions stop and the next request takes the key after the lease.
+    """
+    with ReservationKeeper(row_id) as keeper:
+        yield keeper
 
 
 def finish(row_id: int, status_code: int, response: Any) -> None:

@@ -8,13 +8,14 @@ state.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from django.db import InterfaceError, OperationalError, connections
+from django.db import connections
 
 from . import interrupt_store, map_store, registry, request_keys, store
 from .composition import DatabaseChildRunner, finish_rollback
@@ -34,9 +35,10 @@ from .engine.outcomes import (
     Outcome,
     Paused,
     PendingInterrupt,
+    qualified_class_name,
 )
 from .engine.redaction import redact
-from .engine.serialization import decode, encode
+from .engine.serialization import decode, encode, printable, safe_repr, shown, unstorable
 from .engine.validation import summarise_errors, validate
 from .exceptions import (
     AlreadyRetried,
@@ -51,6 +53,7 @@ from .exceptions import (
     ReactorError,
     ReactorNotRegistered,
     ResultNotSerializable,
+    StoredValueUnreadable,
     TransactionActive,
 )
 from .handle import ExecutionHandle, outcome_of
@@ -64,6 +67,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_reactor.services")
 
 MAX_KEY_LENGTH = 255
+
+
+def _check_key(key: Any) -> None:
+    """Refuse an idempotency key that is not short, storable text."""
+    problem = None
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_LENGTH:
+        problem = f"a non-empty string of at most {MAX_KEY_LENGTH} characters"
+    elif (why := unstorable(key)) is not None:
+        problem = f"storable text ({why})"
+    if problem is not None:
+        raise ReactorError(f"idempotency_key must be {problem}, got {safe_repr(key)}")
 
 
 def _refuse_open_transaction(action: str) -> None:
@@ -104,13 +118,8 @@ def _run(
             f"{reactor.__qualname__}.{method}() takes the inputs as a dict, got "
             f"{type(inputs).__name__}"
         )
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_KEY_LENGTH
-    ):
-        raise ReactorError(
-            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
-            f"characters, got {idempotency_key!r}"
-        )
+    if idempotency_key is not None:
+        _check_key(idempotency_key)
     background = definition.background
     if not all_in_background and (background is None or background.mode != "all"):
         # A fully background run executes no step code here: inside a transaction it simply
@@ -153,6 +162,8 @@ def _start(
     all_in_background: bool = False,
 ) -> Outcome:
     first = definition.next_ready(frozenset())
+    # A misconfigured coordination backend refuses the run before anything is written.
+    coordination_runtime.check_backend(definition)
     background = all_in_background or (
         definition.background is not None and definition.background.mode == "all"
     )
@@ -256,16 +267,13 @@ def _validate_inputs(
         data, errors = validate(serializer_class, inputs)
     if not errors:
         try:
-            stored = encode(data)
+            return encode(data), None
         except ResultNotSerializable as exc:
             errors = {"non_field_errors": [f"the validated inputs cannot be stored: {exc}"]}
-        else:
-            if not _has_nul(stored):
-                return stored, None
-            errors = {"non_field_errors": ["the inputs contain a NUL character (\\u0000)"]}
     summary = summarise_errors(errors)
     display = redact(
-        {k: _display_value(v) for k, v in dict(inputs).items()}, definition.input_secret_paths
+        {printable(str(k)): shown(v) for k, v in dict(inputs).items()},
+        definition.input_secret_paths,
     )
     return None, ErrorInfo(
         kind=ErrorKind.INPUT_VALIDATION,
@@ -275,15 +283,6 @@ def _validate_inputs(
         retryable=False,
         inputs=display,
     )
-
-
-def _display_value(value: Any) -> Any:
-    try:
-        shown = encode(value)
-    except ResultNotSerializable:
-        return repr(value)
-    # A NUL character cannot be stored: the failure record shows the value's repr instead.
-    return repr(value) if _has_nul(shown) else shown
 
 
 def _replay(execution_id: uuid.UUID, *, wait: bool = True) -> Outcome:
@@ -330,7 +329,11 @@ def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandl
     """Stop a run without rolling anything back (use :func:`undo` to roll back).
 
     A run that a live process is executing is asked to stop after its current step.
+    ``reason`` (shown in the trace, the admin and the API) must be text the database can store.
     """
+    if not isinstance(reason, str) or (why := unstorable(reason)) is not None:
+        detail = "it is not a string" if not isinstance(reason, str) else why
+        raise ReactorError(f"cannot cancel with the reason {safe_repr(reason)}: {detail}")
     row = store.get_row(execution_id)
     _refuse_child(row, "cancel")
     store.request_cancel(row.id, reason=reason or "cancelled", cancellable=CANCELLABLE)
@@ -371,7 +374,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         if row.status == ExecutionStatus.PAUSED:
             return cancel(row.id, reason="undone while paused (nothing to roll back)")
         return ExecutionHandle(row)
-    problems = reactor.definition.incompatibilities(row.definition_shape, state.recorded)
+    problems = reactor.definition.incompatibilities(store.stored_shape(row), state.recorded)
     if problems:
         raise DefinitionChanged(
             f"cannot undo execution {row.id}: {reactor.__qualname__} changed since it ran "
@@ -479,15 +482,22 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
     Takes the run only if nobody owns it: a duplicate delivery, a finished run or a retry that
     is not due yet does nothing. Completed steps are not run again; a step that was in flight
     when the previous owner died runs again (use its idempotency key for external calls).
+
+    A broken database connection is reconnected (the claim and the run carry on from what the
+    database holds); a stored run this code cannot read, and an error of the engine itself,
+    park the run as ``needs_attention`` at once instead of failing every delivery.
     """
     try:
         key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
     except ValueError:
         logger.warning("resume task for %r, which is not an execution id; ignored", execution_id)
         return None
-    claim = store.claim_for_worker(key, store.lease_owner_token())
+    owner = store.lease_owner_token()
+    claim = store.reconnecting(
+        lambda: store.claim_for_worker(key, owner), what=f"claiming execution {key}"
+    )
     if claim is None:
-        if store.execution_exists(key):
+        if store.reconnecting(lambda: store.execution_exists(key), what="reading a run"):
             logger.info(
                 "execution %s is running elsewhere, finished or not due; delivery ignored", key
             )
@@ -513,8 +523,12 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             "cancel() the run",
             step=row.current_step or None,
         )
-    state = store.resume_state(row)
-    problems = definition.incompatibilities(row.definition_shape, state.recorded)
+    try:
+        state = store.resume_state(row)
+        problems = definition.incompatibilities(store.stored_shape(row), state.recorded)
+        _readable_inputs(row)
+    except StoredValueUnreadable as exc:
+        return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
     if problems:
         return _park(
             owned,
@@ -524,44 +538,103 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             f"{'; '.join(problems)}. Deploy the previous definition to finish it or to undo() "
             "it, or cancel() it",
         )
-    with store.LeaseKeeper(owned):
-        for attempt in range(1, DATABASE_ERROR_RETRIES + 1):
-            try:
-                # After a lost connection, read the run again: the database says where it
-                # stands (a step's checkpoint may have committed, or a failure moved it to
-                # rolling back).
-                if attempt > 1:
-                    row = store.get_row(key)
-                    state = store.resume_state(row)
-                executor = _worker_executor(definition, owned, row, state)
-                if attempt == 1:
-                    executor.note(
-                        EventKind.RESUME,
-                        {"recovery_attempts": claim.recovery_attempts}
-                        if claim.recovery_attempts
-                        else {},
-                    )
-                if row.status == ExecutionStatus.ROLLING_BACK:
-                    with contextlib.suppress(MapRollbackPending):  # parked again: still undoing
-                        finish_rollback(executor, row, "rollback resumed")
-                    return outcome_of(store.get_row(key))
-                return after_pause(executor.run())
-            except LeaseLost:
-                logger.warning("execution %s was taken over by another process; stopped", key)
-                return None
-            except (OperationalError, InterfaceError):
-                # The connection died, perhaps while committing. Reconnect and carry on from what
-                # the database holds: a step whose checkpoint did commit is not run again.
-                if attempt == DATABASE_ERROR_RETRIES:
-                    raise
-                logger.warning(
-                    "database error while running execution %s; reconnecting (attempt %d)",
-                    key,
-                    attempt,
-                    exc_info=True,
+    for attempt in range(1, DATABASE_ERROR_RETRIES + 1):
+        try:
+            if attempt > 1:
+                # After a lost connection, fence out the old connection's statement first: its
+                # server backend may still commit a checkpoint (a backend waiting for a lock
+                # does not notice that its client went away). Taking the run again under a new
+                # fence waits for that commit or makes it write nothing; only then does the
+                # database say where the run stands.
+                taken = store.reconnecting(
+                    functools.partial(store.refence, owned, owner), what=f"taking {key} back"
                 )
-                connections[store.USING].close()
+                if taken is None:
+                    logger.warning(
+                        "execution %s moved on while this process's connection was lost; "
+                        "this process stopped",
+                        key,
+                    )
+                    return None
+                owned = taken
+                row = store.get_row(key)
+                state = store.resume_state(row)
+            with store.LeaseKeeper(owned):
+                return _run_claimed(definition, owned, row, state, claim, first=attempt == 1)
+        except LeaseLost:
+            logger.warning("execution %s was taken over by another process; stopped", key)
+            return None
+        except store.CONNECTION_ERRORS:
+            # The connection died, perhaps while committing. Reconnect and carry on from what
+            # the database holds: a step whose checkpoint did commit is not run again.
+            if attempt == DATABASE_ERROR_RETRIES:
+                raise
+            logger.warning(
+                "database error while running execution %s; reconnecting (attempt %d)",
+                key,
+                attempt,
+                exc_info=True,
+            )
+            connections[store.USING].close()
+        except StoredValueUnreadable as exc:
+            return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
+        except MemoryError:
+            raise  # handed back by the executor: another worker resumes the run
+        except Exception as exc:
+            # Not the step's code (its exceptions are failures the executor records): the
+            # engine or the database refused something. It would fail the same way on every
+            # delivery, so the run is parked for a person instead of recovered in a loop.
+            logger.exception("execution %s: the engine failed while running it", key)
+            return _park(
+                owned,
+                row,
+                ErrorKind.ENGINE,
+                f"the engine failed while running this run ({qualified_class_name(exc)}: "
+                f"{printable(str(exc))[:500]}); its checkpoints are intact, but the step in "
+                f"flight ({row.current_step!r}) may have run. Fix the cause, then undo() or "
+                "cancel() the run",
+                step=row.current_step or None,
+            )
     return None  # pragma: no cover - the loop returns or raises
+
+
+def _run_claimed(
+    definition: ReactorDefinition,
+    owned: store.Owned,
+    row: Any,
+    state: RunState,
+    claim: store.WorkerClaim,
+    *,
+    first: bool,
+) -> Outcome:
+    executor = _worker_executor(definition, owned, row, state)
+    if first:
+        executor.note(
+            EventKind.RESUME,
+            {"recovery_attempts": claim.recovery_attempts} if claim.recovery_attempts else {},
+        )
+    if row.status == ExecutionStatus.ROLLING_BACK:
+        with contextlib.suppress(MapRollbackPending):  # parked again: still undoing
+            finish_rollback(executor, row, "rollback resumed")
+        return outcome_of(store.get_row(row.id))
+    return after_pause(executor.run())
+
+
+def _readable_inputs(row: Any) -> Any:
+    """The run's stored inputs, decoded; StoredValueUnreadable when they are not an object."""
+    inputs = decode(row.inputs)
+    if not isinstance(inputs, dict):
+        raise StoredValueUnreadable(
+            f"the stored inputs are a {type(inputs).__name__}, not a JSON object"
+        )
+    return inputs
+
+
+def _unreadable_message(row: Any, exc: StoredValueUnreadable) -> str:
+    return (
+        f"the stored run cannot be read by this code: {exc}. Nothing ran. Repair the row or "
+        "deploy the code that wrote it, then undo() or cancel() the run"
+    )
 
 
 def _worker_executor(
@@ -581,6 +654,7 @@ def _worker_executor(
         park_poll=float(reactor_settings.REDISPATCH_AFTER),
         issue_tokens=bool(reactor_settings.RESUME_TOKENS),
         observer=_observer_for(definition, parent_id=fresh.parent_id),
+        hand_back_on_interruption=True,
     )
 
 
@@ -599,7 +673,16 @@ def _park(
 
 
 def sweep() -> store.SweepReport:
-    """Queue again the work that crashes and lost messages left behind (see ``reactor_sweep``)."""
+    """Queue again the work that crashes and lost messages left behind (see ``reactor_sweep``).
+
+    A sweep is safe to repeat: when the database connection broke (a restart, a failover, a
+    pooler or an operator dropped it), it reconnects and sweeps again.
+    """
+    store.refresh_connections()
+    return store.reconnecting(_sweep_once, what="sweeping")
+
+
+def _sweep_once() -> store.SweepReport:
     report = store.sweep(
         limit=int(reactor_settings.SWEEP_BATCH),
         grace=float(reactor_settings.SWEEP_INTERVAL),
@@ -701,11 +784,7 @@ def resume_interrupt(
     }
     if idempotency_key is None:
         return _resume_interrupt(**arguments)
-    if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= MAX_KEY_LENGTH:
-        raise ReactorError(
-            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
-            f"characters, got {idempotency_key!r}"
-        )
+    _check_key(idempotency_key)
     if token is not None:
         # The claim consumes the token: a repeat could not find the interrupt again.
         scope, target = f"resume-token:{interrupt_store.token_hash(token)}", execution_id
@@ -733,7 +812,8 @@ def resume_interrupt(
         return outcome_of(store.get_row(stored["execution_id"]), replay=True)
     assert reservation.row_id is not None
     try:
-        outcome = _resume_interrupt(**arguments)
+        with request_keys.kept(reservation.row_id):  # an inline resume may outlast the lease
+            outcome = _resume_interrupt(**arguments)
     except BaseException:
         request_keys.release(reservation.row_id)
         raise
@@ -812,22 +892,6 @@ def find_interrupt(
         raise
 
 
-def _has_nul(value: Any) -> bool:
-    """Whether JSON ``value`` has a NUL character in a string or key (the database refuses it)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
 def _require_interrupt_step(execution: Any, step: str) -> None:
     """Refuse a step name that is not an interrupt of the run's reactor (a typo never waits)."""
     try:
@@ -855,13 +919,7 @@ def _validate_payload(serializer: type | None, payload: Any) -> tuple[Any, Any]:
     if errors:
         return None, errors
     try:
-        stored = encode(data)
-    except ResultNotSerializable as exc:
-        return None, {"non_field_errors": [f"the validated payload cannot be stored: {exc}"]}
-    if _has_nul(stored):
-        return None, {"non_field_errors": ["the payload contains a NUL character (\\u0000)"]}
-    try:
-        return stored, None
+        return encode(data), None
     except ResultNotSerializable as exc:
         return None, {"non_field_errors": [f"the validated payload cannot be stored: {exc}"]}
 

@@ -163,6 +163,7 @@ class EventKind(models.TextChoices):
     UNDO_SKIPPED = "undo_skipped", _("No undo defined")
     COMPLETE = "complete", _("Run completed")
     ABORT = "abort", _("Run aborted")
+    HAND_BACK = "hand_back", _("Worker interrupted, run handed back")
     CANCEL = "cancel", _("Run cancelled")
     ROLLBACK = "rollback", _("Rollback started")
     RERUN = "rerun", _("Run retried as a new execution")

@@ -19,11 +19,20 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, Self, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connections,
+    models,
+    transaction,
+)
 
 try:
     import psycopg
@@ -47,6 +56,7 @@ from .exceptions import (
     ExecutionNotFound,
     InvalidTransition,
     LeaseLost,
+    StoredValueUnreadable,
 )
 from .models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from .states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
@@ -59,6 +69,77 @@ logger = logging.getLogger("django_reactor.store")
 def lease_owner_token() -> str:
     """A name for this process and call, stored as the lease owner."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+#: Errors that mean the database connection broke (the server went away, a pooler dropped it,
+#: an operator terminated the backend): reconnecting may help, unlike a refused statement.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+
+# Pauses before the attempts after the first when the connection broke (a PostgreSQL restart
+# or failover takes a moment to accept connections again).
+RECONNECT_PAUSES = (0.0, 0.2, 1.0)
+
+
+def refresh_connections() -> None:
+    """Drop this thread's database connections that broke; arm ``CONN_HEALTH_CHECKS`` again.
+
+    What Django does around every request, for a worker around every task: a connection that
+    raised a database error is tested (one ``SELECT 1``) and closed when it is unusable, and
+    the health check runs again before the next query. Connection reuse is left to Celery's
+    ``CELERY_DB_REUSE_MAX`` and a positive ``CONN_MAX_AGE`` (Django's default of 0 would
+    reconnect for every task). Costs no query for a connection without errors.
+    """
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None or connection.in_atomic_block:
+            continue  # not connected, or a task run eagerly inside the caller's transaction
+        try:
+            connection.health_check_done = False  # type: ignore[attr-defined]
+            if connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
+                connection.close()  # left mid-transaction: never reuse it
+            elif connection.errors_occurred:
+                if connection.is_usable():
+                    connection.errors_occurred = False
+                    connection.health_check_done = True  # type: ignore[attr-defined]
+                else:
+                    connection.close()
+            elif (
+                connection.settings_dict.get("CONN_MAX_AGE")
+                and connection.close_at is not None
+                and time.monotonic() >= connection.close_at
+            ):
+                connection.close()
+        except Exception:  # closing a broken connection can fail too; it is dropped anyway
+            logger.debug("closing connection %s failed", connection.alias, exc_info=True)
+            connection.connection = None
+
+
+def reconnecting(operation: Callable[[], T], *, what: str) -> T:
+    """Run ``operation``; when the database connection broke, reconnect and run it again.
+
+    Only for operations that are safe to repeat (a claim by the same owner, a read, a sweep)
+    and outside any transaction. After the last attempt the error is raised.
+    """
+    connection = connections[USING]
+    for attempt, pause in enumerate(RECONNECT_PAUSES, start=1):
+        if pause:
+            time.sleep(pause)
+        try:
+            return operation()
+        except CONNECTION_ERRORS:
+            if attempt == len(RECONNECT_PAUSES) or connection.in_atomic_block:
+                raise
+            logger.warning(
+                "database connection lost while %s; reconnecting (attempt %d of %d)",
+                what,
+                attempt + 1,
+                len(RECONNECT_PAUSES),
+                exc_info=True,
+            )
+            connection.close()
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def inside_user_transaction(using: str = USING) -> bool:
@@ -92,6 +173,24 @@ class Owned:
     fence: int
 
 
+def _again_unprepared(function: Callable[P, T]) -> Callable[P, T]:
+    """Run ``function`` once more when its transaction failed only because the database just
+    refused a prepared checkpoint (preparation is off now, so the second try goes through)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        refused = _preparation_refused.is_set()
+        try:
+            return function(*args, **kwargs)
+        except DatabaseError:
+            if refused or not _preparation_refused.is_set() or connections[USING].in_atomic_block:
+                raise
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+@_again_unprepared
 def create_execution(
     *,
     reactor: str,
@@ -439,6 +538,8 @@ class DatabaseJournal:
             fields["failure"] = batch.failure
         if batch.release:
             fields.update(lease_owner=None, lease_expires_at=None)
+        if batch.expire_lease:
+            fields["lease_expires_at"] = now
         if batch.handed_off:
             fields["handed_off"] = True
         if batch.current_attempt is not None:
@@ -541,6 +642,33 @@ def _cancel_reason(requested_at: Any, reason: str) -> str | None:
     return reason or "cancelled by an operator"
 
 
+# The server refused a prepared checkpoint (a transaction pooler that cannot route prepared
+# statements): preparation stays off for the rest of the process.
+_preparation_refused = threading.Event()
+
+
+def _prepared_statement_refused(exc: Exception) -> bool:
+    """Whether ``exc`` says a prepared statement is not where psycopg prepared it."""
+    sqlstate = getattr(getattr(exc, "diag", None), "sqlstate", None)
+    # 26000 invalid_sql_statement_name ("prepared statement ... does not exist"),
+    # 42P05 duplicate_prepared_statement ("... already exists").
+    return sqlstate in ("26000", "42P05")
+
+
+def _turn_preparation_off(exc: Exception) -> None:
+    if not _preparation_refused.is_set():
+        _preparation_refused.set()
+        logger.error(
+            "the database refused a prepared checkpoint (%s): the connection goes through a "
+            "pooler that cannot route prepared statements (a transaction-pooling PgBouncer "
+            "before 1.21, or without max_prepared_statements). Checkpoints are no longer "
+            "prepared in this process; set REACTOR['CHECKPOINT_PREPARED_STATEMENTS'] = False "
+            "(python manage.py check --deploy --database default reports it as "
+            "django_reactor.W003)",
+            str(exc).strip().splitlines()[0] if str(exc) else type(exc).__name__,
+        )
+
+
 def _execute_checkpoint(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
     """Run the checkpoint statement on Django's connection; return its row.
 
@@ -559,69 +687,67 @@ def _execute_checkpoint(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
             cursor.execute(sql, params)
             return cursor.fetchone()
     connection.validate_no_broken_transaction()
-    prepare = bool(reactor_settings.CHECKPOINT_PREPARED_STATEMENTS)
+    prepare = (
+        bool(reactor_settings.CHECKPOINT_PREPARED_STATEMENTS) and not _preparation_refused.is_set()
+    )
     with connection.wrap_database_errors:
         threshold = raw.prepare_threshold
         if prepare:
             raw.prepare_threshold = 0
         try:
             with psycopg.Cursor(raw) as cursor:
-                cursor.execute(sql, params, prepare=prepare)
+                try:
+                    cursor.execute(sql, params, prepare=prepare)
+                except psycopg.Error as exc:
+                    if not (prepare and _prepared_statement_refused(exc)):
+                        raise
+                    _turn_preparation_off(exc)
+                    if connection.in_atomic_block:
+                        raise  # the transaction is aborted; the caller's next try is unprepared
+                    # On its own (autocommit) the refused statement did nothing: send it again.
+                    raw.prepare_threshold = threshold
+                    cursor.execute(sql, params, prepare=False)
                 return cursor.fetchone()
         finally:
             raw.prepare_threshold = threshold
 
 
-class LeaseKeeper:
-    """Keeps extending an owned run's lease from a background thread while the run executes.
+class Kept:
+    """Something the heartbeat extends while a ``with`` block runs: subclasses say what
+    (``extend()``, which returns False once it is no longer theirs) and name it (``label``)."""
 
-    Checkpoints extend the lease too; the keeper covers steps that run longer than the lease,
-    so nobody takes over a run whose process is alive. It stops when the fence has moved on
-    (the run was taken over): the next checkpoint then raises LeaseLost.
-
-    Every keeper of a process shares one heartbeat thread (started on first use, again after
-    a fork), so entering and leaving a keeper costs no thread start or join on every run.
-    """
-
-    def __init__(self, owned: Owned, *, interval: float | None = None) -> None:
-        self.owned = owned
-        seconds = float(reactor_settings.LEASE_SECONDS)
-        self.lease_seconds = seconds
-        self.interval = interval if interval is not None else max(seconds / 3, 0.05)
-        self.lost = False
+    def __init__(self, interval: float | None = None) -> None:
+        lease = float(reactor_settings.LEASE_SECONDS)
+        self.interval = interval if interval is not None else max(lease / 3, 0.05)
+        self.lost = False  # set when an extension found it taken: the holder must stop
         self.due = 0.0  # monotonic time of the next extension, set by the heartbeat
-
-    def __enter__(self) -> LeaseKeeper:
-        _Heartbeat.current().add(self)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        _Heartbeat.current().discard(self)
 
     @property
     def label(self) -> str:
-        return f"execution {self.owned.execution_id}"
+        """What is kept, for the log."""
+        raise NotImplementedError
 
     def extend(self) -> bool:
-        """Push the lease out once; False when the fence moved on (another owner)."""
-        return bool(
-            Execution.objects.using(USING)
-            .filter(pk=self.owned.execution_id, fence=self.owned.fence)
-            .update(lease_expires_at=timezone.now() + dt.timedelta(seconds=self.lease_seconds))
-        )
+        """Extend it once; False when it is no longer this holder's."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        Heartbeat.current().add(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        Heartbeat.current().discard(self)
 
 
-class _Heartbeat:
+class Heartbeat:
     """The process's one thread that extends the leases of the keepers it holds when due."""
 
-    _instance: _Heartbeat | None = None
+    _instance: Heartbeat | None = None
     _instance_lock = threading.Lock()
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        # LeaseKeepers, and anything else with ``due``, ``interval``, ``lost``, ``label`` and
-        # ``extend()`` (map slots a task holds).
-        self.keepers: set[Any] = set()
+        self.keepers: set[Kept] = set()
         self.changed = threading.Condition()
         self.thread = threading.Thread(
             target=self._loop, name="reactor-lease-heartbeat", daemon=True
@@ -629,7 +755,8 @@ class _Heartbeat:
         self.thread.start()
 
     @classmethod
-    def current(cls) -> _Heartbeat:
+    def current(cls) -> Heartbeat:
+        """This process's heartbeat (a new one in a forked child: threads do not survive)."""
         instance = cls._instance
         if instance is None or instance.pid != os.getpid():  # threads do not survive a fork
             with cls._instance_lock:
@@ -638,34 +765,38 @@ class _Heartbeat:
                     instance = cls._instance = cls()
         return instance
 
-    def add(self, keeper: Any) -> None:
+    def add(self, keeper: Kept) -> None:
         with self.changed:
             keeper.due = time.monotonic() + keeper.interval
             self.keepers.add(keeper)
             self.changed.notify()
 
-    def discard(self, keeper: Any) -> None:
+    def discard(self, keeper: Kept) -> None:
         with self.changed:
             self.keepers.discard(keeper)
+            self.changed.notify()  # the last one gone: the thread lets its connection go
 
     def _loop(self) -> None:
+        connected = False
         while True:
             with self.changed:
                 while True:
                     now = time.monotonic()
                     due = [k for k in self.keepers if k.due <= now]
-                    if due:
+                    if due or (connected and not self.keepers):
                         break
                     wait = min((k.due for k in self.keepers), default=None)
                     self.changed.wait(None if wait is None else wait - now)
             for keeper in due:
                 self._beat(keeper)
+                connected = True
             with self.changed:
                 idle = not self.keepers
-            if idle:
-                connections.close_all()  # this thread's connections only
+            if idle and connected:
+                connections.close_all()  # this thread's connections only: none held while idle
+                connected = False
 
-    def _beat(self, keeper: Any) -> None:
+    def _beat(self, keeper: Kept) -> None:
         try:
             extended = keeper.extend()
         except Exception:
@@ -684,6 +815,32 @@ class _Heartbeat:
                 self.keepers.discard(keeper)
             else:
                 keeper.due = time.monotonic() + keeper.interval
+
+
+class LeaseKeeper(Kept):
+    """Keeps extending an owned run's lease from the heartbeat thread while the run executes.
+
+    Checkpoints extend the lease too; the keeper covers steps that run longer than the lease,
+    so nobody takes over a run whose process is alive. It stops when the fence has moved on
+    (the run was taken over): the next checkpoint then raises LeaseLost.
+    """
+
+    def __init__(self, owned: Owned, *, interval: float | None = None) -> None:
+        self.owned = owned
+        self.lease_seconds = float(reactor_settings.LEASE_SECONDS)
+        super().__init__(interval)
+
+    @property
+    def label(self) -> str:
+        return f"execution {self.owned.execution_id}"
+
+    def extend(self) -> bool:
+        """Push the lease out once; False when the fence moved on (another owner)."""
+        return bool(
+            Execution.objects.using(USING)
+            .filter(pk=self.owned.execution_id, fence=self.owned.fence)
+            .update(lease_expires_at=timezone.now() + dt.timedelta(seconds=self.lease_seconds))
+        )
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -811,6 +968,26 @@ def resume_state(row: Execution) -> RunState:
     return state
 
 
+def stored_shape(row: Execution) -> dict[str, dict[str, Any]]:
+    """The definition shape a run started under (see ``ReactorDefinition.shape``).
+
+    Raises StoredValueUnreadable when the stored value is not a shape: an object mapping each
+    step name to an object (``{"impl": "<dotted path>", "depends_on": [...]}``).
+    """
+    shape = row.definition_shape
+    if not isinstance(shape, dict):
+        raise StoredValueUnreadable(
+            f"the stored definition shape is a {type(shape).__name__}, not an object of steps"
+        )
+    for name, entry in shape.items():
+        if not isinstance(entry, dict):
+            raise StoredValueUnreadable(
+                f"the stored definition shape of step {name!r} is {ascii(entry)[:80]}, not an "
+                'object such as {"impl": "<dotted path>", "depends_on": [<step names>]}'
+            )
+    return shape
+
+
 def coordination_state(execution_id: uuid.UUID) -> dict[str, Any]:
     """The run's coordination bookkeeping (see ``Execution.coordination``)."""
     found = (
@@ -885,7 +1062,8 @@ UPDATE django_reactor_execution SET
     lease_expires_at = now() + make_interval(secs => %s),
     fence = fence + 1,
     recovery_attempts = recovery_attempts
-        + CASE WHEN status = 'pending' OR lease_owner IS NULL THEN 0 ELSE 1 END,
+        + CASE WHEN status = 'pending' OR lease_owner IS NULL OR lease_owner = %s
+            THEN 0 ELSE 1 END,
     status = CASE WHEN status = 'rolling_back' THEN 'rolling_back' ELSE 'running' END,
     started_at = COALESCE(started_at, now()),
     wake_at = NULL,
@@ -893,7 +1071,7 @@ UPDATE django_reactor_execution SET
 WHERE id = %s
     AND status = ANY(%s)
     AND (parent_id IS NULL OR detached)
-    AND (lease_owner IS NULL OR lease_expires_at < now())
+    AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = %s)
     AND (wake_at IS NULL OR wake_at <= now())
 RETURNING *,
     (SELECT COALESCE(MAX(ev.seq), 0) FROM django_reactor_executionevent ev
@@ -913,6 +1091,7 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
     One conditional UPDATE: it bumps the fence, counts a recovery when the previous owner died
     mid-run, and keeps a rolling-back run rolling back. Returns None when the run is finished,
     owned by a live process (a duplicate delivery) or not due yet (a retry's wake-up time).
+    The same ``owner`` may claim again (a claim whose reply a broken connection lost).
     """
     now = timezone.now()
     if connections[USING].vendor == "postgresql":
@@ -922,8 +1101,10 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
                 [
                     owner,
                     float(reactor_settings.LEASE_SECONDS),
+                    owner,
                     execution_id,
                     list(RESUMABLE),
+                    owner,
                 ],
             )
         )
@@ -932,7 +1113,7 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
         Execution.objects.using(USING)
         .filter(pk=execution_id, status__in=RESUMABLE)
         .filter(Q(parent__isnull=True) | Q(detached=True))
-        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
         .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
         .update(
             lease_owner=owner,
@@ -941,6 +1122,7 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
             recovery_attempts=Case(
                 When(status=ExecutionStatus.PENDING, then=F("recovery_attempts")),
                 When(lease_owner__isnull=True, then=F("recovery_attempts")),
+                When(lease_owner=owner, then=F("recovery_attempts")),
                 default=F("recovery_attempts") + 1,
             ),
             status=Case(
@@ -961,6 +1143,36 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
     if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
         return None
     return WorkerClaim(Owned(execution_id, row.fence), row)
+
+
+def refence(owned: Owned, owner: str) -> Owned | None:
+    """Take a run this process owns again, under a new fence, after its connection broke.
+
+    A checkpoint sent on the broken connection may still be running on the server; it carries
+    the old fence, so once this commits it either committed first (this waits for its row
+    lock, then sees its writes) or writes nothing. None when the run is no longer this
+    process's (that checkpoint released it, or another process took it over).
+    """
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        updated = (
+            Execution.objects.using(USING)
+            .filter(pk=owned.execution_id, fence=owned.fence, lease_owner=owner)
+            .update(
+                fence=F("fence") + 1,
+                lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+                updated_at=now,
+            )
+        )
+        if not updated:
+            return None
+        fence = (
+            Execution.objects.using(USING)
+            .filter(pk=owned.execution_id)
+            .values_list("fence", flat=True)
+            .get()
+        )
+    return Owned(owned.execution_id, fence)
 
 
 def park_for_attention(

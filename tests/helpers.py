@@ -46,3 +46,14 @@ def run_in_memory(
 def trace(journal: MemoryJournal) -> list[tuple[str, str]]:
     """Step-level trace entries (run-level ones dropped) as ``(kind, step)``."""
     return [(e.kind, e.step) for e in journal.events if e.step]
+
+
+def nested(depth: int) -> list[Any]:
+    """A list nested ``depth`` levels deep (``[[[...]]]``), built without recursion."""
+    top: list[Any] = []
+    current = top
+    for _ in range(depth - 1):
+        child: list[Any] = []
+        current.append(child)
+        current = child
+    return top

@@ -62,6 +62,44 @@ def test_prepared_checkpoints_behind_a_pooler_are_flagged() -> None:
         connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = original
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_prepared_checkpoints_through_a_pooler_are_found_when_the_database_is_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A pooler answers the client's startup with a backend id of its own (PgBouncer: random),
+    # not the pid of the server process: ``check --deploy --database default`` sees it even
+    # without DISABLE_SERVER_SIDE_CURSORS. tests/workers/test_pgbouncer.py does it for real.
+    import psycopg
+
+    monkeypatch.setattr(psycopg.ConnectionInfo, "backend_pid", property(lambda info: 1))
+    messages = check_database(databases=["default"])
+    assert ids(messages) == ["django_reactor.W003"]
+    assert "reached through a connection pooler" in messages[0].msg
+    assert ids(check_database()) == []  # without database access, settings only
+    with override_settings(REACTOR={"CHECKPOINT_PREPARED_STATEMENTS": False}):
+        assert ids(check_database(databases=["default"])) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_direct_connection_is_not_taken_for_a_pooler() -> None:
+    assert ids(check_database(databases=["default"])) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_prepared_checkpoints_are_not_flagged_with_psycopg2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import connection
+    from django.db.backends.postgresql import psycopg_any
+
+    monkeypatch.setattr(psycopg_any, "is_psycopg3", False)  # psycopg2 never prepares them
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    assert ids(check_database(databases=["default"])) == []
+
+
 def test_a_broken_setting_does_not_stop_the_app_from_loading() -> None:
     from django.apps import apps
 

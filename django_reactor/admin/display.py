@@ -27,6 +27,7 @@ FAILURE_EVENTS = frozenset(
         EventKind.UNDO_FAILED,
         EventKind.ATTENTION,
         EventKind.ABORT,
+        EventKind.HAND_BACK,
         EventKind.INVALID_PAYLOAD,
         EventKind.EXPIRE,
     }

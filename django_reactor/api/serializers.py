@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -138,20 +139,41 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         ]
 
 
+@extend_schema_field(OpenApiTypes.OBJECT)
+class PayloadField(serializers.JSONField):
+    """A resume payload: any JSON object (not null; other values are invalid payloads)."""
+
+
 class ResumeRequestSerializer(serializers.Serializer[dict[str, Any]]):
     """The body of a resume request."""
 
     step = serializers.CharField(
-        required=False, max_length=255, help_text="The interrupt; optional when one waits."
+        required=False,
+        min_length=1,
+        max_length=255,
+        help_text="The interrupt; optional when one waits.",
     )
-    payload = serializers.JSONField(help_text="Validated by the interrupt's serializer.")
+    payload = PayloadField(help_text="A JSON object, validated by the interrupt's serializer.")
 
 
 class CorrelationResumeRequestSerializer(ResumeRequestSerializer):
+    """The body of a resume by correlation id: a resume request, and the reactor's name."""
+
     reactor = serializers.CharField(
         required=False,
+        min_length=1,
         max_length=255,
         help_text="The reactor's registered name, when several reactors share correlation ids.",
+    )
+
+
+class CancelRequestSerializer(serializers.Serializer[dict[str, Any]]):
+    """The optional body of a cancel request."""
+
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="Why the run is cancelled, stored with it; the first 1000 characters are kept.",
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..conf import reactor_settings
+from ..engine.serialization import unstorable
 from ..exceptions import ReactorImproperlyConfigured
 
 ID_HEADER = "webhook-id"
@@ -99,6 +100,8 @@ def verify(headers: Mapping[str, str], body: bytes, *, now: float | None = None)
         )
     if len(webhook_id) > 255:
         raise SignatureError(f"the {ID_HEADER} header is longer than 255 characters")
+    if unstorable(webhook_id) is not None:  # a NUL cannot be stored, a surrogate not signed
+        raise SignatureError(f"the {ID_HEADER} header has a NUL or a lone surrogate")
     if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12):
         raise SignatureError(f"the {TIMESTAMP_HEADER} header is not a Unix timestamp")
     timestamp = int(stamp)
@@ -112,7 +115,7 @@ def verify(headers: Mapping[str, str], body: bytes, *, now: float | None = None)
     candidates = [
         part.split(",", 1)[1]
         for part in sent.split(" ")[:MAX_SIGNATURES]
-        if part.startswith("v1,") and "," in part
+        if part.startswith("v1,") and part.isascii()  # base64: any other text cannot match
     ]
     if not candidates:
         raise SignatureError(f"the {SIGNATURE_HEADER} header has no v1 signature")

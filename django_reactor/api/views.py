@@ -5,12 +5,14 @@ credentials (``REACTOR["RESUME_AUTH"]``): a user with the ``resume_interrupt`` p
 signed webhook, or a resume token in the ``Reactor-Resume-Token`` header. They check, in order:
 the rate limit, the body size, the credential (the signature over the raw body before anything
 is parsed), the ``Idempotency-Key`` (or webhook id), then the body, then the interrupt.
+
+Every view parses JSON only, with :class:`~django_reactor.api.parsers.StorableJSONParser`: a
+body the database could not store is a 400 before anything runs.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -20,18 +22,25 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.decorators import method_decorator
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from .. import interrupt_store, request_keys, services
 from ..conf import reactor_settings
 from ..engine.outcomes import Dispatched, InProgress, Outcome
+from ..engine.serialization import unstorable
 from ..exceptions import (
     AlreadyResumed,
     ExecutionBusy,
@@ -45,8 +54,10 @@ from ..exceptions import (
 from ..models import Execution, Interrupt
 from ..states import ExecutionStatus
 from . import signatures
+from .parsers import BodyRefused, StorableJSONParser, load
 from .permissions import authentication_classes, permission_classes, scoped
 from .serializers import (
+    CancelRequestSerializer,
     CorrelationResumeRequestSerializer,
     ExecutionDetailSerializer,
     ExecutionSerializer,
@@ -138,11 +149,37 @@ FILTER_PARAMETERS = [
 ]
 
 
+def _described(description: str) -> OpenApiResponse:
+    """A documented answer whose body is a JSON object."""
+    return OpenApiResponse(OpenApiTypes.OBJECT, description=description)
+
+
+# The refusals every executions endpoint can answer (DRF's authentication and permissions).
+ACCESS_ANSWERS = {
+    401: _described(
+        "No user, or wrong credentials, when the first authentication class sends a "
+        "WWW-Authenticate header (HTTP Basic)."
+    ),
+    403: _described(
+        "No user under other authentication classes, or the user lacks the permission."
+    ),
+    404: _described("No such run, or a run outside the user's API_SCOPE."),
+}
+STEER_REFUSED = _described(
+    "The run's status does not allow it (code invalid_transition, with its status), another "
+    "process holds the run (busy, Retry-After), or another refusal (refused)."
+)
+
+
 @extend_schema(tags=["executions"])
+@extend_schema_view(
+    retrieve=extend_schema(responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS}),
+)
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
     """Read executions; cancel, undo or retry one (each needs its permission)."""
 
+    parser_classes = [StorableJSONParser]
     pagination_class = ExecutionPagination
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
@@ -185,29 +222,61 @@ class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
     def get_serializer_class(self) -> Any:
         return ExecutionSerializer if self.action == "list" else ExecutionDetailSerializer
 
-    @extend_schema(parameters=FILTER_PARAMETERS)
+    @extend_schema(
+        parameters=FILTER_PARAMETERS,
+        responses={
+            200: ExecutionSerializer(many=True),
+            400: _described('A filter is wrong: {"<parameter>": ["why"]}.'),
+            **ACCESS_ANSWERS,
+            404: _described("The cursor is not one the API made."),
+        },
+    )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Executions, newest first (cursor pagination), filtered by the query parameters."""
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(request=None, responses={200: ExecutionDetailSerializer})
+    @extend_schema(
+        request=CancelRequestSerializer,
+        responses={
+            200: ExecutionDetailSerializer,
+            400: _described(
+                "The body is not JSON or holds what cannot be stored (code parse_error), or "
+                'reason is not a string ({"reason": ["why"]}).'
+            ),
+            **ACCESS_ANSWERS,
+            409: STEER_REFUSED,
+            415: _described("The body is not application/json."),
+        },
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Stop the run without rolling anything back (a running run stops after its step)."""
         row = self.get_object()
+        # The parser refused what cannot be stored (NUL, lone surrogates) already.
         reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
-        if not isinstance(reason, str) or "\x00" in reason:
-            raise ValidationError({"reason": ["must be text without NUL characters"]})
+        if not isinstance(reason, str):
+            raise ValidationError({"reason": ["must be a string"]})
         return self._steer(lambda: services.cancel(row.id, reason=reason[:1000]), row)
 
-    @extend_schema(request=None, responses={200: ExecutionDetailSerializer})
+    @extend_schema(
+        request=None,
+        responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS, 409: STEER_REFUSED},
+    )
     @action(detail=True, methods=["post"])
     def undo(self, request: Request, pk: str | None = None) -> Response:
         """Roll back every completed step, newest first."""
         row = self.get_object()
         return self._steer(lambda: services.undo(row.id), row)
 
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=None,
+        responses={
+            200: _described("The new run's outcome (it ran in this process)."),
+            202: _described("The new run went to a worker."),
+            **ACCESS_ANSWERS,
+            409: STEER_REFUSED,
+        },
+    )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
         """Run a failed execution again as a new execution."""
@@ -252,19 +321,6 @@ def _text(name: str, value: str) -> str:
     return value
 
 
-def _too_deep(value: Any, limit: int) -> bool:
-    """Whether JSON ``value`` nests more than ``limit`` levels (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                return True
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return False
-
-
 # ---------------------------------------------------------------------------- resume
 
 
@@ -283,9 +339,18 @@ class Credential:
 RESUME_RESPONSES = {
     200: OpenApiResponse(OpenApiTypes.OBJECT, description="Resumed inline: the run's outcome."),
     202: OpenApiResponse(OpenApiTypes.OBJECT, description="Accepted: a worker runs the rest."),
-    400: OpenApiResponse(OpenApiTypes.OBJECT, description="Invalid payload: field errors."),
+    400: OpenApiResponse(
+        OpenApiTypes.OBJECT,
+        description="The body is not JSON or cannot be stored (parse_error), the request is "
+        "invalid (invalid), a header is malformed (invalid_header), or the payload is invalid "
+        "(invalid_payload, with field errors).",
+    ),
     401: OpenApiResponse(OpenApiTypes.OBJECT, description="Bad or missing credential."),
-    403: OpenApiResponse(OpenApiTypes.OBJECT, description="The user lacks resume_interrupt."),
+    403: OpenApiResponse(
+        OpenApiTypes.OBJECT,
+        description="The user lacks resume_interrupt, or (without a token or a signature) the "
+        "user credentials are wrong and the first authentication class is not HTTP Basic.",
+    ),
     404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such run, interrupt or token."),
     409: OpenApiResponse(OpenApiTypes.OBJECT, description="Already resumed, or not waiting yet."),
     410: OpenApiResponse(OpenApiTypes.OBJECT, description="Expired or cancelled."),
@@ -308,6 +373,7 @@ class ResumeView(APIView):
 
     permission_classes: list[Any] = []
     throttle_classes = [ResumeRateThrottle]
+    parser_classes = [StorableJSONParser]  # _parse reads the raw body the same way
     request_serializer: type = ResumeRequestSerializer
     action = "resume"
 
@@ -320,8 +386,10 @@ class ResumeView(APIView):
         key = request.headers.get(IDEMPOTENCY_HEADER) or credential.webhook_id
         if not key:
             return self._respond(request, body, credential, kwargs)
-        if len(key) > 255:
-            return error_response(ApiError(400, f"the {IDEMPOTENCY_HEADER} is too long (255 max)"))
+        try:
+            _check_header(IDEMPOTENCY_HEADER, key)
+        except ApiError as error:
+            return error_response(error)
         reservation = request_keys.reserve(
             credential.scope, key, request_keys.fingerprint(request.method, request.path, body)
         )
@@ -347,7 +415,10 @@ class ResumeView(APIView):
             )
         assert reservation.row_id is not None
         try:
-            response = self._respond(request, body, credential, kwargs)
+            # Kept alive while the request runs (an inline resume runs the rest of the run),
+            # so a repeat gets in_flight; only a dead process's reservation is taken over.
+            with request_keys.kept(reservation.row_id):
+                response = self._respond(request, body, credential, kwargs)
         except BaseException:
             request_keys.release(reservation.row_id)
             raise
@@ -364,7 +435,9 @@ class ResumeView(APIView):
         try:
             declared = int(request.headers.get("Content-Length") or 0)
         except ValueError:
-            raise ApiError(400, "the Content-Length header is not a number") from None
+            raise ApiError(
+                400, "the Content-Length header is not a number", code="invalid_header"
+            ) from None
         too_big = ApiError(413, f"the body is larger than {limit} bytes", code="too_large")
         if declared > limit:
             raise too_big
@@ -377,12 +450,17 @@ class ResumeView(APIView):
         return body
 
     def _authenticate(self, request: Request, body: bytes) -> Credential:
-        token = request.headers.get(TOKEN_HEADER)
-        if token is not None:
-            if not 20 <= len(token) <= 200:
+        kind = _credential_kind(request)
+        if kind == "token":
+            token = request.headers[TOKEN_HEADER]
+            # Tokens are URL-safe base64; anything else (NUL, surrogates) cannot be one.
+            if not (20 <= len(token) <= 200 and token.isascii() and token.isprintable()):
                 raise ApiError(401, f"the {TOKEN_HEADER} header is not a resume token")
             return Credential("token", f"token:{interrupt_store.token_hash(token)}", token=token)
-        if request.headers.get(signatures.SIGNATURE_HEADER) is not None:
+        if kind == "webhook":
+            webhook_id = request.headers.get(signatures.ID_HEADER)
+            if webhook_id:  # signed, then stored as the key: it must be storable text
+                _check_header(signatures.ID_HEADER, webhook_id, max_length=None)
             try:
                 verified = signatures.verify(request.headers, body)
             except signatures.SignatureError as exc:
@@ -413,6 +491,21 @@ class ResumeView(APIView):
             return super().get_authenticators()
         return [authenticator() for authenticator in configured]
 
+    def perform_authentication(self, request: Request) -> None:
+        """Authenticate the user only when the user is the credential.
+
+        The documented order is the resume token, then the webhook signature, then the user:
+        a request with a token or a signature is judged by it alone, so user credentials beside
+        it (a wrong password, a stale session) refuse nothing, and its rate limit counts per
+        client address.
+        """
+        if _credential_kind(request) == "user":
+            super().perform_authentication(request)
+            return
+        anonymous = api_settings.UNAUTHENTICATED_USER
+        request.user = anonymous() if anonymous else None
+        request.auth = None
+
     def _respond(
         self, request: Request, body: bytes, credential: Credential, kwargs: dict[str, Any]
     ) -> Response:
@@ -429,13 +522,16 @@ class ResumeView(APIView):
 
     def _parse(self, body: bytes) -> dict[str, Any]:
         try:
-            parsed = json.loads(body)
-        except (ValueError, RecursionError):
-            raise ApiError(400, "the body is not valid JSON", code="parse_error") from None
+            # The raw body (its signature was checked over these bytes), whatever the
+            # Content-Type says, through the parser every view uses.
+            parsed = load(body, max_depth=MAX_JSON_DEPTH)
+        except BodyRefused as exc:
+            raise ApiError(400, exc.message, code="parse_error") from None
         if not isinstance(parsed, dict):
-            raise ApiError(400, 'the body must be a JSON object: {"step": ..., "payload": {...}}')
-        if _too_deep(parsed, MAX_JSON_DEPTH):
-            raise ApiError(400, f"the body is nested more than {MAX_JSON_DEPTH} levels deep")
+            raise ApiError(
+                400, 'the body must be a JSON object: {"step": ..., "payload": {...}}',
+                code="invalid",
+            )  # fmt: skip
         serializer = self.request_serializer(data=parsed)
         if not serializer.is_valid():
             raise ApiError(400, "the request is invalid", code="invalid", errors=serializer.errors)
@@ -486,6 +582,30 @@ class ResumeView(APIView):
         if credential.kind != "user":  # outside senders see where the run stands, no more
             return Response({"execution_id": str(outcome.execution_id), "status": outcome.status})
         return Response(outcome_data(outcome))
+
+
+def _credential_kind(request: Request) -> str:
+    """Which credential a resume request carries, in the documented order."""
+    if request.headers.get(TOKEN_HEADER) is not None:
+        return "token"
+    if request.headers.get(signatures.SIGNATURE_HEADER) is not None:
+        return "webhook"
+    return "user"
+
+
+def _check_header(name: str, value: str, *, max_length: int | None = 255) -> None:
+    """Refuse (400) a key header too long or holding what the database cannot store."""
+    if max_length is not None and len(value) > max_length:
+        raise ApiError(
+            400, f"the {name} header is longer than {max_length} characters; send a shorter key",
+            code="invalid_header",
+        )  # fmt: skip
+    reason = unstorable(value)
+    if reason is not None:
+        raise ApiError(
+            400, f"the {name} header cannot be stored ({reason}); send a key of plain text",
+            code="invalid_header",
+        )  # fmt: skip
 
 
 def _visible(request: Request, execution_id: Any) -> bool:

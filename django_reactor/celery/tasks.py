@@ -3,7 +3,9 @@ OpenTelemetry installed, the publisher's trace context in the headers)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from celery import Task, shared_task
@@ -14,6 +16,23 @@ except ImportError:
     from contextlib import nullcontext as task_context  # type: ignore[assignment]
 
 logger = logging.getLogger("django_reactor.celery")
+
+
+@contextlib.contextmanager
+def _task_connections() -> Iterator[None]:
+    """Around every task, what Django does around every request: drop database connections
+    that broke or outlived ``CONN_MAX_AGE``, and arm ``CONN_HEALTH_CHECKS`` again.
+
+    Celery's own fixup does this only every ``CELERY_DB_REUSE_MAX`` tasks, so a connection
+    the server dropped would fail every task of the process until then.
+    """
+    from ..store import refresh_connections
+
+    refresh_connections()
+    try:
+        yield
+    finally:
+        refresh_connections()
 
 
 @shared_task(
@@ -27,7 +46,7 @@ def resume(self: Task, execution_id: str) -> None:
     """Take the run over (if nobody owns it) and execute it from its last checkpoint."""
     from .. import services
 
-    with task_context(self.request):
+    with _task_connections(), task_context(self.request):
         services.resume(execution_id)
 
 
@@ -42,7 +61,7 @@ def map_elements(self: Task, map_id: str) -> None:
     """Run pending elements of a fanned-out map, a chunk at a time, until none is left."""
     from .. import maps
 
-    with task_context(self.request):
+    with _task_connections(), task_context(self.request):
         maps.work(map_id, forward=True)
 
 
@@ -57,7 +76,7 @@ def map_rollback(self: Task, map_id: str) -> None:
     """Undo succeeded elements of a fanned-out map, highest index first, until none is left."""
     from .. import maps
 
-    with task_context(self.request):
+    with _task_connections(), task_context(self.request):
         maps.work(map_id, forward=False)
 
 
@@ -66,5 +85,6 @@ def sweep() -> dict[str, Any]:
     """Republish lost work: unsent dispatches, runs whose worker died, due wake-ups."""
     from .. import services
 
-    report = services.sweep()
+    with _task_connections():
+        report = services.sweep()
     return report.as_dict()

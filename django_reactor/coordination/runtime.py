@@ -36,7 +36,10 @@ from ..engine.coordination import (
     resolve_key,
 )
 from ..engine.definition import ReactorDefinition
+from ..engine.templates import InputRef
+from ..exceptions import ReactorImproperlyConfigured
 from ..states import ExecutionStatus
+from ..store import Kept
 from .exceptions import CoordinationUnavailable, UnknownRateLimit
 from .periods import bucket_for, period_seconds
 from .rates import named_rate_limit, parse_windows
@@ -63,6 +66,26 @@ def backend_key(kind: str, key: str) -> str:
 def coordinated(definition: ReactorDefinition) -> bool:
     """Whether the reactor or any of its steps declares coordination."""
     return bool(definition.coordination) or any(s.coordination for s in definition.steps)
+
+
+def check_backend(definition: ReactorDefinition) -> None:
+    """Raise ReactorImproperlyConfigured when the reactor declares coordination and the
+    configured backend cannot be set up (no server is contacted). Called before a run is
+    written, so a misconfigured project refuses the run instead of leaving it half started."""
+    if coordinated(definition):
+        from . import get_backend
+
+        get_backend()
+
+
+def unconfigured(exc: ReactorImproperlyConfigured) -> Blocked:
+    """Why a run cannot take its coordination when the backend is misconfigured (it fails:
+    nothing runs unlocked)."""
+    return Blocked(
+        "fail",
+        f"coordination is not configured, so nothing runs unlocked: {exc}",
+        error_kind="coordination_unavailable",
+    )
 
 
 def coordinator_for(
@@ -115,12 +138,16 @@ def guard_dispatch(
     """Refuse to dispatch an async unit whose own lock (or single-slot semaphore) the run
     tree dispatching it holds: the unit would wait for its parent, which waits for it.
 
-    Raises DispatchRefused naming the key; a key the unit cannot compute is left to the unit.
+    The unit's locks are its reactor's ``Meta.coordination`` and, for an ``async_step``, the
+    step class's own (keyed on its arguments, which are the unit's inputs). Raises
+    DispatchRefused naming the key; a key the unit cannot compute is left to the unit.
     """
+    declared = list(definition.coordination)
+    for spec in definition.steps:
+        if _arguments_are_inputs(spec):
+            declared.extend(spec.coordination)
     exclusive = [
-        d
-        for d in definition.coordination
-        if isinstance(d, Lock) or (isinstance(d, Semaphore) and d.limit == 1)
+        d for d in declared if isinstance(d, Lock) or (isinstance(d, Semaphore) and d.limit == 1)
     ]
     if not exclusive:
         return
@@ -143,6 +170,18 @@ def guard_dispatch(
                 "for this run while this run waits for it. Give the unit another key, or "
                 "compose it instead (a composed child shares its parent's locks)"
             )
+
+
+def _arguments_are_inputs(spec: Any) -> bool:
+    """Whether a step's arguments are its reactor's inputs of the same names (an async_step's
+    unit): its own keys can then be computed before the unit starts."""
+    return all(
+        isinstance(template, InputRef)
+        and template.name == name
+        and not template.path
+        and template.transform is None
+        for name, template in spec.arguments.items()
+    )
 
 
 @dataclass
@@ -247,6 +286,8 @@ class RunCoordinator:
             blocked = self._enter(keys)
         except UnknownRateLimit as exc:
             return Blocked("fail", str(exc))
+        except ReactorImproperlyConfigured as exc:
+            return unconfigured(exc)
         except CoordinationUnavailable as exc:
             self._release_quietly()
             return _unavailable(exc)
@@ -354,19 +395,25 @@ class RunCoordinator:
         *,
         wait: bool,
         into: list[_Held] | None = None,
+        wait_at_least: float = 0.0,
     ) -> Blocked | None:
-        """Locks then semaphores, by key; on contention give back what this call took."""
+        """Locks then semaphores, by key; on contention give back what this call took.
+
+        With ``wait``, each is waited for up to its declaration's ``wait`` (and at least
+        ``wait_at_least``); an unreachable backend is tried again within the same bound, then
+        CoordinationUnavailable is raised.
+        """
         held = self._held if into is None else into
         taken: list[_Held] = []
         ordered = sorted(keys, key=lambda dk: (isinstance(dk[0], Semaphore), dk[1]))
         for declaration, key in ordered:
             assert isinstance(declaration, Lock | Semaphore)
-            deadline = time.monotonic() + (declaration.wait if wait else 0.0)
-            while True:
-                got = self._acquire(declaration, key, step=into is not None)
-                if got is not None or time.monotonic() >= deadline:
-                    break
-                time.sleep(INLINE_POLL)
+            bound = max(declaration.wait if wait else 0.0, wait_at_least)
+            try:
+                got = self._acquire_within(declaration, key, bound, step=into is not None)
+            except CoordinationUnavailable:
+                self._give_back(taken)
+                raise
             if got is None:
                 self._release(taken)
                 if into is None and self.in_worker:
@@ -380,6 +427,31 @@ class RunCoordinator:
                 taken.append(got)
         held.extend(taken)
         return None
+
+    def _acquire_within(
+        self, declaration: Lock | Semaphore, key: str, bound: float, *, step: bool
+    ) -> _Held | None:
+        """Try to take ``key`` until ``bound`` seconds have passed: None when another holder
+        kept it; CoordinationUnavailable when the backend stayed unreachable."""
+        deadline = time.monotonic() + bound
+        while True:
+            try:
+                got = self._acquire(declaration, key, step=step)
+            except CoordinationUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                got = None
+            if got is not None or time.monotonic() >= deadline:
+                return got
+            time.sleep(INLINE_POLL)
+
+    def _give_back(self, taken: list[_Held]) -> None:
+        """Release what one acquisition took before the backend went away (its TTL frees
+        what cannot be released now)."""
+        try:
+            self._release(taken)
+        except CoordinationUnavailable:
+            taken.clear()
 
     def _acquire(self, declaration: Lock | Semaphore, key: str, *, step: bool) -> _Held | None:
         backend = self.backend
@@ -447,7 +519,7 @@ class RunCoordinator:
         try:
             keys = [(d, self._key(d, self.inputs)) for d in declarations]
             blocked = self._take(keys, wait=False)
-        except (CoordinationKeyError, CoordinationUnavailable) as exc:
+        except (CoordinationKeyError, CoordinationUnavailable, ReactorImproperlyConfigured) as exc:
             logger.warning("execution %s rolls back without its locks: %s", self.execution_id, exc)
             return
         if blocked is not None:
@@ -468,8 +540,8 @@ class RunCoordinator:
         if status == ExecutionStatus.PAUSED:
             return  # waiting for a payload holds no lock; its place and period stay
         state = self._state
-        backend = self.backend
         try:
+            backend = self.backend
             if "period" in state:
                 key, bucket, keep = state["period"]
                 if status == ExecutionStatus.COMPLETED:
@@ -483,7 +555,7 @@ class RunCoordinator:
                     backend.complete_ordered(
                         backend_key("ordered", key), self.run_owner, failed, declaration.strict
                     )
-        except (CoordinationUnavailable, CoordinationKeyError):
+        except (CoordinationUnavailable, CoordinationKeyError, ReactorImproperlyConfigured):
             logger.warning(
                 "could not settle the coordination of execution %s",
                 self.execution_id,
@@ -532,12 +604,45 @@ class RunCoordinator:
         except UnknownRateLimit as exc:
             holdings.release(succeeded=False)
             return Blocked("fail", str(exc))
+        except ReactorImproperlyConfigured as exc:
+            return unconfigured(exc)
         except CoordinationUnavailable as exc:
             holdings.release(succeeded=False)
             return _unavailable(exc)
         if blocked is not None:
             holdings.release(succeeded=False)
             return blocked
+        holdings.fences = {**self.fences}
+        return holdings
+
+    @_flushes
+    def enter_step_rollback(
+        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, Any]
+    ) -> StepHoldings | Blocked:
+        """Take a step's locks and semaphore slots for its undo or compensate (never its rate
+        limit or period), waiting up to ``REACTOR["ROLLBACK_WAIT"]`` seconds for them, inline
+        and on workers alike: a rollback cannot be rescheduled halfway."""
+        holdings = StepHoldings(self)
+        exclusive = [d for d in declarations if isinstance(d, Lock | Semaphore)]
+        if not exclusive:
+            return holdings
+        where = f"step {step!r}"
+        try:
+            keys = [(d, self._key(d, arguments, where)) for d in exclusive]
+            blocked = self._take(
+                keys,
+                wait=True,
+                into=holdings.held,
+                wait_at_least=float(reactor_settings.ROLLBACK_WAIT),
+            )
+        except CoordinationKeyError as exc:
+            return Blocked("fail", str(exc))
+        except ReactorImproperlyConfigured as exc:
+            return unconfigured(exc)
+        except CoordinationUnavailable as exc:
+            return _unavailable(exc)
+        if blocked is not None:
+            return Blocked("contention", blocked.message, error_kind="coordination_unavailable")
         holdings.fences = {**self.fences}
         return holdings
 
@@ -610,7 +715,7 @@ class RunCoordinator:
             self._dirty = False
 
 
-class _Keeper:
+class _Keeper(Kept):
     """Extends a run's locks and slots (and its ordered-lock heartbeat) from the process's
     heartbeat thread while the run runs; marks the run ``lost`` when one has lapsed."""
 
@@ -621,24 +726,11 @@ class _Keeper:
         self.held = list(held)
         self.ordered = ordered
         ttls = [h.ttl for h in held] or [float(reactor_settings.LEASE_SECONDS)]
-        self.interval = max(min(ttls) / 3, 0.05)
-        self.due = 0.0
-        self.lost = False
+        super().__init__(max(min(ttls) / 3, 0.05))
 
     @property
     def label(self) -> str:
         return f"the coordination of execution {self.coordinator.execution_id}"
-
-    def __enter__(self) -> _Keeper:
-        from ..store import _Heartbeat
-
-        _Heartbeat.current().add(self)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        from ..store import _Heartbeat
-
-        _Heartbeat.current().discard(self)
 
     def extend(self) -> bool:
         coordinator = self.coordinator

@@ -353,3 +353,11 @@ class Coordinator(Protocol):
     def enter_step(
         self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, Any]
     ) -> StepHold | Blocked: ...
+
+    def enter_step_rollback(
+        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, Any]
+    ) -> StepHold | Blocked:
+        """Take a step's locks and semaphore slots for its undo or compensate, waiting a
+        bounded time for another holder; Blocked when they cannot be held (the handler must
+        not run unlocked)."""
+        ...

@@ -131,7 +131,10 @@ class ReactorDefinition:
         for name in sorted(done):
             if name not in current:
                 problems.append(f"step {name!r} ran but no longer exists")
-            elif name in stored_shape and stored_shape[name] != current[name]:
+            elif name not in stored_shape:
+                if stored_shape:  # an empty shape: a run recorded before shapes were stored
+                    problems.append(f"step {name!r} ran but the run's stored definition lacks it")
+            elif stored_shape[name] != current[name]:
                 problems.append(f"step {name!r} ran but its implementation or inputs changed")
         return problems
 

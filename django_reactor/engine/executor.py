@@ -37,7 +37,7 @@ from ..exceptions import (
 )
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from .composition import ChildRunner
-from .coordination import NOT_STARTED, Blocked, Coordinator, DispatchRefused
+from .coordination import NOT_STARTED, Blocked, Coordinator, DispatchRefused, StepHold
 from .definition import ReactorDefinition, StepSpec
 from .journal import Event, InterruptWrite, Journal, JournalBatch, RollbackWrite, StepWrite
 from .mapping import MapDone, MapRollbackPending, MapRunner, MapSourceError, MapStopped
@@ -68,10 +68,11 @@ from .outcomes import (
     StepOutcome,
     Success,
     as_step_outcome,
+    exception_message,
     qualified_class_name,
 )
 from .redaction import redact
-from .serialization import encode, roundtrip
+from .serialization import encode, printable, roundtrip, shown, unstorable
 from .step import StepContext, acting
 from .templates import ResolutionScope
 from .validation import summarise_errors, validate
@@ -146,6 +147,7 @@ class Executor:
         issue_tokens: bool = False,
         observer: RunObserver | None = None,
         coordinator: Coordinator | None = None,
+        hand_back_on_interruption: bool = False,
     ) -> None:
         self.definition = definition
         self.journal = journal
@@ -165,6 +167,9 @@ class Executor:
         self.attached = attached
         # Give every interrupt reached a resume token (returned in the Paused outcome).
         self.issue_tokens = issue_tokens
+        # In a worker, a process-level interruption (SystemExit, KeyboardInterrupt, MemoryError)
+        # gives the run back for the message's redelivery instead of aborting it.
+        self.hand_back_on_interruption = hand_back_on_interruption
         self._notes: list[Event] = []
         self._reached: dict[str, PendingInterrupt] = {}
         self._display_inputs: dict[str, Any] | None = None
@@ -361,9 +366,17 @@ class Executor:
             arguments = validated
         if spec.interrupt is not None:
             return self._reach_interrupt(spec, started_at)
-        if spec.child is not None:
-            return self._run_child(spec, arguments, started_at)
-        if spec.unit is not None:
+        if spec.child is not None or spec.unit is not None:
+            # A child's arguments are its stored inputs: refused before it is created.
+            problem = unstorable(arguments)
+            if problem is not None:
+                unfit = ArgumentResolutionError(f"the arguments cannot be stored: {problem}")
+                error = self._error_info(unfit, ErrorKind.ARGUMENT, spec, arguments, attempts=0)
+                return self._fail(
+                    spec, error, arguments, started=False, started_at=started_at, attempts=0
+                )
+            if spec.child is not None:
+                return self._run_child(spec, arguments, started_at)
             return self._dispatch_unit(spec, arguments, started_at)
         if spec.map is not None:
             return self._run_map(spec, arguments, started_at)
@@ -1067,10 +1080,7 @@ class Executor:
         started_at: dt.datetime,
         duration: float,
     ) -> Outcome:
-        try:
-            reason = encode(outcome.reason)
-        except ResultNotSerializable:
-            reason = str(outcome.reason)
+        reason = shown(outcome.reason)
         event = self._event(
             EventKind.HALT,
             step=spec.name,
@@ -1251,6 +1261,13 @@ class Executor:
             return []
 
         signature = spec.undo_signature if action == "undo" else spec.compensate_signature
+        hold: StepHold | None = None
+        if spec.coordination and self.coordinator is not None:
+            taken = self.coordinator.enter_step_rollback(spec.name, spec.coordination, arguments)
+            self._acquired(spec.name)
+            if isinstance(taken, Blocked):
+                return self._rollback_blocked(spec, action, failed_kind, taken)
+            hold = taken
         context = self._context(spec, action, 1)
         faults.point(f"before_{action}", step=spec.name)
         t0 = time.perf_counter()
@@ -1275,8 +1292,11 @@ class Executor:
                 step=spec.name,
                 action=action,
                 exception_class=qualified_class_name(exc),
-                message=str(exc) or type(exc).__name__,
+                message=exception_message(exc),
             )
+        finally:
+            if hold is not None:
+                hold.release(True)
         duration = (time.perf_counter() - t0) * 1000
         if failure is None:
             event = self._event(ok_kind, step=spec.name, duration_ms=duration)
@@ -1294,6 +1314,28 @@ class Executor:
         self._commit(JournalBatch(events=[event], rollback=rollback))
         self._notify_rollback(action, spec.name, rollback.status, duration, failure)
         return [failure] if failure is not None else []
+
+    def _rollback_blocked(
+        self, spec: StepSpec, action: str, failed_kind: str, blocked: Blocked
+    ) -> list[RollbackFailure]:
+        """The step's lock could not be held for its rollback: the handler does not run
+        unlocked; the failure is recorded for ``undo()`` to try again."""
+        failure = RollbackFailure(
+            step=spec.name,
+            action=action,
+            exception_class=None,
+            message=f"the {action} did not run: {blocked.message}; {action} again once it is free",
+            kind=ErrorKind.COORDINATION_UNAVAILABLE,
+        )
+        event = self._event(
+            failed_kind, step=spec.name, data={"error": failure.message, "kind": failure.kind}
+        )
+        rollback = RollbackWrite(
+            spec.name, RollbackStatus.FAILED, event.at, error=failure.to_dict()
+        )
+        self._commit(JournalBatch(events=[event], rollback=rollback))
+        self._notify_rollback(action, spec.name, rollback.status, None, failure)
+        return [failure]
 
     def _rollback_child(
         self, spec: StepSpec, ok_kind: str, failed_kind: str, ok_status: str
@@ -1355,7 +1397,15 @@ class Executor:
         attempt: int = 0,
         started_at: dt.datetime | None = None,
     ) -> None:
-        """Record that the process was interrupted; the undo stack stays for ``undo()``."""
+        """Record that the process was interrupted; the undo stack stays for ``undo()``.
+
+        In a worker (``hand_back_on_interruption``) the run is not aborted: it keeps its status
+        and its lease ends now, so the redelivered message (or the sweeper) resumes it at once,
+        counting one recovery; the step that was in flight runs again.
+        """
+        if self.hand_back_on_interruption:
+            self._hand_back(exc, spec=spec, attempt=attempt)
+            return
         if spec is not None:
             error = self._error_info(exc, ErrorKind.INTERRUPTED, spec, arguments or {}, attempt)
             batch = self._failed_step(
@@ -1383,6 +1433,23 @@ class Executor:
                 self.execution_id,
             )
 
+    def _hand_back(self, exc: BaseException, *, spec: StepSpec | None, attempt: int) -> None:
+        data: dict[str, Any] = {"exception_class": qualified_class_name(exc), "resumable": True}
+        if attempt:
+            data["attempt"] = attempt
+        batch = JournalBatch(
+            events=[self._event(EventKind.HAND_BACK, step=spec.name if spec else "", data=data)],
+            expire_lease=True,
+        )
+        try:
+            self._commit(batch)
+        except Exception:  # the interruption must still propagate; the lease lapses by itself
+            logger.exception(
+                "could not hand execution %s back after the process was interrupted; it is "
+                "resumed when its lease expires",
+                self.execution_id,
+            )
+
     # ------------------------------------------------------------------ endings
 
     def _complete(
@@ -1392,6 +1459,7 @@ class Executor:
         definition = self.definition
         if definition.returns is not None:
             value = self.state.results.get(definition.returns)
+            stored = encode(value)
         else:
             # Async units' outcomes belong to the steps that read them, not to the run's value.
             value = {
@@ -1399,10 +1467,12 @@ class Executor:
                 for name, result in self.state.results.items()
                 if definition.by_name[name].unit is None
             }
+            # Each result as its step stored it: nested one level deeper, still storable.
+            stored = {name: encode(result) for name, result in value.items()}
         batch = batch or JournalBatch()
         batch.events.append(self._event(EventKind.COMPLETE))
         batch.status = ExecutionStatus.COMPLETED
-        batch.result = encode(value)
+        batch.result = stored
         batch.finished = True
         self._commit(batch)
         if self.observer is not None:
@@ -1816,26 +1886,19 @@ def _error_summary(outcome: Failure, exc: BaseException | None) -> dict[str, Any
     error = exc if exc is not None else outcome.error
     if isinstance(error, BaseException):
         return {
-            "error": str(error) or type(error).__name__,
+            "error": exception_message(error),
             "exception_class": qualified_class_name(error),
         }
-    return {"error": str(error), "exception_class": None}
+    return {"error": printable(str(error)), "exception_class": None}
 
 
 def _encode_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     try:
         return encode(arguments)
     except ResultNotSerializable:
-        return {k: _safe_encode(v) for k, v in arguments.items()}
-
-
-def _safe_encode(value: Any) -> Any:
-    try:
-        return encode(value)
-    except ResultNotSerializable:
-        return repr(value)
+        return _displayable(arguments)
 
 
 def _displayable(data: dict[str, Any]) -> dict[str, Any]:
     """A JSON-safe copy for error reports (unserialisable values shown by repr)."""
-    return {k: _safe_encode(v) for k, v in data.items()}
+    return {printable(k): shown(v) for k, v in data.items()}

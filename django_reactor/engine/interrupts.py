@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 
 from ..exceptions import DefinitionError
 from .declarations import StepDeclaration
+from .outcomes import exception_message
+from .serialization import safe_repr, unstorable
 from .step import Step
 from .templates import Template
 
@@ -62,17 +64,18 @@ class InterruptSpec:
             value = source.resolve(scope) if isinstance(source, Template) else source(scope)
         except Exception as exc:
             raise ValueError(
-                f"correlation_id raised {type(exc).__name__}: {exc}"
-                if str(exc)
-                else f"correlation_id raised {type(exc).__name__}"
+                f"correlation_id raised {type(exc).__name__}: {exception_message(exc)}"
             ) from exc
         if isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         if not isinstance(value, str) or not value or len(value) > 255:
             raise ValueError(
                 "correlation_id must give a non-empty string of at most 255 characters, got "
-                f"{value!r}"
+                f"{safe_repr(value)}"
             )
+        problem = unstorable(value)
+        if problem is not None:
+            raise ValueError(f"correlation_id gave text the database cannot store: {problem}")
         return value
 
 

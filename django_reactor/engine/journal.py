@@ -94,6 +94,9 @@ class JournalBatch:
     interrupt: InterruptWrite | None = None
     # The run ends (or rolls back) while interrupts wait: they stop taking payloads.
     close_interrupts: bool = False
+    # The process is stopping mid-run (a worker interrupted): end the lease now, keeping its
+    # owner, so another process takes the run over at once and counts a recovery.
+    expire_lease: bool = False
 
     @property
     def routine(self) -> bool:
@@ -106,6 +109,7 @@ class JournalBatch:
             or self.current_attempt is not None
             or self.interrupt is not None
             or self.close_interrupts
+            or self.expire_lease
         )
 
 

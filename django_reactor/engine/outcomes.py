@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from ..states import ExecutionStatus
+from .serialization import printable
 
 # --------------------------------------------------------------------------- step outcomes
 
@@ -81,6 +82,13 @@ class ErrorKind:
     PAYLOAD = "invalid_payload"
     # An interrupt expired with on_timeout="fail".
     TIMEOUT = "interrupt_timeout"
+    # A stored row this code cannot read (an unknown type tag, inputs that are not an object, a
+    # definition shape that does not parse): parked for a person, never retried.
+    UNREADABLE = "unreadable_record"
+    # The engine (not a step's code) raised while running the run: parked, not recovered in a loop.
+    ENGINE = "engine_error"
+    # The coordination backend could not be reached or used (nothing runs unlocked).
+    COORDINATION_UNAVAILABLE = "coordination_unavailable"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +101,13 @@ class RollbackFailure:
     message: str
     # For a map element: its index in the map.
     index: int | None = None
+    # Why it failed when the handler did not run (``coordination_unavailable``: its step's
+    # lock could not be held; ``missing``: a map element's row is gone).
+    kind: str | None = None
+
+    def __post_init__(self) -> None:
+        # Only shown, never refused: what the database cannot store is escaped.
+        object.__setattr__(self, "message", printable(self.message))
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -103,6 +118,8 @@ class RollbackFailure:
         }
         if self.index is not None:
             data["index"] = self.index
+        if self.kind is not None:
+            data["kind"] = self.kind
         return data
 
     @classmethod
@@ -113,6 +130,7 @@ class RollbackFailure:
             exception_class=data.get("exception_class"),
             message=data.get("message", ""),
             index=data.get("index"),
+            kind=data.get("kind"),
         )
 
 
@@ -135,6 +153,12 @@ class ErrorInfo:
     inputs: dict[str, Any] = field(default_factory=dict)
     arguments: dict[str, Any] = field(default_factory=dict)
     rollback_failures: tuple[RollbackFailure, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Only shown, never refused: what the database cannot store is escaped.
+        object.__setattr__(self, "message", printable(self.message))
+        if self.traceback:
+            object.__setattr__(self, "traceback", printable(self.traceback))
 
     def __str__(self) -> str:
         exc = f" ({self.exception_class.rsplit('.', 1)[-1]})" if self.exception_class else ""
@@ -174,11 +198,20 @@ class ErrorInfo:
         """Describe ``exc`` with its class, message and a capped traceback."""
         return cls(
             kind=kind,
-            message=str(exc) or exc.__class__.__name__,
+            message=exception_message(exc),
             exception_class=qualified_class_name(exc),
             traceback=format_traceback(exc),
             **extra,
         )
+
+
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)`` (the class name when empty), safe to store and show."""
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose __str__ raises
+        text = ""
+    return printable(text) or exc.__class__.__name__
 
 
 def qualified_class_name(exc: BaseException) -> str:
@@ -196,7 +229,10 @@ def format_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_FRAMES) -> s
     if dropped:
         lines.append(f"  ... {dropped} earlier frames omitted\n")
     lines.extend(tb.format_list(frames[dropped:]))
-    lines.extend(tb.format_exception_only(type(exc), exc))
+    try:
+        lines.extend(tb.format_exception_only(type(exc), exc))
+    except Exception:  # an exception whose __str__ raises
+        lines.append(f"{qualified_class_name(exc)}\n")
     return "".join(lines)
 
 

@@ -4,47 +4,105 @@ Values are stored as JSON. So that a run behaves the same whether a result was j
 read back after a restart, the executor passes every stored value through ``decode(encode(v))``:
 dependants always see exactly what the database holds. Dates, times, datetimes, decimals, UUIDs,
 tuples and sets survive the round trip as tagged objects; anything else that JSON cannot hold
-raises :class:`~django_reactor.exceptions.ResultNotSerializable`.
+raises :class:`~django_reactor.exceptions.ResultNotSerializable`, and so does anything the
+database would refuse (see :func:`encode`). :func:`decode` raises
+:class:`~django_reactor.exceptions.StoredValueUnreadable` for a stored value this code cannot
+read back.
+
+Free text that is only shown (error messages, tracebacks, halt and cancel reasons) goes through
+:func:`printable` instead: it is never refused, its unstorable characters are escaped.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import reprlib
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..exceptions import ResultNotSerializable
+from ..exceptions import ResultNotSerializable, StoredValueUnreadable
 
 TAG = "__reactor_type__"
 
+#: Deepest nesting of dicts, lists, tuples and sets a stored value may have (PostgreSQL's and
+#: Python's JSON parsers give up somewhere past a thousand; a value this deep is a bug).
+MAX_DEPTH = 200
+
+# Integers below this many bits are always short enough to write out (fast path).
+_SHORT_INT_BITS = 4096
+
+
+class _TooDeep(Exception):
+    """Raised past MAX_DEPTH; collects the containers on the way out to tell a cycle apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.path: list[int] = []
+
 
 def encode(value: Any) -> Any:
-    """Return a JSON-compatible structure for ``value``."""
-    if value is None or isinstance(value, bool | int | str):
+    """Return a JSON-compatible structure for ``value`` that the database accepts.
+
+    Raises ResultNotSerializable for a type JSON cannot hold, a NaN or infinite float, a NUL
+    character or a lone surrogate in a string or key, an integer too long to write out
+    (Python's ``sys.get_int_max_str_digits()``), nesting deeper than :data:`MAX_DEPTH` and a
+    value that contains itself.
+    """
+    try:
+        return _encode(value, 0)
+    except _TooDeep as deep:
+        if len(set(deep.path)) < len(deep.path):
+            raise ResultNotSerializable(
+                "the value contains itself (a dict or list that is its own member, directly "
+                "or further down) and cannot be stored as JSON"
+            ) from None
+        raise ResultNotSerializable(
+            f"the value is nested more than {MAX_DEPTH} levels deep; store flatter data"
+        ) from None
+
+
+def _encode(value: Any, depth: int) -> Any:
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        _check_text(value)
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > _SHORT_INT_BITS:
+            _check_int(value)
         return value
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise ResultNotSerializable(f"{value!r} cannot be stored as JSON")
         return value
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ResultNotSerializable(
-                    f"dictionary keys must be strings to be stored as JSON, got {key!r}"
-                )
-            out[key] = encode(item)
-        if TAG in out:
-            return {TAG: "dict", "v": out}
-        return out
-    if isinstance(value, list):
-        return [encode(item) for item in value]
-    if isinstance(value, tuple):
-        return {TAG: "tuple", "v": [encode(item) for item in value]}
-    if isinstance(value, set | frozenset):
-        return {TAG: "set", "v": sorted((encode(item) for item in value), key=repr)}
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
+    depth += 1
+    try:
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ResultNotSerializable(
+                        f"dictionary keys must be strings to be stored as JSON, got {key!r}"
+                    )
+                _check_text(key)
+                out[key] = _encode(item, depth)
+            if TAG in out:
+                return {TAG: "dict", "v": out}
+            return out
+        if isinstance(value, list):
+            return [_encode(item, depth) for item in value]
+        if isinstance(value, tuple):
+            return {TAG: "tuple", "v": [_encode(item, depth) for item in value]}
+        if isinstance(value, set | frozenset):
+            return {TAG: "set", "v": sorted((_encode(item, depth) for item in value), key=repr)}
+    except _TooDeep as deep:
+        deep.path.append(id(value))
+        raise
     if isinstance(value, dt.datetime):
         return {TAG: "datetime", "v": value.isoformat()}
     if isinstance(value, dt.date):
@@ -67,6 +125,83 @@ def encode(value: Any) -> Any:
         f"a {type(value).__qualname__} cannot be stored as JSON; return plain data "
         "(dicts, lists, strings, numbers, dates, decimals, UUIDs) or an id to look it up"
     )
+
+
+def _check_text(text: str) -> None:
+    """Refuse what PostgreSQL's text and JSON types cannot hold: NUL and lone surrogates."""
+    if "\x00" in text:
+        raise ResultNotSerializable(
+            f"the string {_preview(text)} contains a NUL character (\\u0000), which the "
+            "database cannot store"
+        )
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ResultNotSerializable(
+                f"the string {_preview(text)} contains a lone surrogate (an unpaired "
+                "\\ud800-\\udfff code point), which is not valid Unicode text"
+            ) from None
+
+
+def _check_int(value: int) -> None:
+    limit = sys.get_int_max_str_digits()
+    if limit and value.bit_length() * 0.30103 > limit - 1:  # log10(2): digits per bit
+        try:
+            str(value)
+        except ValueError:
+            raise ResultNotSerializable(
+                f"an integer of more than {limit} digits cannot be stored; store it as a "
+                "string (Python's sys.get_int_max_str_digits() limit)"
+            ) from None
+
+
+def _preview(text: str) -> str:
+    shown = ascii(text[:40])
+    return shown if len(text) <= 40 else shown[:-1] + "...'"
+
+
+def printable(text: str) -> str:
+    """``text`` with what the database cannot store escaped: NUL as ``\\x00``, lone
+    surrogates as ``\\udc00``. For messages, tracebacks and reasons, which are only shown."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 6, 200, 200, 60
+
+
+def shown(value: Any) -> Any:
+    """``value`` encoded, or else a short, storable ``repr`` of it: for error reports."""
+    try:
+        return encode(value)
+    except ResultNotSerializable:
+        return safe_repr(value)
+
+
+def safe_repr(value: Any) -> str:
+    """A short, storable ``repr`` of anything (deep, cyclic, huge or unprintable values too)."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # a __repr__ that raises, an integer too long to write out
+        text = f"<{type(value).__qualname__} that cannot be shown>"
+    return printable(text)
+
+
+def unstorable(value: Any) -> str | None:
+    """Why ``value`` (JSON data as a parser gives it) cannot be stored; None when it can."""
+    try:
+        encode(value)
+    except ResultNotSerializable as exc:
+        return str(exc)
+    return None
 
 
 _DECODERS: dict[str, Callable[[Any], Any]] = {
@@ -92,15 +227,46 @@ def register_decoder(tag: str, decoder: Callable[[Any], Any]) -> None:
 
 
 def decode(value: Any) -> Any:
-    """Inverse of :func:`encode`."""
+    """Inverse of :func:`encode`.
+
+    Raises StoredValueUnreadable for a tagged value this code cannot read (an unknown tag, or
+    a payload its decoder refuses): the stored row was written by other code or edited.
+    """
     if isinstance(value, list):
         return [decode(item) for item in value]
     if isinstance(value, dict):
         tag = value.get(TAG)
         if tag is not None and len(value) == 2 and "v" in value:
-            return _DECODERS[tag](value["v"])
+            return _decode_tagged(tag, value["v"])
         return {key: decode(item) for key, item in value.items()}
     return value
+
+
+def _decode_tagged(tag: Any, payload: Any) -> Any:
+    decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
+    if decoder is None:
+        known = ", ".join(sorted(_DECODERS))
+        raise StoredValueUnreadable(
+            f"a stored value has the type tag {tag!r}, which this code cannot read (known: "
+            f"{known}); it was written by other code, or a decoder is not registered"
+        )
+    try:
+        return decoder(payload)
+    except StoredValueUnreadable:
+        raise
+    except Exception as exc:
+        raise StoredValueUnreadable(
+            f"a stored {tag} value cannot be read back ({ascii(payload)[:60]}): {exc}"
+        ) from None
+
+
+def readable(value: Any) -> Any:
+    """``decode(value)``, or the stored JSON as it is when this code cannot read it: for
+    showing a stored run (a handle, the admin, the API), which must not fail on one odd row."""
+    try:
+        return decode(value)
+    except StoredValueUnreadable:
+        return value
 
 
 def roundtrip(value: Any) -> tuple[Any, Any]:

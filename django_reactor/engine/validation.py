@@ -9,7 +9,11 @@ from typing import Any
 def validate(serializer_class: Any, data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, Any]:
     """Return ``(validated_data, None)`` or ``(None, field_errors)`` as plain data."""
     serializer = serializer_class(data=dict(data))
-    if serializer.is_valid():
+    try:
+        valid = serializer.is_valid()
+    except RecursionError:  # fields that serialise their value (JSONField) on nested-deep data
+        return None, {"non_field_errors": ["the data is nested too deeply to be validated"]}
+    if valid:
         return dict(serializer.validated_data), None
     return None, plain_errors(serializer.errors)
 

@@ -12,6 +12,7 @@ import decimal
 import json
 import sys
 import uuid
+from argparse import ArgumentTypeError
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -176,13 +177,14 @@ def parse_statuses(text: str, option: str = "--status") -> list[str]:
 
 
 def non_negative_int(value: str) -> int:
-    """argparse ``type=``: a whole number of 0 or more."""
+    """argparse ``type=``: a whole number of 0 or more (argparse reports a bad one with the
+    command's usage, as for any other option)."""
     try:
         number = int(value)
     except ValueError:
-        raise CommandError(f"{value!r} is not a whole number") from None
+        raise ArgumentTypeError(f"{value!r} is not a whole number") from None
     if number < 0:
-        raise CommandError(f"the number must be 0 or more, got {value}")
+        raise ArgumentTypeError(f"the number must be 0 or more, got {value}")
     return number
 
 
@@ -190,7 +192,7 @@ def positive_int(value: str) -> int:
     """argparse ``type=``: a whole number of 1 or more."""
     number = non_negative_int(value)
     if number < 1:
-        raise CommandError(f"the number must be 1 or more, got {value}")
+        raise ArgumentTypeError(f"the number must be 1 or more, got {value}")
     return number
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from rest_framework import serializers
 
-from django_reactor import Reactor, arg, interrupt, step
+from django_reactor import Reactor, Step, Success, arg, interrupt, step
 from tests.integration.reactors import Tracked
 
 
@@ -51,3 +52,39 @@ class ApiRefundInBackground(Reactor):
 
     class Meta:
         name = "tests.ApiRefundInBackground"
+
+
+class Gate:
+    """Holds a step open: the step sets ``entered`` and waits until a test sets ``release``."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def reset(self) -> None:
+        self.entered.clear()
+        self.release.clear()
+
+
+GATE = Gate()
+
+
+class Held(Step):
+    """Runs until the test opens ``GATE`` (a resume that runs longer than the lease)."""
+
+    def run(self, **arguments: Any) -> Any:
+        GATE.entered.set()
+        if not GATE.release.wait(timeout=30):
+            raise RuntimeError("the test never opened the gate")
+        return Success({"held": True})
+
+
+class ApiHeldRefund(Reactor):
+    """Resumed inline, its step after the interrupt runs until the test releases it."""
+
+    request = step(Tracked)
+    approval = interrupt(after=["request"], payload=Approval)
+    hold = step(Held, wait_for=["approval"])
+
+    class Meta:
+        name = "tests.ApiHeldRefund"

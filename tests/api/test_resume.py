@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -147,6 +148,62 @@ def test_a_resume_token_resumes_once_and_guesses_get_404(anonymous: APIClient) -
         headers={"Reactor-Resume-Token": token},
     )
     assert reused.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "first_class",
+    ["SessionAuthentication", "BasicAuthentication"],
+    ids=["session-first", "basic-first"],
+)
+def test_a_token_or_signature_is_honoured_beside_a_wrong_basic_password(
+    anonymous: APIClient, settings: Any, first_class: str
+) -> None:
+    # The documented order: the token, then the signature, then the user. A request that
+    # carries a token or a signature is never refused for its user credentials.
+    classes = ["SessionAuthentication", "BasicAuthentication"]
+    classes.sort(key=lambda name: name != first_class)
+    settings.REACTOR = {
+        **settings.REACTOR,
+        "API_AUTHENTICATION_CLASSES": [f"rest_framework.authentication.{c}" for c in classes],
+    }
+    user_with("resume_interrupt")  # user-resume_interrupt, password "pw"
+    wrong = "Basic " + base64.b64encode(b"user-resume_interrupt:wrong").decode()
+    unknown = "Basic " + base64.b64encode(b"nobody:pw").decode()
+    raw = body({"approved": True})
+
+    by_token = paused_run("T1")
+    token = services.issue_resume_token(by_token.execution_id, "approval")
+    answered = anonymous.post(
+        "/reactor/resume/",
+        raw,
+        content_type="application/json",
+        headers={"Reactor-Resume-Token": token, "Authorization": wrong},
+    )
+    assert answered.status_code == 200, answered.content
+    # Answered as a token sender: where the run stands, not the outcome a user sees.
+    assert answered.json() == {"execution_id": str(by_token.execution_id), "status": "completed"}
+
+    by_signature = paused_run("S1")
+    signed = signed_post(anonymous, url(by_signature.execution_id), raw, Authorization=unknown)
+    assert signed.status_code == 200, signed.content
+
+    # Without a token or a signature the user is the credential, and a wrong password is
+    # refused as DRF refuses it (401 when Basic comes first, else 403), nothing delivered.
+    alone = paused_run("U1")
+    refused = anonymous.post(
+        url(alone.execution_id), raw, content_type="application/json",
+        headers={"Authorization": wrong},
+    )  # fmt: skip
+    assert refused.status_code == (401 if first_class == "BasicAuthentication" else 403)
+    assert Execution.objects.get(pk=alone.execution_id).status == "paused"
+    # A malformed token is still refused, whatever the user credentials say.
+    ok = "Basic " + base64.b64encode(b"user-resume_interrupt:pw").decode()
+    malformed = anonymous.post(
+        url(alone.execution_id), raw, content_type="application/json",
+        headers={"Reactor-Resume-Token": "short", "Authorization": ok},
+    )  # fmt: skip
+    assert malformed.status_code == 401
+    assert Execution.objects.get(pk=alone.execution_id).status == "paused"
 
 
 def test_no_credential_is_401_and_a_user_without_the_permission_is_403(

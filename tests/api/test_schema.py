@@ -17,7 +17,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis.configuration import set_hypothesis_home_dir
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import not_a_server_error, status_code_conformance
 
 from django_reactor import Paused, services
 from django_reactor.models import Execution
@@ -77,7 +77,19 @@ def test_the_resume_endpoints_document_their_answers(anonymous: APIClient) -> No
     for path in RESUME_PATHS:
         operation = paths[path]["post"]
         codes = set(operation["responses"])
-        assert {"200", "202", "400", "401", "404", "409", "410", "413", "422", "429"} <= codes
+        assert {
+            "200",
+            "202",
+            "400",
+            "401",
+            "403",
+            "404",
+            "409",
+            "410",
+            "413",
+            "422",
+            "429",
+        } == codes
         for code in ("202", "400", "409", "410"):
             assert operation["responses"][code]["description"], (path, code)
         headers = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
@@ -90,6 +102,87 @@ def test_the_resume_endpoints_document_their_answers(anonymous: APIClient) -> No
         }
         assert "requestBody" in operation
     assert "reactor" in str(paths["/reactor/correlations/{correlation_id}/resume/"])
+
+
+# The answers each operation really gives (besides the resume endpoints' above).
+EXECUTION_RESPONSES = {
+    ("/reactor/executions/", "get"): {"200", "400", "401", "403", "404"},
+    ("/reactor/executions/{id}/", "get"): {"200", "401", "403", "404"},
+    ("/reactor/executions/{id}/cancel/", "post"): {
+        "200", "400", "401", "403", "404", "409", "415",
+    },
+    ("/reactor/executions/{id}/undo/", "post"): {"200", "401", "403", "404", "409"},
+    ("/reactor/executions/{id}/retry/", "post"): {"200", "202", "401", "403", "404", "409"},
+}  # fmt: skip
+
+
+def _schema(client: APIClient) -> dict[str, Any]:
+    schema: dict[str, Any] = client.get("/api/schema/", {"format": "json"}).json()
+    return schema
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[1]
+        node = schema["components"]["schemas"][name]
+    return node
+
+
+def test_every_execution_operation_documents_its_error_answers(anonymous: APIClient) -> None:
+    paths = _schema(anonymous)["paths"]
+    for (path, method), codes in EXECUTION_RESPONSES.items():
+        responses = paths[path][method]["responses"]
+        assert set(responses) == codes, (path, method, sorted(responses))
+        for code in codes - {"200"}:
+            assert responses[code]["description"], (path, method, code)
+
+
+def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APIClient) -> None:
+    schema = _schema(anonymous)
+    paths = schema["paths"]
+    with_body = {
+        (p, m) for p, item in paths.items() for m, op in item.items() if "requestBody" in op
+    }
+    assert with_body == {
+        ("/reactor/executions/{id}/cancel/", "post"),
+        *((path, "post") for path in RESUME_PATHS),
+    }
+    for path, method in with_body:
+        content = paths[path][method]["requestBody"]["content"]
+        assert set(content) == {"application/json"}, (path, sorted(content))
+    cancel = paths["/reactor/executions/{id}/cancel/"]["post"]["requestBody"]
+    assert not cancel.get("required", False)  # the body is optional
+    reason = _resolve(schema, cancel["content"]["application/json"]["schema"])
+    assert reason["properties"]["reason"]["type"] == "string"
+    assert not reason.get("required")
+    for path in RESUME_PATHS:
+        body = paths[path]["post"]["requestBody"]
+        assert body["required"] is True
+        request = _resolve(schema, body["content"]["application/json"]["schema"])
+        assert request["required"] == ["payload"]
+        step = request["properties"]["step"]
+        assert (step["type"], step["minLength"], step["maxLength"]) == ("string", 1, 255)
+        payload = request["properties"]["payload"]
+        assert payload["type"] == "object"
+        assert not payload.get("nullable", False)
+    correlation = paths["/reactor/correlations/{correlation_id}/resume/"]["post"]
+    request = _resolve(schema, correlation["requestBody"]["content"]["application/json"]["schema"])
+    assert request["properties"]["reactor"]["minLength"] == 1
+
+
+def test_the_resume_endpoints_answer_an_empty_step_and_a_null_payload_with_400(
+    anonymous: APIClient,
+) -> None:
+    user = make_user("schema-checker", "resume_interrupt")
+    client = APIClient()
+    client.force_authenticate(user)
+    paused = ApiRefund.run({"order": "S1", "card": "4242"})
+    path = f"/reactor/executions/{paused.execution_id}/resume/"
+    for body in ({"step": "", "payload": {"approved": True}}, {"payload": None}):
+        response = client.post(path, body, format="json")
+        assert response.status_code == 400, (body, response.content)
+        assert response.json()["code"] == "invalid"
+    assert Execution.objects.get(pk=paused.execution_id).status == "paused"
 
 
 # ---------------------------------------------------------------------------- schemathesis
@@ -114,7 +207,8 @@ def _fuzz(
     @given(case=operation.as_strategy(mode, **fixed))
     def check(case: Any) -> None:
         response = case.call(headers=auth)
-        case.validate_response(response, checks=[not_a_server_error])
+        # No 5xx, and every answer is one the schema documents for the operation.
+        case.validate_response(response, checks=[not_a_server_error, status_code_conformance])
 
     try:
         check()

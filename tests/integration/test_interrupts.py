@@ -140,6 +140,17 @@ def test_a_second_delivery_is_refused_and_changes_nothing() -> None:
     assert ledger.calls == [("run", "request"), ("run", "refund")]
 
 
+def test_a_delivery_that_lost_the_race_to_a_finished_run_is_already_resumed() -> None:
+    from django_reactor import interrupt_store
+
+    paused = Refund.run({"order": "C4"})
+    seen = Interrupt.objects.get(execution_id=paused.execution_id)  # read before the winner
+    assert services.resume_interrupt(paused.execution_id, payload={"approved": True}).ok
+    with pytest.raises(AlreadyResumed, match="already accepted a payload"):
+        interrupt_store.claim(seen, {"approved": False}, inline_owner="late:1")
+    assert Interrupt.objects.get(pk=seen.pk).payload == {"approved": True, "note": ""}
+
+
 def test_an_invalid_payload_is_counted_and_the_last_allowed_one_fails_the_run() -> None:
     paused = Refund.run({"order": "D4"})
 

@@ -488,3 +488,30 @@ def test_an_element_reactor_with_coordination_is_refused() -> None:
                 items = serializers.ListField(child=serializers.IntegerField())
 
             each = map_over(arg.input("items"), Locked, item=arg.element())
+
+
+class LosesARow(Reactor):
+    """Its last step deletes element 1's stored row, then fails: the rollback finds it gone."""
+
+    class Inputs(serializers.Serializer):
+        items = serializers.ListField(child=serializers.IntegerField())
+
+    lines = map_over(arg.input("items"), Line, item=arg.element(), order_id=arg.value(0))
+
+    @step(wait_for=["lines"])
+    def close() -> None:
+        MapResult.objects.filter(index=1).delete()
+        raise RuntimeError("ledger closed")
+
+
+def test_an_element_whose_row_is_gone_is_reported_with_its_index_not_skipped() -> None:
+    outcome = LosesARow.run({"items": [1, 2, 3]})
+    assert isinstance(outcome, Failed)
+    assert outcome.status == ExecutionStatus.NEEDS_ATTENTION
+    (failure,) = outcome.error.rollback_failures
+    assert (failure.step, failure.index, failure.kind) == ("lines[1]", 1, "missing")
+    assert "no stored row" in failure.message
+    assert [c for c in ledger.calls if c[0] == "undo"] == [
+        ("undo", "charge-3"),
+        ("undo", "charge-1"),
+    ]

@@ -110,3 +110,33 @@ class Worker:
             self.process.wait(timeout=10)
         with contextlib.suppress(ProcessLookupError):  # orphans of a killed parent
             os.killpg(group, signal.SIGKILL)
+
+
+def stop_process(process: subprocess.Popen[Any], how: int = signal.SIGTERM) -> None:
+    """Stop a process this test started: ``how`` (SIGTERM, or SIGINT for a command's Ctrl-C),
+    then SIGKILL when it has not exited within 15 seconds."""
+    if process.poll() is not None:
+        return
+    process.send_signal(how)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def start_sweeper(
+    env: dict[str, str], log_path: Path, interval: float = 0.5
+) -> subprocess.Popen[bytes]:
+    """``manage.py reactor_sweep --loop`` on the test database, its output in ``log_path``.
+
+    System checks are skipped: the workers' settings leave coordination on the default Redis
+    backend, which the example project's reactors would make ``E010`` refuse.
+    """
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", "reactor_sweep", "--loop", "--interval", str(interval),
+             "--skip-checks"],
+            cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip

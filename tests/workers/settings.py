@@ -1,7 +1,8 @@
 """Settings of the Celery worker processes the worker tests start.
 
-The test process passes its test database (``DATABASE_URL``), its broker and queue, and
-django_reactor settings (``REACTOR_SETTINGS_JSON``) through the environment.
+The test process passes its test database (``DATABASE_URL``, with extra ``DATABASES`` keys in
+``REACTOR_DATABASE_JSON``, e.g. behind PgBouncer), its broker and queue, and django_reactor
+settings (``REACTOR_SETTINGS_JSON``) through the environment.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ import os
 from testproject.settings import *  # noqa: F403
 from testproject.settings import database_from_url
 
-DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+DATABASES = {
+    "default": {
+        **database_from_url(os.environ["DATABASE_URL"]),
+        **json.loads(os.environ.get("REACTOR_DATABASE_JSON") or "{}"),
+    }
+}
 REACTOR = json.loads(os.environ.get("REACTOR_SETTINGS_JSON", "{}"))
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 LOGGING = {

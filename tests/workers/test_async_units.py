@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from django_reactor import services
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus
@@ -14,6 +16,7 @@ from tests.workers.reactors import InlineWithUnit, WithAsyncChild, WithUnit
 from tests.workers.test_background import body_runs, finished
 
 
+@pytest.mark.behind_pgbouncer
 def test_an_async_step_runs_in_its_own_task_and_its_reader_gets_the_value(
     start_worker: Any,
 ) -> None:

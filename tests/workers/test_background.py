@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from django_reactor import Dispatched, services
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus
@@ -25,6 +27,7 @@ def body_runs(execution_id: Any) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.behind_pgbouncer
 def test_a_background_run_is_dispatched_and_completed_by_a_worker(start_worker: Any) -> None:
     start_worker()
     outcome = Five.run({})
@@ -43,6 +46,7 @@ def test_a_background_run_is_dispatched_and_completed_by_a_worker(start_worker: 
     assert row.dispatches.get().sent_at is not None
 
 
+@pytest.mark.behind_pgbouncer
 def test_retries_in_a_worker_are_rescheduled_not_slept(start_worker: Any) -> None:
     start_worker()
     outcome = Retrying.run({})

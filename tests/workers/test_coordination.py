@@ -9,13 +9,8 @@ their body held the run's coordination, and count the holders at once.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import os
-import signal
-import socket
-import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,7 +27,8 @@ from django_reactor import Dispatched, services
 from django_reactor.models import Dispatch, Execution, StepRecord
 from django_reactor.states import ExecutionStatus
 from tests.coordination.conftest import REDIS_URL, drop_redis_keys
-from tests.workers.conftest import _process_env
+from tests.private_redis import PrivateRedis
+from tests.workers.conftest import WorkerDatabase, _process_env
 from tests.workers.harness import Worker, wait_until
 from tests.workers.reactors import LockedHolder, LockedWithUnit, RateLimitedHolder
 from tests.workers.test_background import finished
@@ -105,13 +101,16 @@ def coordination() -> Iterator[dict[str, Any]]:
 
 @pytest.fixture
 def start_coordinated_worker(
-    transactional_db: Any, tmp_path: Path, coordination: dict[str, Any]
+    transactional_db: Any,
+    tmp_path: Path,
+    coordination: dict[str, Any],
+    worker_database: WorkerDatabase,
 ) -> Iterator[Callable[..., Worker]]:
     """``start_worker`` (conftest.py) with this test's coordination settings."""
     started: list[Worker] = []
 
     def start(*, concurrency: int = 2, faults: str = "") -> Worker:
-        env = _process_env(tmp_path, faults)
+        env = _process_env(tmp_path, faults, worker_database)
         env["REACTOR_SETTINGS_JSON"] = json.dumps(
             {**json.loads(env["REACTOR_SETTINGS_JSON"]), **coordination}
         )
@@ -210,6 +209,7 @@ def assert_one_holder_at_a_time(holders: Holders, ids: list[Any]) -> list[dict[s
 # ---------------------------------------------------------------------------- a lock
 
 
+@pytest.mark.behind_pgbouncer
 def test_twenty_runs_contending_for_one_lock_hold_it_one_at_a_time(
     start_coordinated_worker: Any, holders: Holders, backend: Any
 ) -> None:
@@ -374,50 +374,6 @@ def test_a_run_killed_while_it_holds_its_lock_reattaches_it_when_recovered(
 
 
 # ---------------------------------------------------------------------------- Redis restarted
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PrivateRedis:
-    """A ``redis-server`` of the test's own (no persistence): killed and restarted at will."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.log_path = log_dir / f"redis-{self.port}.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> PrivateRedis:
-        command = [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--protected-mode", "no",
-        ]  # fmt: skip
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-
-        def up() -> bool:
-            with contextlib.suppress(redis.exceptions.RedisError):
-                return bool(client.ping())
-            return False
-
-        try:
-            wait_until(up, timeout=10, what=f"redis-server on port {self.port}")
-        finally:
-            client.close()
-        return self
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-        self.process = None
 
 
 @pytest.fixture

@@ -47,6 +47,7 @@ def trace(execution_id: Any) -> list[tuple[str, str]]:
 FIVE_EFFECTS = ["s1", "s2", "s3", "s4", "s5"]
 
 
+@pytest.mark.behind_pgbouncer
 def test_1_killed_after_a_step_commits_resumes_at_the_next_step(start_worker: Any) -> None:
     start_worker(faults="after_step_commit@s3=kill:once")
     outcome = Five.run({})
@@ -70,6 +71,7 @@ def test_2_killed_inside_a_step_after_its_effect_runs_it_again_effect_once(
     assert effects(row.id) == FIVE_EFFECTS
 
 
+@pytest.mark.behind_pgbouncer
 def test_3_crash_between_hand_off_commit_and_publish_is_recovered_by_the_sweeper(
     start_worker: Any, run_in_subprocess: Callable[..., int]
 ) -> None:
@@ -172,6 +174,7 @@ test_6_concurrent_resumers_in_threads_one_wins = pytest.mark.django_db(transacti
 )
 
 
+@pytest.mark.behind_pgbouncer
 def test_9_a_stopped_worker_is_fenced_out_when_it_wakes(start_worker: Any) -> None:
     worker: Worker = start_worker(faults="after_effect@s3=stop:once")
     outcome = Five.run({})
@@ -228,6 +231,7 @@ def test_16_a_rollback_cut_off_by_a_crash_continues_without_repeating_undos(
     assert body_runs(row.id)["undo:f3"] == 1
 
 
+@pytest.mark.behind_pgbouncer
 def test_27_connection_killed_during_the_step_commit(start_worker: Any) -> None:
     worker = start_worker(faults="before_step_commit@s3=db_kill:once")
     outcome = Five.run({})

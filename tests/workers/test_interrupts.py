@@ -104,6 +104,7 @@ def assert_settled_once(execution_id: Any) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.behind_pgbouncer
 def test_a_signed_webhook_resumes_a_paused_run_and_a_worker_completes_it(
     start_worker: Callable[..., Any], order: Order
 ) -> None:

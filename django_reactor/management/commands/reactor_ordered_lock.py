@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.coordination import CoordinationUnavailable
-from django_reactor.exceptions import ExecutionNotFound
+from django_reactor.exceptions import ExecutionNotFound, ReactorImproperlyConfigured
 from django_reactor.management.commandtools import dumps, sentence
 
 
@@ -56,6 +56,11 @@ class Command(BaseCommand):
             raise CommandError(
                 f"the coordination backend cannot be reached: {exc}. Check "
                 "REACTOR['COORDINATION_BACKEND'] and that its server is up."
+            ) from exc
+        except ReactorImproperlyConfigured as exc:
+            raise CommandError(
+                f"coordination is not configured: {exc}. Fix the setting (see the "
+                "Coordination section of the settings reference) and try again."
             ) from exc
         data = {
             "key": key,

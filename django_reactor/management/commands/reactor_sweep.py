@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 import threading
+from argparse import ArgumentTypeError
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -11,14 +14,22 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_reactor import services
 from django_reactor.conf import reactor_settings
 
+logger = logging.getLogger("django_reactor.sweeper")
 
-def positive_float(value: str) -> float:
+#: Longest pause after a failed sweep before the loop tries again (shorter intervals win).
+ERROR_PAUSE = 5.0
+
+
+def positive_seconds(value: str) -> float:
+    """``--interval``: a finite number of seconds above 0."""
     try:
         number = float(value)
     except ValueError:
-        raise CommandError(f"{value!r} is not a number of seconds") from None
-    if number <= 0:
-        raise CommandError(f"the interval must be more than 0 seconds, got {value}")
+        raise ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ArgumentTypeError(
+            f"the interval must be a number of seconds above 0 (such as 15 or 0.5), got {value}"
+        )
     return number
 
 
@@ -26,7 +37,8 @@ class Command(BaseCommand):
     help = (
         "Republish unsent dispatches, hand runs whose worker died to a new worker, and release "
         "retries whose wake-up time came. Safe to run on many hosts at once. Runs once, or "
-        "every --interval seconds with --loop (instead of the Celery beat task)."
+        "every --interval seconds with --loop (instead of the Celery beat task); the loop "
+        "survives database and broker outages, logging each failed sweep and trying again."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -35,7 +47,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--interval",
-            type=positive_float,
+            type=positive_seconds,
             default=None,
             help="Seconds between sweeps with --loop (default: REACTOR['SWEEP_INTERVAL']).",
         )
@@ -45,16 +57,35 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         interval = options["interval"] or float(reactor_settings.SWEEP_INTERVAL)
+        if not options["loop"]:
+            try:
+                self._report(services.sweep().as_dict(), as_json=options["json"])
+            except Exception as exc:
+                raise CommandError(
+                    f"the sweep failed ({type(exc).__name__}: {exc}); nothing was lost, run it "
+                    "again once the database and the broker are reachable"
+                ) from exc
+            return
         stop = threading.Event()
         try:
             while True:
-                report = services.sweep().as_dict()
-                if options["json"]:
-                    self.stdout.write(json.dumps(report))
-                else:
-                    summary = ", ".join(f"{k} {v}" for k, v in report.items())
-                    self.stdout.write(f"sweep: {summary}")
-                if not options["loop"] or stop.wait(interval):
+                pause = interval
+                try:
+                    self._report(services.sweep().as_dict(), as_json=options["json"])
+                except Exception as exc:
+                    # The loop is the recovery of every other process: it must outlive outages.
+                    pause = min(interval, ERROR_PAUSE)
+                    logger.warning("sweep failed; trying again in %.1f s", pause, exc_info=True)
+                    self.stderr.write(
+                        f"sweep failed ({type(exc).__name__}: {exc}); trying again in {pause:g} s"
+                    )
+                if stop.wait(pause):
                     return
         except KeyboardInterrupt:
             self.stdout.write("sweeper stopped")
+
+    def _report(self, report: dict[str, int], *, as_json: bool) -> None:
+        if as_json:
+            self.stdout.write(json.dumps(report))
+        else:
+            self.stdout.write("sweep: " + ", ".join(f"{k} {v}" for k, v in report.items()))

@@ -58,6 +58,8 @@ class FakeCoordinator:
     exits: list[Any] = field(default_factory=list)
     holds: list[Hold] = field(default_factory=list)
     snoozes: int = 3
+    rollback_answers: list[Blocked | None] = field(default_factory=list)
+    rollback_holds: list[Hold] = field(default_factory=list)
 
     def enter(self, *, new: bool) -> Blocked | None:
         answer = self.run_answers.pop(0) if self.run_answers else None
@@ -81,6 +83,14 @@ class FakeCoordinator:
             return answer
         hold = Hold({"step-key": 3})
         self.holds.append(hold)
+        return hold
+
+    def enter_step_rollback(self, step: str, declarations: Any, arguments: Any) -> Hold | Blocked:
+        answer = self.rollback_answers.pop(0) if self.rollback_answers else None
+        if answer is not None:
+            return answer
+        hold = Hold({"step-key": 3})
+        self.rollback_holds.append(hold)
         return hold
 
 
@@ -234,3 +244,63 @@ def test_declarations_check_their_arguments() -> None:
 
             class Meta:
                 coordination = ["lock"]
+
+
+class Booked(Step):
+    coordination = [Lock("ledger-{order_id}", ttl=30)]
+
+    def run(self, order_id: int) -> int:
+        ledger("run", "booked")
+        return order_id
+
+    def undo(self, result: int, order_id: int) -> None:
+        ledger("undo", "booked")
+
+
+class BookThenFail(Reactor):
+    booked = step(Booked, order_id=arg.input("order_id"))
+
+    @step(wait_for=["booked"])
+    def refuse() -> None:
+        raise RuntimeError("declined")
+
+
+def rollback_run(coordinator: FakeCoordinator) -> tuple[Any, MemoryJournal]:
+    ledger.clear()
+    journal = MemoryJournal()
+    executor = Executor(
+        BookThenFail.definition,
+        journal,
+        inputs={"order_id": 1},
+        state=RunState(next_seq=2),
+        coordinator=coordinator,
+    )
+    return executor.run(), journal
+
+
+def test_an_undo_runs_holding_its_steps_lock() -> None:
+    coordinator = FakeCoordinator()
+    outcome, journal = rollback_run(coordinator)
+    assert isinstance(outcome, Failed)
+    assert ledger.calls == [("run", "booked"), ("undo", "booked")]
+    assert [h.released for h in coordinator.rollback_holds] == [[True]]
+    assert ("undo", "booked") in [(e.kind, e.step) for e in journal.events]
+
+
+def test_an_undo_whose_lock_another_run_holds_does_not_run_and_is_reported() -> None:
+    held = Blocked("contention", "lock 'ledger-1' is held by execution other")
+    coordinator = FakeCoordinator(rollback_answers=[held])
+    outcome, journal = rollback_run(coordinator)
+    assert isinstance(outcome, Failed)
+    assert outcome.status == "needs_attention"
+    assert ledger.calls == [("run", "booked")]  # the undo never ran unlocked
+    (failure,) = outcome.error.rollback_failures
+    assert (failure.step, failure.action, failure.kind) == (
+        "booked",
+        "undo",
+        "coordination_unavailable",
+    )
+    assert "lock 'ledger-1' is held by execution other" in failure.message
+    (event,) = [e for e in journal.events if e.kind == "undo_failed"]
+    assert event.data["kind"] == "coordination_unavailable"
+    assert journal.rollbacks["booked"].status == "failed"
