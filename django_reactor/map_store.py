@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from .celery import router
@@ -226,6 +226,21 @@ class SlotKeeper(Kept):
             )
             .update(lease_until=timezone.now() + dt.timedelta(seconds=self.lease_seconds))
         )
+
+
+def give_back(map_id: uuid.UUID, token: str, *, forward: bool) -> int:
+    """Return the slots ``token`` claimed but will not run (or undo) to the pool at once,
+    instead of when their lease lapses: a claim whose reply a broken connection lost."""
+    taken, fresh = (
+        (ElementStatus.RUNNING, ElementStatus.PENDING)
+        if forward
+        else (ElementStatus.UNDOING, ElementStatus.SUCCEEDED)
+    )
+    return (
+        MapResult.objects.using(USING)
+        .filter(map_run_id=map_id, claimed_by=token, status=taken)
+        .update(status=fresh, lease_until=None, claimed_by="", attempts=F("attempts") - 1)
+    )
 
 
 def stopped_map(map_id: uuid.UUID) -> bool:

@@ -9,6 +9,7 @@ works the same way, highest index first. See :mod:`django_reactor.map_store` for
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -496,18 +497,48 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
             if forward:
                 allowed = None if tolerated is None else tolerated - failed
                 writes = _run_chunk(map_id, spec, shared, claimed, items, allowed, stopped)
-                settled, (claimed, stopped) = map_store.settle(
-                    map_id, writes, tolerated=tolerated, token=token, claim_next=more
-                )
-                failed = settled.failed
             else:
                 writes = _undo_chunk(map_id, spec, shared, claimed, items)
-                _, (claimed, stopped) = map_store.settle_rollback(
-                    map_id, writes, token=token, claim_next=more
+            try:
+                failed, (claimed, stopped) = _settle(
+                    map_id, writes, forward, tolerated, token, more, failed
                 )
+            except store.CONNECTION_ERRORS:
+                # The elements ran: store their outcomes on a new connection (a settle that did
+                # commit writes nothing the second time, since it only writes slots this task
+                # still holds), then let a fresh task claim what is left.
+                store.refresh_connections()
+                store.reconnecting(
+                    functools.partial(
+                        _settle, map_id, writes, forward, tolerated, token, 0, failed
+                    ),
+                    what=f"settling elements of map {map_id}",
+                )
+                map_store.give_back(map_id, token, forward=forward)  # a next chunk it claimed
+                out_of_time = True
             if out_of_time:
                 map_store.hand_over(map_id, forward=forward)
                 return
+
+
+def _settle(
+    map_id: uuid.UUID,
+    writes: list[map_store.SlotWrite],
+    forward: bool,
+    tolerated: int | None,
+    token: str,
+    claim_next: int,
+    failed: int,
+) -> tuple[int, tuple[list[map_store.Claimed], bool]]:
+    """Store a chunk's outcomes (and claim the next ``claim_next`` slots in the same
+    transaction): the map's failures so far, and the next chunk."""
+    if forward:
+        settled, following = map_store.settle(
+            map_id, writes, tolerated=tolerated, token=token, claim_next=claim_next
+        )
+        return settled.failed, following
+    _, following = map_store.settle_rollback(map_id, writes, token=token, claim_next=claim_next)
+    return failed, following
 
 
 def _items(claimed: list[map_store.Claimed], model: Any) -> dict[int, Any]:
@@ -545,7 +576,10 @@ def _run_chunk(
     for slot in claimed:
         now = time.monotonic()
         if not stop and now - checked > STOP_CHECK_INTERVAL:
-            stop, checked = map_store.stopped_map(map_id), now
+            stop = store.reconnecting(
+                functools.partial(map_store.stopped_map, map_id), what=f"reading map {map_id}"
+            )
+            checked = now
         if stop and slot.attempts:
             error = ErrorInfo(
                 kind=ErrorKind.INTERRUPTED,

@@ -15,17 +15,20 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from .conf import reactor_settings
 from .models import ApiRequest
-from .store import USING, Kept
+from .store import USING, Kept, reconnecting
+
+logger = logging.getLogger("django_reactor.api")
 
 
 def fingerprint(*parts: Any) -> str:
@@ -135,8 +138,23 @@ def finish(row_id: int, status_code: int, response: Any) -> None:
 
 
 def release(row_id: int) -> None:
-    """Forget a reservation (the request failed in a way a retry may repeat differently)."""
-    ApiRequest.objects.using(USING).filter(pk=row_id).delete()
+    """Forget a reservation (the request failed in a way a retry may repeat differently).
+
+    Often called because the request failed: on a broken connection it reconnects, and if the
+    database stays unreachable the reservation is left to be taken over after the lease
+    (``LEASE_SECONDS``) instead of hiding the request's own error.
+    """
+    try:
+        reconnecting(
+            ApiRequest.objects.using(USING).filter(pk=row_id).delete,
+            what=f"releasing remembered request {row_id}",
+        )
+    except DatabaseError:
+        logger.warning(
+            "could not release remembered request %s; a repeat may take it over after the lease",
+            row_id,
+            exc_info=True,
+        )
 
 
 def forget_expired(limit: int) -> int:

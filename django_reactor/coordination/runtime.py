@@ -194,6 +194,14 @@ class _Held:
     ttl: float
     fence: int | None = None
     owned: bool = True
+    # Taken around a step's body (or its undo), not for the whole run.
+    step: bool = False
+
+
+def _state_key(kind: str, *, step: bool) -> str:
+    """Where the run's coordination state lists the keys of ``kind`` it took (run-level ones,
+    or around a step), so a process taking the run over knows which it must give back."""
+    return f"{'step_' if step else ''}{kind}s"
 
 
 @dataclass
@@ -409,12 +417,15 @@ class RunCoordinator:
         for declaration, key in ordered:
             assert isinstance(declaration, Lock | Semaphore)
             bound = max(declaration.wait if wait else 0.0, wait_at_least)
+            step = into is not None
             try:
-                got = self._acquire_within(declaration, key, bound, step=into is not None)
+                got = self._acquire_within(declaration, key, bound, step=step)
             except CoordinationUnavailable:
+                self._withdraw(_full_key(declaration, key), _state_key(declaration.kind, step=step))
                 self._give_back(taken)
                 raise
             if got is None:
+                self._withdraw(_full_key(declaration, key), _state_key(declaration.kind, step=step))
                 self._release(taken)
                 if into is None and self.in_worker:
                     # Rescheduled: the run holding it wakes this one when it lets go.
@@ -454,49 +465,54 @@ class RunCoordinator:
             taken.clear()
 
     def _acquire(self, declaration: Lock | Semaphore, key: str, *, step: bool) -> _Held | None:
+        """Take ``key`` once; None when another holder has it (the intent stays recorded
+        while the caller waits; :meth:`_take` withdraws it if it gives up)."""
         backend = self.backend
-        ours = set(self._state.get("locks" if isinstance(declaration, Lock) else "semaphores", []))
+        kind = "lock" if isinstance(declaration, Lock) else "semaphore"
+        full = backend_key(kind, key)
+        state_key = _state_key(kind, step=step)
+        recorded = self._intend(full, state_key)
+        fence: int | None = None
         if isinstance(declaration, Lock):
-            full = backend_key("lock", key)
             grant = backend.acquire_lock(full, self.owner, declaration.ttl)
             if grant is None:
                 return None
-            self.fences[key] = grant.fence
-            if not grant.reentered:
+            self.fences[key] = fence = grant.fence
+            reentered = grant.reentered
+            if not reentered:
                 self._note({"lock": key, "fence": grant.fence})
-            return _Held(
-                "lock",
-                full,
-                declaration.ttl,
-                grant.fence,
-                owned=not grant.reentered
-                if step
-                else self._own(full, grant.reentered, ours, "locks"),
-            )
         else:
-            full = backend_key("semaphore", key)
             slot = backend.acquire_semaphore(full, self.owner, declaration.limit, declaration.ttl)
             if slot is None:
                 return None
-            if not slot.reentered:
+            reentered = slot.reentered
+            if not reentered:
                 self._note({"semaphore": key, "holders": slot.holders})
-            return _Held(
-                "semaphore",
-                full,
-                declaration.ttl,
-                owned=not slot.reentered
-                if step
-                else self._own(full, slot.reentered, ours, "semaphores"),
-            )
+        # Re-entered without a record of ours: an enclosing run of the same tree holds it (or
+        # this run does, around a step declaring the same key) and gives it back. Re-entered
+        # with one: this run took it before its process died (or before it parked).
+        owned = recorded or not reentered
+        if not owned:
+            self._withdraw(full, state_key)
+        return _Held(kind, full, declaration.ttl, fence, owned=owned, step=step)
 
-    def _own(self, full: str, reentered: bool, ours: set[str], state_key: str) -> bool:
-        """Whether this run gives ``full`` back: it took it (now, or before it parked)."""
-        if reentered and full not in ours:
-            return False  # held by an enclosing run of the same tree
-        if full not in ours:
-            self._state[state_key] = sorted(ours | {full})
+    def _intend(self, full: str, state_key: str) -> bool:
+        """Record, durably and before taking it, that this run is taking ``full``; whether it
+        was recorded already. A process that dies after the backend granted the key leaves the
+        record, so the process taking the run over knows the key is this run's to give back."""
+        ours = self._state.get(state_key, [])
+        if full in ours:
+            return True
+        self._state[state_key] = sorted({*ours, full})
+        self._save()
+        self._flush()
+        return False
+
+    def _withdraw(self, full: str, state_key: str) -> None:
+        ours = self._state.get(state_key, [])
+        if full in ours:
+            self._state[state_key] = [k for k in ours if k != full]
             self._save()
-        return True
 
     def _contended(self, declaration: Lock | Semaphore, key: str) -> str:
         try:
@@ -675,11 +691,7 @@ class RunCoordinator:
             self._held.clear()
 
     def _forget(self, item: _Held) -> None:
-        state_key = "locks" if item.kind == "lock" else "semaphores"
-        ours = self._state.get(state_key, [])
-        if item.key in ours:
-            self._state[state_key] = [k for k in ours if k != item.key]
-            self._save()
+        self._withdraw(item.key, _state_key(item.kind, step=item.step))
 
     def _start_keeper(self) -> None:
         extendable = list(self._held)

@@ -43,6 +43,17 @@ class LockedCharge(Step):
         ledger("undo", "charge")
 
 
+class DiesInItsStep(LockedCharge):
+    """Its process dies (``SystemExit``) inside the locked body while ``"die"`` is in FAIL_AT."""
+
+    def run(self, order_id: int) -> str:
+        ledger("run", "charge")
+        if "die" in FAIL_AT:
+            FAIL_AT.discard("die")
+            raise SystemExit("the worker was stopped")
+        return "charged"
+
+
 class ChargesAsync(Reactor):
     """Holds the order's lock for the whole run and hands a step that needs it to a worker."""
 
@@ -187,3 +198,30 @@ def test_a_lock_wait_gives_up_on_a_backend_that_stays_down(tmp_path: Path) -> No
     assert isinstance(outcome, Failed), outcome
     assert outcome.error.kind == "coordination_unavailable"
     assert ledger.calls == []
+
+
+class ChargesInTheBackground(Reactor):
+    Inputs = Orders
+    charge = step(DiesInItsStep, order_id=arg.input("order_id"))
+
+    class Meta:
+        background = "all"
+
+
+def test_a_step_lock_taken_again_after_its_process_died_is_given_back(
+    backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_reactor.coordination.runtime import StepHoldings
+
+    outcome = ChargesInTheBackground.run({"order_id": 16})
+    # The first worker dies inside the step: no cleanup runs, its lock stays taken.
+    monkeypatch.setattr(StepHoldings, "release", lambda self, succeeded=True: None)
+    FAIL_AT.add("die")
+    with pytest.raises(SystemExit):
+        services.resume(outcome.execution_id)
+    monkeypatch.undo()
+    assert backend.lock_holder("lock:order-16") == f"run:{outcome.execution_id}"
+    # The next worker takes the run (the lease ended at the hand-back) and the lock again.
+    assert services.resume(outcome.execution_id).ok
+    assert ledger.calls == [("run", "charge"), ("run", "charge")]
+    assert backend.lock_holder("lock:order-16") is None

@@ -353,6 +353,42 @@ def test_duplicate_element_tasks_never_duplicate_slots_or_wake_the_run_twice() -
     ]
 
 
+def test_a_settle_whose_connection_broke_is_stored_once_and_the_rest_handed_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import OperationalError
+
+    from django_reactor import map_store, maps
+    from django_reactor.testing import run_reactor
+
+    result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4, 5]}, background="none")
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+    real_settle = map_store.settle
+    broken: list[int] = []
+
+    def settle_then_lose_the_reply(*args: Any, **kwargs: Any) -> Any:
+        settled = real_settle(*args, **kwargs)  # committed...
+        if not broken:
+            broken.append(1)
+            raise OperationalError("server closed the connection unexpectedly")  # ...unseen
+        return settled
+
+    monkeypatch.setattr(map_store, "settle", settle_then_lose_the_reply)
+    queue = result._queue
+    with queue.capturing():
+        maps.work(map_id, forward=True)
+    monkeypatch.undo()
+    assert broken == [1]
+    assert [kind for kind, _ in queue.pending].count("map") >= 1  # a fresh task goes on
+    result.drain()
+    assert result.status == ExecutionStatus.COMPLETED, result._describe()
+    run = MapRun.objects.get(pk=map_id)
+    assert (run.settled, run.succeeded) == (5, 5)
+    assert sorted(c for c in ledger.calls if c[1].startswith("charge")) == sorted(
+        ("run", f"charge-{i}") for i in range(1, 6)
+    )
+
+
 def test_a_fanned_out_atomic_failure_undoes_completed_elements_on_workers() -> None:
     from django_reactor.testing import run_reactor
 

@@ -241,9 +241,12 @@ class RateLog:
 
     def _copy(self) -> None:
         while not self.stop.is_set():
-            for member, score in self.client.zrange(self.key, 0, -1, withscores=True):
-                self.charges[member] = int(score)
+            self._copy_once()
             self.stop.wait(0.05)  # the log keeps a charge for 1 s
+
+    def _copy_once(self) -> None:
+        for member, score in self.client.zrange(self.key, 0, -1, withscores=True):
+            self.charges[member] = int(score)
 
     def __enter__(self) -> RateLog:
         self.thread.start()
@@ -252,6 +255,7 @@ class RateLog:
     def __exit__(self, *exc_info: object) -> None:
         self.stop.set()
         self.thread.join(timeout=5)
+        self._copy_once()  # a charge made since the thread's last copy (the runs' last ones)
         self.client.close()
 
 

@@ -1,0 +1,386 @@
+"""Reactors of the chaos soak (``benchmarks/chaos_soak.py``).
+
+Every run's inputs decide how it ends: ``spec["fail_at"]`` names the step that fails (the run is
+then rolled back), ``spec["undo_fail"]`` the completed steps whose undo fails (the run then ends
+``needs_attention``), ``spec["fail_element"]`` the map element that fails, and an interrupt's
+payload says whether the run completes (approved) or halts (declined). Nothing else may change
+that: the soak's faults (killed processes, terminated database connections, a restarted Redis)
+must only delay a run.
+
+Every step body, undo, compensate, map element, element undo and map ``collect`` appends one row
+to the ``chaos_ledger`` table (created by the driver) through a connection of its own (never the
+engine's, and never one the driver terminates), before doing anything else. The row says whether
+the action's checkpoint already existed when the body started: a checkpointed action that runs
+again shows as a ledger row with ``checkpointed`` true. A step holding a ``Lock`` also writes
+when it entered and left its body to ``chaos_lock`` (server clock), so the driver can find
+holders of the same key that overlapped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from rest_framework import serializers
+
+from django_reactor import Halt, Lock, Reactor, Step, arg, interrupt, map_over, step
+
+#: The libpq URL of the soak's database, for the ledger's own connection.
+LEDGER_URL_ENV = "CHAOS_LEDGER_URL"
+#: What planned failures say (the driver tells them from failures the faults caused).
+PLANNED = "chaos: planned failure"
+PLANNED_UNDO = "chaos: planned undo failure"
+
+# Which checkpoint of an action must exist for the action to count as "already done".
+_STEP_DONE = (
+    "EXISTS (SELECT 1 FROM django_reactor_steprecord WHERE execution_id = %(execution_id)s "
+    "AND step = %(step)s AND status IN ('completed', 'failed', 'halted', 'skipped'))"
+)
+_CHECKPOINTS = {
+    "run": _STEP_DONE,
+    "undo": (
+        "EXISTS (SELECT 1 FROM django_reactor_steprecord WHERE execution_id = %(execution_id)s "
+        "AND step = %(step)s AND rollback IN ('undone', 'failed'))"
+    ),
+    "compensate": (
+        "EXISTS (SELECT 1 FROM django_reactor_steprecord WHERE execution_id = %(execution_id)s "
+        "AND step = %(step)s AND rollback IN ('compensated', 'failed'))"
+    ),
+    "element": (
+        "EXISTS (SELECT 1 FROM django_reactor_mapresult WHERE map_run_id = %(map_id)s "
+        "AND index = %(element)s AND status IN ('succeeded', 'failed', 'halted', 'undoing', "
+        "'undone', 'undo_failed'))"
+    ),
+    "element_undo": (
+        "EXISTS (SELECT 1 FROM django_reactor_mapresult WHERE map_run_id = %(map_id)s "
+        "AND index = %(element)s AND status IN ('undone', 'undo_failed'))"
+    ),
+    "collect": (
+        "EXISTS (SELECT 1 FROM django_reactor_steprecord s JOIN django_reactor_maprun m "
+        "ON m.execution_id = s.execution_id AND m.step = s.step WHERE m.id = %(map_id)s "
+        "AND s.status IN ('completed', 'failed', 'halted'))"
+    ),
+}
+
+_ledger: dict[str, Any] = {"pid": None, "connection": None}
+
+
+def _connection() -> Any:
+    import psycopg
+
+    current = _ledger["connection"]
+    if _ledger["pid"] == os.getpid() and current is not None and not current.closed:
+        return current
+    # A pool child forked from a parent that had a connection must not share its socket.
+    _ledger["connection"] = psycopg.connect(
+        os.environ[LEDGER_URL_ENV],
+        autocommit=True,
+        application_name="chaos_ledger",
+        connect_timeout=5,
+    )
+    _ledger["pid"] = os.getpid()
+    return _ledger["connection"]
+
+
+def _execute(sql: str, params: dict[str, Any]) -> Any:
+    """Run one autocommit statement on the ledger connection; reconnect (bounded) if needed."""
+    import psycopg
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with _connection().cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchone() if cursor.description else None
+        except psycopg.OperationalError:
+            _ledger["connection"] = None
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def record(
+    action: str,
+    *,
+    execution_id: Any,
+    step: str,
+    key: str,
+    attempt: int = 0,
+    map_id: Any = None,
+    element: int | None = None,
+    note: str = "",
+) -> None:
+    """Append one ledger row for an action that is starting, with whether it was checkpointed."""
+    params = {
+        "execution_id": str(execution_id),
+        "step": step,
+        "action": action,
+        "key": key,
+        "attempt": attempt,
+        "map_id": None if map_id is None else str(map_id),
+        "element": element,
+        "note": note,
+        "pid": os.getpid(),
+        "role": os.environ.get("CHAOS_ROLE", "unknown"),
+    }
+    _execute(
+        "INSERT INTO chaos_ledger (execution_id, step, action, key, attempt, map_id, element, "
+        "note, pid, role, checkpointed) VALUES (%(execution_id)s, %(step)s, %(action)s, "
+        "%(key)s, %(attempt)s, %(map_id)s, %(element)s, %(note)s, %(pid)s, %(role)s, "
+        f"{_CHECKPOINTS[action]})",
+        params,
+    )
+
+
+def _record_context(step_object: Step, action: str, note: str = "") -> None:
+    context = step_object.context
+    record(
+        action,
+        execution_id=context.execution_id,
+        step=context.step,
+        key=context.idempotency_key,
+        attempt=context.attempt,
+        note=note,
+    )
+
+
+def _pause(spec: dict[str, Any]) -> None:
+    time.sleep(float(spec.get("pause", 0.1)))
+
+
+class Work(Step):
+    """A step of the soak: records itself, works ``spec["pause"]`` seconds, fails if planned."""
+
+    def run(self, spec: dict[str, Any]) -> Any:
+        """Record, work, fail when planned."""
+        _record_context(self, "run")
+        _pause(spec)
+        if self.context.step == spec.get("fail_at"):
+            raise RuntimeError(f"{PLANNED} at {self.context.step}")
+        return {"step": self.context.step}
+
+    def undo(self, result: Any, spec: dict[str, Any]) -> None:
+        """Record; fail when this undo is planned to fail."""
+        _record_context(self, "undo")
+        if self.context.step in spec.get("undo_fail", ()):
+            raise RuntimeError(f"{PLANNED_UNDO} of {self.context.step}")
+
+    def compensate(self, error: Any, spec: dict[str, Any]) -> None:
+        """Record."""
+        _record_context(self, "compensate")
+
+
+class LockedWork(Work):
+    """``Work`` under a lock on ``chaos-slot-{slot}``; writes when it entered and left."""
+
+    coordination = [Lock("chaos-slot-{slot}", ttl=60, wait=10)]
+
+    def run(self, spec: dict[str, Any], slot: int) -> Any:  # type: ignore[override]
+        """Record, note the lock's entry and exit around the work, fail when planned."""
+        _record_context(self, "run")
+        key = f"chaos-slot-{slot}"
+        context = self.context
+        entered = _execute(
+            "INSERT INTO chaos_lock (execution_id, step, lock_key, fence, pid, role) "
+            "VALUES (%(execution_id)s, %(step)s, %(lock_key)s, %(fence)s, %(pid)s, %(role)s) "
+            "RETURNING id",
+            {
+                "execution_id": str(context.execution_id),
+                "step": context.step,
+                "lock_key": key,
+                "fence": context.fences.get(key),
+                "pid": os.getpid(),
+                "role": os.environ.get("CHAOS_ROLE", "unknown"),
+            },
+        )
+        try:
+            _pause(spec)
+        finally:
+            _execute(
+                "UPDATE chaos_lock SET exited_at = clock_timestamp() WHERE id = %(id)s",
+                {"id": entered[0]},
+            )
+        if context.step == spec.get("fail_at"):
+            raise RuntimeError(f"{PLANNED} at {context.step}")
+        return {"step": context.step, "fence": context.fences.get(key)}
+
+
+def _work(*after: str) -> Any:
+    return step(Work, spec=arg.input("spec"), wait_for=list(after))
+
+
+def _locked(*after: str) -> Any:
+    return step(LockedWork, spec=arg.input("spec"), slot=arg.input("slot"), wait_for=list(after))
+
+
+# ---------------------------------------------------------------------------- chains
+
+
+class Background(Reactor):
+    """Four steps, all on workers."""
+
+    a = _work()
+    b = _work("a")
+    c = _work("b")
+    d = _work("c")
+
+    class Meta:
+        background = "all"
+
+
+class HandOffAfter(Reactor):
+    """``a`` in the caller, ``b`` and ``c`` on a worker."""
+
+    a = _work()
+    b = _work("a")
+    c = _work("b")
+
+    class Meta:
+        background = {"after": "a"}
+
+
+class HandOffBefore(Reactor):
+    """``a`` in the caller; ``b`` and what follows on a worker."""
+
+    a = _work()
+    b = _work("a")
+    c = _work("b")
+
+    class Meta:
+        background = {"before": "b"}
+
+
+class Inline(Reactor):
+    """Three steps in the caller."""
+
+    a = _work()
+    b = _work("a")
+    c = _work("b")
+
+
+class InlineLocked(Reactor):
+    """In the caller; the middle step holds ``chaos-slot-{slot}`` (waits up to 10 s)."""
+
+    a = _work()
+    locked = _locked("a")
+    c = _work("locked")
+
+
+class BackgroundLocked(Reactor):
+    """On workers; the middle step holds ``chaos-slot-{slot}`` (shared with the inline runs)."""
+
+    a = _work()
+    locked = _locked("a")
+    c = _work("locked")
+
+    class Meta:
+        background = "all"
+
+
+# ---------------------------------------------------------------------------- the map
+
+
+class Element(Step):
+    """One map element: records itself, works, fails when it is ``spec["fail_element"]``."""
+
+    def _record(self, action: str, item: int) -> None:
+        from django_reactor.engine.elements import current_element
+
+        running = current_element()
+        context = self.context
+        record(
+            action,
+            execution_id=context.execution_id,
+            step=context.step,
+            key=context.idempotency_key,
+            attempt=context.attempt,
+            map_id=None if running is None else running.map_id,
+            element=None if running is None else running.index,
+        )
+
+    def run(self, item: int, spec: dict[str, Any]) -> int:
+        """Record, work, fail when this element is planned to fail."""
+        self._record("element", item)
+        time.sleep(float(spec.get("element_pause", 0.05)))
+        if item == spec.get("fail_element"):
+            raise RuntimeError(f"{PLANNED} at element {item}")
+        return item * 2
+
+    def undo(self, result: Any, item: int, spec: dict[str, Any]) -> None:
+        """Record; fail when this element's undo is planned to fail."""
+        self._record("element_undo", item)
+        if item == spec.get("element_undo_fail"):
+            raise RuntimeError(f"{PLANNED_UNDO} of element {item}")
+
+
+def collect(results: Any) -> int:
+    """The map's fan-in: records itself (once per map, unless checkpointed already), sums."""
+    map_id = results.map_id
+    record("collect", execution_id=map_id, step="collect", key=str(map_id), map_id=map_id)
+    return sum(results)
+
+
+class FanOut(Reactor):
+    """``a``, a fanned-out map of ``Element`` over ``items`` (2 tasks of 3), then ``after``."""
+
+    a = _work()
+    ticks = map_over(
+        arg.input("items"),
+        Element,
+        item=arg.element(),
+        spec=arg.input("spec"),
+        fan_out=True,
+        batch_size=6,
+        chunk_size=3,
+        collect=collect,
+        wait_for=["a"],
+    )
+    after = _work("ticks")
+
+    class Meta:
+        background = "all"
+
+
+# ---------------------------------------------------------------------------- interrupts
+
+
+class Decision(serializers.Serializer):
+    """The payload of the soak's interrupts: approve or decline, and which delivery it is."""
+
+    approved = serializers.BooleanField()
+    nonce = serializers.CharField(max_length=100)
+
+
+class Apply(Step):
+    """Applies the delivered payload: records its nonce; a declined payload halts the run."""
+
+    def run(self, spec: dict[str, Any], decision: dict[str, Any]) -> Any:
+        """Record the payload's nonce; halt when it was declined."""
+        _record_context(self, "run", note=str(decision.get("nonce", "")))
+        _pause(spec)
+        if not decision.get("approved"):
+            return Halt("declined")
+        return {"applied": decision.get("nonce")}
+
+
+class ApprovalBackground(Reactor):
+    """``a`` on a worker, then an interrupt resumed over HTTP; a worker applies the payload."""
+
+    a = _work()
+    approval = interrupt(after=["a"], payload=Decision, resume="background")
+    apply = step(Apply, spec=arg.input("spec"), decision=arg.result("approval"))
+
+    class Meta:
+        background = "all"
+
+
+class ApprovalInline(Reactor):
+    """Like ``ApprovalBackground``, but the web process that takes the payload applies it."""
+
+    a = _work()
+    approval = interrupt(after=["a"], payload=Decision, resume="inline")
+    apply = step(Apply, spec=arg.input("spec"), decision=arg.result("approval"))
+
+    class Meta:
+        background = "all"

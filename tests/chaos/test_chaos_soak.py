@@ -1,0 +1,64 @@
+"""The short chaos soak of issue 13: 70 mixed runs under at least 24 faults, in under 3 minutes.
+
+It runs ``benchmarks/chaos_soak.py`` as a subprocess (its own database, Redis, workers, sweeper,
+web process and callers, all stopped at the end) and asserts every invariant the driver
+checks. On a failure the message is the driver's report: execution ids, steps, ledger rows and
+log lines of every violation, and the directory where the logs were kept.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = 70
+FAULTS = 24
+SECONDS = 150  # the driver's own time bound; it stops by itself
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(SECONDS + 90)]
+
+INVARIANTS = (
+    "runs_lost",
+    "checkpointed_actions_run_again",
+    "effects_doubled",
+    "fan_ins_done_twice",
+    "payloads_applied_twice",
+    "idempotency_replays_broken",
+    "lock_overlaps",
+    "stuck_locks",
+    "wrong_outcomes",
+    "sweeper_exits",
+)
+
+
+def test_short_chaos_soak_keeps_every_invariant(tmp_path: Path) -> None:
+    """70 runs under at least 24 faults keep every invariant of the soak."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("the chaos soak starts a redis-server of its own: none on the PATH")
+    report_path = tmp_path / "report.json"
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "chaos_soak.py"),
+        "--runs", str(RUNS), "--faults", str(FAULTS), "--seconds", str(SECONDS),
+        "--seed", "13", "--report", str(report_path),
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=SECONDS + 60)
+    assert report_path.exists(), f"the soak did not report:\n{result.stderr[-5000:]}"
+    report = json.loads(report_path.read_text())
+    text = result.stdout + "\n" + result.stderr[-2000:]
+
+    assert report["runs"]["planned"] == RUNS
+    assert report["faults"]["total"] >= FAULTS, text
+    assert report["timeline"]["total_s"] <= SECONDS, text
+    violated = {name: report["counts"][name] for name in INVARIANTS if report["counts"][name]}
+    assert violated == {}, text
+    tasks = report["task_failures"]
+    assert tasks["count"] <= tasks["connection_faults"], text
+    assert report["ok"], text
+    assert result.returncode == 0, text
