@@ -17,7 +17,10 @@ class DjangoReactorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the checks)
+        from . import (
+            checks,  # noqa: F401  (registers the checks)
+            faults,
+        )
         from .conf import DEFAULTS, reactor_settings
         from .exceptions import ReactorImproperlyConfigured
         from .registry import autodiscover
@@ -31,5 +34,6 @@ class DjangoReactorConfig(AppConfig):
         if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
             modules = DEFAULTS["AUTODISCOVER_MODULES"]
         autodiscover(list(modules))
+        faults.install()  # crash tests' fault points, armed by REACTOR_FAULTS only
         if importlib.util.find_spec("celery") is not None:
             from .celery import tasks  # noqa: F401  (registers the shared tasks)

@@ -8,9 +8,10 @@ Actions: ``kill`` (SIGKILL this process), ``stop`` (SIGSTOP it; the test sends S
 ``term`` (SIGTERM), ``exit`` (``os._exit(137)``), ``raise`` (RuntimeError), ``sysexit``
 (``SystemExit``), ``keyboard`` (``KeyboardInterrupt``), ``db_kill`` (terminate this process's own
 PostgreSQL connection). ``:once`` fires the rule only the first time across
-all processes, using a marker file in ``REACTOR_FAULTS_STATE`` (a directory). Production code
-calls :func:`point` at the places a crash is interesting; with the variable unset it returns at
-once.
+all processes, using a marker file in ``REACTOR_FAULTS_STATE`` (a directory). The engine and
+the store call the hook in ``engine.probes`` at the places a crash is interesting;
+:func:`install` (run as Django starts) attaches :func:`point` to it only when the variable is
+set, so production code pays nothing for it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,23 @@ def parse(spec: str) -> tuple[Rule, ...]:
             )
         rules.append(Rule(point, step, action, flag == "once"))
     return tuple(rules)
+
+
+def install() -> None:
+    """Attach :func:`point` to the engine's probe when ``REACTOR_FAULTS`` arms rules (a bad
+    rule raises ValueError now, not at the first point it would match)."""
+    from .engine import probes
+
+    spec = os.environ.get(ENV)
+    if spec:
+        parse(spec)
+        probes.active = _probe
+    else:
+        probes.active = None
+
+
+def _probe(name: str, step: str) -> None:
+    point(name, step=step)
 
 
 def point(name: str, *, step: str = "") -> None:

@@ -10,7 +10,7 @@ from uuid import UUID
 from django.db import connections, transaction
 from django.utils import timezone
 
-from .. import faults
+from ..engine import probes
 
 try:  # the trace context for the tasks' headers, when OpenTelemetry is installed
     from ..otel import trace_headers
@@ -52,7 +52,8 @@ def publish(dispatches: Sequence[QueuedDispatch], using: str) -> list[int]:
 
     queue = reactor_settings.CELERY_QUEUE
     sent: list[int] = []
-    faults.point("before_publish")
+    if probes.active is not None:
+        probes.active("before_publish", "")
     # Metadata only (W3C traceparent/tracestate): the messages stay identity-only.
     headers = trace_headers() if trace_headers is not None else None
     for item in dispatches:

@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import faults
 from ..exceptions import (
     ArgumentResolutionError,
     CorrelationIdTaken,
@@ -36,6 +35,7 @@ from ..exceptions import (
     UnitWaitTimeout,
 )
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
+from . import probes
 from .composition import ChildRunner
 from .coordination import NOT_STARTED, Blocked, Coordinator, DispatchRefused, StepHold
 from .definition import ReactorDefinition, StepSpec
@@ -416,7 +416,8 @@ class Executor:
             t0 = time.perf_counter()
             exc: BaseException | None = None
             try:
-                faults.point("before_step", step=spec.name)
+                if probes.active is not None:
+                    probes.active("before_step", spec.name)
                 with acting(context):
                     outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**arguments))
             except INTERRUPTIONS as interruption:
@@ -952,7 +953,8 @@ class Executor:
         # The cursor names the step that runs next, so that if this process dies during it,
         # whoever takes the run over knows which step was in flight.
         following = self.definition.next_ready(self.state.done | {spec.name}, self.state.waiting)
-        faults.point("before_step_commit", step=spec.name)
+        if probes.active is not None:
+            probes.active("before_step_commit", spec.name)
         event = self._event(
             EventKind.SKIP if skipped else EventKind.RUN,
             step=spec.name,
@@ -990,12 +992,14 @@ class Executor:
         if following is None and not state.waiting:
             # The last step: its checkpoint and the run's completion commit together.
             completed = self._complete(batch, step_done=done)
-            faults.point("after_step_commit", step=spec.name)
+            if probes.active is not None:
+                probes.active("after_step_commit", spec.name)
             return completed
         cancel = self._commit(batch)
         if done is not None and self.observer is not None:
             self.observer.step_completed(done)
-        faults.point("after_step_commit", step=spec.name)
+        if probes.active is not None:
+            probes.active("after_step_commit", spec.name)
         if cancel is not None:
             # Cancellation takes effect between steps; after the last one the run is complete.
             return self._cancelled(cancel, last_step=spec.name)
@@ -1269,7 +1273,8 @@ class Executor:
                 return self._rollback_blocked(spec, action, failed_kind, taken)
             hold = taken
         context = self._context(spec, action, 1)
-        faults.point(f"before_{action}", step=spec.name)
+        if probes.active is not None:
+            probes.active(f"before_{action}", spec.name)
         t0 = time.perf_counter()
         failure: RollbackFailure | None = None
         try:
