@@ -31,7 +31,7 @@ What it measures
   pool processes, and of this process (which calls ``run()``, so reads the source into slots),
   reset (``/proc/<pid>/clear_refs``) just before the measured map and read right after it, at
   ``--small`` and ``--elements`` elements: flat in N is the target.
-* **Summary**: the median time of ``map_store.summary(map_id)`` (``--summary-calls`` calls after
+* **Summary**: the median time of ``store.maps.summary(map_id)`` (``--summary-calls`` calls after
   one untimed call) on the ``--elements`` map, and on a map of as many elements of which one in
   20 fails (``MapFailing``, ``atomic=False``): its failure sample is full and truncated.
 * **batch_size / chunk_size**: the same map at ``--elements`` elements with each pair of
@@ -487,14 +487,14 @@ def map_limit(elements: int) -> float:
 
 
 def time_summary(map_id: uuid.UUID, calls: int) -> tuple[float, dict[str, Any]]:
-    """Median milliseconds of ``map_store.summary(map_id)`` over ``calls`` calls (one untimed)."""
-    from django_reactor import map_store
+    """Median milliseconds of ``store.maps.summary(map_id)`` over ``calls`` calls (one untimed)."""
+    from django_reactor import store
 
-    result = map_store.summary(map_id)
+    result = store.maps.summary(map_id)
     times = []
     for _ in range(calls):
         t0 = time.perf_counter()
-        result = map_store.summary(map_id)
+        result = store.maps.summary(map_id)
         times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times), result
 
@@ -708,7 +708,7 @@ class Bench:
 
 
 def check_summary(summary: dict[str, Any], elements: int, failed: int) -> None:
-    from django_reactor.map_store import FAILURE_SAMPLE
+    from django_reactor.store.maps import FAILURE_SAMPLE
 
     problems = []
     expected = {"total": elements, "succeeded": elements - failed, "failed": failed, "pending": 0}

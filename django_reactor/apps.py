@@ -9,7 +9,8 @@ from django.utils.translation import gettext_lazy as _
 
 
 class DjangoReactorConfig(AppConfig):
-    """Registers system checks and imports every installed app's ``reactors`` module."""
+    """Registers system checks, imports every installed app's ``reactors`` module, and plugs
+    the adapters (Celery's publisher, completion signals) into the store's outbox."""
 
     name = "django_reactor"
     label = "django_reactor"
@@ -17,6 +18,7 @@ class DjangoReactorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported here, not at the top: AppConfig modules load before the models do.
         from . import (
             checks,  # noqa: F401  (registers the checks)
             faults,
@@ -24,6 +26,8 @@ class DjangoReactorConfig(AppConfig):
         from .conf import DEFAULTS, reactor_settings
         from .exceptions import ReactorImproperlyConfigured
         from .registry import autodiscover
+        from .runtime import wakeups
+        from .store import outbox
 
         # A broken REACTOR setting must not stop the project from starting: the system checks
         # (E001, E003) explain it. Fall back to the default modules meanwhile.
@@ -35,5 +39,10 @@ class DjangoReactorConfig(AppConfig):
             modules = DEFAULTS["AUTODISCOVER_MODULES"]
         autodiscover(list(modules))
         faults.install()  # crash tests' fault points, armed by REACTOR_FAULTS only
+        # The adapters plug into the store's outbox: finished async units wake their waiters,
+        # and Celery (when installed) sends the dispatches.
+        outbox.on_finished(wakeups.announce)
         if importlib.util.find_spec("celery") is not None:
-            from .celery import tasks  # noqa: F401  (registers the shared tasks)
+            from .celery.router import CeleryPublisher  # registers the shared tasks too
+
+            outbox.register_publisher(CeleryPublisher())

@@ -6,8 +6,14 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from .conf import DEFAULTS, reactor_settings
+from .api.signatures import configured_secrets
+from .conf import DEFAULTS, Count, Flag, OptionalText, ReactorSettings, Seconds, reactor_settings
+from .coordination import get_backend
+from .coordination.runtime import coordinated
+from .coordination.validation import settings_problems
+from .engine.observers import RunObserver
 from .exceptions import ReactorImproperlyConfigured
+from .registry import all_reactors
 
 
 @register()
@@ -35,47 +41,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_reactor.W001",
             )
         )
-    for key in (
-        "LEASE_SECONDS",
-        "IDEMPOTENCY_WAIT_SECONDS",
-        "MAX_INLINE_RETRY_DELAY",
-        "MAX_RECOVERY_ATTEMPTS",
-        "RETRY_COUNTDOWN_LIMIT",
-        "SWEEP_INTERVAL",
-        "REDISPATCH_AFTER",
-        "SWEEP_BATCH",
-        "DISPATCH_RETENTION",
-        "ASYNC_WAIT_TIMEOUT",
-        "ASYNC_PARK_TIMEOUT",
-        "ASYNC_POLL_INTERVAL",
-        "ROLLBACK_WAIT",
-    ):
-        value = raw.get(key, DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            messages.append(
-                Error(
-                    f"REACTOR[{key!r}] must be a positive number, got {value!r}.",
-                    id="django_reactor.E002",
-                )
-            )
-    for key in ("REFUSE_INLINE_IN_TRANSACTION", "CHECKPOINT_PREPARED_STATEMENTS"):
-        value = raw.get(key, DEFAULTS[key])
-        if not isinstance(value, bool):
-            messages.append(
-                Error(
-                    f"REACTOR[{key!r}] must be True or False, got {value!r}.",
-                    id="django_reactor.E004",
-                )
-            )
-    for key in ("CELERY_QUEUE", "REDIS_URL"):
-        value = raw.get(key, DEFAULTS[key])
-        if value is not None and (not isinstance(value, str) or not value):
-            messages.append(
-                Error(
-                    f"REACTOR[{key!r}] must be None or a non-empty string, got {value!r}.",
-                    id="django_reactor.E005",
-                )
-            )
+    # Every key declared with a type (numbers, flags, optional strings), by the same rule the
+    # settings object applies when the value is read.
+    for key, setting in ReactorSettings.declared().items():
+        problem = setting.problem(raw.get(key, setting.default))
+        if problem is None:
+            continue
+        if isinstance(setting, Seconds | Count):
+            messages.append(Error(problem, id="django_reactor.E002"))
+        elif isinstance(setting, Flag):
+            messages.append(Error(problem, id="django_reactor.E004"))
+        elif isinstance(setting, OptionalText):
+            messages.append(Error(problem, id="django_reactor.E005"))
     messages += _api_messages(raw)
     modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
@@ -94,8 +71,6 @@ RESUME_MODES = ("user", "webhook", "token")
 
 def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
     """The interrupt and API settings: credentials, secrets, limits."""
-    from .api.signatures import configured_secrets
-
     messages: list[CheckMessage] = []
     auth = raw.get("RESUME_AUTH", DEFAULTS["RESUME_AUTH"])
     choices = auth.values() if isinstance(auth, dict) else [auth]
@@ -127,23 +102,12 @@ def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     messages += _middleware_messages(raw)
-    for key in ("WEBHOOK_TOLERANCE", "API_MAX_BODY_BYTES", "API_IDEMPOTENCY_TTL"):
-        value = raw.get(key, DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            messages.append(
-                Error(
-                    f"REACTOR[{key!r}] must be a positive number, got {value!r}.",
-                    id="django_reactor.E002",
-                )
-            )
     return messages
 
 
 def _middleware_messages(raw: dict[str, Any]) -> list[CheckMessage]:
     """Every ``REACTOR["MIDDLEWARE"]`` entry imports and is a RunObserver subclass."""
     from django.utils.module_loading import import_string
-
-    from .engine.observers import RunObserver
 
     entries = raw.get("MIDDLEWARE", DEFAULTS["MIDDLEWARE"])
     if not isinstance(entries, list | tuple):
@@ -180,11 +144,6 @@ def _middleware_messages(raw: dict[str, Any]) -> list[CheckMessage]:
 @register()
 def check_coordination(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Report coordination settings the backend would refuse when a run first needs it."""
-    from .coordination import get_backend
-    from .coordination.runtime import coordinated
-    from .coordination.validation import settings_problems
-    from .registry import all_reactors
-
     messages: list[CheckMessage] = [
         Error(
             problem,
@@ -233,8 +192,8 @@ def check_database(
     vendor = database.vendor
     messages: list[CheckMessage] = []
     try:
-        prepared = bool(reactor_settings.CHECKPOINT_PREPARED_STATEMENTS)
-    except ReactorImproperlyConfigured:  # reported by check_settings (E001)
+        prepared = reactor_settings.CHECKPOINT_PREPARED_STATEMENTS
+    except ReactorImproperlyConfigured:  # reported by check_settings (E001, E004)
         prepared = False
     if vendor == "postgresql" and prepared:
         from django.db.backends.postgresql import psycopg_any

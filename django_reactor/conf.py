@@ -1,13 +1,17 @@
 """The ``REACTOR`` setting, read lazily through :data:`reactor_settings`.
 
-Every key has a documented default in :data:`DEFAULTS` (listed in ``docs/reference/settings.md``).
-Values are read when used, never at import time, and the cache is cleared on ``setting_changed``
-so ``override_settings(REACTOR={...})`` works in tests.
+Every key is declared on :class:`ReactorSettings` with its default and its type (listed in
+``docs/reference/settings.md``); :data:`DEFAULTS` maps each key to its default. A value is read
+when it is used, never at import time, and comes back with its declared type: a number of seconds
+as a float, a count as an int, a flag as a bool. A value that does not have that type raises
+:class:`~django_reactor.exceptions.ReactorImproperlyConfigured` naming the key (the system
+checks report the same values at start-up). The cache is cleared on ``setting_changed`` so
+``override_settings(REACTOR={...})`` works in tests.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast, overload
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -15,118 +19,255 @@ from django.dispatch import receiver
 
 from .exceptions import ReactorImproperlyConfigured
 
-DEFAULTS: dict[str, Any] = {
-    # Seconds a process owns a run without writing a checkpoint before others may take it over.
-    "LEASE_SECONDS": 60,
-    # How long run(..., idempotency_key=k) waits for a concurrent run with the same key to
-    # finish before returning an in-progress outcome.
-    "IDEMPOTENCY_WAIT_SECONDS": 10.0,
-    # Longest sleep between inline retry attempts; longer backoffs are capped to this.
-    "MAX_INLINE_RETRY_DELAY": 30.0,
-    # Refuse inline runs inside an open transaction.atomic() block (step bodies must not run
-    # inside a transaction they do not own). Set to False only if you know why.
-    "REFUSE_INLINE_IN_TRANSACTION": True,
-    # Prepare the per-step checkpoint statement on PostgreSQL (halves its cost). Turn off behind
-    # a transaction-pooling PgBouncer older than 1.21 (or without max_prepared_statements).
-    "CHECKPOINT_PREPARED_STATEMENTS": True,
-    # Celery queue for django_reactor's tasks (None: Celery's default queue).
-    "CELERY_QUEUE": None,
-    # Times a run may lose its worker (crash, kill) before it is parked as needs_attention
-    # instead of being resumed again.
-    "MAX_RECOVERY_ATTEMPTS": 5,
-    # Retry backoffs up to this many seconds are published with a Celery countdown; longer
-    # ones are stored as a wake-up time that the sweeper releases.
-    "RETRY_COUNTDOWN_LIMIT": 300.0,
-    # Seconds between sweeper runs when scheduled with celery.beat_schedule() or --loop.
-    "SWEEP_INTERVAL": 15.0,
-    # A run waiting for a worker is dispatched again when its last task was sent this long ago
-    # and nobody took it (the message was lost).
-    "REDISPATCH_AFTER": 60.0,
-    # Most rows one sweep handles per kind of work.
-    "SWEEP_BATCH": 500,
-    # Sent dispatches (outbox rows) older than this many seconds are deleted by the sweeper.
-    "DISPATCH_RETENTION": 86400.0,
-    # Redis for completion signals (pub/sub). None: the django-redis "default" cache when there
-    # is one, else waiters only poll the database.
-    "REDIS_URL": None,
-    # How long an inline caller waits for an async unit's result before the reader fails.
-    "ASYNC_WAIT_TIMEOUT": 30.0,
-    # How long a worker keeps a run parked on an async unit (from the unit's dispatch) before
-    # the reader fails.
-    "ASYNC_PARK_TIMEOUT": 3600.0,
-    # Waiters re-check the database at least this often; a parked run is also woken this often
-    # in case its wake-up message was lost.
-    "ASYNC_POLL_INTERVAL": 2.0,
-    # Extra app modules autodiscovered for reactors, besides each installed app's "reactors".
-    "AUTODISCOVER_MODULES": ["reactors"],
-    # Dotted paths of RunObserver subclasses instantiated for every execution (lifecycle
-    # notifications), before the reactor's own Meta.middleware and the Django signals.
-    "MIDDLEWARE": [],
-    # Issue a single-use resume token whenever a run reaches an interrupt (returned in the
-    # Paused outcome; only its SHA-256 is stored). services.issue_resume_token() works either way.
-    "RESUME_TOKENS": False,
-    # How the resume endpoints may be authenticated: "user" (DRF authentication plus the
-    # resume_interrupt permission), "webhook" (signed webhooks) and "token" (resume tokens).
-    # A dict {"default": [...], "<reactor name>": [...]} chooses per reactor.
-    "RESUME_AUTH": ["user", "webhook", "token"],
-    # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
-    # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
-    # reactor. Several secrets at once allow rotation.
-    "WEBHOOK_SECRETS": [],
-    # Seconds a signed webhook's timestamp may differ from now (replays outside are refused).
-    "WEBHOOK_TOLERANCE": 300,
-    # Largest request body the API reads, in bytes (larger: 413 before parsing).
-    "API_MAX_BODY_BYTES": 65536,
-    # Resume requests allowed per client (the user, else the client's address) and period:
-    # "N/s|m|h|d".
-    # None: no limit.
-    "API_RESUME_RATE": "120/m",
-    # Seconds an Idempotency-Key (or a webhook id) is remembered with its response.
-    "API_IDEMPOTENCY_TTL": 86400,
-    # DRF authentication classes of the API (dotted paths). None: REST_FRAMEWORK's defaults.
-    "API_AUTHENTICATION_CLASSES": None,
-    # DRF permission classes a user must pass for each API action (the view's ``action`` is
-    # list, retrieve, cancel, undo, retry or resume). The default asks for the matching Django
-    # permission (view_execution, cancel_execution, ..., resume_interrupt).
-    "API_PERMISSION_CLASSES": ["django_reactor.api.permissions.HasReactorPermission"],
-    # Dotted path to a function (request, queryset) -> queryset that limits which executions a
-    # request may see and steer through the API (tenants, owners). None: every execution.
-    "API_SCOPE": None,
-    # Coordination (locks, semaphores, rate limits, periods, ordered locks).
-    # Dotted path of the CoordinationBackend class: the Redis one, or
-    # "django_reactor.coordination.backends.database.DatabaseBackend" without Redis.
-    "COORDINATION_BACKEND": "django_reactor.coordination.backends.redis.RedisBackend",
-    # The Redis of the Redis backend: a django-redis cache alias or a redis:// URL.
-    "COORDINATION_REDIS": "default",
-    # First part of every coordination key in Redis (one per app sharing a Redis).
-    "COORDINATION_KEY_PREFIX": "django_reactor",
-    # Seconds a worker waits before trying again a run (or step) that could not take its lock,
-    # semaphore slot or ordered-lock turn (a rate limit says itself how long to wait).
-    "CONTENTION_DELAY": 1.0,
-    # Times a run may be rescheduled for contention (or an unreachable coordination backend)
-    # before it fails instead.
-    "MAX_CONTENTION_SNOOZES": 100,
-    # Seconds an undo or compensate waits for its step's lock or semaphore slot while another
-    # run holds it (or the backend is unreachable) before it is reported as a rollback failure
-    # (coordination_unavailable); it never runs unlocked.
-    "ROLLBACK_WAIT": 10.0,
-    # Named rate limits shared by every reactor and step that uses the name:
-    # {"stripe": {"second": 3, "minute": 100}} or {"stripe": [[3, 1], [100, 60]]}.
-    "RATE_LIMITS": {},
-}
+T = TypeVar("T")
 
-REMOVED_SETTINGS: dict[str, str] = {}
+
+class Setting(Generic[T]):
+    """One key of ``REACTOR``: its default, and the type a configured value is given.
+
+    The base class takes any value as it is: keys of richer shapes (lists of dotted paths,
+    rate limits, secrets) are validated where they are used and by the system checks.
+    """
+
+    #: What a value of the key must be, for the error a wrong one raises.
+    expected = "any value"
+
+    def __init__(self, default: T) -> None:
+        self.default = default
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Self: ...
+
+    @overload
+    def __get__(self, instance: ReactorSettings, owner: type) -> T: ...
+
+    def __get__(self, instance: ReactorSettings | None, owner: type) -> Self | T:
+        if instance is None:
+            return self
+        try:
+            return cast(T, instance._cache[self.name])
+        except KeyError:
+            value = self.coerce(instance.user_settings.get(self.name, self.default))
+            instance._cache[self.name] = value
+            return value
+
+    def coerce(self, value: Any) -> T:
+        """``value`` with this key's type; ReactorImproperlyConfigured (naming the key) if not."""
+        return cast(T, value)
+
+    def problem(self, value: Any) -> str | None:
+        """What the system check reports about ``value`` for this key; None when it is fine."""
+        try:
+            self.coerce(value)
+        except ReactorImproperlyConfigured as exc:
+            return str(exc)
+        return None
+
+    def refused(self, value: Any) -> ReactorImproperlyConfigured:
+        """The error for a configured ``value`` that does not have this key's type."""
+        return ReactorImproperlyConfigured(
+            f"REACTOR[{self.name!r}] must be {self.expected}, got {value!r} "
+            f"({type(value).__name__})"
+        )
+
+
+class _Number(Setting[T]):
+    """A number that the system checks want positive (or, with ``positive=False``, >= 0)."""
+
+    #: How the system check words the requirement.
+    requirement = "a positive number"
+
+    def __init__(self, default: T, *, positive: bool = True) -> None:
+        super().__init__(default)
+        self.positive = positive
+
+    def problem(self, value: Any) -> str | None:
+        try:
+            number = cast(float, self.coerce(value))
+        except ReactorImproperlyConfigured:
+            number = None
+        if number is not None and (number > 0 if self.positive else number >= 0):
+            return None
+        wanted = self.requirement if self.positive else f"{self.expected} of at least 0"
+        return f"REACTOR[{self.name!r}] must be {wanted}, got {value!r}."
+
+
+class Seconds(_Number[float]):
+    """A duration in seconds: an int or a float, read as a float."""
+
+    expected = "a number of seconds"
+
+    def coerce(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.refused(value)
+        return float(value)
+
+
+class Count(_Number[int]):
+    """A whole number: an int, or a float without a fraction, read as an int."""
+
+    expected = "a whole number"
+    requirement = "a positive whole number"
+
+    def coerce(self, value: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise self.refused(value)
+
+
+class Flag(Setting[bool]):
+    """``True`` or ``False`` (not 0, 1 or "no": a flag given as anything else is refused)."""
+
+    expected = "True or False"
+
+    def coerce(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.refused(value)
+        return value
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, bool):
+            return None
+        return f"REACTOR[{self.name!r}] must be True or False, got {value!r}."
+
+
+class OptionalText(Setting[str | None]):
+    """A string or ``None`` (the system check also wants the string non-empty)."""
+
+    expected = "None or a string"
+
+    def coerce(self, value: Any) -> str | None:
+        if value is not None and not isinstance(value, str):
+            raise self.refused(value)
+        return value
+
+    def problem(self, value: Any) -> str | None:
+        if value is None or (isinstance(value, str) and value):
+            return None
+        return f"REACTOR[{self.name!r}] must be None or a non-empty string, got {value!r}."
 
 
 class ReactorSettings:
-    """Attribute access to ``settings.REACTOR`` with defaults, cached until settings change."""
+    """Attribute access to ``settings.REACTOR`` with defaults, cached until settings change.
 
-    def __init__(self, defaults: dict[str, Any]) -> None:
-        self.defaults = defaults
+    Each key is declared here with its default; ``reactor_settings.LEASE_SECONDS`` is a float.
+    """
+
+    # Seconds a process owns a run without writing a checkpoint before others may take it over.
+    LEASE_SECONDS = Seconds(60)
+    # How long run(..., idempotency_key=k) waits for a concurrent run with the same key to
+    # finish before returning an in-progress outcome.
+    IDEMPOTENCY_WAIT_SECONDS = Seconds(10.0)
+    # Longest sleep between inline retry attempts; longer backoffs are capped to this.
+    MAX_INLINE_RETRY_DELAY = Seconds(30.0)
+    # Refuse inline runs inside an open transaction.atomic() block (step bodies must not run
+    # inside a transaction they do not own). Set to False only if you know why.
+    REFUSE_INLINE_IN_TRANSACTION = Flag(True)
+    # Prepare the per-step checkpoint statement on PostgreSQL (halves its cost). Turn off behind
+    # a transaction-pooling PgBouncer older than 1.21 (or without max_prepared_statements).
+    CHECKPOINT_PREPARED_STATEMENTS = Flag(True)
+    # Celery queue for django_reactor's tasks (None: Celery's default queue).
+    CELERY_QUEUE = OptionalText(None)
+    # Times a run may lose its worker (crash, kill) before it is parked as needs_attention
+    # instead of being resumed again.
+    MAX_RECOVERY_ATTEMPTS = Count(5)
+    # Retry backoffs up to this many seconds are published with a Celery countdown; longer
+    # ones are stored as a wake-up time that the sweeper releases.
+    RETRY_COUNTDOWN_LIMIT = Seconds(300.0)
+    # Seconds between sweeper runs when scheduled with celery.beat_schedule() or --loop.
+    SWEEP_INTERVAL = Seconds(15.0)
+    # A run waiting for a worker is dispatched again when its last task was sent this long ago
+    # and nobody took it (the message was lost).
+    REDISPATCH_AFTER = Seconds(60.0)
+    # Most rows one sweep handles per kind of work.
+    SWEEP_BATCH = Count(500)
+    # Sent dispatches (outbox rows) older than this many seconds are deleted by the sweeper.
+    DISPATCH_RETENTION = Seconds(86400.0)
+    # Redis for completion signals (pub/sub). None: the django-redis "default" cache when there
+    # is one, else waiters only poll the database.
+    REDIS_URL = OptionalText(None)
+    # How long an inline caller waits for an async unit's result before the reader fails.
+    ASYNC_WAIT_TIMEOUT = Seconds(30.0)
+    # How long a worker keeps a run parked on an async unit (from the unit's dispatch) before
+    # the reader fails.
+    ASYNC_PARK_TIMEOUT = Seconds(3600.0)
+    # Waiters re-check the database at least this often; a parked run is also woken this often
+    # in case its wake-up message was lost.
+    ASYNC_POLL_INTERVAL = Seconds(2.0)
+    # Extra app modules autodiscovered for reactors, besides each installed app's "reactors".
+    AUTODISCOVER_MODULES = Setting[Any](["reactors"])
+    # Dotted paths of RunObserver subclasses instantiated for every execution (lifecycle
+    # notifications), before the reactor's own Meta.middleware and the Django signals.
+    MIDDLEWARE = Setting[Any]([])
+    # Issue a single-use resume token whenever a run reaches an interrupt (returned in the
+    # Paused outcome; only its SHA-256 is stored). services.issue_resume_token() works either way.
+    RESUME_TOKENS = Flag(False)
+    # How the resume endpoints may be authenticated: "user" (DRF authentication plus the
+    # resume_interrupt permission), "webhook" (signed webhooks) and "token" (resume tokens).
+    # A dict {"default": [...], "<reactor name>": [...]} chooses per reactor.
+    RESUME_AUTH = Setting[Any](["user", "webhook", "token"])
+    # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
+    # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
+    # reactor. Several secrets at once allow rotation.
+    WEBHOOK_SECRETS = Setting[Any]([])
+    # Seconds a signed webhook's timestamp may differ from now (replays outside are refused).
+    WEBHOOK_TOLERANCE = Seconds(300)
+    # Largest request body the API reads, in bytes (larger: 413 before parsing).
+    API_MAX_BODY_BYTES = Count(65536)
+    # Resume requests allowed per client (the user, else the client's address) and period:
+    # "N/s|m|h|d". None: no limit.
+    API_RESUME_RATE = OptionalText("120/m")
+    # Seconds an Idempotency-Key (or a webhook id) is remembered with its response.
+    API_IDEMPOTENCY_TTL = Seconds(86400)
+    # DRF authentication classes of the API (dotted paths). None: REST_FRAMEWORK's defaults.
+    API_AUTHENTICATION_CLASSES = Setting[Any](None)
+    # DRF permission classes a user must pass for each API action (the view's ``action`` is
+    # list, retrieve, cancel, undo, retry or resume). The default asks for the matching Django
+    # permission (view_execution, cancel_execution, ..., resume_interrupt).
+    API_PERMISSION_CLASSES = Setting[Any](["django_reactor.api.permissions.HasReactorPermission"])
+    # Dotted path to a function (request, queryset) -> queryset that limits which executions a
+    # request may see and steer through the API (tenants, owners). None: every execution.
+    API_SCOPE = Setting[Any](None)
+    # Coordination (locks, semaphores, rate limits, periods, ordered locks); the three strings
+    # are validated by coordination.validation (check E009).
+    # Dotted path of the CoordinationBackend class: the Redis one, or
+    # "django_reactor.coordination.backends.database.DatabaseBackend" without Redis.
+    COORDINATION_BACKEND = Setting[Any]("django_reactor.coordination.backends.redis.RedisBackend")
+    # The Redis of the Redis backend: a django-redis cache alias or a redis:// URL.
+    COORDINATION_REDIS = Setting[Any]("default")
+    # First part of every coordination key in Redis (one per app sharing a Redis).
+    COORDINATION_KEY_PREFIX = Setting[Any]("django_reactor")
+    # Seconds a worker waits before trying again a run (or step) that could not take its lock,
+    # semaphore slot or ordered-lock turn (a rate limit says itself how long to wait).
+    CONTENTION_DELAY = Seconds(1.0, positive=False)
+    # Times a run may be rescheduled for contention (or an unreachable coordination backend)
+    # before it fails instead.
+    MAX_CONTENTION_SNOOZES = Count(100, positive=False)
+    # Seconds an undo or compensate waits for its step's lock or semaphore slot while another
+    # run holds it (or the backend is unreachable) before it is reported as a rollback failure
+    # (coordination_unavailable); it never runs unlocked.
+    ROLLBACK_WAIT = Seconds(10.0)
+    # Named rate limits shared by every reactor and step that uses the name:
+    # {"stripe": {"second": 3, "minute": 100}} or {"stripe": [[3, 1], [100, 60]]}.
+    RATE_LIMITS = Setting[Any]({})
+
+    def __init__(self) -> None:
         self._cache: dict[str, Any] = {}
+
+    @classmethod
+    def declared(cls) -> dict[str, Setting[Any]]:
+        """Every key's declaration, by name, in the order they are declared."""
+        return {name: s for name, s in vars(cls).items() if isinstance(s, Setting)}
 
     @property
     def user_settings(self) -> dict[str, Any]:
+        """``settings.REACTOR`` as given (``{}`` when unset)."""
         value = getattr(settings, "REACTOR", None)
         if value is None:
             return {}
@@ -136,23 +277,24 @@ class ReactorSettings:
             )
         return value
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name not in self.defaults:
+    if not TYPE_CHECKING:  # for mypy, an unknown name is an error, not Any
+
+        def __getattr__(self, name: str) -> Any:
             raise AttributeError(f"REACTOR has no setting {name!r}")
-        if name in self._cache:
-            return self._cache[name]
-        value = self.user_settings.get(name, self.defaults[name])
-        self._cache[name] = value
-        return value
 
     def unknown_keys(self) -> list[str]:
-        return sorted(set(self.user_settings) - set(self.defaults))
+        """The keys of ``settings.REACTOR`` that are not settings of django_reactor."""
+        return sorted(set(self.user_settings) - set(self.declared()))
 
     def reload(self) -> None:
+        """Forget the values read so far (``settings.REACTOR`` changed)."""
         self._cache.clear()
 
 
-reactor_settings = ReactorSettings(DEFAULTS)
+#: Every key's default, by name.
+DEFAULTS: dict[str, Any] = {name: s.default for name, s in ReactorSettings.declared().items()}
+
+reactor_settings = ReactorSettings()
 
 
 @receiver(setting_changed)

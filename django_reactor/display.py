@@ -1,7 +1,12 @@
-"""Plain-text rendering of a stored execution, for commands and logs."""
+"""Plain-text rendering of a stored execution, for commands, logs, the admin and the API.
+
+Also the one definition of a run's and a step's duration (:func:`duration_seconds`) and the one
+way to write a duration (:func:`format_duration`), shared by every face.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -36,6 +41,44 @@ _RUN_LINES: dict[str, str] = {
 }
 
 
+def duration_seconds(
+    started_at: dt.datetime | None, finished_at: dt.datetime | None
+) -> float | None:
+    """How long a run or a step took, in seconds: from its ``started_at`` to its ``finished_at``.
+
+    Wall-clock time, waits included (a worker's queue is not: a run starts when it is first
+    claimed or run inline). None until both are known: a run or step still going, or one that
+    ended without starting (a pending run cancelled). Never negative (clocks of two machines).
+    """
+    if started_at is None or finished_at is None:
+        return None
+    return max((finished_at - started_at).total_seconds(), 0.0)
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration as people read it: ``0.4 ms``, ``12 ms``, ``1.3 s``, ``1 min 05 s``,
+    ``2 h 05 min``, ``3 d 04 h``; ``-`` when unknown (None)."""
+    if seconds is None:
+        return "-"
+    seconds = max(seconds, 0.0)
+    millis = seconds * 1000
+    # Each unit's rounding is checked against the next unit's start: 999.7 ms is "1.0 s".
+    if round(millis, 1) < 10:
+        return f"{millis:.1f} ms"
+    if round(millis) < 1000:
+        return f"{millis:.0f} ms"
+    if round(seconds, 1) < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"
+
+
 def short_json(value: Any, limit: int = 90) -> str:
     """Compact JSON of ``value``, cut to ``limit`` characters."""
     text = json.dumps(value, default=str, separators=(", ", ": "))
@@ -57,7 +100,7 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
             if "error" in event.data:
                 line += f": {event.data['error']}"
             if event.kind == EventKind.RETRY:
-                line += f"; retrying in {event.data.get('delay', 0):.2f}s"
+                line += f"; retrying in {format_duration(event.data.get('delay', 0))}"
             if event.kind == EventKind.HALT:
                 line += f": {event.data.get('reason')}"
             if event.kind == EventKind.ACQUIRE:
@@ -69,7 +112,7 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
             elif event.data.get("reason"):
                 line += f" ({event.data['reason']})"
         if event.duration_ms is not None:
-            line += f"  [{event.duration_ms:.1f} ms]"
+            line += f"  [{format_duration(event.duration_ms / 1000)}]"
         lines.append(line)
     return lines
 

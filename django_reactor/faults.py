@@ -1,7 +1,6 @@
 """Named fault points for crash tests: inert unless ``REACTOR_FAULTS`` arms them.
 
 ``REACTOR_FAULTS`` holds rules separated by ``;``, each ``point[@step]=action[:once]``::
-
     REACTOR_FAULTS="after_step_commit@s3=kill:once;before_undo@s2=kill"
 
 Actions: ``kill`` (SIGKILL this process), ``stop`` (SIGSTOP it; the test sends SIGCONT),
@@ -21,6 +20,8 @@ import signal
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from .engine import probes
 
 ENV = "REACTOR_FAULTS"
 STATE_ENV = "REACTOR_FAULTS_STATE"
@@ -62,8 +63,6 @@ def parse(spec: str) -> tuple[Rule, ...]:
 def install() -> None:
     """Attach :func:`point` to the engine's probe when ``REACTOR_FAULTS`` arms rules (a bad
     rule raises ValueError now, not at the first point it would match)."""
-    from .engine import probes
-
     spec = os.environ.get(ENV)
     if spec:
         parse(spec)

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
+from . import store
 from .engine.outcomes import (
-    Aborted,
-    Cancelled,
-    Completed,
-    Dispatched,
     ErrorInfo,
-    Failed,
-    Halted,
-    InProgress,
     Outcome,
-    Paused,
     PendingInterrupt,
 )
 from .engine.redaction import redact
 from .engine.serialization import readable
-from .states import ExecutionStatus
+from .exceptions import ReactorError
 
 if TYPE_CHECKING:
     from .models import Execution, ExecutionEvent, StepRecord
@@ -76,46 +69,39 @@ class TraceEvent:
         return cls(row.seq, row.kind, row.step, row.attempt, row.at, row.duration_ms, row.data)
 
 
-def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
-    """The outcome a caller would have received for the run as stored."""
-    status = row.status
-    common: dict[str, Any] = {"execution_id": row.id, "idempotent_replay": replay}
-    if status == ExecutionStatus.COMPLETED:
-        return Completed(value=readable(row.result), **common)
-    if status in (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION) and row.failure:
-        return Failed(error=ErrorInfo.from_dict(row.failure), status=status, **common)
-    if status == ExecutionStatus.HALTED:
-        result = row.result or {}
-        reason = readable(result.get("reason"))
-        return Halted(reason=reason, step=result.get("halted_at"), **common)
-    if status == ExecutionStatus.CANCELLED:
-        return Cancelled(reason=row.cancel_reason, **common)
-    if status == ExecutionStatus.ABORTED:
-        error = ErrorInfo.from_dict(row.failure) if row.failure else None
-        return Aborted(error=error, **common)
-    if status == ExecutionStatus.PAUSED:
-        from .interrupt_store import waiting
+class Operations(Protocol):
+    """What a handle asks of the services to steer its run (``django_reactor.services``)."""
 
-        return Paused(
-            interrupts=tuple(
-                PendingInterrupt(i.step, i.correlation_id, i.expires_at) for i in waiting(row.id)
-            ),
-            **common,
-        )
-    if row.handed_off and status in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING):
-        return Dispatched(status=status, **common)
-    return InProgress(status=status, **common)
+    def find(self, execution_id: UUID) -> ExecutionHandle: ...
+
+    def cancel(self, execution_id: UUID, *, reason: str = "") -> ExecutionHandle: ...
+
+    def undo(self, execution_id: UUID) -> ExecutionHandle: ...
+
+    def retry(self, execution_id: UUID) -> Outcome: ...
+
+    def resume_interrupt(
+        self,
+        execution_id: UUID,
+        *,
+        step: str | None,
+        payload: Any,
+        idempotency_key: str | None,
+        background: bool | None,
+    ) -> Outcome: ...
 
 
 class ExecutionHandle:
     """A stored execution: its status, redacted inputs, steps and trace, and what you can do.
 
     Obtained from ``MyReactor.find(execution_id)`` or ``django_reactor.services.find``. The
-    handle is a snapshot; :meth:`refresh` reads the run again.
+    handle is a snapshot; :meth:`refresh` reads the run again. Its operations go through the
+    services (``operations``); a handle made without them (to show a row) can only be read.
     """
 
-    def __init__(self, row: Execution) -> None:
+    def __init__(self, row: Execution, operations: Operations | None = None) -> None:
         self._row = row
+        self._operations = operations
         self._steps: list[StepView] | None = None
         self._trace: list[TraceEvent] | None = None
 
@@ -162,7 +148,7 @@ class ExecutionHandle:
 
     @property
     def outcome(self) -> Outcome:
-        return outcome_of(self._row)
+        return store.outcome_of(self._row)
 
     @property
     def error(self) -> ErrorInfo | None:
@@ -173,8 +159,6 @@ class ExecutionHandle:
     def steps(self) -> list[StepView]:
         """Step records in completion order."""
         if self._steps is None:
-            from . import store
-
             self._steps = [StepView.from_row(r) for r in store.step_rows(self.id)]
         return self._steps
 
@@ -191,8 +175,6 @@ class ExecutionHandle:
     def trace(self) -> list[TraceEvent]:
         """The append-only trace, oldest first."""
         if self._trace is None:
-            from . import store
-
             self._trace = [TraceEvent.from_row(r) for r in store.event_rows(self.id)]
         return self._trace
 
@@ -203,49 +185,47 @@ class ExecutionHandle:
 
     def child(self, step: str) -> ExecutionHandle:
         """The composed child that ``step`` ran (raises KeyError when it has none)."""
-        from . import store
-
         row = store.find_child(self.id, step)
         if row is None:
             raise KeyError(f"step {step!r} of execution {self.id} did not run a composed reactor")
-        return ExecutionHandle(row)
+        return ExecutionHandle(row, self._operations)
 
     # -- operations (through services, which enforce the state machine and the lease)
-    def refresh(self) -> ExecutionHandle:
-        from . import services
+    @property
+    def _services(self) -> Operations:
+        if self._operations is None:
+            raise ReactorError(
+                f"this handle of execution {self.id} was made to show the run; steer it through "
+                "services.find(execution_id) (or MyReactor.find) instead"
+            )
+        return self._operations
 
-        return services.find(self.id)
+    def refresh(self) -> ExecutionHandle:
+        return self._services.find(self.id)
 
     def cancel(self, reason: str = "") -> ExecutionHandle:
-        from . import services
-
-        return services.cancel(self.id, reason=reason)
+        return self._services.cancel(self.id, reason=reason)
 
     def undo(self) -> ExecutionHandle:
-        from . import services
-
-        return services.undo(self.id)
+        return self._services.undo(self.id)
 
     def retry(self) -> Outcome:
-        from . import services
-
-        return services.retry(self.id)
+        return self._services.retry(self.id)
 
     @property
     def interrupts(self) -> tuple[PendingInterrupt, ...]:
         """The interrupts this run waits at (empty unless it is paused)."""
-        from .interrupt_store import waiting
 
         return tuple(
-            PendingInterrupt(i.step, i.correlation_id, i.expires_at) for i in waiting(self.id)
+            PendingInterrupt(i.step, i.correlation_id, i.expires_at)
+            for i in store.interrupts.waiting(self.id)
         )
 
     @property
     def maps(self) -> list[dict[str, Any]]:
         """A summary of each ``map_over`` step this run reached (totals, sampled failures)."""
-        from . import map_store
 
-        return [map_store.summary(run.pk, run) for run in map_store.maps_of(self.id)]
+        return [store.maps.summary(run.pk, run) for run in store.maps.maps_of(self.id)]
 
     def resume(
         self,
@@ -256,9 +236,7 @@ class ExecutionHandle:
         background: bool | None = None,
     ) -> Outcome:
         """Deliver ``payload`` to the interrupt ``step`` (see ``services.resume_interrupt``)."""
-        from . import services
-
-        return services.resume_interrupt(
+        return self._services.resume_interrupt(
             self.id,
             step=step,
             payload=payload,

@@ -12,7 +12,6 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from .querysets import ExecutionManager
 from .states import (
     ElementStatus,
     EventKind,
@@ -151,8 +150,6 @@ class Execution(models.Model):
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     wake_at = models.DateTimeField(_("next wake-up"), null=True, blank=True)
-
-    objects = ExecutionManager()
 
     class Meta:
         verbose_name = _("execution")

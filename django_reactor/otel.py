@@ -8,7 +8,6 @@ What each process sees of a run is one *segment*: a run started by a caller, han
 finished by a worker is two spans, ``reactor <name>`` in the caller and ``reactor <name>`` in the
 worker, in the same trace (the Celery task carries the W3C trace context in its headers, see
 :func:`trace_headers` and :func:`task_context`). Under a segment span:
-
 * ``step <name>``: one span per attempt of a step, current while the step's body runs (spans
   your step code starts, and composed children, nest under it);
 * ``undo <step>`` / ``compensate <step>``: one span per rollback action, after the failure;
@@ -41,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 
 from . import __version__
 from .engine.observers import CoordinationEvent, ExecutionEvent, RunObserver, StepEvent
+from .models import Execution
 
 logger = logging.getLogger("django_reactor.otel")
 
@@ -340,8 +340,6 @@ def _record_error(span: Span, event: StepEvent, kind: str | None = None) -> None
 
 def _parent_of(execution_id: Any) -> str | None:
     """The execution that composed or dispatched this one (one primary-key read)."""
-    from .models import Execution
-
     parent = Execution.objects.filter(pk=execution_id).values_list("parent_id", flat=True).first()
     return str(parent) if parent is not None else None
 

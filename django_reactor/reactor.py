@@ -13,6 +13,11 @@ if TYPE_CHECKING:
     from .handle import ExecutionHandle
 
 
+# The methods import ``registry`` and ``services`` when called: this module is part of the
+# import-safe public API (``django_reactor/__init__``), loaded before Django's apps are ready,
+# and those modules reach the models.
+
+
 class Reactor(ReactorBase):
     """Base class of sagas.
 
@@ -66,7 +71,6 @@ class Reactor(ReactorBase):
     @classmethod
     def find_by_correlation_id(cls, correlation_id: str) -> ExecutionHandle:
         """The run of this reactor waiting (or last waiting) under ``correlation_id``."""
-        from . import interrupt_store, services
+        from . import services
 
-        row = interrupt_store.find(correlation_id=correlation_id, reactor=cls.definition.name)
-        return services.find(row.execution_id, reactor=cls)
+        return services.find_by_correlation_id(correlation_id, reactor=cls)

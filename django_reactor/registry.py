@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
+from .engine.definition import ReactorDefinition
 from .exceptions import ReactorNotRegistered
 
 if TYPE_CHECKING:
@@ -54,9 +55,10 @@ def get(name: str) -> type[Reactor]:
         candidate = import_string(name)
     except ImportError:
         candidate = None
-    from .reactor import Reactor
-
-    if isinstance(candidate, type) and issubclass(candidate, Reactor):
+    # A reactor class is known by its definition (the registry sits below ``reactor.py``).
+    if isinstance(candidate, type) and isinstance(
+        getattr(candidate, "definition", None), ReactorDefinition
+    ):
         return candidate
     raise ReactorNotRegistered(
         f"no reactor named {name!r} is known to this process; make sure the module defining "

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.conf import settings
+
+from tests.helpers import FAIL_AT, ledger
 
 
 def _problems() -> dict[str, str]:
@@ -19,6 +22,15 @@ def pytest_configure(config: pytest.Config) -> None:
             f"REACTOR_REQUIRE_SERVICES=1 but these services are not reachable: {missing}. "
             "Start them (see the README) or unset REACTOR_REQUIRE_SERVICES."
         )
+
+
+@pytest.fixture(autouse=True)
+def _reset_ledger() -> Iterator[None]:
+    """Every test starts with an empty ledger and no step set to fail, and leaves none set."""
+    ledger.clear()
+    FAIL_AT.clear()
+    yield
+    FAIL_AT.clear()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,6 +23,12 @@ class Ledger:
         self.calls.clear()
 
 
+#: The suite's ledger, emptied before every test (``tests/conftest.py``).
+ledger = Ledger()
+#: Step names whose ``Tracked`` step raises; tests add to it, and it is emptied around every test.
+FAIL_AT: set[str] = set()
+
+
 def run_in_memory(
     reactor: type,
     inputs: Mapping[str, Any] | None = None,

@@ -8,6 +8,8 @@ import pytest
 from django.test import override_settings
 
 from django_reactor.checks import check_database, check_settings
+from django_reactor.conf import ReactorSettings, Setting, reactor_settings
+from django_reactor.exceptions import ReactorImproperlyConfigured
 
 
 def ids(messages: list[Any]) -> list[str]:
@@ -33,11 +35,32 @@ def test_default_settings_pass() -> None:
         ({"ASYNC_WAIT_TIMEOUT": -1}, ["django_reactor.E002"]),
         ({"CELERY_QUEUE": ""}, ["django_reactor.E005"]),
         ({"REDIS_URL": 6379}, ["django_reactor.E005"]),
+        ({"MAX_RECOVERY_ATTEMPTS": 2.5}, ["django_reactor.E002"]),
+        ({"SWEEP_BATCH": 100.0}, []),
+        ({"LEASE_SECONDS": "60"}, ["django_reactor.E002"]),
+        ({"WEBHOOK_TOLERANCE": True}, ["django_reactor.E002"]),
+        ({"CONTENTION_DELAY": 0, "MAX_CONTENTION_SNOOZES": 0}, []),
+        ({"CONTENTION_DELAY": -1}, ["django_reactor.E002"]),
+        ({"MAX_CONTENTION_SNOOZES": "many"}, ["django_reactor.E002"]),
+        ({"RESUME_TOKENS": 1}, ["django_reactor.E004"]),
+        ({"API_RESUME_RATE": 120}, ["django_reactor.E005"]),
     ],
 )
 def test_bad_settings_are_reported(value: Any, expected: list[str]) -> None:
     with override_settings(REACTOR=value):
         assert ids(check_settings()) == expected
+
+
+TYPED = sorted(n for n, s in ReactorSettings.declared().items() if type(s) is not Setting)
+
+
+@pytest.mark.parametrize("name", TYPED)
+def test_what_the_settings_object_refuses_the_check_reports(name: str) -> None:
+    with override_settings(REACTOR={name: object()}):  # of no declared type
+        with pytest.raises(ReactorImproperlyConfigured, match=name):
+            getattr(reactor_settings, name)
+        reported = [m.id for m in check_settings() if name in m.msg]
+    assert reported in (["django_reactor.E002"], ["django_reactor.E004"], ["django_reactor.E005"])
 
 
 def test_sqlite_is_flagged_for_deployment(settings: Any) -> None:

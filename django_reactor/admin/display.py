@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from typing import Any
 
@@ -56,46 +55,10 @@ def short_reactor(name: str) -> SafeString:
     return format_html('<span title="{}">{}</span>', name, name.rsplit(".", 1)[-1])
 
 
-def format_duration(start: dt.datetime | None, end: dt.datetime | None) -> str:
-    """``1.2 s``, ``3 min 4 s``, ``2 h 5 min``; empty when either end is unknown."""
-    if start is None or end is None:
-        return ""
-    seconds = max((end - start).total_seconds(), 0.0)
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
-
-
 def execution_link(execution_id: Any, label: Any = None) -> SafeString:
     """A link to a run's admin page (its short id unless ``label`` is given)."""
     url = reverse(f"admin:{APP}_execution_change", args=[quote(str(execution_id))])
     return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
-
-
-def flatten_errors(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """Serializer errors as ``(field path, message)`` pairs, every message kept."""
-    if isinstance(errors, dict):
-        pairs: list[tuple[str, str]] = []
-        for key, value in errors.items():
-            path_ = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else key)
-            pairs.extend(flatten_errors(value, path_))
-        return pairs
-    if isinstance(errors, list | tuple):
-        if all(isinstance(item, str) for item in errors):
-            return [(prefix, str(item)) for item in errors]
-        pairs = []
-        for index, item in enumerate(errors):
-            if item:
-                pairs.extend(flatten_errors(item, f"{prefix}.{index}" if prefix else str(index)))
-        return pairs
-    return [(prefix, str(errors))]
 
 
 MAP_WAITS = ("map", "map rollback")

@@ -1,4 +1,7 @@
-"""Serializers of the API: executions as read, outcomes as answered, resume requests."""
+"""Serializers of the API: executions as read, and the bodies of resume and cancel requests.
+
+Outcomes are answered as ``engine.outcomes.outcome_data`` writes them.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +11,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..engine.outcomes import (
-    Aborted,
-    Cancelled,
-    Completed,
-    Failed,
-    Halted,
-    Outcome,
-    Paused,
-)
-from ..engine.serialization import encode
+from ..display import duration_seconds
 from ..handle import ExecutionHandle
-from ..maps import displayable
 from ..models import Execution, Interrupt
+from ..runtime.maps import displayable
 
 
 class ExecutionSerializer(serializers.ModelSerializer[Execution]):
@@ -46,9 +40,9 @@ class ExecutionSerializer(serializers.ModelSerializer[Execution]):
         read_only_fields = fields
 
     def get_duration_ms(self, row: Execution) -> float | None:
-        if row.started_at is None or row.finished_at is None:
-            return None
-        return round((row.finished_at - row.started_at).total_seconds() * 1000, 3)
+        """From ``started_at`` to ``finished_at`` in milliseconds; None until both are known."""
+        seconds = duration_seconds(row.started_at, row.finished_at)
+        return None if seconds is None else round(seconds * 1000, 3)
 
 
 class InterruptSerializer(serializers.ModelSerializer[Interrupt]):
@@ -175,32 +169,3 @@ class CancelRequestSerializer(serializers.Serializer[dict[str, Any]]):
         allow_blank=True,
         help_text="Why the run is cancelled, stored with it; the first 1000 characters are kept.",
     )
-
-
-def outcome_data(outcome: Outcome) -> dict[str, Any]:
-    """An outcome as a JSON object: execution id, status and what the status carries."""
-    data: dict[str, Any] = {
-        "execution_id": str(outcome.execution_id) if outcome.execution_id else None,
-        "status": outcome.status,
-    }
-    if isinstance(outcome, Completed):
-        data["value"] = encode(outcome.value)
-    elif isinstance(outcome, Failed | Aborted) and outcome.error is not None:
-        data["error"] = outcome.error.to_dict()
-    elif isinstance(outcome, Halted):
-        data["step"] = outcome.step
-        data["reason"] = encode(outcome.reason)
-    elif isinstance(outcome, Cancelled):
-        data["reason"] = outcome.reason
-    elif isinstance(outcome, Paused):
-        data["interrupts"] = [
-            {
-                "step": i.step,
-                "correlation_id": i.correlation_id,
-                "expires_at": i.expires_at.isoformat() if i.expires_at else None,
-            }
-            for i in outcome.interrupts
-        ]
-    if outcome.idempotent_replay:
-        data["idempotent_replay"] = True
-    return data

@@ -105,7 +105,7 @@ def verify(headers: Mapping[str, str], body: bytes, *, now: float | None = None)
     if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12):
         raise SignatureError(f"the {TIMESTAMP_HEADER} header is not a Unix timestamp")
     timestamp = int(stamp)
-    tolerance = float(reactor_settings.WEBHOOK_TOLERANCE)
+    tolerance = reactor_settings.WEBHOOK_TOLERANCE
     current = time.time() if now is None else now
     if abs(current - timestamp) > tolerance:
         raise SignatureError(

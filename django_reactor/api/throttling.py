@@ -24,8 +24,7 @@ class ResumeRateThrottle(SimpleRateThrottle):
         pass
 
     def get_rate(self) -> str | None:
-        rate = reactor_settings.API_RESUME_RATE
-        return None if rate is None else str(rate)
+        return reactor_settings.API_RESUME_RATE
 
     def allow_request(self, request: Request, view: Any) -> bool:
         self.rate = self.get_rate()

@@ -37,9 +37,9 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from .. import interrupt_store, request_keys, services
+from .. import services, store
 from ..conf import reactor_settings
-from ..engine.outcomes import Dispatched, InProgress, Outcome
+from ..engine.outcomes import Dispatched, InProgress, Outcome, outcome_data
 from ..engine.serialization import unstorable
 from ..exceptions import (
     AlreadyResumed,
@@ -62,7 +62,6 @@ from .serializers import (
     ExecutionDetailSerializer,
     ExecutionSerializer,
     ResumeRequestSerializer,
-    outcome_data,
 )
 from .throttling import ResumeRateThrottle
 
@@ -390,8 +389,10 @@ class ResumeView(APIView):
             _check_header(IDEMPOTENCY_HEADER, key)
         except ApiError as error:
             return error_response(error)
-        reservation = request_keys.reserve(
-            credential.scope, key, request_keys.fingerprint(request.method, request.path, body)
+        reservation = store.request_keys.reserve(
+            credential.scope,
+            key,
+            store.request_keys.fingerprint(request.method, request.path, body),
         )
         if reservation.state == "replay":
             return Response(
@@ -417,21 +418,21 @@ class ResumeView(APIView):
         try:
             # Kept alive while the request runs (an inline resume runs the rest of the run),
             # so a repeat gets in_flight; only a dead process's reservation is taken over.
-            with request_keys.kept(reservation.row_id):
+            with store.request_keys.kept(reservation.row_id):
                 response = self._respond(request, body, credential, kwargs)
         except BaseException:
-            request_keys.release(reservation.row_id)
+            store.request_keys.release(reservation.row_id)
             raise
         if response.status_code in FINAL_ANSWERS and "Retry-After" not in response:
-            request_keys.finish(reservation.row_id, response.status_code, response.data)
+            store.request_keys.finish(reservation.row_id, response.status_code, response.data)
         else:
-            request_keys.release(reservation.row_id)  # a retry may be answered differently
+            store.request_keys.release(reservation.row_id)  # a retry may be answered differently
         return response
 
     # -- the steps, in order
 
     def _read_body(self, request: Request) -> bytes:
-        limit = int(reactor_settings.API_MAX_BODY_BYTES)
+        limit = reactor_settings.API_MAX_BODY_BYTES
         try:
             declared = int(request.headers.get("Content-Length") or 0)
         except ValueError:
@@ -456,7 +457,7 @@ class ResumeView(APIView):
             # Tokens are URL-safe base64; anything else (NUL, surrogates) cannot be one.
             if not (20 <= len(token) <= 200 and token.isascii() and token.isprintable()):
                 raise ApiError(401, f"the {TOKEN_HEADER} header is not a resume token")
-            return Credential("token", f"token:{interrupt_store.token_hash(token)}", token=token)
+            return Credential("token", f"token:{store.interrupts.token_hash(token)}", token=token)
         if kind == "webhook":
             webhook_id = request.headers.get(signatures.ID_HEADER)
             if webhook_id:  # signed, then stored as the key: it must be storable text
@@ -694,4 +695,4 @@ class TokenResumeView(ResumeView):
 
 def _by_token(credential: Credential) -> Interrupt:
     assert credential.token is not None
-    return interrupt_store.find_by_token(credential.token)
+    return store.interrupts.find_by_token(credential.token)

@@ -10,6 +10,10 @@ from typing import Any
 
 from celery import Task, shared_task
 
+from .. import services
+from ..runtime import maps
+from ..store import refresh_connections
+
 try:  # join the publisher's trace while the task runs, when OpenTelemetry is installed
     from ..otel import task_context
 except ImportError:
@@ -26,8 +30,6 @@ def _task_connections() -> Iterator[None]:
     Celery's own fixup does this only every ``CELERY_DB_REUSE_MAX`` tasks, so a connection
     the server dropped would fail every task of the process until then.
     """
-    from ..store import refresh_connections
-
     refresh_connections()
     try:
         yield
@@ -44,8 +46,6 @@ def _task_connections() -> Iterator[None]:
 )
 def resume(self: Task, execution_id: str) -> None:
     """Take the run over (if nobody owns it) and execute it from its last checkpoint."""
-    from .. import services
-
     with _task_connections(), task_context(self.request):
         services.resume(execution_id)
 
@@ -59,8 +59,6 @@ def resume(self: Task, execution_id: str) -> None:
 )
 def map_elements(self: Task, map_id: str) -> None:
     """Run pending elements of a fanned-out map, a chunk at a time, until none is left."""
-    from .. import maps
-
     with _task_connections(), task_context(self.request):
         maps.work(map_id, forward=True)
 
@@ -74,8 +72,6 @@ def map_elements(self: Task, map_id: str) -> None:
 )
 def map_rollback(self: Task, map_id: str) -> None:
     """Undo succeeded elements of a fanned-out map, highest index first, until none is left."""
-    from .. import maps
-
     with _task_connections(), task_context(self.request):
         maps.work(map_id, forward=False)
 
@@ -83,8 +79,6 @@ def map_rollback(self: Task, map_id: str) -> None:
 @shared_task(name="django_reactor.sweep", ignore_result=True)
 def sweep() -> dict[str, Any]:
     """Republish lost work: unsent dispatches, runs whose worker died, due wake-ups."""
-    from .. import services
-
     with _task_connections():
         report = services.sweep()
     return report.as_dict()

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import threading
 
+from ..conf import reactor_settings
+from ..exceptions import ReactorImproperlyConfigured
 from .backends.base import CoordinationBackend
 from .exceptions import CoordinationError, CoordinationUnavailable, UnknownRateLimit
 from .periods import bucket_for, period_seconds
@@ -53,9 +55,6 @@ def get_backend() -> CoordinationBackend:
     Settings are read at call time, so ``override_settings(REACTOR={...})`` takes effect.
     """
     from django.utils.module_loading import import_string
-
-    from ..conf import reactor_settings
-    from ..exceptions import ReactorImproperlyConfigured
 
     path = reactor_settings.COORDINATION_BACKEND
     config = (path, reactor_settings.COORDINATION_REDIS, reactor_settings.COORDINATION_KEY_PREFIX)

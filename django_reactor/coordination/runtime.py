@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import store
 from ..conf import reactor_settings
 from ..engine.coordination import (
     NOT_STARTED,
@@ -40,6 +41,7 @@ from ..engine.templates import InputRef
 from ..exceptions import ReactorImproperlyConfigured
 from ..states import ExecutionStatus
 from ..store import Kept
+from . import get_backend
 from .exceptions import CoordinationUnavailable, UnknownRateLimit
 from .periods import bucket_for, period_seconds
 from .rates import named_rate_limit, parse_windows
@@ -73,8 +75,6 @@ def check_backend(definition: ReactorDefinition) -> None:
     configured backend cannot be set up (no server is contacted). Called before a run is
     written, so a misconfigured project refuses the run instead of leaving it half started."""
     if coordinated(definition):
-        from . import get_backend
-
         get_backend()
 
 
@@ -122,8 +122,6 @@ def enqueue(
     ordered = [d for d in definition.coordination if isinstance(d, OrderedLock)]
     if not ordered:
         return
-    from . import get_backend
-
     for declaration in ordered:
         try:
             key = resolve_key(declaration.key, inputs, "OrderedLock")
@@ -151,8 +149,6 @@ def guard_dispatch(
     ]
     if not exclusive:
         return
-    from . import get_backend
-
     owner = f"run:{holder_id}"
     backend = get_backend()
     for declaration in exclusive:
@@ -253,8 +249,6 @@ class RunCoordinator:
         inputs: Mapping[str, Any],
         in_worker: bool,
     ) -> None:
-        from .. import store
-
         self.definition = definition
         self.execution_id = execution_id
         self.owner = f"run:{owner_id}"  # locks and semaphores: shared by a run tree
@@ -273,8 +267,6 @@ class RunCoordinator:
     @property
     def backend(self) -> Any:
         if self._backend is None:
-            from . import get_backend
-
             self._backend = get_backend()
         return self._backend
 
@@ -584,7 +576,7 @@ class RunCoordinator:
         self._state["snoozes"] = snoozes
         self._save()
         self._flush()
-        return snoozes <= int(reactor_settings.MAX_CONTENTION_SNOOZES)
+        return snoozes <= reactor_settings.MAX_CONTENTION_SNOOZES
 
     # ------------------------------------------------------------------ steps
 
@@ -649,7 +641,7 @@ class RunCoordinator:
                 keys,
                 wait=True,
                 into=holdings.held,
-                wait_at_least=float(reactor_settings.ROLLBACK_WAIT),
+                wait_at_least=reactor_settings.ROLLBACK_WAIT,
             )
         except CoordinationKeyError as exc:
             return Blocked("fail", str(exc))
@@ -667,8 +659,6 @@ class RunCoordinator:
     def _release(self, held: list[_Held]) -> None:
         if not held:
             return
-        from .. import store
-
         backend = self.backend
         for item in reversed(held):
             if not item.owned:
@@ -721,8 +711,6 @@ class RunCoordinator:
 
     def _flush(self) -> None:
         if self._dirty:
-            from .. import store
-
             store.save_coordination_state(self.execution_id, self._state)
             self._dirty = False
 
@@ -737,7 +725,7 @@ class _Keeper(Kept):
         self.coordinator = coordinator
         self.held = list(held)
         self.ordered = ordered
-        ttls = [h.ttl for h in held] or [float(reactor_settings.LEASE_SECONDS)]
+        ttls = [h.ttl for h in held] or [reactor_settings.LEASE_SECONDS]
         super().__init__(max(min(ttls) / 3, 0.05))
 
     @property
@@ -782,7 +770,7 @@ def _unavailable(exc: CoordinationUnavailable) -> Blocked:
 
 
 def _delay() -> float:
-    return float(reactor_settings.CONTENTION_DELAY)
+    return reactor_settings.CONTENTION_DELAY
 
 
 def _who(holder: str | None) -> str:

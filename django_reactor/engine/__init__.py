@@ -1,1 +1,2 @@
-"""The pure saga engine: definitions, planner, executor. No ORM, no Celery, no DRF imports."""
+"""The pure saga engine: definitions, planner, the executor core and its constructs. No ORM, no
+Celery, no DRF imports."""

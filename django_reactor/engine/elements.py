@@ -17,8 +17,7 @@ from typing import Any
 from uuid import UUID, uuid5
 
 from ..states import ElementStatus, ExecutionStatus
-from .definition import ReactorDefinition
-from .executor import Executor, RunState, UndoEntry
+from .executor import Executor
 from .journal import MemoryJournal
 from .outcomes import (
     Completed,
@@ -31,6 +30,8 @@ from .outcomes import (
     RollbackFailure,
 )
 from .serialization import decode, encode
+from .spec import ReactorDefinition
+from .state import RunState, UndoEntry
 from .validation import summarise_errors, validate
 
 

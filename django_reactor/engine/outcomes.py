@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from ..states import ExecutionStatus
-from .serialization import printable
+from .serialization import encode, printable
 
 # --------------------------------------------------------------------------- step outcomes
 
@@ -362,3 +362,46 @@ class Rescheduled(Outcome):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InProgress(Outcome):
     """The run has not finished: another caller or process is still working on it."""
+
+
+# --------------------------------------------------------------------------- as JSON
+
+
+def outcome_data(outcome: Outcome) -> dict[str, Any]:
+    """An outcome as a JSON object, as the API answers it and ``reactor_* --json`` prints it.
+
+    Always ``execution_id`` (a string, or None), ``status`` and ``idempotent_replay``; then what
+    the status carries: ``value`` (completed), ``error`` (failed, and aborted when known: the
+    :class:`ErrorInfo` as a dict), ``step`` and ``reason`` (halted), ``reason`` (cancelled),
+    ``interrupts`` (paused: ``step``, ``correlation_id``, ``expires_at`` in ISO 8601 or None)
+    and ``step`` (rescheduled). Values and reasons are encoded as the database stores them
+    (:func:`~django_reactor.engine.serialization.encode`): dates, decimals, UUIDs, tuples and
+    sets are tagged objects.
+    """
+    data: dict[str, Any] = {
+        "execution_id": str(outcome.execution_id) if outcome.execution_id else None,
+        "status": str(outcome.status),
+        "idempotent_replay": outcome.idempotent_replay,
+    }
+    if isinstance(outcome, Completed):
+        data["value"] = encode(outcome.value)
+    elif isinstance(outcome, Failed | Aborted):
+        if outcome.error is not None:
+            data["error"] = outcome.error.to_dict()
+    elif isinstance(outcome, Halted):
+        data["step"] = outcome.step
+        data["reason"] = encode(outcome.reason)
+    elif isinstance(outcome, Cancelled):
+        data["reason"] = outcome.reason
+    elif isinstance(outcome, Paused):
+        data["interrupts"] = [
+            {
+                "step": pending.step,
+                "correlation_id": pending.correlation_id,
+                "expires_at": pending.expires_at.isoformat() if pending.expires_at else None,
+            }
+            for pending in outcome.interrupts
+        ]
+    elif isinstance(outcome, Rescheduled):
+        data["step"] = outcome.step
+    return data

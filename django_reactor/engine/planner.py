@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..exceptions import DefinitionError, DependencyCycleError
 
 if TYPE_CHECKING:
-    from .definition import StepSpec
+    from .spec import StepSpec
 
 
 def check(reactor: str, specs: Sequence[StepSpec]) -> None:
@@ -60,18 +60,3 @@ def find_cycle(graph: dict[str, frozenset[str]]) -> list[str] | None:
             if found:
                 return found
     return None
-
-
-def topological_order(graph: dict[str, frozenset[str]], declared: Sequence[str]) -> list[str]:
-    """The order a sequential run takes: repeatedly the first declared step that is ready."""
-    done: set[str] = set()
-    order: list[str] = []
-    while len(order) < len(declared):
-        for name in declared:
-            if name not in done and graph[name] <= done:
-                done.add(name)
-                order.append(name)
-                break
-        else:  # pragma: no cover - check() rejects cycles first
-            raise DependencyCycleError("cycle")
-    return order

@@ -29,24 +29,31 @@ def plain_errors(errors: Any) -> Any:
 
 def summarise_errors(errors: Any) -> str:
     """One line naming each failing field and its first message: ``"items.0.sku: Required."``."""
-    return "; ".join(
-        f"{path}: {message}" if path else message for path, message in _first_messages(errors, "")
-    )
+    first: dict[str, str] = {}
+    for path, message in error_messages(errors):
+        first.setdefault(path, message)
+    return "; ".join(f"{path}: {message}" if path else message for path, message in first.items())
 
 
-def _first_messages(errors: Any, prefix: str) -> list[tuple[str, str]]:
+def error_messages(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Every message of a serializer's error tree as ``(field path, message)`` pairs, in order.
+
+    Paths are dotted (``items.0.sku``); ``non_field_errors`` belong to the object that holds
+    them (``""`` at the top). Empty entries of a list of children (the items that were valid)
+    are left out.
+    """
     if isinstance(errors, Mapping):
-        found: list[tuple[str, str]] = []
+        pairs: list[tuple[str, str]] = []
         for key, value in errors.items():
             path = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else key)
-            found.extend(_first_messages(value, path))
-        return found
-    if isinstance(errors, list):
-        if errors and all(isinstance(e, str) for e in errors):
-            return [(prefix, errors[0])]
-        found = []
+            pairs.extend(error_messages(value, path))
+        return pairs
+    if isinstance(errors, list | tuple):
+        if all(isinstance(item, str) for item in errors):
+            return [(prefix, str(item)) for item in errors]
+        pairs = []
         for index, item in enumerate(errors):
             if item:
-                found.extend(_first_messages(item, f"{prefix}.{index}" if prefix else str(index)))
-        return found
+                pairs.extend(error_messages(item, f"{prefix}.{index}" if prefix else str(index)))
+        return pairs
     return [(prefix, str(errors))]

@@ -1,8 +1,8 @@
 """Helpers the ``reactor_*`` management commands share.
 
 Argument parsing (reactor names, JSON objects, ``key=value`` pairs, statuses, dates) and output
-(outcomes as text or as JSON). Errors are raised as ``CommandError`` with a plain message that
-says what to do next.
+(outcomes as text; as JSON, ``engine.outcomes.outcome_data``). Errors are raised as
+``CommandError`` with a plain message that says what to do next.
 """
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ from django_reactor.engine.outcomes import (
     PendingInterrupt,
     Rescheduled,
 )
-from django_reactor.exceptions import ReactorNotRegistered
+from django_reactor.exceptions import (
+    ExecutionBusy,
+    ExecutionNotFound,
+    ReactorError,
+    ReactorNotRegistered,
+    TransactionActive,
+)
 from django_reactor.states import ExecutionStatus
 
 EXAMPLE = """'{"amount": 5}'"""
@@ -233,39 +239,6 @@ def describe_interrupt(pending: PendingInterrupt) -> str:
     return pending.step + (f" ({', '.join(details)})" if details else "")
 
 
-def interrupt_data(pending: PendingInterrupt) -> dict[str, Any]:
-    return {
-        "step": pending.step,
-        "correlation_id": pending.correlation_id,
-        "expires_at": pending.expires_at.isoformat() if pending.expires_at else None,
-    }
-
-
-def outcome_data(outcome: Outcome) -> dict[str, Any]:
-    """The outcome as plain data for ``--json``."""
-    data: dict[str, Any] = {
-        "execution_id": str(outcome.execution_id) if outcome.execution_id else None,
-        "status": outcome.status,
-        "idempotent_replay": outcome.idempotent_replay,
-    }
-    if isinstance(outcome, Completed):
-        data["value"] = outcome.value
-    elif isinstance(outcome, Failed):
-        data["error"] = outcome.error.to_dict()
-    elif isinstance(outcome, Halted):
-        data["step"] = outcome.step
-        data["reason"] = outcome.reason
-    elif isinstance(outcome, Paused):
-        data["interrupts"] = [interrupt_data(pending) for pending in outcome.interrupts]
-    elif isinstance(outcome, Cancelled):
-        data["reason"] = outcome.reason
-    elif isinstance(outcome, Aborted) and outcome.error is not None:
-        data["error"] = outcome.error.to_dict()
-    elif isinstance(outcome, Rescheduled):
-        data["step"] = outcome.step
-    return data
-
-
 def outcome_lines(outcome: Outcome) -> list[str]:
     """What an outcome says, one indented line each, after its ``execution ID: status``."""
     lines: list[str] = []
@@ -321,29 +294,6 @@ def iso(moment: dt.datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
-def duration(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
-    """Seconds from ``start`` to ``end`` (None when either is missing)."""
-    if start is None or end is None:
-        return None
-    return (end - start).total_seconds()
-
-
-def human_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours // 24}d{hours % 24:02d}h"
-
-
 def table(rows: Iterable[Iterable[str]], headers: list[str]) -> list[str]:
     """Rows as left-aligned text columns under ``headers``."""
     body = [list(row) for row in rows]
@@ -391,14 +341,6 @@ class SteeringCommand(BaseCommand):
         raise NotImplementedError
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_reactor.exceptions import (
-            ExecutionBusy,
-            ExecutionNotFound,
-            ReactorError,
-            ReactorNotRegistered,
-            TransactionActive,
-        )
-
         ids = list(dict.fromkeys(options["execution_ids"]))
         results: list[dict[str, Any]] = []
         refused = 0

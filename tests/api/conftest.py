@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from rest_framework.request import Request
 from rest_framework.test import APIClient
 
 from django_reactor.api.signatures import sign
-from tests.integration.reactors import FAIL_AT, ledger
 
 SECRET = "whsec_" + "c2VjcmV0LWtleS1mb3ItdGVzdHMtMDEyMzQ1Njc4OQ=="
 OLD_SECRET = "old-plain-secret"
@@ -33,7 +31,7 @@ TENANT_SCOPE = "tests.api.conftest.tenant_scope"
 
 
 @pytest.fixture(autouse=True)
-def _api_settings(settings: Any) -> Iterator[None]:
+def _api_settings(settings: Any) -> None:
     # The suite's settings (its own Celery queue...) with webhook secrets and no rate limit.
     settings.REACTOR = {
         **settings.REACTOR,
@@ -41,10 +39,6 @@ def _api_settings(settings: Any) -> Iterator[None]:
         "API_RESUME_RATE": None,
     }
     cache.clear()
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def make_user(username: str, *codenames: str, tenant: str = "") -> User:

@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from django_reactor import Failed, Paused, services
-from django_reactor.interrupt_store import token_hash
 from django_reactor.models import Execution, Interrupt
+from django_reactor.store.interrupts import token_hash
 from tests.api.conftest import (
     ALL_PERMISSIONS,
     TENANT_SCOPE,

@@ -22,7 +22,7 @@ from django.db import connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from django_reactor import Completed, Paused, request_keys, services
+from django_reactor import Completed, Paused, services, store
 from django_reactor.conf import reactor_settings
 from django_reactor.exceptions import ExecutionBusy
 from django_reactor.models import ApiRequest, Execution
@@ -177,38 +177,38 @@ def test_a_python_delivery_repeated_while_the_first_runs_is_busy_not_a_takeover(
 
 @pytest.mark.usefixtures("short_lease")
 def test_a_reservation_nobody_keeps_is_still_taken_over_after_the_lease() -> None:
-    dead = request_keys.reserve("user:1", "crashed", "fp")  # its process died: no keeper
+    dead = store.request_keys.reserve("user:1", "crashed", "fp")  # its process died: no keeper
     assert dead.state == "new"
-    assert request_keys.reserve("user:1", "crashed", "fp").state == "in_flight"
+    assert store.request_keys.reserve("user:1", "crashed", "fp").state == "in_flight"
     outlive_the_first_lease(ApiRequest.objects.get(pk=dead.row_id))
-    taken = request_keys.reserve("user:1", "crashed", "fp")
+    taken = store.request_keys.reserve("user:1", "crashed", "fp")
     assert taken.state == "new"
     assert taken.row_id != dead.row_id
 
 
 def test_a_keeper_extends_its_reservation_until_the_request_is_answered() -> None:
-    reservation = request_keys.reserve("user:1", "kept", "fp")
+    reservation = store.request_keys.reserve("user:1", "kept", "fp")
     assert reservation.row_id is not None
     old = timezone.now() - dt.timedelta(hours=1)
     ApiRequest.objects.filter(pk=reservation.row_id).update(created_at=old)
-    keeper = request_keys.ReservationKeeper(reservation.row_id)
+    keeper = store.request_keys.ReservationKeeper(reservation.row_id)
     assert keeper.extend() is True
     assert ApiRequest.objects.get(pk=reservation.row_id).created_at > old
-    request_keys.finish(reservation.row_id, 200, {"ok": True})
+    store.request_keys.finish(reservation.row_id, 200, {"ok": True})
     assert keeper.extend() is False  # answered: nothing left to keep
     assert ApiRequest.objects.get(pk=reservation.row_id).response == {"ok": True}
-    request_keys.release(reservation.row_id)
+    store.request_keys.release(reservation.row_id)
     assert keeper.extend() is False
 
 
 def test_kept_registers_the_keeper_with_the_heartbeat_only_while_the_request_runs() -> None:
-    reservation = request_keys.reserve("user:1", "beat", "fp")
+    reservation = store.request_keys.reserve("user:1", "beat", "fp")
     assert reservation.row_id is not None
     heartbeat = Heartbeat.current()
-    with request_keys.kept(reservation.row_id) as keeper:
+    with store.request_keys.kept(reservation.row_id) as keeper:
         assert keeper in heartbeat.keepers
         assert keeper.interval == pytest.approx(float(reactor_settings.LEASE_SECONDS) / 3)
     assert keeper not in heartbeat.keepers
-    with pytest.raises(RuntimeError), request_keys.kept(reservation.row_id) as failing:
+    with pytest.raises(RuntimeError), store.request_keys.kept(reservation.row_id) as failing:
         raise RuntimeError("the request failed")
     assert failing not in heartbeat.keepers

@@ -324,13 +324,13 @@ def test_concurrent_signed_deliveries_resume_once(anonymous: APIClient) -> None:
 def test_a_key_whose_request_died_unanswered_is_taken_over_after_the_lease() -> None:
     import datetime as dt
 
-    from django_reactor import request_keys
+    from django_reactor import store
     from django_reactor.models import ApiRequest
 
-    first = request_keys.reserve("webhook:default", "msg_dead", "fp")
+    first = store.request_keys.reserve("webhook:default", "msg_dead", "fp")
     assert first.state == "new"
-    assert request_keys.reserve("webhook:default", "msg_dead", "fp").state == "in_flight"
+    assert store.request_keys.reserve("webhook:default", "msg_dead", "fp").state == "in_flight"
     ApiRequest.objects.filter(pk=first.row_id).update(
         created_at=ApiRequest.objects.get(pk=first.row_id).created_at - dt.timedelta(minutes=5)
     )
-    assert request_keys.reserve("webhook:default", "msg_dead", "fp").state == "new"
+    assert store.request_keys.reserve("webhook:default", "msg_dead", "fp").state == "new"

@@ -104,7 +104,7 @@ def parked_rows() -> None:
 def map_in_flight() -> Any:
     """A run labelling 240 parcels on workers, halfway: three element tasks ran one chunk each
     (60 parcels, four refused); the run is parked until the rest settle."""
-    from django_reactor import maps
+    from django_reactor.runtime import maps
     from django_reactor.testing import run_reactor
 
     FAIL.update({"parcel-1007", "parcel-1019", "parcel-1030", "parcel-1052"})

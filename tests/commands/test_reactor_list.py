@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -18,7 +17,7 @@ from django.utils import timezone
 from django_reactor import Paused, Reactor, interrupt, step
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus
-from tests.integration.reactors import FAIL_AT, Tracked, ledger
+from tests.integration.reactors import FAIL_AT, Tracked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,14 +27,6 @@ TRANSFER = "tests.integration.reactors.Transfer"
 class CommandListWait(Reactor):
     first = step(Tracked)
     approval = interrupt(after="first", correlation_id=lambda run: "list-corr-1")
-
-
-@pytest.fixture(autouse=True)
-def _reset_ledger() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def listing(*args: Any, **options: Any) -> str:

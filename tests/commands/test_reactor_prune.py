@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -17,7 +16,7 @@ from django_reactor import Reactor, compose, services, step
 from django_reactor.exceptions import ReactorError
 from django_reactor.models import Execution, ExecutionEvent, StepRecord
 from django_reactor.states import ExecutionStatus
-from tests.integration.reactors import FAIL_AT, Tracked, Transfer, ledger
+from tests.integration.reactors import FAIL_AT, Tracked, Transfer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,14 +27,6 @@ class PruneChild(Reactor):
 
 class PruneParent(Reactor):
     nested = compose(PruneChild)
-
-
-@pytest.fixture(autouse=True)
-def _reset_ledger() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def prune(*args: Any, **options: Any) -> str:

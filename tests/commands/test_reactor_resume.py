@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -55,14 +54,6 @@ class CommandTwoApprovals(Reactor):
 
 class CommandNoPause(Reactor):
     only = step(Tracked)
-
-
-@pytest.fixture(autouse=True)
-def _reset_ledger() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def resume(*args: Any, **options: Any) -> str:

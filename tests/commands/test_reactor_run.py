@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -25,14 +24,6 @@ TRANSFER = "tests.integration.reactors.Transfer"
 class CommandRunNoInputs(Reactor):
     only = step(Tracked)
     second = step(Tracked, size=arg.result("only", "step"))
-
-
-@pytest.fixture(autouse=True)
-def _reset_ledger() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def run(*args: Any, **options: Any) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -14,7 +13,7 @@ from django.core.management.base import CommandError
 from rest_framework import serializers
 
 from django_reactor import Paused, Reactor, arg, compose, interrupt, step
-from tests.integration.reactors import FAIL_AT, Fragile, Tracked, Transfer, ledger
+from tests.integration.reactors import FAIL_AT, Fragile, Tracked, Transfer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,14 +59,6 @@ class ShowWait(Reactor):
         timeout=3600,
         max_attempts=3,
     )
-
-
-@pytest.fixture(autouse=True)
-def _reset_ledger() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def show(*args: Any, **options: Any) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -33,14 +32,6 @@ class SteerChild(Reactor):
 
 class SteerParent(Reactor):
     nested = compose(SteerChild)
-
-
-@pytest.fixture(autouse=True)
-def _reset_ledger() -> Iterator[None]:
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 def command(name: str, *args: Any, **options: Any) -> tuple[str, str]:

@@ -36,11 +36,6 @@ class Checkout(Reactor):
         background = "all"
 
 
-@pytest.fixture(autouse=True)
-def _empty_ledger() -> None:
-    ledger.clear()
-
-
 @pytest.fixture
 def fresh_project() -> Iterator[None]:
     with override_settings(**FRESH_PROJECT):

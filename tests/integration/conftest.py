@@ -12,16 +12,6 @@ from django.test import override_settings
 
 from django_reactor.coordination import get_backend
 from tests.coordination.conftest import REDIS_URL, drop_redis_keys
-from tests.integration.reactors import FAIL_AT, ledger
-
-
-@pytest.fixture(autouse=True)
-def _reset_ledger() -> Iterator[None]:
-    """Every test starts with an empty ledger and no step set to fail."""
-    ledger.clear()
-    FAIL_AT.clear()
-    yield
-    FAIL_AT.clear()
 
 
 @pytest.fixture(

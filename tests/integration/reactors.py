@@ -7,10 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from django_reactor import Failure, Reactor, Step, Success, arg, step
-from tests.helpers import Ledger
-
-ledger = Ledger()
-FAIL_AT: set[str] = set()  # step names that raise; tests set and clear it
+from tests.helpers import FAIL_AT, ledger
 
 
 class Tracked(Step):

@@ -141,13 +141,13 @@ def test_a_second_delivery_is_refused_and_changes_nothing() -> None:
 
 
 def test_a_delivery_that_lost_the_race_to_a_finished_run_is_already_resumed() -> None:
-    from django_reactor import interrupt_store
+    from django_reactor import store
 
     paused = Refund.run({"order": "C4"})
     seen = Interrupt.objects.get(execution_id=paused.execution_id)  # read before the winner
     assert services.resume_interrupt(paused.execution_id, payload={"approved": True}).ok
     with pytest.raises(AlreadyResumed, match="already accepted a payload"):
-        interrupt_store.claim(seen, {"approved": False}, inline_owner="late:1")
+        store.interrupts.claim(seen, {"approved": False}, inline_owner="late:1")
     assert Interrupt.objects.get(pk=seen.pk).payload == {"approved": True, "note": ""}
 
 

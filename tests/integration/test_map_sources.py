@@ -18,13 +18,13 @@ from django_reactor import (
     Reactor,
     arg,
     map_over,
-    map_store,
-    maps,
     services,
     step,
+    store,
 )
 from django_reactor.engine.outcomes import ErrorKind
 from django_reactor.models import MapResult, MapRun
+from django_reactor.runtime import maps
 from django_reactor.states import ElementStatus, ExecutionStatus
 from tests.integration.reactors import ledger
 
@@ -191,17 +191,17 @@ def test_a_values_queryset_gives_each_element_a_dict(users: list[int], small_pag
 
 
 def test_a_generator_source_is_read_lazily_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(map_store, "MATERIALISE_BATCH", 4)
+    monkeypatch.setattr(store.maps, "MATERIALISE_BATCH", 4)
     produced: list[int] = []
     writes: list[tuple[int, int, int]] = []
-    write_items = map_store.write_items
+    write_items = store.maps.write_items
 
     def recording(map_id: Any, first: int, items: Any) -> None:
         # (first index, batch length, items the generator had produced at that moment)
         writes.append((first, len(items), len(produced)))
         write_items(map_id, first, items)
 
-    monkeypatch.setattr(map_store, "write_items", recording)
+    monkeypatch.setattr(store.maps, "write_items", recording)
 
     def numbers(count: int) -> Iterator[int]:
         for i in range(count):
@@ -284,7 +284,7 @@ def test_a_callable_source_gets_the_map_arguments_it_names() -> None:
 def test_a_source_raising_mid_iteration_fails_the_map_step_and_undoes_earlier_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(map_store, "MATERIALISE_BATCH", 2)  # a batch was written already
+    monkeypatch.setattr(store.maps, "MATERIALISE_BATCH", 2)  # a batch was written already
 
     def flaky_rows() -> Iterator[int]:
         yield 1

@@ -19,12 +19,12 @@ from django_reactor import (
     arg,
     interrupt,
     map_over,
-    map_store,
     services,
     step,
+    store,
 )
-from django_reactor.maps import ElementResult, MapResults
 from django_reactor.models import MapResult, MapRun
+from django_reactor.runtime.maps import ElementResult, MapResults
 from django_reactor.states import ElementStatus, ExecutionStatus, MapStatus
 from tests.integration.reactors import FAIL_AT, ledger
 
@@ -73,7 +73,7 @@ def test_the_summary_of_a_tolerant_map_matches_a_hand_computed_one() -> None:
     map_id = _map_id(outcome.execution_id)
 
     with CaptureQueriesContext(connection) as queries:
-        summary = map_store.summary(map_id)
+        summary = store.maps.summary(map_id)
     assert len(queries.captured_queries) == 3  # the map, one aggregate, one sample: no scan
 
     sample = summary.pop("failures")
@@ -131,7 +131,7 @@ def test_a_summary_below_the_sample_size_is_not_truncated_and_keeps_short_traceb
 
     outcome = Shallow.run({})
     assert isinstance(outcome, Completed), outcome
-    summary = map_store.summary(_map_id(outcome.execution_id))
+    summary = store.maps.summary(_map_id(outcome.execution_id))
     assert (summary["total"], summary["succeeded"], summary["failed"]) == (8, 6, 2)
     assert summary["failures_truncated"] is False
     assert [f["index"] for f in summary["failures"]] == [2, 5]
@@ -153,7 +153,7 @@ def test_the_summary_of_an_atomic_map_counts_not_started_and_undone_elements() -
 
     outcome = Atomic.run({})
     assert isinstance(outcome, Failed), outcome
-    summary = map_store.summary(_map_id(outcome.execution_id))
+    summary = store.maps.summary(_map_id(outcome.execution_id))
     counts = {k: summary[k] for k in ("total", "succeeded", "failed", "pending", "not_started")}
     assert counts == {"total": 6, "succeeded": 0, "failed": 1, "pending": 0, "not_started": 2}
     assert (summary["undone"], summary["undo_failed"]) == (3, 0)
@@ -165,7 +165,7 @@ def test_the_summary_of_an_atomic_map_counts_not_started_and_undone_elements() -
 def test_the_summary_of_an_unknown_map_is_empty() -> None:
     import uuid
 
-    assert map_store.summary(uuid.uuid4()) == {}
+    assert store.maps.summary(uuid.uuid4()) == {}
 
 
 # ---------------------------------------------------------------------------- undo_all
@@ -260,7 +260,7 @@ def test_undo_all_raising_is_one_rollback_failure(undo_all_log: list[Any]) -> No
     map_id = _map_id(outcome.execution_id)
     statuses = set(MapResult.objects.filter(map_run_id=map_id).values_list("status", flat=True))
     assert statuses == {ElementStatus.UNDO_FAILED}
-    assert map_store.summary(map_id)["undo_failed"] == 3
+    assert store.maps.summary(map_id)["undo_failed"] == 3
 
 
 def test_a_map_rollback_failure_names_its_exception_class_as_other_failures_do(

@@ -20,8 +20,8 @@ from django_reactor import (
     step,
 )
 from django_reactor.exceptions import DefinitionError
-from django_reactor.maps import MapResults
 from django_reactor.models import MapResult, MapRun
+from django_reactor.runtime.maps import MapResults
 from django_reactor.states import ElementStatus, ExecutionStatus
 from tests.integration.reactors import FAIL_AT, ledger
 
@@ -334,7 +334,7 @@ def test_a_fanned_out_map_parks_the_run_and_its_last_element_wakes_it() -> None:
 
 
 def test_duplicate_element_tasks_never_duplicate_slots_or_wake_the_run_twice() -> None:
-    from django_reactor import maps
+    from django_reactor.runtime import maps
     from django_reactor.testing import run_reactor
 
     result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4, 5]}, background="none")
@@ -358,12 +358,13 @@ def test_a_settle_whose_connection_broke_is_stored_once_and_the_rest_handed_on(
 ) -> None:
     from django.db import OperationalError
 
-    from django_reactor import map_store, maps
+    from django_reactor import store
+    from django_reactor.runtime import maps
     from django_reactor.testing import run_reactor
 
     result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4, 5]}, background="none")
     map_id = MapRun.objects.get(execution_id=result.execution_id).pk
-    real_settle = map_store.settle
+    real_settle = store.maps.settle
     broken: list[int] = []
 
     def settle_then_lose_the_reply(*args: Any, **kwargs: Any) -> Any:
@@ -373,7 +374,7 @@ def test_a_settle_whose_connection_broke_is_stored_once_and_the_rest_handed_on(
             raise OperationalError("server closed the connection unexpectedly")  # ...unseen
         return settled
 
-    monkeypatch.setattr(map_store, "settle", settle_then_lose_the_reply)
+    monkeypatch.setattr(store.maps, "settle", settle_then_lose_the_reply)
     queue = result._queue
     with queue.capturing():
         maps.work(map_id, forward=True)
@@ -454,7 +455,7 @@ def test_each_element_has_idempotency_keys_of_its_own() -> None:
 
 
 def test_undo_of_a_cancelled_run_parked_on_a_map_undoes_the_elements_done_so_far() -> None:
-    from django_reactor import maps
+    from django_reactor.runtime import maps
     from django_reactor.testing import run_reactor
 
     result = run_reactor(
@@ -462,9 +463,9 @@ def test_undo_of_a_cancelled_run_parked_on_a_map_undoes_the_elements_done_so_far
     )
     map_id = MapRun.objects.get(execution_id=result.execution_id).pk
     # One element task runs one chunk, then its worker is gone; the run is still parked.
-    from django_reactor import map_store
+    from django_reactor import store
 
-    claimed, _ = map_store.claim(map_id, 2, forward=True, token="gone")
+    claimed, _ = store.maps.claim(map_id, 2, forward=True, token="gone")
     writes = maps._run_chunk(
         map_id,
         FannedBasket.definition.step("lines").map,
@@ -474,7 +475,7 @@ def test_undo_of_a_cancelled_run_parked_on_a_map_undoes_the_elements_done_so_far
         None,
         False,
     )
-    map_store.settle(map_id, writes, tolerated=None, token="gone")
+    store.maps.settle(map_id, writes, tolerated=None, token="gone")
     result._queue.pending.clear()
     # A parked run is cancelled first (its elements stop), then undone.
     assert services.cancel(result.execution_id).status == ExecutionStatus.CANCELLED

@@ -398,10 +398,11 @@ else:
 def test_the_router_sends_no_headers_outside_a_span() -> None:
     sent, patches = _publish_capturing()
     item = router.QueuedDispatch(dispatch_id=0, execution_id=__import__("uuid").uuid4())
+    publisher = router.CeleryPublisher()
     with patches[0], patches[1], patches[2]:
-        router.publish([item], "default")
+        publisher.publish([item])
         with TRACER.start_as_current_span("request"):
-            router.publish([item], "default")
+            publisher.publish([item])
     (_, quiet), (_, traced) = sent
     assert "headers" not in quiet
     assert "traceparent" in traced["headers"]

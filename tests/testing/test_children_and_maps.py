@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from django_reactor import Halt, Reactor, arg, map_over, step
-from django_reactor.maps import ElementResult
+from django_reactor.runtime.maps import ElementResult
 from django_reactor.testing import MapElements, ReactorResult, run_reactor
 from tests.integration.reactors import FAIL_AT
 from tests.testing.nested_reactors import (

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import redis.exceptions as errors
 
+from ...conf import reactor_settings
+from ...exceptions import ReactorImproperlyConfigured
 from ..exceptions import CoordinationUnavailable
 from ..types import LockGrant, OrderedStatus, PeriodClaim, RateDecision, SemaphoreGrant, Window
 from . import lua
@@ -41,8 +43,6 @@ def redis_client(target: str) -> Any:
             )
         return _url_clients[target]
     from django_redis import get_redis_connection
-
-    from ...exceptions import ReactorImproperlyConfigured
 
     try:
         return get_redis_connection(target)
@@ -77,8 +77,6 @@ class RedisBackend(CoordinationBackend):
     def __init__(
         self, target: str | None = None, *, client: Any = None, prefix: str | None = None
     ) -> None:
-        from ...conf import reactor_settings
-
         if client is None:
             client = redis_client(target or reactor_settings.COORDINATION_REDIS)
         self.client = client

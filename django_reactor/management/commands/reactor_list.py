@@ -9,10 +9,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from django_reactor.display import duration_seconds, format_duration
 from django_reactor.management.commandtools import (
     dumps,
-    duration,
-    human_duration,
     iso,
     non_negative_int,
     parse_moment,
@@ -131,7 +130,7 @@ class Command(BaseCommand):
                     row["status"],
                     row["current_step"] or "-",
                     timezone.localtime(row["created_at"]).strftime("%Y-%m-%d %H:%M:%S"),
-                    human_duration(self._seconds(row)),
+                    format_duration(self._seconds(row)),
                 ]
                 for row in rows
             ),
@@ -159,7 +158,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def _seconds(row: dict[str, Any]) -> float | None:
-        return duration(row["started_at"] or row["created_at"], row["finished_at"])
+        return duration_seconds(row["started_at"], row["finished_at"])
 
     def _data(self, row: dict[str, Any]) -> dict[str, Any]:
         return {

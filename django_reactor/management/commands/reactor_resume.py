@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +22,9 @@ from django_reactor.engine.outcomes import (
     Outcome,
     Paused,
     Rescheduled,
+    outcome_data,
 )
+from django_reactor.engine.validation import error_messages
 from django_reactor.exceptions import (
     AlreadyResumed,
     ExecutionNotFound,
@@ -39,8 +40,7 @@ from django_reactor.exceptions import (
 from django_reactor.management.commandtools import (
     IntermixedCommandParser,
     describe_interrupt,
-    json_default,
-    outcome_data,
+    dumps,
     parse_object,
     parse_pairs,
     reactor_name,
@@ -136,8 +136,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json",
             action="store_true",
-            help="Print the outcome as one JSON object (execution_id, status, and value, "
-            "error, reason or interrupts when the run has them).",
+            help="Print the outcome as one JSON object (execution_id, status, "
+            "idempotent_replay, and value, error, step, reason or interrupts when the run has "
+            "them).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -226,7 +227,7 @@ class Command(BaseCommand):
             raise CommandError(f"cannot resume {target}: {sentence(exc)}") from exc
 
         if options["json"]:
-            self.stdout.write(json.dumps(outcome_data(outcome), default=json_default))
+            self.stdout.write(dumps(outcome_data(outcome)))
         else:
             self._summary(outcome)
 
@@ -275,7 +276,7 @@ class Command(BaseCommand):
     def _invalid_payload(self, exc: InvalidPayload) -> str:
         lines = ["the payload is invalid; nothing was delivered:"]
         lines.extend(
-            f"  {path or 'payload'}: {message}" for path, message in field_messages(exc.errors)
+            f"  {path or 'payload'}: {message}" for path, message in error_messages(exc.errors)
         )
         if exc.max_attempts is None:
             lines.append(f"Invalid attempts so far: {exc.attempts} (no limit).")
@@ -343,25 +344,3 @@ class Command(BaseCommand):
             self.stdout.write(f"  cancelled: {outcome.reason}")
         elif isinstance(outcome, Aborted) and outcome.error is not None:
             self.stdout.write(f"  aborted: {outcome.error}; undo() rolls back what completed")
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def field_messages(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """Every message of a field-error tree, with its dotted path (``items.0.sku``)."""
-    if isinstance(errors, Mapping):
-        found: list[tuple[str, str]] = []
-        for key, value in errors.items():
-            path = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else key)
-            found.extend(field_messages(value, path))
-        return found
-    if isinstance(errors, list | tuple):
-        if all(isinstance(item, str) for item in errors):
-            return [(prefix, " ".join(errors))] if errors else []
-        found = []
-        for index, item in enumerate(errors):
-            if item:
-                found.extend(field_messages(item, f"{prefix}.{index}" if prefix else str(index)))
-        return found
-    return [(prefix, str(errors))]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django_reactor import services
+from django_reactor.engine.outcomes import outcome_data
 from django_reactor.management.commandtools import (
     SteeringCommand,
-    outcome_data,
     outcome_lines,
     styled,
 )

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_reactor import registry, services
-from django_reactor.engine.outcomes import Outcome
+from django_reactor.engine.outcomes import Outcome, outcome_data
 from django_reactor.exceptions import (
     IdempotencyKeyReused,
     ReactorError,
@@ -18,7 +18,6 @@ from django_reactor.exceptions import (
 from django_reactor.management.commandtools import (
     IntermixedCommandParser,
     dumps,
-    outcome_data,
     outcome_lines,
     parse_object,
     parse_pairs,

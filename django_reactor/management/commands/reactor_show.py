@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_reactor import interrupt_store, services
-from django_reactor.display import short_json, trace_lines
+from django_reactor import services, store
+from django_reactor.display import duration_seconds, format_duration, short_json, trace_lines
 from django_reactor.exceptions import ExecutionNotFound
 from django_reactor.handle import ExecutionHandle
 from django_reactor.management.commandtools import (
     dumps,
-    duration,
-    human_duration,
     iso,
     sentence,
     styled,
 )
-from django_reactor.maps import displayable
 from django_reactor.models import Execution
+from django_reactor.runtime.maps import displayable
 
 
 class Command(BaseCommand):
@@ -61,25 +61,30 @@ class Command(BaseCommand):
                 "invalid_attempts": row.invalid_attempts,
                 "max_attempts": row.max_attempts,
             }
-            for row in interrupt_store.waiting(handle.id)
+            for row in store.interrupts.waiting(handle.id)
         ]
+        # The handle does not carry started_at, which the run's duration is measured from.
+        started_at = (
+            Execution.objects.filter(pk=handle.id).values_list("started_at", flat=True).first()
+        )
         children = list(
             Execution.objects.filter(parent_id=handle.id)
             .order_by("created_at", "id")
             .values("id", "parent_step", "reactor", "status", "detached")
         )
         if options["json"]:
-            self.stdout.write(dumps(self._data(handle, interrupts, children, options)))
+            self.stdout.write(dumps(self._data(handle, started_at, interrupts, children, options)))
         else:
-            self._text(handle, interrupts, children, options)
+            self._text(handle, started_at, interrupts, children, options)
 
     # ------------------------------------------------------------------ output
 
     def _data(
         self,
         handle: ExecutionHandle,
+        started_at: dt.datetime | None,
         interrupts: list[dict[str, Any]],
-        children: list[dict[str, Any]],
+        children: Sequence[Mapping[str, Any]],
         options: dict[str, Any],
     ) -> dict[str, Any]:
         error = handle.error
@@ -89,7 +94,9 @@ class Command(BaseCommand):
             "status": handle.status,
             "current_step": handle.current_step,
             "created_at": iso(handle.created_at),
+            "started_at": iso(started_at),
             "finished_at": iso(handle.finished_at),
+            "duration_seconds": duration_seconds(started_at, handle.finished_at),
             "idempotency_key": handle.idempotency_key,
             "retry_of": str(handle.retry_of) if handle.retry_of else None,
             "parent_id": str(handle.parent_id) if handle.parent_id else None,
@@ -156,8 +163,9 @@ class Command(BaseCommand):
     def _text(
         self,
         handle: ExecutionHandle,
+        started_at: dt.datetime | None,
         interrupts: list[dict[str, Any]],
-        children: list[dict[str, Any]],
+        children: Sequence[Mapping[str, Any]],
         options: dict[str, Any],
     ) -> None:
         write = self.stdout.write
@@ -165,10 +173,13 @@ class Command(BaseCommand):
         write("status: " + styled(self, handle.status))
         if handle.current_step:
             write(f"current step: {handle.current_step}")
-        started = handle.created_at
-        took = human_duration(duration(started, handle.finished_at))
-        finished = f", finished {iso(handle.finished_at)} ({took})" if handle.finished_at else ""
-        write(f"created {iso(started)}{finished}")
+        times = f"created {iso(handle.created_at)}"
+        if started_at is not None:
+            times += f", started {iso(started_at)}"
+        if handle.finished_at is not None:
+            took = format_duration(duration_seconds(started_at, handle.finished_at))
+            times += f", finished {iso(handle.finished_at)} (took {took})"
+        write(times)
         if handle.idempotency_key:
             write(f"idempotency key: {handle.idempotency_key}")
         if handle.retry_of:

@@ -56,7 +56,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        interval = options["interval"] or float(reactor_settings.SWEEP_INTERVAL)
+        interval = options["interval"] or reactor_settings.SWEEP_INTERVAL
         if not options["loop"]:
             try:
                 self._report(services.sweep().as_dict(), as_json=options["json"])

@@ -32,9 +32,7 @@ from django_reactor.engine.coordination import (
 from django_reactor.engine.executor import Executor, RunState
 from django_reactor.engine.journal import MemoryJournal
 from django_reactor.exceptions import DefinitionError
-from tests.helpers import Ledger
-
-ledger = Ledger()
+from tests.helpers import ledger
 
 
 @dataclass
@@ -121,7 +119,6 @@ class Guarded(Reactor):
 
 
 def run(coordinator: FakeCoordinator, *, worker: bool = False, state: RunState | None = None):
-    ledger.clear()
     journal = MemoryJournal()
     executor = Executor(
         Guarded.definition,
@@ -266,7 +263,6 @@ class BookThenFail(Reactor):
 
 
 def rollback_run(coordinator: FakeCoordinator) -> tuple[Any, MemoryJournal]:
-    ledger.clear()
     journal = MemoryJournal()
     executor = Executor(
         BookThenFail.definition,

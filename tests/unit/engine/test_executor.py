@@ -10,14 +10,7 @@ from rest_framework import serializers
 from django_reactor import Failure, Halt, Reactor, Retry, Skip, Step, Success, arg, step
 from django_reactor.engine.outcomes import ErrorInfo, ErrorKind
 from django_reactor.states import ExecutionStatus, RollbackStatus, StepStatus
-from tests.helpers import Ledger, run_in_memory, trace
-
-ledger = Ledger()
-
-
-@pytest.fixture(autouse=True)
-def _clear_ledger() -> None:
-    ledger.clear()
+from tests.helpers import ledger, run_in_memory, trace
 
 
 class Recording(Step):

@@ -19,11 +19,13 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from .celery import router
-from .conf import reactor_settings
-from .models import Dispatch, Execution, MapResult, MapRun
-from .states import ElementStatus, ExecutionStatus, MapStatus
-from .store import USING, Kept
+from ..conf import reactor_settings
+from ..models import Dispatch, Execution, MapResult, MapRun
+from ..states import ElementStatus, ExecutionStatus, MapStatus
+from . import sql
+from .db import USING
+from .lease import Kept
+from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
 
 UNSETTLED = (ElementStatus.PENDING, ElementStatus.RUNNING)
 FAILURE_SAMPLE = 25
@@ -107,13 +109,6 @@ def discard(map_id: uuid.UUID) -> None:
     MapRun.objects.using(USING).filter(pk=map_id, status=MapStatus.MATERIALISING).delete()
 
 
-_WRITE_ITEMS_SQL = """
-INSERT INTO {table} (map_run_id, index, status, item, attempts, claimed_by)
-SELECT %s, u.i, 'pending', u.item::jsonb, 0, '' FROM unnest(%s::int[], %s::text[]) AS u(i, item)
-ON CONFLICT (map_run_id, index) DO UPDATE SET item = EXCLUDED.item, status = 'pending'
-"""
-
-
 def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any]) -> None:
     """Store a batch of source items as pending slots (a re-read overwrites them)."""
     connection = connections[USING]
@@ -121,7 +116,7 @@ def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any]) -> None:
         # One statement per batch: the ORM's bulk_create costs ten times more here.
         with connection.cursor() as cursor:
             cursor.execute(
-                _WRITE_ITEMS_SQL.format(table=MapResult._meta.db_table),
+                sql.WRITE_ITEMS,
                 [
                     map_id,
                     list(range(first, first + len(items))),
@@ -174,7 +169,7 @@ def _claim(
 ) -> tuple[list[Claimed], bool]:
     """``claim`` inside the caller's transaction; ``stopped``: the map's stop, when known."""
     now = timezone.now()
-    lease = dt.timedelta(seconds=float(reactor_settings.LEASE_SECONDS))
+    lease = dt.timedelta(seconds=reactor_settings.LEASE_SECONDS)
     if forward:
         fresh, lapsed = ElementStatus.PENDING, ElementStatus.RUNNING
         order, taken = "index", ElementStatus.RUNNING
@@ -209,7 +204,7 @@ class SlotKeeper(Kept):
     def __init__(self, map_id: uuid.UUID, token: str) -> None:
         self.map_id = map_id
         self.token = token
-        self.lease_seconds = float(reactor_settings.LEASE_SECONDS)
+        self.lease_seconds = reactor_settings.LEASE_SECONDS
         super().__init__()
 
     @property
@@ -294,15 +289,6 @@ def settle(
     return run, following
 
 
-_WRITE_SLOTS_SQL = """
-UPDATE {table} AS r SET status = v.status, {columns}, lease_until = NULL, finished_at = %s
-FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[])
-    AS v(id, status, a, b, c)
-WHERE r.id = v.id AND r.claimed_by = %s AND r.status = ANY(%s)
-RETURNING r.id
-"""
-
-
 def _write_slots(
     writes: Sequence[SlotWrite],
     token: str,
@@ -339,7 +325,7 @@ def _write_slots(
     else:
         columns = "rollback_error = v.a::jsonb"
         triples = [(w.error, None, None) for w in writes]
-    sql = _WRITE_SLOTS_SQL.format(table=MapResult._meta.db_table, columns=columns)
+    statement = sql.WRITE_SLOTS.format(columns=columns)
     params: list[Any] = [
         now,
         [w.id for w in writes],
@@ -349,7 +335,7 @@ def _write_slots(
         list(unsettled),
     ]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(statement, params)
         written = {row[0] for row in cursor.fetchall()}
     return [w for w in writes if w.id in written]
 
@@ -630,10 +616,8 @@ def wake_run(execution_id: uuid.UUID) -> None:
     waiting = (ExecutionStatus.PENDING, ExecutionStatus.ROLLING_BACK)
     if row["status"] not in waiting or row["lease_owner"] is not None:
         return
-    from . import store
-
     Execution.objects.using(USING).filter(pk=execution_id).update(wake_at=None)
-    store.queue_dispatch(execution_id, Dispatch.Reason.WAKE)
+    queue_dispatch(execution_id, Dispatch.Reason.WAKE)
 
 
 def redispatch_stalled(*, after: float, limit: int) -> int:
@@ -677,24 +661,16 @@ def _queue(run: MapRun, reason: str, tasks: int) -> None:
     rows = Dispatch.objects.using(USING).bulk_create(
         [Dispatch(execution_id=run.execution_id, reason=reason, map_run=run) for _ in range(tasks)]
     )
-    router.publish_on_commit(
-        [
-            router.QueuedDispatch(row.id, run.execution_id, task=reason, map_id=run.pk)
-            for row in rows
-        ],
-        USING,
+    publish_on_commit(
+        [QueuedDispatch(row.id, run.execution_id, task=reason, map_id=run.pk) for row in rows]
     )
 
 
 def _locked(qs: Any) -> Any:
-    from django.db import connections
-
     if connections[USING].features.has_select_for_update_skip_locked:
         return qs.select_for_update(skip_locked=True)
     return qs
 
 
 def _plus_one() -> Any:
-    from django.db.models import F
-
     return F("attempts") + 1

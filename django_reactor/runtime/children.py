@@ -13,20 +13,20 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import completion, store
-from .conf import reactor_settings
-from .coordination.runtime import coordinator_for, guard_dispatch
-from .engine.definition import ReactorDefinition
-from .engine.executor import Executor, RunState, utcnow
-from .engine.journal import Event
-from .engine.mapping import MapRollbackPending
-from .engine.outcomes import ErrorInfo, Outcome, Rescheduled, RollbackFailure
-from .engine.serialization import decode, encode
-from .exceptions import ReactorError, UnitWaitTimeout
-from .handle import outcome_of
+from .. import registry, store
+from ..conf import reactor_settings
+from ..coordination.runtime import coordinator_for, guard_dispatch
+from ..engine.definition import ReactorDefinition
+from ..engine.executor import Executor, RunState, utcnow
+from ..engine.journal import Event
+from ..engine.mapping import MapRollbackPending
+from ..engine.outcomes import ErrorInfo, Outcome, Rescheduled, RollbackFailure
+from ..engine.serialization import decode, encode
+from ..exceptions import ReactorError, UnitWaitTimeout
+from ..observability import observer_for
+from ..states import EventKind, ExecutionStatus
+from . import wakeups
 from .maps import MapRunnerMixin
-from .observability import observer_for
-from .states import EventKind, ExecutionStatus
 
 FINISHED = (
     ExecutionStatus.ABORTED,
@@ -92,7 +92,7 @@ class DatabaseChildRunner(MapRunnerMixin):
                 return self._executor(definition, owned, stored, RunState(next_seq=2)).run()
         assert row is not None
         if row.status in FINISHED:
-            return outcome_of(row)
+            return store.outcome_of(row)
         owned = store.adopt_child(row.id)
         executor = self._executor(definition, owned, row.inputs, store.resume_state(row))
         if row.status == ExecutionStatus.ROLLING_BACK:
@@ -102,10 +102,10 @@ class DatabaseChildRunner(MapRunnerMixin):
                 return Rescheduled(
                     execution_id=row.id,
                     step=pending.step,
-                    delay=float(reactor_settings.REDISPATCH_AFTER),
+                    delay=reactor_settings.REDISPATCH_AFTER,
                     reason="map_rollback",
                 )
-            return outcome_of(store.get_row(row.id))
+            return store.outcome_of(store.get_row(row.id))
         return executor.run()
 
     def rollback(self, step: str) -> list[RollbackFailure]:
@@ -115,8 +115,6 @@ class DatabaseChildRunner(MapRunnerMixin):
         state = store.load_state(row.id)
         if not state.undo_stack and not state.pending_compensation:
             return []
-        from . import registry
-
         definition = registry.get(row.reactor).definition
         owned = store.adopt_child(row.id)
         executor = self._executor(definition, owned, row.inputs, state)
@@ -142,29 +140,29 @@ class DatabaseChildRunner(MapRunnerMixin):
         if row is None:
             raise ReactorError(f"async unit {step!r} of execution {self.parent_id} is missing")
         if row.status in FINISHED:
-            return outcome_of(row)
+            return store.outcome_of(row)
         waited = (timezone.now() - row.created_at).total_seconds()
         if not wait:
-            limit = float(reactor_settings.ASYNC_PARK_TIMEOUT)
+            limit = reactor_settings.ASYNC_PARK_TIMEOUT
             if waited > limit:
                 raise UnitWaitTimeout(
                     f"async unit {step!r} (execution {row.id}) has not finished after "
                     f"{waited:.0f} s (REACTOR['ASYNC_PARK_TIMEOUT'] is {limit:.0f} s)"
                 )
             return None
-        timeout = float(reactor_settings.ASYNC_WAIT_TIMEOUT)
-        done = completion.wait(
+        timeout = reactor_settings.ASYNC_WAIT_TIMEOUT
+        done = wakeups.wait(
             row.id,
             lambda: store.get_row(row.id).status in FINISHED,
             timeout=timeout,
-            poll=float(reactor_settings.ASYNC_POLL_INTERVAL),
+            poll=reactor_settings.ASYNC_POLL_INTERVAL,
         )
         if not done:
             raise UnitWaitTimeout(
                 f"async unit {step!r} (execution {row.id}) did not finish within {timeout:g} s "
                 "(REACTOR['ASYNC_WAIT_TIMEOUT']); is a Celery worker running?"
             )
-        return outcome_of(store.get_row(row.id))
+        return store.outcome_of(store.get_row(row.id))
 
     def _executor(
         self, definition: ReactorDefinition, owned: store.Owned, inputs: Any, state: RunState
@@ -184,11 +182,11 @@ class DatabaseChildRunner(MapRunnerMixin):
                 inputs=decoded,
                 in_worker=self.in_worker,
             ),
-            max_retry_delay=float(reactor_settings.MAX_INLINE_RETRY_DELAY),
+            max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
             children=DatabaseChildRunner(
                 owned.execution_id, self.root_id, in_worker=self.in_worker
             ),
-            park_poll=float(reactor_settings.REDISPATCH_AFTER),
+            park_poll=reactor_settings.REDISPATCH_AFTER,
             retry_later=self.in_worker,
             attached=True,
             observer=observer_for(definition, parent_id=self.parent_id),

@@ -1,9 +1,9 @@
 """Interrupt rows: finding them, counting invalid payloads, claiming, tokens and expiry.
 
-Part of the store boundary (with :mod:`django_reactor.store`): the only code that reads or
-writes :class:`~django_reactor.models.Interrupt` rows. Exactly one payload wins per interrupt:
-the claim is a conditional update from ``waiting``, made while holding the execution row's lock,
-so it serialises with the run pausing (see :func:`reopen_if_claimed`).
+The only code that reads or writes :class:`~django_reactor.models.Interrupt` rows. Exactly one
+payload wins per interrupt: the claim is a conditional update from ``waiting``, made while
+holding the execution row's lock, so it serialises with the run pausing (see
+:func:`reopen_if_claimed`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import store
-from .conf import reactor_settings
-from .exceptions import (
+from ..conf import reactor_settings
+from ..exceptions import (
     AlreadyResumed,
     ExecutionNotFound,
     InterruptClosed,
@@ -30,10 +29,13 @@ from .exceptions import (
     InvalidTransition,
     NotWaiting,
 )
-from .models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
-from .states import EventKind, ExecutionStatus, InterruptStatus, StepStatus
+from ..models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
+from ..states import EventKind, ExecutionStatus, InterruptStatus, StepStatus
+from .db import USING
+from .outbox import queue_dispatch
+from .reads import get_row, last_seq, parse_id
+from .rows import Owned
 
-USING = store.USING
 TOKEN_BYTES = 32  # 256 bits
 # Runs that may still take a payload: paused at it, or moving (another payload came first).
 MOVING = (ExecutionStatus.PAUSED, ExecutionStatus.RUNNING, ExecutionStatus.PENDING)
@@ -71,7 +73,7 @@ def find(
     has not reached an interrupt: deliver again later).
     """
     if execution_id is not None:
-        key = store.parse_id(execution_id)  # ExecutionNotFound for a malformed id
+        key = parse_id(execution_id)  # ExecutionNotFound for a malformed id
         candidates = Interrupt.objects.using(USING).filter(execution_id=key)
         where = f"execution {key}"
     elif correlation_id is not None:
@@ -99,7 +101,7 @@ def find(
     rows = [r for r in found if r.execution_id == found[0].execution_id] if found else []
     if not rows:
         if execution_id is not None:
-            row = store.get_row(execution_id)  # ExecutionNotFound for an unknown id
+            row = get_row(execution_id)  # ExecutionNotFound for an unknown id
             what = f"interrupt {step!r}" if step else "an interrupt"
             if row.status not in MOVING:
                 raise InvalidTransition(
@@ -248,7 +250,7 @@ class Claim:
 
     interrupt: Interrupt
     execution_status: str
-    owned: store.Owned | None = None
+    owned: Owned | None = None
     dispatched: bool = False
 
 
@@ -308,11 +310,11 @@ def claim(
             Execution.objects.using(USING).filter(pk=execution.pk).update(
                 status=ExecutionStatus.RUNNING,
                 lease_owner=inline_owner,
-                lease_expires_at=now + dt.timedelta(seconds=float(reactor_settings.LEASE_SECONDS)),
+                lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
                 fence=fence,
                 updated_at=now,
             )
-            return Claim(fresh, ExecutionStatus.RUNNING, owned=store.Owned(execution.pk, fence))
+            return Claim(fresh, ExecutionStatus.RUNNING, owned=Owned(execution.pk, fence))
         _to_worker(execution.pk, now)
         return Claim(fresh, ExecutionStatus.PENDING, dispatched=True)
 
@@ -321,7 +323,7 @@ def _to_worker(execution_id: uuid.UUID, now: dt.datetime) -> None:
     Execution.objects.using(USING).filter(pk=execution_id).update(
         status=ExecutionStatus.PENDING, handed_off=True, updated_at=now
     )
-    store.queue_dispatch(execution_id, Dispatch.Reason.RESUME)
+    queue_dispatch(execution_id, Dispatch.Reason.RESUME)
 
 
 def reopen_if_claimed(execution_id: uuid.UUID) -> bool:
@@ -360,7 +362,7 @@ def issue_token(execution_id: uuid.UUID | str, step: str) -> str:
     """
     row = find(execution_id=execution_id, step=step)
     if row.status != InterruptStatus.WAITING:
-        refuse_closed(row, store.get_row(row.execution_id).status)
+        refuse_closed(row, get_row(row.execution_id).status)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     updated = (
         Interrupt.objects.using(USING)
@@ -385,7 +387,7 @@ def due(limit: int) -> list[Interrupt]:
 
 
 def _append_event(execution_id: uuid.UUID, kind: str, step: str, data: dict[str, Any]) -> None:
-    last = store._last_seq(execution_id)
+    last = last_seq(execution_id)
     ExecutionEvent.objects.using(USING).create(
         execution_id=execution_id,
         seq=last + 1,

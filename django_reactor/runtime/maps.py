@@ -4,7 +4,7 @@ A map's source is read once into one slot per element (``MapResult``), in batche
 stays flat however large it is. Elements then run a chunk at a time: in the run's own process
 (inline), or in ``django_reactor.map_elements`` tasks that each claim the next pending chunk
 until none is left (``fan_out=True``; at most ``batch_size`` elements in flight). Undoing
-works the same way, highest index first. See :mod:`django_reactor.map_store` for the fan-in.
+works the same way, highest index first. See :mod:`django_reactor.store.maps` for the fan-in.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from django.apps import apps
 from django.db.models import QuerySet
 from django.db.models.query import ModelIterable
 
-from . import map_store, store
-from .conf import reactor_settings
-from .engine.elements import (
+from .. import registry, store
+from ..conf import reactor_settings
+from ..engine.elements import (
     ElementOutcome,
     element_id,
     rollback_element,
     run_element,
     running_element,
 )
-from .engine.mapping import (
+from ..engine.mapping import (
     MapDone,
     MapPending,
     MapRollbackPending,
@@ -38,10 +38,10 @@ from .engine.mapping import (
     MapSpec,
     MapStopped,
 )
-from .engine.outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
-from .engine.serialization import decode, encode, register_decoder
-from .exceptions import ArgumentResolutionError, ResultNotSerializable
-from .states import ElementStatus, MapStatus
+from ..engine.outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
+from ..engine.serialization import decode, encode, register_decoder
+from ..exceptions import ArgumentResolutionError, ResultNotSerializable
+from ..states import ElementStatus, MapStatus
 
 logger = logging.getLogger("django_reactor.maps")
 
@@ -96,7 +96,7 @@ class MapResults:
         return hash(self.map_id)
 
     def __len__(self) -> int:
-        return map_store.count(self.map_id, [ElementStatus.SUCCEEDED, ElementStatus.UNDONE])
+        return store.maps.count(self.map_id, [ElementStatus.SUCCEEDED, ElementStatus.UNDONE])
 
     def __iter__(self) -> Iterator[Any]:
         for result in self._read([ElementStatus.SUCCEEDED, ElementStatus.UNDONE]):
@@ -115,13 +115,15 @@ class MapResults:
         return self._read([ElementStatus.FAILED])
 
     def summary(self) -> dict[str, Any]:
-        """Totals by outcome and up to 25 sampled failures (see ``map_store.summary``)."""
-        return map_store.summary(self.map_id)
+        """Totals by outcome and up to 25 sampled failures (see ``store.maps.summary``)."""
+        return store.maps.summary(self.map_id)
 
     def _read(self, statuses: list[str] | None) -> Iterator[ElementResult]:
         after = -1
         while True:
-            rows = map_store.page(self.map_id, after=after, limit=self.page_size, statuses=statuses)
+            rows = store.maps.page(
+                self.map_id, after=after, limit=self.page_size, statuses=statuses
+            )
             for index, status, value, error in rows:
                 yield ElementResult(index, status, decode(value), error)
             if len(rows) < self.page_size:
@@ -156,16 +158,16 @@ class MapRunnerMixin:
     def run_map(
         self, step: str, spec: MapSpec, source: Any, shared: Mapping[str, Any]
     ) -> MapDone | MapStopped | MapPending:
-        run = map_store.find(self.parent_id, step)
+        run = store.maps.find(self.parent_id, step)
         if run is None or run.status == MapStatus.MATERIALISING:
             run = _materialise(self.parent_id, step, spec, source, shared)
         if run.status == MapStatus.RUNNING and not run.fan_out:
             if self._resumed_inline(run):
-                map_store.abandon_running(
+                store.maps.abandon_running(
                     run.pk, "the process running this element stopped before it settled"
                 )
             _work(run.pk, spec, forward=True, budget=None)
-            run = map_store.get(run.pk)
+            run = store.maps.get(run.pk)
             assert run is not None
         if run.status == MapStatus.RUNNING:
             return MapPending()
@@ -174,26 +176,26 @@ class MapRunnerMixin:
     def _resumed_inline(self, run: Any) -> bool:
         # An inline map found running with claimed slots: the process that claimed them died
         # (the run's own lease guarantees no other process is working on it).
-        return map_store.count(run.pk, [ElementStatus.RUNNING]) > 0
+        return store.maps.count(run.pk, [ElementStatus.RUNNING]) > 0
 
     def map_parked(self, step: str) -> None:
-        run = map_store.find(self.parent_id, step)
+        run = store.maps.find(self.parent_id, step)
         if run is not None and run.status in (MapStatus.SETTLED, MapStatus.ROLLED_BACK):
-            map_store.wake_run(self.parent_id)
+            store.maps.wake_run(self.parent_id)
 
     def rollback_map(self, step: str, spec: MapSpec) -> list[RollbackFailure]:
-        run = map_store.find(self.parent_id, step)
+        run = store.maps.find(self.parent_id, step)
         if run is None or run.status == MapStatus.MATERIALISING:
             return []  # no element ran
         if run.status == MapStatus.RUNNING:
             if not run.fan_out and self._resumed_inline(run):
-                map_store.abandon_running(run.pk, "the run was rolled back while it ran")
-            run = map_store.stop(run.pk, "cancelled")
+                store.maps.abandon_running(run.pk, "the run was rolled back while it ran")
+            run = store.maps.stop(run.pk, "cancelled")
             if run.status == MapStatus.RUNNING:
                 raise MapRollbackPending(step)  # elements in flight settle first
         if run.status == MapStatus.SETTLED and spec.config.undo_all is not None:
             return _undo_all(run, spec, step)
-        run = map_store.start_rollback(run.pk, map_store.tasks_for(run))
+        run = store.maps.start_rollback(run.pk, store.maps.tasks_for(run))
         if run.status == MapStatus.ROLLING_BACK:
             if run.fan_out:
                 raise MapRollbackPending(step)
@@ -214,13 +216,13 @@ def _undo_all(run: Any, spec: MapSpec, step: str) -> list[RollbackFailure]:
             exception_class=qualified_class_name(exc),
             message=str(exc) or type(exc).__name__,
         )
-    map_store.mark_all_undone(run.pk, [failure.to_dict()] if failure else None)
+    store.maps.mark_all_undone(run.pk, [failure.to_dict()] if failure else None)
     return [failure] if failure else []
 
 
 def _rollback_failures(map_id: uuid.UUID, step: str) -> list[RollbackFailure]:
     failures = []
-    for index, errors in map_store.rollback_errors(map_id):
+    for index, errors in store.maps.rollback_errors(map_id):
         for error in errors or []:
             if error.get("action") == "undo_all":
                 return [RollbackFailure.from_dict(error)]  # one action, reported once
@@ -242,7 +244,7 @@ MISSING_REPORTED = 25
 def _missing_elements(run: Any, step: str) -> list[RollbackFailure]:
     """Elements whose slot row is gone: their undo could not run, and the rollback says so
     (it cannot tell whether they had succeeded)."""
-    missing = map_store.missing_indices(run.pk, run.size)
+    missing = store.maps.missing_indices(run.pk, run.size)
     failures = [
         RollbackFailure(
             step=f"{step}[{index}]",
@@ -276,7 +278,7 @@ def _outcome(run: Any, spec: MapSpec) -> MapDone | MapStopped:
             error=ErrorInfo(kind=ErrorKind.STEP, message="the map's elements were rolled back")
         )
     if run.stop_reason == "halted":
-        halted = map_store.page(run.pk, after=-1, limit=1, statuses=[ElementStatus.HALTED])
+        halted = store.maps.page(run.pk, after=-1, limit=1, statuses=[ElementStatus.HALTED])
         index = halted[0][0] if halted else "?"
         reason = (halted[0][3] or {}).get("reason", "") if halted else ""
         return MapStopped(halt_reason=f"map element {index} halted: {reason}".rstrip(": "))
@@ -306,7 +308,7 @@ def _outcome(run: Any, spec: MapSpec) -> MapDone | MapStopped:
 
 def _failure(run: Any, spec: MapSpec) -> ErrorInfo:
     index = run.first_failure
-    slot = map_store.slot(run.pk, index) if index is not None else None
+    slot = store.maps.slot(run.pk, index) if index is not None else None
     inner = ErrorInfo.from_dict(slot.error) if slot is not None and slot.error else None
     where = f" at step {inner.step!r}" if inner is not None and inner.step else ""
     detail = inner.message if inner is not None else "unknown error"
@@ -341,7 +343,7 @@ def _materialise(
         raise MapSourceError(f"the map's arguments cannot be stored: {exc}") from exc
     model = _model_source(source)
     config = spec.config
-    run = map_store.start(
+    run = store.maps.start(
         parent_id,
         step,
         fan_out=config.fan_out,
@@ -354,12 +356,12 @@ def _materialise(
     size = 0
     try:
         for batch in _batches(source, model is not None):
-            map_store.write_items(run.pk, size, batch)
+            store.maps.write_items(run.pk, size, batch)
             size += len(batch)
     except MapSourceError:
-        map_store.discard(run.pk)  # nothing ran: the map step fails as if never reached
+        store.maps.discard(run.pk)  # nothing ran: the map step fails as if never reached
         raise
-    return map_store.ready(run.pk, size, spec.tolerated(size))
+    return store.maps.ready(run.pk, size, spec.tolerated(size))
 
 
 def _model_source(source: Any) -> Any:
@@ -399,7 +401,7 @@ def _batches(source: Any, model_rows: bool) -> Iterator[list[Any]]:
         except ResultNotSerializable as exc:
             raise MapSourceError(f"map element {index} cannot be stored: {exc}") from exc
         index += 1
-        if len(batch) >= map_store.MATERIALISE_BATCH:
+        if len(batch) >= store.maps.MATERIALISE_BATCH:
             yield batch
             batch = []
     if batch:
@@ -440,7 +442,7 @@ def _queryset_batches(queryset: QuerySet[Any], model_rows: bool) -> Iterator[lis
 
 def work(map_id: uuid.UUID | str, *, forward: bool) -> None:
     """Entry point of the element tasks: run (or undo) elements of the map until none is left."""
-    run = store.reconnecting(lambda: map_store.get(map_id), what=f"reading map {map_id}")
+    run = store.reconnecting(lambda: store.maps.get(map_id), what=f"reading map {map_id}")
     if run is None:
         logger.warning("map %s no longer exists; nothing to do", map_id)
         return
@@ -455,8 +457,6 @@ def work(map_id: uuid.UUID | str, *, forward: bool) -> None:
 
 
 def _spec_of(run: Any) -> MapSpec | None:
-    from . import registry
-
     try:
         definition = registry.get(run.execution.reactor).definition
         spec = definition.step(run.step).map
@@ -474,7 +474,7 @@ def _spec_of(run: Any) -> MapSpec | None:
 
 
 def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | None) -> None:
-    run = map_store.get(map_id)
+    run = store.maps.get(map_id)
     assert run is not None
     shared = decode(run.shared)
     model = apps.get_model(run.source_model) if run.source_model else None
@@ -483,9 +483,9 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
     deadline = time.monotonic() + budget if budget is not None else None
     token = uuid.uuid4().hex
     # The process's heartbeat thread keeps the slots this task holds leased meanwhile.
-    with map_store.SlotKeeper(map_id, token):
+    with store.maps.SlotKeeper(map_id, token):
         claimed, stopped = store.reconnecting(
-            lambda: map_store.claim(map_id, run.chunk_size, forward=forward, token=token),
+            lambda: store.maps.claim(map_id, run.chunk_size, forward=forward, token=token),
             what=f"claiming elements of map {map_id}",
         )
         failed = run.failed  # the map's failures so far, as each settle leaves them
@@ -514,34 +514,34 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
                     ),
                     what=f"settling elements of map {map_id}",
                 )
-                map_store.give_back(map_id, token, forward=forward)  # a next chunk it claimed
+                store.maps.give_back(map_id, token, forward=forward)  # a next chunk it claimed
                 out_of_time = True
             if out_of_time:
-                map_store.hand_over(map_id, forward=forward)
+                store.maps.hand_over(map_id, forward=forward)
                 return
 
 
 def _settle(
     map_id: uuid.UUID,
-    writes: list[map_store.SlotWrite],
+    writes: list[store.maps.SlotWrite],
     forward: bool,
     tolerated: int | None,
     token: str,
     claim_next: int,
     failed: int,
-) -> tuple[int, tuple[list[map_store.Claimed], bool]]:
+) -> tuple[int, tuple[list[store.maps.Claimed], bool]]:
     """Store a chunk's outcomes (and claim the next ``claim_next`` slots in the same
     transaction): the map's failures so far, and the next chunk."""
     if forward:
-        settled, following = map_store.settle(
+        settled, following = store.maps.settle(
             map_id, writes, tolerated=tolerated, token=token, claim_next=claim_next
         )
         return settled.failed, following
-    _, following = map_store.settle_rollback(map_id, writes, token=token, claim_next=claim_next)
+    _, following = store.maps.settle_rollback(map_id, writes, token=token, claim_next=claim_next)
     return failed, following
 
 
-def _items(claimed: list[map_store.Claimed], model: Any) -> dict[int, Any]:
+def _items(claimed: list[store.maps.Claimed], model: Any) -> dict[int, Any]:
     if model is None:
         return {slot.index: decode(slot.item) for slot in claimed}
     keys = {slot.index: decode(slot.item) for slot in claimed}
@@ -559,25 +559,25 @@ def _run_chunk(
     map_id: uuid.UUID,
     spec: MapSpec,
     shared: Mapping[str, Any],
-    claimed: list[map_store.Claimed],
+    claimed: list[store.maps.Claimed],
     items: dict[int, Any],
     allowed_failures: int | None,
     stop: bool,
-) -> list[map_store.SlotWrite]:
+) -> list[store.maps.SlotWrite]:
     """Run claimed elements in order; stop starting new ones once the map must fail.
 
     Once stopped, a slot nobody ran is settled ``not_started``; a slot a dead process was
     running is settled failed: part of its work may be done, and nothing records how to undo it.
     """
-    writes: list[map_store.SlotWrite] = []
+    writes: list[store.maps.SlotWrite] = []
     failures = 0
     checked = time.monotonic()
-    max_delay = float(reactor_settings.MAX_INLINE_RETRY_DELAY)
+    max_delay = reactor_settings.MAX_INLINE_RETRY_DELAY
     for slot in claimed:
         now = time.monotonic()
         if not stop and now - checked > STOP_CHECK_INTERVAL:
             stop = store.reconnecting(
-                functools.partial(map_store.stopped_map, map_id), what=f"reading map {map_id}"
+                functools.partial(store.maps.stopped_map, map_id), what=f"reading map {map_id}"
             )
             checked = now
         if stop and slot.attempts:
@@ -587,19 +587,19 @@ def _run_chunk(
                 "map had stopped meanwhile",
             )
             writes.append(
-                map_store.SlotWrite(
+                store.maps.SlotWrite(
                     slot.id, slot.index, ElementStatus.FAILED, error=error.to_dict()
                 )
             )
             continue
         if stop:
-            writes.append(map_store.SlotWrite(slot.id, slot.index, ElementStatus.NOT_STARTED))
+            writes.append(store.maps.SlotWrite(slot.id, slot.index, ElementStatus.NOT_STARTED))
             continue
         identity = element_id(map_id, slot.index)
         with running_element(map_id, slot.index):
             outcome = _run_one(spec, shared, items[slot.index], max_delay, identity)
         writes.append(
-            map_store.SlotWrite(
+            store.maps.SlotWrite(
                 slot.id,
                 slot.index,
                 outcome.status,
@@ -645,9 +645,9 @@ def _undo_chunk(
     map_id: uuid.UUID,
     spec: MapSpec,
     shared: Mapping[str, Any],
-    claimed: list[map_store.Claimed],
+    claimed: list[store.maps.Claimed],
     items: dict[int, Any],
-) -> list[map_store.SlotWrite]:
+) -> list[store.maps.SlotWrite]:
     writes = []
     for slot in claimed:  # claimed highest index first
         item = items[slot.index]
@@ -681,7 +681,7 @@ def _undo_chunk(
                     )
                 ]
         writes.append(
-            map_store.SlotWrite(
+            store.maps.SlotWrite(
                 slot.id,
                 slot.index,
                 ElementStatus.UNDO_FAILED if failures else ElementStatus.UNDONE,

@@ -14,13 +14,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
 
-from .conf import reactor_settings
+from ..conf import reactor_settings
+from ..coordination.backends.redis import redis_client as shared_client
 
 logger = logging.getLogger("django_reactor.completion")
-
-_clients: dict[str, Any] = {}
 
 
 def channel(execution_id: uuid.UUID) -> str:
@@ -28,37 +27,30 @@ def channel(execution_id: uuid.UUID) -> str:
 
 
 def redis_client() -> Any | None:
-    """``REACTOR["REDIS_URL"]``, else django-redis' default cache, else None (poll only)."""
+    """``REACTOR["REDIS_URL"]``, else django-redis' default cache, else None (poll only).
+
+    The client comes from the one place that makes Redis clients (the coordination backend's
+    ``redis_client``), cached per URL or cache alias.
+    """
     url = reactor_settings.REDIS_URL
     if url:
-        if url not in _clients:
-            import redis
-
-            _clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
-        return _clients[url]
-    from django.conf import settings
-
+        return shared_client(url)
     backend = settings.CACHES.get("default", {}).get("BACKEND", "")
     if backend.startswith("django_redis."):
-        from django_redis import get_redis_connection
-
-        return get_redis_connection("default")
+        return shared_client("default")
     return None
 
 
-def publish_on_commit(execution_id: uuid.UUID, status: str, using: str) -> None:
-    """Announce that ``execution_id`` finished, once the transaction recording it commits."""
-
-    def publish() -> None:
-        client = redis_client()
-        if client is None:
-            return
-        try:
-            client.publish(channel(execution_id), status)
-        except Exception:  # only a hint: waiters poll the database anyway
-            logger.warning("could not publish the completion of %s", execution_id, exc_info=True)
-
-    transaction.on_commit(publish, using=using, robust=True)
+def announce(execution_id: uuid.UUID, status: str) -> None:
+    """Tell whoever waits for ``execution_id`` that it finished (an outbox listener: called
+    after the commit that recorded it). Only a hint: waiters poll the database anyway."""
+    client = redis_client()
+    if client is None:
+        return
+    try:
+        client.publish(channel(execution_id), status)
+    except Exception:
+        logger.warning("could not publish the completion of %s", execution_id, exc_info=True)
 
 
 def wait(

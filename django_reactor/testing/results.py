@@ -1,56 +1,21 @@
-"""Helpers for testing your own reactors, and the pytest plugin that provides them as fixtures.
-
-::
-
-    from django_reactor.testing import run_reactor, mock_step
-
-    def test_refund_is_rolled_back_when_the_charge_fails():
-        with mock_step(Checkout, "charge", raises=PaymentDeclined("card declined")):
-            result = run_reactor(Checkout, {"order": "A1"})
-        result.assert_failed(step="charge")
-        result.assert_undid("reserve")
-
-:func:`run_reactor` runs a reactor in this process and also works off the background work it
-queues (``Meta.background``, ``interrupt(resume="background")``, retries a worker would pick
-up): instead of sending Celery tasks to a broker, it captures them and resumes each run here.
-
-pytest loads this module through the ``pytest11`` entry point before Django is configured, so
-nothing here may import Django models or settings at import time: imports are kept inside the
-functions.
-"""
+"""Running a reactor in a test and asserting what it did: ``run_reactor`` and its result."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
-import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
-    from .engine.definition import ReactorDefinition, StepSpec
-    from .engine.outcomes import Outcome
-    from .engine.step import Step
-    from .handle import ExecutionHandle
-    from .maps import ElementResult
-    from .reactor import Reactor
+    from ..engine.outcomes import Outcome
+    from ..handle import ExecutionHandle
+    from ..reactor import Reactor
+    from ..runtime.maps import ElementResult
 
-__all__ = [
-    "MapElements",
-    "ReactorResult",
-    "StepMock",
-    "assert_idempotent",
-    "assert_lock_free",
-    "assert_lock_held",
-    "fail_step",
-    "lock_holder",
-    "mock_step",
-    "rate_limit_count",
-    "run_reactor",
-    "semaphore_available",
-]
+# pytest loads this package through the ``pytest11`` entry point before Django is configured:
+# nothing here may import models or settings at import time, so imports are inside functions.
+
 
 #: How many queued tasks :meth:`ReactorResult.drain` runs before it gives up.
 DEFAULT_MAX_ROUNDS = 100
@@ -76,25 +41,21 @@ class _TaskQueue:
         wrapped in a transaction (``django_db`` without ``transaction=True``) the commit never
         comes.
         """
-        from unittest import mock
+        from ..store import outbox  # the plugin loads before Django is set up
 
-        from .celery import router
-
-        def task(d: Any) -> tuple[str, uuid.UUID]:
-            return (d.task, d.map_id) if d.map_id is not None else ("resume", d.execution_id)
-
-        def publish_on_commit(dispatches: Any, using: str) -> None:
-            self.pending.extend(task(d) for d in dispatches)
-
-        def publish(dispatches: Any, using: str) -> list[int]:
-            self.pending.extend(task(d) for d in dispatches)
-            return [d.dispatch_id for d in dispatches]
-
-        with (
-            mock.patch.object(router, "publish_on_commit", publish_on_commit),
-            mock.patch.object(router, "publish", publish),
-        ):
+        previous = outbox.register_publisher(self, after_commit=False)
+        try:
             yield
+        finally:
+            outbox.register_publisher(previous[0], after_commit=previous[1])
+
+    def publish(self, dispatches: Sequence[Any]) -> list[int]:
+        """The outbox's publisher while capturing: keep the tasks, as if sent."""
+        for d in dispatches:
+            self.pending.append(
+                (d.task, d.map_id) if d.map_id is not None else ("resume", d.execution_id)
+            )
+        return [d.dispatch_id for d in dispatches]
 
 
 # ---------------------------------------------------------------------------- the result
@@ -157,7 +118,7 @@ class ReactorResult:
     def handle(self) -> ExecutionHandle:
         """The stored execution (read again after every operation of this result)."""
         if self._handle is None:
-            from . import services
+            from .. import services
 
             if self.execution_id is None:
                 raise AssertionError("this run has no stored execution")
@@ -199,7 +160,7 @@ class ReactorResult:
         return result
 
     def _child(self, step: str) -> ReactorResult:
-        from . import registry
+        from .. import registry
 
         if "[" in step:
             raise self._fail(
@@ -230,10 +191,11 @@ class ReactorResult:
         return (self.child(owner_path) if owner_path else self), step
 
     def _map_id(self, step: str) -> uuid.UUID:
-        from . import map_store
+
+        from .. import store  # the plugin loads before Django is set up
 
         owner, name = self._owner_of(step)
-        run = map_store.find(owner.execution_id, name) if owner.execution_id else None
+        run = store.maps.find(owner.execution_id, name) if owner.execution_id else None
         if run is None:
             spec = owner.reactor.definition.by_name.get(name)
             what = "is not a map_over() step" if spec is None or spec.map is None else "never ran"
@@ -243,8 +205,8 @@ class ReactorResult:
     def elements(self, step: str) -> MapElements:
         """Every element of the map ``step`` (``"ship.lines"``: of a child's map), in index
         order, with assertions about them."""
-        from . import map_store
-        from .maps import MapResults
+        from .. import store  # the plugin loads before Django is set up
+        from ..runtime.maps import MapResults
 
         owner, name = self._owner_of(step)
         map_id = self._map_id(step)
@@ -253,20 +215,20 @@ class ReactorResult:
             name,
             map_id,
             list(MapResults(map_id).outcomes()),
-            dict(map_store.rollback_errors(map_id)),
+            dict(store.maps.rollback_errors(map_id)),
         )
 
     def map_summary(self, step: str) -> dict[str, Any]:
         """The totals of the map ``step``: ``size``, ``succeeded``, ``failed``, ``halted``,
         ``not_started``, ``undone``, ``undo_failed``... and sampled ``failures``
-        (``map_store.summary``)."""
-        from . import map_store
+        (``store.maps.summary``)."""
+        from .. import store  # the plugin loads before Django is set up
 
-        return map_store.summary(self._map_id(step))
+        return store.maps.summary(self._map_id(step))
 
     # -- moving the run on
     def _refresh(self) -> None:
-        from . import services
+        from .. import services
 
         self._handle = None
         if self.execution_id is not None:
@@ -275,7 +237,7 @@ class ReactorResult:
 
     def step_once(self) -> bool:
         """Run the oldest captured task as a worker would; False when none is queued."""
-        from . import services
+        from .. import services
 
         if not self._queue.pending:
             self._fast_forward()
@@ -286,7 +248,7 @@ class ReactorResult:
             if kind == "resume":
                 services.resume(target)
             else:
-                from . import maps
+                from ..runtime import maps
 
                 maps.work(target, forward=kind == "map")
         result: ReactorResult | None = self
@@ -302,7 +264,7 @@ class ReactorResult:
         """
         import time
 
-        from .states import ExecutionStatus
+        from ..states import ExecutionStatus
 
         moving = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
         deadline = time.monotonic() + timeout
@@ -337,24 +299,17 @@ class ReactorResult:
 
     def _fast_forward(self) -> None:
         """A pending run waiting for its retry's wake-up time is due now: time passes in tests."""
-        from .models import Execution
-        from .states import ExecutionStatus
+        from .. import store  # the plugin loads before Django is set up
 
         if self.execution_id is None:
             return
-        woken = Execution.objects.filter(
-            pk=self.execution_id,
-            status=ExecutionStatus.PENDING,
-            wake_at__isnull=False,
-            lease_owner__isnull=True,
-        ).update(wake_at=None)
-        if woken:
+        if store.wake_now(self.execution_id):
             self._queue.pending.append(("resume", self.execution_id))
 
     def resume(self, step: str | None = None, payload: Any = None) -> ReactorResult:
         """Deliver ``payload`` to the interrupt ``step`` (``None``: the one waiting); then
         drain, unless the run was made with ``background="none"``."""
-        from . import services
+        from .. import services
 
         if self.execution_id is None:
             raise AssertionError("this run has no stored execution to resume")
@@ -387,7 +342,7 @@ class ReactorResult:
         return [step for kind, step in self.trace if kind in kinds and step]
 
     def assert_completed(self) -> ReactorResult:
-        from .states import ExecutionStatus
+        from ..states import ExecutionStatus
 
         if self.status != ExecutionStatus.COMPLETED:
             raise self._fail(f"expected the run to complete, but it is {self.status}")
@@ -395,7 +350,7 @@ class ReactorResult:
 
     def assert_failed(self, step: str | None = None, kind: str | None = None) -> ReactorResult:
         """The run failed (at ``step``, with an error of ``kind``, when given)."""
-        from .engine.outcomes import Failed
+        from ..engine.outcomes import Failed
 
         if not isinstance(self._outcome, Failed):
             raise self._fail(f"expected the run to fail, but it is {self.status}")
@@ -411,7 +366,7 @@ class ReactorResult:
         return self
 
     def assert_halted(self, reason: Any = _UNSET) -> ReactorResult:
-        from .engine.outcomes import Halted
+        from ..engine.outcomes import Halted
 
         if not isinstance(self._outcome, Halted):
             raise self._fail(f"expected the run to halt, but it is {self.status}")
@@ -594,9 +549,9 @@ class MapElements(Sequence["ElementResult"]):
 
     def summary(self) -> dict[str, Any]:
         """The map's totals (see :meth:`ReactorResult.map_summary`)."""
-        from . import map_store
+        from .. import store  # the plugin loads before Django is set up
 
-        return map_store.summary(self.map_id)
+        return store.maps.summary(self.map_id)
 
     # -- assertions
     def _describe(self) -> str:
@@ -727,7 +682,7 @@ def run_reactor(
     run has finished or paused, or fails after ``timeout`` seconds. Replaced steps
     (``mock_step``) only apply in this process, so not on real workers.
     """
-    from . import services
+    from .. import services
 
     if background not in ("eager", "none", "workers"):
         raise ValueError(f'background must be "eager", "none" or "workers", got {background!r}')
@@ -744,457 +699,3 @@ def run_reactor(
     if background == "eager" and queue.pending:
         result.drain()
     return result
-
-
-# ---------------------------------------------------------------------------- replacing steps
-
-
-@dataclasses.dataclass
-class StepMock:
-    """A replaced step: ``calls`` holds the arguments of every call of its replacement.
-
-    For a step of map elements, ``indices`` holds the element index of each of those calls.
-    """
-
-    reactor: type[Reactor]
-    step: str
-    calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    indices: list[int] = dataclasses.field(default_factory=list)
-
-    @property
-    def called(self) -> bool:
-        return bool(self.calls)
-
-
-_SEGMENT = re.compile(r"(?P<name>[A-Za-z_]\w*)(?:\[(?P<index>\d+|\*)\])?")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Target:
-    """Where a step path leads: step ``step`` of ``owner``, or (``element_step`` given) the
-    step ``element_step`` of the elements of ``owner``'s map ``step``."""
-
-    owner: type[Reactor]
-    step: str
-    spec: StepSpec  # the step replaced: its impl is the original the replacement wraps
-    element_step: str | None = None
-    index: int | None = None  # the one element replaced (None: every element)
-
-    def definition_with(self, impl: type[Step]) -> ReactorDefinition:
-        """``owner``'s current definition with the target step's impl replaced by ``impl``."""
-        definition: ReactorDefinition = self.owner.definition
-        if self.element_step is None:
-            return _with_impl(definition, self.step, impl)
-        spec = definition.by_name[self.step]
-        assert spec.map is not None
-        element = _with_impl(spec.map.element_definition, self.element_step, impl)
-        mapped = dataclasses.replace(spec.map, element_definition=element)
-        return _with_spec(definition, dataclasses.replace(spec, map=mapped))
-
-
-def _with_spec(definition: ReactorDefinition, spec: StepSpec) -> ReactorDefinition:
-    steps = tuple(spec if s.name == spec.name else s for s in definition.steps)
-    return dataclasses.replace(definition, steps=steps, by_name={s.name: s for s in steps})
-
-
-def _with_impl(definition: ReactorDefinition, step: str, impl: type[Step]) -> ReactorDefinition:
-    spec = definition.by_name[step]
-    replaced = dataclasses.replace(spec, impl=impl)
-    if spec.unit == "step" and spec.unit_definition is not None:
-        # An async_step runs as a one-step reactor of its own, found through its parent.
-        unit = _with_impl(spec.unit_definition, step, impl)
-        replaced = dataclasses.replace(replaced, unit_definition=unit)
-    return _with_spec(definition, replaced)
-
-
-def _child_class(spec: StepSpec) -> Any:
-    """The reactor class a compose() or async_reactor() step runs (None for other steps)."""
-    if spec.child is not None:
-        return spec.child
-    if spec.unit == "reactor":
-        return getattr(spec.impl, "child", None)
-    return None
-
-
-def _steps_of(definition: ReactorDefinition) -> str:
-    return ", ".join(definition.by_name) or "none"
-
-
-def _resolve(reactor: type[Reactor], path: str) -> _Target:
-    """Follow ``path`` ("charge", "ship.pack", "lines[3].charge", "lines[*].charge") from
-    ``reactor`` to the step it names; ValueError saying where it leads nowhere."""
-    parsed = []
-    for segment in path.split("."):
-        match = _SEGMENT.fullmatch(segment)
-        if match is None:
-            raise ValueError(
-                f"step path {path!r}: {segment!r} is not a step name, 'name[3]' (one map "
-                "element) or 'name[*]' (every map element)"
-            )
-        parsed.append((match["name"], match["index"]))
-    owner = reactor
-    for position, (name, index) in enumerate(parsed):
-        definition: ReactorDefinition = owner.definition
-        where = getattr(owner, "__qualname__", definition.name)
-        spec = definition.by_name.get(name)
-        if spec is None:
-            via = f" (reached by {'.'.join(n for n, _ in parsed[:position])!r})" if position else ""
-            raise ValueError(
-                f"{where}{via} has no step {name!r}; its steps: {_steps_of(definition)}"
-            )
-        rest = parsed[position + 1 :]
-        if index is not None:
-            if spec.map is None:
-                raise ValueError(
-                    f"step path {path!r}: step {name!r} of {where} is not a map_over() step; "
-                    "only a map's elements are chosen with [index]"
-                )
-            return _element_target(owner, spec, index, rest, path)
-        if not rest:
-            _check_leaf(where, spec, path)
-            return _Target(owner, name, spec)
-        child = _child_class(spec)
-        if child is None:
-            if spec.map is not None:
-                raise ValueError(
-                    f"step path {path!r}: step {name!r} of {where} is a map; choose its "
-                    f"elements: {name}[3].<step> (element 3) or {name}[*].<step> (every element)"
-                )
-            raise ValueError(
-                f"step path {path!r}: step {name!r} of {where} is not a compose() or "
-                "async_reactor() step: no steps are nested in it"
-            )
-        owner = child
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _check_leaf(where: str, spec: StepSpec, path: str) -> None:
-    child = _child_class(spec)
-    if child is not None:
-        raise ValueError(
-            f"step {spec.name!r} of {where} runs the reactor {child.__qualname__}; only plain "
-            f"steps can be replaced: name one of its steps, {path}.<step> (its steps: "
-            f"{_steps_of(child.definition)})"
-        )
-    if spec.map is not None:
-        raise ValueError(
-            f"step {spec.name!r} of {where} is a map; only plain steps can be replaced: name an "
-            f"element's step, {path}[3].<step> (element 3) or {path}[*].<step> (every element)"
-        )
-    if spec.interrupt is not None:
-        raise ValueError(
-            f"step {spec.name!r} of {where} is an interrupt; only plain steps can be replaced "
-            "(deliver its payload with ReactorResult.resume(...) instead)"
-        )
-
-
-def _element_target(
-    owner: type[Reactor],
-    spec: StepSpec,
-    index: str,
-    rest: list[tuple[str, str | None]],
-    path: str,
-) -> _Target:
-    assert spec.map is not None
-    element = spec.map.element_definition
-    if len(rest) > 1 or (rest and rest[0][1] is not None):
-        raise ValueError(
-            f"step path {path!r}: the steps of a map element have nothing nested in them "
-            "(an element cannot compose, dispatch or map)"
-        )
-    if rest:
-        inner = element.by_name.get(rest[0][0])
-        if inner is None:
-            raise ValueError(
-                f"step path {path!r}: the elements of map {spec.name!r} have no step "
-                f"{rest[0][0]!r}; their steps: {_steps_of(element)}"
-            )
-    elif len(element.steps) == 1:
-        inner = element.steps[0]  # "lines[*]": the element is one step
-    else:
-        raise ValueError(
-            f"step path {path!r}: the elements of map {spec.name!r} have several steps; name "
-            f"one: {path}.<step> (their steps: {_steps_of(element)})"
-        )
-    _check_leaf(element.name, inner, path)
-    return _Target(
-        owner,
-        spec.name,
-        inner,
-        element_step=inner.name,
-        index=None if index == "*" else int(index),
-    )
-
-
-def _impl_with_run(
-    spec: StepSpec, run: Callable[[Step, dict[str, Any]], Any], index: int | None = None
-) -> type[Step]:
-    """A subclass of the step's class whose ``run`` is ``run``; undo and compensate stay.
-
-    With ``index``, only map element ``index`` calls ``run``; other elements run the
-    original body. It keeps the original's module and qualified name, so the run's stored
-    shape does not change: a run started with the replacement can continue without it, and
-    back.
-    """
-    original = spec.impl
-
-    def body(self: Step, **arguments: Any) -> Any:
-        if index is not None:
-            from .engine.elements import current_element
-
-            element = current_element()
-            if element is None or element.index != index:
-                return original.run(self, **arguments)
-        return run(self, arguments)
-
-    return type(
-        original.__name__,
-        (original,),
-        {
-            "run": body,
-            "__module__": original.__module__,
-            "__qualname__": original.__qualname__,
-        },
-    )
-
-
-@contextlib.contextmanager
-def _swapped(reactor: type[Reactor], definition: ReactorDefinition) -> Iterator[None]:
-    """Make ``definition`` ``reactor``'s definition while the block runs; restore on exit.
-
-    Workers find reactors through the registry: while the block runs, the registry returns
-    this class for its name.
-    """
-    from . import registry
-
-    previous: ReactorDefinition = reactor.definition
-    registered = registry.all_reactors().get(previous.name)
-    reactor.definition = definition
-    registry.register(reactor)
-    try:
-        yield
-    finally:
-        reactor.definition = previous
-        if registered is not None:
-            registry.register(registered)
-
-
-@contextlib.contextmanager
-def _replaced(reactor: type[Reactor], impls: Mapping[str, type[Step]]) -> Iterator[None]:
-    """Swap ``reactor.definition`` for one whose top-level steps use ``impls``."""
-    definition: ReactorDefinition = reactor.definition
-    for name, impl in impls.items():
-        definition = _with_impl(definition, name, impl)
-    with _swapped(reactor, definition):
-        yield
-
-
-@contextlib.contextmanager
-def mock_step(
-    reactor: type[Reactor],
-    step: str,
-    *,
-    returns: Any = _UNSET,
-    side_effect: Callable[..., Any] | None = None,
-    raises: BaseException | type[BaseException] | None = None,
-    wraps: Callable[..., Any] | None = None,
-) -> Iterator[StepMock]:
-    """Replace the body of ``reactor``'s ``step`` while the block runs.
-
-    ``step`` is a step name or a path to a nested step: ``"ship.pack"`` is step ``pack`` of
-    the reactor that step ``ship`` runs (``compose`` or ``async_reactor``; any depth,
-    ``"a.b.c"``), ``"lines[3].charge"`` is step ``charge`` of element 3 of the map ``lines``
-    (``"lines[*].charge"``: of every element; ``"lines[*]"`` when the element is one step).
-    A step of a composed reactor is replaced in that reactor's class, so wherever the class
-    runs while the block is open; a step of map elements only in that map.
-
-    Give one of ``returns`` (the value the step returns: a plain value, ``Success``,
-    ``Failure``, ``Halt`` or ``Skip``), ``side_effect`` (called with the step's arguments as
-    keywords; what it returns or raises is the step's), ``raises`` (an exception to raise) or
-    ``wraps`` (called as ``wraps(original, **arguments)``, where ``original(**arguments)``
-    runs the step's own body; what it returns or raises is the step's). The step's ``undo``
-    and ``compensate`` stay as they are.
-    """
-    given = [returns is not _UNSET, side_effect is not None, raises is not None, wraps is not None]
-    if sum(given) != 1:
-        raise TypeError(
-            "mock_step() takes exactly one of returns=, side_effect=, raises= or wraps="
-        )
-    target = _resolve(reactor, step)
-    record = StepMock(reactor, step)
-
-    def run(instance: Step, arguments: dict[str, Any]) -> Any:
-        from .engine.elements import current_element
-
-        record.calls.append(dict(arguments))
-        element = current_element()
-        if element is not None:
-            record.indices.append(element.index)
-        if raises is not None:
-            raise raises
-        if side_effect is not None:
-            return side_effect(**arguments)
-        if wraps is not None:
-            return wraps(functools.partial(target.spec.impl.run, instance), **arguments)
-        return returns
-
-    impl = _impl_with_run(target.spec, run, index=target.index)
-    with _swapped(target.owner, target.definition_with(impl)):
-        yield record
-
-
-def fail_step(
-    reactor: type[Reactor],
-    step: str,
-    error: BaseException | str = "failed by fail_step()",
-    *,
-    retryable: bool = False,
-) -> contextlib.AbstractContextManager[StepMock]:
-    """Make ``step`` fail while the block runs (by default without retries).
-
-    ``step`` is a name or a path, as for :func:`mock_step` (``"ship.pack"``,
-    ``"lines[3].charge"``, ``"lines[*].charge"``). ``error`` is an exception to raise or a
-    message. With ``retryable=False`` the step returns
-    ``Failure(error, retryable=False)``, so its retry policy does not delay the failure.
-    """
-    from .engine.outcomes import Failure
-
-    if retryable:
-        exc = error if isinstance(error, BaseException) else RuntimeError(error)
-        return mock_step(reactor, step, raises=exc)
-    return mock_step(reactor, step, returns=Failure(error, retryable=False))
-
-
-# ---------------------------------------------------------------------------- idempotency
-
-
-def assert_idempotent(
-    reactor: type[Reactor],
-    inputs: Mapping[str, Any] | None = None,
-    *,
-    max_rounds: int = DEFAULT_MAX_ROUNDS,
-) -> ReactorResult:
-    """Run ``reactor`` with every step's ``run`` called twice with the same arguments.
-
-    A worker that dies mid-step runs that step again, so a step must give the same outcome when
-    repeated. Fails naming each step whose second call returned something else or raised.
-    Interrupts, composed reactors and async units are run once.
-    """
-    from .engine.outcomes import as_step_outcome
-
-    problems: list[str] = []
-    impls: dict[str, type[Step]] = {}
-    for spec in reactor.definition.steps:
-        if spec.interrupt is not None or spec.child is not None or spec.unit is not None:
-            continue
-
-        def twice(instance: Step, arguments: dict[str, Any], original: Any = spec.impl) -> Any:
-            name = instance.context.step
-            first = original(instance.context).run(**arguments)
-            try:
-                second = original(instance.context).run(**arguments)
-            except Exception as exc:
-                problems.append(
-                    f"step {name!r} raised on its second call with the same arguments: "
-                    f"{type(exc).__name__}: {exc}"
-                )
-                return first
-            if as_step_outcome(first) != as_step_outcome(second):
-                problems.append(
-                    f"step {name!r} is not idempotent: its first call returned {first!r}, "
-                    f"its second call with the same arguments returned {second!r}"
-                )
-            return first
-
-        impls[spec.name] = _impl_with_run(spec, twice)
-    with _replaced(reactor, impls):
-        result = run_reactor(reactor, inputs, max_rounds=max_rounds)
-    if problems:
-        raise AssertionError("\n".join(problems) + "\n" + result._describe())
-    return result
-
-
-# ---------------------------------------------------------------------------- pytest plugin
-
-try:
-    import pytest
-except ImportError:  # pragma: no cover - unittest users need not install pytest
-    pytest = None  # type: ignore[assignment]
-
-if pytest is not None:
-
-    @pytest.fixture
-    def reactor_runner() -> Callable[..., ReactorResult]:
-        """:func:`run_reactor`: ``reactor_runner(MyReactor, {...}).assert_completed()``."""
-        return run_reactor
-
-    @pytest.fixture(name="mock_step")
-    def mock_step_fixture() -> Iterator[Callable[..., StepMock]]:
-        """:func:`mock_step` for the rest of the test: ``mock_step(R, "charge", returns=1)``
-        (or a path: ``"ship.pack"``, ``"lines[3].charge"``)."""
-        with contextlib.ExitStack() as stack:
-
-            def replace(reactor: type[Reactor], step: str, **options: Any) -> StepMock:
-                return stack.enter_context(mock_step(reactor, step, **options))
-
-            yield replace
-
-    @pytest.fixture(name="fail_step")
-    def fail_step_fixture() -> Iterator[Callable[..., StepMock]]:
-        """:func:`fail_step` for the rest of the test: ``fail_step(R, "charge", "declined")``."""
-        with contextlib.ExitStack() as stack:
-
-            def replace(reactor: type[Reactor], step: str, *args: Any, **options: Any) -> StepMock:
-                return stack.enter_context(fail_step(reactor, step, *args, **options))
-
-            yield replace
-
-
-# ---------------------------------------------------------------------------- coordination
-
-
-def lock_holder(key: str) -> uuid.UUID | None:
-    """The run holding lock ``key`` (as declared, ``"order-7"``) on the configured backend."""
-    from .coordination import get_backend
-    from .coordination.runtime import backend_key
-
-    holder = get_backend().lock_holder(backend_key("lock", key))
-    return uuid.UUID(holder.removeprefix("run:")) if holder else None
-
-
-def assert_lock_held(key: str, by: Any = None) -> None:
-    """Lock ``key`` is held (by the run ``by``, an execution id or a ReactorResult, if given)."""
-    holder = lock_holder(key)
-    wanted = getattr(by, "execution_id", by)
-    if holder is None or (wanted is not None and str(holder) != str(wanted)):
-        raise AssertionError(
-            f"expected lock {key!r} to be held"
-            + (f" by execution {wanted}" if wanted is not None else "")
-            + (f", but execution {holder} holds it" if holder else ", but it is free")
-        )
-
-
-def assert_lock_free(key: str) -> None:
-    """Nobody holds lock ``key``."""
-    holder = lock_holder(key)
-    if holder is not None:
-        raise AssertionError(f"expected lock {key!r} to be free, but execution {holder} holds it")
-
-
-def semaphore_available(key: str, limit: int) -> int:
-    """Free slots of semaphore ``key`` (declared with ``limit``)."""
-    from .coordination import get_backend
-    from .coordination.runtime import backend_key
-
-    return limit - len(get_backend().semaphore_holders(backend_key("semaphore", key)))
-
-
-def rate_limit_count(key: str, seconds: float, *, name: bool = False) -> int:
-    """Starts charged to rate limit ``key`` (or the named limit ``key``) in the last
-    ``seconds``."""
-    from .coordination import Window, get_backend
-    from .coordination.rates import named_rate_limit
-    from .coordination.runtime import backend_key
-
-    full = named_rate_limit(key)[0] if name else backend_key("rate", key)
-    return get_backend().rate_count(full, Window(1_000_000, seconds))

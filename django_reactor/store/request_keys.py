@@ -24,9 +24,10 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
-from .conf import reactor_settings
-from .models import ApiRequest
-from .store import USING, Kept, reconnecting
+from ..conf import reactor_settings
+from ..models import ApiRequest
+from .db import USING, reconnecting
+from .lease import Kept
 
 logger = logging.getLogger("django_reactor.api")
 
@@ -62,8 +63,8 @@ class Reservation:
 
 def reserve(scope: str, key: str, body_fingerprint: str) -> Reservation:
     """Reserve ``key`` in ``scope`` for a request whose body has ``body_fingerprint``."""
-    ttl = dt.timedelta(seconds=float(reactor_settings.API_IDEMPOTENCY_TTL))
-    in_flight = dt.timedelta(seconds=float(reactor_settings.LEASE_SECONDS))
+    ttl = dt.timedelta(seconds=reactor_settings.API_IDEMPOTENCY_TTL)
+    in_flight = dt.timedelta(seconds=reactor_settings.LEASE_SECONDS)
     now = timezone.now()
     for _ in range(2):
         try:
@@ -159,7 +160,7 @@ def release(row_id: int) -> None:
 
 def forget_expired(limit: int) -> int:
     """Delete up to ``limit`` remembered requests older than the TTL; return how many."""
-    cutoff = timezone.now() - dt.timedelta(seconds=float(reactor_settings.API_IDEMPOTENCY_TTL))
+    cutoff = timezone.now() - dt.timedelta(seconds=reactor_settings.API_IDEMPOTENCY_TTL)
     old = list(
         ApiRequest.objects.using(USING)
         .filter(created_at__lt=cutoff)

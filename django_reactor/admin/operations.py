@@ -1,0 +1,450 @@
+"""The operations of the execution admin: bulk actions behind a confirmation page, and the
+single-run views (cancel, undo, retry, resume) and the parked runs' page. Every one goes
+through ``django_reactor.services`` and is recorded as an admin ``LogEntry``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import (
+    Count,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from .. import registry, services
+from ..engine.validation import error_messages
+from ..exceptions import (
+    AlreadyResumed,
+    InterruptClosed,
+    InvalidPayload,
+    NotWaiting,
+    ReactorError,
+    ReactorNotRegistered,
+)
+from ..models import Execution, ExecutionEvent, Interrupt
+from ..states import EventKind, ExecutionStatus, InterruptStatus
+from .display import (
+    APP,
+    execution_link,
+    short_reactor,
+    status_badge,
+    waits_for,
+)
+from .forms import ResumeForm, serializer_example, serializer_help
+from .maps import parked_maps, waiting_since
+
+# At most this many per-run error messages after a bulk action (the rest are counted).
+MAX_ERROR_MESSAGES = 20
+# Runs read per query while a bulk action works through them.
+BULK_BATCH = 200
+# Rows listed on a bulk action's confirmation page (the count and the states cover the rest).
+CONFIRMATION_SAMPLE = 100
+
+
+OPERATIONS: dict[str, dict[str, Any]] = {
+    "cancel": {
+        "title": _("Cancel executions"),
+        "button": _("Yes, cancel them"),
+        "done": _("Cancelled"),
+        "description": _(
+            "Each run stops without rolling anything back (undo it for that). A run a live "
+            "process is executing is asked to stop after its current step; finished runs are "
+            "refused one by one."
+        ),
+    },
+    "undo": {
+        "title": _("Undo executions"),
+        "button": _("Yes, undo them"),
+        "done": _("Undid"),
+        "description": _(
+            "Each run's completed steps are rolled back, newest first, in this request; the run "
+            "ends cancelled (failed if a step had failed). Runs that cannot be undone are "
+            "refused one by one."
+        ),
+    },
+    "retry": {
+        "title": _("Retry executions"),
+        "button": _("Yes, retry them"),
+        "done": _("Retried"),
+        "description": _(
+            "Each failed run starts again as a new execution linked to it, from the first step "
+            "with the stored inputs. Only failed runs that were not retried yet qualify."
+        ),
+    },
+}
+
+
+class ExecutionOperations(admin.ModelAdmin):
+    """The operations part of :class:`~.executions.ExecutionAdmin`: each behind its custom
+    permission, through the services."""
+
+    def _perm(self, request: HttpRequest, codename: str) -> bool:
+        return request.user.has_perm(f"{APP}.{codename}")
+
+    def has_cancel_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "cancel_execution")
+
+    def has_undo_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "undo_execution")
+
+    def has_retry_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "retry_execution")
+
+    def has_resume_interrupt_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "resume_interrupt")
+
+    # -- bulk actions (each through services, after a confirmation page)
+    @admin.action(permissions=["cancel_execution"], description=_("Cancel selected executions"))
+    def cancel_selected(
+        self, request: HttpRequest, queryset: QuerySet[Execution]
+    ) -> HttpResponse | None:
+        return self._bulk(request, queryset, "cancel")
+
+    @admin.action(permissions=["undo_execution"], description=_("Undo selected executions"))
+    def undo_selected(
+        self, request: HttpRequest, queryset: QuerySet[Execution]
+    ) -> HttpResponse | None:
+        return self._bulk(request, queryset, "undo")
+
+    @admin.action(permissions=["retry_execution"], description=_("Retry selected executions"))
+    def retry_selected(
+        self, request: HttpRequest, queryset: QuerySet[Execution]
+    ) -> HttpResponse | None:
+        return self._bulk(request, queryset, "retry")
+
+    def _bulk(
+        self, request: HttpRequest, queryset: QuerySet[Execution], operation: str
+    ) -> HttpResponse | None:
+        if request.POST.get("post") != "yes":
+            return self._confirmation(request, queryset, operation)
+        reason = request.POST.get("reason", "").strip()[:500]
+        done = 0
+        errors: list[str] = []
+        # Ids first, rows in small batches: no cursor stays open while step code runs.
+        ids = list(queryset.order_by("created_at").values_list("pk", flat=True))
+        for start in range(0, len(ids), BULK_BATCH):
+            batch = Execution.objects.filter(pk__in=ids[start : start + BULK_BATCH])
+            for row in batch.only("id", "reactor", "status").order_by("created_at"):
+                ok, text = self._operate(request, row, operation, reason=reason)
+                if ok:
+                    done += 1
+                else:
+                    errors.append(text)
+        if done:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(verb)s %(count)d execution.",
+                    "%(verb)s %(count)d executions.",
+                    done,
+                )
+                % {"verb": OPERATIONS[operation]["done"], "count": done},
+                messages.SUCCESS,
+            )
+        for text in errors[:MAX_ERROR_MESSAGES]:
+            self.message_user(request, text, messages.ERROR)
+        if len(errors) > MAX_ERROR_MESSAGES:
+            self.message_user(
+                request,
+                _("…and %(count)d more refused.") % {"count": len(errors) - MAX_ERROR_MESSAGES},
+                messages.ERROR,
+            )
+        return None
+
+    def _operate(
+        self, request: HttpRequest, row: Execution, operation: str, *, reason: str = ""
+    ) -> tuple[bool, str]:
+        """Run one operation through services; log it. Returns (done, message)."""
+        try:
+            if operation == "cancel":
+                handle = services.cancel(row.id, reason=reason or "cancelled from the admin")
+                message = f"Cancel requested: {handle.status}"
+                if reason:
+                    message += f" ({reason})"
+            elif operation == "undo":
+                handle = services.undo(row.id)
+                message = f"Undone: {handle.status}"
+            elif operation == "retry":
+                outcome = services.retry(row.id)
+                message = f"Retried as {outcome.execution_id}"
+            else:  # pragma: no cover - the URLs name only these
+                raise ValueError(operation)
+        except (ReactorError, LookupError) as exc:
+            return False, f"{row}: {exc}"
+        self.log_change(request, row, message)
+        return True, message
+
+    def _confirmation(
+        self, request: HttpRequest, queryset: QuerySet[Execution], operation: str
+    ) -> TemplateResponse:
+        opts = self.model._meta
+        by_status = (
+            queryset.order_by()
+            .values("status")
+            .annotate(count=Count("pk"))
+            .order_by("-count", "status")
+        )
+        labels = dict(ExecutionStatus.choices)
+        states = [
+            {"status": s["status"], "label": labels.get(s["status"], s["status"]), **s}
+            for s in by_status
+        ]
+        count = sum(int(s["count"]) for s in by_status)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": OPERATIONS[operation]["title"],
+            "opts": opts,
+            "operation": operation,
+            "description": OPERATIONS[operation]["description"],
+            "button": OPERATIONS[operation]["button"],
+            "count": count,
+            "states": states,
+            "sample": [
+                {"row": row, "badge": status_badge(row.status, row.get_status_display())}
+                for row in queryset[:CONFIRMATION_SAMPLE]
+            ],
+            "more": max(count - CONFIRMATION_SAMPLE, 0),
+            "select_across": request.POST.get("select_across") == "1",
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "action": request.POST.get("action", ""),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request, "admin/django_reactor/execution/action_confirmation.html", context
+        )
+
+    # -- detail page
+
+    def _get_run(self, request: HttpRequest, object_id: str) -> Execution:
+        try:
+            obj = self.get_object(request, unquote(object_id))
+        except ValueError:
+            obj = None
+        if obj is None:
+            raise Http404(f"no execution with id {object_id!r}")
+        return obj
+
+    def _single(
+        self, request: HttpRequest, object_id: str, operation: str, allowed: bool
+    ) -> HttpResponse:
+        if not allowed:
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        row = self._get_run(request, object_id)
+        reason = request.POST.get("reason", "").strip()[:500]
+        ok, text = self._operate(request, row, operation, reason=reason)
+        self.message_user(request, text, messages.SUCCESS if ok else messages.ERROR)
+        if ok and operation == "retry":
+            retried = Execution.objects.filter(retry_of=row).only("id").first()
+            if retried is not None:
+                return redirect(
+                    reverse(f"admin:{APP}_execution_change", args=[quote(str(retried.pk))])
+                )
+        return redirect(reverse(f"admin:{APP}_execution_change", args=[quote(str(row.pk))]))
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        allowed = self.has_cancel_execution_permission(request)
+        return self._single(request, object_id, "cancel", allowed)
+
+    def undo_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._single(request, object_id, "undo", self.has_undo_execution_permission(request))
+
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        allowed = self.has_retry_execution_permission(request)
+        return self._single(request, object_id, "retry", allowed)
+
+    def resume_view(self, request: HttpRequest, object_id: str, step: str) -> HttpResponse:
+        if not self.has_resume_interrupt_permission(request):
+            raise PermissionDenied
+        if request.method not in ("GET", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        row = self._get_run(request, object_id)
+        change_url = reverse(f"admin:{APP}_execution_change", args=[quote(str(row.pk))])
+        interrupt = Interrupt.objects.filter(execution=row, step=step).first()
+        if interrupt is None:
+            raise Http404(f"execution {row.id} has no interrupt {step!r}")
+        serializer_class = None
+        definition_problem = ""
+        try:
+            spec = registry.get(row.reactor).definition.by_name.get(step)
+            if spec is not None and spec.interrupt is not None:
+                serializer_class = spec.interrupt.payload
+            else:
+                definition_problem = f"{step!r} is no longer an interrupt of {row.reactor}"
+        except ReactorNotRegistered as exc:
+            definition_problem = str(exc)
+        example = serializer_example(serializer_class()) if serializer_class else {}
+        initial = {
+            "payload": json.dumps(example, indent=2),
+            "background": interrupt.resume_mode == "background",
+        }
+        payload_errors: list[tuple[str, str]] = []
+        if request.method == "POST":
+            form = ResumeForm(request.POST, initial=initial)
+            if form.is_valid():
+                try:
+                    services.resume_interrupt(
+                        row.id,
+                        step=step,
+                        payload=form.cleaned_data["payload"],
+                        background=form.cleaned_data["background"],
+                    )
+                except InvalidPayload as exc:
+                    payload_errors = error_messages(exc.errors)
+                    for field_path, message in payload_errors:
+                        form.add_error(
+                            "payload", f"{field_path}: {message}" if field_path else message
+                        )
+                    limit = f" of {exc.max_attempts}" if exc.max_attempts else ""
+                    self.log_change(
+                        request,
+                        row,
+                        f"Invalid payload for interrupt {step!r} (attempt {exc.attempts}{limit})",
+                    )
+                    if exc.run_failed:
+                        self.message_user(request, str(exc), messages.ERROR)
+                        return redirect(change_url)
+                    self.message_user(
+                        request,
+                        _(
+                            "The payload was refused (invalid payload %(attempts)s%(limit)s); "
+                            "the run stays paused."
+                        )
+                        % {"attempts": exc.attempts, "limit": limit},
+                        messages.WARNING,
+                    )
+                    interrupt.refresh_from_db()
+                except AlreadyResumed as exc:
+                    self.message_user(request, str(exc), messages.WARNING)
+                    return redirect(change_url)
+                except (InterruptClosed, NotWaiting, ReactorError, LookupError) as exc:
+                    self.message_user(request, str(exc), messages.ERROR)
+                    return redirect(change_url)
+                else:
+                    status = (
+                        Execution.objects.filter(pk=row.pk).values_list("status", flat=True).get()
+                    )
+                    label = dict(ExecutionStatus.choices).get(status, status)
+                    self.log_change(request, row, f"Resumed interrupt {step!r}")
+                    self.message_user(
+                        request,
+                        _("Payload accepted for %(step)s; the run is now %(status)s.")
+                        % {"step": step, "status": str(label).lower()},
+                        messages.SUCCESS,
+                    )
+                    return redirect(change_url)
+        else:
+            form = ResumeForm(initial=initial)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Resume %(step)s") % {"step": step},
+            "opts": self.model._meta,
+            "original": row,
+            "change_url": change_url,
+            "interrupt": interrupt,
+            "interrupt_badge": status_badge(interrupt.status, interrupt.get_status_display()),
+            "waiting": interrupt.status == InterruptStatus.WAITING,
+            "form": form,
+            "payload_errors": payload_errors,
+            "fields": serializer_help(serializer_class),
+            "serializer_name": serializer_class.__name__ if serializer_class else "",
+            "definition_problem": definition_problem,
+            "status_badge": status_badge(row.status, row.get_status_display()),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/django_reactor/execution/resume.html", context)
+
+    def parked_view(self, request: HttpRequest) -> HttpResponse:
+        """Runs waiting: at interrupts, and pending until a wake-up (retry backoff, async unit)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        waiting = (
+            Interrupt.objects.filter(status=InterruptStatus.WAITING)
+            .select_related("execution")
+            .only(
+                "id",
+                "step",
+                "correlation_id",
+                "expires_at",
+                "invalid_attempts",
+                "max_attempts",
+                "resume_mode",
+                "created_at",
+                "execution__id",
+                "execution__reactor",
+                "execution__status",
+                "execution__updated_at",
+            )
+            .order_by("created_at", "id")
+        )
+        last = ExecutionEvent.objects.filter(execution=OuterRef("pk")).order_by("-seq")
+        pending = (
+            Execution.objects.filter(
+                status__in=[ExecutionStatus.PENDING, ExecutionStatus.ROLLING_BACK]
+            )
+            .annotate(
+                last_kind=Subquery(last.values("kind")[:1]),
+                last_data=Subquery(last.values("data")[:1]),
+                last_step=Subquery(last.values("step")[:1]),
+                last_at=Subquery(last.values("at")[:1]),
+            )
+            # Pending runs with a wake-up or parked; runs rolling back parked on a map's undo.
+            .filter(
+                Q(status=ExecutionStatus.PENDING, wake_at__isnull=False)
+                | Q(last_kind=EventKind.PARK)
+            )
+            .only("id", "reactor", "status", "current_step", "updated_at", "wake_at")
+            .order_by(F("wake_at").asc(nulls_last=True), "updated_at")
+        )
+        interrupts_page = Paginator(waiting, self.list_per_page).get_page(request.GET.get("ip"))
+        pending_page = Paginator(pending, self.list_per_page).get_page(request.GET.get("pp"))
+        # Annotated rows (last_kind, last_step...): the page's type does not carry them.
+        pending_rows: list[Any] = list(pending_page)
+        maps = parked_maps(pending_rows)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Parked executions"),
+            "opts": self.model._meta,
+            "interrupts_page": interrupts_page,
+            "interrupts": [
+                {
+                    "row": i,
+                    "reactor": short_reactor(i.execution.reactor),
+                    "link": execution_link(i.execution_id),
+                }
+                for i in interrupts_page
+            ],
+            "pending_page": pending_page,
+            "pending": [
+                {
+                    "row": e,
+                    "reactor": short_reactor(e.reactor),
+                    "link": execution_link(e.id),
+                    "badge": status_badge(e.status, e.get_status_display()),
+                    "waits_for": waits_for(e, maps.get((e.id, e.last_step))),
+                    "since": waiting_since(e, maps.get((e.id, e.last_step))),
+                }
+                for e in pending_rows
+            ],
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/django_reactor/execution/parked.html", context)

@@ -1,0 +1,258 @@
+"""``compose(Child, ...)``: a whole reactor run as one step of another.
+
+The child runs in the same process as its parent, as an execution of its own (linked to the
+parent), checkpointing its own steps. If it fails it has rolled itself back before the parent
+sees the failure; if a later parent step fails, the completed child is undone in place (its own
+steps, newest first). A ``Halt`` inside a child halts the parent: a child is part of its
+parent's run, and ``Halt`` stops the run it is in. Children are never retried as a whole: put
+retries on their steps. A child that waits (a retry's backoff on a worker, an async unit) parks
+its parent with it; resuming the parent re-enters the step, which continues the child.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from ...exceptions import DefinitionError, ReactorError
+from ...states import EventKind, ExecutionStatus
+from ..declarations import StepDeclaration
+from ..journal import JournalBatch
+from ..outcomes import Completed, ErrorInfo, ErrorKind, Halted, Rescheduled, RollbackFailure
+from ..step import Step
+from ..templates import Template
+from .base import (
+    INTERRUPTIONS,
+    Construct,
+    RollbackAction,
+    StepDone,
+    StepFailed,
+    StepHalted,
+    StepResult,
+    Stop,
+    record_nested_rollback,
+    unstorable_arguments,
+)
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+    from ..outcomes import Outcome
+    from ..spec import ReactorDefinition, StepSpec
+
+
+class ComposeStep(Step):
+    """The step a ``compose()`` declaration makes; the executor runs its child instead."""
+
+    child: ClassVar[type]
+
+    def run(self, **arguments: Any) -> Any:  # pragma: no cover - the executor never calls it
+        raise NotImplementedError("a composed reactor runs through the executor's child runner")
+
+
+class ChildRunner(Protocol):
+    """Runs and rolls back composed children durably (implemented by the Django layer)."""
+
+    def run(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Outcome:
+        """Run (or, after a crash, continue) the child of ``step``; return its outcome."""
+        ...
+
+    def rollback(self, step: str) -> list[RollbackFailure]:
+        """Undo everything the child of ``step`` completed, newest first."""
+        ...
+
+    def dispatch(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Any:
+        """Start the async unit of ``step`` on workers (or find it, if already started)."""
+        ...
+
+    def settle(self, step: str, *, wait: bool) -> Outcome | None:
+        """The unit's outcome; None while it runs (after waiting, when ``wait``).
+
+        Raises UnitWaitTimeout once the unit has taken longer than its reader may wait.
+        """
+        ...
+
+
+def child_declaration(
+    child: type, options: dict[str, Any], what: str, base: type[Step], unit: str | None
+) -> StepDeclaration:
+    """The declaration of a step running the reactor ``child`` (``compose``, ``async_reactor``).
+
+    ``base`` is the step class it makes a subclass of; ``unit`` is None for a composed child.
+    """
+    definition = getattr(child, "definition", None)
+    if not isinstance(child, type) or definition is None:
+        raise DefinitionError(f"{what}() takes a Reactor subclass, got {child!r}")
+    if unit is None and any(s.interrupt is not None for s in definition.steps):
+        raise DefinitionError(
+            f"compose({child.__qualname__}): the child has interrupt steps, and a composed child "
+            "cannot pause its parent. Declare the interrupt on the parent, or run the child with "
+            "async_reactor() (it pauses on its own and its readers wait for it)"
+        )
+    if "retry" in options:
+        raise DefinitionError(
+            f"{what}({child.__qualname__}) cannot be retried as a whole: a retried child could "
+            "resume with undone steps. Put Retry(...) on the child's steps instead"
+        )
+    wait_for = options.pop("wait_for", ())
+    if isinstance(wait_for, str):
+        wait_for = (wait_for,)
+    for name, value in options.items():
+        if not isinstance(value, Template):
+            raise DefinitionError(
+                f"{what}({child.__qualname__}) argument {name}={value!r} must be "
+                "arg.input(...), arg.result(...) or arg.value(...)"
+            )
+    impl = type(
+        f"{base.__name__.removesuffix('Step')}{child.__name__}",
+        (base,),
+        {
+            "child": child,
+            "Inputs": getattr(child, "Inputs", None),
+            "__module__": child.__module__,
+            "__doc__": f"Runs {child.__qualname__} as one step.",
+        },
+    )
+    return StepDeclaration(impl, dict(options), wait_for=tuple(wait_for), unit=unit)
+
+
+def compose(child: type, /, **options: Any) -> StepDeclaration:
+    """Declare a step that runs the reactor ``child`` with arguments wired like a step's.
+
+    ``checkout = compose(Checkout, order_id=arg.input("order_id"), wait_for=["reserve"])``.
+    The child's ``Inputs`` serializer validates the arguments (a violation fails the step
+    without rollback of the child, which never started). The step's result is the child's
+    value.
+    """
+    return child_declaration(child, options, "compose", ComposeStep, None)
+
+
+class Compose(Construct):
+    """Runs a composed child through the executor's child runner; its rollback is the child's."""
+
+    name = "compose"
+
+    def claims(self, spec: StepSpec) -> bool:
+        return spec.child is not None
+
+    def run(
+        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> StepResult:
+        """Run (or continue) the child as this step; map its outcome onto the step."""
+        refused = unstorable_arguments(run, spec, arguments)
+        if refused is not None:
+            return refused
+        runner = child_runner(run, spec)
+        if run.observer is not None:
+            run.observer.step_started(run.step_event(spec.name, "running", 1))
+        t0 = time.perf_counter()
+        try:
+            outcome = runner.run(spec.name, spec.child.definition, arguments)
+        except INTERRUPTIONS as interruption:
+            run.abort(
+                interruption, spec=spec, arguments=arguments, attempt=1, started_at=started_at
+            )
+            raise
+        duration = (time.perf_counter() - t0) * 1000
+        if isinstance(outcome, Completed):
+            return StepDone(outcome.value, attempts=1, duration_ms=duration)
+        if isinstance(outcome, Halted):
+            return StepHalted(outcome.reason, attempts=1, duration_ms=duration)
+        if isinstance(outcome, Rescheduled):
+            return Stop(_park_with_child(run, spec, outcome))
+        child_error = getattr(outcome, "error", None)
+        name = spec.child.__qualname__
+        if child_error is not None:
+            error = ErrorInfo(
+                **{
+                    **child_error._fields(),
+                    "message": f"composed {name} failed: {child_error}",
+                    "step": spec.name,
+                    "reactor": run.definition.name,
+                    "inputs": run.redacted_inputs(),
+                    "arguments": run.redacted_arguments(spec, arguments),
+                    # What the child could not roll back is tried again by this step's
+                    # compensation (the child's own rollback) and reported from there.
+                    "rollback_failures": (),
+                }
+            )
+        else:
+            error = run.step_error(spec, ErrorKind.STEP, f"composed {name} ended {outcome.status}")
+        # The child rolled itself back already. Compensating this step re-runs the child's
+        # rollback, which does nothing unless part of it failed: then it is tried again here,
+        # and once more by an operator's undo().
+        return StepFailed(error, started=True, attempts=1)
+
+    def rollback(
+        self,
+        run: Executor,
+        spec: StepSpec,
+        action: RollbackAction,
+        first: Any,
+        arguments: dict[str, Any],
+    ) -> list[RollbackFailure]:
+        """Undo (or, cut off mid-run, compensate) the child: its own rollback."""
+        t0 = time.perf_counter()
+        failures = [_nested(spec.name, f) for f in child_runner(run, spec).rollback(spec.name)]
+        return record_nested_rollback(
+            run,
+            spec,
+            action,
+            failures,
+            f"{len(failures)} step(s) of the composed reactor could not be rolled back",
+            (time.perf_counter() - t0) * 1000,
+        )
+
+
+def child_runner(run: Executor, spec: StepSpec) -> ChildRunner:
+    """The executor's child runner; a step that needs one fails loudly without it."""
+    if run.children is None:
+        raise ReactorError(
+            f"step {spec.name!r} needs a child runner (compose, async_step, async_reactor), "
+            "but this executor has none"
+        )
+    return run.children
+
+
+def _park_with_child(run: Executor, spec: StepSpec, child: Rescheduled) -> Rescheduled:
+    """A composed child waits (a retry's backoff, an async unit): the run waits with it.
+
+    The worker is released; the retry's dispatch (or the unit's completion) resumes this run,
+    which re-enters the compose step and continues the child where it stopped.
+    """
+    retry = child.reason == "retry"
+    run.commit(
+        JournalBatch(
+            events=[
+                run.event(
+                    EventKind.PARK,
+                    step=spec.name,
+                    data={"child_step": child.step, "reason": child.reason},
+                )
+            ],
+            status=ExecutionStatus.PENDING,
+            current_step=spec.name,
+            release=True,
+            wake_after=child.delay,
+            dispatch="retry" if retry and not run.attached else None,
+            dispatch_delay=child.delay,
+        )
+    )
+    run.notify_parked(spec.name, child.reason, child.delay)
+    return Rescheduled(
+        execution_id=run.execution_id, step=spec.name, delay=child.delay, reason=child.reason
+    )
+
+
+def _nested(step: str, failure: RollbackFailure) -> RollbackFailure:
+    """A child's rollback failure as seen from its parent: ``parent_step.child_step``."""
+    return RollbackFailure(
+        step=f"{step}.{failure.step}",
+        action=failure.action,
+        exception_class=failure.exception_class,
+        message=failure.message,
+    )
+
+
+COMPOSE = Compose()

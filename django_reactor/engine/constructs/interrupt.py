@@ -1,0 +1,297 @@
+"""``interrupt(...)``: a step that pauses the run until an external payload arrives.
+
+The payload is validated by a DRF serializer before anything changes; the accepted payload is
+the interrupt step's result, read by later steps with ``arg.result("<name>")``::
+
+    class Refund(Reactor):
+        request = step(RequestRefund, order_id=arg.input("order_id"))
+        approval = interrupt(
+            after=["request"],
+            payload=ApprovalSerializer,
+            correlation_id=lambda run: f"refund-{run.inputs['order_id']}",
+            timeout=dt.timedelta(days=2),
+            on_timeout="fail",
+            max_attempts=3,
+            resume="background",
+        )
+        refund = step(IssueRefund, approval=arg.result("approval"))
+
+Reaching an interrupt records that the run waits for it (its row, with a correlation id and a
+resume token) and the run goes on with the other ready steps; when nothing else can run, the
+run pauses. A payload accepted while it is paused is the step's result when it continues.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ...exceptions import CorrelationIdTaken, DefinitionError
+from ...states import EventKind, ExecutionStatus, StepStatus
+from ..declarations import StepDeclaration
+from ..journal import InterruptWrite, JournalBatch
+from ..outcomes import ErrorKind, Outcome, Paused, PendingInterrupt, exception_message
+from ..recording import step_write
+from ..serialization import safe_repr, unstorable
+from ..state import UndoEntry
+from ..step import Step
+from ..templates import Template
+from .base import CONTINUE, Construct, StepFailed, StepResult
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+    from ..spec import StepSpec
+
+RESUME_MODES = ("inline", "background")
+# The module an interrupt step's class names: it is part of the shape and hash stored with every
+# run, so it stays what runs stored before this module moved here, and they resume.
+SHAPE_MODULE = "django_reactor.engine.interrupts"
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueWith:
+    """``on_timeout=ContinueWith(payload)``: an expired interrupt resumes with this payload."""
+
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptSpec:
+    """How one interrupt takes its payload (checked when the reactor class is defined)."""
+
+    payload: type | None
+    correlation_id: Callable[[Any], Any] | Template | None
+    timeout: float | None  # seconds
+    on_timeout: str | ContinueWith
+    max_attempts: int | None
+    resume: str
+
+    def correlation_for(self, scope: Any) -> str | None:
+        """The correlation id for a run (``scope`` resolves templates); None without one.
+
+        Raises ValueError with a plain reason when the callable fails or returns no string.
+        """
+        source = self.correlation_id
+        if source is None:
+            return None
+        try:
+            value = source.resolve(scope) if isinstance(source, Template) else source(scope)
+        except Exception as exc:
+            raise ValueError(
+                f"correlation_id raised {type(exc).__name__}: {exception_message(exc)}"
+            ) from exc
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or not value or len(value) > 255:
+            raise ValueError(
+                "correlation_id must give a non-empty string of at most 255 characters, got "
+                f"{safe_repr(value)}"
+            )
+        problem = unstorable(value)
+        if problem is not None:
+            raise ValueError(f"correlation_id gave text the database cannot store: {problem}")
+        return value
+
+
+class InterruptStep(Step):
+    """The step an ``interrupt()`` declaration makes; the executor pauses there instead."""
+
+    interrupt: ClassVar[InterruptSpec]
+
+    def run(self, **arguments: Any) -> Any:  # pragma: no cover - the executor never calls it
+        raise NotImplementedError("an interrupt's result is its payload; it has no body")
+
+
+def interrupt(
+    *,
+    after: Iterable[str] | str = (),
+    payload: type | None = None,
+    correlation_id: Callable[[Any], Any] | Template | None = None,
+    timeout: float | dt.timedelta | None = None,
+    on_timeout: str | ContinueWith = "fail",
+    max_attempts: int | None = None,
+    resume: str = "inline",
+) -> StepDeclaration:
+    """Declare a point where the run pauses until a payload is delivered.
+
+    - ``after``: the steps that must be done first (the interrupt has no arguments of its own).
+    - ``payload``: a DRF serializer class validating the payload; its ``validated_data`` is the
+      step's result. Without one, any JSON object is accepted as is.
+    - ``correlation_id``: ``callable(run) -> str`` (``run.inputs`` and ``run.results`` are the
+      run's inputs and the results so far) or ``arg.input(...)`` / ``arg.result(...)``: another
+      key to resume by, unique among the reactor's waiting runs.
+    - ``timeout`` (seconds or a ``timedelta``) and ``on_timeout``: ``"fail"`` (the run is undone
+      and fails) or ``ContinueWith(payload)`` (the run goes on with that payload). The sweeper
+      enforces it; a payload that comes later is refused.
+    - ``max_attempts``: after this many invalid payloads the run is undone and fails with the
+      field errors; without it, invalid payloads are counted and the run stays paused.
+    - ``resume``: ``"inline"`` (the deliverer's process runs the rest and gets the outcome) or
+      ``"background"`` (the deliverer validates and claims, a worker runs the rest).
+    """
+    if isinstance(after, str):
+        after = (after,)
+    after = tuple(after)
+    if not all(isinstance(name, str) for name in after):
+        raise DefinitionError(f"interrupt(after=...) must name steps as strings, got {after!r}")
+    if payload is not None and not (isinstance(payload, type) and hasattr(payload, "is_valid")):
+        raise DefinitionError(
+            f"interrupt(payload=...) must be a DRF serializer class, got {payload!r}"
+        )
+    if correlation_id is not None and not (
+        isinstance(correlation_id, Template) or callable(correlation_id)
+    ):
+        raise DefinitionError(
+            "interrupt(correlation_id=...) must be a callable (run) -> str, or "
+            f"arg.input(...) / arg.result(...), got {correlation_id!r}"
+        )
+    seconds: float | None
+    if timeout is None:
+        seconds = None
+    elif isinstance(timeout, dt.timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise DefinitionError(
+            f"interrupt(timeout=...) must be seconds or a timedelta, got {timeout!r}"
+        )
+    if seconds is not None and seconds <= 0:
+        raise DefinitionError(f"interrupt(timeout=...) must be positive, got {timeout!r}")
+    if not (on_timeout == "fail" or isinstance(on_timeout, ContinueWith)):
+        raise DefinitionError(
+            f'interrupt(on_timeout=...) must be "fail" or ContinueWith(payload), got {on_timeout!r}'
+        )
+    if max_attempts is not None and (
+        not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+    ):
+        raise DefinitionError(
+            f"interrupt(max_attempts=...) must be a positive integer or None, got {max_attempts!r}"
+        )
+    if resume not in RESUME_MODES:
+        raise DefinitionError(
+            f'interrupt(resume=...) must be "inline" or "background", got {resume!r}'
+        )
+    spec = InterruptSpec(payload, correlation_id, seconds, on_timeout, max_attempts, resume)
+    impl = type("Interrupt", (InterruptStep,), {"interrupt": spec, "__module__": SHAPE_MODULE})
+    return StepDeclaration(impl, {}, wait_for=after)
+
+
+class Interrupt(Construct):
+    """Records an interrupt reached, pauses the run, records the payloads it was given."""
+
+    name = "interrupt"
+
+    def claims(self, spec: StepSpec) -> bool:
+        return spec.interrupt is not None
+
+    def run(
+        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> StepResult:
+        """Record that the run waits at ``spec`` for a payload; other ready steps go on."""
+        interrupt = spec.interrupt
+        assert interrupt is not None
+        try:
+            correlation = interrupt.correlation_for(run.scope)
+        except ValueError as exc:
+            return _correlation_failure(run, spec, f"interrupt {spec.name!r}: {exc}")
+        expires_at = (
+            run.clock() + dt.timedelta(seconds=interrupt.timeout)
+            if interrupt.timeout is not None
+            else None
+        )
+        token = secrets.token_urlsafe(32) if run.issue_tokens else None
+        event = run.event(
+            EventKind.INTERRUPT,
+            step=spec.name,
+            data={
+                "correlation_id": correlation,
+                "expires_at": expires_at.isoformat() if expires_at else None,
+            },
+        )
+        batch = JournalBatch(
+            events=[event],
+            step=step_write(spec, StepStatus.WAITING, event, 0, {}, started_at),
+            current_step=spec.name,
+            interrupt=InterruptWrite(
+                spec.name,
+                correlation,
+                expires_at,
+                interrupt.max_attempts,
+                interrupt.resume,
+                hashlib.sha256(token.encode()).hexdigest() if token else None,
+            ),
+        )
+        try:
+            run.commit(batch)
+        except CorrelationIdTaken as taken:
+            return _correlation_failure(
+                run,
+                spec,
+                f"interrupt {spec.name!r}: correlation id {correlation!r} is already used by "
+                f"execution {taken.execution_id} of {run.definition.name}, which waits for it; "
+                "correlation ids must be unique among a reactor's waiting runs",
+            )
+        run.state.waiting.add(spec.name)
+        _reached(run)[spec.name] = PendingInterrupt(spec.name, correlation, expires_at, token)
+        return CONTINUE
+
+    def pause(self, run: Executor, waiting: list[str]) -> Outcome:
+        """Nothing else can run until a payload comes: release the run, waiting."""
+        run.commit(
+            JournalBatch(
+                events=[run.event(EventKind.PAUSE, data={"waiting_for": waiting})],
+                status=ExecutionStatus.PAUSED,
+                current_step=waiting[0],
+                release=True,
+            )
+        )
+        if run.observer is not None:
+            run.observer.execution_paused(
+                run.run_event(ExecutionStatus.PAUSED, step=waiting[0], waiting_for=tuple(waiting))
+            )
+        reached = _reached(run)
+        return Paused(
+            execution_id=run.execution_id,
+            interrupts=tuple(reached.get(name, PendingInterrupt(name)) for name in waiting),
+            results=dict(run.state.results),
+        )
+
+    def resume(self, run: Executor) -> None:
+        """Record the payloads accepted while the run was paused as their steps' results."""
+        state = run.state
+        if not state.claimed:
+            return
+        for spec in run.definition.steps:
+            if spec.name not in state.claimed:
+                continue
+            payload = state.claimed.pop(spec.name)
+            event = run.event(EventKind.PAYLOAD, step=spec.name)
+            run.commit(
+                JournalBatch(
+                    events=[event],
+                    step=step_write(spec, StepStatus.COMPLETED, event, 1, {}, None, result=payload),
+                    current_step=spec.name,
+                )
+            )
+            state.waiting.discard(spec.name)
+            state.results[spec.name] = payload
+            state.done.add(spec.name)
+            state.undo_stack.append(UndoEntry(spec.name, {}, payload))
+
+
+def _reached(run: Executor) -> dict[str, PendingInterrupt]:
+    """The interrupts this process reached in the run, with their tokens (for ``Paused``)."""
+    reached: dict[str, PendingInterrupt] = run.memo.setdefault(INTERRUPT.name, {})
+    return reached
+
+
+def _correlation_failure(run: Executor, spec: StepSpec, message: str) -> StepFailed:
+    error = run.step_error(spec, ErrorKind.CORRELATION, message, retryable=False)
+    return StepFailed(error, arguments={})
+
+
+INTERRUPT = Interrupt()

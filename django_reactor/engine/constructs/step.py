@@ -1,0 +1,321 @@
+"""A plain step: its body run in attempts as its retry policy says, then undone or compensated.
+
+The body returns ``Success`` (or a plain value), ``Skip``, ``Halt`` or ``Failure``, or raises (a
+retryable failure). A failure is retried while the policy allows: inline after the backoff,
+or, on a worker (``retry_later``), by parking the run for the backoff. Rollback calls the
+step's ``undo(result, ...)`` or ``compensate(error, ...)`` with the arguments it ran with.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import TYPE_CHECKING, Any
+
+from ...states import EventKind, ExecutionStatus, RollbackStatus
+from .. import probes
+from ..coordination import StepHold
+from ..journal import Event, JournalBatch, RollbackWrite
+from ..outcomes import (
+    ErrorInfo,
+    ErrorKind,
+    Failure,
+    Halt,
+    Rescheduled,
+    RollbackFailure,
+    Skip,
+    StepOutcome,
+    Success,
+    as_step_outcome,
+    exception_message,
+    qualified_class_name,
+)
+from ..serialization import printable
+from ..step import acting
+from .base import (
+    INTERRUPTIONS,
+    ROLLBACK_KINDS,
+    Construct,
+    RollbackAction,
+    StepDone,
+    StepFailed,
+    StepHalted,
+    StepResult,
+    Stop,
+    record_no_handler,
+)
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+    from ..spec import StepSpec
+
+
+class PlainStep(Construct):
+    """Runs a step's body with retries; rolls it back with its own undo or compensate."""
+
+    name = "step"
+
+    def claims(self, spec: StepSpec) -> bool:
+        return True
+
+    def run(
+        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> StepResult:
+        """Run the step's body, retrying as its policy says; say how it ended."""
+        attempt = run.state.attempts_done.pop(spec.name, 0)
+
+        def abort(interruption: BaseException) -> None:
+            run.abort(
+                interruption,
+                spec=spec,
+                arguments=arguments,
+                attempt=attempt,
+                started_at=started_at,
+            )
+
+        while True:
+            attempt += 1
+            context = run.context(spec, "run", attempt)
+            if run.observer is not None:
+                run.observer.step_started(run.step_event(spec.name, "running", attempt))
+            t0 = time.perf_counter()
+            exc: BaseException | None = None
+            try:
+                if probes.active is not None:
+                    probes.active("before_step", spec.name)
+                with acting(context):
+                    outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**arguments))
+            except INTERRUPTIONS as interruption:
+                abort(interruption)
+                raise
+            except BaseException as raised:  # every other exception from step code is a failure
+                exc = raised
+                outcome = Failure(raised)
+            duration = (time.perf_counter() - t0) * 1000
+
+            if isinstance(outcome, Success | Skip):
+                return StepDone(
+                    outcome.value,
+                    attempts=attempt,
+                    duration_ms=duration,
+                    skipped=isinstance(outcome, Skip),
+                )
+            if isinstance(outcome, Halt):
+                return StepHalted(outcome.reason, attempts=attempt, duration_ms=duration)
+
+            assert isinstance(outcome, Failure)
+            if _should_retry(spec, outcome, exc, attempt):
+                delay = spec.retry.delay_after(attempt)
+                if run.max_retry_delay is not None:
+                    delay = min(delay, run.max_retry_delay)
+                if run.retry_later and delay > 0:
+                    return Stop(_retry_later(run, spec, outcome, exc, attempt, delay, duration))
+                run.commit(
+                    JournalBatch(
+                        events=[_retry_event(run, spec, outcome, exc, attempt, duration, delay)],
+                        current_step=spec.name,
+                    )
+                )
+                _notify_retry(run, spec, outcome, exc, attempt, duration, delay)
+                if delay:
+                    try:
+                        run.sleep(delay)
+                    except INTERRUPTIONS as interruption:
+                        abort(interruption)
+                        raise
+                continue
+            error = _failure_info(run, outcome, exc, spec, arguments, attempt)
+            return StepFailed(error, started=True, attempts=attempt)
+
+    def rollback(
+        self,
+        run: Executor,
+        spec: StepSpec,
+        action: RollbackAction,
+        first: Any,
+        arguments: dict[str, Any],
+    ) -> list[RollbackFailure]:
+        """Call the step's undo or compensate; without one, the trace says so."""
+        if not has_handler(spec, action):
+            return record_no_handler(run, spec, action)
+        return self.call_handler(run, spec, action, first, arguments)
+
+    def call_handler(
+        self,
+        run: Executor,
+        spec: StepSpec,
+        action: RollbackAction,
+        first: Any,
+        arguments: dict[str, Any],
+        hold: StepHold | None = None,
+    ) -> list[RollbackFailure]:
+        """Run the step's undo or compensate (``hold``, taken for it, is given back once it
+        returns) and record how it went."""
+        ok_kind, failed_kind, _skipped, ok_status = ROLLBACK_KINDS[action]
+        signature = spec.undo_signature if action == "undo" else spec.compensate_signature
+        context = run.context(spec, action, 1)
+        if probes.active is not None:
+            probes.active(f"before_{action}", spec.name)
+        t0 = time.perf_counter()
+        failure: RollbackFailure | None = None
+        try:
+            with acting(context):
+                returned = getattr(spec.impl(context), action)(first, **signature.filter(arguments))
+            if isinstance(returned, Failure):
+                error = returned.error
+                failure = RollbackFailure(
+                    step=spec.name,
+                    action=action,
+                    exception_class=(
+                        qualified_class_name(error) if isinstance(error, BaseException) else None
+                    ),
+                    message=str(error),
+                )
+        except INTERRUPTIONS:
+            raise
+        except BaseException as exc:
+            failure = RollbackFailure(
+                step=spec.name,
+                action=action,
+                exception_class=qualified_class_name(exc),
+                message=exception_message(exc),
+            )
+        finally:
+            if hold is not None:
+                hold.release(True)
+        duration = (time.perf_counter() - t0) * 1000
+        if failure is None:
+            event = run.event(ok_kind, step=spec.name, duration_ms=duration)
+            rollback = RollbackWrite(spec.name, ok_status, event.at)
+        else:
+            event = run.event(
+                failed_kind,
+                step=spec.name,
+                duration_ms=duration,
+                data={"error": failure.message, "exception_class": failure.exception_class},
+            )
+            rollback = RollbackWrite(
+                spec.name, RollbackStatus.FAILED, event.at, error=failure.to_dict()
+            )
+        run.commit(JournalBatch(events=[event], rollback=rollback))
+        run.notify_rollback(action, spec.name, rollback.status, duration, failure)
+        return [failure] if failure is not None else []
+
+
+def has_handler(spec: StepSpec, action: RollbackAction) -> bool:
+    """Whether the step defines the rollback ``action``."""
+    return spec.has_undo if action == "undo" else spec.has_compensate
+
+
+def _should_retry(
+    spec: StepSpec, outcome: Failure, exc: BaseException | None, attempt: int
+) -> bool:
+    if attempt >= spec.retry.attempts or not outcome.retryable:
+        return False
+    error = exc if exc is not None else outcome.error
+    if isinstance(error, BaseException):
+        return spec.retry.retries_exception(error)
+    return True
+
+
+def _retry_later(
+    run: Executor,
+    spec: StepSpec,
+    outcome: Failure,
+    exc: BaseException | None,
+    attempt: int,
+    delay: float,
+    duration: float,
+) -> Rescheduled:
+    """Park the run for the retry's backoff; a task (or the sweeper) resumes it."""
+    run.commit(
+        JournalBatch(
+            events=[_retry_event(run, spec, outcome, exc, attempt, duration, delay)],
+            status=ExecutionStatus.PENDING,
+            current_step=spec.name,
+            current_attempt=attempt,
+            release=True,
+            wake_after=delay,
+            dispatch=None if run.attached else "retry",
+            dispatch_delay=delay,
+        )
+    )
+    _notify_retry(run, spec, outcome, exc, attempt, duration, delay)
+    run.notify_parked(spec.name, "retry", delay)
+    return Rescheduled(execution_id=run.execution_id, step=spec.name, delay=delay)
+
+
+def _retry_event(
+    run: Executor,
+    spec: StepSpec,
+    outcome: Failure,
+    exc: BaseException | None,
+    attempt: int,
+    duration: float,
+    delay: float,
+) -> Event:
+    return run.event(
+        EventKind.RETRY,
+        step=spec.name,
+        attempt=attempt,
+        duration_ms=duration,
+        data={**_error_summary(outcome, exc), "delay": delay},
+    )
+
+
+def _notify_retry(
+    run: Executor,
+    spec: StepSpec,
+    outcome: Failure,
+    exc: BaseException | None,
+    attempt: int,
+    duration: float,
+    delay: float,
+) -> None:
+    if run.observer is None:
+        return
+    summary = _error_summary(outcome, exc)
+    run.observer.step_retried(
+        run.step_event(
+            spec.name,
+            "retry",
+            attempt,
+            duration_ms=duration,
+            error=summary["error"],
+            error_class=summary["exception_class"],
+            delay=delay,
+        )
+    )
+
+
+def _failure_info(
+    run: Executor,
+    outcome: Failure,
+    exc: BaseException | None,
+    spec: StepSpec,
+    arguments: dict[str, Any],
+    attempts: int,
+) -> ErrorInfo:
+    error = exc if exc is not None else outcome.error
+    if isinstance(error, BaseException):
+        info = run.error_info(error, ErrorKind.STEP, spec, arguments, attempts)
+        retryable = outcome.retryable and getattr(error, "retryable", True) is not False
+    else:
+        info = run.step_error(
+            spec, ErrorKind.STEP, str(error), arguments=arguments, attempts=attempts
+        )
+        retryable = outcome.retryable
+    return ErrorInfo(**{**info._fields(), "retryable": retryable})
+
+
+def _error_summary(outcome: Failure, exc: BaseException | None) -> dict[str, Any]:
+    error = exc if exc is not None else outcome.error
+    if isinstance(error, BaseException):
+        return {
+            "error": exception_message(error),
+            "exception_class": qualified_class_name(error),
+        }
+    return {"error": printable(str(error)), "exception_class": None}
+
+
+STEP = PlainStep()

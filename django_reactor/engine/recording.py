@@ -1,0 +1,377 @@
+"""How a run records itself: trace entries, journal commits, step contexts, error reports and
+the events its observers get.
+
+The executor core (:mod:`.executor`) is a :class:`RunRecorder` that adds the loop and the
+rollback rule; the constructs (:mod:`.constructs`) record what is their own through the same
+methods, so that every construct writes the trace, the step records and the observer events
+the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import ResultNotSerializable
+from ..states import EventKind, ExecutionStatus, StepStatus
+from .coordination import Coordinator
+from .journal import Event, Journal, JournalBatch, StepWrite
+from .observers import ExecutionEvent, RunObserver, StepEvent, composite, summarise
+from .outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
+from .redaction import redact
+from .serialization import encode, printable, shown
+from .state import RunState
+from .step import StepContext
+
+if TYPE_CHECKING:
+    from .spec import ReactorDefinition, StepSpec
+
+logger = logging.getLogger("django_reactor.executor")
+
+
+class RunRecorder:
+    """Writes one run's trace and step records through its journal and tells its observers."""
+
+    def __init__(
+        self,
+        definition: ReactorDefinition,
+        journal: Journal,
+        *,
+        inputs: Mapping[str, Any],
+        state: RunState | None,
+        clock: Callable[[], dt.datetime],
+        observer: RunObserver | None,
+        coordinator: Coordinator | None,
+        hand_back_on_interruption: bool,
+    ) -> None:
+        self.definition = definition
+        self.journal = journal
+        self.inputs = inputs
+        self.state = state or RunState()
+        self.clock = clock
+        # Lifecycle notifications, after each commit; None (the default) costs one test each.
+        self.observer = composite(observer)
+        # Locks, semaphores, rate limits, periods, ordered locks (None: nothing declared).
+        self.coordinator = coordinator
+        # In a worker, a process-level interruption (SystemExit, KeyboardInterrupt, MemoryError)
+        # gives the run back for the message's redelivery instead of aborting it.
+        self.hand_back_on_interruption = hand_back_on_interruption
+        # The fencing numbers held for the step running now (its coordination), by lock key.
+        self.fences: dict[str, int] = {}
+        self._notes: list[Event] = []
+        self._display_inputs: dict[str, Any] | None = None
+        self._t0 = time.perf_counter()
+
+    @property
+    def execution_id(self) -> Any:
+        """The id of the run this executor runs (None for a dry run)."""
+        return self.journal.execution_id
+
+    def note(self, kind: str, data: dict[str, Any] | None = None, *, step: str = "") -> None:
+        """Add an entry to the trace (for example, a worker resuming the run).
+
+        It is written with the next state change, in the same transaction: no commit of its own.
+        """
+        self._notes.append(self.event(kind, step=step, data=data))
+
+    def commit(self, batch: JournalBatch) -> str | None:
+        """Write ``batch`` with the pending notes; return a cancellation's reason, if asked."""
+        if self.state.waiting and (batch.finished or batch.status == ExecutionStatus.ROLLING_BACK):
+            batch.close_interrupts = True
+            self.state.waiting.clear()
+        if self._notes:
+            batch.events[:0] = self._notes
+            self._notes = []
+        return self.journal.commit(batch)
+
+    def event(
+        self,
+        kind: str,
+        *,
+        step: str = "",
+        attempt: int = 0,
+        duration_ms: float | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> Event:
+        """The next trace entry (it takes the next sequence number)."""
+        seq = self.state.next_seq
+        self.state.next_seq = seq + 1
+        return Event(seq, kind, self.clock(), step, attempt, duration_ms, data or {})
+
+    def context(self, spec: StepSpec, action: str, attempt: int) -> StepContext:
+        """The :class:`StepContext` of one action of a step."""
+        return StepContext(
+            execution_id=self.execution_id,
+            reactor=self.definition.name,
+            step=spec.name,
+            action=action,
+            attempt=attempt,
+            inputs=self.inputs,
+            fences=self.fences
+            or (dict(self.coordinator.fences) if self.coordinator is not None else {}),
+        )
+
+    def next_after(self, spec: StepSpec) -> StepSpec | None:
+        """The step that runs next once ``spec`` is done."""
+        return self.definition.next_ready(self.state.done | {spec.name}, self.state.waiting)
+
+    def redacted_inputs(self) -> dict[str, Any]:
+        """The run's inputs as error reports show them: displayable, secrets redacted."""
+        if self._display_inputs is None:
+            self._display_inputs = redact(
+                displayable(dict(self.inputs)), self.definition.input_secret_paths
+            )
+        return self._display_inputs
+
+    def redacted_arguments(self, spec: StepSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A step's arguments as error reports show them: displayable, secrets redacted."""
+        return redact(displayable(arguments), spec.argument_secret_paths())
+
+    def step_error(
+        self,
+        spec: StepSpec,
+        kind: str,
+        message: str,
+        *,
+        arguments: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> ErrorInfo:
+        """An :class:`ErrorInfo` for ``spec`` of this run (with ``arguments`` when given)."""
+        return ErrorInfo(
+            kind=kind,
+            message=message,
+            step=spec.name,
+            reactor=self.definition.name,
+            inputs=self.redacted_inputs(),
+            arguments=self.redacted_arguments(spec, arguments) if arguments is not None else {},
+            **fields,
+        )
+
+    def error_info(
+        self,
+        exc: BaseException,
+        kind: str,
+        spec: StepSpec,
+        arguments: dict[str, Any],
+        attempts: int,
+    ) -> ErrorInfo:
+        """An :class:`ErrorInfo` describing ``exc``, raised for ``spec`` (never retryable)."""
+        return ErrorInfo.from_exception(
+            exc,
+            kind=kind,
+            step=spec.name,
+            reactor=self.definition.name,
+            retryable=False,
+            attempts=attempts,
+            inputs=self.redacted_inputs(),
+            arguments=self.redacted_arguments(spec, arguments),
+        )
+
+    # ------------------------------------------------------------------ failures
+
+    def _failed_step(
+        self,
+        spec: StepSpec,
+        error: ErrorInfo,
+        arguments: dict[str, Any],
+        *,
+        attempts: int,
+        started_at: dt.datetime | None,
+        compensable: bool,
+    ) -> JournalBatch:
+        """The ``fail`` trace entry and the failed step record, as one batch to commit."""
+        event = self.event(
+            EventKind.FAIL,
+            step=spec.name,
+            attempt=attempts,
+            data={
+                "kind": error.kind,
+                "error": error.message,
+                "exception_class": error.exception_class,
+            },
+        )
+        return JournalBatch(
+            events=[event],
+            step=step_write(
+                spec,
+                StepStatus.FAILED,
+                event,
+                attempts,
+                arguments,
+                started_at,
+                error=error.to_dict(),
+                compensable=compensable,
+            ),
+            current_step=spec.name,
+        )
+
+    def abort(
+        self,
+        exc: BaseException,
+        *,
+        spec: StepSpec | None = None,
+        arguments: dict[str, Any] | None = None,
+        attempt: int = 0,
+        started_at: dt.datetime | None = None,
+    ) -> None:
+        """Record that the process was interrupted; the undo stack stays for ``undo()``.
+
+        In a worker (``hand_back_on_interruption``) the run is not aborted: it keeps its status
+        and its lease ends now, so the redelivered message (or the sweeper) resumes it at once,
+        counting one recovery; the step that was in flight runs again.
+        """
+        if self.hand_back_on_interruption:
+            self._hand_back(exc, spec=spec, attempt=attempt)
+            return
+        if spec is not None:
+            error = self.error_info(exc, ErrorKind.INTERRUPTED, spec, arguments or {}, attempt)
+            batch = self._failed_step(
+                spec,
+                error,
+                arguments or {},
+                attempts=attempt,
+                started_at=started_at,
+                compensable=True,
+            )
+            batch.failure = error.to_dict()
+        else:
+            batch = JournalBatch()
+        batch.status = ExecutionStatus.ABORTED
+        batch.finished = True
+        batch.events.append(
+            self.event(EventKind.ABORT, data={"exception_class": qualified_class_name(exc)})
+        )
+        try:
+            self.commit(batch)
+        except Exception:  # the interruption must still propagate; say what was lost
+            logger.exception(
+                "could not record that execution %s was aborted; it stays in its last "
+                "checkpointed state",
+                self.execution_id,
+            )
+
+    def _hand_back(self, exc: BaseException, *, spec: StepSpec | None, attempt: int) -> None:
+        data: dict[str, Any] = {"exception_class": qualified_class_name(exc), "resumable": True}
+        if attempt:
+            data["attempt"] = attempt
+        batch = JournalBatch(
+            events=[self.event(EventKind.HAND_BACK, step=spec.name if spec else "", data=data)],
+            expire_lease=True,
+        )
+        try:
+            self.commit(batch)
+        except Exception:  # the interruption must still propagate; the lease lapses by itself
+            logger.exception(
+                "could not hand execution %s back after the process was interrupted; it is "
+                "resumed when its lease expires",
+                self.execution_id,
+            )
+
+    # ------------------------------------------------------------------ observer events
+
+    def run_event(
+        self,
+        status: str,
+        *,
+        failure: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> ExecutionEvent:
+        """What the observers are told about the run (``failure``: its stored failure)."""
+        if failure is not None:
+            fields.setdefault("step", failure.get("step"))
+            fields["error"] = summarise(failure.get("message"))
+            fields["error_class"] = failure.get("exception_class")
+        return ExecutionEvent(
+            execution_id=self.execution_id,
+            reactor=self.definition.name,
+            status=str(status),
+            duration_ms=(time.perf_counter() - self._t0) * 1000,
+            **fields,
+        )
+
+    def step_event(self, step: str, status: str, attempt: int, **fields: Any) -> StepEvent:
+        """What the observers are told about a step."""
+        if "error" in fields:
+            fields["error"] = summarise(fields["error"])
+        return StepEvent(
+            execution_id=self.execution_id,
+            reactor=self.definition.name,
+            step=step,
+            status=str(status),
+            attempt=attempt,
+            **fields,
+        )
+
+    def notify_parked(self, step: str, reason: str, delay: float) -> None:
+        """Tell the observers that the run parked (``reason``) for ``delay`` seconds."""
+        if self.observer is not None:
+            self.observer.execution_parked(
+                self.run_event(ExecutionStatus.PENDING, step=step, reason=reason, delay=delay)
+            )
+
+    def notify_rollback(
+        self,
+        action: str,
+        step: str,
+        status: str,
+        duration: float | None,
+        failure: RollbackFailure | None,
+    ) -> None:
+        """Tell the observers that a step was undone or compensated (or could not be)."""
+        if self.observer is None:
+            return
+        event = self.step_event(
+            step,
+            status,
+            1,
+            duration_ms=duration,
+            error=failure.message if failure is not None else None,
+            error_class=failure.exception_class if failure is not None else None,
+        )
+        if action == "undo":
+            self.observer.step_undone(event)
+        else:
+            self.observer.step_compensated(event)
+
+
+def step_write(
+    spec: StepSpec,
+    status: str,
+    event: Event,
+    attempts: int,
+    arguments: dict[str, Any],
+    started_at: dt.datetime | None,
+    *,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    compensable: bool = False,
+) -> StepWrite:
+    """The step record written with ``event``: same sequence number, same time."""
+    return StepWrite(
+        step=spec.name,
+        status=status,
+        seq=event.seq,
+        attempts=attempts,
+        arguments=_encode_arguments(arguments),
+        secret_arguments=spec.argument_secret_paths(),
+        started_at=started_at,
+        finished_at=event.at,
+        result=result,
+        error=error,
+        compensable=compensable,
+    )
+
+
+def displayable(data: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-safe copy for error reports (unserialisable values shown by repr)."""
+    return {printable(k): shown(v) for k, v in data.items()}
+
+
+def _encode_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return encode(arguments)
+    except ResultNotSerializable:
+        return displayable(arguments)

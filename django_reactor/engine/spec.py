@@ -1,0 +1,154 @@
+"""The checked shape of a reactor: :class:`ReactorDefinition` and its :class:`StepSpec` s.
+
+Built by :mod:`.definition` from a reactor class body; read by the executor, its constructs and
+the Django layer. Immutable once built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .constructs.compose import ComposeStep
+from .constructs.interrupt import InterruptSpec, InterruptStep
+from .coordination import Declaration
+from .redaction import SecretPath
+from .retry import Retry
+from .step import Signature, Step
+from .templates import Template
+
+if TYPE_CHECKING:
+    from .constructs.map import MapSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Background:
+    """Where a run moves from the caller to a Celery worker (``Meta.background``).
+
+    ``mode`` is ``"all"`` (the whole run), ``"after"`` (after ``step`` completes) or
+    ``"before"`` (before ``step`` starts).
+    """
+
+    mode: str
+    step: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """One step of a reactor, fully resolved and checked."""
+
+    name: str
+    impl: type[Step]
+    arguments: Mapping[str, Template]
+    retry: Retry
+    wait_for: tuple[str, ...]
+    depends_on: frozenset[str]
+    contract: type | None
+    secret_arguments: Mapping[str, tuple[SecretPath, ...]]
+    undo_signature: Signature
+    compensate_signature: Signature
+    secret_argument_paths: tuple[SecretPath, ...] = ()
+    # "step" (async_step) or "reactor" (async_reactor): the body runs as its own execution,
+    # described by ``unit_definition``.
+    unit: str | None = None
+    unit_definition: ReactorDefinition | None = None
+    # A map_over() step: its elements and policy.
+    map: MapSpec | None = None
+    # Lock, Semaphore, RateLimit, Period held around the step's body (keyed on its arguments).
+    coordination: tuple[Declaration, ...] = ()
+
+    @property
+    def child(self) -> Any:
+        """The composed reactor class, for a ``compose()`` step."""
+        if self.unit is not None or not issubclass(self.impl, ComposeStep):
+            return None
+        return getattr(self.impl, "child", None)
+
+    @property
+    def interrupt(self) -> InterruptSpec | None:
+        """How the run takes this step's payload, for an ``interrupt()`` step."""
+        if not issubclass(self.impl, InterruptStep):
+            return None
+        return self.impl.interrupt
+
+    @property
+    def has_undo(self) -> bool:
+        return self.impl.has_handler("undo")
+
+    @property
+    def has_compensate(self) -> bool:
+        return self.impl.has_handler("compensate")
+
+    def argument_secret_paths(self) -> list[SecretPath]:
+        """Secret paths into this step's arguments (for redaction and the step record)."""
+        return list(self.secret_argument_paths)
+
+
+@dataclass(frozen=True, slots=True)
+class ReactorDefinition:
+    """The checked shape of a reactor: steps, their order constraints, inputs and return."""
+
+    name: str
+    reactor_class: type
+    steps: tuple[StepSpec, ...]
+    inputs_serializer: type | None
+    input_fields: frozenset[str] | None
+    input_secret_paths: tuple[SecretPath, ...]
+    returns: str | None
+    definition_hash: str
+    by_name: Mapping[str, StepSpec] = field(repr=False)
+    background: Background | None = None
+    # RunObserver classes instantiated for each execution (Meta.middleware), in order.
+    middleware: tuple[type, ...] = ()
+    # Meta.coordination: held while the run runs, keyed on its inputs.
+    coordination: tuple[Declaration, ...] = ()
+
+    @property
+    def shape(self) -> dict[str, dict[str, Any]]:
+        """Each step's implementation and dependencies, stored with every run."""
+        return {
+            s.name: {
+                "impl": f"{s.impl.__module__}.{s.impl.__qualname__}",
+                "depends_on": sorted(s.depends_on),
+            }
+            for s in self.steps
+        }
+
+    def incompatibilities(self, stored_shape: Mapping[str, Any], done: set[str]) -> list[str]:
+        """Why a run that started under ``stored_shape`` cannot continue under this definition.
+
+        A run may continue when every step it already recorded still exists with the same
+        implementation and dependencies; steps it has not reached yet may change.
+        """
+        problems = []
+        current = self.shape
+        for name in sorted(done):
+            if name not in current:
+                problems.append(f"step {name!r} ran but no longer exists")
+            elif name not in stored_shape:
+                if stored_shape:  # an empty shape: a run recorded before shapes were stored
+                    problems.append(f"step {name!r} ran but the run's stored definition lacks it")
+            elif stored_shape[name] != current[name]:
+                problems.append(f"step {name!r} ran but its implementation or inputs changed")
+        return problems
+
+    def step(self, name: str) -> StepSpec:
+        return self.by_name[name]
+
+    def next_ready(
+        self, done: set[str] | frozenset[str], waiting: set[str] | frozenset[str] = frozenset()
+    ) -> StepSpec | None:
+        """The first step, in declaration order, whose dependencies are all done.
+
+        Steps in ``waiting`` (interrupts waiting for their payload) are not offered again.
+        """
+        for spec in self.steps:
+            if spec.name not in done and spec.name not in waiting and spec.depends_on <= done:
+                return spec
+        return None
+
+    @property
+    def interrupts(self) -> tuple[StepSpec, ...]:
+        """The reactor's ``interrupt()`` steps, in declaration order."""
+        return tuple(s for s in self.steps if s.interrupt is not None)

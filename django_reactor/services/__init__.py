@@ -1,0 +1,72 @@
+"""The operations the API, the admin, the commands and ``Reactor`` share.
+
+The statuses each operation accepts are derived from ``states.TRANSITIONS``, and each takes the
+run's lease (or asks its live owner) before changing it: no other module changes an execution's
+state. By what they do:
+
+- ``runs``: ``run``, ``run_in_background``, ``find_by_correlation_id``, ``retry``;
+- ``steering``: ``cancel``, ``undo``;
+- ``workers``: ``resume`` (a worker's task) and ``sweep``;
+- ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``;
+- ``maintenance``: ``prune`` and the ordered-lock queues;
+- ``common``: ``find`` and what the others share.
+"""
+
+from __future__ import annotations
+
+from . import common
+from .common import MAX_KEY_LENGTH, find
+from .interrupts import (
+    after_pause,
+    deliver,
+    expire_interrupts,
+    find_interrupt,
+    issue_resume_token,
+    resume_interrupt,
+)
+from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
+from .runs import find_by_correlation_id, retry, run, run_in_background
+from .steering import CANCELLABLE, UNDOABLE, cancel, undo
+from .workers import DATABASE_ERROR_RETRIES, resume, sweep
+
+__all__ = [
+    "CANCELLABLE",
+    "DATABASE_ERROR_RETRIES",
+    "MAX_KEY_LENGTH",
+    "UNDOABLE",
+    "ServiceOperations",
+    "after_pause",
+    "cancel",
+    "deliver",
+    "expire_interrupts",
+    "find",
+    "find_by_correlation_id",
+    "find_interrupt",
+    "issue_resume_token",
+    "ordered_lock",
+    "prune",
+    "reset_ordered_lock",
+    "resume",
+    "resume_interrupt",
+    "retry",
+    "run",
+    "run_in_background",
+    "skip_ordered_run",
+    "sweep",
+    "undo",
+]
+
+
+class ServiceOperations:
+    """The services, as the :class:`~django_reactor.handle.ExecutionHandle` steering its run
+    uses them (``refresh()``, ``cancel()``, ``undo()``, ``retry()``, ``resume()``)."""
+
+    find = staticmethod(find)
+    cancel = staticmethod(cancel)
+    undo = staticmethod(undo)
+    retry = staticmethod(retry)
+    resume_interrupt = staticmethod(resume_interrupt)
+
+
+# Wired here, where every operation is known: the handles the operations return use them.
+common.OPERATIONS = ServiceOperations()

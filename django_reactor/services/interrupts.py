@@ -1,0 +1,436 @@
+"""Payloads for paused runs: delivering one (exactly one wins), resume tokens, expiry."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import registry, store
+from ..conf import reactor_settings
+from ..engine.executor import Executor
+from ..engine.interrupts import ContinueWith
+from ..engine.outcomes import (
+    Dispatched,
+    ErrorInfo,
+    ErrorKind,
+    InProgress,
+    Outcome,
+    Paused,
+    PendingInterrupt,
+)
+from ..engine.serialization import decode, encode
+from ..engine.validation import summarise_errors, validate
+from ..exceptions import (
+    DefinitionChanged,
+    ExecutionBusy,
+    IdempotencyKeyReused,
+    InterruptNotFound,
+    InvalidPayload,
+    InvalidTransition,
+    LeaseLost,
+    ReactorNotRegistered,
+    ResultNotSerializable,
+)
+from ..runtime.children import DatabaseChildRunner
+from ..states import EventKind, ExecutionStatus, InterruptStatus
+
+if TYPE_CHECKING:
+    from ..engine.definition import ReactorDefinition
+
+
+from .common import (
+    check_key,
+    coordinator_of,
+    logger,
+    observer_of,
+    refuse_open_transaction,
+)
+from .steering import rollback_state
+
+
+def resume_interrupt(
+    execution_id: uuid.UUID | str | None = None,
+    *,
+    step: str | None = None,
+    payload: Any,
+    correlation_id: str | None = None,
+    reactor: str | None = None,
+    token: str | None = None,
+    background: bool | None = None,
+    idempotency_key: str | None = None,
+) -> Outcome:
+    """Deliver ``payload`` to a paused run's interrupt; exactly one delivery wins.
+
+    Name the interrupt by ``execution_id``, by ``correlation_id`` (and ``reactor`` when several
+    reactors share correlation ids) or by a resume ``token``; ``step`` may be left out when one
+    interrupt waits. The payload is validated by the interrupt's serializer before anything
+    changes; an accepted payload becomes the step's result.
+
+    ``background`` (default: the interrupt's ``resume=``): True hands the rest of the run to a
+    worker and returns ``Dispatched`` at once; False runs it in this process and returns how it
+    ended (``Completed``, ``Paused`` at a later interrupt...). When the run is already moving
+    (another interrupt's payload came first) the payload is recorded and ``InProgress`` is
+    returned.
+
+    With ``idempotency_key``, a repeat of the same delivery (same key, same step and payload)
+    changes nothing and returns the run's outcome with ``idempotent_replay=True``; the same key
+    with another payload raises IdempotencyKeyReused.
+
+    Raises InterruptNotFound, NotWaiting (the run has not reached an interrupt yet: deliver
+    later), AlreadyResumed, InterruptClosed (expired, cancelled, failed) and InvalidPayload
+    (field errors; with ``max_attempts``, the last allowed one also fails the run).
+    """
+    arguments = {
+        "execution_id": execution_id,
+        "step": step,
+        "payload": payload,
+        "correlation_id": correlation_id,
+        "reactor": reactor,
+        "token": token,
+        "background": background,
+    }
+    if idempotency_key is None:
+        return _resume_interrupt(**arguments)
+    check_key(idempotency_key)
+    if token is not None:
+        # The claim consumes the token: a repeat could not find the interrupt again.
+        scope, target = f"resume-token:{store.interrupts.token_hash(token)}", execution_id
+    else:
+        found = store.interrupts.find(
+            execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+        )
+        scope, target = f"resume:{found.execution_id}", found.execution_id
+    reservation = store.request_keys.reserve(
+        scope, idempotency_key, store.request_keys.fingerprint(step, payload)
+    )
+    if reservation.state == "mismatch":
+        raise IdempotencyKeyReused(
+            f"idempotency key {idempotency_key!r} was first used with another payload; use a "
+            "new key for a different delivery",
+            execution_id=target,
+        )
+    if reservation.state == "in_flight":
+        raise ExecutionBusy(
+            f"a delivery with idempotency key {idempotency_key!r} is still being processed; "
+            "try again in a moment"
+        )
+    if reservation.state == "replay":
+        stored = reservation.response or {}
+        return store.outcome_of(store.get_row(stored["execution_id"]), replay=True)
+    assert reservation.row_id is not None
+    try:
+        with store.request_keys.kept(reservation.row_id):  # an inline resume may outlast the lease
+            outcome = _resume_interrupt(**arguments)
+    except BaseException:
+        store.request_keys.release(reservation.row_id)
+        raise
+    store.request_keys.finish(reservation.row_id, 200, {"execution_id": str(outcome.execution_id)})
+    return outcome
+
+
+def _resume_interrupt(
+    *,
+    execution_id: uuid.UUID | str | None,
+    step: str | None,
+    payload: Any,
+    correlation_id: str | None,
+    reactor: str | None,
+    token: str | None,
+    background: bool | None,
+) -> Outcome:
+    if token is not None:
+        row = store.interrupts.find_by_token(token)
+        if (execution_id is not None and str(row.execution_id) != str(execution_id)) or (
+            step is not None and row.step != step
+        ):
+            raise InterruptNotFound("no interrupt has this resume token")
+    else:
+        row = find_interrupt(
+            execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+        )
+    return deliver(row, payload, background=background)
+
+
+def deliver(row: Any, payload: Any, *, background: bool | None = None) -> Outcome:
+    """Deliver ``payload`` to the interrupt ``row`` (from :func:`find_interrupt`).
+
+    What :func:`resume_interrupt` does once it has found the interrupt; the API calls it with
+    the interrupt its credential check found, so the interrupt is read once per request.
+    """
+    store.interrupts.refuse_closed(row)
+    definition = registry.get(row.reactor).definition
+    spec = definition.by_name.get(row.step)
+    if spec is None or spec.interrupt is None:
+        raise DefinitionChanged(
+            f"execution {row.execution_id} waits at {row.step!r}, which is no longer an "
+            f"interrupt of {definition.name}; deploy the definition it ran with to resume it"
+        )
+    accepted, errors = _validate_payload(spec.interrupt.payload, payload)
+    if errors is not None:
+        _refuse_payload(row, store.get_row(row.execution_id), definition, spec.name, errors)
+    in_background = background if background is not None else row.resume_mode == "background"
+    if not in_background:
+        refuse_open_transaction(f"resume execution {row.execution_id} inline")
+    claim = store.interrupts.claim(
+        row, accepted, inline_owner=None if in_background else store.lease_owner_token()
+    )
+    if claim.dispatched:
+        return Dispatched(execution_id=row.execution_id)
+    if claim.owned is None:
+        return InProgress(execution_id=row.execution_id, status=claim.execution_status)
+    return _continue_inline(definition, claim.owned)
+
+
+def find_interrupt(
+    *,
+    execution_id: uuid.UUID | str | None = None,
+    correlation_id: str | None = None,
+    reactor: str | None = None,
+    step: str | None = None,
+) -> Any:
+    """The interrupt a delivery names (see ``resume_interrupt`` for how it is named)."""
+    try:
+        return store.interrupts.find(
+            execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+        )
+    except InvalidTransition:  # NotWaiting too: a misspelt step never waits
+        if execution_id is not None and step is not None:
+            _require_interrupt_step(store.get_row(execution_id), step)
+        raise
+
+
+def _require_interrupt_step(execution: Any, step: str) -> None:
+    """Refuse a step name that is not an interrupt of the run's reactor (a typo never waits)."""
+    try:
+        definition = registry.get(execution.reactor).definition
+    except ReactorNotRegistered:
+        return  # reported by the resume itself
+    spec = definition.by_name.get(step)
+    if spec is None or spec.interrupt is None:
+        names = ", ".join(s.name for s in definition.interrupts) or "none"
+        raise InterruptNotFound(
+            f"{step!r} is not an interrupt of {definition.name} (its interrupts: {names})"
+        )
+
+
+def _validate_payload(serializer: type | None, payload: Any) -> tuple[Any, Any]:
+    """The payload as stored (validated data), or the field errors."""
+    if not isinstance(payload, Mapping):
+        kind = type(payload).__name__
+        return None, {"non_field_errors": [f"the payload must be a JSON object, got {kind}"]}
+    if serializer is None:
+        data: Any = dict(payload)
+        errors: Any = None
+    else:
+        data, errors = validate(serializer, payload)
+    if errors:
+        return None, errors
+    try:
+        return encode(data), None
+    except ResultNotSerializable as exc:
+        return None, {"non_field_errors": [f"the validated payload cannot be stored: {exc}"]}
+
+
+def _refuse_payload(
+    row: Any, execution: Any, definition: ReactorDefinition, step: str, errors: Any
+) -> None:
+    """Count an invalid payload; fail the run on its last allowed attempt. Always raises."""
+    attempts = store.interrupts.count_invalid(row, errors)
+    limit = row.max_attempts
+    summary = summarise_errors(errors)
+    if limit is not None and attempts >= limit:
+        message = (
+            f"interrupt {step!r} received {attempts} invalid payload(s) (max_attempts={limit}); "
+            f"the last one: {summary}"
+        )
+        _fail_paused(
+            execution,
+            definition,
+            ErrorInfo(
+                kind=ErrorKind.PAYLOAD,
+                message=message,
+                step=step,
+                reactor=definition.name,
+                field_errors=errors,
+                retryable=False,
+                attempts=attempts,
+            ),
+            interrupt=row,
+            closing_status=InterruptStatus.FAILED,
+        )
+        raise InvalidPayload(
+            f"{message}; the run was undone and failed",
+            errors=errors,
+            attempts=attempts,
+            max_attempts=limit,
+            run_failed=True,
+        )
+    left = f"; {limit - attempts} attempt(s) left" if limit is not None else ""
+    raise InvalidPayload(
+        f"the payload for interrupt {step!r} is invalid: {summary}{left}; the run stays paused",
+        errors=errors,
+        attempts=attempts,
+        max_attempts=limit,
+        run_failed=False,
+    )
+
+
+def _fail_paused(
+    execution: Any,
+    definition: ReactorDefinition,
+    error: ErrorInfo,
+    *,
+    interrupt: Any,
+    closing_status: str,
+    event: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Undo a paused run's completed steps and fail it with ``error``, closing ``interrupt``.
+
+    Taking the run (paused to rolling back) comes first: it fails with ExecutionBusy or
+    InvalidTransition, changing nothing, when a payload moved the run meanwhile.
+    """
+    owned = store.claim(
+        execution.id,
+        allowed=[ExecutionStatus.PAUSED],
+        new_status=ExecutionStatus.ROLLING_BACK,
+        owner=store.lease_owner_token(),
+        action="fail",
+    )
+    store.interrupts.mark(interrupt, closing_status, closed=True)
+    inputs = decode(execution.inputs)
+    executor = Executor(
+        definition,
+        store.DatabaseJournal(owned),
+        inputs=inputs,
+        state=rollback_state(execution, definition),
+        children=DatabaseChildRunner(execution.id, execution.root_id or execution.id),
+        observer=observer_of(definition, parent_id=execution.parent_id),
+        coordinator=coordinator_of(definition, execution.id, execution, inputs, in_worker=False),
+    )
+    if event is not None:
+        executor.note(event, {"step": interrupt.step, **(data or {})})
+    with store.LeaseKeeper(owned):
+        executor.rollback(final_status=ExecutionStatus.FAILED, reason=error.message, failure=error)
+
+
+def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outcome:
+    """Run the rest of a run this process just took from ``paused``."""
+    row = store.get_row(owned.execution_id)
+    inputs = decode(row.inputs)
+    executor = Executor(
+        definition,
+        store.DatabaseJournal(owned, wakes=row.parent_id if row.detached else None),
+        inputs=inputs,
+        state=store.resume_state(row),
+        coordinator=coordinator_of(definition, row.id, row, inputs, in_worker=False),
+        max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
+        children=DatabaseChildRunner(row.id, row.root_id or row.id),
+        issue_tokens=reactor_settings.RESUME_TOKENS,
+        observer=observer_of(definition, parent_id=row.parent_id),
+    )
+    try:
+        with store.LeaseKeeper(owned):
+            outcome = executor.run()
+    except LeaseLost:
+        logger.warning("execution %s was taken over by another process", owned.execution_id)
+        return store.outcome_of(store.get_row(owned.execution_id))
+    return after_pause(outcome)
+
+
+def after_pause(outcome: Outcome) -> Outcome:
+    """A run that just paused: if a payload was accepted meanwhile, a worker takes it on.
+
+    Otherwise the outcome lists every interrupt the run waits at, with its correlation id and
+    expiry (also those reached before this process took the run), and the tokens issued now.
+    """
+    if not isinstance(outcome, Paused) or outcome.execution_id is None:
+        return outcome
+    if store.interrupts.reopen_if_claimed(outcome.execution_id):
+        return Dispatched(execution_id=outcome.execution_id)
+    tokens = {i.step: i.token for i in outcome.interrupts if i.token}
+    return Paused(
+        execution_id=outcome.execution_id,
+        interrupts=tuple(
+            PendingInterrupt(i.step, i.correlation_id, i.expires_at, tokens.get(i.step))
+            for i in store.interrupts.waiting(outcome.execution_id)
+        ),
+        results=outcome.results,
+    )
+
+
+def issue_resume_token(execution_id: uuid.UUID | str, step: str) -> str:
+    """A single-use resume token for the interrupt ``step`` of a paused run.
+
+    Send it to whoever may resume the run (in an e-mail link, to a partner's system); they
+    present it in the ``Reactor-Resume-Token`` header. Only its SHA-256 is stored, so it cannot
+    be shown again; issuing a new one revokes the previous one. It dies with the interrupt.
+    """
+    _require_interrupt_step(store.get_row(execution_id), step)
+    return store.interrupts.issue_token(execution_id, step)
+
+
+def expire_interrupts(limit: int | None = None) -> int:
+    """Apply ``on_timeout`` to every interrupt whose timeout passed; return how many.
+
+    ``on_timeout="fail"`` undoes the run and fails it; ``ContinueWith(payload)`` resumes it in
+    the background with that payload. Run by the sweeper.
+    """
+    expired = 0
+    for row in store.interrupts.due(limit or reactor_settings.SWEEP_BATCH):
+        try:
+            if _expire(row):
+                expired += 1
+        except (InvalidTransition, ExecutionBusy, ReactorNotRegistered) as exc:
+            logger.warning(
+                "could not expire interrupt %s of %s: %s", row.step, row.execution_id, exc
+            )
+    return expired
+
+
+def _expire(row: Any) -> bool:
+    execution = store.get_row(row.execution_id)
+    definition = registry.get(execution.reactor).definition
+    spec = definition.by_name.get(row.step)
+    on_timeout = spec.interrupt.on_timeout if spec is not None and spec.interrupt else "fail"
+    if isinstance(on_timeout, ContinueWith):
+        try:
+            payload = encode(on_timeout.payload)
+        except ResultNotSerializable:
+            payload = None
+        if payload is not None:
+            try:
+                store.interrupts.claim(
+                    row,
+                    payload,
+                    inline_owner=None,
+                    closing_status=InterruptStatus.EXPIRED,
+                    ignore_expiry=True,
+                )
+            except InvalidTransition:
+                return False  # a payload won the race
+            return True
+    if execution.status != ExecutionStatus.PAUSED:
+        return False  # the run is moving: expired when it pauses, at a later sweep
+    expired_at = f"{row.expires_at:%Y-%m-%d %H:%M:%S %Z}"
+    try:
+        _fail_paused(
+            execution,
+            definition,
+            ErrorInfo(
+                kind=ErrorKind.TIMEOUT,
+                message=f"interrupt {row.step!r} expired at {expired_at} without a payload "
+                "(on_timeout='fail')",
+                step=row.step,
+                reactor=definition.name,
+                retryable=False,
+            ),
+            interrupt=row,
+            closing_status=InterruptStatus.EXPIRED,
+            event=EventKind.EXPIRE,
+            data={"expires_at": row.expires_at.isoformat()},
+        )
+    except (InvalidTransition, ExecutionBusy):
+        return False  # a payload moved the run meanwhile
+    return True

@@ -1,0 +1,82 @@
+"""Housekeeping: pruning old finished runs, and steering ordered-lock queues."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from .. import store
+from ..coordination import get_backend
+from ..coordination import runtime as coordination_runtime
+from ..engine.executor import utcnow
+from ..exceptions import (
+    ReactorError,
+)
+from ..states import TERMINAL_STATUSES
+
+if TYPE_CHECKING:
+    pass
+
+
+def prune(
+    older_than_days: float,
+    statuses: Any = None,
+    batch_size: int = 1000,
+    dry_run: bool = False,
+    *,
+    on_batch: Any = None,
+) -> int:
+    """Delete finished runs whose ``finished_at`` is more than ``older_than_days`` days ago.
+
+    ``statuses`` (default: completed, failed, halted and cancelled) must all be finished
+    statuses; runs that could still move (pending, running, paused, rolling back, aborted,
+    needs attention) are never deleted. Only top-level runs are selected, and only when their
+    whole tree (composed children, async units) has finished; children, step records, traces
+    and interrupts go with them. Deletes ``batch_size`` runs per transaction, calling
+    ``on_batch(count)`` after each; returns how many top-level runs were deleted, or with
+    ``dry_run`` how many would be, deleting nothing.
+    """
+    if isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float):
+        raise ReactorError(f"older_than_days must be a number, got {older_than_days!r}")
+    if older_than_days < 0:
+        raise ReactorError(f"older_than_days must be 0 or more, got {older_than_days}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ReactorError(f"batch_size must be a whole number of 1 or more, got {batch_size!r}")
+    chosen = sorted(TERMINAL_STATUSES) if statuses is None else [str(s) for s in statuses]
+    unfinished = [s for s in chosen if s not in TERMINAL_STATUSES]
+    if unfinished or not chosen:
+        raise ReactorError(
+            f"prune deletes only finished runs ({', '.join(sorted(TERMINAL_STATUSES))}); "
+            f"got {', '.join(unfinished) or 'no status'}"
+        )
+    cutoff = utcnow() - dt.timedelta(days=older_than_days)
+    if dry_run:
+        return store.count_prunable(cutoff, chosen)
+    total = 0
+    for count in store.prune_finished(cutoff, chosen, batch_size):
+        total += count
+        if on_batch is not None:
+            on_batch(count)
+    return total
+
+
+def ordered_lock(key: str) -> Any:
+    """Where the runs of an ordered lock stand: queue (head first), halt, skipped runs.
+
+    ``key`` is the lock's key as the reactor computes it (``"account-7"``).
+    """
+    return get_backend().ordered_status(coordination_runtime.backend_key("ordered", key))
+
+
+def skip_ordered_run(key: str, execution_id: uuid.UUID | str) -> bool:
+    """Take a run out of an ordered lock's queue (a stuck head); False when it was not queued."""
+    return get_backend().skip_ordered(
+        coordination_runtime.backend_key("ordered", key), str(store.parse_id(execution_id))
+    )
+
+
+def reset_ordered_lock(key: str) -> int:
+    """Empty an ordered lock's queue and lift its halt; the runs removed (they re-queue when
+    a worker next takes them)."""
+    return get_backend().reset_ordered(coordination_runtime.backend_key("ordered", key))

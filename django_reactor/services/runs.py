@@ -1,0 +1,303 @@
+"""Starting runs (inline or on a worker), finding them, and retrying a failed one as a new run."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import registry, store
+from ..conf import reactor_settings
+from ..coordination import runtime as coordination_runtime
+from ..coordination.exceptions import CoordinationUnavailable
+from ..engine.executor import Executor, RunState, utcnow
+from ..engine.journal import Event
+from ..engine.outcomes import (
+    Dispatched,
+    ErrorInfo,
+    ErrorKind,
+    Failed,
+    InProgress,
+    Outcome,
+)
+from ..engine.redaction import redact
+from ..engine.serialization import decode, encode, printable, shown
+from ..engine.validation import summarise_errors, validate
+from ..exceptions import (
+    AlreadyRetried,
+    IdempotencyKeyReused,
+    InvalidTransition,
+    LeaseLost,
+    ReactorError,
+    ResultNotSerializable,
+)
+from ..handle import ExecutionHandle
+from ..runtime.children import DatabaseChildRunner
+from ..states import EventKind, ExecutionStatus
+
+if TYPE_CHECKING:
+    from ..engine.definition import ReactorDefinition
+    from ..reactor import Reactor
+
+
+from .common import (
+    check_key,
+    coordinator_of,
+    find,
+    logger,
+    observer_of,
+    refuse_child,
+    refuse_open_transaction,
+)
+from .interrupts import after_pause
+
+
+def run(
+    reactor: type[Reactor],
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+) -> Outcome:
+    """Validate ``inputs`` and run ``reactor`` in this process. See ``Reactor.run``."""
+    return _run(reactor, inputs, idempotency_key=idempotency_key, all_in_background=False)
+
+
+def _run(
+    reactor: type[Reactor],
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None,
+    all_in_background: bool,
+) -> Outcome:
+    """``run`` and ``run_in_background``: check the call, record invalid inputs, start."""
+    definition = reactor.definition
+    method = "run_in_background" if all_in_background else "run"
+    if not isinstance(inputs, Mapping):
+        raise ReactorError(
+            f"{reactor.__qualname__}.{method}() takes the inputs as a dict, got "
+            f"{type(inputs).__name__}"
+        )
+    if idempotency_key is not None:
+        check_key(idempotency_key)
+    background = definition.background
+    if not all_in_background and (background is None or background.mode != "all"):
+        # A fully background run executes no step code here: inside a transaction it simply
+        # commits (or rolls back) with the caller's work, and its task is published on commit.
+        refuse_open_transaction(f"run {reactor.__qualname__}")
+
+    stored_inputs, error = _validate_inputs(definition, inputs)
+    if error is not None:
+        # Recorded for operators, without the idempotency key: a corrected call may reuse it.
+        created = store.create_execution(
+            reactor=definition.name,
+            definition_hash=definition.definition_hash,
+            inputs=error.inputs,
+            secret_paths=[],
+            status=ExecutionStatus.FAILED,
+            owner=None,
+            failure=error.to_dict(),
+            events=[
+                Event(
+                    1, EventKind.FAIL, utcnow(), data={"kind": error.kind, "error": error.message}
+                ),
+            ],
+        )
+        return Failed(execution_id=created.execution_id, error=error)
+
+    return _start(
+        definition,
+        stored_inputs,
+        idempotency_key=idempotency_key,
+        all_in_background=all_in_background,
+    )
+
+
+def _start(
+    definition: ReactorDefinition,
+    stored_inputs: Any,
+    *,
+    idempotency_key: str | None = None,
+    retry_of: uuid.UUID | None = None,
+    all_in_background: bool = False,
+) -> Outcome:
+    first = definition.next_ready(frozenset())
+    # A misconfigured coordination backend refuses the run before anything is written.
+    coordination_runtime.check_backend(definition)
+    background = all_in_background or (
+        definition.background is not None and definition.background.mode == "all"
+    )
+    try:
+        owned = store.create_execution(
+            reactor=definition.name,
+            definition_hash=definition.definition_hash,
+            definition_shape=definition.shape,
+            inputs=stored_inputs,
+            secret_paths=definition.input_secret_paths,
+            # A background run is written pending with its dispatch; a worker takes it.
+            status=ExecutionStatus.PENDING if background else ExecutionStatus.RUNNING,
+            owner=None if background else store.lease_owner_token(),
+            dispatch="start" if background else None,
+            idempotency_key=idempotency_key,
+            retry_of=retry_of,
+            current_step=first.name if first is not None else "",
+            events=[
+                Event(
+                    1,
+                    EventKind.START,
+                    utcnow(),
+                    data={"retry_of": str(retry_of)} if retry_of else {},
+                )
+            ],
+        )
+    except store.IdempotencyConflict as conflict:
+        holder = store.get_row(conflict.execution_id)
+        if holder.inputs_digest != store.inputs_digest(stored_inputs):
+            raise IdempotencyKeyReused(
+                f"idempotency key {idempotency_key!r} was first used for execution {holder.id} "
+                f"of {definition.reactor_class.__qualname__} with different inputs; use a new "
+                "key for a different request",
+                execution_id=holder.id,
+            ) from None
+        return _replay(
+            conflict.execution_id, wait=definition.background is None and not all_in_background
+        )
+    inputs = decode(stored_inputs)
+    if definition.coordination:
+        # Ordered locks order runs by when they are started, wherever they then run.
+        with contextlib.suppress(CoordinationUnavailable):  # the run's entry fails closed
+            coordination_runtime.enqueue(definition, owned.execution_id, inputs)
+    if background:
+        return Dispatched(execution_id=owned.execution_id)
+    executor = Executor(
+        definition,
+        store.DatabaseJournal(owned),
+        inputs=inputs,
+        state=RunState(next_seq=2),
+        max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
+        hand_off=True,
+        children=DatabaseChildRunner(owned.execution_id, owned.execution_id),
+        issue_tokens=reactor_settings.RESUME_TOKENS,
+        observer=observer_of(definition),
+        coordinator=coordinator_of(definition, owned.execution_id, None, inputs, in_worker=False),
+    )
+    try:
+        with store.LeaseKeeper(owned):
+            return after_pause(executor.run())
+    except LeaseLost:
+        logger.warning(
+            "execution %s was taken over by another process; this process stopped",
+            owned.execution_id,
+        )
+        return store.outcome_of(store.get_row(owned.execution_id))
+
+
+def _validate_inputs(
+    definition: ReactorDefinition, inputs: Mapping[str, Any]
+) -> tuple[Any, ErrorInfo | None]:
+    serializer_class = definition.inputs_serializer
+    reactor = definition.reactor_class.__qualname__
+    if serializer_class is None:
+        data: Any = dict(inputs)
+        errors: Any = None
+    else:
+        data, errors = validate(serializer_class, inputs)
+    if not errors:
+        try:
+            return encode(data), None
+        except ResultNotSerializable as exc:
+            errors = {"non_field_errors": [f"the validated inputs cannot be stored: {exc}"]}
+    summary = summarise_errors(errors)
+    display = redact(
+        {printable(str(k)): shown(v) for k, v in dict(inputs).items()},
+        definition.input_secret_paths,
+    )
+    return None, ErrorInfo(
+        kind=ErrorKind.INPUT_VALIDATION,
+        message=f"the inputs of {reactor} are invalid: {summary}",
+        reactor=definition.name,
+        field_errors=errors,
+        retryable=False,
+        inputs=display,
+    )
+
+
+def _replay(execution_id: uuid.UUID, *, wait: bool = True) -> Outcome:
+    """The outcome of the execution holding an idempotency key.
+
+    For an inline reactor, waits briefly while another caller is still running it; a
+    background run's replay returns at once (its outcome says it is dispatched).
+    """
+    if not wait:
+        return store.outcome_of(store.get_row(execution_id), replay=True)
+    deadline = time.monotonic() + reactor_settings.IDEMPOTENCY_WAIT_SECONDS
+    pause = 0.01
+    while True:
+        row = store.get_row(execution_id)
+        outcome = store.outcome_of(row, replay=True)
+        if not isinstance(outcome, InProgress) or time.monotonic() >= deadline:
+            return outcome
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
+
+
+def find_by_correlation_id(correlation_id: str, *, reactor: type[Reactor]) -> ExecutionHandle:
+    """The run of ``reactor`` waiting (or last waiting) under ``correlation_id``; raises
+    InterruptNotFound."""
+    row = store.interrupts.find(correlation_id=correlation_id, reactor=reactor.definition.name)
+    return find(row.execution_id, reactor=reactor)
+
+
+def retry(execution_id: uuid.UUID | str) -> Outcome:
+    """Run a failed execution again as a new execution linked to it (``retry_of``).
+
+    The new run starts from the first step with the stored inputs. A failed run is retried at
+    most once; retry the retry to go again.
+    """
+    row = store.get_row(execution_id)
+    refuse_child(row, "retry")
+    if row.status != ExecutionStatus.FAILED:
+        raise InvalidTransition(
+            f"cannot retry execution {row.id}: it is {row.status}; only failed runs are "
+            "retried (use undo() to roll back others)",
+            status=row.status,
+        )
+    failure = ErrorInfo.from_dict(row.failure) if row.failure else None
+    if failure is not None and failure.kind == ErrorKind.INPUT_VALIDATION:
+        raise InvalidTransition(
+            f"cannot retry execution {row.id}: its inputs were invalid, so a retry would fail "
+            "the same way; start a new run with corrected inputs",
+            status=row.status,
+        )
+    existing = store.find_retry(row.id)
+    if existing is not None:
+        raise AlreadyRetried(
+            f"execution {row.id} was already retried as {existing}; retry that one instead",
+            retry_id=existing,
+        )
+    reactor = registry.get(row.reactor)
+    background = reactor.definition.background
+    if background is None or background.mode != "all":
+        refuse_open_transaction(f"retry execution {row.id}")
+    outcome = _start(reactor.definition, row.inputs, retry_of=row.id)
+    store.append_event(row.id, EventKind.RERUN, {"retried_as": str(outcome.execution_id)})
+    return outcome
+
+
+def run_in_background(
+    reactor: type[Reactor],
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+) -> Outcome:
+    """Validate ``inputs`` and hand the whole run to a Celery worker, whatever the reactor's
+    ``Meta.background`` says; returns ``Dispatched`` at once.
+
+    Invalid inputs are recorded as a failed run and returned as ``Failed``, as with
+    :func:`run`. A reused ``idempotency_key`` returns the run holding it (``idempotent_replay``)
+    when the inputs match, and raises IdempotencyKeyReused otherwise. Inside
+    ``transaction.atomic()`` the run is created with your transaction and its task is published
+    when it commits.
+    """
+    return _run(reactor, inputs, idempotency_key=idempotency_key, all_in_background=True)

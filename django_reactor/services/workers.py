@@ -1,0 +1,266 @@
+"""What a worker's tasks do: resume a run from its last checkpoint, and sweep."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+
+from .. import registry, store
+from ..conf import reactor_settings
+from ..engine.executor import Executor, RunState
+from ..engine.mapping import MapRollbackPending
+from ..engine.outcomes import (
+    ErrorInfo,
+    ErrorKind,
+    Failed,
+    Outcome,
+    qualified_class_name,
+)
+from ..engine.serialization import decode, printable
+from ..exceptions import (
+    LeaseLost,
+    ReactorNotRegistered,
+    StoredValueUnreadable,
+)
+from ..runtime.children import DatabaseChildRunner, finish_rollback
+from ..states import EventKind, ExecutionStatus
+
+if TYPE_CHECKING:
+    from ..engine.definition import ReactorDefinition
+
+
+from .common import (
+    coordinator_of,
+    logger,
+    observer_of,
+)
+from .interrupts import after_pause, expire_interrupts
+
+DATABASE_ERROR_RETRIES = 3
+
+
+def resume(execution_id: uuid.UUID | str) -> Outcome | None:
+    """Run an execution from its last checkpoint in this process (the worker's task).
+
+    Takes the run only if nobody owns it: a duplicate delivery, a finished run or a retry that
+    is not due yet does nothing. Completed steps are not run again; a step that was in flight
+    when the previous owner died runs again (use its idempotency key for external calls).
+
+    A broken database connection is reconnected (the claim and the run carry on from what the
+    database holds); a stored run this code cannot read, and an error of the engine itself,
+    park the run as ``needs_attention`` at once instead of failing every delivery.
+    """
+    try:
+        key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
+    except ValueError:
+        logger.warning("resume task for %r, which is not an execution id; ignored", execution_id)
+        return None
+    owner = store.lease_owner_token()
+    claim = store.reconnecting(
+        lambda: store.claim_for_worker(key, owner), what=f"claiming execution {key}"
+    )
+    if claim is None:
+        if store.reconnecting(lambda: store.execution_exists(key), what="reading a run"):
+            logger.info(
+                "execution %s is running elsewhere, finished or not due; delivery ignored", key
+            )
+        else:
+            logger.warning("resume task for unknown execution %s; ignored", key)
+        return None
+    row = claim.row
+    owned = claim.owned
+    try:
+        reactor = registry.get(row.reactor)
+    except ReactorNotRegistered as exc:
+        return _park(owned, row, ErrorKind.REACTOR_MISSING, str(exc))
+    definition = reactor.definition
+    limit = reactor_settings.MAX_RECOVERY_ATTEMPTS
+    if claim.recovery_attempts > limit:
+        return _park(
+            owned,
+            row,
+            ErrorKind.RECOVERY_LIMIT,
+            f"the run lost its worker {claim.recovery_attempts} times (limit {limit}, "
+            f"REACTOR['MAX_RECOVERY_ATTEMPTS']) while at step {row.current_step!r}; it is parked "
+            "instead of being resumed again. Fix what kills the process, then undo() or "
+            "cancel() the run",
+            step=row.current_step or None,
+        )
+    try:
+        state = store.resume_state(row)
+        problems = definition.incompatibilities(store.stored_shape(row), state.recorded)
+        _readable_inputs(row)
+    except StoredValueUnreadable as exc:
+        return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
+    if problems:
+        return _park(
+            owned,
+            row,
+            ErrorKind.DEFINITION_CHANGED,
+            f"{definition.reactor_class.__qualname__} changed under this run: "
+            f"{'; '.join(problems)}. Deploy the previous definition to finish it or to undo() "
+            "it, or cancel() it",
+        )
+    for attempt in range(1, DATABASE_ERROR_RETRIES + 1):
+        try:
+            if attempt > 1:
+                # After a lost connection, fence out the old connection's statement first: its
+                # server backend may still commit a checkpoint (a backend waiting for a lock
+                # does not notice that its client went away). Taking the run again under a new
+                # fence waits for that commit or makes it write nothing; only then does the
+                # database say where the run stands.
+                taken = store.reconnecting(
+                    functools.partial(store.refence, owned, owner), what=f"taking {key} back"
+                )
+                if taken is None:
+                    logger.warning(
+                        "execution %s moved on while this process's connection was lost; "
+                        "this process stopped",
+                        key,
+                    )
+                    return None
+                owned = taken
+                row = store.get_row(key)
+                state = store.resume_state(row)
+            with store.LeaseKeeper(owned):
+                return _run_claimed(definition, owned, row, state, claim, first=attempt == 1)
+        except LeaseLost:
+            logger.warning("execution %s was taken over by another process; stopped", key)
+            return None
+        except store.CONNECTION_ERRORS:
+            # The connection died, perhaps while committing. Reconnect and carry on from what
+            # the database holds: a step whose checkpoint did commit is not run again.
+            if attempt == DATABASE_ERROR_RETRIES:
+                raise
+            logger.warning(
+                "database error while running execution %s; reconnecting (attempt %d)",
+                key,
+                attempt,
+                exc_info=True,
+            )
+            connections[store.USING].close()
+        except StoredValueUnreadable as exc:
+            return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
+        except MemoryError:
+            raise  # handed back by the executor: another worker resumes the run
+        except Exception as exc:
+            # Not the step's code (its exceptions are failures the executor records): the
+            # engine or the database refused something. It would fail the same way on every
+            # delivery, so the run is parked for a person instead of recovered in a loop.
+            logger.exception("execution %s: the engine failed while running it", key)
+            return _park(
+                owned,
+                row,
+                ErrorKind.ENGINE,
+                f"the engine failed while running this run ({qualified_class_name(exc)}: "
+                f"{printable(str(exc))[:500]}); its checkpoints are intact, but the step in "
+                f"flight ({row.current_step!r}) may have run. Fix the cause, then undo() or "
+                "cancel() the run",
+                step=row.current_step or None,
+            )
+    return None  # pragma: no cover - the loop returns or raises
+
+
+def _run_claimed(
+    definition: ReactorDefinition,
+    owned: store.Owned,
+    row: Any,
+    state: RunState,
+    claim: store.WorkerClaim,
+    *,
+    first: bool,
+) -> Outcome:
+    executor = _worker_executor(definition, owned, row, state)
+    if first:
+        executor.note(
+            EventKind.RESUME,
+            {"recovery_attempts": claim.recovery_attempts} if claim.recovery_attempts else {},
+        )
+    if row.status == ExecutionStatus.ROLLING_BACK:
+        with contextlib.suppress(MapRollbackPending):  # parked again: still undoing
+            finish_rollback(executor, row, "rollback resumed")
+        return store.outcome_of(store.get_row(row.id))
+    return after_pause(executor.run())
+
+
+def _readable_inputs(row: Any) -> Any:
+    """The run's stored inputs, decoded; StoredValueUnreadable when they are not an object."""
+    inputs = decode(row.inputs)
+    if not isinstance(inputs, dict):
+        raise StoredValueUnreadable(
+            f"the stored inputs are a {type(inputs).__name__}, not a JSON object"
+        )
+    return inputs
+
+
+def _unreadable_message(row: Any, exc: StoredValueUnreadable) -> str:
+    return (
+        f"the stored run cannot be read by this code: {exc}. Nothing ran. Repair the row or "
+        "deploy the code that wrote it, then undo() or cancel() the run"
+    )
+
+
+def _worker_executor(
+    definition: ReactorDefinition, owned: store.Owned, fresh: Any, state: RunState
+) -> Executor:
+    root = fresh.root_id or fresh.id
+    inputs = decode(fresh.inputs)
+    return Executor(
+        definition,
+        store.DatabaseJournal(owned, wakes=fresh.parent_id if fresh.detached else None),
+        inputs=inputs,
+        state=state,
+        coordinator=coordinator_of(definition, fresh.id, fresh, inputs, in_worker=True),
+        retry_later=True,
+        children=DatabaseChildRunner(owned.execution_id, root, in_worker=True),
+        # The unit's completion wakes the parked run; this is only the net under a lost task.
+        park_poll=reactor_settings.REDISPATCH_AFTER,
+        issue_tokens=reactor_settings.RESUME_TOKENS,
+        observer=observer_of(definition, parent_id=fresh.parent_id),
+        hand_back_on_interruption=True,
+    )
+
+
+def _park(
+    owned: store.Owned, row: Any, kind: str, message: str, *, step: str | None = None
+) -> Outcome:
+    failure = ErrorInfo(kind=kind, message=message, step=step, reactor=row.reactor)
+    logger.error("execution %s needs attention: %s", row.id, message)
+    store.park_for_attention(
+        owned,
+        failure=failure.to_dict(),
+        event_kind=EventKind.ATTENTION,
+        data={"kind": kind, "error": message},
+    )
+    return Failed(execution_id=row.id, error=failure, status=ExecutionStatus.NEEDS_ATTENTION)
+
+
+def sweep() -> store.SweepReport:
+    """Queue again the work that crashes and lost messages left behind (see ``reactor_sweep``).
+
+    A sweep is safe to repeat: when the database connection broke (a restart, a failover, a
+    pooler or an operator dropped it), it reconnects and sweeps again.
+    """
+    store.refresh_connections()
+    return store.reconnecting(_sweep_once, what="sweeping")
+
+
+def _sweep_once() -> store.SweepReport:
+    report = store.sweep(
+        limit=reactor_settings.SWEEP_BATCH,
+        grace=reactor_settings.SWEEP_INTERVAL,
+        redispatch_after=reactor_settings.REDISPATCH_AFTER,
+        retention=reactor_settings.DISPATCH_RETENTION,
+    )
+    report.expired = expire_interrupts()
+    report.maps = store.maps.redispatch_stalled(
+        after=reactor_settings.REDISPATCH_AFTER, limit=reactor_settings.SWEEP_BATCH
+    )
+    report.deleted += store.request_keys.forget_expired(reactor_settings.SWEEP_BATCH)
+    if any(report.as_dict().values()):
+        logger.info("sweep: %s", report.as_dict())
+    return report

@@ -1,0 +1,132 @@
+"""The store: the only code that touches the ORM on the engine's and the services' behalf.
+
+It imports nothing above the models, the engine and the settings. Split by what it stores:
+
+- ``db``: the database alias, connection repair and retries (``reconnecting``);
+- ``sql``: every hand-written statement, named, and the one function that sends them;
+- ``rows``: the typed views of rows it hands out (``Owned``, ``StepView``, ``WorkerClaim``);
+- ``executions``: creating runs; trace entries and other writes that need no owner;
+- ``checkpoint``: the executor's journal, one transaction per state change, under the fence;
+- ``reads``: runs, step records and traces read back, and the engine's state rebuilt from them;
+- ``claims``: taking a run (a worker's claim, an operation's, after a broken connection),
+  cancel requests, parking a run for a person;
+- ``lease``: lease owners and the heartbeat thread that keeps leases alive;
+- ``outbox``: dispatches and the port a publisher (Celery) registers with;
+- ``outcomes``: a stored run as the outcome its caller would have received;
+- ``sweep``, ``prune``: the sweeper's and ``reactor_prune``'s work;
+- ``maps``, ``interrupts``, ``request_keys``: map element slots, interrupt rows, remembered API
+  requests.
+
+The names below are the ones the rest of the package calls as ``store.<name>``.
+"""
+
+from __future__ import annotations
+
+from . import interrupts, maps, outbox, request_keys
+from .checkpoint import DatabaseJournal
+from .claims import (
+    RESUMABLE,
+    claim,
+    claim_for_worker,
+    park_for_attention,
+    refence,
+    request_cancel,
+)
+from .db import (
+    CONNECTION_ERRORS,
+    USING,
+    inside_user_transaction,
+    reconnecting,
+    refresh_connections,
+)
+from .executions import (
+    ChildExists,
+    IdempotencyConflict,
+    adopt_child,
+    append_event,
+    create_execution,
+    inputs_digest,
+    save_coordination_state,
+    wake_now,
+    wake_waiter,
+)
+from .lease import Heartbeat, Kept, LeaseKeeper, lease_owner_token
+from .outbox import QueuedDispatch, queue_dispatch
+from .outcomes import outcome_of
+from .prune import count_prunable, prune_finished
+from .reads import (
+    cancelled_while_running,
+    coordination_state,
+    event_rows,
+    execution_exists,
+    find_child,
+    find_retry,
+    get_row,
+    had_step_failure,
+    halted_steps,
+    last_seq,
+    load_state,
+    parse_id,
+    resume_state,
+    step_rows,
+    stored_shape,
+)
+from .rows import Owned, StepView, WorkerClaim
+from .sweep import SweepReport, sweep
+
+__all__ = [
+    "CONNECTION_ERRORS",
+    "RESUMABLE",
+    "USING",
+    "ChildExists",
+    "DatabaseJournal",
+    "Heartbeat",
+    "IdempotencyConflict",
+    "Kept",
+    "LeaseKeeper",
+    "Owned",
+    "QueuedDispatch",
+    "StepView",
+    "SweepReport",
+    "WorkerClaim",
+    "adopt_child",
+    "append_event",
+    "cancelled_while_running",
+    "claim",
+    "claim_for_worker",
+    "coordination_state",
+    "count_prunable",
+    "create_execution",
+    "event_rows",
+    "execution_exists",
+    "find_child",
+    "find_retry",
+    "get_row",
+    "had_step_failure",
+    "halted_steps",
+    "inputs_digest",
+    "inside_user_transaction",
+    "interrupts",
+    "last_seq",
+    "lease_owner_token",
+    "load_state",
+    "maps",
+    "outbox",
+    "outcome_of",
+    "park_for_attention",
+    "parse_id",
+    "prune_finished",
+    "queue_dispatch",
+    "reconnecting",
+    "refence",
+    "refresh_connections",
+    "request_cancel",
+    "request_keys",
+    "resume_state",
+    "save_coordination_state",
+    "step_rows",
+    "stored_shape",
+    "sweep",
+    "wake_now",
+    "wake_waiter",
+]

@@ -1,0 +1,194 @@
+"""The checkpoint: everything one state change of an owned run writes, in one transaction,
+conditional on the run's fence (the executor's :class:`~django_reactor.engine.journal.Journal`).
+
+On PostgreSQL a routine checkpoint is one statement (``sql.checkpoint``); checkpoints that also
+queue a task, release the run or reach an interrupt, and every checkpoint on other databases,
+write the same rows through the ORM here. ``tests/integration/test_checkpoint_paths.py`` proves
+that both paths write the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import uuid
+from typing import Any
+
+from django.db import IntegrityError, connections, transaction
+from django.utils import timezone
+
+from ..conf import reactor_settings
+from ..engine.journal import UNSET, JournalBatch
+from ..exceptions import CorrelationIdTaken, LeaseLost
+from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
+from ..states import RollbackStatus
+from . import sql
+from .db import USING
+from .executions import new_event_rows, wake_parent
+from .interrupts import close_waiting, waiting_for_correlation
+from .outbox import announce_finished, queue_dispatch
+from .rows import Owned
+
+
+class DatabaseJournal:
+    """Commits the executor's batches for one owned run (see :class:`engine.journal.Journal`)."""
+
+    def __init__(
+        self, owned: Owned, *, fast_path: bool | None = None, wakes: uuid.UUID | None = None
+    ) -> None:
+        self.execution_id = owned.execution_id
+        self.fence = owned.fence
+        # An async unit: when it finishes, its parent (perhaps parked on it) is woken.
+        self.wakes = wakes
+        vendor = connections[USING].vendor
+        self.fast_path = (vendor == "postgresql") if fast_path is None else fast_path
+        self._lease_seconds = reactor_settings.LEASE_SECONDS
+
+    @functools.cached_property
+    def reactor(self) -> str:
+        """The run's reactor name (read once, for the rare writes that need it)."""
+        return str(
+            Execution.objects.using(USING)
+            .filter(pk=self.execution_id)
+            .values_list("reactor", flat=True)
+            .get()
+        )
+
+    def commit(self, batch: JournalBatch) -> str | None:
+        if self.fast_path and batch.routine and not (self.wakes and batch.finished):
+            return self._commit_sql(batch)
+        return self._commit_orm(batch)
+
+    # -- PostgreSQL: one statement -------------------------------------------------------------
+
+    def _commit_sql(self, batch: JournalBatch) -> str | None:
+        statement, params = sql.checkpoint(
+            self.execution_id, self.fence, batch, self._lease_seconds
+        )
+        row = sql.execute(statement, params)
+        if row is None:
+            raise LeaseLost(
+                f"execution {self.execution_id} is no longer owned by this process "
+                f"(fence {self.fence} was superseded); stopping without writing"
+            )
+        return _cancel_reason(row[0], row[1])
+
+    # -- any database: the ORM ------------------------------------------------------------------
+
+    def _commit_orm(self, batch: JournalBatch) -> str | None:
+        now = timezone.now()
+        fields: dict[str, Any] = {"updated_at": now}
+        if batch.finished:
+            fields.update(lease_owner=None, lease_expires_at=None, finished_at=now)
+        else:
+            fields["lease_expires_at"] = now + dt.timedelta(seconds=self._lease_seconds)
+        if batch.current_step is not None:
+            fields["current_step"] = batch.current_step
+        if batch.status is not None:
+            fields["status"] = batch.status
+        if batch.result is not UNSET:
+            fields["result"] = batch.result
+        if batch.failure is not UNSET:
+            fields["failure"] = batch.failure
+        if batch.release:
+            fields.update(lease_owner=None, lease_expires_at=None)
+        if batch.expire_lease:
+            fields["lease_expires_at"] = now
+        if batch.handed_off:
+            fields["handed_off"] = True
+        if batch.current_attempt is not None:
+            fields["current_attempt"] = batch.current_attempt
+        if batch.interrupt is not None and batch.interrupt.correlation_id is not None:
+            fields["correlation_id"] = batch.interrupt.correlation_id  # the latest one reached
+        if batch.wake_after is not None:
+            fields["wake_at"] = now + dt.timedelta(seconds=batch.wake_after)
+        elif batch.step is not None:
+            fields.update(current_attempt=0, wake_at=None)
+        try:
+            return self._commit_orm_fields(batch, fields)
+        except IntegrityError:
+            if batch.interrupt is None or batch.interrupt.correlation_id is None:
+                raise
+            holder = waiting_for_correlation(self.reactor, batch.interrupt.correlation_id)
+            if holder is None:
+                raise
+            raise CorrelationIdTaken(
+                f"correlation id {batch.interrupt.correlation_id!r} is taken by execution {holder}",
+                correlation_id=batch.interrupt.correlation_id,
+                execution_id=holder,
+            ) from None
+
+    def _commit_orm_fields(self, batch: JournalBatch, fields: dict[str, Any]) -> str | None:
+        with transaction.atomic(using=USING):
+            owned = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
+            if not owned.update(**fields):
+                raise LeaseLost(
+                    f"execution {self.execution_id} is no longer owned by this process "
+                    f"(fence {self.fence} was superseded); stopping without writing"
+                )
+            step = batch.step
+            if step is not None:
+                StepRecord.objects.using(USING).update_or_create(
+                    execution_id=self.execution_id,
+                    step=step.step,
+                    defaults={
+                        "status": step.status,
+                        "seq": step.seq,
+                        "attempts": step.attempts,
+                        "arguments": step.arguments,
+                        "secret_arguments": [list(p) for p in step.secret_arguments],
+                        "result": step.result,
+                        "error": step.error,
+                        "compensable": step.compensable,
+                        "rollback": RollbackStatus.NONE,
+                        "rollback_error": None,
+                        "rolled_back_at": None,
+                        "started_at": step.started_at,
+                        "finished_at": step.finished_at,
+                    },
+                )
+            if batch.close_interrupts:
+                close_waiting(self.execution_id)
+            reached = batch.interrupt
+            if reached is not None:
+                Interrupt.objects.using(USING).create(
+                    execution_id=self.execution_id,
+                    reactor=self.reactor,
+                    step=reached.step,
+                    correlation_id=reached.correlation_id,
+                    expires_at=reached.expires_at,
+                    max_attempts=reached.max_attempts,
+                    resume_mode=reached.resume_mode,
+                    token_hash=reached.token_hash,
+                )
+            rollback = batch.rollback
+            if rollback is not None:
+                StepRecord.objects.using(USING).filter(
+                    execution_id=self.execution_id, step=rollback.step
+                ).update(
+                    rollback=rollback.status,
+                    rollback_error=rollback.error,
+                    rolled_back_at=rollback.at,
+                )
+            if batch.events:
+                ExecutionEvent.objects.using(USING).bulk_create(
+                    new_event_rows(self.execution_id, batch.events)
+                )
+            if batch.dispatch is not None:
+                queue_dispatch(self.execution_id, batch.dispatch, batch.dispatch_delay)
+            if self.wakes is not None and batch.finished:
+                wake_parent(self.wakes)
+                announce_finished(self.execution_id, str(batch.status or ""))
+            requested_at, reason = (
+                Execution.objects.using(USING)
+                .filter(pk=self.execution_id)
+                .values_list("cancel_requested_at", "cancel_reason")
+                .get()
+            )
+        return _cancel_reason(requested_at, reason)
+
+
+def _cancel_reason(requested_at: Any, reason: str) -> str | None:
+    if requested_at is None:
+        return None
+    return reason or "cancelled by an operator"

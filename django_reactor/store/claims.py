@@ -1,0 +1,258 @@
+"""Taking a run: a worker's claim, an operation's claim (undo, fail), taking a run back after a
+broken connection, asking a live owner to cancel, and parking a run for a person.
+
+Every claim is a conditional UPDATE that bumps the run's fence, so a previous owner's later
+writes are refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from ..conf import reactor_settings
+from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
+from ..models import Execution, ExecutionEvent
+from ..states import EventKind, ExecutionStatus
+from . import sql
+from .db import USING
+from .executions import wake_parent
+from .interrupts import close_waiting
+from .reads import get_row, last_seq
+from .rows import Owned, WorkerClaim
+
+RESUMABLE = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+
+
+def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
+    """Take a run nobody owns (pending, or running with an expired lease) for a worker.
+
+    One conditional UPDATE: it bumps the fence, counts a recovery when the previous owner died
+    mid-run, and keeps a rolling-back run rolling back. Returns None when the run is finished,
+    owned by a live process (a duplicate delivery) or not due yet (a retry's wake-up time).
+    The same ``owner`` may claim again (a claim whose reply a broken connection lost).
+    """
+    now = timezone.now()
+    if connections[USING].vendor == "postgresql":
+        rows = list(
+            Execution.objects.using(USING).raw(
+                sql.CLAIM_FOR_WORKER,
+                [
+                    owner,
+                    reactor_settings.LEASE_SECONDS,
+                    owner,
+                    execution_id,
+                    list(RESUMABLE),
+                    owner,
+                ],
+            )
+        )
+        return WorkerClaim(Owned(execution_id, rows[0].fence), rows[0]) if rows else None
+    claimed = (
+        Execution.objects.using(USING)
+        .filter(pk=execution_id, status__in=RESUMABLE)
+        .filter(Q(parent__isnull=True) | Q(detached=True))
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+        .update(
+            lease_owner=owner,
+            lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+            fence=F("fence") + 1,
+            recovery_attempts=Case(
+                When(status=ExecutionStatus.PENDING, then=F("recovery_attempts")),
+                When(lease_owner__isnull=True, then=F("recovery_attempts")),
+                When(lease_owner=owner, then=F("recovery_attempts")),
+                default=F("recovery_attempts") + 1,
+            ),
+            status=Case(
+                When(
+                    status=ExecutionStatus.ROLLING_BACK,
+                    then=Value(ExecutionStatus.ROLLING_BACK),
+                ),
+                default=Value(ExecutionStatus.RUNNING),
+            ),
+            started_at=Coalesce(F("started_at"), Value(now)),
+            wake_at=None,
+            updated_at=now,
+        )
+    )
+    if not claimed:
+        return None
+    row = get_row(execution_id)
+    if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
+        return None
+    return WorkerClaim(Owned(execution_id, row.fence), row)
+
+
+def refence(owned: Owned, owner: str) -> Owned | None:
+    """Take a run this process owns again, under a new fence, after its connection broke.
+
+    A checkpoint sent on the broken connection may still be running on the server; it carries
+    the old fence, so once this commits it either committed first (this waits for its row
+    lock, then sees its writes) or writes nothing. None when the run is no longer this
+    process's (that checkpoint released it, or another process took it over).
+    """
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        updated = (
+            Execution.objects.using(USING)
+            .filter(pk=owned.execution_id, fence=owned.fence, lease_owner=owner)
+            .update(
+                fence=F("fence") + 1,
+                lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+                updated_at=now,
+            )
+        )
+        if not updated:
+            return None
+        fence = (
+            Execution.objects.using(USING)
+            .filter(pk=owned.execution_id)
+            .values_list("fence", flat=True)
+            .get()
+        )
+    return Owned(owned.execution_id, fence)
+
+
+def park_for_attention(
+    owned: Owned, *, failure: dict[str, Any], event_kind: str, data: dict[str, Any]
+) -> None:
+    """End an owned run as needs_attention with ``failure``, releasing it; nothing else runs."""
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        updated = (
+            Execution.objects.using(USING)
+            .filter(pk=owned.execution_id, fence=owned.fence)
+            .update(
+                status=ExecutionStatus.NEEDS_ATTENTION,
+                failure=failure,
+                lease_owner=None,
+                lease_expires_at=None,
+                finished_at=now,
+                updated_at=now,
+            )
+        )
+        if not updated:
+            raise LeaseLost(f"execution {owned.execution_id} was taken over by another process")
+        ExecutionEvent.objects.using(USING).create(
+            execution_id=owned.execution_id,
+            seq=last_seq(owned.execution_id) + 1,
+            kind=event_kind,
+            at=now,
+            data=data,
+        )
+        parent = (
+            Execution.objects.using(USING)
+            .filter(pk=owned.execution_id, detached=True)
+            .values_list("parent_id", flat=True)
+            .first()
+        )
+        if parent is not None:  # an async unit: its reader stops waiting
+            wake_parent(parent)
+
+
+def claim(
+    execution_id: uuid.UUID, *, allowed: Iterable[str], new_status: str, owner: str, action: str
+) -> Owned:
+    """Take ownership of a run that is in one of ``allowed`` and not owned by a live lease.
+
+    The conditional UPDATE bumps the fence, so any previous owner's later writes are refused.
+    Raises InvalidTransition (wrong status) or ExecutionBusy (live lease).
+    """
+    allowed = list(allowed)
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        updated = (
+            Execution.objects.using(USING)
+            .filter(pk=execution_id, status__in=allowed)
+            .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+            .update(
+                status=new_status,
+                lease_owner=owner,
+                lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+                fence=F("fence") + 1,
+                updated_at=now,
+                finished_at=None,
+            )
+        )
+        if updated:
+            fence = (
+                Execution.objects.using(USING)
+                .filter(pk=execution_id)
+                .values_list("fence", flat=True)
+                .get()
+            )
+            if new_status in (ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED):
+                close_waiting(execution_id)
+            return Owned(execution_id, fence)
+    row = get_row(execution_id)
+    if row.status not in allowed:
+        raise InvalidTransition(
+            f"cannot {action} execution {execution_id}: it is {row.status}; "
+            f"{action} works on {', '.join(sorted(allowed))} runs",
+            status=row.status,
+        )
+    raise ExecutionBusy(
+        f"cannot {action} execution {execution_id}: {row.lease_owner} is working on it "
+        f"(lease until {row.lease_expires_at:%Y-%m-%d %H:%M:%S %Z}); try again when it stops"
+    )
+
+
+def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterable[str]) -> str:
+    """Cancel a run without rollback. Returns the status the run had.
+
+    An unowned run in ``cancellable`` becomes cancelled at once; a running run owned by a live
+    process gets a cancel request that its executor honours after the current step.
+    """
+    now = timezone.now()
+    cancellable = list(cancellable)
+    with transaction.atomic(using=USING):
+        row = Execution.objects.using(USING).select_for_update().filter(pk=execution_id).first()
+        if row is None:
+            raise ExecutionNotFound(f"no execution with id {execution_id}")
+        previous = row.status
+        live = row.lease_owner is not None and (
+            row.lease_expires_at is not None and row.lease_expires_at >= now
+        )
+        if row.status == ExecutionStatus.ROLLING_BACK and live:
+            raise ExecutionBusy(
+                f"cannot cancel execution {execution_id}: {row.lease_owner} is rolling it back; "
+                "let the rollback finish"
+            )
+        if row.status == ExecutionStatus.RUNNING and live:
+            if row.cancel_requested_at is None:
+                row.cancel_requested_at = now
+                row.cancel_reason = reason
+                row.save(update_fields=["cancel_requested_at", "cancel_reason", "updated_at"])
+            return previous
+        if row.status not in cancellable:
+            raise InvalidTransition(
+                f"cannot cancel execution {execution_id}: it is {row.status}; cancel works on "
+                f"{', '.join(sorted(cancellable))} runs",
+                status=row.status,
+            )
+        row.status = ExecutionStatus.CANCELLED
+        row.cancel_requested_at = now
+        row.cancel_reason = reason
+        row.finished_at = now
+        row.lease_owner = None
+        row.lease_expires_at = None
+        row.fence = row.fence + 1
+        row.save()
+        close_waiting(execution_id)
+        last = last_seq(execution_id)
+        ExecutionEvent.objects.using(USING).create(
+            execution_id=execution_id,
+            seq=last + 1,
+            kind=EventKind.CANCEL,
+            at=now,
+            data={"reason": reason, "previous_status": previous},
+        )
+    return previous

@@ -1,0 +1,263 @@
+"""Creating runs and the writes on a run that need no owner: its trace entries, its
+coordination bookkeeping, adopting a composed child, waking a parked parent."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import IntegrityError, connections, models, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..conf import reactor_settings
+from ..engine.journal import Event
+from ..exceptions import AlreadyRetried
+from ..models import Dispatch, Execution, ExecutionEvent
+from ..states import ExecutionStatus
+from . import sql
+from .db import USING
+from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
+from .reads import find_child, find_retry, last_seq
+from .rows import Owned
+
+
+class ChildExists(Exception):
+    """The parent step already has its composed child (started by an earlier attempt)."""
+
+
+class IdempotencyConflict(Exception):
+    """Another execution of the reactor already holds the idempotency key."""
+
+    def __init__(self, execution_id: uuid.UUID) -> None:
+        super().__init__(str(execution_id))
+        self.execution_id = execution_id
+
+
+@sql.again_unprepared
+def create_execution(
+    *,
+    reactor: str,
+    definition_hash: str,
+    inputs: Any,
+    secret_paths: Iterable[Iterable[str]],
+    status: str,
+    owner: str | None,
+    events: list[Event],
+    idempotency_key: str | None = None,
+    failure: dict[str, Any] | None = None,
+    retry_of: uuid.UUID | None = None,
+    current_step: str = "",
+    definition_shape: dict[str, Any] | None = None,
+    dispatch: str | None = None,
+    parent: tuple[uuid.UUID, uuid.UUID, str] | None = None,
+    detached: bool = False,
+) -> Owned:
+    """Insert a new execution with its first trace events (and a dispatch to a worker).
+
+    Raises IdempotencyConflict (and writes nothing) when the key is taken.
+    """
+    now = timezone.now()
+    finished = status not in (ExecutionStatus.RUNNING, ExecutionStatus.PENDING)
+    execution = Execution(
+        reactor=reactor,
+        definition_hash=definition_hash,
+        status=status,
+        inputs=inputs,
+        inputs_digest=inputs_digest(inputs),
+        secret_paths=[list(p) for p in secret_paths],
+        current_step=current_step,
+        definition_shape=definition_shape or {},
+        handed_off=dispatch is not None,
+        idempotency_key=idempotency_key,
+        failure=failure,
+        retry_of_id=retry_of,
+        parent_id=parent[0] if parent else None,
+        root_id=parent[1] if parent else None,
+        parent_step=parent[2] if parent else "",
+        detached=detached,
+        lease_owner=owner,
+        lease_expires_at=(now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS))
+        if owner
+        else None,
+        fence=1 if owner else 0,
+        started_at=now if status == ExecutionStatus.RUNNING else None,
+        finished_at=now if finished else None,
+    )
+    try:
+        with transaction.atomic(using=USING):
+            if connections[USING].vendor == "postgresql":
+                _insert_all(execution, new_event_rows(execution.id, events), dispatch)
+            else:
+                execution.save(force_insert=True, using=USING)
+                ExecutionEvent.objects.using(USING).bulk_create(
+                    new_event_rows(execution.id, events)
+                )
+                if dispatch is not None:
+                    queue_dispatch(execution.id, dispatch)
+    except IntegrityError:
+        if parent is not None and find_child(parent[0], parent[2]) is not None:
+            raise ChildExists(parent[2]) from None
+        if retry_of is not None and (retried_as := find_retry(retry_of)) is not None:
+            raise AlreadyRetried(
+                f"execution {retry_of} was already retried as {retried_as}; retry that one instead",
+                retry_id=retried_as,
+            ) from None
+        if idempotency_key is None:
+            raise
+        holder = (
+            Execution.objects.using(USING)
+            .filter(reactor=reactor, idempotency_key=idempotency_key)
+            .values_list("id", flat=True)
+            .first()
+        )
+        if holder is None:
+            raise
+        raise IdempotencyConflict(holder) from None
+    return Owned(execution.id, execution.fence)
+
+
+def _insert_all(execution: Execution, events: list[ExecutionEvent], dispatch: str | None) -> None:
+    """Insert an execution, its first events and its dispatch in one statement (PostgreSQL).
+
+    Every ``run()`` pays this; the ORM's per-object inserts cost several times the statement.
+    Values are prepared by the model fields themselves, so the columns follow the models; the
+    statement's text depends only on how many events there are, and it is sent prepared like
+    the checkpoint.
+    """
+    connection = connections[USING]
+    rows: list[models.Model] = [execution, *events]
+    queued: Dispatch | None = None
+    if dispatch is not None:
+        queued = Dispatch(execution_id=execution.id, reason=dispatch)
+        rows.append(queued)
+    statement = sql.insert_all(len(events), queued is not None)
+    params = [
+        f.get_db_prep_save(f.pre_save(obj, True), connection)
+        for obj in rows
+        for f in sql.insert_fields(type(obj))
+    ]
+    returned = sql.execute(statement, params)
+    if queued is not None:
+        assert returned is not None
+        queued.id = returned[0]
+        publish_on_commit([QueuedDispatch(queued.id, execution.id, 0.0)])
+
+
+def inputs_digest(inputs: Any) -> str:
+    """A fingerprint of stored inputs (canonical JSON), to compare reuses of a key."""
+    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def new_event_rows(execution_id: uuid.UUID, events: Iterable[Event]) -> list[ExecutionEvent]:
+    return [
+        ExecutionEvent(
+            execution_id=execution_id,
+            seq=e.seq,
+            kind=e.kind,
+            step=e.step,
+            attempt=e.attempt,
+            at=e.at,
+            duration_ms=e.duration_ms,
+            data=e.data,
+        )
+        for e in events
+    ]
+
+
+def wake_parent(parent_id: uuid.UUID) -> None:
+    """A unit finished: a parent parked waiting for it becomes due and gets a task.
+
+    A composed child parks together with its parent, so the wake-up climbs to the execution a
+    worker resumes (the root, or a detached unit).
+    """
+    row = (
+        Execution.objects.using(USING)
+        .filter(pk=parent_id)
+        .values("status", "parent_id", "detached")
+        .first()
+    )
+    if row is None or row["status"] != ExecutionStatus.PENDING:
+        return
+    Execution.objects.using(USING).filter(pk=parent_id).update(wake_at=None)
+    if row["parent_id"] is not None and not row["detached"]:
+        wake_parent(row["parent_id"])
+    else:
+        queue_dispatch(parent_id, Dispatch.Reason.WAKE)
+
+
+def wake_now(execution_id: uuid.UUID) -> bool:
+    """Make a pending run that waits for its wake-up time (a retry's backoff, a park) due now;
+    whether it was waiting. For tests, where time passes at once."""
+    return bool(
+        Execution.objects.using(USING)
+        .filter(
+            pk=execution_id,
+            status=ExecutionStatus.PENDING,
+            wake_at__isnull=False,
+            lease_owner__isnull=True,
+        )
+        .update(wake_at=None)
+    )
+
+
+def adopt_child(execution_id: uuid.UUID) -> Owned:
+    """Take a composed child over for its parent's owner: bump its fence, so writes from a
+    previous owner of the parent (a zombie) are refused."""
+    with transaction.atomic(using=USING):
+        Execution.objects.using(USING).filter(pk=execution_id).update(
+            fence=F("fence") + 1, updated_at=timezone.now()
+        )
+        fence = (
+            Execution.objects.using(USING).filter(pk=execution_id).values_list("fence", flat=True)
+        ).get()
+    return Owned(execution_id, fence)
+
+
+def append_event(execution_id: uuid.UUID, kind: str, data: dict[str, Any]) -> None:
+    """Add an operator-level entry to a run's trace (not tied to an owner)."""
+    with transaction.atomic(using=USING):
+        # Lock the execution row so concurrent appends cannot pick the same sequence number.
+        list(
+            Execution.objects.using(USING).select_for_update().filter(pk=execution_id).values("pk")
+        )
+        last = last_seq(execution_id)
+        ExecutionEvent.objects.using(USING).create(
+            execution_id=execution_id, seq=last + 1, kind=kind, at=timezone.now(), data=data
+        )
+
+
+def save_coordination_state(execution_id: uuid.UUID, state: dict[str, Any]) -> None:
+    Execution.objects.using(USING).filter(pk=execution_id).update(coordination=state)
+
+
+def wake_waiter(key: str) -> uuid.UUID | None:
+    """Wake the longest-waiting run rescheduled for coordination ``key`` (released just now).
+
+    The run goes on at once instead of at its wake-up time; if it loses the race again it is
+    rescheduled again. One run: a released lock (or slot) lets one more through.
+    """
+    with transaction.atomic(using=USING):
+        waiting = (
+            Execution.objects.using(USING)
+            .filter(
+                status=ExecutionStatus.PENDING,
+                lease_owner__isnull=True,
+                wake_at__isnull=False,
+                coordination__waiting=key,
+            )
+            .order_by("updated_at")
+        )
+        if connections[USING].features.has_select_for_update_skip_locked:
+            waiting = waiting.select_for_update(skip_locked=True)
+        found = waiting.values_list("id", flat=True).first()
+        if found is None:
+            return None
+        Execution.objects.using(USING).filter(pk=found).update(wake_at=None)
+        queue_dispatch(found, Dispatch.Reason.WAKE)
+    return found

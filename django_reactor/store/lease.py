@@ -1,0 +1,157 @@
+"""Owning a run and keeping it: lease owner names, and the process's heartbeat thread that
+keeps leases alive while work runs (a run's lease, the map slots an element task holds, a
+reserved ``Idempotency-Key``, a run's locks and semaphore slots)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Self
+
+from django.db import connections
+from django.utils import timezone
+
+from ..conf import reactor_settings
+from ..models import Execution
+from .db import USING, logger
+from .rows import Owned
+
+
+def lease_owner_token() -> str:
+    """A name for this process and call, stored as the lease owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Kept:
+    """Something the heartbeat extends while a ``with`` block runs: subclasses say what
+    (``extend()``, which returns False once it is no longer theirs) and name it (``label``)."""
+
+    def __init__(self, interval: float | None = None) -> None:
+        lease = reactor_settings.LEASE_SECONDS
+        self.interval = interval if interval is not None else max(lease / 3, 0.05)
+        self.lost = False  # set when an extension found it taken: the holder must stop
+        self.due = 0.0  # monotonic time of the next extension, set by the heartbeat
+
+    @property
+    def label(self) -> str:
+        """What is kept, for the log."""
+        raise NotImplementedError
+
+    def extend(self) -> bool:
+        """Extend it once; False when it is no longer this holder's."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        Heartbeat.current().add(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        Heartbeat.current().discard(self)
+
+
+class Heartbeat:
+    """The process's one thread that extends the leases of the keepers it holds when due."""
+
+    _instance: Heartbeat | None = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.keepers: set[Kept] = set()
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(
+            target=self._loop, name="reactor-lease-heartbeat", daemon=True
+        )
+        self.thread.start()
+
+    @classmethod
+    def current(cls) -> Heartbeat:
+        """This process's heartbeat (a new one in a forked child: threads do not survive)."""
+        instance = cls._instance
+        if instance is None or instance.pid != os.getpid():  # threads do not survive a fork
+            with cls._instance_lock:
+                instance = cls._instance
+                if instance is None or instance.pid != os.getpid():
+                    instance = cls._instance = cls()
+        return instance
+
+    def add(self, keeper: Kept) -> None:
+        with self.changed:
+            keeper.due = time.monotonic() + keeper.interval
+            self.keepers.add(keeper)
+            self.changed.notify()
+
+    def discard(self, keeper: Kept) -> None:
+        with self.changed:
+            self.keepers.discard(keeper)
+            self.changed.notify()  # the last one gone: the thread lets its connection go
+
+    def _loop(self) -> None:
+        connected = False
+        while True:
+            with self.changed:
+                while True:
+                    now = time.monotonic()
+                    due = [k for k in self.keepers if k.due <= now]
+                    if due or (connected and not self.keepers):
+                        break
+                    wait = min((k.due for k in self.keepers), default=None)
+                    self.changed.wait(None if wait is None else wait - now)
+            for keeper in due:
+                self._beat(keeper)
+                connected = True
+            with self.changed:
+                idle = not self.keepers
+            if idle and connected:
+                connections.close_all()  # this thread's connections only: none held while idle
+                connected = False
+
+    def _beat(self, keeper: Kept) -> None:
+        try:
+            extended = keeper.extend()
+        except Exception:
+            # A dropped connection must not end the heartbeat: reconnect next time.
+            logger.warning(
+                "could not extend the lease of %s; trying again in %.1f s",
+                keeper.label,
+                keeper.interval,
+                exc_info=True,
+            )
+            connections[USING].close()
+            extended = True
+        with self.changed:
+            if not extended:
+                keeper.lost = True
+                self.keepers.discard(keeper)
+            else:
+                keeper.due = time.monotonic() + keeper.interval
+
+
+class LeaseKeeper(Kept):
+    """Keeps extending an owned run's lease from the heartbeat thread while the run executes.
+
+    Checkpoints extend the lease too; the keeper covers steps that run longer than the lease,
+    so nobody takes over a run whose process is alive. It stops when the fence has moved on
+    (the run was taken over): the next checkpoint then raises LeaseLost.
+    """
+
+    def __init__(self, owned: Owned, *, interval: float | None = None) -> None:
+        self.owned = owned
+        self.lease_seconds = reactor_settings.LEASE_SECONDS
+        super().__init__(interval)
+
+    @property
+    def label(self) -> str:
+        return f"execution {self.owned.execution_id}"
+
+    def extend(self) -> bool:
+        """Push the lease out once; False when the fence moved on (another owner)."""
+        return bool(
+            Execution.objects.using(USING)
+            .filter(pk=self.owned.execution_id, fence=self.owned.fence)
+            .update(lease_expires_at=timezone.now() + dt.timedelta(seconds=self.lease_seconds))
+        )

@@ -1,0 +1,148 @@
+"""The outbox: dispatches written with the state change that needs them, and the port through
+which they are published.
+
+A dispatch is a ``Dispatch`` row ("a task must resume run X", or run map Y's elements) written
+in the transaction that makes it necessary; after that transaction commits, the registered
+:class:`Publisher` sends it and the row is marked sent. The sweeper republishes rows a crash
+left unsent. The store knows nothing of Celery: the Celery bridge registers its publisher when
+Django starts (``AppConfig.ready``), and the test helpers register one that captures the tasks.
+
+The same port carries the other after-commit signal of the store: an async unit finished, so
+whoever waits for it (a Redis pub/sub channel) may look now (:func:`on_finished`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from ..conf import reactor_settings
+from ..engine import probes
+from ..models import Dispatch
+from . import sql
+from .db import USING, logger
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedDispatch:
+    """An outbox row to publish: the run to resume, and how long to wait first."""
+
+    dispatch_id: int
+    execution_id: uuid.UUID
+    countdown: float = 0.0
+    # "resume" for the run itself; "map" / "map_undo" run or undo elements of map ``map_id``.
+    task: str = "resume"
+    map_id: uuid.UUID | None = None
+
+
+class Publisher(Protocol):
+    """Sends queued dispatches to the workers (the Celery bridge's ``CeleryPublisher``)."""
+
+    def publish(self, dispatches: Sequence[QueuedDispatch]) -> list[int]:
+        """Send each dispatch; return the ids of those sent (the rest stay for the sweeper)."""
+        ...
+
+
+@dataclass(slots=True)
+class _Registration:
+    publisher: Publisher | None = None
+    after_commit: bool = True
+
+
+_registered = _Registration()
+_finished: list[Callable[[uuid.UUID, str], None]] = []
+
+
+def register_publisher(
+    publisher: Publisher | None, *, after_commit: bool = True
+) -> tuple[Publisher | None, bool]:
+    """Make ``publisher`` the one that sends dispatches; return the previous registration.
+
+    ``after_commit=False`` hands dispatches over as they are queued instead of after the
+    transaction commits (for tests wrapped in a transaction, whose commit never comes).
+    """
+    previous = (_registered.publisher, _registered.after_commit)
+    _registered.publisher, _registered.after_commit = publisher, after_commit
+    return previous
+
+
+def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> None:
+    """Write an outbox row for a task resuming the run; it is published after the commit.
+
+    Call inside the transaction that makes the task necessary. Delays longer than
+    ``RETRY_COUNTDOWN_LIMIT`` are not published with a countdown: the run's wake-up time is
+    stored instead and the sweeper dispatches it when due.
+    """
+    if delay > reactor_settings.RETRY_COUNTDOWN_LIMIT:
+        return
+    not_before = timezone.now() + dt.timedelta(seconds=delay) if delay > 0 else None
+    row = Dispatch.objects.using(USING).create(
+        execution_id=execution_id, reason=reason, not_before=not_before
+    )
+    publish_on_commit([QueuedDispatch(row.id, execution_id, delay)])
+
+
+def publish_on_commit(dispatches: Sequence[QueuedDispatch]) -> None:
+    """Publish after the current transaction commits (at once outside a transaction).
+
+    A failure to publish is logged and left to the sweeper, which republishes unsent rows.
+    """
+    if not dispatches:
+        return
+    if not _registered.after_commit:
+        publish(dispatches)
+        return
+    transaction.on_commit(lambda: publish(dispatches), using=USING, robust=True)
+
+
+def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
+    """Send ``dispatches`` through the registered publisher now and mark the ones sent."""
+    if probes.active is not None:
+        probes.active("before_publish", "")
+    publisher = _registered.publisher
+    if publisher is None:
+        logger.warning(
+            "no task publisher is registered (is Celery installed, and is django_reactor in "
+            "INSTALLED_APPS?): %d dispatch(es) stay in the outbox for the sweeper",
+            len(dispatches),
+        )
+        return []
+    sent = publisher.publish(dispatches)
+    mark_sent(sent)
+    return sent
+
+
+def mark_sent(dispatch_ids: Sequence[int]) -> None:
+    """Record that these dispatches went out (raw SQL: once per published task, and the ORM's
+    update costs more here than the statement)."""
+    if not dispatch_ids:
+        return
+    connection = connections[USING]
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.MARK_SENT.format(ids=", ".join(["%s"] * len(dispatch_ids))),
+            [now, *dispatch_ids],
+        )
+
+
+def on_finished(listener: Callable[[uuid.UUID, str], None]) -> None:
+    """Call ``listener(execution_id, status)`` after an async unit's final commit (once per
+    listener, however often it is registered)."""
+    if listener not in _finished:
+        _finished.append(listener)
+
+
+def announce_finished(execution_id: uuid.UUID, status: str) -> None:
+    """Tell the listeners, once the transaction recording it commits, that a unit finished."""
+    for listener in list(_finished):
+        transaction.on_commit(
+            functools.partial(listener, execution_id, status), using=USING, robust=True
+        )

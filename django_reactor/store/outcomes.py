@@ -1,0 +1,53 @@
+"""A stored run as the outcome its caller would have received (what ``find().outcome`` and an
+idempotent replay return)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.outcomes import (
+    Aborted,
+    Cancelled,
+    Completed,
+    Dispatched,
+    ErrorInfo,
+    Failed,
+    Halted,
+    InProgress,
+    Outcome,
+    Paused,
+    PendingInterrupt,
+)
+from ..engine.serialization import readable
+from ..models import Execution
+from ..states import ExecutionStatus
+from .interrupts import waiting
+
+
+def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
+    """The outcome a caller would have received for the run as stored."""
+    status = row.status
+    common: dict[str, Any] = {"execution_id": row.id, "idempotent_replay": replay}
+    if status == ExecutionStatus.COMPLETED:
+        return Completed(value=readable(row.result), **common)
+    if status in (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION) and row.failure:
+        return Failed(error=ErrorInfo.from_dict(row.failure), status=status, **common)
+    if status == ExecutionStatus.HALTED:
+        result = row.result or {}
+        reason = readable(result.get("reason"))
+        return Halted(reason=reason, step=result.get("halted_at"), **common)
+    if status == ExecutionStatus.CANCELLED:
+        return Cancelled(reason=row.cancel_reason, **common)
+    if status == ExecutionStatus.ABORTED:
+        error = ErrorInfo.from_dict(row.failure) if row.failure else None
+        return Aborted(error=error, **common)
+    if status == ExecutionStatus.PAUSED:
+        return Paused(
+            interrupts=tuple(
+                PendingInterrupt(i.step, i.correlation_id, i.expires_at) for i in waiting(row.id)
+            ),
+            **common,
+        )
+    if row.handed_off and status in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING):
+        return Dispatched(status=status, **common)
+    return InProgress(status=status, **common)

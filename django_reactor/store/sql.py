@@ -1,0 +1,311 @@
+"""The store's hand-written SQL, in one place: each statement named, tables taken from the
+models' ``_meta``, and the one function that sends a statement on Django's connection.
+
+Hand-written where the ORM costs more than the statement on a hot path (every checkpoint, every
+claim, every settle of map elements), or cannot say it in one round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from django.db import DatabaseError, connections, models
+from django.utils import timezone
+
+try:
+    import psycopg
+except ImportError:  # psycopg2 or another driver: statements go through Django's cursor
+    psycopg = None  # type: ignore[assignment]
+
+from ..conf import reactor_settings
+from ..engine.journal import UNSET, JournalBatch
+from ..models import Dispatch, Execution, ExecutionEvent, MapResult, StepRecord
+from .db import USING, logger
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+EXECUTION = Execution._meta.db_table
+STEP_RECORD = StepRecord._meta.db_table
+EVENT = ExecutionEvent._meta.db_table
+DISPATCH = Dispatch._meta.db_table
+MAP_RESULT = MapResult._meta.db_table
+
+#: The highest trace sequence number of a run.
+LAST_SEQ = f"SELECT MAX(seq) FROM {EVENT} WHERE execution_id = %s"
+
+#: A run's step records in completion order (raw: this runs on every resume).
+STEP_ROWS = f"SELECT * FROM {STEP_RECORD} WHERE execution_id = %s ORDER BY seq"
+
+#: Mark published dispatches sent (``{ids}``: one placeholder per id).
+MARK_SENT = f"UPDATE {DISPATCH} SET sent_at = %s WHERE id IN ({{ids}})"
+
+#: The worker's claim on PostgreSQL (``claims.claim_for_worker``): one statement that returns
+#: the claimed row with the run's step records and last trace sequence number, so resuming
+#: costs one round trip (the ORM's query building costs more than the statement itself on this
+#: path, once per delivery).
+CLAIM_FOR_WORKER = f"""
+UPDATE {EXECUTION} SET
+    lease_owner = %s,
+    lease_expires_at = now() + make_interval(secs => %s),
+    fence = fence + 1,
+    recovery_attempts = recovery_attempts
+        + CASE WHEN status = 'pending' OR lease_owner IS NULL OR lease_owner = %s
+            THEN 0 ELSE 1 END,
+    status = CASE WHEN status = 'rolling_back' THEN 'rolling_back' ELSE 'running' END,
+    started_at = COALESCE(started_at, now()),
+    wake_at = NULL,
+    updated_at = now()
+WHERE id = %s
+    AND status = ANY(%s)
+    AND (parent_id IS NULL OR detached)
+    AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = %s)
+    AND (wake_at IS NULL OR wake_at <= now())
+RETURNING *,
+    (SELECT COALESCE(MAX(ev.seq), 0) FROM {EVENT} ev
+        WHERE ev.execution_id = {EXECUTION}.id) AS claimed_last_seq,
+    (SELECT COALESCE(json_agg(json_build_object(
+            'step', sr.step, 'status', sr.status, 'arguments', sr.arguments,
+            'result', sr.result, 'error', sr.error, 'compensable', sr.compensable,
+            'rollback', sr.rollback) ORDER BY sr.seq), '[]'::json)
+        FROM {STEP_RECORD} sr
+        WHERE sr.execution_id = {EXECUTION}.id) AS claimed_steps
+"""
+
+
+#: A batch of a map's source items as pending slots (a re-read overwrites them).
+WRITE_ITEMS = f"""
+INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, claimed_by)
+SELECT %s, u.i, 'pending', u.item::jsonb, 0, '' FROM unnest(%s::int[], %s::text[]) AS u(i, item)
+ON CONFLICT (map_run_id, index) DO UPDATE SET item = EXCLUDED.item, status = 'pending'
+"""
+
+#: A chunk of settled slots, only those the writer still holds (``{columns}``: what to set).
+WRITE_SLOTS = f"""
+UPDATE {MAP_RESULT} AS r SET status = v.status, {{columns}}, lease_until = NULL, finished_at = %s
+FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[])
+    AS v(id, status, a, b, c)
+WHERE r.id = v.id AND r.claimed_by = %s AND r.status = ANY(%s)
+RETURNING r.id
+"""
+
+
+def checkpoint(
+    execution_id: uuid.UUID, fence: int, batch: JournalBatch, lease_seconds: float
+) -> tuple[str, list[Any]]:
+    """The one statement of a routine checkpoint on PostgreSQL, and its parameters.
+
+    The execution's update (conditional on ``fence``), the step record's upsert, the rollback
+    update and the event inserts, as data-modifying CTEs of one statement: one round trip. It
+    returns ``cancel_requested_at, cancel_reason`` of the execution, or no row when the fence
+    moved on. ``DatabaseJournal`` writes the same rows through the ORM on other databases.
+    """
+    params: list[Any] = []
+    now = timezone.now()
+    release = batch.finished
+    sets = ["updated_at = %s"]
+    params.append(now)
+    if release:
+        sets.append("lease_owner = NULL, lease_expires_at = NULL, finished_at = %s")
+        params.append(now)
+    else:
+        sets.append("lease_expires_at = now() + make_interval(secs => %s)")
+        params.append(lease_seconds)
+    if batch.current_step is not None:
+        sets.append("current_step = %s")
+        params.append(batch.current_step)
+    if batch.step is not None:  # as in _commit_orm: a step's outcome ends any waiting
+        sets.append("current_attempt = 0, wake_at = NULL")
+    if batch.status is not None:
+        sets.append("status = %s")
+        params.append(str(batch.status))
+    if batch.result is not UNSET:
+        sets.append("result = %s::jsonb")
+        params.append(json.dumps(batch.result))
+    if batch.failure is not UNSET:
+        sets.append("failure = %s::jsonb")
+        params.append(None if batch.failure is None else json.dumps(batch.failure))
+    params.extend([execution_id, fence])
+    parts = [
+        f"WITH ex AS (UPDATE {EXECUTION} SET "
+        + ", ".join(sets)
+        + " WHERE id = %s AND fence = %s RETURNING id, cancel_requested_at, cancel_reason)"
+    ]
+    step = batch.step
+    if step is not None:
+        parts.append(
+            f"st AS (INSERT INTO {STEP_RECORD} (execution_id, step, status, seq, "
+            "attempts, arguments, secret_arguments, result, error, compensable, rollback, "
+            "started_at, finished_at) SELECT ex.id, %s, %s, %s, %s, %s::jsonb, %s::jsonb, "
+            "%s::jsonb, %s::jsonb, %s, '', %s, %s FROM ex "
+            "ON CONFLICT (execution_id, step) DO UPDATE SET status = EXCLUDED.status, "
+            "seq = EXCLUDED.seq, attempts = EXCLUDED.attempts, arguments = EXCLUDED.arguments, "
+            "secret_arguments = EXCLUDED.secret_arguments, result = EXCLUDED.result, "
+            "error = EXCLUDED.error, compensable = EXCLUDED.compensable, rollback = '', "
+            "rollback_error = NULL, rolled_back_at = NULL, started_at = EXCLUDED.started_at, "
+            "finished_at = EXCLUDED.finished_at)"
+        )
+        params.extend(
+            [
+                step.step,
+                str(step.status),
+                step.seq,
+                step.attempts,
+                json.dumps(step.arguments),
+                json.dumps([list(p) for p in step.secret_arguments]),
+                json.dumps(step.result),
+                None if step.error is None else json.dumps(step.error),
+                step.compensable,
+                step.started_at,
+                step.finished_at,
+            ]
+        )
+    rollback = batch.rollback
+    if rollback is not None:
+        parts.append(
+            f"rb AS (UPDATE {STEP_RECORD} SET rollback = %s, "
+            "rollback_error = %s::jsonb, rolled_back_at = %s "
+            "WHERE execution_id = (SELECT id FROM ex) AND step = %s)"
+        )
+        params.extend(
+            [
+                str(rollback.status),
+                None if rollback.error is None else json.dumps(rollback.error),
+                rollback.at,
+                rollback.step,
+            ]
+        )
+    if batch.events:
+        rows = ", ".join(
+            ["(%s::integer, %s, %s, %s::integer, %s::timestamptz, %s::float8, %s::jsonb)"]
+            * len(batch.events)
+        )
+        parts.append(
+            f"ev AS (INSERT INTO {EVENT} (execution_id, seq, kind, step, "
+            "attempt, at, duration_ms, data) SELECT ex.id, v.seq, v.kind, v.step, v.attempt, "
+            f"v.at, v.duration_ms, v.data FROM ex CROSS JOIN (VALUES {rows}) "
+            "AS v(seq, kind, step, attempt, at, duration_ms, data))"
+        )
+        for e in batch.events:
+            params.extend(
+                [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
+            )
+    return ", ".join(parts) + " SELECT cancel_requested_at, cancel_reason FROM ex", params
+
+
+@functools.cache
+def insert_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], ...]:
+    """The columns a new row of ``model`` is inserted with (serial ids left to the database)."""
+    return tuple(
+        f
+        for f in model._meta.concrete_fields
+        if not (f.primary_key and isinstance(f, models.AutoField | models.BigAutoField))
+    )
+
+
+@functools.cache
+def insert_all(events: int, with_dispatch: bool) -> str:
+    connection = connections[USING]
+    models_named: list[tuple[type[models.Model], str]] = [(Execution, "ex")]
+    models_named += [(ExecutionEvent, f"ev{i}") for i in range(events)]
+    if with_dispatch:
+        models_named.append((Dispatch, "dp"))
+    parts = []
+    for model, name in models_named:
+        fields = insert_fields(model)
+        columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        returning = " RETURNING id" if name == "dp" else ""
+        table = model._meta.db_table
+        parts.append(f"{name} AS (INSERT INTO {table} ({columns}) VALUES ({marks}){returning})")
+    return "WITH " + ", ".join(parts) + (" SELECT id FROM dp" if with_dispatch else " SELECT 1")
+
+
+# The server refused a prepared checkpoint (a transaction pooler that cannot route prepared
+# statements): preparation stays off for the rest of the process.
+_preparation_refused = threading.Event()
+
+
+def _prepared_statement_refused(exc: Exception) -> bool:
+    """Whether ``exc`` says a prepared statement is not where psycopg prepared it."""
+    sqlstate = getattr(getattr(exc, "diag", None), "sqlstate", None)
+    # 26000 invalid_sql_statement_name ("prepared statement ... does not exist"),
+    # 42P05 duplicate_prepared_statement ("... already exists").
+    return sqlstate in ("26000", "42P05")
+
+
+def _turn_preparation_off(exc: Exception) -> None:
+    if not _preparation_refused.is_set():
+        _preparation_refused.set()
+        logger.error(
+            "the database refused a prepared checkpoint (%s): the connection goes through a "
+            "pooler that cannot route prepared statements (a transaction-pooling PgBouncer "
+            "before 1.21, or without max_prepared_statements). Checkpoints are no longer "
+            "prepared in this process; set REACTOR['CHECKPOINT_PREPARED_STATEMENTS'] = False "
+            "(python manage.py check --deploy --database default reports it as "
+            "django_reactor.W003)",
+            str(exc).strip().splitlines()[0] if str(exc) else type(exc).__name__,
+        )
+
+
+def execute(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+    """Run the checkpoint statement on Django's connection; return its row.
+
+    With psycopg 3 the statement goes through a server-binding cursor of the same connection
+    (same transaction state), prepared once per connection when
+    ``REACTOR["CHECKPOINT_PREPARED_STATEMENTS"]`` is on: planning the statement costs about as
+    much as running it. Django disables prepared statements connection-wide (for transaction
+    poolers), so preparation is enabled around this one statement only. Django's query logging
+    and execute wrappers do not see this statement.
+    """
+    connection = connections[USING]
+    connection.ensure_connection()
+    raw = connection.connection
+    if psycopg is None or not isinstance(raw, psycopg.Connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    connection.validate_no_broken_transaction()
+    prepare = reactor_settings.CHECKPOINT_PREPARED_STATEMENTS and not _preparation_refused.is_set()
+    with connection.wrap_database_errors:
+        threshold = raw.prepare_threshold
+        if prepare:
+            raw.prepare_threshold = 0
+        try:
+            with psycopg.Cursor(raw) as cursor:
+                try:
+                    cursor.execute(sql, params, prepare=prepare)
+                except psycopg.Error as exc:
+                    if not (prepare and _prepared_statement_refused(exc)):
+                        raise
+                    _turn_preparation_off(exc)
+                    if connection.in_atomic_block:
+                        raise  # the transaction is aborted; the caller's next try is unprepared
+                    # On its own (autocommit) the refused statement did nothing: send it again.
+                    raw.prepare_threshold = threshold
+                    cursor.execute(sql, params, prepare=False)
+                return cursor.fetchone()
+        finally:
+            raw.prepare_threshold = threshold
+
+
+def again_unprepared(function: Callable[P, T]) -> Callable[P, T]:
+    """Run ``function`` once more when its transaction failed only because the database just
+    refused a prepared checkpoint (preparation is off now, so the second try goes through)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        refused = _preparation_refused.is_set()
+        try:
+            return function(*args, **kwargs)
+        except DatabaseError:
+            if refused or not _preparation_refused.is_set() or connections[USING].in_atomic_block:
+                raise
+            return function(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,132 @@
+"""The sweeper's database work: find what crashes and lost messages left behind, queue it again."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from ..models import Dispatch, Execution
+from ..states import ExecutionStatus
+from .claims import RESUMABLE
+from .db import USING
+from .outbox import QueuedDispatch, publish, publish_on_commit
+
+
+@dataclass(slots=True)
+class SweepReport:
+    """What one sweep did."""
+
+    republished: int = 0
+    maps: int = 0
+    recovered: int = 0
+    woken: int = 0
+    redispatched: int = 0
+    deleted: int = 0
+    expired: int = 0  # interrupts whose timeout passed (applied by services.sweep)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "republished": self.republished,
+            "maps": self.maps,
+            "recovered": self.recovered,
+            "woken": self.woken,
+            "redispatched": self.redispatched,
+            "deleted": self.deleted,
+            "expired": self.expired,
+        }
+
+
+def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float) -> SweepReport:
+    """Find work a crash or a lost message left behind and queue it again.
+
+    Safe on many hosts at once: rows are claimed with ``FOR UPDATE SKIP LOCKED``, and a run
+    dispatched twice runs once (a worker must win its lease).
+    """
+    report = SweepReport()
+    now = timezone.now()
+    skip_locked = connections[USING].features.has_select_for_update_skip_locked
+
+    def locked(qs: Any) -> Any:
+        return qs.select_for_update(skip_locked=True) if skip_locked else qs
+
+    # 1. Outbox rows the process that wrote them never published (it died after the commit).
+    with transaction.atomic(using=USING):
+        stale = list(
+            locked(
+                Dispatch.objects.using(USING).filter(
+                    sent_at__isnull=True, created_at__lt=now - dt.timedelta(seconds=grace)
+                )
+            )
+            .order_by("id")
+            .values_list("id", "execution_id", "not_before", "reason", "map_run_id")[:limit]
+        )
+        if stale:
+            report.republished = len(
+                publish(
+                    [
+                        QueuedDispatch(
+                            d,
+                            e,
+                            max(0.0, (nb - now).total_seconds()) if nb else 0.0,
+                            task=reason if map_id is not None else "resume",
+                            map_id=map_id,
+                        )
+                        for d, e, nb, reason, map_id in stale
+                    ]
+                )
+            )
+
+    # 2. Runs nobody owns that should be moving: a dead worker's run (lease expired), a retry
+    #    whose wake-up time came, a pending run whose task was lost.
+    unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
+    with transaction.atomic(using=USING):
+        candidates = list(
+            locked(
+                Execution.objects.using(USING)
+                .filter(status__in=RESUMABLE)
+                .filter(Q(parent__isnull=True) | Q(detached=True))
+                .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+                .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+                .exclude(Exists(unsent))
+            )
+            .order_by("updated_at")
+            .values_list("id", "status", "lease_owner", "wake_at")[:limit]
+        )
+        queued = []
+        recently = set(
+            Dispatch.objects.using(USING)
+            .filter(
+                execution_id__in=[c[0] for c in candidates],
+                sent_at__gte=now - dt.timedelta(seconds=redispatch_after),
+            )
+            .values_list("execution_id", flat=True)
+        )
+        for execution_id, status, lease_owner, wake_at in candidates:
+            if execution_id in recently:
+                continue  # a task for it went out moments ago; give a worker time to take it
+            if lease_owner is not None or (status != ExecutionStatus.PENDING and wake_at is None):
+                reason = Dispatch.Reason.RECOVER
+                report.recovered += 1
+            elif wake_at is not None:
+                reason = Dispatch.Reason.WAKE
+                report.woken += 1
+            else:
+                reason = Dispatch.Reason.START
+                report.redispatched += 1
+            row = Dispatch.objects.using(USING).create(execution_id=execution_id, reason=reason)
+            queued.append(QueuedDispatch(row.id, execution_id))
+        publish_on_commit(queued)
+
+    # 3. Forget dispatches that went out long ago (in batches: a sweep stays short).
+    old = (
+        Dispatch.objects.using(USING)
+        .filter(sent_at__lt=now - dt.timedelta(seconds=retention))
+        .values_list("id", flat=True)[:limit]
+    )
+    report.deleted, _ = Dispatch.objects.using(USING).filter(id__in=list(old)).delete()
+    return report

@@ -1,0 +1,147 @@
+"""The house's rules, read from the package's own imports (docs/explanation/architecture.md):
+no import cycle, every arrow pointing down the floors, no module too long to live in."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "django_reactor"
+NAME = "django_reactor"
+LONGEST = 800
+
+#: The floors, lowest first; a module may import its own floor and those below.
+FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("states", "exceptions", "conf")),
+    ("engine", ("engine", "faults")),
+    ("models", ("models", "migrations", "coordination.models")),
+    ("store", ("store",)),
+    ("coordination", ("coordination",)),
+    ("runtime", ("runtime", "registry", "observability", "otel", "signals")),
+    ("services", ("services", "handle", "reactor", "graph", "display")),
+]
+#: Everything else (api, admin, management, celery, testing, checks, apps, demo, the package's
+#: ``__init__``) is a face, on the top floor.
+FACES = len(FLOORS)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def floor(module: str) -> int:
+    rest = module.split(".", 1)[1] if "." in module else ""
+    for index, (_, heads) in enumerate(FLOORS):  # a dotted entry is more precise than a head
+        if any(rest == h or rest.startswith(h + ".") for h in heads if "." in h):
+            return index
+    head = rest.split(".")[0]
+    for index, (_, heads) in enumerate(FLOORS):
+        if head in heads:
+            return index
+    return FACES
+
+
+def imports(module: str, path: Path) -> Iterator[tuple[str, int, bool]]:
+    """``(imported module, line, at run time)``; type-checking-only imports say False."""
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    checking: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in ast.walk(node):
+                checking.add(id(inner))
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name == NAME or name.startswith(NAME + "."):
+                yield name, node.lineno, id(node) not in checking
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    edges: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        for name, _, at_run_time in imports(module, path):
+            if at_run_time and name in known and name != module:
+                edges[module].add(name)
+    return edges
+
+
+def test_no_import_cycle() -> None:
+    edges = graph()
+    # A package's __init__ that re-exports its submodules is one room with them.
+    for module in list(edges):
+        edges[module] = {t for t in edges[module] if not module.startswith(t + ".")}
+    visiting: list[str] = []
+    done: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        if module in visiting:
+            cycles.append([*visiting[visiting.index(module) :], module])
+            return
+        if module in done:
+            return
+        visiting.append(module)
+        for target in sorted(edges[module]):
+            visit(target)
+        visiting.pop()
+        done.add(module)
+
+    for module in sorted(edges):
+        visit(module)
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_every_import_points_down_the_floors() -> None:
+    against = []
+    for module, path in modules().items():
+        for name, line, at_run_time in imports(module, path):
+            # Type-checking-only imports never run; the package itself (its version) is there
+            # before any of its modules.
+            if not at_run_time or name == NAME or module == NAME or ".__" in name:
+                continue
+            if floor(name) > floor(module):
+                against.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {module} -> {name}")
+    assert against == [], "imports against the floors:\n" + "\n".join(sorted(set(against)))
+
+
+@pytest.mark.parametrize("forbidden", ["django.db", "celery", "rest_framework", "django_redis"])
+def test_the_engine_is_pure(forbidden: str) -> None:
+    found = []
+    for path in (PACKAGE / "engine").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                names.append(getattr(node, "module", None) or "")
+                if any(n == forbidden or n.startswith(forbidden + ".") for n in names):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert found == []
+
+
+def test_no_module_is_too_long() -> None:
+    long = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for path in PACKAGE.rglob("*.py")
+        if "migrations" not in path.parts
+        and (lines := len(path.read_text().splitlines())) > LONGEST
+    }
+    assert long == {}, f"modules over {LONGEST} lines: {long}"
