@@ -19,11 +19,13 @@ from .exceptions import ReactorError
 
 if TYPE_CHECKING:
     from .models import Execution, ExecutionEvent, StepRecord
+    from .store.rows import StepRow
 
 
 @dataclass(frozen=True, slots=True)
 class StepView:
-    """One step of a stored run, with secret arguments redacted."""
+    """One step of a stored run as shown: values decoded, secret arguments redacted (built
+    from the store's :class:`~django_reactor.store.rows.StepRow`, or a ``StepRecord``)."""
 
     name: str
     status: str
@@ -37,7 +39,7 @@ class StepView:
     finished_at: dt.datetime | None
 
     @classmethod
-    def from_row(cls, row: StepRecord) -> StepView:
+    def from_row(cls, row: StepRow | StepRecord) -> StepView:
         return cls(
             name=row.step,
             status=row.status,

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import store
 from ..coordination import get_backend
 from ..coordination import runtime as coordination_runtime
 from ..engine.executor import utcnow
-from ..exceptions import (
-    ReactorError,
-)
+from ..exceptions import ReactorError
 from ..states import TERMINAL_STATUSES
-
-if TYPE_CHECKING:
-    pass
 
 
 def prune(

@@ -4,7 +4,7 @@ It imports nothing above the models, the engine and the settings. Split by what 
 
 - ``db``: the database alias, connection repair and retries (``reconnecting``);
 - ``sql``: every hand-written statement, named, and the one function that sends them;
-- ``rows``: the typed views of rows it hands out (``Owned``, ``StepView``, ``WorkerClaim``);
+- ``rows``: the typed views of rows it hands out (``Owned``, ``StepRow``, ``WorkerClaim``);
 - ``executions``: creating runs; trace entries and other writes that need no owner;
 - ``checkpoint``: the executor's journal, one transaction per state change, under the fence;
 - ``reads``: runs, step records and traces read back, and the engine's state rebuilt from them;
@@ -71,7 +71,7 @@ from .reads import (
     step_rows,
     stored_shape,
 )
-from .rows import Owned, StepView, WorkerClaim
+from .rows import Owned, StepRow, WorkerClaim
 from .sweep import SweepReport, sweep
 
 __all__ = [
@@ -86,7 +86,7 @@ __all__ = [
     "LeaseKeeper",
     "Owned",
     "QueuedDispatch",
-    "StepView",
+    "StepRow",
     "SweepReport",
     "WorkerClaim",
     "adopt_child",

@@ -73,16 +73,19 @@ def reconnecting(operation: Callable[[], T], *, what: str) -> T:
             time.sleep(pause)
         try:
             return operation()
-        except CONNECTION_ERRORS:
+        except CONNECTION_ERRORS as exc:
             if attempt == len(RECONNECT_PAUSES) or connection.in_atomic_block:
                 raise
+            # Expected in production (a failover, a pooler restart) and handled here: one line
+            # at WARNING, the traceback only at DEBUG.
             logger.warning(
-                "database connection lost while %s; reconnecting (attempt %d of %d)",
+                "database connection lost while %s (%s); reconnecting (attempt %d of %d)",
                 what,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
                 attempt + 1,
                 len(RECONNECT_PAUSES),
-                exc_info=True,
             )
+            logger.debug("the lost connection's error", exc_info=True)
             connection.close()
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 

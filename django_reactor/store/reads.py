@@ -17,7 +17,7 @@ from ..models import Execution, ExecutionEvent, StepRecord
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from . import sql
 from .db import USING, db_id
-from .rows import StepView
+from .rows import StepRow
 
 
 def parse_id(execution_id: uuid.UUID | str) -> uuid.UUID:
@@ -58,9 +58,10 @@ def find_retry(execution_id: uuid.UUID) -> uuid.UUID | None:
     )
 
 
-def step_rows(execution_id: uuid.UUID) -> list[StepRecord]:
+def step_rows(execution_id: uuid.UUID) -> list[StepRow]:
     """A run's step records in completion order (raw SQL: this runs on every resume)."""
-    return list(StepRecord.objects.using(USING).raw(sql.STEP_ROWS, [db_id(execution_id)]))
+    records = StepRecord.objects.using(USING).raw(sql.STEP_ROWS, [db_id(execution_id)])
+    return [StepRow.from_model(record) for record in records]
 
 
 def event_rows(execution_id: uuid.UUID) -> list[ExecutionEvent]:
@@ -81,23 +82,12 @@ def load_state(execution_id: uuid.UUID) -> RunState:
     """Rebuild what a run has done from its step records, for undo (and later resume)."""
     state = RunState()
     for row in step_rows(execution_id):
-        _fold_step(
-            state,
-            StepView(
-                row.step,
-                row.status,
-                row.arguments,
-                row.result,
-                row.error,
-                row.compensable,
-                row.rollback,
-            ),
-        )
+        _fold_step(state, row)
     state.next_seq = last_seq(execution_id) + 1
     return state
 
 
-def _fold_step(state: RunState, row: StepView) -> None:
+def _fold_step(state: RunState, row: StepRow) -> None:
     state.recorded.add(row.step)
     arguments = decode(row.arguments)
     if row.status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
@@ -138,7 +128,7 @@ def resume_state(row: Execution) -> RunState:
     else:
         state = RunState()
         for item in json.loads(claimed) if isinstance(claimed, (str, bytes)) else claimed:
-            _fold_step(state, StepView(**item))
+            _fold_step(state, StepRow(**item))
         state.next_seq = int(row.claimed_last_seq) + 1  # type: ignore[attr-defined]
     if row.current_attempt and row.current_step:
         state.attempts_done[row.current_step] = row.current_attempt

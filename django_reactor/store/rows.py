@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import Execution
+from ..models import Execution, StepRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,8 +19,12 @@ class Owned:
 
 
 @dataclass(frozen=True, slots=True)
-class StepView:
-    """The parts of a step record that say what a run has done."""
+class StepRow:
+    """One step record as stored (values still encoded): what a run's step did.
+
+    The store reads step records into these (``reads.step_rows``, the worker's claim); the
+    engine's state is rebuilt from them, and ``handle.StepView`` shows one.
+    """
 
     step: str
     status: str
@@ -28,6 +33,31 @@ class StepView:
     error: dict[str, Any] | None
     compensable: bool
     rollback: str
+    attempts: int = 0
+    secret_arguments: list[list[str]] = field(default_factory=list)
+    rollback_error: Any = None
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    seq: int = 0
+
+    @classmethod
+    def from_model(cls, row: StepRecord) -> StepRow:
+        """The row of a ``StepRecord`` instance."""
+        return cls(
+            step=row.step,
+            status=row.status,
+            arguments=row.arguments,
+            result=row.result,
+            error=row.error,
+            compensable=row.compensable,
+            rollback=row.rollback,
+            attempts=row.attempts,
+            secret_arguments=row.secret_arguments,
+            rollback_error=row.rollback_error,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            seq=row.seq,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 # pytest loads this package through the ``pytest11`` entry point before Django is configured:
 # nothing here may import models or settings at import time, so imports are inside functions.
