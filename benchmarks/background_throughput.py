@@ -1,11 +1,11 @@
-"""Throughput and latency of background reactors on one Celery worker, beside a Celery chain.
+"""Throughput and latency of background reactors on one Celery worker, beside two anchors.
 
 Run from the repository root (PostgreSQL on 127.0.0.1:5432, user ``postgres``, trust auth;
 Redis on 127.0.0.1:6379)::
 
     .venv/bin/python benchmarks/background_throughput.py [--rounds 3] [--burst 200]
 
-It takes about 45 s. Run it on an otherwise idle machine: it prints how many CPU seconds other
+It takes about 90 s. Run it on an otherwise idle machine: it prints how many CPU seconds other
 processes used meanwhile, and warns when they skewed the figures.
 
 What it measures
@@ -22,15 +22,33 @@ What it measures
   db 14, ``task_acks_late``, prefetch 1), its own worker with the same 2 prefork processes. A
   burst of ``--burst`` chains is submitted at once; throughput = burst / (time until every
   result is in).
+* **Durable anchor** (the fair one, issue 15): a hand-written durable Celery task
+  (``benchmarks/durable_task_anchor.py``: one task per run, a fenced claim, one fenced
+  checkpoint statement per step, a finish; 13 commits per run; database
+  ``reactor_bench_durable``, Redis broker db 15), its own worker with the same flags. A burst
+  of ``--burst`` runs is submitted as fast as this process can; throughput = burst / (time until
+  polling its run table sees every one completed).
 * **Latency**: with the django_reactor worker, ``--latency`` sequential runs, each timed from
   ``run()`` until the execution row reads ``completed`` (polled every ~1 ms); median and p99.
   Measured in the last round, after its burst.
 
-The two systems never run at the same time: each phase starts its own worker, warms it up
+The systems never run at the same time: each phase starts its own worker, warms it up
 (``--warmup`` runs), measures and stops it. Phases alternate for ``--rounds`` rounds (the order
-flips every round); the medians of the rounds' throughputs are compared. Target: reactors/s is
-at least 3.0 times chains/s. Redis queues used here are emptied at start (stale messages of an
-aborted run would skew it). Workers and their children are always stopped, even on errors.
+flips every round); the medians of the rounds' throughputs are compared. Targets (issue 15):
+reactors/s is at least 3.0 times chains/s and at least 0.9 times the durable anchor's runs/s.
+
+``pg_stat`` figures per run (``benchmarks/pgstats.py``), for django_reactor and the durable
+anchor, from the last round: after the warm-up the probe waits until the worker's idle
+connections have flushed their statistics (about 10 s), snapshots the database, and snapshots it
+again once the worker has stopped and this process closed its connections; the window's
+figures are divided by the runs it held (the burst, plus the latency runs for django_reactor).
+Columns: commits (``pg_stat_database.xact_commit``, less this process's polls), WAL commit
+records, WAL records and bytes (``pg_walinspect``, that database's records only; else
+``pg_stat_wal``, server-wide), HOT share of the run table's updates (``pg_stat_user_tables``).
+Statements are not known for workers without ``pg_stat_statements`` (``n/a``).
+
+Redis queues used here are emptied at start (stale messages of an aborted run would skew it).
+Workers and their children are always stopped, even on errors.
 
 The django_reactor worker runs with the example project's Celery settings, under which Celery's
 Django fixup closes the database connection before and after every task: every background run
@@ -56,7 +74,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +83,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.common import PG_SERVER, cpu_busy, ensure_database, percentile
+from benchmarks.pgstats import COLUMNS, Delta, Probe, legend, row
 
 REDIS_SERVER = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
 REACTOR_DB = "reactor_bench_bg"
@@ -73,8 +92,13 @@ REACTOR_QUEUE = "django_reactor_bench_bg"
 ANCHOR_BROKER_DB = 13
 ANCHOR_BACKEND_DB = 14
 ANCHOR_QUEUE = "celery"  # the anchor's app uses Celery's default queue, alone in its database
+DURABLE_DB = "reactor_bench_durable"
+DURABLE_BROKER_DB = 15
+DURABLE_QUEUE = "celery"  # the durable anchor's app too, alone in its broker database
 STEPS = 10
-TARGET_RATIO = 3.0
+TARGET_RATIO = 3.0  # reactors/s against the chain's chains/s
+TARGET_DURABLE_RATIO = 0.9  # reactors/s against the durable anchor's runs/s (issue 15)
+RUN_TABLES = {"django_reactor": "django_reactor_execution", "durable anchor": "durable_run"}
 WORKER_PROCESSES = 2
 # Seconds between two polls of the execution table while a burst runs: one poll costs the server
 # about 0.5 ms (200 ids), so polling much faster would take CPU from the worker.
@@ -88,6 +112,8 @@ os.environ["CELERY_BROKER_URL"] = f"{REDIS_SERVER}/{REACTOR_REDIS_DB}"
 os.environ["REACTOR_BENCH_QUEUE"] = REACTOR_QUEUE
 os.environ["BROKER"] = f"{REDIS_SERVER}/{ANCHOR_BROKER_DB}"
 os.environ["BACKEND"] = f"{REDIS_SERVER}/{ANCHOR_BACKEND_DB}"
+os.environ["DURABLE_BROKER"] = f"{REDIS_SERVER}/{DURABLE_BROKER_DB}"
+os.environ["DURABLE_DSN"] = f"{PG_SERVER}/{DURABLE_DB}"
 
 
 class BenchmarkError(RuntimeError):
@@ -116,6 +142,7 @@ REDIS_KEYS = {
     REACTOR_REDIS_DB: [f"{REACTOR_QUEUE}*", "unacked*"],
     ANCHOR_BROKER_DB: [f"{ANCHOR_QUEUE}*", "unacked*"],
     ANCHOR_BACKEND_DB: ["celery-task-meta-*"],
+    DURABLE_BROKER_DB: [f"{DURABLE_QUEUE}*", "unacked*"],
 }
 
 
@@ -268,6 +295,11 @@ def reactor_submit(count: int) -> tuple[list[uuid.UUID], float]:
     return ids, started
 
 
+#: Read-only transactions this process ran against a benchmark database while it waited (the
+#: polls), by database: taken off the ``pg_stat`` commits.
+POLLS: dict[str, int] = {REACTOR_DB: 0, DURABLE_DB: 0}
+
+
 def reactor_wait(ids: list[uuid.UUID], *, pause: float, limit: float = WAIT_LIMIT) -> float:
     """Poll the execution table until every run in ``ids`` is completed; return that moment."""
     from django.db import connection
@@ -275,6 +307,7 @@ def reactor_wait(ids: list[uuid.UUID], *, pause: float, limit: float = WAIT_LIMI
     deadline = time.perf_counter() + limit
     with connection.cursor() as cursor:
         while True:
+            POLLS[REACTOR_DB] += 1
             cursor.execute(
                 "SELECT count(*) FILTER (WHERE status = 'completed'), "
                 "count(*) FILTER (WHERE finished_at IS NOT NULL AND status <> 'completed') "
@@ -313,6 +346,7 @@ def reactor_latency(samples: int) -> list[float]:
             execution_id = Chain10.run({}).execution_id
             deadline = t0 + 30.0
             while True:
+                POLLS[REACTOR_DB] += 1
                 cursor.execute(
                     "SELECT status, finished_at IS NOT NULL FROM django_reactor_execution "
                     "WHERE id = %s",
@@ -348,6 +382,74 @@ def anchor_burst(count: int, *, timeout: float = WAIT_LIMIT) -> float:
     return count / (time.perf_counter() - started)
 
 
+# ---------------------------------------------------------------------------- durable anchor
+
+
+class DurableCaller:
+    """This process's side of the durable anchor: one kept autocommit connection."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+
+    def connection(self) -> Any:
+        import psycopg
+
+        if self.conn is None or self.conn.closed:
+            self.conn = psycopg.connect(f"{PG_SERVER}/{DURABLE_DB}", autocommit=True)
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+DURABLE = DurableCaller()
+
+
+def setup_durable() -> None:
+    """Create the durable anchor's database and tables, and empty them."""
+    from benchmarks.durable_task_anchor import create_schema
+
+    ensure_database(DURABLE_DB)
+    create_schema(DURABLE.connection())
+
+
+def durable_submit(count: int) -> tuple[list[uuid.UUID], float]:
+    from benchmarks.durable_task_anchor import submit
+
+    conn = DURABLE.connection()
+    started = time.perf_counter()
+    return [submit(conn) for _ in range(count)], started
+
+
+def durable_wait(ids: list[uuid.UUID], *, pause: float, limit: float = WAIT_LIMIT) -> float:
+    """Poll the anchor's run table until every run in ``ids`` is completed; return that moment."""
+    conn = DURABLE.connection()
+    deadline = time.perf_counter() + limit
+    while True:
+        POLLS[DURABLE_DB] += 1
+        done = conn.execute(
+            "SELECT count(*) FROM durable_run WHERE id = ANY(%s) AND status = 'completed'",
+            (ids,),
+        ).fetchone()[0]
+        now = time.perf_counter()
+        if done == len(ids):
+            return now
+        if now > deadline:
+            raise BenchmarkError(
+                f"only {done}/{len(ids)} durable runs completed after {limit:.0f} s"
+            )
+        time.sleep(pause)
+
+
+def durable_burst(count: int) -> float:
+    """Submit ``count`` durable anchor runs at once; return runs/s."""
+    ids, started = durable_submit(count)
+    finished = durable_wait(ids, pause=BURST_POLL)
+    return count / (finished - started)
+
+
 # ---------------------------------------------------------------------------- the run
 
 
@@ -356,6 +458,9 @@ class Figures:
     reactors_per_s: list[float] = field(default_factory=list)
     submit_s: list[float] = field(default_factory=list)
     chains_per_s: list[float] = field(default_factory=list)
+    durable_per_s: list[float] = field(default_factory=list)
+    per_run: dict[str, Delta] = field(default_factory=dict)  # pg_stat figures per run
+    probes: list[Probe] = field(default_factory=list)
     latency_s: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -365,20 +470,57 @@ class Figures:
     revision: tuple[str, str] = ("?", "?")  # of the code, at start and at end
 
 
+class StatWindow:
+    """A ``pg_stat`` window over one phase's measured runs (see the module docstring)."""
+
+    def __init__(self, figures: Figures, system: str, database: str, close: Callable[[], None]):
+        self.figures, self.system, self.database, self.close = figures, system, database, close
+        self.probe = Probe(PG_SERVER, database)
+        figures.probes.append(self.probe)
+        self.close()
+        self.probe.calibrate()
+        self.before = self.probe.snapshot()  # waits for the worker's idle connections to flush
+        self.polls = POLLS[database]
+
+    def end(self, runs: int) -> None:
+        """Call once the worker has stopped."""
+        self.close()
+        delta = self.probe.diff(self.before, self.probe.snapshot())
+        polls = POLLS[self.database] - self.polls
+        if delta.other_xacts > 0:
+            self.figures.notes.append(
+                f"{self.system} pg_stat window: {delta.other_xacts:.0f} transaction(s) ran in "
+                "other databases (only the server-wide pg_stat_wal counts them)"
+            )
+        self.figures.per_run[self.system] = replace(delta, commits=delta.commits - polls).per(runs)
+        self.probe.close()
+
+
+def _close_django() -> None:
+    from django.db import connection
+
+    connection.close()
+
+
 def reactor_phase(
-    args: argparse.Namespace, figures: Figures, logs: Path, workers: list[Worker], *, latency: bool
+    args: argparse.Namespace, figures: Figures, logs: Path, workers: list[Worker], *, last: bool
 ) -> None:
     name = f"reactor{len(figures.reactors_per_s) + 1}"
     worker = Worker(name, "testproject", REACTOR_QUEUE, worker_env(django=True), logs)
+    window: StatWindow | None = None
     with running(worker, workers):
         for _ in range(2):  # warm-up: both processes connect, import the reactor, prepare
             reactor_wait(reactor_submit(args.warmup // 2 or 1)[0], pause=BURST_POLL)
+        if last and args.pg_stats:
+            window = StatWindow(figures, "django_reactor", REACTOR_DB, _close_django)
         rate, submitted = reactor_burst(args.burst)
         figures.reactors_per_s.append(rate)
         figures.submit_s.append(submitted)
-        if latency:
+        if last:
             figures.latency_s = reactor_latency(args.latency)
         wait_acked(REACTOR_REDIS_DB)
+    if window is not None:
+        window.end(args.burst + (args.latency if last else 0))
     left = redis_messages(REACTOR_REDIS_DB)
     if left:
         figures.notes.append(f"{name}: message(s) left in Redis after the phase: {left}")
@@ -399,11 +541,33 @@ def anchor_phase(
         figures.notes.append(f"{name}: message(s) left in Redis after the phase: {left}")
 
 
+def durable_phase(
+    args: argparse.Namespace, figures: Figures, logs: Path, workers: list[Worker], *, last: bool
+) -> None:
+    name = f"durable{len(figures.durable_per_s) + 1}"
+    app = "benchmarks.durable_task_anchor"
+    worker = Worker(name, app, None, worker_env(django=False), logs)
+    window: StatWindow | None = None
+    with running(worker, workers):
+        for _ in range(2):
+            durable_wait(durable_submit(args.warmup // 2 or 1)[0], pause=BURST_POLL)
+        if last and args.pg_stats:
+            window = StatWindow(figures, "durable anchor", DURABLE_DB, DURABLE.close)
+        figures.durable_per_s.append(durable_burst(args.burst))
+        wait_acked(DURABLE_BROKER_DB)
+    if window is not None:
+        window.end(args.burst)
+    left = redis_messages(DURABLE_BROKER_DB)
+    if left:
+        figures.notes.append(f"{name}: message(s) left in Redis after the phase: {left}")
+
+
 def measure(args: argparse.Namespace, figures: Figures, logs: Path) -> None:
     workers: list[Worker] = []
     phases: list[tuple[str, Callable[[bool], None]]] = [
-        ("django_reactor", lambda last: reactor_phase(args, figures, logs, workers, latency=last)),
-        ("anchor", lambda last: anchor_phase(args, figures, logs, workers)),
+        ("django_reactor", lambda last: reactor_phase(args, figures, logs, workers, last=last)),
+        ("chain anchor", lambda last: anchor_phase(args, figures, logs, workers)),
+        ("durable anchor", lambda last: durable_phase(args, figures, logs, workers, last=last)),
     ]
     try:
         for round_no in range(args.rounds):
@@ -549,12 +713,18 @@ def report(
     )
     print(f"  submitting {args.burst} runs took: {rounds(figures.submit_s, '{:.2f}')} s")
     print(f"celery chain   chains/s:   {_fmt(chains)}  (rounds: {rounds(figures.chains_per_s)})")
-    if reactors is not None and chains:
-        ratio = reactors / chains
-        verdict = "PASS" if ratio >= TARGET_RATIO else "MISS"
-        print(f"ratio reactors/chains:     {ratio:.2f}   target >= {TARGET_RATIO}   {verdict}")
-    else:
-        print(f"ratio reactors/chains:     n/a   target >= {TARGET_RATIO}   MISS (not measured)")
+    durable = statistics.median(figures.durable_per_s) if figures.durable_per_s else None
+    print(f"durable anchor runs/s:     {_fmt(durable)}  (rounds: {rounds(figures.durable_per_s)})")
+    for label, anchor, target in (
+        ("ratio reactors/chains:     ", chains, TARGET_RATIO),
+        ("ratio reactors/durable:    ", durable, TARGET_DURABLE_RATIO),
+    ):
+        if reactors is not None and anchor:
+            ratio = reactors / anchor
+            verdict = "PASS" if ratio >= target else "MISS"
+            print(f"{label}{ratio:.2f}   target >= {target}   {verdict}")
+        else:
+            print(f"{label}n/a   target >= {target}   MISS (not measured)")
     if figures.latency_s:
         ms = [t * 1000 for t in figures.latency_s]
         print(
@@ -563,6 +733,16 @@ def report(
         )
     else:
         print("latency: not measured")
+    if figures.per_run:
+        print()
+        print("pg_stat per run (last round; caller and worker together)")
+        print(COLUMNS)
+        for system, delta in figures.per_run.items():
+            print(row(system, delta, RUN_TABLES[system]))
+        print(legend(figures.probes))
+        for probe in figures.probes:
+            for error in probe.errors:
+                print(f"note ({probe.database}): {error}")
     for note in figures.notes:
         print(f"note: {note}")
     for error in figures.errors:
@@ -603,6 +783,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--logs", type=Path, default=None, help="keep the workers' logs in this directory"
     )
     parser.add_argument(
+        "--no-pg-stats",
+        dest="pg_stats",
+        action="store_false",
+        help="skip the pg_stat windows of the last round (they add about 25 s)",
+    )
+    parser.add_argument(
         "--db-reuse-max",
         type=int,
         default=None,
@@ -632,6 +818,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     ensure_database(REACTOR_DB)
     setup_django()
+    setup_durable()
     dropped = clean_redis()
     import testproject  # noqa: F401  (the project's Celery app: django_reactor publishes with it)
 

@@ -79,6 +79,9 @@ REACTOR_QUEUE = "django_reactor_bench_map"
 ANCHOR_BROKER_DB = 6
 ANCHOR_BACKEND_DB = 7
 ANCHOR_QUEUE = "celery"  # the anchor's app uses Celery's default queue, alone in its database
+CHUNKS_BROKER_DB = 8  # the durable chunks chord (benchmarks/chunks_anchor.py)
+CHUNKS_BACKEND_DB = 9
+TARGET_CHUNKS = 1.0
 WORKER_PROCESSES = 2
 TARGET_GROUP = 2.0
 TARGET_CHORD = 10.0
@@ -95,6 +98,9 @@ os.environ["CELERY_BROKER_URL"] = f"{REDIS_SERVER}/{REACTOR_REDIS_DB}"
 os.environ["REACTOR_BENCH_QUEUE"] = REACTOR_QUEUE
 os.environ["BROKER"] = f"{REDIS_SERVER}/{ANCHOR_BROKER_DB}"
 os.environ["BACKEND"] = f"{REDIS_SERVER}/{ANCHOR_BACKEND_DB}"
+os.environ["CHUNKS_BROKER"] = f"{REDIS_SERVER}/{CHUNKS_BROKER_DB}"
+os.environ["CHUNKS_BACKEND"] = f"{REDIS_SERVER}/{CHUNKS_BACKEND_DB}"
+os.environ["CHUNKS_DSN"] = f"{PG_SERVER}/{REACTOR_DB}"
 
 
 class BenchmarkError(RuntimeError):
@@ -167,7 +173,10 @@ REDIS_KEYS = {
     REACTOR_REDIS_DB: [f"{REACTOR_QUEUE}*", "unacked*"],
     ANCHOR_BROKER_DB: [f"{ANCHOR_QUEUE}*", "unacked*"],
     ANCHOR_BACKEND_DB: ["celery-task-meta-*", "celery-taskset-meta-*", "*.j", "*.t"],
+    CHUNKS_BROKER_DB: [f"{ANCHOR_QUEUE}*", "unacked*"],
+    CHUNKS_BACKEND_DB: ["celery-task-meta-*", "celery-taskset-meta-*", "*.j", "*.t"],
 }
+RESULT_DBS = (ANCHOR_BACKEND_DB, CHUNKS_BACKEND_DB)
 
 
 def redis_messages(db: int, *, delete: bool = False) -> dict[str, int]:
@@ -178,7 +187,7 @@ def redis_messages(db: int, *, delete: bool = False) -> dict[str, int]:
     client = redis.Redis.from_url(f"{REDIS_SERVER}/{db}")
     try:
         keys = {key for pattern in REDIS_KEYS[db] for key in client.scan_iter(match=pattern)}
-        if db == ANCHOR_BACKEND_DB:
+        if db in RESULT_DBS:
             if keys:
                 found[f"db{db}:results"] = len(keys)
         else:
@@ -548,6 +557,93 @@ def anchor_limit(elements: int) -> float:
     return 60.0 + elements / 20  # seconds: 560 s for 10,000 (a chord ran at 30/s elsewhere)
 
 
+def chunks_burst(count: int, *, limit: float) -> float:
+    """The durable chunks chord over ``count`` elements (``benchmarks/chunks_anchor.py``);
+    seconds until its callback's result (the rows it counted in PostgreSQL) is in."""
+    from benchmarks.chunks_anchor import durable_chord
+
+    batch = uuid.uuid4().hex
+    started = time.perf_counter()
+    result = durable_chord(count, batch).apply_async()
+    deadline = started + limit
+    while not result.ready():
+        if time.perf_counter() > deadline:
+            raise BenchmarkError(f"the chunks chord of {count} gave no result within {limit:.0f} s")
+        time.sleep(POLL)
+    seconds = time.perf_counter() - started
+    value = result.get(timeout=5)
+    if value != count:
+        raise BenchmarkError(f"the chunks chord of {count} stored {value!r} rows")
+    return seconds
+
+
+# ---------------------------------------------------------------------------- pg_stat
+
+
+@dataclass(frozen=True)
+class PgStat:
+    """Counters of the benchmark database (commits, MapResult updates) and of the server's WAL.
+
+    The WAL counters are server-wide: other databases' writes in the window count too.
+    """
+
+    commits: int
+    wal_records: int
+    wal_bytes: int
+    updates: int
+    hot_updates: int
+
+    @classmethod
+    def take(cls) -> PgStat:
+        """A snapshot; call it with no backend of the database left that has not flushed its
+        counters (PostgreSQL 15 flushes a backend's counters when it exits)."""
+        import psycopg
+
+        with psycopg.connect(f"{PG_SERVER}/{REACTOR_DB}", autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            commits = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()
+            wal = conn.execute("SELECT wal_records, wal_bytes FROM pg_stat_wal").fetchone()
+            table = conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                "WHERE relname = 'django_reactor_mapresult'"
+            ).fetchone()
+        return cls(
+            int(commits[0]) if commits else 0,
+            int(wal[0]) if wal else 0,
+            int(wal[1]) if wal else 0,
+            int(table[0]) if table else 0,
+            int(table[1]) if table else 0,
+        )
+
+    def until(self, later: PgStat) -> PgStat:
+        return PgStat(
+            later.commits - self.commits,
+            later.wal_records - self.wal_records,
+            later.wal_bytes - self.wal_bytes,
+            later.updates - self.updates,
+            later.hot_updates - self.hot_updates,
+        )
+
+    def per_element(self, elements: int) -> str:
+        hot = f"{self.hot_updates / self.updates:.0%}" if self.updates else "n/a"
+        return (
+            f"{self.commits / elements:.3f} commits, {self.wal_records / elements:.2f} WAL "
+            f"records, {self.wal_bytes / elements:.0f} WAL bytes per element; MapResult "
+            f"updates {self.updates} ({hot} HOT)"
+        )
+
+
+def quiet_snapshot() -> PgStat:
+    """A pg_stat snapshot after this process's own connection let its counters go."""
+    from django.db import connections
+
+    connections.close_all()
+    time.sleep(0.05)
+    return PgStat.take()
+
+
 # ---------------------------------------------------------------------------- the run
 
 
@@ -562,6 +658,10 @@ class Figures:
     memory: dict[int, list[Memory]] = field(default_factory=dict)
     anchor_memory: dict[int, list[Memory]] = field(default_factory=dict)
     sweep: dict[tuple[int, int], list[MapRun]] = field(default_factory=dict)
+    chunks_s: dict[int, list[float]] = field(default_factory=dict)
+    # pg_stat over the warm-up and the measured run, with the elements they cover.
+    map_pg: dict[int, list[tuple[PgStat, int]]] = field(default_factory=dict)
+    chunks_pg: dict[int, list[tuple[PgStat, int]]] = field(default_factory=dict)
     summary_ms: float | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     failing_summary_ms: float | None = None
@@ -591,6 +691,11 @@ class Bench:
                 f"reactor{self.count}", "testproject", REACTOR_QUEUE, worker_env(django=True),
                 self.logs,
             )  # fmt: skip
+        if kind == "chunks":
+            return Worker(
+                f"chunks{self.count}", "benchmarks.chunks_anchor", None, worker_env(django=False),
+                self.logs,
+            )  # fmt: skip
         return Worker(
             f"anchor{self.count}", "benchmarks.map_anchor", None, worker_env(django=False),
             self.logs,
@@ -606,6 +711,7 @@ class Bench:
 
         reactor = REACTORS[DEFAULT]
         worker = self._worker("reactor")
+        before = quiet_snapshot()
         with running(worker, self.workers):
             measure_map(reactor, WARMUP_ELEMENTS, limit=map_limit(WARMUP_ELEMENTS))
             pool = worker.pool()
@@ -621,7 +727,30 @@ class Bench:
                 ms, summary = time_summary(run.map_id, self.args.summary_calls)
                 self.figures.summary_ms, self.figures.summary = ms, summary
             wait_acked(REACTOR_REDIS_DB)
+        # The worker's backends flushed their counters as they exited.
+        stat = before.until(quiet_snapshot())
+        self.figures.map_pg.setdefault(elements, []).append((stat, elements + WARMUP_ELEMENTS))
         self._left(worker, REACTOR_REDIS_DB)
+
+    def chunks_phase(self, elements: int) -> None:
+        """The durable chunks chord, on its own worker (the fair anchor)."""
+        from benchmarks import chunks_anchor
+
+        chunks_anchor.create_table()
+        chunks_anchor.empty_table()
+        worker = self._worker("chunks")
+        before = quiet_snapshot()
+        with running(worker, self.workers):
+            chunks_burst(WARMUP_ELEMENTS, limit=60)
+            seconds = chunks_burst(elements, limit=anchor_limit(elements))
+            self.figures.chunks_s.setdefault(elements, []).append(seconds)
+            wait_acked(CHUNKS_BROKER_DB)
+        chunks_anchor.connection().close()
+        stat = before.until(quiet_snapshot())
+        self.figures.chunks_pg.setdefault(elements, []).append((stat, elements + WARMUP_ELEMENTS))
+        self._left(worker, CHUNKS_BROKER_DB)
+        redis_messages(CHUNKS_BACKEND_DB, delete=True)
+        chunks_anchor.empty_table()
 
     def anchor_phase(self, elements: int, order: int) -> None:
         worker = self._worker("anchor")
@@ -676,18 +805,24 @@ class Bench:
         self._left(worker, REACTOR_REDIS_DB)
 
     def measure(self) -> None:
-        sizes = sorted({self.args.small, self.args.elements})
+        sizes = sorted({self.args.small, self.args.elements, *self.args.large})
+        celery_sizes = {self.args.small, self.args.elements}
         try:
             for round_no in range(self.args.repeat):
                 phases: list[tuple[str, Any]] = []
                 for elements in sizes:
-                    pair = [
-                        (f"map N={elements}", lambda n=elements: self.map_phase(n)),
-                        (
-                            f"group+chord N={elements}",
-                            lambda n=elements, r=round_no: self.anchor_phase(n, r),
-                        ),
-                    ]
+                    pair = [(f"map N={elements}", lambda n=elements: self.map_phase(n))]
+                    if elements in celery_sizes and not self.args.no_celery:
+                        pair.append(
+                            (
+                                f"group+chord N={elements}",
+                                lambda n=elements, r=round_no: self.anchor_phase(n, r),
+                            )
+                        )
+                    if elements >= self.args.elements:
+                        pair.append(
+                            (f"chunks chord N={elements}", lambda n=elements: self.chunks_phase(n))
+                        )
                     phases += pair if round_no % 2 == 0 else pair[::-1]
                 phases.append(("batch/chunk sweep", lambda r=round_no: self.sweep_phase(r)))
                 for name, phase in phases:
@@ -896,10 +1031,11 @@ def _rate(value: float | None) -> str:
 def report(args: argparse.Namespace, figures: Figures, dropped: dict[str, int], elapsed: float):
     from benchmarks.map_reactors import DEFAULT
 
-    sizes = sorted({args.small, args.elements})
+    sizes = sorted({args.small, args.elements, *args.large})
     print(
         f"map fan-out: map_over(fan_out=True, batch_size={DEFAULT[0]}, chunk_size={DEFAULT[1]}) "
-        f"of no-op elements vs a Celery group and a Celery chord of no-op tasks; one worker, "
+        f"of no-op elements vs a durable Celery chord of chunks of 50 (the fair anchor), a "
+        f"Celery group and a Celery chord of no-op tasks; one worker, "
         f"-P prefork -c {WORKER_PROCESSES}; {args.repeat} repeat(s)"
     )
     print(context_line(figures))
@@ -935,12 +1071,30 @@ def report(args: argparse.Namespace, figures: Figures, dropped: dict[str, int], 
                 verdict = "PASS" if m / cg >= TARGET_CHORD else "MISS"
                 print(f"  ratio map/chord (.get): {m / cg:6.2f}   target >= {TARGET_CHORD}   "
                       f"{verdict}")  # fmt: skip
-        for label, other, target in (("group", g, TARGET_GROUP), ("chord", c, TARGET_CHORD)):
+        durable = [n / s for s in figures.chunks_s.get(n, [])]
+        d = _median(durable)
+        if durable:
+            print(f"  durable chunks chord elements/s: {_rate(d):>6}  (repeats: "
+                  f"{rounds(durable)}; chunks of 50, each committed in one INSERT; callback "
+                  "result polled)")  # fmt: skip
+        for stat, covered in figures.map_pg.get(n, []):
+            print(f"  pg_stat, map (with the {WARMUP_ELEMENTS}-element warm-up): "
+                  f"{stat.per_element(covered)}")  # fmt: skip
+        for stat, covered in figures.chunks_pg.get(n, []):
+            print(f"  pg_stat, chunks chord (with the warm-up): {stat.per_element(covered)}")
+        checks = (
+            ("durable chunks chord", d, TARGET_CHUNKS),
+            ("group", g, TARGET_GROUP),
+            ("chord", c, TARGET_CHORD),
+        )
+        for label, other, target in checks:
             if m is not None and other:
                 ratio = m / other
                 verdict = "PASS" if ratio >= target else "MISS"
                 print(f"  ratio map/{label}: {ratio:6.2f}   target >= {target}   {verdict}")
-            else:
+            elif (label == "durable chunks chord" and n >= args.elements) or (
+                label != "durable chunks chord" and n in (args.small, args.elements)
+            ):
                 print(f"  ratio map/{label}:    n/a   target >= {target}")
         for memory in figures.memory.get(n, []):
             print(f"  peak RSS, map:   {memory.text()}")
@@ -1040,7 +1194,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="2000 / 500 elements, no batch/chunk sweep"
     )
     parser.add_argument(
+        "--large",
+        type=int,
+        action="append",
+        default=None,
+        help="a larger N measured for the map and the durable chunks chord only (100000; "
+        "repeatable; 0: none)",
+    )
+    parser.add_argument(
         "--no-sweep", action="store_true", help="skip the batch_size / chunk_size sweep"
+    )
+    parser.add_argument(
+        "--no-celery",
+        action="store_true",
+        help="skip the one-task-per-element Celery group and chord",
     )
     parser.add_argument("--summary-calls", type=int, default=15, help="timed summary() calls (15)")
     parser.add_argument(
@@ -1056,6 +1223,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.elements = 2000 if args.quick else 10000
     if args.small is None:
         args.small = 500 if args.quick else 1000
+    if args.large is None:
+        args.large = [5000] if args.quick else [100000]
+    args.large = [n for n in args.large if n > 0]
     if args.quick:
         args.no_sweep = True
     if min(args.elements, args.small, args.repeat, args.summary_calls) < 1:

@@ -493,15 +493,16 @@ def render_svg(
 # ---------------------------------------------------------------------- stored runs
 
 
-def step_states(execution: Any, records: Iterable[Any]) -> dict[str, str]:
+def step_states(
+    execution: Any, records: Iterable[Any], shape: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """Each step's drawing state for a stored run, from its ``Execution`` and ``StepRecord`` rows.
 
-    Steps the run knew when it started (``execution.definition_shape``) and has no record of
+    Steps the run knew when it started (``shape``, see ``store.stored_shape``) and has no record of
     are ``pending``, except the execution's ``current_step``: ``running`` while the execution
     runs, ``parked`` while it is pending with a ``wake_at`` (a retry waiting for its time).
     """
-    shape = getattr(execution, "definition_shape", None) or {}
-    result: dict[str, str] = {str(name): PENDING for name in shape}
+    result: dict[str, str] = {str(name): PENDING for name in shape or {}}
     for record in records:
         result[record.step] = _record_state(record)
     current = getattr(execution, "current_step", "") or ""

@@ -37,15 +37,9 @@ class Execution(models.Model):
     definition_hash = models.CharField(
         _("definition hash"),
         max_length=64,
-        help_text=_("Fingerprint of the reactor's steps and edges when the run started."),
-    )
-    definition_shape = models.JSONField(
-        _("definition shape"),
-        default=dict,
-        blank=True,
         help_text=_(
-            "Each step's implementation and dependencies when the run started: a resumed run "
-            "is refused if a step it already ran has changed."
+            "Fingerprint of the reactor's steps and edges when the run started; the steps "
+            "themselves are kept once per fingerprint (see Definition)."
         ),
     )
     status = models.CharField(
@@ -78,6 +72,7 @@ class Execution(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="children",
+        db_index=False,  # reactor_exec_child_uniq (parent, parent_step) serves lookups
     )
     root = models.ForeignKey(
         "self",
@@ -86,6 +81,7 @@ class Execution(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="descendants",
+        db_index=False,  # reactor_exec_root_idx, for children only
     )
     detached = models.BooleanField(
         _("detached"),
@@ -174,8 +170,13 @@ class Execution(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["status", "updated_at"], name="reactor_exec_status_idx"),
-            models.Index(fields=["reactor", "created_at"], name="reactor_exec_reactor_idx"),
+            # No index holds a column a routine checkpoint writes (updated_at, current_step,
+            # current_attempt, wake_at): those updates stay HOT, one heap write and no index
+            # write each. The lease index changes only when the heartbeat extends a lease.
+            models.Index(fields=["status", "created_at", "id"], name="reactor_exec_by_status_idx"),
+            models.Index(
+                fields=["reactor", "created_at", "id"], name="reactor_exec_by_reactor_idx"
+            ),
             # The admin's and the API's newest-first pages.
             models.Index(fields=["created_at", "id"], name="reactor_exec_created_idx"),
             models.Index(
@@ -189,6 +190,11 @@ class Execution(models.Model):
                 condition=Q(correlation_id__isnull=False),
             ),
             models.Index(
+                fields=["root"],
+                name="reactor_exec_root_idx",
+                condition=Q(root__isnull=False),
+            ),
+            models.Index(
                 fields=["lease_expires_at"],
                 name="reactor_exec_lease_idx",
                 condition=Q(status__in=["running", "rolling_back"]),
@@ -199,12 +205,40 @@ class Execution(models.Model):
         return f"{self.reactor.rsplit('.', 1)[-1]} {self.id} ({self.status})"
 
 
+class Definition(models.Model):
+    """A reactor's steps and their dependencies, kept once per definition fingerprint.
+
+    Every run names its definition by ``Execution.definition_hash``; a resumed run is refused
+    when a step it already ran has changed since (see ``ReactorDefinition.incompatibilities``).
+    Rows are written with the first run of each fingerprint and never change.
+    """
+
+    hash = models.CharField(_("definition hash"), max_length=64, primary_key=True)
+    shape = models.JSONField(
+        _("shape"),
+        default=dict,
+        help_text=_("Each step's implementation and dependencies."),
+    )
+    created_at = models.DateTimeField(_("first run at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("reactor definition")
+        verbose_name_plural = _("reactor definitions")
+
+    def __str__(self) -> str:
+        return self.hash
+
+
 class StepRecord(models.Model):
     """The checkpointed outcome of one step in one execution."""
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(
-        Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="steps"
+        Execution,
+        verbose_name=_("execution"),
+        on_delete=models.CASCADE,
+        related_name="steps",
+        db_index=False,  # the unique constraint on (execution, ...) serves lookups
     )
     step = models.CharField(_("step"), max_length=255)
     status = models.CharField(
@@ -252,7 +286,11 @@ class ExecutionEvent(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(
-        Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="events"
+        Execution,
+        verbose_name=_("execution"),
+        on_delete=models.CASCADE,
+        related_name="events",
+        db_index=False,  # the unique constraint on (execution, ...) serves lookups
     )
     seq = models.PositiveIntegerField(_("sequence"))
     kind = models.CharField(_("kind"), max_length=_max_length(EventKind), choices=EventKind.choices)
@@ -321,6 +359,8 @@ class Dispatch(models.Model):
                 name="reactor_dispatch_unsent_idx",
                 condition=Q(sent_at__isnull=True),
             ),
+            # The admin's list filtered by reason, newest first.
+            models.Index(fields=["reason", "id"], name="reactor_dispatch_reason_idx"),
         ]
 
     def __str__(self) -> str:
@@ -337,7 +377,11 @@ class Interrupt(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(
-        Execution, verbose_name=_("execution"), on_delete=models.CASCADE, related_name="interrupts"
+        Execution,
+        verbose_name=_("execution"),
+        on_delete=models.CASCADE,
+        related_name="interrupts",
+        db_index=False,  # the unique constraint on (execution, ...) serves lookups
     )
     reactor = models.CharField(_("reactor"), max_length=255)
     step = models.CharField(_("step"), max_length=255)
@@ -388,6 +432,14 @@ class Interrupt(models.Model):
                 condition=Q(status="waiting", expires_at__isnull=False),
             ),
             models.Index(fields=["correlation_id"], name="reactor_interrupt_corr_idx"),
+            # The admin's list, newest first: whole, by status, by reactor.
+            models.Index(fields=["created_at", "id"], name="reactor_interrupt_created_idx"),
+            models.Index(
+                fields=["status", "created_at", "id"], name="reactor_interrupt_status_idx"
+            ),
+            models.Index(
+                fields=["reactor", "created_at", "id"], name="reactor_interrupt_reactor_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -460,6 +512,8 @@ class MapRun(models.Model):
     settled = models.PositiveIntegerField(_("settled"), default=0)
     succeeded = models.PositiveIntegerField(_("succeeded"), default=0)
     failed = models.PositiveIntegerField(_("failed"), default=0)
+    halted = models.PositiveIntegerField(_("halted"), default=0)
+    not_started = models.PositiveIntegerField(_("not started"), default=0)
     stop_reason = models.CharField(
         _("stop reason"),
         max_length=16,
@@ -493,6 +547,12 @@ class MapRun(models.Model):
     )
     rollback_total = models.PositiveIntegerField(_("elements to undo"), default=0)
     rollback_settled = models.PositiveIntegerField(_("elements undone"), default=0)
+    undone = models.PositiveIntegerField(
+        _("undone"), default=0, help_text=_("Elements whose undo succeeded.")
+    )
+    undo_failed = models.PositiveIntegerField(
+        _("undo failed"), default=0, help_text=_("Elements whose undo failed.")
+    )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -509,14 +569,79 @@ class MapRun(models.Model):
                 name="reactor_map_active_idx",
                 condition=Q(status__in=["running", "rolling_back"]),
             ),
+            # The admin's list of maps, newest first.
+            models.Index(fields=["created_at", "id"], name="reactor_map_created_idx"),
         ]
 
     def __str__(self) -> str:
         return f"{self.step} of {self.execution_id} ({self.status})"
 
 
+class MapChunk(models.Model):
+    """A run of consecutive elements of a map, claimed and settled as one (a chunk lease).
+
+    Written once per chunk when the source is read (with its items), once when a task claims
+    it and once when it settles: the element slots are not rewritten to be claimed. The task
+    holding a chunk (``claimed_by``) keeps its lease alive from the process's heartbeat; a
+    chunk whose lease lapsed (its worker died) is claimed again by another task.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        RUNNING = "running", _("Running")
+        SETTLED = "settled", _("Settled")
+        NOT_STARTED = "not_started", _("Not started")
+        UNDOING = "undoing", _("Being undone")
+        UNDONE = "undone", _("Undone")
+
+    id = models.BigAutoField(primary_key=True)
+    map_run = models.ForeignKey(
+        MapRun,
+        verbose_name=_("map"),
+        on_delete=models.CASCADE,
+        related_name="chunks",
+        db_index=False,  # the (map, first) unique index serves it
+    )
+    first = models.PositiveIntegerField(_("first index"))
+    size = models.PositiveIntegerField(_("size"))
+    items = models.JSONField(_("items"), default=list, help_text=_("The chunk's source items."))
+    status = models.CharField(
+        _("status"), max_length=11, choices=Status.choices, default=Status.PENDING
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    claimed_by = models.CharField(
+        _("claimed by"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_("The task holding the chunk (its claim token)."),
+    )
+    lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
+    succeeded = models.PositiveIntegerField(
+        _("succeeded"), default=0, help_text=_("Elements of the chunk that succeeded.")
+    )
+
+    class Meta:
+        verbose_name = _("map chunk")
+        verbose_name_plural = _("map chunks")
+        ordering = ["map_run_id", "first"]
+        constraints = [
+            models.UniqueConstraint(fields=["map_run", "first"], name="reactor_chunk_first_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["map_run", "status", "first"], name="reactor_chunk_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"elements {self.first}+{self.size} of map {self.map_run_id} ({self.status})"
+
+
 class MapResult(models.Model):
-    """One element of a map: its source item, status, value or error, and what undoes it."""
+    """One element of a map: its source item, status, value or error, and what undoes it.
+
+    Written when its chunk is first claimed (``running``) and when it settles; no index covers
+    ``status``, so a settle is a HOT update (the table keeps free space in every page).
+    """
 
     id = models.BigAutoField(primary_key=True)
     map_run = models.ForeignKey(
@@ -558,7 +683,12 @@ class MapResult(models.Model):
             models.UniqueConstraint(fields=["map_run", "index"], name="reactor_map_index_uniq"),
         ]
         indexes = [
-            models.Index(fields=["map_run", "status", "index"], name="reactor_map_status_idx"),
+            # The failure sample and the halted element: only slots with an error.
+            models.Index(
+                fields=["map_run", "index"],
+                name="reactor_map_error_idx",
+                condition=Q(error__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -85,3 +85,5 @@ CELERY_BROKER_URL = (
     if "Redis" in SERVICE_PROBLEMS
     else os.environ.get("CELERY_BROKER_URL", REDIS_URL.rsplit("/", 1)[0] + "/10")
 )
+# As recommended for workers (django_reactor.W005 otherwise).
+CELERY_DB_REUSE_MAX = 1000

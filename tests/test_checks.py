@@ -70,6 +70,16 @@ def test_sqlite_is_flagged_for_deployment(settings: Any) -> None:
     assert ids(check_database()) == expected
 
 
+def test_workers_that_close_their_connection_after_every_task_are_flagged(settings: Any) -> None:
+    del settings.CELERY_DB_REUSE_MAX
+    messages = [m for m in check_database() if m.id == "django_reactor.W005"]
+    assert len(messages) == 1
+    assert "CELERY_DB_REUSE_MAX is not set" in messages[0].msg
+    assert "CELERY_DB_REUSE_MAX = 1000" in (messages[0].hint or "")
+    settings.CELERY_DB_REUSE_MAX = 1000
+    assert "django_reactor.W005" not in ids(check_database())
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_prepared_checkpoints_behind_a_pooler_are_flagged() -> None:

@@ -24,7 +24,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from .. import registry, services
+from .. import registry, services, store
 from ..display import duration_seconds, format_duration, short_json
 from ..engine.outcomes import ErrorInfo
 from ..exceptions import ReactorNotRegistered
@@ -43,6 +43,7 @@ from .display import (
 )
 from .maps import map_sections
 from .operations import ExecutionOperations
+from .paging import KeysetAdmin, KeysetChangeList
 
 # ---------------------------------------------------------------------------- filters
 
@@ -69,20 +70,25 @@ class ReactorListFilter(admin.SimpleListFilter):
 # ---------------------------------------------------------------------------- executions
 
 
-class ExecutionChangeList(ChangeList):
-    """The changelist leaves the large JSON columns in the database (pages of 100,000 runs)."""
+class ExecutionChangeList(KeysetChangeList):
+    """Pages of runs leave the large JSON columns in the database."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
         return (
             super()
             .get_queryset(request, exclude_parameters)
-            .defer("inputs", "result", "failure", "definition_shape", "secret_paths")
+            .defer("inputs", "result", "failure", "secret_paths", "coordination")
         )
 
 
 @admin.register(Execution)
-class ExecutionAdmin(ExecutionOperations):
-    """Runs, read-only; cancel, undo, retry and resume through ``services``."""
+class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
+    """Runs, read-only; cancel, undo, retry and resume through ``services``.
+
+    The list is newest first, counted up to ``count_limit`` runs, numbered that far and paged
+    by keyset beyond (``paging``). Its filters and its one sort, by creation time, are served by
+    the indexes on (status, created_at, id), (reactor, created_at, id) and (created_at, id).
+    """
 
     list_display = (
         "run",
@@ -95,12 +101,12 @@ class ExecutionAdmin(ExecutionOperations):
         "duration",
     )
     list_display_links = ("run",)
-    # No date_hierarchy: its DISTINCT over every run's date is a full scan of 100,000 rows.
+    # No date_hierarchy: its DISTINCT over every run's date is a full scan of the runs.
     list_filter = (ReactorListFilter, "status", "created_at")
+    sortable_by = ("created_at",)
     search_fields = ("=id", "=idempotency_key", "=interrupts__correlation_id")
     search_help_text = _("An execution id, an idempotency key or a correlation id (exact).")
     list_select_related = False
-    show_full_result_count = False
     list_per_page = 50
     ordering = ("-created_at",)
     actions = ("cancel_selected", "undo_selected", "retry_selected")
@@ -185,19 +191,19 @@ class ExecutionAdmin(ExecutionOperations):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ExecutionChangeList
 
-    @admin.display(description=_("run"), ordering="id")
+    @admin.display(description=_("run"))
     def run(self, obj: Execution) -> str:
         return str(obj.id)[:8]
 
-    @admin.display(description=_("reactor"), ordering="reactor")
+    @admin.display(description=_("reactor"))
     def reactor_name(self, obj: Execution) -> SafeString:
         return short_reactor(obj.reactor)
 
-    @admin.display(description=_("status"), ordering="status")
+    @admin.display(description=_("status"))
     def status_badge(self, obj: Execution) -> SafeString:
         return status_badge(obj.status, obj.get_status_display())
 
-    @admin.display(description=_("correlation id"), ordering="correlation_id")
+    @admin.display(description=_("correlation id"))
     def correlation(self, obj: Execution) -> str:
         # The store keeps the latest interrupt's correlation id on the run itself.
         return obj.correlation_id or ""
@@ -279,7 +285,9 @@ class ExecutionAdmin(ExecutionOperations):
         except ReactorNotRegistered as exc:
             graph_problem = str(exc)
         if definition is not None:
-            graph = render_svg(definition, step_states(obj, records))
+            graph = render_svg(
+                definition, step_states(obj, records, store.stored_shape(obj, strict=False))
+            )
 
         steps = []
         for record in records:

@@ -11,7 +11,6 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import (
     Count,
     F,
@@ -48,6 +47,7 @@ from .display import (
 )
 from .forms import ResumeForm, serializer_example, serializer_help
 from .maps import parked_maps, waiting_since
+from .paging import CappedPaginator
 
 # At most this many per-run error messages after a bulk action (the rest are counted).
 MAX_ERROR_MESSAGES = 20
@@ -415,8 +415,11 @@ class ExecutionOperations(admin.ModelAdmin):
             .only("id", "reactor", "status", "current_step", "updated_at", "wake_at")
             .order_by(F("wake_at").asc(nulls_last=True), "updated_at")
         )
-        interrupts_page = Paginator(waiting, self.list_per_page).get_page(request.GET.get("ip"))
-        pending_page = Paginator(pending, self.list_per_page).get_page(request.GET.get("pp"))
+        # Counted up to COUNT_LIMIT rows each, and paged that far.
+        interrupts_page = CappedPaginator(waiting, self.list_per_page).get_page(
+            request.GET.get("ip")
+        )
+        pending_page = CappedPaginator(pending, self.list_per_page).get_page(request.GET.get("pp"))
         # Annotated rows (last_kind, last_step...): the page's type does not carry them.
         pending_rows: list[Any] = list(pending_page)
         maps = parked_maps(pending_rows)

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.db.models.fields.json import KT
@@ -20,14 +21,18 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Dispatch, Interrupt, MapResult, MapRun
-from ..states import MapStatus
+from ..states import ElementStatus, MapStatus
 from .display import APP, execution_link, pretty_json, short_reactor, status_badge
+from .executions import ReactorListFilter
+from .paging import KeysetAdmin, KeysetChangeList
 
 # Characters of an element's error message shown in the element list.
 SHORT_ERROR = 160
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class _ReadOnlyAdmin(KeysetAdmin):
+    """A read-only list with a capped count and keyset pages (``paging``)."""
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -53,23 +58,36 @@ class InterruptAdmin(_ReadOnlyAdmin):
         "created_at",
         "closed_at",
     )
-    list_filter = ("status", "reactor", "created_at")
-    date_hierarchy = "created_at"
-    search_fields = ("=correlation_id", "=step")
-    show_full_result_count = False
+    # No date_hierarchy (a DISTINCT over every row's date); the reactor filter offers the
+    # registered reactors (a DISTINCT over the rows would read them all).
+    list_filter = ("status", ReactorListFilter, "created_at")
+    search_fields = ("=correlation_id",)
+    search_help_text = _("A correlation id (exact).")
+    ordering = ("-created_at",)
+    sortable_by = ("created_at",)
     exclude = ("token_hash",)
 
-    @admin.display(description=_("execution"), ordering="execution_id")
+    @admin.display(description=_("execution"))
     def run(self, obj: Interrupt) -> SafeString:
         return execution_link(obj.execution_id)
 
-    @admin.display(description=_("reactor"), ordering="reactor")
+    @admin.display(description=_("reactor"))
     def reactor_name(self, obj: Interrupt) -> SafeString:
         return short_reactor(obj.reactor)
 
-    @admin.display(description=_("status"), ordering="status")
+    @admin.display(description=_("status"))
     def status_badge(self, obj: Interrupt) -> SafeString:
         return status_badge(obj.status, obj.get_status_display())
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Interrupt], search_term: str
+    ) -> tuple[QuerySet[Interrupt], bool]:
+        # Exact, so the correlation id's index serves it (the admin's "=" is a case-blind
+        # comparison no index serves).
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(correlation_id=term), False
 
     @admin.display(description=_("invalid payloads"))
     def attempts(self, obj: Interrupt) -> str:
@@ -97,12 +115,16 @@ class DispatchAdmin(_ReadOnlyAdmin):
     """The outbox of Celery tasks, read-only: unsent rows show what a crash left behind."""
 
     list_display = ("id", "run", "reason", "not_before", "created_at", "sent_at")
-    list_filter = ("reason", SentFilter, "created_at")
-    date_hierarchy = "created_at"
+    # Newest first by id (the primary key's index; (reason, id) serves the reason filter and
+    # the partial index of unsent rows the "not sent" one). No date filter or hierarchy: no
+    # index orders the rows by date and id at once.
+    list_filter = ("reason", SentFilter)
     search_fields = ("=execution__id",)
-    show_full_result_count = False
+    search_help_text = _("An execution id (exact).")
+    ordering = ("-id",)
+    sortable_by = ("id",)
 
-    @admin.display(description=_("execution"), ordering="execution_id")
+    @admin.display(description=_("execution"))
     def run(self, obj: Dispatch) -> SafeString:
         return execution_link(obj.execution_id)
 
@@ -147,19 +169,19 @@ class MapRunAdmin(_ReadOnlyAdmin):
     list_filter = ("status", "fan_out", "created_at")
     search_fields = ("=execution__id",)
     search_help_text = _("An execution id (exact).")
-    show_full_result_count = False
     ordering = ("-created_at",)
+    sortable_by = ("created_at",)
     exclude = ("shared",)
     readonly_fields = ("shared_json",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[MapRun]:
         return super().get_queryset(request).defer("shared")
 
-    @admin.display(description=_("execution"), ordering="execution_id")
+    @admin.display(description=_("execution"))
     def run(self, obj: MapRun) -> SafeString:
         return execution_link(obj.execution_id)
 
-    @admin.display(description=_("status"), ordering="status")
+    @admin.display(description=_("status"))
     def status_badge(self, obj: MapRun) -> SafeString:
         return status_badge(obj.status, obj.get_status_display())
 
@@ -222,7 +244,34 @@ class MapFilter(admin.SimpleListFilter):
         return queryset.filter(map_run_id=map_id) if map_id else queryset.none()
 
 
-class MapResultChangeList(ChangeList):
+# Element statuses the list filters by: those of elements with an error, which the partial
+# index on (map, index) of slots with an error serves. No index holds an element's status (a
+# settle stays a HOT update), so filtering by another status would read the whole map; the
+# map's counters on its run's page give those totals.
+ERROR_STATUSES = (ElementStatus.FAILED, ElementStatus.HALTED)
+
+
+class ElementStatusFilter(admin.SimpleListFilter):
+    """Failed or halted elements, offered once the list shows one map."""
+
+    title = _("status")
+    parameter_name = "status__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, Any]]:
+        if not request.GET.get(MapFilter.parameter_name):
+            return []
+        return [(status.value, status.label) for status in ERROR_STATUSES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        if value not in ERROR_STATUSES:
+            raise IncorrectLookupParameters(f"the elements are not listed by status {value!r}")
+        return queryset.filter(status=value, error__isnull=False)
+
+
+class MapResultChangeList(KeysetChangeList):
     """Pages of elements leave items, values, undo data and tracebacks in the database: only
     the error's message is read, through a JSON key lookup."""
 
@@ -248,10 +297,11 @@ class MapResultAdmin(_ReadOnlyAdmin):
 
     list_display = ("index", "status_badge", "error_message", "attempts", "finished_at", "map")
     list_display_links = ("index",)
-    list_filter = (MapFilter, "status")
+    list_filter = (MapFilter, ElementStatusFilter)
     list_per_page = 100
-    show_full_result_count = False
+    # By map and index only: the unique index on (map, index) serves it at any depth.
     ordering = ("map_run_id", "index")
+    sortable_by = ()
     list_select_related = False
     fields = (
         "map_link",
@@ -300,7 +350,7 @@ class MapResultAdmin(_ReadOnlyAdmin):
             return self.list_display[:-1]
         return self.list_display
 
-    @admin.display(description=_("status"), ordering="status")
+    @admin.display(description=_("status"))
     def status_badge(self, obj: MapResult) -> SafeString:
         return status_badge(obj.status, obj.get_status_display())
 
@@ -315,7 +365,7 @@ class MapResultAdmin(_ReadOnlyAdmin):
             message = message[: SHORT_ERROR - 1] + "…"
         return message
 
-    @admin.display(description=_("map"), ordering="map_run_id")
+    @admin.display(description=_("map"))
     def map(self, obj: MapResult) -> SafeString:
         url = reverse(f"admin:{APP}_mapresult_changelist")
         return format_html(

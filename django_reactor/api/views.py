@@ -123,7 +123,10 @@ def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
 
 
 class ExecutionPagination(CursorPagination):
-    ordering = "-created_at"
+    """Newest first by a cursor on the creation time: each page is an index range on
+    (created_at, id), never a count or an offset over the runs (the id breaks ties)."""
+
+    ordering = ("-created_at", "-id")
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500

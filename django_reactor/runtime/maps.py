@@ -174,9 +174,9 @@ class MapRunnerMixin:
         return _outcome(run, spec)
 
     def _resumed_inline(self, run: Any) -> bool:
-        # An inline map found running with claimed slots: the process that claimed them died
+        # An inline map found running with claimed chunks: the process that claimed them died
         # (the run's own lease guarantees no other process is working on it).
-        return store.maps.count(run.pk, [ElementStatus.RUNNING]) > 0
+        return store.maps.running_chunks(run.pk)
 
     def map_parked(self, step: str) -> None:
         run = store.maps.find(self.parent_id, step)
@@ -449,9 +449,10 @@ def work(map_id: uuid.UUID | str, *, forward: bool) -> None:
     spec = _spec_of(run)
     if spec is None:
         return
-    if forward and run.status != MapStatus.RUNNING:
-        return
-    if not forward and run.status != MapStatus.ROLLING_BACK:
+    if run.status != (MapStatus.RUNNING if forward else MapStatus.ROLLING_BACK):
+        # Nothing left for this task: its dispatch is taken all the same (the sweeper would
+        # publish it again otherwise).
+        store.maps.took_dispatches(run.pk)
         return
     _work(run.pk, spec, forward=forward, budget=TASK_BUDGET)
 
@@ -482,35 +483,36 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
     tolerated = None if run.atomic else run.max_failures
     deadline = time.monotonic() + budget if budget is not None else None
     token = uuid.uuid4().hex
-    # The process's heartbeat thread keeps the slots this task holds leased meanwhile.
+    # The process's heartbeat thread keeps the chunk this task holds leased meanwhile.
     with store.maps.SlotKeeper(map_id, token):
-        claimed, stopped = store.reconnecting(
-            lambda: store.maps.claim(map_id, run.chunk_size, forward=forward, token=token),
+        claim, stopped = store.reconnecting(
+            lambda: store.maps.claim(map_id, forward=forward, token=token),
             what=f"claiming elements of map {map_id}",
         )
         failed = run.failed  # the map's failures so far, as each settle leaves them
-        while claimed:
+        while claim is not None:
+            claimed = claim.slots
             items = _items(claimed, model)
             # Out of time: settle without claiming more, and hand the rest to a fresh task.
             out_of_time = deadline is not None and time.monotonic() > deadline
-            more = 0 if out_of_time else run.chunk_size
             if forward:
                 allowed = None if tolerated is None else tolerated - failed
                 writes = _run_chunk(map_id, spec, shared, claimed, items, allowed, stopped)
             else:
                 writes = _undo_chunk(map_id, spec, shared, claimed, items)
+            chunk = claim.chunk
             try:
-                failed, (claimed, stopped) = _settle(
-                    map_id, writes, forward, tolerated, token, more, failed
+                failed, (claim, stopped) = _settle(
+                    map_id, chunk, writes, forward, tolerated, token, not out_of_time, failed
                 )
             except store.CONNECTION_ERRORS:
                 # The elements ran: store their outcomes on a new connection (a settle that did
-                # commit writes nothing the second time, since it only writes slots this task
-                # still holds), then let a fresh task claim what is left.
+                # commit writes nothing the second time, since it only writes a chunk this
+                # task still holds), then let a fresh task claim what is left.
                 store.refresh_connections()
                 store.reconnecting(
                     functools.partial(
-                        _settle, map_id, writes, forward, tolerated, token, 0, failed
+                        _settle, map_id, chunk, writes, forward, tolerated, token, False, failed
                     ),
                     what=f"settling elements of map {map_id}",
                 )
@@ -523,21 +525,24 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
 
 def _settle(
     map_id: uuid.UUID,
+    chunk: int,
     writes: list[store.maps.SlotWrite],
     forward: bool,
     tolerated: int | None,
     token: str,
-    claim_next: int,
+    claim_next: bool,
     failed: int,
-) -> tuple[int, tuple[list[store.maps.Claimed], bool]]:
-    """Store a chunk's outcomes (and claim the next ``claim_next`` slots in the same
-    transaction): the map's failures so far, and the next chunk."""
+) -> tuple[int, tuple[store.maps.Claim | None, bool]]:
+    """Store a chunk's outcomes (and claim the next chunk in the same transaction): the
+    map's failures so far, and the next chunk."""
     if forward:
         settled, following = store.maps.settle(
-            map_id, writes, tolerated=tolerated, token=token, claim_next=claim_next
+            map_id, chunk, writes, tolerated=tolerated, token=token, claim_next=claim_next
         )
         return settled.failed, following
-    _, following = store.maps.settle_rollback(map_id, writes, token=token, claim_next=claim_next)
+    _, following = store.maps.settle_rollback(
+        map_id, chunk, writes, token=token, claim_next=claim_next
+    )
     return failed, following
 
 
@@ -587,20 +592,17 @@ def _run_chunk(
                 "map had stopped meanwhile",
             )
             writes.append(
-                store.maps.SlotWrite(
-                    slot.id, slot.index, ElementStatus.FAILED, error=error.to_dict()
-                )
+                store.maps.SlotWrite(slot.index, ElementStatus.FAILED, error=error.to_dict())
             )
             continue
         if stop:
-            writes.append(store.maps.SlotWrite(slot.id, slot.index, ElementStatus.NOT_STARTED))
+            writes.append(store.maps.SlotWrite(slot.index, ElementStatus.NOT_STARTED))
             continue
         identity = element_id(map_id, slot.index)
         with running_element(map_id, slot.index):
             outcome = _run_one(spec, shared, items[slot.index], max_delay, identity)
         writes.append(
             store.maps.SlotWrite(
-                slot.id,
                 slot.index,
                 outcome.status,
                 value=outcome.value if outcome.status == ElementStatus.SUCCEEDED else None,
@@ -682,7 +684,6 @@ def _undo_chunk(
                 ]
         writes.append(
             store.maps.SlotWrite(
-                slot.id,
                 slot.index,
                 ElementStatus.UNDO_FAILED if failures else ElementStatus.UNDONE,
                 error=[f.to_dict() for f in failures] if failures else None,

@@ -17,7 +17,6 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from ..conf import reactor_settings
 from ..engine.journal import UNSET, JournalBatch
 from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
@@ -42,7 +41,6 @@ class DatabaseJournal:
         self.wakes = wakes
         vendor = connections[USING].vendor
         self.fast_path = (vendor == "postgresql") if fast_path is None else fast_path
-        self._lease_seconds = reactor_settings.LEASE_SECONDS
 
     @functools.cached_property
     def reactor(self) -> str:
@@ -62,9 +60,7 @@ class DatabaseJournal:
     # -- PostgreSQL: one statement -------------------------------------------------------------
 
     def _commit_sql(self, batch: JournalBatch) -> str | None:
-        statement, params = sql.checkpoint(
-            self.execution_id, self.fence, batch, self._lease_seconds
-        )
+        statement, params = sql.checkpoint(self.execution_id, self.fence, batch)
         row = sql.execute(statement, params)
         if row is None:
             raise LeaseLost(
@@ -80,8 +76,6 @@ class DatabaseJournal:
         fields: dict[str, Any] = {"updated_at": now}
         if batch.finished:
             fields.update(lease_owner=None, lease_expires_at=None, finished_at=now)
-        else:
-            fields["lease_expires_at"] = now + dt.timedelta(seconds=self._lease_seconds)
         if batch.current_step is not None:
             fields["current_step"] = batch.current_step
         if batch.status is not None:

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
-from ..models import Execution, ExecutionEvent
+from ..models import Dispatch, Execution, ExecutionEvent
 from ..states import EventKind, ExecutionStatus
 from . import sql
 from .db import USING
@@ -41,20 +41,23 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
     """
     now = timezone.now()
     if connections[USING].vendor == "postgresql":
-        rows = list(
-            Execution.objects.using(USING).raw(
-                sql.CLAIM_FOR_WORKER,
-                [
-                    owner,
-                    reactor_settings.LEASE_SECONDS,
-                    owner,
-                    execution_id,
-                    list(RESUMABLE),
-                    owner,
-                ],
-            )
+        # Prepared like the checkpoint: planning this statement costs more than running it.
+        names, values = sql.execute_named(
+            sql.CLAIM_FOR_WORKER,
+            [
+                execution_id,
+                owner,
+                reactor_settings.LEASE_SECONDS,
+                owner,
+                execution_id,
+                list(RESUMABLE),
+                owner,
+            ],
         )
-        return WorkerClaim(Owned(execution_id, rows[0].fence), rows[0]) if rows else None
+        if values is None:
+            return None
+        row = _execution_from_columns(dict(zip(names, values, strict=True)))
+        return WorkerClaim(Owned(execution_id, row.fence), row)
     claimed = (
         Execution.objects.using(USING)
         .filter(pk=execution_id, status__in=RESUMABLE)
@@ -83,12 +86,31 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
             updated_at=now,
         )
     )
+    Dispatch.objects.using(USING).filter(
+        execution_id=execution_id, sent_at__isnull=True, map_run__isnull=True
+    ).update(sent_at=now)
     if not claimed:
         return None
     row = get_row(execution_id)
     if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
         return None
     return WorkerClaim(Owned(execution_id, row.fence), row)
+
+
+def _execution_from_columns(columns: dict[str, Any]) -> Execution:
+    """The ``Execution`` a ``RETURNING *`` row describes, with the claim's extra columns
+    (``claimed_*``) as attributes; values converted as the ORM converts them."""
+    connection = connections[USING]
+    fields = Execution._meta.concrete_fields
+    values = []
+    for field in fields:
+        value = columns.pop(str(field.column))
+        from_db = getattr(field, "from_db_value", None)
+        values.append(from_db(value, None, connection) if from_db is not None else value)
+    row = Execution.from_db(USING, [f.attname for f in fields], values)
+    for name, value in columns.items():
+        setattr(row, name, value)
+    return row
 
 
 def refence(owned: Owned, owner: str) -> Owned | None:

@@ -17,7 +17,7 @@ from django.utils import timezone
 from ..conf import reactor_settings
 from ..engine.journal import Event
 from ..exceptions import AlreadyRetried
-from ..models import Dispatch, Execution, ExecutionEvent
+from ..models import Definition, Dispatch, Execution, ExecutionEvent
 from ..states import ExecutionStatus
 from . import sql
 from .db import USING
@@ -71,7 +71,6 @@ def create_execution(
         inputs_digest=inputs_digest(inputs),
         secret_paths=[list(p) for p in secret_paths],
         current_step=current_step,
-        definition_shape=definition_shape or {},
         handed_off=dispatch is not None,
         idempotency_key=idempotency_key,
         failure=failure,
@@ -88,11 +87,16 @@ def create_execution(
         started_at=now if status == ExecutionStatus.RUNNING else None,
         finished_at=now if finished else None,
     )
+    definition = (
+        Definition(hash=definition_hash, shape=definition_shape) if definition_shape else None
+    )
     try:
         with transaction.atomic(using=USING):
             if connections[USING].vendor == "postgresql":
-                _insert_all(execution, new_event_rows(execution.id, events), dispatch)
+                _insert_all(execution, new_event_rows(execution.id, events), dispatch, definition)
             else:
+                if definition is not None:
+                    Definition.objects.using(USING).bulk_create([definition], ignore_conflicts=True)
                 execution.save(force_insert=True, using=USING)
                 ExecutionEvent.objects.using(USING).bulk_create(
                     new_event_rows(execution.id, events)
@@ -121,8 +125,14 @@ def create_execution(
     return Owned(execution.id, execution.fence)
 
 
-def _insert_all(execution: Execution, events: list[ExecutionEvent], dispatch: str | None) -> None:
-    """Insert an execution, its first events and its dispatch in one statement (PostgreSQL).
+def _insert_all(
+    execution: Execution,
+    events: list[ExecutionEvent],
+    dispatch: str | None,
+    definition: Definition | None,
+) -> None:
+    """Insert an execution, its first events, its dispatch and its definition (unless kept
+    already) in one statement (PostgreSQL).
 
     Every ``run()`` pays this; the ORM's per-object inserts cost several times the statement.
     Values are prepared by the model fields themselves, so the columns follow the models; the
@@ -131,11 +141,13 @@ def _insert_all(execution: Execution, events: list[ExecutionEvent], dispatch: st
     """
     connection = connections[USING]
     rows: list[models.Model] = [execution, *events]
+    if definition is not None:
+        rows.insert(0, definition)
     queued: Dispatch | None = None
     if dispatch is not None:
         queued = Dispatch(execution_id=execution.id, reason=dispatch)
         rows.append(queued)
-    statement = sql.insert_all(len(events), queued is not None)
+    statement = sql.insert_all(len(events), queued is not None, definition is not None)
     params = [
         f.get_db_prep_save(f.pre_save(obj, True), connection)
         for obj in rows

@@ -1,9 +1,14 @@
-"""The database side of maps: element slots, claims, settles, counters and the fan-in.
+"""The database side of maps: chunks of element slots, claims, settles, counters, the fan-in.
 
-Every settle locks the map's row, writes its elements' slots and moves the counters in one
-transaction; the settle that brings ``settled`` to ``size`` (checked against a count of the
-slots) marks the map collected and wakes its run, so the run is resumed exactly once however
-often element tasks are delivered.
+A map's source is stored as chunks (``MapChunk``: a run of consecutive items). A task claims a
+chunk, not its slots: the chunk row takes the claim token and the lease, which the process's
+heartbeat extends while the task works; a chunk whose lease lapsed (its worker died) is claimed
+again by another task. The claim writes the chunk's element slots (``MapResult``) as
+``running``; the settle writes each slot's outcome once (a HOT update: no index covers it),
+only while the task still holds the chunk, and moves the map's counters, in one statement.
+The settle that brings ``settled`` to ``size`` (checked against the chunks left) marks the map
+collected and wakes its run, so the run is resumed exactly once however often element tasks
+are delivered. The summary reads the counters, never the slots' statuses.
 """
 
 from __future__ import annotations
@@ -11,51 +16,38 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Count, F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from ..conf import reactor_settings
-from ..models import Dispatch, Execution, MapResult, MapRun
+from ..models import Dispatch, Execution, MapChunk, MapResult, MapRun
 from ..states import ElementStatus, ExecutionStatus, MapStatus
-from . import sql
+from . import map_orm, sql
 from .db import USING
 from .lease import Kept
+from .map_reads import FAILURE_SAMPLE as FAILURE_SAMPLE
+from .map_reads import TRACEBACK_FRAMES as TRACEBACK_FRAMES
+from .map_reads import Claim as Claim
+from .map_reads import Claimed as Claimed
+from .map_reads import Progress as Progress
+from .map_reads import SlotWrite as SlotWrite
+from .map_reads import count as count
+from .map_reads import maps_of as maps_of
+from .map_reads import missing_indices as missing_indices
+from .map_reads import page as page
+from .map_reads import rollback_errors as rollback_errors
+from .map_reads import running_chunks as running_chunks
+from .map_reads import slot as slot
+from .map_reads import summary as summary
 from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
 
 UNSETTLED = (ElementStatus.PENDING, ElementStatus.RUNNING)
-FAILURE_SAMPLE = 25
-TRACEBACK_FRAMES = 10
 MATERIALISE_BATCH = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """An element slot a task took: run it (forward) or undo it (rollback)."""
-
-    id: int
-    index: int
-    item: Any
-    undo: Any = None
-    # Claims before this one: more than zero means a process died holding the slot.
-    attempts: int = 0
-
-
-@dataclass(slots=True)
-class SlotWrite:
-    """What one element's settle writes to its slot."""
-
-    id: int
-    index: int
-    status: str
-    value: Any = None
-    # An ErrorInfo dict (forward), or the RollbackFailure dicts of a failed undo.
-    error: dict[str, Any] | list[dict[str, Any]] | None = None
-    undo: Any = None
+Chunk = MapChunk.Status
 
 
 def find(execution_id: uuid.UUID, step: str) -> MapRun | None:
@@ -110,36 +102,57 @@ def discard(map_id: uuid.UUID) -> None:
 
 
 def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any]) -> None:
-    """Store a batch of source items as pending slots (a re-read overwrites them)."""
+    """Store a batch of source items in the map's pending chunks of ``chunk_size`` elements
+    (a re-read overwrites them). No element slot is written: a chunk's claim writes them."""
+    chunk_size = (
+        MapRun.objects.using(USING).filter(pk=map_id).values_list("chunk_size", flat=True).first()
+    )
+    pieces = _pieces(first, items, max(1, chunk_size or 1))
     connection = connections[USING]
     if connection.vendor == "postgresql":
         # One statement per batch: the ORM's bulk_create costs ten times more here.
         with connection.cursor() as cursor:
             cursor.execute(
-                sql.WRITE_ITEMS,
+                sql.WRITE_CHUNKS,
                 [
                     map_id,
-                    list(range(first, first + len(items))),
-                    [_json(item) if item is not None else "null" for item in items],
+                    [start for start, _, _ in pieces],
+                    [size for _, size, _ in pieces],
+                    [_json(piece) for _, _, piece in pieces],
                 ],
             )
         return
-    rows = [
-        MapResult(map_run_id=map_id, index=first + offset, item=item)
-        for offset, item in enumerate(items)
-    ]
-    MapResult.objects.using(USING).bulk_create(
-        rows,
-        update_conflicts=True,
-        unique_fields=["map_run", "index"],
-        update_fields=["item", "status"],
-    )
+    for start, size, piece in pieces:
+        chunk, created = MapChunk.objects.using(USING).get_or_create(
+            map_run_id=map_id, first=start, defaults={"size": size, "items": piece}
+        )
+        if not created:
+            chunk.items = [*chunk.items[: size - len(piece)], *piece]
+            chunk.size = size
+            chunk.status = Chunk.PENDING
+            chunk.save(update_fields=["items", "size", "status"])
+
+
+def _pieces(first: int, items: Sequence[Any], chunk_size: int) -> list[tuple[int, int, list[Any]]]:
+    """``items`` (from index ``first``) cut at chunk boundaries: ``(chunk's first index, its
+    size up to the piece's end, the piece)``."""
+    pieces = []
+    at = 0
+    while at < len(items):
+        index = first + at
+        start = index - index % chunk_size
+        end = min(len(items), at + start + chunk_size - index)
+        pieces.append((start, index - start + end - at, list(items[at:end])))
+        at = end
+    return pieces
 
 
 def ready(map_id: uuid.UUID, size: int, max_failures: int | None) -> MapRun:
     """Every item is stored: the map runs, with its element tasks queued (fan-out)."""
     with transaction.atomic(using=USING):
         run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+        # A re-read that found fewer items: chunks (and slots) past the end go.
+        MapChunk.objects.using(USING).filter(map_run_id=map_id, first__gte=size).delete()
         MapResult.objects.using(USING).filter(map_run_id=map_id, index__gte=size).delete()
         run.size = size
         run.max_failures = max_failures
@@ -153,53 +166,63 @@ def ready(map_id: uuid.UUID, size: int, max_failures: int | None) -> MapRun:
     return run
 
 
-def claim(
-    map_id: uuid.UUID, limit: int, *, forward: bool, token: str
-) -> tuple[list[Claimed], bool]:
-    """Take up to ``limit`` slots: pending ones (lowest index first) to run, or succeeded ones
-    (highest index first) to undo. Slots another live task holds are skipped; a slot whose
-    lease lapsed (its worker died) is taken again. Also says whether the map has stopped (no
-    pending slot is left then: a stopped map only hands out lapsed slots, to settle them)."""
+def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> tuple[Claim | None, bool]:
+    """Take a chunk: the lowest one never claimed (to run), or the highest settled one with
+    succeeded elements (to undo); a chunk whose holder's lease lapsed (its worker died) is
+    taken again. Chunks another live task holds are skipped. The map's unsent dispatches are
+    marked sent in the same statement (this task took their work). Also says whether the map
+    has stopped (no chunk is left unclaimed then: a stopped map only hands out lapsed chunks,
+    to settle them)."""
     with transaction.atomic(using=USING):
-        return _claim(map_id, limit, forward=forward, token=token)
-
-
-def _claim(
-    map_id: uuid.UUID, limit: int, *, forward: bool, token: str, stopped: bool | None = None
-) -> tuple[list[Claimed], bool]:
-    """``claim`` inside the caller's transaction; ``stopped``: the map's stop, when known."""
-    now = timezone.now()
-    lease = dt.timedelta(seconds=reactor_settings.LEASE_SECONDS)
-    if forward:
-        fresh, lapsed = ElementStatus.PENDING, ElementStatus.RUNNING
-        order, taken = "index", ElementStatus.RUNNING
-    else:
-        fresh, lapsed = ElementStatus.SUCCEEDED, ElementStatus.UNDOING
-        order, taken = "-index", ElementStatus.UNDOING
-    slots = MapResult.objects.using(USING).filter(map_run_id=map_id)
-    columns = ("id", "index", "item", "undo", "attempts")
-    if stopped is None:
         stopped = forward and stopped_map(map_id)
-    # Two queries, each served by the (map, status, index) index: slots never claimed, then
-    # slots whose holder's lease lapsed (its process died).
-    rows = list(_locked(slots.filter(status=fresh)).order_by(order).values_list(*columns)[:limit])
-    if len(rows) < limit:
-        rows += list(
-            _locked(slots.filter(status=lapsed, lease_until__lt=now))
-            .order_by(order)
-            .values_list(*columns)[: limit - len(rows)]
-        )
-    if rows:
-        MapResult.objects.using(USING).filter(id__in=[r[0] for r in rows]).update(
-            status=taken, lease_until=now + lease, attempts=_plus_one(), claimed_by=token
-        )
-    return [Claimed(*row) for row in rows], stopped
+        return _claim(map_id, forward=forward, token=token), stopped
+
+
+def _claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
+    """``claim`` inside the caller's transaction."""
+    connection = connections[USING]
+    if connection.vendor != "postgresql":
+        return map_orm.claim(map_id, forward=forward, token=token)
+    params: dict[str, Any] = {
+        "map": map_id,
+        "token": token,
+        "lease": float(reactor_settings.LEASE_SECONDS),
+        "fresh": Chunk.PENDING if forward else Chunk.SETTLED,
+        "taken": Chunk.RUNNING if forward else Chunk.UNDOING,
+        "plus": 1 if forward else 0,
+    }
+    with connection.cursor() as cursor:
+        if forward:
+            cursor.execute(sql.CLAIM_CHUNK, params)
+            row = cursor.fetchone()
+            if row is None:
+                return None
+            chunk, first, items, attempts = row
+            return Claim(
+                chunk,
+                [
+                    Claimed(first + offset, item, None, attempts - 1)
+                    for offset, item in enumerate(_loads(items))
+                ],
+            )
+        cursor.execute(sql.CLAIM_UNDO_CHUNK, params)
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    return Claim(
+        rows[0][0],
+        [
+            Claimed(index, _loads(item), _loads(undo))
+            for _, index, item, undo in rows
+            if index is not None
+        ],
+    )
 
 
 class SlotKeeper(Kept):
-    """Keeps extending the leases of the slots one task holds, from the process's heartbeat
-    thread (see ``store.LeaseKeeper``), so no other task takes an element that is still
-    running or being undone, however long it takes. Stops when none is left."""
+    """Keeps extending the leases of the chunks one task holds, from the process's heartbeat
+    thread (see ``store.LeaseKeeper``), so no other task takes elements that are still
+    running or being undone, however long they take. Stops when none is left."""
 
     def __init__(self, map_id: uuid.UUID, token: str) -> None:
         self.map_id = map_id
@@ -213,28 +236,47 @@ class SlotKeeper(Kept):
 
     def extend(self) -> bool:
         return bool(
-            MapResult.objects.using(USING)
+            MapChunk.objects.using(USING)
             .filter(
                 map_run_id=self.map_id,
                 claimed_by=self.token,
-                status__in=[ElementStatus.RUNNING, ElementStatus.UNDOING],
+                status__in=[Chunk.RUNNING, Chunk.UNDOING],
             )
             .update(lease_until=timezone.now() + dt.timedelta(seconds=self.lease_seconds))
         )
 
 
 def give_back(map_id: uuid.UUID, token: str, *, forward: bool) -> int:
-    """Return the slots ``token`` claimed but will not run (or undo) to the pool at once,
-    instead of when their lease lapses: a claim whose reply a broken connection lost."""
-    taken, fresh = (
-        (ElementStatus.RUNNING, ElementStatus.PENDING)
-        if forward
-        else (ElementStatus.UNDOING, ElementStatus.SUCCEEDED)
-    )
-    return (
-        MapResult.objects.using(USING)
-        .filter(map_run_id=map_id, claimed_by=token, status=taken)
-        .update(status=fresh, lease_until=None, claimed_by="", attempts=F("attempts") - 1)
+    """Return the chunk ``token`` claimed but will not run (or undo) to the pool at once,
+    instead of when its lease lapses: a claim whose reply a broken connection lost."""
+    taken, fresh = (Chunk.RUNNING, Chunk.PENDING) if forward else (Chunk.UNDOING, Chunk.SETTLED)
+    with transaction.atomic(using=USING):
+        held = list(
+            MapChunk.objects.using(USING)
+            .select_for_update()
+            .filter(map_run_id=map_id, claimed_by=token, status=taken)
+        )
+        for chunk in held:
+            if forward:
+                MapResult.objects.using(USING).filter(
+                    map_run_id=map_id,
+                    index__gte=chunk.first,
+                    index__lt=chunk.first + chunk.size,
+                    status=ElementStatus.RUNNING,
+                ).update(status=ElementStatus.PENDING, attempts=F("attempts") - 1)
+            MapChunk.objects.using(USING).filter(pk=chunk.pk).update(
+                status=fresh,
+                lease_until=None,
+                claimed_by="",
+                attempts=F("attempts") - (1 if forward else 0),
+            )
+    return len(held)
+
+
+def took_dispatches(map_id: uuid.UUID) -> None:
+    """Mark the map's unsent dispatches sent: a task took them and found nothing to do."""
+    Dispatch.objects.using(USING).filter(map_run_id=map_id, sent_at__isnull=True).update(
+        sent_at=timezone.now()
     )
 
 
@@ -244,118 +286,150 @@ def stopped_map(map_id: uuid.UUID) -> bool:
 
 def settle(
     map_id: uuid.UUID,
+    chunk: int,
     writes: Sequence[SlotWrite],
     *,
     tolerated: int | None,
     token: str,
-    claim_next: int = 0,
-) -> tuple[MapRun, tuple[list[Claimed], bool]]:
-    """Store element outcomes; stop the map past its failure policy; fan in when all settled.
+    claim_next: bool = False,
+) -> tuple[Progress, tuple[Claim | None, bool]]:
+    """Store a chunk's outcomes; stop the map past its failure policy; fan in when all settled.
 
-    Only slots the writer still holds are written: a slot another task took over (its lease
+    Only a chunk the writer still holds is written: a chunk another task took over (its lease
     lapsed) is settled by that task, never twice. With ``claim_next``, the task's next chunk
     is claimed in the same transaction (one commit per chunk).
     """
     now = timezone.now()
     with transaction.atomic(using=USING):
-        # The slots first (row locks on this task's own slots only), then the map's row: the
-        # lock every settle of the map waits for is held for the counters alone.
-        fresh = _write_slots(writes, token, UNSETTLED, forward=True, now=now)
-        run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
-        fields = {"settled", "succeeded", "failed", "updated_at"}
-        run.settled += len(fresh)
-        run.succeeded += sum(w.status == ElementStatus.SUCCEEDED for w in fresh)
-        failed = sorted(w.index for w in fresh if w.status == ElementStatus.FAILED)
-        run.failed += len(failed)
-        if failed and run.first_failure is None:
+        counts = _counts(writes)
+        failed = sorted(w.index for w in writes if w.status == ElementStatus.FAILED)
+        counters = {
+            "settled": len(writes),
+            "succeeded": counts.get(ElementStatus.SUCCEEDED, 0),
+            "failed": len(failed),
+            "halted": counts.get(ElementStatus.HALTED, 0),
+            "not_started": counts.get(ElementStatus.NOT_STARTED, 0),
+        }
+        row = _settle_chunk(
+            map_id,
+            chunk,
+            writes,
+            token,
+            held=Chunk.RUNNING,
+            settled=Chunk.SETTLED,
+            counters=counters,
             # The first failure stored (the lowest index of its chunk) names the map's error.
-            run.first_failure = failed[0]
-            fields.add("first_failure")
-        if not run.stop_reason:
-            if any(w.status == ElementStatus.HALTED for w in fresh):
-                run.stop_reason = "halted"
-            elif failed and (tolerated is None or run.failed > tolerated):
-                run.stop_reason = "failed"
-            if run.stop_reason:
-                fields.add("stop_reason")
-                run.settled += _never_start(map_id, now)
-        _fan_in(run, fields)
-        run.save(update_fields=sorted(fields))
-        following = (
-            _claim(map_id, claim_next, forward=True, token=token, stopped=bool(run.stop_reason))
-            if claim_next
-            else ([], False)
+            first_failure=failed[0] if failed else None,
+            now=now,
         )
-    return run, following
+        if row is None:  # the chunk was taken over: this task wrote nothing
+            current = MapRun.objects.using(USING).values("failed", "stop_reason").get(pk=map_id)
+            progress = Progress(current["failed"], current["stop_reason"], written=False)
+        else:
+            settled, size, failures, stop_reason, collected, status = row[:6]
+            if not stop_reason:
+                if counters["halted"]:
+                    stop_reason = "halted"
+                elif failed and (tolerated is None or failures > tolerated):
+                    stop_reason = "failed"
+                if stop_reason:
+                    settled += _stop_here(map_id, stop_reason, now)
+            if status == MapStatus.RUNNING and not collected and size is not None:
+                _fan_in(map_id, settled, size)
+            progress = Progress(failures, stop_reason)
+        following = (
+            (_claim(map_id, forward=True, token=token), bool(progress.stop_reason))
+            if claim_next
+            else (None, False)
+        )
+    return progress, following
 
 
-def _write_slots(
+def _counts(writes: Sequence[SlotWrite]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for w in writes:
+        counts[w.status] = counts.get(w.status, 0) + 1
+    return counts
+
+
+def _settle_chunk(
+    map_id: uuid.UUID,
+    chunk: int,
     writes: Sequence[SlotWrite],
     token: str,
-    unsettled: Sequence[str],
     *,
-    forward: bool,
+    held: str,
+    settled: str,
+    counters: dict[str, int],
+    first_failure: int | None = None,
     now: dt.datetime,
-) -> list[SlotWrite]:
-    """Write the slots this task still holds and has not settled; return those written.
+) -> tuple[Any, ...] | None:
+    """Write the chunk's slots and the map's counters if ``token`` still holds the chunk.
 
-    One statement on PostgreSQL (an UPDATE from arrays); the ORM elsewhere.
+    Returns ``(settled, size, failed, stop_reason, collected, status, rollback_settled,
+    rollback_total)`` of the map, or None (nothing written). One statement on PostgreSQL.
     """
-    if not writes:
-        return []
+    forward = held == Chunk.RUNNING
+    succeeded = counters.get("succeeded", 0)
     connection = connections[USING]
     if connection.vendor != "postgresql":
-        current = dict(
-            MapResult.objects.using(USING)
-            .filter(id__in=[w.id for w in writes], claimed_by=token)
-            .values_list("id", "status")
+        return map_orm.settle_chunk(
+            map_id, chunk, writes, token, held, settled, counters, first_failure, now
         )
-        fresh = [w for w in writes if current.get(w.id) in unsettled]
-        for w in fresh:
-            values: dict[str, Any] = {"status": w.status, "lease_until": None, "finished_at": now}
-            if forward:
-                values.update(value=w.value, error=w.error, undo=w.undo)
-            else:
-                values["rollback_error"] = w.error
-            MapResult.objects.using(USING).filter(id=w.id).update(**values)
-        return fresh
     if forward:
         columns = "value = v.a::jsonb, error = v.b::jsonb, undo = v.c::jsonb"
         triples = [(w.value, w.error, w.undo) for w in writes]
+        chunk_columns = ", succeeded = %(succeeded)s"
     else:
         columns = "rollback_error = v.a::jsonb"
         triples = [(w.error, None, None) for w in writes]
-    statement = sql.WRITE_SLOTS.format(columns=columns)
-    params: list[Any] = [
-        now,
-        [w.id for w in writes],
-        [w.status for w in writes],
-        *([_json(t[i]) for t in triples] for i in range(3)),
-        token,
-        list(unsettled),
-    ]
+        chunk_columns = ""
+    sets = [f"{name} = {name} + %(n_{name})s" for name in counters]
+    if first_failure is not None:
+        sets.append("first_failure = COALESCE(first_failure, %(first_failure)s)")
+    statement = sql.SETTLE_CHUNK.format(
+        chunk_columns=chunk_columns, columns=columns, counters=", ".join(sets)
+    )
+    params: dict[str, Any] = {
+        "map": map_id,
+        "chunk": chunk,
+        "token": token,
+        "held": held,
+        "settled": settled,
+        "succeeded": succeeded,
+        "now": now,
+        "first_failure": first_failure,
+        "indexes": [w.index for w in writes],
+        "statuses": [w.status for w in writes],
+        "a": [_json(t[0]) for t in triples],
+        "b": [_json(t[1]) for t in triples],
+        "c": [_json(t[2]) for t in triples],
+        **{f"n_{name}": value for name, value in counters.items()},
+    }
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        written = {row[0] for row in cursor.fetchall()}
-    return [w for w in writes if w.id in written]
+        row = cursor.fetchone()
+    return tuple(row) if row is not None else None
 
 
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def stop(map_id: uuid.UUID, reason: str) -> MapRun:
     """No new element starts (the run is being cancelled or undone)."""
     with transaction.atomic(using=USING):
         run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
-        fields = {"updated_at"}
         if not run.stop_reason:
-            run.stop_reason = reason
-            run.settled += _never_start(map_id, timezone.now())
-            fields |= {"stop_reason", "settled"}
-        if run.status == MapStatus.RUNNING:
-            _fan_in(run, fields)
-        run.save(update_fields=sorted(fields))
+            _stop_here(map_id, reason, timezone.now())
+        if run.status == MapStatus.RUNNING and run.size is not None:
+            run.refresh_from_db(using=USING)
+            _fan_in(map_id, run.settled, run.size)
+        run.refresh_from_db(using=USING)
     return run
 
 
@@ -370,47 +444,93 @@ def stop_all(execution_id: uuid.UUID, reason: str) -> None:
 
 def abandon_running(map_id: uuid.UUID, message: str) -> None:
     """An inline map whose process died mid-element: those elements count as failed."""
+    now = timezone.now()
     with transaction.atomic(using=USING):
         run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
-        count = (
-            MapResult.objects.using(USING)
-            .filter(map_run_id=map_id, status=ElementStatus.RUNNING)
-            .update(
-                status=ElementStatus.FAILED,
-                error={"kind": "interrupted", "message": message},
-                finished_at=timezone.now(),
-                lease_until=None,
+        count = 0
+        for chunk in MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.RUNNING):
+            count += (
+                MapResult.objects.using(USING)
+                .filter(
+                    map_run_id=map_id,
+                    index__gte=chunk.first,
+                    index__lt=chunk.first + chunk.size,
+                    status=ElementStatus.RUNNING,
+                )
+                .update(
+                    status=ElementStatus.FAILED,
+                    error={"kind": "interrupted", "message": message},
+                    finished_at=now,
+                )
             )
+            MapChunk.objects.using(USING).filter(pk=chunk.pk).update(
+                status=Chunk.SETTLED, claimed_by="", lease_until=None, succeeded=0
+            )
+        MapRun.objects.using(USING).filter(pk=map_id).update(
+            settled=F("settled") + count, failed=F("failed") + count, updated_at=now
         )
-        run.settled += count
-        run.failed += count
-        fields = {"settled", "failed", "updated_at"}
-        _fan_in(run, fields)
-        run.save(update_fields=sorted(fields))
+        if run.size is not None:
+            _fan_in(map_id, run.settled + count, run.size)
 
 
-def _never_start(map_id: uuid.UUID, now: dt.datetime) -> int:
-    return (
-        MapResult.objects.using(USING)
-        .filter(map_run_id=map_id, status=ElementStatus.PENDING)
-        .update(status=ElementStatus.NOT_STARTED, finished_at=now)
+def _stop_here(map_id: uuid.UUID, reason: str, now: dt.datetime) -> int:
+    """Record why the map stopped (the caller holds the map's row) and settle every chunk
+    never claimed as ``not_started``; return how many elements that settled."""
+    connection = connections[USING]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql.NEVER_START, {"map": map_id, "now": now})
+            never = int(cursor.fetchone()[0])
+    else:
+        never = 0
+        chunks = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.PENDING)
+        for chunk in chunks:
+            MapResult.objects.using(USING).bulk_create(
+                [
+                    MapResult(
+                        map_run_id=map_id,
+                        index=chunk.first + offset,
+                        item=item,
+                        status=ElementStatus.NOT_STARTED,
+                        finished_at=now,
+                    )
+                    for offset, item in enumerate(chunk.items)
+                ],
+                update_conflicts=True,
+                unique_fields=["map_run", "index"],
+                update_fields=["status", "finished_at"],
+            )
+            never += chunk.size
+        chunks.update(status=Chunk.NOT_STARTED)
+    MapRun.objects.using(USING).filter(pk=map_id).update(
+        stop_reason=reason,
+        settled=F("settled") + never,
+        not_started=F("not_started") + never,
+        updated_at=now,
     )
+    return never
 
 
-def _fan_in(run: MapRun, fields: set[str]) -> None:
-    """Mark the map collected, once, when no slot is left unsettled; wake its run."""
-    if run.collected or run.size is None or run.settled < run.size:
+def _fan_in(map_id: uuid.UUID, settled: int, size: int) -> None:
+    """Mark the map collected, once, when no chunk is left unsettled; wake its run. The caller
+    holds the map's row (every settle takes it), so one settle does this."""
+    if settled < size:
         return
     unsettled = (
-        MapResult.objects.using(USING).filter(map_run_id=run.pk, status__in=UNSETTLED).exists()
+        MapChunk.objects.using(USING)
+        .filter(map_run_id=map_id, status__in=[Chunk.PENDING, Chunk.RUNNING])
+        .exists()
     )
     if unsettled:
         return
-    run.collected = True
-    run.status = MapStatus.SETTLED
-    fields |= {"collected", "status"}
-    if run.fan_out:
-        wake_run(run.execution_id)
+    updated = (
+        MapRun.objects.using(USING)
+        .filter(pk=map_id, collected=False)
+        .update(collected=True, status=MapStatus.SETTLED, updated_at=timezone.now())
+    )
+    row = MapRun.objects.using(USING).values("fan_out", "execution_id").get(pk=map_id)
+    if updated and row["fan_out"]:
+        wake_run(row["execution_id"])
 
 
 def start_rollback(map_id: uuid.UUID, tasks: int) -> MapRun:
@@ -419,6 +539,7 @@ def start_rollback(map_id: uuid.UUID, tasks: int) -> MapRun:
         run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
         if run.status in (MapStatus.ROLLING_BACK, MapStatus.ROLLED_BACK):
             return run
+        # Counted, not taken from the counters: a slot deleted by hand has nothing to undo.
         run.rollback_total = (
             MapResult.objects.using(USING)
             .filter(map_run_id=map_id, status=ElementStatus.SUCCEEDED)
@@ -433,31 +554,50 @@ def start_rollback(map_id: uuid.UUID, tasks: int) -> MapRun:
 
 
 def settle_rollback(
-    map_id: uuid.UUID, writes: Sequence[SlotWrite], *, token: str, claim_next: int = 0
-) -> tuple[MapRun, tuple[list[Claimed], bool]]:
-    """Store what undoing elements did; when none is left to undo, wake the run (fan-out).
-
-    With ``claim_next``, the task's next chunk is claimed in the same transaction."""
+    map_id: uuid.UUID,
+    chunk: int,
+    writes: Sequence[SlotWrite],
+    *,
+    token: str,
+    claim_next: bool = False,
+) -> tuple[Progress, tuple[Claim | None, bool]]:
+    """Store what undoing a chunk's elements did; when none is left to undo, wake the run
+    (fan-out). With ``claim_next``, the task's next chunk is claimed in the same transaction."""
     now = timezone.now()
     with transaction.atomic(using=USING):
-        fresh = _write_slots(writes, token, (ElementStatus.UNDOING,), forward=False, now=now)
-        run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
-        run.rollback_settled += len(fresh)
-        fields = {"rollback_settled", "updated_at"}
-        if run.status == MapStatus.ROLLING_BACK and run.rollback_settled >= run.rollback_total:
-            left = MapResult.objects.using(USING).filter(
-                map_run_id=map_id, status__in=[ElementStatus.SUCCEEDED, ElementStatus.UNDOING]
-            )
-            if not left.exists():
-                run.status = MapStatus.ROLLED_BACK
-                fields.add("status")
-                if run.fan_out:
-                    wake_run(run.execution_id)
-        run.save(update_fields=sorted(fields))
-        following = (
-            _claim(map_id, claim_next, forward=False, token=token) if claim_next else ([], False)
+        counts = _counts(writes)
+        counters = {
+            "rollback_settled": len(writes),
+            "undone": counts.get(ElementStatus.UNDONE, 0),
+            "undo_failed": counts.get(ElementStatus.UNDO_FAILED, 0),
+        }
+        row = _settle_chunk(
+            map_id,
+            chunk,
+            writes,
+            token,
+            held=Chunk.UNDOING,
+            settled=Chunk.UNDONE,
+            counters=counters,
+            now=now,
         )
-    return run, following
+        if row is not None:
+            status, rollback_settled, rollback_total = row[5], row[6], row[7]
+            if status == MapStatus.ROLLING_BACK and rollback_settled >= rollback_total:
+                left = MapChunk.objects.using(USING).filter(map_run_id=map_id)
+                undoing = left.filter(status=Chunk.UNDOING).exists()
+                if not undoing and not left.filter(status=Chunk.SETTLED, succeeded__gt=0).exists():
+                    MapRun.objects.using(USING).filter(pk=map_id).update(
+                        status=MapStatus.ROLLED_BACK, updated_at=now
+                    )
+                    found = MapRun.objects.using(USING).values("fan_out", "execution_id")
+                    mine = found.get(pk=map_id)
+                    if mine["fan_out"]:
+                        wake_run(mine["execution_id"])
+        following = (
+            (_claim(map_id, forward=False, token=token), False) if claim_next else (None, False)
+        )
+    return Progress(0, "", written=row is not None), following
 
 
 def mark_all_undone(map_id: uuid.UUID, error: list[dict[str, Any]] | None) -> None:
@@ -471,131 +611,25 @@ def mark_all_undone(map_id: uuid.UUID, error: list[dict[str, Any]] | None) -> No
             .filter(map_run_id=map_id, status=ElementStatus.SUCCEEDED)
             .update(status=status, rollback_error=error, finished_at=timezone.now())
         )
-        run.rollback_total = run.rollback_settled = count
-        run.status = MapStatus.ROLLED_BACK
-        run.save(update_fields=["rollback_total", "rollback_settled", "status", "updated_at"])
-
-
-def rollback_errors(map_id: uuid.UUID) -> Iterator[tuple[int, Any]]:
-    """``(index, rollback error)`` of every element whose undo failed, by index."""
-    yield from (
-        MapResult.objects.using(USING)
-        .filter(map_run_id=map_id, status=ElementStatus.UNDO_FAILED)
-        .order_by("index")
-        .values_list("index", "rollback_error")
-        .iterator(chunk_size=500)
-    )
-
-
-def missing_indices(map_id: uuid.UUID, size: int) -> list[int]:
-    """Indices below ``size`` that have no slot row (deleted by hand or by other code)."""
-    slots = MapResult.objects.using(USING).filter(map_run_id=map_id)
-    if slots.count() >= size:
-        return []
-    present = set(slots.values_list("index", flat=True).iterator(chunk_size=5000))
-    return [index for index in range(size) if index not in present]
-
-
-def slot(map_id: uuid.UUID, index: int) -> MapResult | None:
-    return MapResult.objects.using(USING).filter(map_run_id=map_id, index=index).first()
-
-
-def page(
-    map_id: uuid.UUID, *, after: int, limit: int, statuses: Iterable[str] | None = None
-) -> list[tuple[int, str, Any, Any]]:
-    """Slots after index ``after``, in index order: ``(index, status, value, error)``."""
-    qs = MapResult.objects.using(USING).filter(map_run_id=map_id, index__gt=after)
-    if statuses is not None:
-        qs = qs.filter(status__in=list(statuses))
-    return list(qs.order_by("index").values_list("index", "status", "value", "error")[:limit])
-
-
-def count(map_id: uuid.UUID, statuses: Iterable[str]) -> int:
-    return (
-        MapResult.objects.using(USING).filter(map_run_id=map_id, status__in=list(statuses)).count()
-    )
-
-
-def summary(map_id: uuid.UUID, run: MapRun | None = None) -> dict[str, Any]:
-    """Totals by outcome and a sample of failures, from SQL aggregates (no scan in Python).
-
-    ``run``: the map's row when the caller has it already (saves reading it again).
-    """
-    if run is not None:
-        row: Any = {"size": run.size, "status": run.status, "step": run.step}
-    else:
-        row = MapRun.objects.using(USING).filter(pk=map_id).values("size", "status", "step").first()
-    if row is None:
-        return {}
-    by = {
-        "succeeded": [ElementStatus.SUCCEEDED],
-        "failed": [ElementStatus.FAILED],
-        "halted": [ElementStatus.HALTED],
-        "pending": [ElementStatus.PENDING, ElementStatus.RUNNING],
-        "not_started": [ElementStatus.NOT_STARTED],
-        "undone": [ElementStatus.UNDONE],
-        "undoing": [ElementStatus.UNDOING],
-        "undo_failed": [ElementStatus.UNDO_FAILED],
-    }
-    totals = (
-        MapResult.objects.using(USING)
-        .filter(map_run_id=map_id)
-        .aggregate(
-            total=Count("id"),
-            **{name: Count("id", filter=Q(status__in=statuses)) for name, statuses in by.items()},
+        MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.SETTLED).update(
+            status=Chunk.UNDONE
         )
-    )
-    sample = list(
-        MapResult.objects.using(USING)
-        .filter(map_run_id=map_id, status=ElementStatus.FAILED)
-        .order_by("index")
-        .values_list("index", "error")[: FAILURE_SAMPLE + 1]
-    )
-    truncated = len(sample) > FAILURE_SAMPLE
-    return {
-        "type": "map_results",
-        "map_id": str(map_id),
-        "step": row["step"],
-        "status": row["status"],
-        "size": row["size"],
-        **totals,
-        # Elements once succeeded stay counted as completed work after they were undone.
-        "failures": [_failure_sample(index, error) for index, error in sample[:FAILURE_SAMPLE]],
-        "failures_truncated": truncated,
-    }
-
-
-def _failure_sample(index: int, error: Any) -> dict[str, Any]:
-    error = error or {}
-    frames = [line for line in str(error.get("traceback") or "").splitlines() if line.strip()]
-    return {
-        "index": index,
-        "step": error.get("step"),
-        "kind": error.get("kind"),
-        "exception_class": error.get("exception_class"),
-        "message": error.get("message", ""),
-        "traceback": "\n".join(_last_frames(frames)),
-    }
-
-
-def _last_frames(lines: list[str]) -> list[str]:
-    """The last ``TRACEBACK_FRAMES`` frames (a frame is its ``File ...`` line and its code)."""
-    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
-    if len(starts) <= TRACEBACK_FRAMES:
-        return lines
-    return [
-        "Traceback (most recent call last, earlier frames cut):",
-        *lines[starts[-TRACEBACK_FRAMES] :],
-    ]
-
-
-def maps_of(execution_id: uuid.UUID) -> list[MapRun]:
-    return list(
-        MapRun.objects.using(USING)
-        .filter(execution_id=execution_id)
-        .defer("shared")
-        .order_by("created_at")
-    )
+        run.rollback_total = run.rollback_settled = count
+        if error:
+            run.undo_failed += count
+        else:
+            run.undone += count
+        run.status = MapStatus.ROLLED_BACK
+        run.save(
+            update_fields=[
+                "rollback_total",
+                "rollback_settled",
+                "undone",
+                "undo_failed",
+                "status",
+                "updated_at",
+            ]
+        )
 
 
 def wake_run(execution_id: uuid.UUID) -> None:
@@ -670,7 +704,3 @@ def _locked(qs: Any) -> Any:
     if connections[USING].features.has_select_for_update_skip_locked:
         return qs.select_for_update(skip_locked=True)
     return qs
-
-
-def _plus_one() -> Any:
-    return F("attempts") + 1

@@ -3,9 +3,12 @@ which they are published.
 
 A dispatch is a ``Dispatch`` row ("a task must resume run X", or run map Y's elements) written
 in the transaction that makes it necessary; after that transaction commits, the registered
-:class:`Publisher` sends it and the row is marked sent. The sweeper republishes rows a crash
-left unsent. The store knows nothing of Celery: the Celery bridge registers its publisher when
-Django starts (``AppConfig.ready``), and the test helpers register one that captures the tasks.
+:class:`Publisher` sends it. The worker that takes the task marks the row sent in the statement
+of its claim (so the caller writes nothing after its commit); the sweeper publishes again, once,
+a row nobody took within a sweep interval of its due time (a crash between the commit and the
+publish, a lost message), and marks it sent. The store knows nothing of Celery: the Celery
+bridge registers its publisher when Django starts (``AppConfig.ready``), and the test helpers
+register one that captures the tasks.
 
 The same port carries the other after-commit signal of the store: an async unit finished, so
 whoever waits for it (a Redis pub/sub channel) may look now (:func:`on_finished`).
@@ -103,7 +106,11 @@ def publish_on_commit(dispatches: Sequence[QueuedDispatch]) -> None:
 
 
 def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
-    """Send ``dispatches`` through the registered publisher now and mark the ones sent."""
+    """Send ``dispatches`` through the registered publisher now; return the ids sent.
+
+    The rows are marked sent by the worker that takes them (or by the sweeper, with
+    :func:`mark_sent`, when it publishes them again).
+    """
     if probes.active is not None:
         probes.active("before_publish", "")
     publisher = _registered.publisher
@@ -114,14 +121,11 @@ def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
             len(dispatches),
         )
         return []
-    sent = publisher.publish(dispatches)
-    mark_sent(sent)
-    return sent
+    return publisher.publish(dispatches)
 
 
 def mark_sent(dispatch_ids: Sequence[int]) -> None:
-    """Record that these dispatches went out (raw SQL: once per published task, and the ORM's
-    update costs more here than the statement)."""
+    """Record that these dispatches went out again (the sweeper's republish)."""
     if not dispatch_ids:
         return
     connection = connections[USING]

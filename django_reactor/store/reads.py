@@ -13,7 +13,7 @@ from ..engine.executor import PendingCompensation, RunState, UndoEntry
 from ..engine.outcomes import ErrorInfo, ErrorKind
 from ..engine.serialization import decode
 from ..exceptions import ExecutionNotFound, StoredValueUnreadable
-from ..models import Execution, ExecutionEvent, StepRecord
+from ..models import Definition, Execution, ExecutionEvent, StepRecord
 from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from . import sql
 from .db import USING, db_id
@@ -135,13 +135,26 @@ def resume_state(row: Execution) -> RunState:
     return state
 
 
-def stored_shape(row: Execution) -> dict[str, dict[str, Any]]:
-    """The definition shape a run started under (see ``ReactorDefinition.shape``).
+def stored_shape(row: Execution, *, strict: bool = True) -> dict[str, dict[str, Any]]:
+    """The definition shape a run started under (see ``ReactorDefinition.shape``); empty when
+    none was kept (a run refused at its inputs, or recorded before shapes were kept).
 
     Raises StoredValueUnreadable when the stored value is not a shape: an object mapping each
-    step name to an object (``{"impl": "<dotted path>", "depends_on": [...]}``).
+    step name to an object (``{"impl": "<dotted path>", "depends_on": [...]}``); with
+    ``strict=False`` (for display) such a shape reads as empty instead.
     """
-    shape = row.definition_shape
+    shape = _kept_shape(row)
+    if shape is None:
+        return {}
+    try:
+        return _checked_shape(shape)
+    except StoredValueUnreadable:
+        if strict:
+            raise
+        return {}
+
+
+def _checked_shape(shape: Any) -> dict[str, dict[str, Any]]:
     if not isinstance(shape, dict):
         raise StoredValueUnreadable(
             f"the stored definition shape is a {type(shape).__name__}, not an object of steps"
@@ -153,6 +166,20 @@ def stored_shape(row: Execution) -> dict[str, dict[str, Any]]:
                 'object such as {"impl": "<dotted path>", "depends_on": [<step names>]}'
             )
     return shape
+
+
+def _kept_shape(row: Execution) -> Any:
+    """The shape kept under the run's definition hash (the worker's claim reads it with the
+    row, as ``claimed_shape``)."""
+    if hasattr(row, "claimed_shape"):
+        shape = row.claimed_shape
+        return json.loads(shape) if isinstance(shape, (str, bytes)) else shape
+    return (
+        Definition.objects.using(USING)
+        .filter(hash=row.definition_hash)
+        .values_list("shape", flat=True)
+        .first()
+    )
 
 
 def coordination_state(execution_id: uuid.UUID) -> dict[str, Any]:

@@ -24,7 +24,16 @@ except ImportError:  # psycopg2 or another driver: statements go through Django'
 
 from ..conf import reactor_settings
 from ..engine.journal import UNSET, JournalBatch
-from ..models import Dispatch, Execution, ExecutionEvent, MapResult, StepRecord
+from ..models import (
+    Definition,
+    Dispatch,
+    Execution,
+    ExecutionEvent,
+    MapChunk,
+    MapResult,
+    MapRun,
+    StepRecord,
+)
 from .db import USING, logger
 
 T = TypeVar("T")
@@ -34,7 +43,10 @@ EXECUTION = Execution._meta.db_table
 STEP_RECORD = StepRecord._meta.db_table
 EVENT = ExecutionEvent._meta.db_table
 DISPATCH = Dispatch._meta.db_table
+DEFINITION = Definition._meta.db_table
 MAP_RESULT = MapResult._meta.db_table
+MAP_RUN = MapRun._meta.db_table
+MAP_CHUNK = MapChunk._meta.db_table
 
 #: The highest trace sequence number of a run.
 LAST_SEQ = f"SELECT MAX(seq) FROM {EVENT} WHERE execution_id = %s"
@@ -42,14 +54,19 @@ LAST_SEQ = f"SELECT MAX(seq) FROM {EVENT} WHERE execution_id = %s"
 #: A run's step records in completion order (raw: this runs on every resume).
 STEP_ROWS = f"SELECT * FROM {STEP_RECORD} WHERE execution_id = %s ORDER BY seq"
 
-#: Mark published dispatches sent (``{ids}``: one placeholder per id).
+#: Mark dispatches the sweeper published again sent (``{ids}``: one placeholder per id).
 MARK_SENT = f"UPDATE {DISPATCH} SET sent_at = %s WHERE id IN ({{ids}})"
 
-#: The worker's claim on PostgreSQL (``claims.claim_for_worker``): one statement that returns
-#: the claimed row with the run's step records and last trace sequence number, so resuming
-#: costs one round trip (the ORM's query building costs more than the statement itself on this
+#: The worker's claim on PostgreSQL (``claims.claim_for_worker``): one statement that marks the
+#: run's dispatches taken (the sweeper leaves them alone) and returns the claimed row with the
+#: run's step records, last trace sequence number and definition shape, so resuming costs one
+#: round trip (the ORM's query building costs more than the statement itself on this
 #: path, once per delivery).
 CLAIM_FOR_WORKER = f"""
+WITH taken AS (
+    UPDATE {DISPATCH} SET sent_at = now()
+    WHERE execution_id = %s AND sent_at IS NULL AND map_run_id IS NULL
+)
 UPDATE {EXECUTION} SET
     lease_owner = %s,
     lease_expires_at = now() + make_interval(secs => %s),
@@ -74,30 +91,128 @@ RETURNING *,
             'result', sr.result, 'error', sr.error, 'compensable', sr.compensable,
             'rollback', sr.rollback) ORDER BY sr.seq), '[]'::json)
         FROM {STEP_RECORD} sr
-        WHERE sr.execution_id = {EXECUTION}.id) AS claimed_steps
+        WHERE sr.execution_id = {EXECUTION}.id) AS claimed_steps,
+    (SELECT df.shape FROM {DEFINITION} df
+        WHERE df.hash = {EXECUTION}.definition_hash) AS claimed_shape
 """
 
 
-#: A batch of a map's source items as pending slots (a re-read overwrites them).
-WRITE_ITEMS = f"""
-INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, claimed_by)
-SELECT %s, u.i, 'pending', u.item::jsonb, 0, '' FROM unnest(%s::int[], %s::text[]) AS u(i, item)
-ON CONFLICT (map_run_id, index) DO UPDATE SET item = EXCLUDED.item, status = 'pending'
+# ---------------------------------------------------------------------------- maps
+#
+# A map's elements are claimed and settled a chunk at a time (``store.maps``): the chunk row
+# holds the claim and its lease; an element's slot is written when its chunk is first claimed
+# and when it settles (a HOT update: no index covers what a settle changes).
+
+#: A batch of a map's source items as pending chunks: pieces ``(first index of the chunk, size
+#: of the chunk up to the piece's end, items)``. A piece that starts inside a chunk (the batch
+#: before ended there) keeps the chunk's items before it; a re-read overwrites them.
+WRITE_CHUNKS = f"""
+INSERT INTO {MAP_CHUNK} AS c (map_run_id, first, size, items, status, attempts, claimed_by,
+    succeeded)
+SELECT %s, u.first, u.size, u.items::jsonb, 'pending', 0, '', 0
+FROM unnest(%s::int[], %s::int[], %s::text[]) AS u(first, size, items)
+ON CONFLICT (map_run_id, first) DO UPDATE SET
+    items = (SELECT COALESCE(jsonb_agg(e.x ORDER BY e.n), '[]'::jsonb)
+        FROM jsonb_array_elements(c.items) WITH ORDINALITY AS e(x, n)
+        WHERE e.n <= EXCLUDED.size - jsonb_array_length(EXCLUDED.items)) || EXCLUDED.items,
+    size = EXCLUDED.size, status = 'pending'
 """
 
-#: A chunk of settled slots, only those the writer still holds (``{columns}``: what to set).
-WRITE_SLOTS = f"""
-UPDATE {MAP_RESULT} AS r SET status = v.status, {{columns}}, lease_until = NULL, finished_at = %s
-FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[])
-    AS v(id, status, a, b, c)
-WHERE r.id = v.id AND r.claimed_by = %s AND r.status = ANY(%s)
-RETURNING r.id
+#: The chunk a claim takes: the first one never claimed (``fresh``, in ``{order}``), else the
+#: first whose holder's lease lapsed (``taken`` and expired: its process died). Each lookup is
+#: served by the (map, status, first) index.
+_PICK_CHUNK = f"""
+pick AS (
+    SELECT COALESCE(
+        (SELECT id FROM {MAP_CHUNK} WHERE map_run_id = %(map)s AND status = %(fresh)s
+            {{fresh_filter}} ORDER BY first {{order}} LIMIT 1 FOR UPDATE SKIP LOCKED),
+        (SELECT id FROM {MAP_CHUNK} WHERE map_run_id = %(map)s AND status = %(taken)s
+            AND lease_until < now() ORDER BY first {{order}} LIMIT 1 FOR UPDATE SKIP LOCKED)
+    ) AS id
+),
+taken AS (
+    UPDATE {DISPATCH} SET sent_at = now() WHERE map_run_id = %(map)s AND sent_at IS NULL
+),
+claimed AS (
+    UPDATE {MAP_CHUNK} AS c SET status = %(taken)s, claimed_by = %(token)s,
+        lease_until = now() + make_interval(secs => %(lease)s),
+        attempts = c.attempts + %(plus)s
+    FROM pick WHERE c.id = pick.id
+    RETURNING c.id, c.first, c.size, c.items, c.attempts
+)"""
+
+#: A forward claim: the chunk taken (its dispatches marked sent: the sweeper leaves them), and
+#: its elements' slots written ``running`` (a lapsed chunk's slots exist: they are taken again).
+#: Returns ``(chunk id, first index, items, attempts)``, or no row.
+CLAIM_CHUNK = f"""
+WITH {_PICK_CHUNK.format(fresh_filter="", order="ASC")},
+slots AS (
+    INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, claimed_by)
+    SELECT %(map)s, claimed.first + e.n::int - 1, 'running', e.item, claimed.attempts, ''
+    FROM claimed CROSS JOIN LATERAL jsonb_array_elements(claimed.items) WITH ORDINALITY
+        AS e(item, n)
+    ON CONFLICT (map_run_id, index) DO UPDATE
+        SET status = 'running', attempts = EXCLUDED.attempts
+)
+SELECT id, first, items::text, attempts FROM claimed
+"""
+
+#: A rollback claim: the highest settled chunk with elements to undo (or a lapsed one), and
+#: the succeeded slots in it, highest index first: ``(chunk id, index, item, undo)`` rows (one
+#: row with a NULL index when none of its slots is left).
+CLAIM_UNDO_CHUNK = f"""
+WITH {_PICK_CHUNK.format(fresh_filter="AND succeeded > 0", order="DESC")}
+SELECT claimed.id, r.index, r.item::text, r.undo::text
+FROM claimed LEFT JOIN {MAP_RESULT} AS r ON r.map_run_id = %(map)s
+    AND r.index >= claimed.first AND r.index < claimed.first + claimed.size
+    AND r.status = 'succeeded'
+ORDER BY r.index DESC
+"""
+
+#: A chunk's settle, fenced by its claim: the chunk (only while ``token`` holds it), its slots
+#: (``{columns}``: what they get) and the map's counters (``{counters}``), in one statement.
+#: Returns the map's progress, or no row when the claim was lost (nothing is written then).
+SETTLE_CHUNK = f"""
+WITH ch AS (
+    UPDATE {MAP_CHUNK} SET status = %(settled)s, claimed_by = '', lease_until = NULL
+        {{chunk_columns}}
+    WHERE id = %(chunk)s AND claimed_by = %(token)s AND status = %(held)s
+    RETURNING id
+),
+sl AS (
+    UPDATE {MAP_RESULT} AS r SET status = v.status, {{columns}}, finished_at = %(now)s
+    FROM ch, unnest(%(indexes)s::int[], %(statuses)s::text[], %(a)s::text[], %(b)s::text[],
+        %(c)s::text[]) AS v(i, status, a, b, c)
+    WHERE r.map_run_id = %(map)s AND r.index = v.i
+)
+UPDATE {MAP_RUN} SET {{counters}}, updated_at = %(now)s
+WHERE id = %(map)s AND EXISTS (SELECT 1 FROM ch)
+RETURNING settled, size, failed, stop_reason, collected, status, rollback_settled,
+    rollback_total
+"""
+
+#: Chunks never claimed of a map that stopped: their slots are written ``not_started``.
+#: Returns how many.
+NEVER_START = f"""
+WITH ch AS (
+    UPDATE {MAP_CHUNK} SET status = 'not_started'
+    WHERE map_run_id = %(map)s AND status = 'pending'
+    RETURNING first, items
+),
+sl AS (
+    INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, claimed_by,
+        finished_at)
+    SELECT %(map)s, ch.first + e.n::int - 1, 'not_started', e.item, 0, '', %(now)s
+    FROM ch CROSS JOIN LATERAL jsonb_array_elements(ch.items) WITH ORDINALITY AS e(item, n)
+    ON CONFLICT (map_run_id, index) DO UPDATE
+        SET status = 'not_started', finished_at = EXCLUDED.finished_at
+    RETURNING 1
+)
+SELECT count(*) FROM sl
 """
 
 
-def checkpoint(
-    execution_id: uuid.UUID, fence: int, batch: JournalBatch, lease_seconds: float
-) -> tuple[str, list[Any]]:
+def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tuple[str, list[Any]]:
     """The one statement of a routine checkpoint on PostgreSQL, and its parameters.
 
     The execution's update (conditional on ``fence``), the step record's upsert, the rollback
@@ -113,9 +228,8 @@ def checkpoint(
     if release:
         sets.append("lease_owner = NULL, lease_expires_at = NULL, finished_at = %s")
         params.append(now)
-    else:
-        sets.append("lease_expires_at = now() + make_interval(secs => %s)")
-        params.append(lease_seconds)
+    # Otherwise the lease is left alone: the heartbeat (``lease.LeaseKeeper``) extends it, and
+    # a checkpoint that writes no indexed column is a HOT update.
     if batch.current_step is not None:
         sets.append("current_step = %s")
         params.append(batch.current_step)
@@ -138,17 +252,28 @@ def checkpoint(
     ]
     step = batch.step
     if step is not None:
+        # An update of the step's record if it has one (a retried step), else an insert: not
+        # INSERT ... ON CONFLICT, whose speculative insertion costs a WAL record more per step.
+        parts.append(
+            "sv (step, status, seq, attempts, arguments, secret_arguments, result, error, "
+            "compensable, started_at, finished_at) AS (VALUES (%s::varchar, %s::varchar, "
+            "%s::integer, %s::integer, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::boolean, "
+            "%s::timestamptz, %s::timestamptz))"
+        )
+        parts.append(
+            f"su AS (UPDATE {STEP_RECORD} AS r SET status = sv.status, seq = sv.seq, "
+            "attempts = sv.attempts, arguments = sv.arguments, "
+            "secret_arguments = sv.secret_arguments, result = sv.result, error = sv.error, "
+            "compensable = sv.compensable, rollback = '', rollback_error = NULL, "
+            "rolled_back_at = NULL, started_at = sv.started_at, finished_at = sv.finished_at "
+            "FROM ex, sv WHERE r.execution_id = ex.id AND r.step = sv.step RETURNING r.id)"
+        )
         parts.append(
             f"st AS (INSERT INTO {STEP_RECORD} (execution_id, step, status, seq, "
             "attempts, arguments, secret_arguments, result, error, compensable, rollback, "
-            "started_at, finished_at) SELECT ex.id, %s, %s, %s, %s, %s::jsonb, %s::jsonb, "
-            "%s::jsonb, %s::jsonb, %s, '', %s, %s FROM ex "
-            "ON CONFLICT (execution_id, step) DO UPDATE SET status = EXCLUDED.status, "
-            "seq = EXCLUDED.seq, attempts = EXCLUDED.attempts, arguments = EXCLUDED.arguments, "
-            "secret_arguments = EXCLUDED.secret_arguments, result = EXCLUDED.result, "
-            "error = EXCLUDED.error, compensable = EXCLUDED.compensable, rollback = '', "
-            "rollback_error = NULL, rolled_back_at = NULL, started_at = EXCLUDED.started_at, "
-            "finished_at = EXCLUDED.finished_at)"
+            "started_at, finished_at) SELECT ex.id, sv.step, sv.status, sv.seq, sv.attempts, "
+            "sv.arguments, sv.secret_arguments, sv.result, sv.error, sv.compensable, '', "
+            "sv.started_at, sv.finished_at FROM ex, sv WHERE NOT EXISTS (SELECT 1 FROM su))"
         )
         params.extend(
             [
@@ -209,9 +334,14 @@ def insert_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], ..
 
 
 @functools.cache
-def insert_all(events: int, with_dispatch: bool) -> str:
+def insert_all(events: int, with_dispatch: bool, with_definition: bool = False) -> str:
+    """A new run's one statement: its execution row, first events, dispatch and (unless kept
+    already) its definition, each a data-modifying CTE; parameters in that order."""
     connection = connections[USING]
-    models_named: list[tuple[type[models.Model], str]] = [(Execution, "ex")]
+    models_named: list[tuple[type[models.Model], str]] = []
+    if with_definition:
+        models_named.append((Definition, "df"))
+    models_named.append((Execution, "ex"))
     models_named += [(ExecutionEvent, f"ev{i}") for i in range(events)]
     if with_dispatch:
         models_named.append((Dispatch, "dp"))
@@ -221,8 +351,12 @@ def insert_all(events: int, with_dispatch: bool) -> str:
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
         marks = ", ".join(["%s"] * len(fields))
         returning = " RETURNING id" if name == "dp" else ""
+        # A definition is kept once: the first run of each fingerprint writes it.
+        conflict = " ON CONFLICT DO NOTHING" if name == "df" else ""
         table = model._meta.db_table
-        parts.append(f"{name} AS (INSERT INTO {table} ({columns}) VALUES ({marks}){returning})")
+        parts.append(
+            f"{name} AS (INSERT INTO {table} ({columns}) VALUES ({marks}){conflict}{returning})"
+        )
     return "WITH " + ", ".join(parts) + (" SELECT id FROM dp" if with_dispatch else " SELECT 1")
 
 
@@ -254,7 +388,17 @@ def _turn_preparation_off(exc: Exception) -> None:
 
 
 def execute(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
-    """Run the checkpoint statement on Django's connection; return its row.
+    """Run the checkpoint statement on Django's connection; return its row."""
+    return _execute(sql, params)[1]
+
+
+def execute_named(sql: str, params: list[Any]) -> tuple[list[str], tuple[Any, ...] | None]:
+    """Like :func:`execute` (prepared the same way), with the names of the returned columns."""
+    return _execute(sql, params)
+
+
+def _execute(sql: str, params: list[Any]) -> tuple[list[str], tuple[Any, ...] | None]:
+    """Send one statement on Django's connection; return its column names and first row.
 
     With psycopg 3 the statement goes through a server-binding cursor of the same connection
     (same transaction state), prepared once per connection when
@@ -269,7 +413,7 @@ def execute(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
     if psycopg is None or not isinstance(raw, psycopg.Connection):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchone()
+            return _names(cursor.description), cursor.fetchone()
     connection.validate_no_broken_transaction()
     prepare = reactor_settings.CHECKPOINT_PREPARED_STATEMENTS and not _preparation_refused.is_set()
     with connection.wrap_database_errors:
@@ -289,9 +433,13 @@ def execute(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
                     # On its own (autocommit) the refused statement did nothing: send it again.
                     raw.prepare_threshold = threshold
                     cursor.execute(sql, params, prepare=False)
-                return cursor.fetchone()
+                return _names(cursor.description), cursor.fetchone()
         finally:
             raw.prepare_threshold = threshold
+
+
+def _names(description: Any) -> list[str]:
+    return [column[0] for column in description or ()]
 
 
 def again_unprepared(function: Callable[P, T]) -> Callable[P, T]:

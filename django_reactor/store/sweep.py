@@ -14,7 +14,7 @@ from ..models import Dispatch, Execution
 from ..states import ExecutionStatus
 from .claims import RESUMABLE
 from .db import USING
-from .outbox import QueuedDispatch, publish, publish_on_commit
+from .outbox import QueuedDispatch, mark_sent, publish, publish_on_commit
 
 
 @dataclass(slots=True)
@@ -54,32 +54,34 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
     def locked(qs: Any) -> Any:
         return qs.select_for_update(skip_locked=True) if skip_locked else qs
 
-    # 1. Outbox rows the process that wrote them never published (it died after the commit).
+    # 1. Outbox rows no worker took within ``grace`` of their due time: the process that wrote
+    #    them died before publishing, or the message was lost. Each is published again once.
+    due_before = now - dt.timedelta(seconds=grace)
     with transaction.atomic(using=USING):
         stale = list(
             locked(
-                Dispatch.objects.using(USING).filter(
-                    sent_at__isnull=True, created_at__lt=now - dt.timedelta(seconds=grace)
-                )
+                Dispatch.objects.using(USING)
+                .filter(sent_at__isnull=True, created_at__lt=due_before)
+                .filter(Q(not_before__isnull=True) | Q(not_before__lt=due_before))
             )
             .order_by("id")
             .values_list("id", "execution_id", "not_before", "reason", "map_run_id")[:limit]
         )
         if stale:
-            report.republished = len(
-                publish(
-                    [
-                        QueuedDispatch(
-                            d,
-                            e,
-                            max(0.0, (nb - now).total_seconds()) if nb else 0.0,
-                            task=reason if map_id is not None else "resume",
-                            map_id=map_id,
-                        )
-                        for d, e, nb, reason, map_id in stale
-                    ]
-                )
+            republished = publish(
+                [
+                    QueuedDispatch(
+                        d,
+                        e,
+                        max(0.0, (nb - now).total_seconds()) if nb else 0.0,
+                        task=reason if map_id is not None else "resume",
+                        map_id=map_id,
+                    )
+                    for d, e, nb, reason, map_id in stale
+                ]
             )
+            mark_sent(republished)
+            report.republished = len(republished)
 
     # 2. Runs nobody owns that should be moving: a dead worker's run (lease expired), a retry
     #    whose wake-up time came, a pending run whose task was lost.

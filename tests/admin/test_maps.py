@@ -229,9 +229,15 @@ def test_a_run_undoing_a_map_on_workers_is_listed_as_parked_on_its_rollback(
 
 
 def _fanned_map(size: int) -> MapRun:
-    """A parked map of ``size`` pending elements (nothing run), then settled by hand."""
+    """A parked map of ``size`` elements whose chunks a task claimed (nothing run; their slots
+    are written ``running``), then settled by hand."""
+    from django_reactor import store
+
     result = run_reactor(FannedWarehouse, {"items": list(range(size))}, background="none")
-    return map_of(result.execution_id)
+    mapped = map_of(result.execution_id)
+    while store.maps.claim(mapped.pk, forward=True, token="test")[0] is not None:
+        pass
+    return mapped
 
 
 def test_the_element_list_pages_a_map_by_index_with_filters(

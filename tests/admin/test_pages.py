@@ -17,6 +17,7 @@ from django_reactor import services
 from django_reactor.models import Execution, ExecutionEvent, Interrupt
 from django_reactor.states import EventKind, ExecutionStatus, InterruptStatus
 from tests.admin.reactors import TRIGGERS, Booking, Refund, Shipment
+from tests.shapes import keep_shape
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,10 +37,10 @@ def page(client: Client, url: str) -> str:
 
 def make_row(status: str, **fields: Any) -> Execution:
     """A run as the engine would have stored it, without running step code."""
+    keep_shape(Booking.definition)
     return Execution.objects.create(
         reactor=Booking.definition.name,
         definition_hash=Booking.definition.definition_hash,
-        definition_shape=Booking.definition.shape,
         status=status,
         inputs={"guest": "ann", "card": "4111"},
         secret_paths=[["card"]],

@@ -26,6 +26,7 @@ LAUNCH_ARGS = [
 VIEWPORT = {"width": 1280, "height": 800}
 # Every wait is bounded (milliseconds): a page of the local test server answers well within it.
 TIMEOUT_MS = 10_000
+LAUNCH_TIMEOUT_MS = 60_000
 USERNAME = "operator"
 PASSWORD = "browser-pw"
 
@@ -74,7 +75,12 @@ def browser() -> Iterator[Any]:
     playwright = manager.start()
     try:
         chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=LAUNCH_ARGS, timeout=TIMEOUT_MS
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=LAUNCH_ARGS,
+            # A cold start (a first run builds Chromium's font cache) on a busy machine can take
+            # longer than a page wait.
+            timeout=LAUNCH_TIMEOUT_MS,
         )
         try:
             yield chromium

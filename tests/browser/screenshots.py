@@ -38,6 +38,7 @@ from django_reactor.models import Execution, ExecutionEvent  # noqa: E402
 from django_reactor.states import EventKind, ExecutionStatus  # noqa: E402
 from tests.browser.conftest import log_in  # noqa: E402
 from tests.browser.reactors import FAIL, Checkout, RefundReview, ShipParcels  # noqa: E402
+from tests.shapes import keep_shape  # noqa: E402
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -81,10 +82,10 @@ def parked_rows() -> None:
     """Three runs paused for a review, and one pending run waiting out a retry's backoff."""
     for order in ("A-1041", "A-1042", "A-1057"):
         RefundReview.run({"order": order})
+    keep_shape(Checkout.definition)
     row = Execution.objects.create(
         reactor=Checkout.definition.name,
         definition_hash=Checkout.definition.definition_hash,
-        definition_shape=Checkout.definition.shape,
         status=ExecutionStatus.PENDING,
         inputs={"order": "A-1060"},
         current_step="charge_card",

@@ -465,17 +465,18 @@ def test_undo_of_a_cancelled_run_parked_on_a_map_undoes_the_elements_done_so_far
     # One element task runs one chunk, then its worker is gone; the run is still parked.
     from django_reactor import store
 
-    claimed, _ = store.maps.claim(map_id, 2, forward=True, token="gone")
+    claim, _ = store.maps.claim(map_id, forward=True, token="gone")
+    assert claim is not None
     writes = maps._run_chunk(
         map_id,
         FannedBasket.definition.step("lines").map,
         {"order_id": 1},
-        claimed,
-        {c.index: c.index + 1 for c in claimed},
+        claim.slots,
+        {c.index: c.index + 1 for c in claim.slots},
         None,
         False,
     )
-    store.maps.settle(map_id, writes, tolerated=None, token="gone")
+    store.maps.settle(map_id, claim.chunk, writes, tolerated=None, token="gone")
     result._queue.pending.clear()
     # A parked run is cancelled first (its elements stop), then undone.
     assert services.cancel(result.execution_id).status == ExecutionStatus.CANCELLED

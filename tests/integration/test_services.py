@@ -12,6 +12,7 @@ from django_reactor.exceptions import AlreadyRetried, ExecutionBusy, InvalidTran
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus, RollbackStatus
 from tests.integration.reactors import FAIL_AT, Fragile, Transfer, ledger
+from tests.shapes import give_shape
 
 pytestmark = pytest.mark.django_db
 
@@ -372,9 +373,7 @@ def test_undo_refuses_a_run_whose_steps_changed_since() -> None:
     from django_reactor.exceptions import DefinitionChanged
 
     outcome = Transfer.run(INPUTS)
-    Execution.objects.filter(pk=outcome.execution_id).update(
-        definition_shape={"debit": {"impl": "elsewhere.Debit", "depends_on": []}}
-    )
+    give_shape(outcome.execution_id, {"debit": {"impl": "elsewhere.Debit", "depends_on": []}})
     with pytest.raises(DefinitionChanged, match="step 'debit' ran but its implementation"):
         services.undo(outcome.execution_id)
     assert ledger.calls[-1] == ("run", "notify")  # nothing was undone

@@ -14,6 +14,7 @@ from django_reactor.engine.serialization import TAG
 from django_reactor.models import Execution, StepRecord
 from django_reactor.states import EventKind, ExecutionStatus
 from tests.integration.reactors import Tracked, ledger
+from tests.shapes import give_shape
 
 pytestmark = pytest.mark.django_db
 
@@ -50,11 +51,11 @@ def corrupt_result(execution_id: Any, value: Any) -> None:
             "the stored inputs are a list, not a JSON object",
         ),
         (
-            lambda e: Execution.objects.filter(pk=e).update(definition_shape=["garbage"]),
+            lambda e: give_shape(e, ["garbage"]),
             "stored definition shape is a list",
         ),
         (
-            lambda e: Execution.objects.filter(pk=e).update(definition_shape={"one": "x"}),
+            lambda e: give_shape(e, {"one": "x"}),
             "stored definition shape of step 'one'",
         ),
     ],
@@ -79,9 +80,7 @@ def test_an_unreadable_run_is_parked_on_its_first_delivery(corrupt: Any, message
 
 def test_a_shape_that_lacks_a_step_that_ran_is_a_definition_change() -> None:
     execution_id = handed_off()
-    Execution.objects.filter(pk=execution_id).update(
-        definition_shape={"two": HandsOff.definition.shape["two"]}
-    )
+    give_shape(execution_id, {"two": HandsOff.definition.shape["two"]})
     outcome = services.resume(execution_id)
     assert outcome is not None
     row = Execution.objects.get(pk=execution_id)

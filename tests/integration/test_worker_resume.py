@@ -17,6 +17,7 @@ from django_reactor import Dispatched, Reactor, Retry, services, step, store
 from django_reactor.models import Dispatch, Execution
 from django_reactor.states import ExecutionStatus
 from tests.integration.reactors import Tracked, ledger
+from tests.shapes import give_shape
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +35,7 @@ def test_run_in_the_background_writes_a_pending_run_and_its_dispatch() -> None:
     assert isinstance(outcome, Dispatched)
     row = Execution.objects.get(pk=outcome.execution_id)
     assert (row.status, row.lease_owner, row.handed_off) == (ExecutionStatus.PENDING, None, True)
-    assert row.definition_shape["two"]["depends_on"] == ["one"]
+    assert store.stored_shape(row)["two"]["depends_on"] == ["one"]
     assert Dispatch.objects.get(execution=row).reason == "start"
     assert ledger.calls == []
     assert services.find(row.id).outcome == Dispatched(
@@ -79,9 +80,10 @@ def test_a_changed_definition_under_a_run_is_refused() -> None:
     outcome = InBackground.run({})
     services.resume(outcome.execution_id)
     # Pretend the run stopped after "one", and the deployed "one" now differs.
-    Execution.objects.filter(pk=outcome.execution_id).update(
-        status=ExecutionStatus.PENDING,
-        definition_shape={
+    Execution.objects.filter(pk=outcome.execution_id).update(status=ExecutionStatus.PENDING)
+    give_shape(
+        outcome.execution_id,
+        {
             "one": {"impl": "somewhere.Else", "depends_on": []},
             "two": {"impl": "x", "depends_on": ["one"]},
         },
@@ -97,8 +99,9 @@ def test_a_changed_definition_under_a_run_is_refused() -> None:
 
 def test_steps_not_reached_yet_may_change() -> None:
     outcome = InBackground.run({})
-    Execution.objects.filter(pk=outcome.execution_id).update(
-        definition_shape={"one": InBackground.definition.shape["one"], "two": {"impl": "old"}}
+    give_shape(
+        outcome.execution_id,
+        {"one": InBackground.definition.shape["one"], "two": {"impl": "old"}},
     )
     assert services.resume(outcome.execution_id).ok
 

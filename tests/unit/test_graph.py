@@ -223,11 +223,11 @@ def record(step: str, status: str, rollback: str = "") -> SimpleNamespace:
     return SimpleNamespace(step=step, status=status, rollback=rollback)
 
 
+SHAPE = {name: {} for name in ("a", "b", "c", "d", "e", "f", "g", "h", "i")}
+
+
 def execution(status: str, current_step: str = "", wake_at: object = None) -> SimpleNamespace:
-    shape = {name: {} for name in ("a", "b", "c", "d", "e", "f", "g", "h", "i")}
-    return SimpleNamespace(
-        status=status, current_step=current_step, wake_at=wake_at, definition_shape=shape
-    )
+    return SimpleNamespace(status=status, current_step=current_step, wake_at=wake_at)
 
 
 def test_step_states_from_records() -> None:
@@ -242,7 +242,7 @@ def test_step_states_from_records() -> None:
         record("h", "resumed"),
         record("i", "dispatched"),
     ]
-    assert step_states(execution("failed"), records) == {
+    assert step_states(execution("failed"), records, SHAPE) == {
         "a": "completed",
         "b": "undone",
         "c": "failed",
@@ -256,18 +256,18 @@ def test_step_states_from_records() -> None:
 
 
 def test_a_failed_step_whose_rollback_failed_stays_failed() -> None:
-    states = step_states(execution("needs_attention"), [record("c", "failed", "failed")])
+    states = step_states(execution("needs_attention"), [record("c", "failed", "failed")], SHAPE)
     assert states["c"] == "failed"
     assert states["a"] == "pending"
 
 
 def test_the_current_step_without_a_record_is_running_or_parked() -> None:
     done = [record("a", "completed")]
-    assert step_states(execution("running", "b"), done)["b"] == "running"
+    assert step_states(execution("running", "b"), done, SHAPE)["b"] == "running"
     parked = execution("pending", "b", wake_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
-    assert step_states(parked, done)["b"] == "parked"
-    assert step_states(execution("pending", "b"), done)["b"] == "pending"
-    states = step_states(execution("running", "a"), done)
+    assert step_states(parked, done, SHAPE)["b"] == "parked"
+    assert step_states(execution("pending", "b"), done, SHAPE)["b"] == "pending"
+    states = step_states(execution("running", "a"), done, SHAPE)
     assert states["a"] == "completed"
     assert set(states.values()) == {"completed", "pending"}
 
@@ -278,13 +278,12 @@ def test_step_states_without_a_stored_shape_covers_the_recorded_steps() -> None:
 
 
 def test_stored_states_draw_straight_into_the_svg() -> None:
-    run = SimpleNamespace(
-        status="failed",
-        current_step="",
-        wake_at=None,
-        definition_shape={"first": {}, "second": {}, "third": {}},
+    run = SimpleNamespace(status="failed", current_step="", wake_at=None)
+    states = step_states(
+        run,
+        [record("first", "completed", "undone"), record("second", "failed")],
+        {"first": {}, "second": {}, "third": {}},
     )
-    states = step_states(run, [record("first", "completed", "undone"), record("second", "failed")])
     groups = svg_steps(render_svg(GraphChain.definition, states))
     assert {n: g.attrib["data-state"] for n, g in groups.items()} == {
         "first": "undone",

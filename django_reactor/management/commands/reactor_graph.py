@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_reactor import graph, registry
+from django_reactor import graph, registry, store
 from django_reactor.exceptions import ReactorNotRegistered
 from django_reactor.models import Execution, StepRecord
 
@@ -85,7 +85,9 @@ class Command(BaseCommand):
                     f"{definition.name}; leave the reactor out to draw the run's own reactor"
                 )
             records = StepRecord.objects.filter(execution=execution).order_by("seq", "id")
-            states = graph.step_states(execution, records)
+            states = graph.step_states(
+                execution, records, store.stored_shape(execution, strict=False)
+            )
             title = f"{definition.name} · execution {execution.pk} ({execution.status})"
 
         fmt = options["format"]

@@ -1,0 +1,132 @@
+"""Map claims and settles through the ORM, for databases other than PostgreSQL (where
+:mod:`.maps` sends one statement each, from :mod:`.sql`). Same rows, same fences."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections
+from django.utils import timezone
+
+from ..conf import reactor_settings
+from ..models import Dispatch, MapChunk, MapResult, MapRun
+from ..states import ElementStatus
+from .db import USING
+from .map_reads import Claim, Claimed, SlotWrite
+
+Chunk = MapChunk.Status
+
+
+def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
+    """``maps._claim`` through the ORM."""
+    now = timezone.now()
+    fresh, taken = (Chunk.PENDING, Chunk.RUNNING) if forward else (Chunk.SETTLED, Chunk.UNDOING)
+    order = "first" if forward else "-first"
+    chunks = MapChunk.objects.using(USING).filter(map_run_id=map_id)
+    candidates = chunks.filter(status=fresh)
+    if not forward:
+        candidates = candidates.filter(succeeded__gt=0)
+    chunk = _locked(candidates).order_by(order).first()
+    if chunk is None:
+        chunk = _locked(chunks.filter(status=taken, lease_until__lt=now)).order_by(order).first()
+    Dispatch.objects.using(USING).filter(map_run_id=map_id, sent_at__isnull=True).update(
+        sent_at=now
+    )
+    if chunk is None:
+        return None
+    chunk.status = taken
+    chunk.claimed_by = token
+    chunk.lease_until = now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS)
+    chunk.attempts += 1 if forward else 0
+    chunk.save(update_fields=["status", "claimed_by", "lease_until", "attempts"])
+    if not forward:
+        rows = (
+            MapResult.objects.using(USING)
+            .filter(
+                map_run_id=map_id,
+                index__gte=chunk.first,
+                index__lt=chunk.first + chunk.size,
+                status=ElementStatus.SUCCEEDED,
+            )
+            .order_by("-index")
+            .values_list("index", "item", "undo")
+        )
+        return Claim(chunk.pk, [Claimed(index, item, undo) for index, item, undo in rows])
+    MapResult.objects.using(USING).bulk_create(
+        [
+            MapResult(
+                map_run_id=map_id,
+                index=chunk.first + offset,
+                item=item,
+                status=ElementStatus.RUNNING,
+                attempts=chunk.attempts,
+            )
+            for offset, item in enumerate(chunk.items)
+        ],
+        update_conflicts=True,
+        unique_fields=["map_run", "index"],
+        update_fields=["status", "attempts"],
+    )
+    return Claim(
+        chunk.pk,
+        [
+            Claimed(chunk.first + offset, item, None, chunk.attempts - 1)
+            for offset, item in enumerate(chunk.items)
+        ],
+    )
+
+
+def settle_chunk(
+    map_id: uuid.UUID,
+    chunk: int,
+    writes: Sequence[SlotWrite],
+    token: str,
+    held: str,
+    settled: str,
+    counters: dict[str, int],
+    first_failure: int | None,
+    now: dt.datetime,
+) -> tuple[Any, ...] | None:
+    """``maps._settle_chunk`` through the ORM."""
+    chunk_values: dict[str, Any] = {"status": settled, "claimed_by": "", "lease_until": None}
+    if held == Chunk.RUNNING:
+        chunk_values["succeeded"] = counters.get("succeeded", 0)
+    taken = (
+        MapChunk.objects.using(USING)
+        .filter(pk=chunk, claimed_by=token, status=held)
+        .update(**chunk_values)
+    )
+    if not taken:
+        return None
+    for w in writes:
+        values: dict[str, Any] = {"status": w.status, "finished_at": now}
+        if held == Chunk.RUNNING:
+            values.update(value=w.value, error=w.error, undo=w.undo)
+        else:
+            values["rollback_error"] = w.error
+        MapResult.objects.using(USING).filter(map_run_id=map_id, index=w.index).update(**values)
+    run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+    for name, value in counters.items():
+        setattr(run, name, getattr(run, name) + value)
+    if first_failure is not None and run.first_failure is None:
+        run.first_failure = first_failure
+    run.save(update_fields=[*counters, "first_failure", "updated_at"])
+    return (
+        run.settled,
+        run.size,
+        run.failed,
+        run.stop_reason,
+        run.collected,
+        run.status,
+        run.rollback_settled,
+        run.rollback_total,
+    )
+
+
+def _locked(qs: Any) -> Any:
+    if connections[USING].features.has_select_for_update_skip_locked:
+        return qs.select_for_update(skip_locked=True)
+    return qs
