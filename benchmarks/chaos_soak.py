@@ -1421,9 +1421,13 @@ class Checker:
     def trace_tail(self, execution_id: str, count: int = 8) -> list[str]:
         """The last ``count`` trace entries of an execution."""
         rows = self.db.rows(
-            "SELECT kind, step, data FROM django_reactor_executionevent WHERE execution_id = %s "
+            # A completed or skipped step's entry is its step record (``traced``).
+            "SELECT kind, step, data FROM (SELECT seq, kind, step, data "
+            "FROM django_reactor_executionevent WHERE execution_id = %s UNION ALL "
+            "SELECT seq, CASE WHEN status = 'skipped' THEN 'skip' ELSE 'run' END, step, "
+            "'{}'::jsonb FROM django_reactor_steprecord WHERE execution_id = %s AND traced) t "
             "ORDER BY seq DESC LIMIT %s",
-            [execution_id, count],
+            [execution_id, execution_id, count],
         )
         return [f"{kind} {step} {json.dumps(data)[:160]}".strip() for kind, step, data in rows][
             ::-1
@@ -1594,10 +1598,14 @@ class Checker:
         )
         found = [self.rerun_entry(row) for row in rows]
         twice = self.db.rows(
-            "SELECT execution_id::text, step, count(*) FROM django_reactor_executionevent "
-            "WHERE kind = 'run' AND execution_id = ANY(%s::uuid[]) GROUP BY execution_id, step "
-            "HAVING count(*) > 1",
-            [list(self.by_id)],
+            # 'run' entries: event rows, and completed step records that stand for theirs.
+            "SELECT execution_id::text, step, count(*) FROM ("
+            "SELECT execution_id, step FROM django_reactor_executionevent "
+            "WHERE kind = 'run' AND execution_id = ANY(%s::uuid[]) UNION ALL "
+            "SELECT execution_id, step FROM django_reactor_steprecord "
+            "WHERE traced AND status = 'completed' AND execution_id = ANY(%s::uuid[])) t "
+            "GROUP BY execution_id, step HAVING count(*) > 1",
+            [list(self.by_id), list(self.by_id)],
         )
         for execution_id, step_name, count in twice:
             found.append(

@@ -268,6 +268,16 @@ class StepRecord(models.Model):
     rolled_back_at = models.DateTimeField(_("rolled back at"), null=True, blank=True)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    traced = models.BooleanField(
+        _("stands for its trace entry"),
+        default=False,
+        db_default=False,
+        help_text=_(
+            "The step's run or skip entry of the trace is this record (sequence number, "
+            "attempt, finished at, duration), not an event row of its own."
+        ),
+    )
+    duration_ms = models.FloatField(_("duration (ms)"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("step record")

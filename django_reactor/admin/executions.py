@@ -30,7 +30,7 @@ from ..engine.outcomes import ErrorInfo
 from ..exceptions import ReactorNotRegistered
 from ..graph import render_svg, step_states
 from ..handle import ExecutionHandle, StepView
-from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
+from ..models import Execution, Interrupt, StepRecord
 from ..states import EventKind, ExecutionStatus
 from .display import (
     APP,
@@ -268,7 +268,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
 
     def _detail(self, request: HttpRequest, obj: Execution) -> dict[str, Any]:
         records = list(StepRecord.objects.filter(execution=obj).order_by("seq"))
-        events = list(ExecutionEvent.objects.filter(execution=obj).order_by("seq"))
+        events = store.event_rows(obj.pk)
         interrupts = list(Interrupt.objects.filter(execution=obj).order_by("id"))
         children = list(
             Execution.objects.filter(parent=obj)

@@ -21,7 +21,7 @@ from ..engine.journal import UNSET, JournalBatch
 from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
-from . import sql
+from . import sql, trace
 from .db import USING
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
@@ -121,7 +121,9 @@ class DatabaseJournal:
                     f"(fence {self.fence} was superseded); stopping without writing"
                 )
             step = batch.step
+            entry, events = trace.folded(step, batch.events)
             if step is not None:
+                trace.keep_entry(self.execution_id, step.step, USING)
                 StepRecord.objects.using(USING).update_or_create(
                     execution_id=self.execution_id,
                     step=step.step,
@@ -139,6 +141,8 @@ class DatabaseJournal:
                         "rolled_back_at": None,
                         "started_at": step.started_at,
                         "finished_at": step.finished_at,
+                        "traced": entry is not None,
+                        "duration_ms": entry.duration_ms if entry is not None else None,
                     },
                 )
             if batch.close_interrupts:
@@ -164,9 +168,9 @@ class DatabaseJournal:
                     rollback_error=rollback.error,
                     rolled_back_at=rollback.at,
                 )
-            if batch.events:
+            if events:
                 ExecutionEvent.objects.using(USING).bulk_create(
-                    new_event_rows(self.execution_id, batch.events)
+                    new_event_rows(self.execution_id, events)
                 )
             if batch.dispatch is not None:
                 queue_dispatch(self.execution_id, batch.dispatch, batch.dispatch_delay)

@@ -65,15 +65,14 @@ def step_rows(execution_id: uuid.UUID) -> list[StepRow]:
 
 
 def event_rows(execution_id: uuid.UUID) -> list[ExecutionEvent]:
-    return list(
-        ExecutionEvent.objects.using(USING).filter(execution_id=execution_id).order_by("seq")
-    )
+    """A run's trace in sequence order (with the entries its step records stand for)."""
+    return list(ExecutionEvent.objects.using(USING).raw(sql.TRACE, {"id": db_id(execution_id)}))
 
 
 def last_seq(execution_id: uuid.UUID) -> int:
     """The highest trace sequence number of a run (0 for none)."""
     with connections[USING].cursor() as cursor:
-        cursor.execute(sql.LAST_SEQ, [db_id(execution_id)])
+        cursor.execute(sql.LAST_SEQ, {"id": db_id(execution_id)})
         row = cursor.fetchone()
     return int(row[0] or 0)
 

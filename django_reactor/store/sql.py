@@ -34,6 +34,7 @@ from ..models import (
     MapRun,
     StepRecord,
 )
+from . import trace
 from .db import USING, logger
 
 T = TypeVar("T")
@@ -48,8 +49,26 @@ MAP_RESULT = MapResult._meta.db_table
 MAP_RUN = MapRun._meta.db_table
 MAP_CHUNK = MapChunk._meta.db_table
 
-#: The highest trace sequence number of a run.
-LAST_SEQ = f"SELECT MAX(seq) FROM {EVENT} WHERE execution_id = %s"
+#: The highest trace sequence number of a run (its events, and the step records that stand for
+#: their trace entry: ``store.trace``).
+LAST_SEQ = f"""SELECT MAX(seq) FROM (
+    SELECT seq FROM {EVENT} WHERE execution_id = %(id)s
+    UNION ALL SELECT seq FROM {STEP_RECORD} WHERE execution_id = %(id)s AND traced) AS t"""
+
+#: The trace entry kind a traced step record (``{r}``: its table's alias and a dot) stands for
+#: (``store.trace``), in SQL.
+ENTRY_KIND = "CASE WHEN {r}status = 'skipped' THEN 'skip' ELSE 'run' END"
+
+#: A run's whole trace in sequence order: its events, and the entries its step records stand
+#: for (``store.trace``; those have no event id).
+TRACE = f"""
+SELECT id, execution_id, seq, kind, step, attempt, at, duration_ms, data FROM {EVENT}
+    WHERE execution_id = %(id)s
+UNION ALL
+SELECT NULL, execution_id, seq, {ENTRY_KIND.format(r="")}, step, attempts, finished_at,
+    duration_ms, '{{}}' FROM {STEP_RECORD}
+    WHERE execution_id = %(id)s AND traced
+ORDER BY seq"""
 
 #: A run's step records in completion order (raw: this runs on every resume).
 STEP_ROWS = f"SELECT * FROM {STEP_RECORD} WHERE execution_id = %s ORDER BY seq"
@@ -84,8 +103,11 @@ WHERE id = %s
     AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = %s)
     AND (wake_at IS NULL OR wake_at <= now())
 RETURNING *,
-    (SELECT COALESCE(MAX(ev.seq), 0) FROM {EVENT} ev
-        WHERE ev.execution_id = {EXECUTION}.id) AS claimed_last_seq,
+    GREATEST(
+        (SELECT COALESCE(MAX(ev.seq), 0) FROM {EVENT} ev
+            WHERE ev.execution_id = {EXECUTION}.id),
+        (SELECT COALESCE(MAX(sr.seq), 0) FROM {STEP_RECORD} sr
+            WHERE sr.execution_id = {EXECUTION}.id AND sr.traced)) AS claimed_last_seq,
     (SELECT COALESCE(json_agg(json_build_object(
             'step', sr.step, 'status', sr.status, 'arguments', sr.arguments,
             'result', sr.result, 'error', sr.error, 'compensable', sr.compensable,
@@ -251,29 +273,42 @@ def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tupl
         + " WHERE id = %s AND fence = %s RETURNING id, cancel_requested_at, cancel_reason)"
     ]
     step = batch.step
+    entry, events = trace.folded(step, batch.events)
     if step is not None:
         # An update of the step's record if it has one (a retried step), else an insert: not
         # INSERT ... ON CONFLICT, whose speculative insertion costs a WAL record more per step.
         parts.append(
             "sv (step, status, seq, attempts, arguments, secret_arguments, result, error, "
-            "compensable, started_at, finished_at) AS (VALUES (%s::varchar, %s::varchar, "
-            "%s::integer, %s::integer, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::boolean, "
-            "%s::timestamptz, %s::timestamptz))"
+            "compensable, started_at, finished_at, traced, duration_ms) AS (VALUES "
+            "(%s::varchar, %s::varchar, %s::integer, %s::integer, %s::jsonb, %s::jsonb, "
+            "%s::jsonb, %s::jsonb, %s::boolean, %s::timestamptz, %s::timestamptz, %s::boolean, "
+            "%s::float8))"
+        )
+        # A record that stood for a trace entry keeps it as an event row before it is
+        # replaced (the trace stays append-only; a step checkpointed twice shows twice).
+        parts.append(
+            f"kp AS (INSERT INTO {EVENT} (execution_id, seq, kind, step, attempt, at, "
+            "duration_ms, data) SELECT r.execution_id, r.seq, "
+            f"{ENTRY_KIND.format(r='r.')}, r.step, r.attempts, r.finished_at, r.duration_ms, "
+            f"'{{}}'::jsonb FROM {STEP_RECORD} AS r, ex, sv "
+            "WHERE r.execution_id = ex.id AND r.step = sv.step AND r.traced)"
         )
         parts.append(
             f"su AS (UPDATE {STEP_RECORD} AS r SET status = sv.status, seq = sv.seq, "
             "attempts = sv.attempts, arguments = sv.arguments, "
             "secret_arguments = sv.secret_arguments, result = sv.result, error = sv.error, "
             "compensable = sv.compensable, rollback = '', rollback_error = NULL, "
-            "rolled_back_at = NULL, started_at = sv.started_at, finished_at = sv.finished_at "
+            "rolled_back_at = NULL, started_at = sv.started_at, finished_at = sv.finished_at, "
+            "traced = sv.traced, duration_ms = sv.duration_ms "
             "FROM ex, sv WHERE r.execution_id = ex.id AND r.step = sv.step RETURNING r.id)"
         )
         parts.append(
             f"st AS (INSERT INTO {STEP_RECORD} (execution_id, step, status, seq, "
             "attempts, arguments, secret_arguments, result, error, compensable, rollback, "
-            "started_at, finished_at) SELECT ex.id, sv.step, sv.status, sv.seq, sv.attempts, "
-            "sv.arguments, sv.secret_arguments, sv.result, sv.error, sv.compensable, '', "
-            "sv.started_at, sv.finished_at FROM ex, sv WHERE NOT EXISTS (SELECT 1 FROM su))"
+            "started_at, finished_at, traced, duration_ms) SELECT ex.id, sv.step, sv.status, "
+            "sv.seq, sv.attempts, sv.arguments, sv.secret_arguments, sv.result, sv.error, "
+            "sv.compensable, '', sv.started_at, sv.finished_at, sv.traced, sv.duration_ms "
+            "FROM ex, sv WHERE NOT EXISTS (SELECT 1 FROM su))"
         )
         params.extend(
             [
@@ -288,6 +323,8 @@ def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tupl
                 step.compensable,
                 step.started_at,
                 step.finished_at,
+                entry is not None,
+                entry.duration_ms if entry is not None else None,
             ]
         )
     rollback = batch.rollback
@@ -305,10 +342,10 @@ def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tupl
                 rollback.step,
             ]
         )
-    if batch.events:
+    if events:
         rows = ", ".join(
             ["(%s::integer, %s, %s, %s::integer, %s::timestamptz, %s::float8, %s::jsonb)"]
-            * len(batch.events)
+            * len(events)
         )
         parts.append(
             f"ev AS (INSERT INTO {EVENT} (execution_id, seq, kind, step, "
@@ -316,7 +353,7 @@ def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tupl
             f"v.at, v.duration_ms, v.data FROM ex CROSS JOIN (VALUES {rows}) "
             "AS v(seq, kind, step, attempt, at, duration_ms, data))"
         )
-        for e in batch.events:
+        for e in events:
             params.extend(
                 [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
             )

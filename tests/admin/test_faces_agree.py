@@ -36,7 +36,7 @@ from django_reactor.engine.outcomes import (
     outcome_data,
 )
 from django_reactor.engine.validation import error_messages, summarise_errors
-from django_reactor.models import Execution, ExecutionEvent
+from django_reactor.models import Execution, StepRecord
 from django_reactor.states import ExecutionStatus
 from tests.helpers import FAIL_AT, ledger
 from tests.integration.reactors import Transfer
@@ -201,9 +201,8 @@ def test_admin_api_and_commands_show_the_same_duration_for_one_run(
         started_at=started,
         finished_at=started + dt.timedelta(milliseconds=221.4),
     )
-    ExecutionEvent.objects.filter(execution_id=run_id, step="debit", kind="run").update(
-        duration_ms=0.4
-    )
+    # A completed step's trace entry is its step record (store.trace).
+    StepRecord.objects.filter(execution_id=run_id, step="debit").update(duration_ms=0.4)
 
     detail = api.get(f"/reactor/executions/{run_id}/").json()
     assert detail["duration_ms"] == 221.4

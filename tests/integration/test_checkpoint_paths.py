@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from django_reactor import Reactor, Retry, Skip, Step, step, store
-from django_reactor.models import Execution, ExecutionEvent, StepRecord
+from django_reactor.models import Execution, StepRecord
 from tests.integration.reactors import FAIL_AT, Tracked
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -52,7 +52,7 @@ def rows(execution_id: Any) -> dict[str, Any]:
     ]
     events = [
         (e.seq, e.kind, e.step, e.attempt, {k: v for k, v in e.data.items() if k != "delay"})
-        for e in ExecutionEvent.objects.filter(execution_id=execution_id).order_by("seq")
+        for e in store.event_rows(execution_id)
     ]
     return {
         "execution": (

@@ -21,6 +21,7 @@ from django_reactor import (
     interrupt,
     services,
     step,
+    store,
 )
 from django_reactor.exceptions import (
     AlreadyResumed,
@@ -31,7 +32,7 @@ from django_reactor.exceptions import (
     InvalidPayload,
     NotWaiting,
 )
-from django_reactor.models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
+from django_reactor.models import Dispatch, Execution, Interrupt, StepRecord
 from django_reactor.states import ExecutionStatus, InterruptStatus
 from tests.integration.reactors import FAIL_AT, Tracked, ledger
 
@@ -85,11 +86,7 @@ class ExpiringWithDefault(Reactor):
 
 
 def trace(execution_id: Any) -> list[tuple[str, str]]:
-    return list(
-        ExecutionEvent.objects.filter(execution_id=execution_id)
-        .order_by("seq")
-        .values_list("kind", "step")
-    )
+    return [(e.kind, e.step) for e in store.event_rows(execution_id)]
 
 
 def test_a_run_pauses_at_its_interrupt_and_resumes_with_the_payload() -> None:

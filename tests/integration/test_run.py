@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from django_reactor import services
+from django_reactor import services, store
 from django_reactor.exceptions import (
     ExecutionNotFound,
     ReactorError,
     TransactionActive,
 )
-from django_reactor.models import Execution, ExecutionEvent, StepRecord
+from django_reactor.models import Execution, StepRecord
 from django_reactor.states import ExecutionStatus, RollbackStatus, StepStatus
 from tests.integration.reactors import FAIL_AT, Fragile, Transfer, ledger
 
@@ -47,7 +47,7 @@ def test_completed_run_is_checkpointed_step_by_step() -> None:
         ("run", "notify"),
         ("complete", ""),
     ]
-    seqs = list(ExecutionEvent.objects.filter(execution=row).values_list("seq", flat=True))
+    seqs = [e.seq for e in store.event_rows(row.pk)]
     assert seqs == list(range(1, len(seqs) + 1))
 
 

@@ -229,3 +229,65 @@ def test_the_workers_claim_carries_the_same_state_as_reading_it_back() -> None:
     assert [p.step for p in from_claim.pending_compensation] == ["c"]
     assert from_claim.next_seq == 5
     assert from_claim.attempts_done == {"c": 2}
+
+
+def plain_step_batch(name: str, seq: int, at: dt.datetime = NOW) -> JournalBatch:
+    """A completed step as the executor writes it: its ``run`` entry has no data."""
+    return JournalBatch(
+        events=[Event(seq, "run", at, name, 1, 2.5)],
+        step=StepWrite(
+            step=name,
+            status=StepStatus.COMPLETED,
+            seq=seq,
+            attempts=1,
+            arguments={},
+            secret_arguments=[],
+            started_at=at,
+            finished_at=at,
+        ),
+        current_step=name,
+    )
+
+
+def test_a_completed_steps_trace_entry_is_its_record(journal_path: bool) -> None:
+    owned = new_run()
+    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal.commit(plain_step_batch("a", 2))
+    # No event row of its own: the record stands for it, and the trace reads as written.
+    assert list(
+        ExecutionEvent.objects.filter(execution_id=owned.execution_id).values_list(
+            "kind", flat=True
+        )
+    ) == ["start"]
+    record = StepRecord.objects.get(execution_id=owned.execution_id, step="a")
+    assert (record.traced, record.duration_ms) == (True, 2.5)
+    entries = [
+        (e.seq, e.kind, e.step, e.attempt, e.at, e.duration_ms, e.data)
+        for e in store.event_rows(owned.execution_id)
+    ]
+    assert entries == [
+        (1, "start", "", 0, NOW, None, {}),
+        (2, "run", "a", 1, NOW, 2.5, {}),
+    ]
+    assert store.last_seq(owned.execution_id) == 2
+
+
+def test_a_step_checkpointed_twice_keeps_both_entries(journal_path: bool) -> None:
+    owned = new_run()
+    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    later = NOW + dt.timedelta(seconds=1)
+    journal.commit(plain_step_batch("a", 2))
+    journal.commit(plain_step_batch("a", 3, later))
+    # The trace stays append-only: the first entry became an event row before the record
+    # was replaced, so a step that ran twice shows twice.
+    kinds = [(e.seq, e.kind, e.step, e.at) for e in store.event_rows(owned.execution_id)]
+    assert kinds == [(1, "start", "", NOW), (2, "run", "a", NOW), (3, "run", "a", later)]
+    assert ExecutionEvent.objects.filter(execution_id=owned.execution_id, kind="run").count() == 1
+
+
+def test_a_step_entry_with_data_keeps_its_event_row(journal_path: bool) -> None:
+    owned = new_run()
+    store.DatabaseJournal(owned, fast_path=journal_path).commit(step_batch("a", 2))
+    assert not StepRecord.objects.get(execution_id=owned.execution_id, step="a").traced
+    assert ExecutionEvent.objects.filter(execution_id=owned.execution_id, kind="run").count() == 1
+    assert [e.seq for e in store.event_rows(owned.execution_id)] == [1, 2]
