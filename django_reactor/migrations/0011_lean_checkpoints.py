@@ -10,12 +10,13 @@ def copy_shapes(apps, schema_editor):
     Definition = apps.get_model("django_reactor", "Definition")
     alias = schema_editor.connection.alias
     seen = set(Definition.objects.using(alias).values_list("hash", flat=True))
-    rows = (
-        Execution.objects.using(alias)
-        .exclude(definition_shape={})
-        .order_by("definition_hash", "-created_at")
-        .values_list("definition_hash", "definition_shape")
-    )
+    rows = Execution.objects.using(alias).exclude(definition_shape={})
+    if schema_editor.connection.vendor == "postgresql":
+        # One row per hash from the database (DISTINCT ON), not every run's shape.
+        rows = rows.order_by("definition_hash", "-created_at").distinct("definition_hash")
+    else:
+        rows = rows.order_by("definition_hash", "-created_at")
+    rows = rows.values_list("definition_hash", "definition_shape")
     batch = []
     for definition_hash, shape in rows.iterator(chunk_size=2000):
         if definition_hash in seen or not isinstance(shape, dict):
