@@ -452,7 +452,7 @@ def work(map_id: uuid.UUID | str, *, forward: bool) -> None:
     if run.status != (MapStatus.RUNNING if forward else MapStatus.ROLLING_BACK):
         # Nothing left for this task: its dispatch is taken all the same (the sweeper would
         # publish it again otherwise).
-        store.maps.took_dispatches(run.pk)
+        store.outbox.mark_taken(map_id=run.pk)
         return
     _work(run.pk, spec, forward=forward, budget=TASK_BUDGET)
 

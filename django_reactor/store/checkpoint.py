@@ -112,6 +112,20 @@ class DatabaseJournal:
                 execution_id=holder,
             ) from None
 
+    def _write_step(self, step: str, values: dict[str, Any]) -> None:
+        """Insert the step's record, or replace it; a replaced record that stood for a trace
+        entry leaves that entry as an event row first (the trace stays append-only)."""
+        records = StepRecord.objects.using(USING)
+        record = records.filter(execution_id=self.execution_id, step=step).first()
+        if record is None:
+            records.create(execution_id=self.execution_id, step=step, **values)
+            return
+        if record.traced:
+            trace.entry_of(record).save(using=USING, force_insert=True)
+        for name, value in values.items():
+            setattr(record, name, value)
+        record.save(using=USING, update_fields=list(values))
+
     def _commit_orm_fields(self, batch: JournalBatch, fields: dict[str, Any]) -> str | None:
         with transaction.atomic(using=USING):
             owned = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
@@ -123,11 +137,9 @@ class DatabaseJournal:
             step = batch.step
             entry, events = trace.folded(step, batch.events)
             if step is not None:
-                trace.keep_entry(self.execution_id, step.step, USING)
-                StepRecord.objects.using(USING).update_or_create(
-                    execution_id=self.execution_id,
-                    step=step.step,
-                    defaults={
+                self._write_step(
+                    step.step,
+                    {
                         "status": step.status,
                         "seq": step.seq,
                         "attempts": step.attempts,

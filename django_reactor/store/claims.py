@@ -19,12 +19,13 @@ from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
-from ..models import Dispatch, Execution, ExecutionEvent
+from ..models import Execution, ExecutionEvent
 from ..states import EventKind, ExecutionStatus
 from . import sql
 from .db import USING
 from .executions import wake_parent
 from .interrupts import close_waiting
+from .outbox import mark_taken
 from .reads import get_row, last_seq
 from .rows import Owned, WorkerClaim
 
@@ -86,9 +87,7 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
             updated_at=now,
         )
     )
-    Dispatch.objects.using(USING).filter(
-        execution_id=execution_id, sent_at__isnull=True, map_run__isnull=True
-    ).update(sent_at=now)
+    mark_taken(execution_id=execution_id)
     if not claimed:
         return None
     row = get_row(execution_id)

@@ -12,10 +12,11 @@ from django.db import connections
 from django.utils import timezone
 
 from ..conf import reactor_settings
-from ..models import Dispatch, MapChunk, MapResult, MapRun
+from ..models import MapChunk, MapResult, MapRun
 from ..states import ElementStatus
 from .db import USING
 from .map_reads import Claim, Claimed, SlotWrite
+from .outbox import mark_taken
 
 Chunk = MapChunk.Status
 
@@ -32,9 +33,7 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
     chunk = _locked(candidates).order_by(order).first()
     if chunk is None:
         chunk = _locked(chunks.filter(status=taken, lease_until__lt=now)).order_by(order).first()
-    Dispatch.objects.using(USING).filter(map_run_id=map_id, sent_at__isnull=True).update(
-        sent_at=now
-    )
+    mark_taken(map_id=map_id)
     if chunk is None:
         return None
     chunk.status = taken

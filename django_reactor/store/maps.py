@@ -273,13 +273,6 @@ def give_back(map_id: uuid.UUID, token: str, *, forward: bool) -> int:
     return len(held)
 
 
-def took_dispatches(map_id: uuid.UUID) -> None:
-    """Mark the map's unsent dispatches sent: a task took them and found nothing to do."""
-    Dispatch.objects.using(USING).filter(map_run_id=map_id, sent_at__isnull=True).update(
-        sent_at=timezone.now()
-    )
-
-
 def stopped_map(map_id: uuid.UUID) -> bool:
     return MapRun.objects.using(USING).filter(pk=map_id).exclude(stop_reason="").exists()
 

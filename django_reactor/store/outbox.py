@@ -124,6 +124,20 @@ def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
     return publisher.publish(dispatches)
 
 
+def mark_taken(*, execution_id: uuid.UUID | None = None, map_id: uuid.UUID | None = None) -> None:
+    """A task took its work: the run's (or the map's) unsent dispatches are sent, and the
+    sweeper leaves them. On PostgreSQL the claims do this in their own statement
+    (``sql.CLAIM_FOR_WORKER``, ``sql.CLAIM_CHUNK``)."""
+    unsent = Dispatch.objects.using(USING).filter(sent_at__isnull=True)
+    if map_id is not None:
+        unsent = unsent.filter(map_run_id=map_id)
+    elif execution_id is not None:
+        unsent = unsent.filter(execution_id=execution_id, map_run__isnull=True)
+    else:
+        raise TypeError("mark_taken() needs the execution_id or the map_id whose task ran")
+    unsent.update(sent_at=timezone.now())
+
+
 def mark_sent(dispatch_ids: Sequence[int]) -> None:
     """Record that these dispatches went out again (the sweeper's republish)."""
     if not dispatch_ids:

@@ -12,7 +12,6 @@ and two index entries fewer per step. Reading the trace (``reads.event_rows``, o
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Sequence
 from typing import cast
 
@@ -54,16 +53,3 @@ def entry_of(record: StepRecord) -> ExecutionEvent:
         duration_ms=record.duration_ms,
         data={},
     )
-
-
-def keep_entry(execution_id: uuid.UUID, step: str, using: str) -> None:
-    """Before a step's record is replaced: the trace entry it stood for becomes an event row
-    (the trace stays append-only; a step checkpointed twice shows twice)."""
-    record = (
-        StepRecord.objects.using(using)
-        .filter(execution_id=execution_id, step=step, traced=True)
-        .only("execution_id", "seq", "status", "step", "attempts", "finished_at", "duration_ms")
-        .first()
-    )
-    if record is not None:
-        entry_of(record).save(using=using, force_insert=True)
