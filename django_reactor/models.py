@@ -649,13 +649,19 @@ class MapChunk(models.Model):
 class MapResult(models.Model):
     """One element of a map: its source item, status, value or error, and what undoes it.
 
-    Written when its chunk is first claimed (``running``) and when it settles; no index covers
-    ``status``, so a settle is a HOT update (the table keeps free space in every page).
+    Written once, when its chunk settles (an element in flight is an item of a chunk a task
+    holds, and has no slot yet); an undo's settle updates it again, and no index covers
+    ``status``, so that update is a HOT update (the table keeps free space in every page).
     """
 
     id = models.BigAutoField(primary_key=True)
+    # No index of its own: the unique (map, index) constraint serves every lookup by map.
     map_run = models.ForeignKey(
-        MapRun, verbose_name=_("map"), on_delete=models.CASCADE, related_name="results"
+        MapRun,
+        verbose_name=_("map"),
+        on_delete=models.CASCADE,
+        related_name="results",
+        db_index=False,
     )
     index = models.PositiveIntegerField(_("index"))
     status = models.CharField(
@@ -674,14 +680,13 @@ class MapResult(models.Model):
         help_text=_("The element's completed steps and their results, newest last."),
     )
     rollback_error = models.JSONField(_("rollback error"), null=True, blank=True)
-    attempts = models.PositiveIntegerField(_("attempts"), default=0)
-    lease_until = models.DateTimeField(_("lease until"), null=True, blank=True)
-    claimed_by = models.CharField(
-        _("claimed by"),
-        max_length=64,
-        blank=True,
-        default="",
-        help_text=_("The task holding the slot (its claim token)."),
+    attempts = models.PositiveIntegerField(
+        _("attempts"),
+        default=0,
+        help_text=_(
+            "How many times its chunk was claimed: more than one means a process died "
+            "while running it."
+        ),
     )
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
 

@@ -309,7 +309,6 @@ class MapResultAdmin(_ReadOnlyAdmin):
         "status_badge",
         "attempts",
         "finished_at",
-        "lease_until",
         "item_json",
         "value_json",
         "error_json",

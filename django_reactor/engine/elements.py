@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID, uuid5
 
 from ..states import ElementStatus, ExecutionStatus
+from .constructs import construct_for
 from .executor import Executor
 from .journal import MemoryJournal
 from .outcomes import (
@@ -134,16 +135,18 @@ def run_element(
             execution_id=None, error=error.with_rollback_failures(failures), status="failed"
         )
     if isinstance(outcome, Completed):
-        state = executor.state
-        undo = {
-            "steps": [entry.step for entry in state.undo_stack],
-            "results": {entry.step: encode(entry.result) for entry in state.undo_stack},
-        }
+        # An element none of whose steps has an undo stores nothing to undo. Otherwise every
+        # completed step's result is kept (the undoing steps' arguments are read from them).
+        stack = executor.state.undo_stack
+        by_name = definition.by_name
+        undoing = [e.step for e in stack if construct_for(by_name[e.step]).undoes(by_name[e.step])]
+        undo = (
+            {"steps": undoing, "results": {e.step: encode(e.result) for e in stack}}
+            if undoing
+            else None
+        )
         return ElementOutcome(
-            ElementStatus.SUCCEEDED,
-            value=journal.result,
-            undo=undo if state.undo_stack else None,
-            duration_ms=_ms(t0),
+            ElementStatus.SUCCEEDED, value=journal.result, undo=undo, duration_ms=_ms(t0)
         )
     if isinstance(outcome, Halted):
         return ElementOutcome(

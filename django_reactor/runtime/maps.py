@@ -489,6 +489,17 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
             lambda: store.maps.claim(map_id, forward=forward, token=token),
             what=f"claiming elements of map {map_id}",
         )
+        if claim is None:
+            # Nothing left to claim: the settle of the last chunk may have died between its
+            # commit and the fan-in (or the rollback's end) that follows it.
+            finish = store.maps.finish_if_settled if forward else store.maps.finish_if_undone
+            store.reconnecting(lambda: finish(map_id), what=f"finishing map {map_id}")
+            return
+        # A map past its failure line that was not stopped (the settle that crossed it died
+        # before it stopped the map) starts nothing more; this task's first settle stops it.
+        stopped = stopped or bool(
+            run.halted or (run.failed and (tolerated is None or run.failed > tolerated))
+        )
         failed = run.failed  # the map's failures so far, as each settle leaves them
         while claim is not None:
             claimed = claim.slots

@@ -15,7 +15,7 @@ from ..conf import reactor_settings
 from ..models import MapChunk, MapResult, MapRun
 from ..states import ElementStatus
 from .db import USING
-from .map_reads import Claim, Claimed, SlotWrite
+from .map_reads import Claim, Claimed, Settled, SlotWrite
 from .outbox import mark_taken
 
 Chunk = MapChunk.Status
@@ -54,21 +54,6 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
             .values_list("index", "item", "undo")
         )
         return Claim(chunk.pk, [Claimed(index, item, undo) for index, item, undo in rows])
-    MapResult.objects.using(USING).bulk_create(
-        [
-            MapResult(
-                map_run_id=map_id,
-                index=chunk.first + offset,
-                item=item,
-                status=ElementStatus.RUNNING,
-                attempts=chunk.attempts,
-            )
-            for offset, item in enumerate(chunk.items)
-        ],
-        update_conflicts=True,
-        unique_fields=["map_run", "index"],
-        update_fields=["status", "attempts"],
-    )
     return Claim(
         chunk.pk,
         [
@@ -88,8 +73,9 @@ def settle_chunk(
     counters: dict[str, int],
     first_failure: int | None,
     now: dt.datetime,
-) -> tuple[Any, ...] | None:
-    """``maps._settle_chunk`` through the ORM."""
+) -> Settled | None:
+    """A chunk's settle (``sql.SETTLE_FORWARD`` / ``sql.SETTLE_UNDO``) through the ORM, in
+    the caller's transaction."""
     chunk_values: dict[str, Any] = {"status": settled, "claimed_by": "", "lease_until": None}
     if held == Chunk.RUNNING:
         chunk_values["succeeded"] = counters.get("succeeded", 0)
@@ -100,23 +86,45 @@ def settle_chunk(
     )
     if not taken:
         return None
-    for w in writes:
-        values: dict[str, Any] = {"status": w.status, "finished_at": now}
-        if held == Chunk.RUNNING:
-            values.update(value=w.value, error=w.error, undo=w.undo)
-        else:
-            values["rollback_error"] = w.error
-        MapResult.objects.using(USING).filter(map_run_id=map_id, index=w.index).update(**values)
+    if held == Chunk.RUNNING:
+        # The slots' first write: inserted (a slot a re-run overwrites is updated).
+        row = MapChunk.objects.using(USING).values("first", "items", "attempts").get(pk=chunk)
+        items = row["items"]
+        MapResult.objects.using(USING).bulk_create(
+            [
+                MapResult(
+                    map_run_id=map_id,
+                    index=w.index,
+                    item=items[w.index - row["first"]],
+                    status=w.status,
+                    attempts=row["attempts"],
+                    value=w.value,
+                    error=w.error,
+                    undo=w.undo,
+                    finished_at=now,
+                )
+                for w in writes
+            ],
+            update_conflicts=True,
+            unique_fields=["map_run", "index"],
+            update_fields=["status", "attempts", "value", "error", "undo", "finished_at"],
+        )
+    else:
+        for w in writes:
+            MapResult.objects.using(USING).filter(map_run_id=map_id, index=w.index).update(
+                status=w.status, rollback_error=w.error, finished_at=now
+            )
     run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
     for name, value in counters.items():
         setattr(run, name, getattr(run, name) + value)
     if first_failure is not None and run.first_failure is None:
         run.first_failure = first_failure
     run.save(update_fields=[*counters, "first_failure", "updated_at"])
-    return (
+    return Settled(
         run.settled,
         run.size,
         run.failed,
+        run.halted,
         run.stop_reason,
         run.collected,
         run.status,

@@ -54,6 +54,22 @@ class SlotWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class Settled:
+    """The map's counters as the settle of one chunk left them (its row, returned by the
+    settle's statement)."""
+
+    settled: int
+    size: int | None
+    failed: int
+    halted: int
+    stop_reason: str
+    collected: bool
+    status: str
+    rollback_settled: int
+    rollback_total: int
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     """The map's counters as a settle left them."""
 

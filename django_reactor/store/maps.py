@@ -3,10 +3,10 @@
 A map's source is stored as chunks (``MapChunk``: a run of consecutive items). A task claims a
 chunk, not its slots: the chunk row takes the claim token and the lease, which the process's
 heartbeat extends while the task works; a chunk whose lease lapsed (its worker died) is claimed
-again by another task. The claim writes the chunk's element slots (``MapResult``) as
-``running``; the settle writes each slot's outcome once (a HOT update: no index covers it),
-only while the task still holds the chunk, and moves the map's counters, in one statement.
-The settle that brings ``settled`` to ``size`` (checked against the chunks left) marks the map
+again by another task. The settle writes the chunk's element slots (``MapResult``) with their
+outcomes, their first write, only while the task still holds the chunk, moves the map's
+counters and claims the task's next chunk, in one statement that commits on its own. The
+settle that brings ``settled`` to ``size`` (checked against the chunks left) marks the map
 collected and wakes its run, so the run is resumed exactly once however often element tasks
 are delivered. The summary reads the counters, never the slots' statuses.
 """
@@ -34,6 +34,7 @@ from .map_reads import TRACEBACK_FRAMES as TRACEBACK_FRAMES
 from .map_reads import Claim as Claim
 from .map_reads import Claimed as Claimed
 from .map_reads import Progress as Progress
+from .map_reads import Settled as Settled
 from .map_reads import SlotWrite as SlotWrite
 from .map_reads import count as count
 from .map_reads import maps_of as maps_of
@@ -45,7 +46,6 @@ from .map_reads import slot as slot
 from .map_reads import summary as summary
 from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
 
-UNSETTLED = (ElementStatus.PENDING, ElementStatus.RUNNING)
 MATERIALISE_BATCH = 1000
 Chunk = MapChunk.Status
 
@@ -103,7 +103,7 @@ def discard(map_id: uuid.UUID) -> None:
 
 def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any]) -> None:
     """Store a batch of source items in the map's pending chunks of ``chunk_size`` elements
-    (a re-read overwrites them). No element slot is written: a chunk's claim writes them."""
+    (a re-read overwrites them). No element slot is written: a chunk's settle writes them."""
     chunk_size = (
         MapRun.objects.using(USING).filter(pk=map_id).values_list("chunk_size", flat=True).first()
     )
@@ -183,28 +183,11 @@ def _claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
     connection = connections[USING]
     if connection.vendor != "postgresql":
         return map_orm.claim(map_id, forward=forward, token=token)
-    params: dict[str, Any] = {
-        "map": map_id,
-        "token": token,
-        "lease": float(reactor_settings.LEASE_SECONDS),
-        "fresh": Chunk.PENDING if forward else Chunk.SETTLED,
-        "taken": Chunk.RUNNING if forward else Chunk.UNDOING,
-        "plus": 1 if forward else 0,
-    }
+    params = {"map": map_id, **_claim_params(forward=forward, token=token)}
+    if forward:
+        _, row = sql.execute_named(sql.CLAIM_CHUNK, params)
+        return None if row is None else _forward_claim(*row)
     with connection.cursor() as cursor:
-        if forward:
-            cursor.execute(sql.CLAIM_CHUNK, params)
-            row = cursor.fetchone()
-            if row is None:
-                return None
-            chunk, first, items, attempts = row
-            return Claim(
-                chunk,
-                [
-                    Claimed(first + offset, item, None, attempts - 1)
-                    for offset, item in enumerate(_loads(items))
-                ],
-            )
         cursor.execute(sql.CLAIM_UNDO_CHUNK, params)
         rows = cursor.fetchall()
     if not rows:
@@ -215,6 +198,28 @@ def _claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
             Claimed(index, _loads(item), _loads(undo))
             for _, index, item, undo in rows
             if index is not None
+        ],
+    )
+
+
+def _claim_params(*, forward: bool, token: str) -> dict[str, Any]:
+    return {
+        "token": token,
+        "lease": float(reactor_settings.LEASE_SECONDS),
+        "fresh": Chunk.PENDING if forward else Chunk.SETTLED,
+        "taken": Chunk.RUNNING if forward else Chunk.UNDOING,
+        "plus": 1 if forward else 0,
+    }
+
+
+def _forward_claim(chunk: int, first: int, items: Any, attempts: int) -> Claim:
+    """The chunk a forward claim took, as its elements to run (``attempts``: the chunk's
+    claims, this one included)."""
+    return Claim(
+        chunk,
+        [
+            Claimed(first + offset, item, None, attempts - 1)
+            for offset, item in enumerate(_loads(items))
         ],
     )
 
@@ -250,27 +255,16 @@ def give_back(map_id: uuid.UUID, token: str, *, forward: bool) -> int:
     """Return the chunk ``token`` claimed but will not run (or undo) to the pool at once,
     instead of when its lease lapses: a claim whose reply a broken connection lost."""
     taken, fresh = (Chunk.RUNNING, Chunk.PENDING) if forward else (Chunk.UNDOING, Chunk.SETTLED)
-    with transaction.atomic(using=USING):
-        held = list(
-            MapChunk.objects.using(USING)
-            .select_for_update()
-            .filter(map_run_id=map_id, claimed_by=token, status=taken)
+    return (
+        MapChunk.objects.using(USING)
+        .filter(map_run_id=map_id, claimed_by=token, status=taken)
+        .update(
+            status=fresh,
+            lease_until=None,
+            claimed_by="",
+            attempts=F("attempts") - (1 if forward else 0),
         )
-        for chunk in held:
-            if forward:
-                MapResult.objects.using(USING).filter(
-                    map_run_id=map_id,
-                    index__gte=chunk.first,
-                    index__lt=chunk.first + chunk.size,
-                    status=ElementStatus.RUNNING,
-                ).update(status=ElementStatus.PENDING, attempts=F("attempts") - 1)
-            MapChunk.objects.using(USING).filter(pk=chunk.pk).update(
-                status=fresh,
-                lease_until=None,
-                claimed_by="",
-                attempts=F("attempts") - (1 if forward else 0),
-            )
-    return len(held)
+    )
 
 
 def stopped_map(map_id: uuid.UUID) -> bool:
@@ -290,52 +284,54 @@ def settle(
 
     Only a chunk the writer still holds is written: a chunk another task took over (its lease
     lapsed) is settled by that task, never twice. With ``claim_next``, the task's next chunk
-    is claimed in the same transaction (one commit per chunk).
+    is claimed in the same statement. On PostgreSQL that statement is the settle's one round
+    trip and its own commit; stopping the map and the fan-in follow in a transaction of their
+    own when the counters it returns call for them (a crash in between is made good by the
+    next settle, or by the next task that finds nothing to claim: :func:`finish_if_settled`).
     """
     now = timezone.now()
-    with transaction.atomic(using=USING):
-        counts = _counts(writes)
-        failed = sorted(w.index for w in writes if w.status == ElementStatus.FAILED)
-        counters = {
-            "settled": len(writes),
-            "succeeded": counts.get(ElementStatus.SUCCEEDED, 0),
-            "failed": len(failed),
-            "halted": counts.get(ElementStatus.HALTED, 0),
-            "not_started": counts.get(ElementStatus.NOT_STARTED, 0),
-        }
-        row = _settle_chunk(
-            map_id,
-            chunk,
-            writes,
-            token,
-            held=Chunk.RUNNING,
-            settled=Chunk.SETTLED,
-            counters=counters,
-            # The first failure stored (the lowest index of its chunk) names the map's error.
-            first_failure=failed[0] if failed else None,
-            now=now,
+    counts = _counts(writes)
+    failed = sorted(w.index for w in writes if w.status == ElementStatus.FAILED)
+    counters = {
+        "settled": len(writes),
+        "succeeded": counts.get(ElementStatus.SUCCEEDED, 0),
+        "failed": len(failed),
+        "halted": counts.get(ElementStatus.HALTED, 0),
+        "not_started": counts.get(ElementStatus.NOT_STARTED, 0),
+    }
+    # The first failure stored (the lowest index of its chunk) names the map's error.
+    first_failure = failed[0] if failed else None
+    if connections[USING].vendor == "postgresql":
+        row, following = _settle_forward(
+            map_id, chunk, writes, token, counters, first_failure, now, claim_next
         )
-        if row is None:  # the chunk was taken over: this task wrote nothing
-            current = MapRun.objects.using(USING).values("failed", "stop_reason").get(pk=map_id)
-            progress = Progress(current["failed"], current["stop_reason"], written=False)
-        else:
-            settled, size, failures, stop_reason, collected, status = row[:6]
-            if not stop_reason:
-                if counters["halted"]:
-                    stop_reason = "halted"
-                elif failed and (tolerated is None or failures > tolerated):
-                    stop_reason = "failed"
-                if stop_reason:
-                    settled += _stop_here(map_id, stop_reason, now)
-            if status == MapStatus.RUNNING and not collected and size is not None:
-                _fan_in(map_id, settled, size)
-            progress = Progress(failures, stop_reason)
-        following = (
-            (_claim(map_id, forward=True, token=token), bool(progress.stop_reason))
-            if claim_next
-            else (None, False)
-        )
-    return progress, following
+    else:
+        with transaction.atomic(using=USING):
+            row = map_orm.settle_chunk(
+                map_id, chunk, writes, token, Chunk.RUNNING, Chunk.SETTLED, counters,
+                first_failure, now,
+            )  # fmt: skip
+            following = map_orm.claim(map_id, forward=True, token=token) if claim_next else None
+    if row is None:  # the chunk was taken over: this task wrote nothing
+        current = MapRun.objects.using(USING).values("failed", "stop_reason").get(pk=map_id)
+        progress = Progress(current["failed"], current["stop_reason"], written=False)
+    else:
+        stop_reason = row.stop_reason
+        # Judged on the map's totals, so a settle that crossed the line and died before it
+        # stopped the map is made good by the next one.
+        if not stop_reason and (
+            row.halted or (row.failed and (tolerated is None or row.failed > tolerated))
+        ):
+            stop_reason = stop(map_id, "halted" if row.halted else "failed").stop_reason
+        elif (
+            row.status == MapStatus.RUNNING
+            and not row.collected
+            and row.size is not None
+            and row.settled >= row.size
+        ):
+            finish_if_settled(map_id)
+        progress = Progress(row.failed, stop_reason)
+    return progress, (following, bool(progress.stop_reason) if claim_next else False)
 
 
 def _counts(writes: Sequence[SlotWrite]) -> dict[str, int]:
@@ -345,64 +341,77 @@ def _counts(writes: Sequence[SlotWrite]) -> dict[str, int]:
     return counts
 
 
-def _settle_chunk(
+def _settle_forward(
     map_id: uuid.UUID,
     chunk: int,
     writes: Sequence[SlotWrite],
     token: str,
-    *,
-    held: str,
-    settled: str,
     counters: dict[str, int],
-    first_failure: int | None = None,
+    first_failure: int | None,
     now: dt.datetime,
-) -> tuple[Any, ...] | None:
-    """Write the chunk's slots and the map's counters if ``token`` still holds the chunk.
-
-    Returns ``(settled, size, failed, stop_reason, collected, status, rollback_settled,
-    rollback_total)`` of the map, or None (nothing written). One statement on PostgreSQL.
-    """
-    forward = held == Chunk.RUNNING
-    succeeded = counters.get("succeeded", 0)
-    connection = connections[USING]
-    if connection.vendor != "postgresql":
-        return map_orm.settle_chunk(
-            map_id, chunk, writes, token, held, settled, counters, first_failure, now
-        )
-    if forward:
-        columns = "value = v.a::jsonb, error = v.b::jsonb, undo = v.c::jsonb"
-        triples = [(w.value, w.error, w.undo) for w in writes]
-        chunk_columns = ", succeeded = %(succeeded)s"
-    else:
-        columns = "rollback_error = v.a::jsonb"
-        triples = [(w.error, None, None) for w in writes]
-        chunk_columns = ""
-    sets = [f"{name} = {name} + %(n_{name})s" for name in counters]
+    claim_next: bool,
+) -> tuple[Settled | None, Claim | None]:
+    """``sql.SETTLE_FORWARD``, prepared: the map's progress (None: the chunk was taken over,
+    nothing written) and the next chunk claimed (None: none, or not asked)."""
+    sets = [f"{name} = {name} + %({name})s" for name in counters]
     if first_failure is not None:
         sets.append("first_failure = COALESCE(first_failure, %(first_failure)s)")
-    statement = sql.SETTLE_CHUNK.format(
-        chunk_columns=chunk_columns, columns=columns, counters=", ".join(sets)
+    statement = sql.SETTLE_FORWARD.format(
+        counters=", ".join(sets),
+        claim=sql.SETTLE_FORWARD_CLAIM if claim_next else "",
+        next_chunk="claimed.id, claimed.first, claimed.items::text, claimed.attempts"
+        if claim_next
+        else "NULL, NULL, NULL, NULL",
+        join_next="LEFT JOIN claimed ON true" if claim_next else "",
     )
     params: dict[str, Any] = {
         "map": map_id,
         "chunk": chunk,
         "token": token,
-        "held": held,
-        "settled": settled,
-        "succeeded": succeeded,
+        "succeeded": counters["succeeded"],
         "now": now,
         "first_failure": first_failure,
-        "indexes": [w.index for w in writes],
-        "statuses": [w.status for w in writes],
-        "a": [_json(t[0]) for t in triples],
-        "b": [_json(t[1]) for t in triples],
-        "c": [_json(t[2]) for t in triples],
-        **{f"n_{name}": value for name, value in counters.items()},
+        # One JSON document for the chunk: one encode here, no per-element array quoting.
+        "outcomes": _json([[w.index, w.status, w.value, w.error, w.undo] for w in writes]),
+        **counters,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        row = cursor.fetchone()
-    return tuple(row) if row is not None else None
+    if claim_next:
+        params.update(_claim_params(forward=True, token=token))
+    _, row = sql.execute_named(statement, params)
+    assert row is not None  # the statement always returns its one row
+    progress = Settled(*row[:9]) if row[0] is not None else None
+    following = _forward_claim(*row[9:13]) if row[9] is not None else None
+    return progress, following
+
+
+def _settle_undo(
+    map_id: uuid.UUID,
+    chunk: int,
+    writes: Sequence[SlotWrite],
+    token: str,
+    counters: dict[str, int],
+    now: dt.datetime,
+) -> Settled | None:
+    """Write what undoing a chunk did if ``token`` still holds it: the map's progress, or None
+    (nothing written). One statement on PostgreSQL, atomic on its own."""
+    if connections[USING].vendor != "postgresql":
+        with transaction.atomic(using=USING):
+            return map_orm.settle_chunk(
+                map_id, chunk, writes, token, Chunk.UNDOING, Chunk.UNDONE, counters, None, now
+            )
+    statement = sql.SETTLE_UNDO.format(
+        counters=", ".join(f"{name} = {name} + %({name})s" for name in counters)
+    )
+    params: dict[str, Any] = {
+        "map": map_id,
+        "chunk": chunk,
+        "token": token,
+        "now": now,
+        "outcomes": _json([[w.index, w.status, w.error] for w in writes]),
+        **counters,
+    }
+    _, row = sql.execute_named(statement, params)
+    return Settled(*row) if row is not None else None
 
 
 def _json(value: Any) -> str | None:
@@ -436,34 +445,52 @@ def stop_all(execution_id: uuid.UUID, reason: str) -> None:
 
 
 def abandon_running(map_id: uuid.UUID, message: str) -> None:
-    """An inline map whose process died mid-element: those elements count as failed."""
+    """An inline map whose process died mid-element: the elements of the chunks it held count
+    as failed (part of their work may be done, and nothing records how to undo it)."""
     now = timezone.now()
+    error = {"kind": "interrupted", "message": message}
     with transaction.atomic(using=USING):
         run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
         count = 0
-        for chunk in MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.RUNNING):
-            count += (
-                MapResult.objects.using(USING)
-                .filter(
-                    map_run_id=map_id,
-                    index__gte=chunk.first,
-                    index__lt=chunk.first + chunk.size,
-                    status=ElementStatus.RUNNING,
-                )
-                .update(
-                    status=ElementStatus.FAILED,
-                    error={"kind": "interrupted", "message": message},
-                    finished_at=now,
-                )
-            )
-            MapChunk.objects.using(USING).filter(pk=chunk.pk).update(
-                status=Chunk.SETTLED, claimed_by="", lease_until=None, succeeded=0
-            )
+        held = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.RUNNING)
+        for chunk in held:
+            _write_slots(map_id, chunk, ElementStatus.FAILED, now, error=error)
+            count += chunk.size
+        held.update(status=Chunk.SETTLED, claimed_by="", lease_until=None, succeeded=0)
         MapRun.objects.using(USING).filter(pk=map_id).update(
             settled=F("settled") + count, failed=F("failed") + count, updated_at=now
         )
         if run.size is not None:
             _fan_in(map_id, run.settled + count, run.size)
+
+
+def _write_slots(
+    map_id: uuid.UUID,
+    chunk: MapChunk,
+    status: str,
+    now: dt.datetime,
+    *,
+    error: dict[str, Any] | None = None,
+) -> None:
+    """Write every slot of ``chunk`` with one outcome, through the ORM (the settle of a chunk
+    no task will settle)."""
+    MapResult.objects.using(USING).bulk_create(
+        [
+            MapResult(
+                map_run_id=map_id,
+                index=chunk.first + offset,
+                item=item,
+                status=status,
+                error=error,
+                attempts=chunk.attempts,
+                finished_at=now,
+            )
+            for offset, item in enumerate(chunk.items)
+        ],
+        update_conflicts=True,
+        unique_fields=["map_run", "index"],
+        update_fields=["status", "error", "attempts", "finished_at"],
+    )
 
 
 def _stop_here(map_id: uuid.UUID, reason: str, now: dt.datetime) -> int:
@@ -478,21 +505,7 @@ def _stop_here(map_id: uuid.UUID, reason: str, now: dt.datetime) -> int:
         never = 0
         chunks = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.PENDING)
         for chunk in chunks:
-            MapResult.objects.using(USING).bulk_create(
-                [
-                    MapResult(
-                        map_run_id=map_id,
-                        index=chunk.first + offset,
-                        item=item,
-                        status=ElementStatus.NOT_STARTED,
-                        finished_at=now,
-                    )
-                    for offset, item in enumerate(chunk.items)
-                ],
-                update_conflicts=True,
-                unique_fields=["map_run", "index"],
-                update_fields=["status", "finished_at"],
-            )
+            _write_slots(map_id, chunk, ElementStatus.NOT_STARTED, now)
             never += chunk.size
         chunks.update(status=Chunk.NOT_STARTED)
     MapRun.objects.using(USING).filter(pk=map_id).update(
@@ -505,8 +518,9 @@ def _stop_here(map_id: uuid.UUID, reason: str, now: dt.datetime) -> int:
 
 
 def _fan_in(map_id: uuid.UUID, settled: int, size: int) -> None:
-    """Mark the map collected, once, when no chunk is left unsettled; wake its run. The caller
-    holds the map's row (every settle takes it), so one settle does this."""
+    """Mark the map collected, once, when no chunk is left unsettled; wake its run. The
+    collected flag is set by a conditional update, so however many settles (or tasks that
+    found nothing to claim) get here, one does it, with its wake-up in the same transaction."""
     if settled < size:
         return
     unsettled = (
@@ -518,12 +532,27 @@ def _fan_in(map_id: uuid.UUID, settled: int, size: int) -> None:
         return
     updated = (
         MapRun.objects.using(USING)
-        .filter(pk=map_id, collected=False)
+        .filter(pk=map_id, collected=False, status=MapStatus.RUNNING)
         .update(collected=True, status=MapStatus.SETTLED, updated_at=timezone.now())
     )
     row = MapRun.objects.using(USING).values("fan_out", "execution_id").get(pk=map_id)
     if updated and row["fan_out"]:
         wake_run(row["execution_id"])
+
+
+def finish_if_settled(map_id: uuid.UUID) -> None:
+    """Fan the map in if every element has settled (see :func:`settle`); safe at any time."""
+    with transaction.atomic(using=USING):
+        row = (
+            MapRun.objects.using(USING)
+            .filter(pk=map_id)
+            .values("settled", "size", "status", "collected")
+            .first()
+        )
+        if row is None or row["status"] != MapStatus.RUNNING or row["collected"]:
+            return
+        if row["size"] is not None:
+            _fan_in(map_id, row["settled"], row["size"])
 
 
 def start_rollback(map_id: uuid.UUID, tasks: int) -> MapRun:
@@ -555,42 +584,47 @@ def settle_rollback(
     claim_next: bool = False,
 ) -> tuple[Progress, tuple[Claim | None, bool]]:
     """Store what undoing a chunk's elements did; when none is left to undo, wake the run
-    (fan-out). With ``claim_next``, the task's next chunk is claimed in the same transaction."""
-    now = timezone.now()
+    (fan-out). With ``claim_next``, the task's next chunk is claimed afterwards."""
+    counts = _counts(writes)
+    counters = {
+        "rollback_settled": len(writes),
+        "undone": counts.get(ElementStatus.UNDONE, 0),
+        "undo_failed": counts.get(ElementStatus.UNDO_FAILED, 0),
+    }
+    row = _settle_undo(map_id, chunk, writes, token, counters, timezone.now())
+    if (
+        row is not None
+        and row.status == MapStatus.ROLLING_BACK
+        and row.rollback_settled >= row.rollback_total
+    ):
+        finish_if_undone(map_id)
+    following = None
+    if claim_next:
+        with transaction.atomic(using=USING):
+            following = _claim(map_id, forward=False, token=token)
+    return Progress(0, "", written=row is not None), (following, False)
+
+
+def finish_if_undone(map_id: uuid.UUID) -> bool:
+    """Mark a map rolled back, once, when no chunk is left to undo, and wake its run (fan-out);
+    whether this call did it. Safe to call at any time (a task that finds nothing to undo
+    calls it: the settle that undid the last chunk may have died before it did)."""
     with transaction.atomic(using=USING):
-        counts = _counts(writes)
-        counters = {
-            "rollback_settled": len(writes),
-            "undone": counts.get(ElementStatus.UNDONE, 0),
-            "undo_failed": counts.get(ElementStatus.UNDO_FAILED, 0),
-        }
-        row = _settle_chunk(
-            map_id,
-            chunk,
-            writes,
-            token,
-            held=Chunk.UNDOING,
-            settled=Chunk.UNDONE,
-            counters=counters,
-            now=now,
+        left = MapChunk.objects.using(USING).filter(map_run_id=map_id)
+        if left.filter(status=Chunk.UNDOING).exists():
+            return False
+        if left.filter(status=Chunk.SETTLED, succeeded__gt=0).exists():
+            return False
+        updated = (
+            MapRun.objects.using(USING)
+            .filter(pk=map_id, status=MapStatus.ROLLING_BACK)
+            .update(status=MapStatus.ROLLED_BACK, updated_at=timezone.now())
         )
-        if row is not None:
-            status, rollback_settled, rollback_total = row[5], row[6], row[7]
-            if status == MapStatus.ROLLING_BACK and rollback_settled >= rollback_total:
-                left = MapChunk.objects.using(USING).filter(map_run_id=map_id)
-                undoing = left.filter(status=Chunk.UNDOING).exists()
-                if not undoing and not left.filter(status=Chunk.SETTLED, succeeded__gt=0).exists():
-                    MapRun.objects.using(USING).filter(pk=map_id).update(
-                        status=MapStatus.ROLLED_BACK, updated_at=now
-                    )
-                    found = MapRun.objects.using(USING).values("fan_out", "execution_id")
-                    mine = found.get(pk=map_id)
-                    if mine["fan_out"]:
-                        wake_run(mine["execution_id"])
-        following = (
-            (_claim(map_id, forward=False, token=token), False) if claim_next else (None, False)
-        )
-    return Progress(0, "", written=row is not None), following
+        if updated:
+            mine = MapRun.objects.using(USING).values("fan_out", "execution_id").get(pk=map_id)
+            if mine["fan_out"]:
+                wake_run(mine["execution_id"])
+    return bool(updated)
 
 
 def mark_all_undone(map_id: uuid.UUID, error: list[dict[str, Any]] | None) -> None:

@@ -11,7 +11,7 @@ import functools
 import json
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, models
@@ -36,6 +36,9 @@ from ..models import (
 )
 from . import trace
 from .db import USING, logger
+
+#: A statement's parameters: positional (``%s``) or named (``%(name)s``).
+Params = Sequence[Any] | Mapping[str, Any]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -122,8 +125,8 @@ RETURNING *,
 # ---------------------------------------------------------------------------- maps
 #
 # A map's elements are claimed and settled a chunk at a time (``store.maps``): the chunk row
-# holds the claim and its lease; an element's slot is written when its chunk is first claimed
-# and when it settles (a HOT update: no index covers what a settle changes).
+# holds the claim and its lease (an element in flight is an item of a held chunk); an
+# element's slot is written once, when its chunk settles (again only when an undo settles).
 
 #: A batch of a map's source items as pending chunks: pieces ``(first index of the chunk, size
 #: of the chunk up to the piece's end, items)``. A piece that starts inside a chunk (the batch
@@ -142,14 +145,17 @@ ON CONFLICT (map_run_id, first) DO UPDATE SET
 
 #: The chunk a claim takes: the first one never claimed (``fresh``, in ``{order}``), else the
 #: first whose holder's lease lapsed (``taken`` and expired: its process died). Each lookup is
-#: served by the (map, status, first) index.
+#: served by the (map, status, first) index. ``{{exclude}}`` leaves out the chunk the same
+#: statement settles (its lease may have lapsed: it is still ``taken`` in the statement's
+#: snapshot).
 _PICK_CHUNK = f"""
 pick AS (
     SELECT COALESCE(
         (SELECT id FROM {MAP_CHUNK} WHERE map_run_id = %(map)s AND status = %(fresh)s
             {{fresh_filter}} ORDER BY first {{order}} LIMIT 1 FOR UPDATE SKIP LOCKED),
         (SELECT id FROM {MAP_CHUNK} WHERE map_run_id = %(map)s AND status = %(taken)s
-            AND lease_until < now() ORDER BY first {{order}} LIMIT 1 FOR UPDATE SKIP LOCKED)
+            AND lease_until < now() {{exclude}} ORDER BY first {{order}} LIMIT 1
+            FOR UPDATE SKIP LOCKED)
     ) AS id
 ),
 taken AS (
@@ -163,19 +169,11 @@ claimed AS (
     RETURNING c.id, c.first, c.size, c.items, c.attempts
 )"""
 
-#: A forward claim: the chunk taken (its dispatches marked sent: the sweeper leaves them), and
-#: its elements' slots written ``running`` (a lapsed chunk's slots exist: they are taken again).
-#: Returns ``(chunk id, first index, items, attempts)``, or no row.
+#: A forward claim: the chunk taken (its dispatches marked sent: the sweeper leaves them).
+#: No slot is written: the chunk's items are what runs. Returns ``(chunk id, first index,
+#: items, attempts)``, or no row.
 CLAIM_CHUNK = f"""
-WITH {_PICK_CHUNK.format(fresh_filter="", order="ASC")},
-slots AS (
-    INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, claimed_by)
-    SELECT %(map)s, claimed.first + e.n::int - 1, 'running', e.item, claimed.attempts, ''
-    FROM claimed CROSS JOIN LATERAL jsonb_array_elements(claimed.items) WITH ORDINALITY
-        AS e(item, n)
-    ON CONFLICT (map_run_id, index) DO UPDATE
-        SET status = 'running', attempts = EXCLUDED.attempts
-)
+WITH {_PICK_CHUNK.format(fresh_filter="", order="ASC", exclude="")}
 SELECT id, first, items::text, attempts FROM claimed
 """
 
@@ -183,7 +181,7 @@ SELECT id, first, items::text, attempts FROM claimed
 #: the succeeded slots in it, highest index first: ``(chunk id, index, item, undo)`` rows (one
 #: row with a NULL index when none of its slots is left).
 CLAIM_UNDO_CHUNK = f"""
-WITH {_PICK_CHUNK.format(fresh_filter="AND succeeded > 0", order="DESC")}
+WITH {_PICK_CHUNK.format(fresh_filter="AND succeeded > 0", order="DESC", exclude="")}
 SELECT claimed.id, r.index, r.item::text, r.undo::text
 FROM claimed LEFT JOIN {MAP_RESULT} AS r ON r.map_run_id = %(map)s
     AND r.index >= claimed.first AND r.index < claimed.first + claimed.size
@@ -191,26 +189,74 @@ FROM claimed LEFT JOIN {MAP_RESULT} AS r ON r.map_run_id = %(map)s
 ORDER BY r.index DESC
 """
 
-#: A chunk's settle, fenced by its claim: the chunk (only while ``token`` holds it), its slots
-#: (``{columns}``: what they get) and the map's counters (``{counters}``), in one statement.
-#: Returns the map's progress, or no row when the claim was lost (nothing is written then).
-SETTLE_CHUNK = f"""
+#: The map's counters moved by a settle (``{{counters}}``), only when the chunk was still held
+#: (``ch`` returned it): the map's progress as the settle leaves it.
+_SETTLE_COUNTERS = f"""
+run AS (
+    UPDATE {MAP_RUN} SET {{counters}}, updated_at = %(now)s
+    WHERE id = %(map)s AND EXISTS (SELECT 1 FROM ch)
+    RETURNING settled, size, failed, halted, stop_reason, collected, status,
+        rollback_settled, rollback_total
+)"""
+
+#: A forward settle, fenced by its claim: the chunk (only while ``token`` holds it), its
+#: elements' slots written with their outcomes (``outcomes``: a JSON array of ``[index,
+#: status, value, error, undo]``; the slot's first write: inserted, its item taken from the
+#: chunk; a slot a re-run overwrites is updated) and the map's counters; with ``{claim}`` the
+#: task's next chunk is claimed in the same statement. One row: the map's progress (NULLs
+#: when the claim was lost: nothing is written then) and the next chunk ``(id, first, items,
+#: attempts)`` (NULLs when none was claimed). Atomic on its own: sent in autocommit.
+SETTLE_FORWARD = f"""
 WITH ch AS (
-    UPDATE {MAP_CHUNK} SET status = %(settled)s, claimed_by = '', lease_until = NULL
-        {{chunk_columns}}
-    WHERE id = %(chunk)s AND claimed_by = %(token)s AND status = %(held)s
+    UPDATE {MAP_CHUNK} SET status = 'settled', claimed_by = '', lease_until = NULL,
+        succeeded = %(succeeded)s
+    WHERE id = %(chunk)s AND claimed_by = %(token)s AND status = 'running'
+    RETURNING first, items, attempts
+),
+v AS (
+    SELECT (o->>0)::int AS i, o->>1 AS status, NULLIF(o->2, 'null') AS value,
+        NULLIF(o->3, 'null') AS error, NULLIF(o->4, 'null') AS undo
+    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
+),
+sl AS (
+    INSERT INTO {MAP_RESULT} AS r (map_run_id, index, status, item, attempts, value, error,
+        undo, finished_at)
+    SELECT %(map)s, v.i, v.status, e.item, ch.attempts, v.value, v.error, v.undo, %(now)s
+    FROM ch CROSS JOIN LATERAL jsonb_array_elements(ch.items) WITH ORDINALITY AS e(item, n)
+    JOIN v ON v.i = ch.first + e.n::int - 1
+    ON CONFLICT (map_run_id, index) DO UPDATE SET status = EXCLUDED.status,
+        attempts = EXCLUDED.attempts, value = EXCLUDED.value, error = EXCLUDED.error,
+        undo = EXCLUDED.undo, finished_at = EXCLUDED.finished_at
+),
+{_SETTLE_COUNTERS}{{claim}}
+SELECT run.settled, run.size, run.failed, run.halted, run.stop_reason, run.collected,
+    run.status, run.rollback_settled, run.rollback_total, {{next_chunk}}
+FROM (SELECT 1) AS one LEFT JOIN run ON true {{join_next}}
+"""
+
+#: What ``SETTLE_FORWARD`` adds to claim the next chunk (another than the one it settles).
+SETTLE_FORWARD_CLAIM = ",\n" + _PICK_CHUNK.format(
+    fresh_filter="", order="ASC", exclude="AND id <> %(chunk)s"
+)
+
+#: An undo's settle, fenced by its claim: the chunk (only while ``token`` holds it), its
+#: slots' rollback outcomes (``outcomes``: ``[index, status, rollback error]``) and the map's
+#: counters, in one statement. Returns the map's
+#: progress, or no row when the claim was lost (nothing is written then).
+SETTLE_UNDO = f"""
+WITH ch AS (
+    UPDATE {MAP_CHUNK} SET status = 'undone', claimed_by = '', lease_until = NULL
+    WHERE id = %(chunk)s AND claimed_by = %(token)s AND status = 'undoing'
     RETURNING id
 ),
 sl AS (
-    UPDATE {MAP_RESULT} AS r SET status = v.status, {{columns}}, finished_at = %(now)s
-    FROM ch, unnest(%(indexes)s::int[], %(statuses)s::text[], %(a)s::text[], %(b)s::text[],
-        %(c)s::text[]) AS v(i, status, a, b, c)
-    WHERE r.map_run_id = %(map)s AND r.index = v.i
-)
-UPDATE {MAP_RUN} SET {{counters}}, updated_at = %(now)s
-WHERE id = %(map)s AND EXISTS (SELECT 1 FROM ch)
-RETURNING settled, size, failed, stop_reason, collected, status, rollback_settled,
-    rollback_total
+    UPDATE {MAP_RESULT} AS r SET status = o->>1, rollback_error = NULLIF(o->2, 'null'),
+        finished_at = %(now)s
+    FROM ch, jsonb_array_elements(%(outcomes)s::jsonb) AS o
+    WHERE r.map_run_id = %(map)s AND r.index = (o->>0)::int
+),
+{_SETTLE_COUNTERS}
+SELECT * FROM run
 """
 
 #: Chunks never claimed of a map that stopped: their slots are written ``not_started``.
@@ -222,9 +268,8 @@ WITH ch AS (
     RETURNING first, items
 ),
 sl AS (
-    INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, claimed_by,
-        finished_at)
-    SELECT %(map)s, ch.first + e.n::int - 1, 'not_started', e.item, 0, '', %(now)s
+    INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, finished_at)
+    SELECT %(map)s, ch.first + e.n::int - 1, 'not_started', e.item, 0, %(now)s
     FROM ch CROSS JOIN LATERAL jsonb_array_elements(ch.items) WITH ORDINALITY AS e(item, n)
     ON CONFLICT (map_run_id, index) DO UPDATE
         SET status = 'not_started', finished_at = EXCLUDED.finished_at
@@ -424,17 +469,17 @@ def _turn_preparation_off(exc: Exception) -> None:
         )
 
 
-def execute(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+def execute(sql: str, params: Params) -> tuple[Any, ...] | None:
     """Run the checkpoint statement on Django's connection; return its row."""
     return _execute(sql, params)[1]
 
 
-def execute_named(sql: str, params: list[Any]) -> tuple[list[str], tuple[Any, ...] | None]:
+def execute_named(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] | None]:
     """Like :func:`execute` (prepared the same way), with the names of the returned columns."""
     return _execute(sql, params)
 
 
-def _execute(sql: str, params: list[Any]) -> tuple[list[str], tuple[Any, ...] | None]:
+def _execute(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] | None]:
     """Send one statement on Django's connection; return its column names and first row.
 
     With psycopg 3 the statement goes through a server-binding cursor of the same connection

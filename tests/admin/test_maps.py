@@ -229,14 +229,20 @@ def test_a_run_undoing_a_map_on_workers_is_listed_as_parked_on_its_rollback(
 
 
 def _fanned_map(size: int) -> MapRun:
-    """A parked map of ``size`` elements whose chunks a task claimed (nothing run; their slots
-    are written ``running``), then settled by hand."""
-    from django_reactor import store
+    """A parked map of ``size`` elements whose slots are written ``running`` by hand (nothing
+    ran; a settle would write them), to be given outcomes by the test."""
+    from django_reactor.models import MapChunk
 
     result = run_reactor(FannedWarehouse, {"items": list(range(size))}, background="none")
     mapped = map_of(result.execution_id)
-    while store.maps.claim(mapped.pk, forward=True, token="test")[0] is not None:
-        pass
+    MapResult.objects.bulk_create(
+        MapResult(
+            map_run=mapped, index=chunk.first + offset, item=item, status="running", attempts=1
+        )
+        for chunk in MapChunk.objects.filter(map_run=mapped)
+        for offset, item in enumerate(chunk.items)
+    )
+    assert MapResult.objects.filter(map_run=mapped).count() == size
     return mapped
 
 

@@ -390,6 +390,90 @@ def test_a_settle_whose_connection_broke_is_stored_once_and_the_rest_handed_on(
     )
 
 
+def test_a_settle_that_died_before_its_fan_in_is_fanned_in_by_the_next_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The settle's statement commits on its own; the fan-in follows in a transaction of its
+    own. A process that dies in between leaves every element settled and the run asleep: the
+    next element task (the sweeper sends one for a map that stopped moving) finds nothing to
+    claim, fans the map in and wakes the run, once."""
+    from django_reactor import store
+    from django_reactor.runtime import maps
+    from django_reactor.testing import run_reactor
+
+    result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4, 5]}, background="none")
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+
+    def die(map_id: Any) -> None:
+        raise SystemExit("the worker process stopped here")
+
+    monkeypatch.setattr(store.maps, "finish_if_settled", die)
+    queue = result._queue
+    with queue.capturing(), pytest.raises(SystemExit):
+        maps.work(map_id, forward=True)
+    run = MapRun.objects.get(pk=map_id)
+    assert (run.settled, run.size, run.collected, run.status) == (5, 5, False, "running")
+    assert "resume" not in [kind for kind, _ in queue.pending]
+
+    monkeypatch.undo()
+    with queue.capturing():
+        maps.work(map_id, forward=True)  # a new task: nothing to claim
+        maps.work(map_id, forward=True)  # and another: the map is collected already
+    assert [kind for kind, _ in queue.pending].count("resume") == 1
+    result.drain()
+    assert result.status == ExecutionStatus.COMPLETED, result._describe()
+    assert MapRun.objects.get(pk=map_id).collected
+    resumes = [e for e in services.find(result.execution_id).trace if e.kind == "resume"]
+    assert len(resumes) == 1
+
+
+def test_a_settle_that_died_before_stopping_the_map_is_stopped_by_the_next_settle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The failure that crosses an atomic map's line is stored by the settle's statement; the
+    stop follows. If the process dies in between, the next task reads the map's failures from
+    its counters: it starts no element and its settle stops the map."""
+    from django_reactor import store
+    from django_reactor.runtime import maps
+    from django_reactor.testing import run_reactor
+
+    FAIL_AT.add("item-1")
+    result = run_reactor(
+        FannedBasket, {"order_id": 1, "items": [1, 2, 3, 4, 5, 6, 7, 8]}, background="none"
+    )
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+    real_stop = store.maps.stop
+    stops: list[str] = []
+
+    def die_once(map_id: Any, reason: str) -> Any:
+        if not stops:
+            stops.append(reason)
+            raise SystemExit("the worker process stopped here")
+        return real_stop(map_id, reason)
+
+    monkeypatch.setattr(store.maps, "stop", die_once)
+    queue = result._queue
+    with queue.capturing(), pytest.raises(SystemExit):
+        maps.work(map_id, forward=True)  # chunk [1, 2]: element 0 fails, the stop dies
+    run = MapRun.objects.get(pk=map_id)
+    assert (run.failed, run.stop_reason) == (1, "")
+
+    with queue.capturing():
+        maps.work(map_id, forward=True)  # the next task: starts nothing, stops the map
+    monkeypatch.undo()
+    run = MapRun.objects.get(pk=map_id)
+    assert run.stop_reason == "failed"
+    assert [c for c in ledger.calls if c[1].startswith("charge")] == [("run", "charge-1")]
+    # Element 1 (after the failure in its chunk), the chunk the next task claimed and the
+    # chunk never claimed; the chunk the dead task had claimed waits for its lease to lapse.
+    assert run.not_started == 5
+    assert sorted(
+        MapResult.objects.filter(map_run_id=map_id, status=ElementStatus.NOT_STARTED).values_list(
+            "index", flat=True
+        )
+    ) == [1, 4, 5, 6, 7]
+
+
 def test_a_fanned_out_atomic_failure_undoes_completed_elements_on_workers() -> None:
     from django_reactor.testing import run_reactor
 

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db.models import Count
 
 from django_reactor import services
-from django_reactor.models import Execution, MapResult, MapRun
+from django_reactor.models import Execution, MapChunk, MapResult, MapRun
 from django_reactor.states import ElementStatus, ExecutionStatus, MapStatus
 from tests.workers.harness import Worker, wait_until
 from tests.workers.reactors import FannedOutTicks, TwoTaskTicks
@@ -154,12 +154,14 @@ def test_a_worker_killed_mid_map_is_replaced_and_the_map_completes_once(
         ).exists(),
         what="the run to park for the map",
     )
-    claimed = set(
-        MapResult.objects.filter(
-            map_run__execution_id=outcome.execution_id, status=ElementStatus.RUNNING
-        ).values_list("index", flat=True)
+    # The elements in flight are the items of the chunks the workers hold; none has a slot
+    # yet (a slot is written when its chunk settles).
+    held = MapChunk.objects.filter(
+        map_run__execution_id=outcome.execution_id, status=MapChunk.Status.RUNNING
     )
+    claimed = {chunk.first + offset for chunk in held for offset in range(chunk.size)}
     assert claimed == set(range(10))
+    assert not MapResult.objects.filter(map_run__execution_id=outcome.execution_id).exists()
 
     assert doomed.process is not None
     os.killpg(os.getpgid(doomed.process.pid), signal.SIGKILL)

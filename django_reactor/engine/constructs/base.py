@@ -135,6 +135,11 @@ class Construct(ABC):
     def claims(self, spec: StepSpec) -> bool:
         """Whether ``spec`` is a step of this construct."""
 
+    def undoes(self, spec: StepSpec) -> bool:
+        """Whether undoing the completed step does anything besides a trace entry (what a map
+        element keeps to be undone later)."""
+        return True
+
     @abstractmethod
     def run(
         self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime

@@ -58,6 +58,9 @@ class PlainStep(Construct):
     def claims(self, spec: StepSpec) -> bool:
         return True
 
+    def undoes(self, spec: StepSpec) -> bool:
+        return spec.has_undo
+
     def run(
         self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
