@@ -56,6 +56,15 @@ class AlreadyRetried(InvalidTransition):
         self.retry_id = retry_id
 
 
+class WaitTimedOut(ReactorError, TimeoutError):
+    """``ExecutionHandle.wait`` gave up: the run was still moving when its timeout passed."""
+
+    def __init__(self, message: str, *, execution_id: Any, status: str) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.status = status
+
+
 class TransactionActive(ReactorError):
     """An inline run was started inside an open database transaction."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
@@ -15,7 +16,8 @@ from .engine.outcomes import (
 )
 from .engine.redaction import redact
 from .engine.serialization import readable
-from .exceptions import ReactorError
+from .exceptions import ExecutionNotFound, ReactorError, TransactionActive, WaitTimedOut
+from .states import ExecutionStatus
 
 if TYPE_CHECKING:
     from .models import Execution, ExecutionEvent, StepRecord
@@ -91,6 +93,14 @@ class Operations(Protocol):
         idempotency_key: str | None,
         background: bool | None,
     ) -> Outcome: ...
+
+
+#: Statuses a run leaves by itself (a worker or the sweeper takes it further).
+MOVING_STATUSES = frozenset(
+    {ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK}
+)
+_FIRST_PAUSE = 0.005
+_LONGEST_PAUSE = 0.25
 
 
 class ExecutionHandle:
@@ -204,6 +214,50 @@ class ExecutionHandle:
 
     def refresh(self) -> ExecutionHandle:
         return self._services.find(self.id)
+
+    def wait(self, timeout: float | None = None) -> Outcome:
+        """Wait until the run stops moving by itself, and return its outcome.
+
+        A run moves by itself while it is ``pending``, ``running`` or ``rolling_back`` (a
+        worker, or the sweeper, takes it further); ``wait`` returns once it finished (any
+        ending) or paused at an interrupt (a ``Paused`` outcome: it waits for a payload now).
+        This handle then shows the run as it stands. ``timeout`` is in seconds (None: no
+        limit); past it :class:`~django_reactor.exceptions.WaitTimedOut` is raised, with the
+        run's status. The run's status is read by primary key, first after 5 ms, then at
+        intervals that double up to 0.25 s. Refused inside ``transaction.atomic()``: a worker
+        could not see a run this transaction started, and the transaction would stay open.
+        """
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be None or at least 0 seconds, not {timeout!r}")
+        if store.inside_user_transaction():
+            raise TransactionActive(
+                f"cannot wait for execution {self.id} inside transaction.atomic(): workers do "
+                "not see what this transaction wrote, and it would stay open while you wait. "
+                "Wait after it commits (transaction.on_commit), or outside atomic()"
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = _FIRST_PAUSE
+        while True:
+            status = store.status_of(self.id)
+            if status is None:
+                raise ExecutionNotFound(f"execution {self.id} no longer exists (pruned?)")
+            if status not in MOVING_STATUSES:
+                break
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WaitTimedOut(
+                        f"execution {self.id} is still {status} after {timeout:g} s; wait "
+                        "again, or look at it with reactor_show",
+                        execution_id=self.id,
+                        status=status,
+                    )
+                pause = min(pause, left)
+            time.sleep(pause)
+            pause = min(pause * 2, _LONGEST_PAUSE)
+        self._row = store.get_row(self.id)
+        self._steps = self._trace = None
+        return self.outcome
 
     def cancel(self, reason: str = "") -> ExecutionHandle:
         return self._services.cancel(self.id, reason=reason)

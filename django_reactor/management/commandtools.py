@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import dateparse, timezone
+from django.utils import dateparse, termcolors, timezone
 
-from django_reactor import registry
+from django_reactor import registry, store
 from django_reactor.display import short_json
 from django_reactor.engine.outcomes import (
     Aborted,
@@ -46,6 +46,8 @@ from django_reactor.states import ExecutionStatus
 
 EXAMPLE = """'{"amount": 5}'"""
 
+# Endings in Django's command styles: done green, failures red, deliberate stops yellow. Runs
+# still in flight or waiting are cyan (bold when they wait for someone), never red.
 STATUS_STYLES = {
     "completed": "SUCCESS",
     "failed": "ERROR",
@@ -54,6 +56,16 @@ STATUS_STYLES = {
     "halted": "WARNING",
     "cancelled": "WARNING",
 }
+#: Outcomes that make ``reactor_run`` and ``reactor_retry`` exit non-zero (unless --exit-zero).
+FAILED_STATUSES = frozenset(
+    {ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION, ExecutionStatus.ABORTED}
+)
+EXIT_ZERO_HELP = (
+    "Exit 0 whatever the run's outcome. Without it the command exits 1 when the run ended "
+    "failed, needs_attention or aborted (the outcome is printed first)."
+)
+_IN_FLIGHT = termcolors.make_style(fg="cyan")
+_WAITING = termcolors.make_style(opts=("bold",), fg="cyan")
 
 
 class IntermixedCommandParser(CommandParser):
@@ -93,6 +105,42 @@ def reactor_name(name: str, option: str = "--reactor") -> str:
             f"{option} {name!r}: no reactor of that name is known to this process (known: "
             f"{listed}). Give the registered name (Meta.name or the class's dotted path)."
         ) from None
+
+
+SHORT_ID_LENGTH = 8  # what the admin and reactor_list show
+
+
+def expand_execution_id(text: str, option: str = "execution_id") -> str:
+    """A run's id given whole or by its first hex digits (at least 8: what the admin and
+    ``reactor_list`` show), as the full id. A prefix that names no run, or several, is refused
+    with the runs it could mean."""
+    text = text.strip()
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        pass
+    digits = text.replace("-", "").lower()
+    if len(digits) < SHORT_ID_LENGTH or len(digits) >= 32 or not _hex(digits):
+        raise CommandError(
+            f"{option} {text!r} is not an execution id: give the whole id (a UUID such as "
+            f"{uuid.UUID(int=0)}) or its first {SHORT_ID_LENGTH} or more characters, as the "
+            "admin and reactor_list show them"
+        )
+    found = store.ids_starting_with(digits, limit=5)
+    if not found:
+        raise CommandError(
+            f"no execution id starts with {text!r}; reactor_list lists the stored runs"
+        )
+    if len(found) > 1:
+        shown = ", ".join(str(i) for i in found[:4]) + (", ..." if len(found) > 4 else "")
+        raise CommandError(
+            f"{option} {text!r} could be any of several runs ({shown}); give more of the id"
+        )
+    return str(found[0])
+
+
+def _hex(digits: str) -> bool:
+    return all(c in "0123456789abcdef" for c in digits)
 
 
 def parse_object(text: str, source: str, example: str = EXAMPLE) -> dict[str, Any]:
@@ -225,9 +273,20 @@ def parse_moment(text: str, option: str = "--since") -> dt.datetime:
 # ---------------------------------------------------------------------- output
 
 
+def status_style(command: BaseCommand, status: str) -> Callable[[str], str]:
+    """How ``command`` colours text about a run in ``status`` (plain with ``--no-color`` or
+    when the output is not a terminal)."""
+    name = STATUS_STYLES.get(status)
+    if name is not None:
+        style: Callable[[str], str] = getattr(command.style, name)
+        return style
+    if command.style.SUCCESS("x") == "x":  # Django's no_style(): no colours at all
+        return str
+    return _WAITING if status == ExecutionStatus.PAUSED else _IN_FLIGHT
+
+
 def styled(command: BaseCommand, status: str) -> str:
-    style: Callable[[str], str] = getattr(command.style, STATUS_STYLES.get(status, "NOTICE"), str)
-    return style(status)
+    return status_style(command, status)(status)
 
 
 def describe_interrupt(pending: PendingInterrupt) -> str:
@@ -324,8 +383,8 @@ class SteeringCommand(BaseCommand):
             "execution_ids",
             nargs="+",
             metavar="execution_id",
-            help=f"The id of each run to {self.action} (the execution_id of its outcome); "
-            "give several to handle each in turn.",
+            help=f"The id of each run to {self.action} (the execution_id of its outcome, or "
+            "its first 8 or more characters); give several to handle each in turn.",
         )
         parser.add_argument(
             "--json",
@@ -340,13 +399,23 @@ class SteeringCommand(BaseCommand):
         """Apply the operation; return the JSON result and the text lines for one id."""
         raise NotImplementedError
 
+    def run_failed(self, data: dict[str, Any]) -> bool:
+        """Whether the operation ran a run that failed (the command then exits non-zero)."""
+        return False
+
     def handle(self, *args: Any, **options: Any) -> None:
         ids = list(dict.fromkeys(options["execution_ids"]))
         results: list[dict[str, Any]] = []
-        refused = 0
+        refused = failed = 0
         for execution_id in ids:
             try:
-                data, lines = self.operate(execution_id, options)
+                data, lines = self.operate(expand_execution_id(execution_id), options)
+            except CommandError as exc:  # the id itself names no run (or several)
+                refused += 1
+                results.append({"execution_id": execution_id, "ok": False, "error": str(exc)})
+                if not options["json"]:
+                    self.stderr.write(f"cannot {self.action} {execution_id}: {sentence(exc)}")
+                continue
             except ReactorError as exc:
                 refused += 1
                 hint = ""
@@ -368,6 +437,7 @@ class SteeringCommand(BaseCommand):
                     self.stderr.write(message)
                 continue
             results.append({"execution_id": execution_id, "ok": True, **data})
+            failed += self.run_failed(data)
             if not options["json"]:
                 for line in lines:
                     self.stdout.write(line)
@@ -380,6 +450,12 @@ class SteeringCommand(BaseCommand):
                 if not options["json"]
                 else f"{refused} of {len(ids)} execution(s) could not be {self.past_tense}; see "
                 "the JSON output"
+            )
+        if failed and not options.get("exit_zero"):
+            raise CommandError(
+                f"{failed} of {len(ids)} {self.past_tense} run(s) failed (the outcome is above); "
+                "pass --exit-zero to exit 0 whatever the runs' outcomes",
+                returncode=1,
             )
 
     @property

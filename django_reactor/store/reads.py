@@ -31,6 +31,19 @@ def parse_id(execution_id: uuid.UUID | str) -> uuid.UUID:
         ) from None
 
 
+def ids_starting_with(prefix: str, *, limit: int = 2) -> list[uuid.UUID]:
+    """Execution ids whose hex digits start with ``prefix`` (lowercase hex, no dashes), at
+    most ``limit`` of them, in order: a range of the primary key, served by its index."""
+    low = uuid.UUID(prefix.ljust(32, "0"))
+    high = uuid.UUID(prefix.ljust(32, "f"))
+    return list(
+        Execution.objects.using(USING)
+        .filter(pk__gte=low, pk__lte=high)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
 def get_row(execution_id: uuid.UUID | str) -> Execution:
     """The execution row; raises ExecutionNotFound with the id in the message."""
     key = parse_id(execution_id)
@@ -38,6 +51,16 @@ def get_row(execution_id: uuid.UUID | str) -> Execution:
         return Execution.objects.using(USING).get(pk=key)
     except Execution.DoesNotExist:
         raise ExecutionNotFound(f"no execution with id {key}") from None
+
+
+def status_of(execution_id: uuid.UUID) -> str | None:
+    """The run's status (one primary-key read), or None when there is no such run."""
+    return (
+        Execution.objects.using(USING)
+        .filter(pk=execution_id)
+        .values_list("status", flat=True)
+        .first()
+    )
 
 
 def execution_exists(execution_id: uuid.UUID) -> bool:

@@ -255,7 +255,9 @@ SHARED_ERROR_FIELDS = ("kind", "step", "reactor", "exception_class", "message", 
 @pytest.mark.django_db(transaction=True)
 def test_the_api_and_reactor_run_json_write_an_outcome_alike(api: APIClient) -> None:
     FAIL_AT.add("price")
-    failed_cmd = json.loads(command("reactor_run", "PricedQuote", "order=42", json=True))
+    failed_cmd = json.loads(
+        command("reactor_run", "PricedQuote", "order=42", json=True, exit_zero=True)
+    )
     failed_api = api.post(f"/reactor/executions/{failed_cmd['execution_id']}/retry/").json()
     assert failed_cmd["status"] == failed_api["status"] == "failed"
     assert set(failed_cmd) == set(failed_api)

@@ -63,15 +63,28 @@ def test_unique_class_name_and_no_inputs() -> None:
     assert "completed" in text
 
 
-def test_failed_run_prints_the_error_and_exits_zero() -> None:
+def test_a_failed_run_prints_the_error_and_exits_1() -> None:
     FAIL_AT.add("credit")
-    text = run(TRANSFER, "account=a", "amount=5", "pin=1")
+    out = StringIO()
+    with pytest.raises(CommandError) as failure:
+        call_command(
+            "reactor_run", TRANSFER, "account=a", "amount=5", "pin=1", stdout=out, no_color=True
+        )
+    assert failure.value.returncode == 1
+    assert "the run of Transfer ended failed" in str(failure.value)
+    assert "--exit-zero" in str(failure.value)
+    assert ": failed" in out.getvalue()
+    assert "credit exploded" in out.getvalue()
+
+
+def test_exit_zero_keeps_a_failed_run_a_success_for_the_shell() -> None:
+    FAIL_AT.add("credit")
+    text = run(TRANSFER, "account=a", "amount=5", "pin=1", exit_zero=True)
     assert ": failed" in text
-    assert "credit exploded" in text
 
 
 def test_invalid_inputs_are_a_failed_run_with_field_errors() -> None:
-    data = json.loads(run(TRANSFER, "account=a", "amount=0", "pin=1", json=True))
+    data = json.loads(run(TRANSFER, "account=a", "amount=0", "pin=1", json=True, exit_zero=True))
     assert data["status"] == "failed"
     assert data["error"]["kind"] == "input_validation"
     assert "amount" in data["error"]["field_errors"]

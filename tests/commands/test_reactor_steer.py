@@ -177,6 +177,45 @@ def test_retry_a_failed_run() -> None:
     assert retried.status == ExecutionStatus.COMPLETED
 
 
+def test_a_retry_that_fails_again_exits_1_unless_exit_zero() -> None:
+    run_id = failed()
+    FAIL_AT.add("credit")  # it fails the same way again
+    out, _, message = failing("reactor_retry", run_id)
+    assert ": failed" in out
+    assert "1 of 1 retried run(s) failed" in message
+    assert "--exit-zero" in message
+    again = str(Execution.objects.get(retry_of_id=run_id).id)
+    out, _ = command("reactor_retry", again, exit_zero=True)
+    assert f"execution {again}: retried as " in out
+
+
+def test_a_run_is_named_by_the_short_id_the_admin_shows() -> None:
+    run_id = str(SteerWait.run({}).execution_id)
+    out, _ = command("reactor_cancel", run_id[:8])
+    assert f"execution {run_id}: cancelled" in out
+    text = StringIO()
+    call_command("reactor_show", run_id[:13], stdout=text, no_color=True)  # dash included
+    assert run_id in text.getvalue()
+
+
+def test_a_short_id_that_names_no_run_or_several_is_refused_with_what_to_do() -> None:
+    base = uuid.UUID(str(SteerWait.run({}).execution_id)).hex[:8]
+    twins = [uuid.UUID(base + suffix * 24) for suffix in ("1", "2")]
+    for twin in twins:
+        Execution.objects.create(id=twin, reactor="tests.SteerWait", status="completed")
+    _, err, message = failing("reactor_cancel", base)
+    assert "1 of 1 execution(s) could not be cancelled" in message
+    assert f"'{base}' could be any of several runs" in err
+    assert str(twins[0]) in err
+    assert "give more of the id" in err
+    _, err, _ = failing("reactor_cancel", "0123abcd")
+    assert "no execution id starts with '0123abcd'" in err
+    _, err, _ = failing("reactor_cancel", "abc")
+    assert "or its first 8 or more characters" in err
+    with pytest.raises(CommandError, match="could be any of several runs"):
+        call_command("reactor_show", base, stdout=StringIO())
+
+
 def test_retry_json() -> None:
     run_id = failed()
     out, _ = command("reactor_retry", run_id, json=True)

@@ -46,6 +46,21 @@ def test_a_background_run_is_dispatched_and_completed_by_a_worker(start_worker: 
     assert row.dispatches.get().sent_at is not None
 
 
+def test_wait_returns_the_outcome_of_a_run_a_worker_finishes(start_worker: Any) -> None:
+    from django_reactor import Completed
+
+    outcome = Five.run({})
+    handle = services.find(outcome.execution_id)
+    assert handle.status == ExecutionStatus.PENDING
+    start_worker()  # after the call: wait() is what sees the worker's progress
+    ended = handle.wait(timeout=60)
+    assert isinstance(ended, Completed)
+    assert handle.status == ExecutionStatus.COMPLETED  # the handle shows the run as it ended
+    assert [e.kind for e in handle.trace][-1] == "complete"
+    assert body_runs(outcome.execution_id) == {"s1": 1, "s2": 1, "s3": 1, "s4": 1, "s5": 1}
+    assert handle.wait(timeout=0).value == ended.value  # a finished run: at once
+
+
 @pytest.mark.behind_pgbouncer
 def test_retries_in_a_worker_are_rescheduled_not_slept(start_worker: Any) -> None:
     start_worker()

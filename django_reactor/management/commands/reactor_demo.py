@@ -16,6 +16,7 @@ from django.test.utils import override_settings
 from django_reactor import Completed, services
 from django_reactor.display import short_json, trace_lines
 from django_reactor.exceptions import ReactorError
+from django_reactor.management.commandtools import status_style
 
 if TYPE_CHECKING:
     from django_reactor.demo.shop import Shop
@@ -168,11 +169,7 @@ class Command(BaseCommand):
         self._ending(outcome)
 
     def _ending(self, outcome: Any) -> None:
-        style = {
-            "completed": self.style.SUCCESS,
-            "failed": self.style.ERROR,
-            "halted": self.style.WARNING,
-        }.get(outcome.status, self.style.NOTICE)
+        style = status_style(self, outcome.status)
         if outcome.status == "completed":
             ending = f"completed; value: {short_json(outcome.value, 120)}"
         elif outcome.status == "halted":

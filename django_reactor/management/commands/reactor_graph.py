@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_reactor import graph, registry, store
 from django_reactor.exceptions import ReactorNotRegistered
+from django_reactor.management.commandtools import expand_execution_id
 from django_reactor.models import Execution, StepRecord
 
 FORMATS = ("mermaid", "dot", "svg")
@@ -49,7 +49,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--execution",
             metavar="ID",
-            help="Colour every step by its state in this stored run (an execution id): "
+            help="Colour every step by its state in this stored run (an execution id, or its "
+            "first 8 or more characters): "
             "completed, failed, undone, compensated, skipped, halted, running, parked, waiting "
             "or pending (not reached).",
         )
@@ -112,14 +113,7 @@ class Command(BaseCommand):
 
     def _execution(self, value: str) -> Execution:
         try:
-            execution_id = uuid.UUID(value)
-        except ValueError:
-            raise CommandError(
-                f"--execution {value!r} is not an execution id (a UUID such as "
-                "1d87741e-6b87-4300-92da-6565a08849a9)"
-            ) from None
-        try:
-            return Execution.objects.get(pk=execution_id)
+            return Execution.objects.get(pk=expand_execution_id(value, option="--execution"))
         except Execution.DoesNotExist:
             raise CommandError(f"--execution {value}: no such execution in this database") from None
 

@@ -41,10 +41,12 @@ from django_reactor.management.commandtools import (
     IntermixedCommandParser,
     describe_interrupt,
     dumps,
+    expand_execution_id,
     parse_object,
     parse_pairs,
     reactor_name,
     sentence,
+    status_style,
 )
 
 EXAMPLE = """'{"approved": true}'"""
@@ -70,8 +72,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "execution_id",
             nargs="?",
-            help="The id of the paused run (the execution_id of its outcome). Leave it out "
-            "when you give --correlation-id.",
+            help="The id of the paused run (the execution_id of its outcome, or its first 8 "
+            "or more characters). Leave it out when you give --correlation-id.",
         )
         parser.add_argument(
             "fields",
@@ -166,6 +168,8 @@ class Command(BaseCommand):
             )
         if reactor is not None:
             reactor = reactor_name(reactor)
+        if execution_id is not None:
+            execution_id = expand_execution_id(execution_id)
         payload = self._payload(options, fields)
 
         target = (
@@ -292,14 +296,7 @@ class Command(BaseCommand):
         return "\n".join(lines)
 
     def _summary(self, outcome: Outcome) -> None:
-        style = {
-            "completed": self.style.SUCCESS,
-            "failed": self.style.ERROR,
-            "needs_attention": self.style.ERROR,
-            "halted": self.style.WARNING,
-            "cancelled": self.style.WARNING,
-            "aborted": self.style.ERROR,
-        }.get(outcome.status, self.style.NOTICE)
+        style = status_style(self, outcome.status)
         if outcome.execution_id is None:
             # A repeated --idempotency-key whose first delivery has not finished yet.
             self.stdout.write(

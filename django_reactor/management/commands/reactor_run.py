@@ -16,6 +16,8 @@ from django_reactor.exceptions import (
     TransactionActive,
 )
 from django_reactor.management.commandtools import (
+    EXIT_ZERO_HELP,
+    FAILED_STATUSES,
     IntermixedCommandParser,
     dumps,
     outcome_lines,
@@ -90,6 +92,7 @@ class Command(BaseCommand):
             help="Print the outcome as one JSON object (execution_id, status, and value, "
             "error, reason or interrupts when the run has them).",
         )
+        parser.add_argument("--exit-zero", action="store_true", help=EXIT_ZERO_HELP)
 
     def handle(self, *args: Any, **options: Any) -> None:
         name = reactor_name(options["reactor"], option="reactor")
@@ -126,6 +129,12 @@ class Command(BaseCommand):
             self.stdout.write(dumps(outcome_data(outcome)))
         else:
             self._summary(outcome)
+        if outcome.status in FAILED_STATUSES and not options["exit_zero"]:
+            raise CommandError(
+                f"the run of {label} ended {outcome.status} (the outcome is above); pass "
+                "--exit-zero to exit 0 whatever the outcome",
+                returncode=1,
+            )
 
     def _inputs(self, options: Mapping[str, Any], fields: list[str]) -> dict[str, Any]:
         given = [

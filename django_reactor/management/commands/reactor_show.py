@@ -14,6 +14,7 @@ from django_reactor.exceptions import ExecutionNotFound
 from django_reactor.handle import ExecutionHandle
 from django_reactor.management.commandtools import (
     dumps,
+    expand_execution_id,
     iso,
     sentence,
     styled,
@@ -31,7 +32,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "execution_id", help="The id of the run (the execution_id of its outcome)."
+            "execution_id",
+            help="The id of the run (the execution_id of its outcome, or its first 8 or more "
+            "characters).",
         )
         parser.add_argument(
             "--no-trace",
@@ -47,7 +50,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            handle = services.find(options["execution_id"])
+            handle = services.find(expand_execution_id(options["execution_id"]))
         except ExecutionNotFound as exc:
             raise CommandError(
                 f"cannot show the run: {sentence(exc)} Give the execution_id of a run's "
