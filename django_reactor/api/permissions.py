@@ -30,7 +30,10 @@ class HasReactorPermission(BasePermission):
         user = request.user
         if not (user and user.is_authenticated):
             return False
-        needed = ACTION_PERMISSIONS.get(getattr(view, "action", None) or "")
+        action = getattr(view, "action", None)
+        if action is None and not hasattr(view, (request.method or "").lower()):
+            return True  # a method the endpoint does not take: let the view answer 405
+        needed = ACTION_PERMISSIONS.get(action or "")
         if needed is None:
             return False
         if not user.has_perm(needed):

@@ -5,9 +5,10 @@ path("reactor/", include("django_reactor.api.urls")),
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
+from .errors import endpoint_not_found
 from .views import CorrelationResumeView, ExecutionResumeView, ExecutionViewSet, TokenResumeView
 
 app_name = "django_reactor"
@@ -17,7 +18,7 @@ router.register("executions", ExecutionViewSet, basename="execution")
 
 urlpatterns = [
     path(
-        "executions/<uuid:execution_id>/resume/",
+        "executions/<str:execution_id>/resume/",
         ExecutionResumeView.as_view(),
         name="execution-resume",
     ),
@@ -28,4 +29,6 @@ urlpatterns = [
     ),
     path("resume/", TokenResumeView.as_view(), name="token-resume"),
     *router.urls,
+    # Last: any other path under the API's prefix is a JSON 404.
+    re_path(r"^(?P<path>.*)$", endpoint_not_found, name="not-found"),
 ]

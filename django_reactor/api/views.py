@@ -13,6 +13,7 @@ body the database could not store is a 400 before anything runs.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -54,6 +55,7 @@ from ..exceptions import (
 from ..models import Execution, Interrupt
 from ..states import ExecutionStatus
 from . import signatures
+from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
 from .parsers import BodyRefused, StorableJSONParser, load
 from .permissions import authentication_classes, permission_classes, scoped
 from .serializers import (
@@ -72,20 +74,6 @@ FINAL_ANSWERS = frozenset({200, 202, 400, 409, 410, 413})
 MAX_JSON_DEPTH = 32
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_AFTER_SECONDS = "5"
-
-
-class ApiError(Exception):
-    """Answer the request with ``status_code`` and ``data`` (a JSON object)."""
-
-    def __init__(self, status_code: int, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status_code = status_code
-        self.data = {"detail": detail, **extra}
-        self.headers: dict[str, str] = {}
-
-
-def error_response(error: ApiError) -> Response:
-    return Response(error.data, status=error.status_code, headers=error.headers)
 
 
 def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
@@ -156,18 +144,19 @@ def _described(description: str) -> OpenApiResponse:
     return OpenApiResponse(OpenApiTypes.OBJECT, description=description)
 
 
+def _error(description: str) -> OpenApiResponse:
+    """A documented error answer: ``{"detail", "code", ...}`` (see ``api.errors``)."""
+    return OpenApiResponse(ErrorSerializer, description=description)
+
+
 # The refusals every executions endpoint can answer (DRF's authentication and permissions).
 ACCESS_ANSWERS = {
-    401: _described(
-        "No user, or wrong credentials, when the first authentication class sends a "
-        "WWW-Authenticate header (HTTP Basic)."
-    ),
-    403: _described(
-        "No user under other authentication classes, or the user lacks the permission."
-    ),
-    404: _described("No such run, or a run outside the user's API_SCOPE."),
+    401: _error("No credential, or a wrong one (code not_authenticated or authentication_failed)."),
+    403: _error("The user lacks the action's permission (code permission_denied)."),
+    404: _error("No such run, a malformed id, or a run outside the user's API_SCOPE."),
+    405: _error("The method is not one the endpoint takes (code method_not_allowed)."),
 }
-STEER_REFUSED = _described(
+STEER_REFUSED = _error(
     "The run's status does not allow it (code invalid_transition, with its status), another "
     "process holds the run (busy, Retry-After), or another refusal (refused)."
 )
@@ -178,12 +167,12 @@ STEER_REFUSED = _described(
     retrieve=extend_schema(responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS}),
 )
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
+class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution]):
     """Read executions; cancel, undo or retry one (each needs its permission)."""
 
     parser_classes = [StorableJSONParser]
     pagination_class = ExecutionPagination
-    lookup_value_regex = "[0-9a-fA-F-]{36}"
+    lookup_value_regex = "[^/]+"  # a malformed id is a JSON 404 from get_object
 
     def get_permissions(self) -> list[Any]:
         return [permission() for permission in permission_classes()]
@@ -224,13 +213,22 @@ class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
     def get_serializer_class(self) -> Any:
         return ExecutionSerializer if self.action == "list" else ExecutionDetailSerializer
 
+    def get_object(self) -> Execution:
+        execution_id = _execution_id(str(self.kwargs[self.lookup_field]))
+        try:
+            row: Execution = self.get_queryset().get(pk=execution_id)
+        except Execution.DoesNotExist:
+            raise NotFound(f"no execution with id {execution_id}", code="not_found") from None
+        self.check_object_permissions(self.request, row)
+        return row
+
     @extend_schema(
         parameters=FILTER_PARAMETERS,
         responses={
             200: ExecutionSerializer(many=True),
-            400: _described('A filter is wrong: {"<parameter>": ["why"]}.'),
+            400: _error('A filter is wrong: code invalid, errors {"<parameter>": ["why"]}.'),
             **ACCESS_ANSWERS,
-            404: _described("The cursor is not one the API made."),
+            404: _error("The cursor is not one the API made."),
         },
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -241,13 +239,13 @@ class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
         request=CancelRequestSerializer,
         responses={
             200: ExecutionDetailSerializer,
-            400: _described(
+            400: _error(
                 "The body is not JSON or holds what cannot be stored (code parse_error), or "
-                'reason is not a string ({"reason": ["why"]}).'
+                'reason is not a string (code invalid, errors {"reason": ["why"]}).'
             ),
             **ACCESS_ANSWERS,
             409: STEER_REFUSED,
-            415: _described("The body is not application/json."),
+            415: _error("The body is not application/json (code unsupported_media_type)."),
         },
     )
     @action(detail=True, methods=["post"])
@@ -301,6 +299,17 @@ class ExecutionViewSet(viewsets.ReadOnlyModelViewSet[Execution]):
         )
 
 
+def _execution_id(text: str) -> uuid.UUID:
+    """An execution id from the URL; anything else is a 404 (no run has that id)."""
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise NotFound(
+            f"{text!r} is not an execution id (a UUID such as {uuid.UUID(int=0)})",
+            code="not_found",
+        ) from None
+
+
 def _datetime(name: str, value: str) -> dt.datetime:
     try:
         parsed = parse_datetime(value)
@@ -339,26 +348,23 @@ class Credential:
 
 
 RESUME_RESPONSES = {
-    200: OpenApiResponse(OpenApiTypes.OBJECT, description="Resumed inline: the run's outcome."),
-    202: OpenApiResponse(OpenApiTypes.OBJECT, description="Accepted: a worker runs the rest."),
-    400: OpenApiResponse(
-        OpenApiTypes.OBJECT,
-        description="The body is not JSON or cannot be stored (parse_error), the request is "
+    200: _described("Resumed inline: the run's outcome."),
+    202: _described("Accepted: a worker runs the rest."),
+    400: _error(
+        "The body is not JSON or cannot be stored (parse_error), the request is "
         "invalid (invalid), a header is malformed (invalid_header), or the payload is invalid "
         "(invalid_payload, with field errors).",
     ),
-    401: OpenApiResponse(OpenApiTypes.OBJECT, description="Bad or missing credential."),
-    403: OpenApiResponse(
-        OpenApiTypes.OBJECT,
-        description="The user lacks resume_interrupt, or (without a token or a signature) the "
-        "user credentials are wrong and the first authentication class is not HTTP Basic.",
+    401: _error("No credential, or a wrong one (with a WWW-Authenticate challenge)."),
+    403: _error(
+        "The user lacks resume_interrupt (code permission_denied).",
     ),
-    404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such run, interrupt or token."),
-    409: OpenApiResponse(OpenApiTypes.OBJECT, description="Already resumed, or not waiting yet."),
-    410: OpenApiResponse(OpenApiTypes.OBJECT, description="Expired or cancelled."),
-    413: OpenApiResponse(OpenApiTypes.OBJECT, description="Body too large."),
-    422: OpenApiResponse(OpenApiTypes.OBJECT, description="Idempotency key reused."),
-    429: OpenApiResponse(OpenApiTypes.OBJECT, description="Too many requests."),
+    404: _error("No such run, interrupt or token."),
+    409: _error("Already resumed, or not waiting yet."),
+    410: _error("Expired or cancelled."),
+    413: _error("Body too large."),
+    422: _error("Idempotency key reused."),
+    429: _error("Too many requests."),
 }
 CREDENTIAL_PARAMETERS = [
     OpenApiParameter(TOKEN_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER),
@@ -370,7 +376,7 @@ CREDENTIAL_PARAMETERS = [
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ResumeView(APIView):
+class ResumeView(ApiErrorsMixin, APIView):
     """Deliver a payload to an interrupt (base of the three resume endpoints)."""
 
     permission_classes: list[Any] = []
@@ -459,7 +465,9 @@ class ResumeView(APIView):
             token = request.headers[TOKEN_HEADER]
             # Tokens are URL-safe base64; anything else (NUL, surrogates) cannot be one.
             if not (20 <= len(token) <= 200 and token.isascii() and token.isprintable()):
-                raise ApiError(401, f"the {TOKEN_HEADER} header is not a resume token")
+                raise ApiError(
+                    401, f"the {TOKEN_HEADER} header is not a resume token", code="bad_token"
+                )
             return Credential("token", f"token:{store.interrupts.token_hash(token)}", token=token)
         if kind == "webhook":
             webhook_id = request.headers.get(signatures.ID_HEADER)
@@ -637,7 +645,10 @@ class ExecutionResumeView(ResumeView):
     def _interrupt(
         self, request: Request, data: dict[str, Any], credential: Credential, kwargs: dict[str, Any]
     ) -> Interrupt:
-        execution_id = kwargs["execution_id"]
+        try:
+            execution_id = _execution_id(kwargs["execution_id"])
+        except NotFound as exc:
+            raise ApiError(404, str(exc.detail), code="not_found") from None
         if credential.kind == "user" and not _visible(request, execution_id):
             raise ApiError(404, f"no execution with id {execution_id}", code="not_found")
         if credential.kind == "token":

@@ -102,11 +102,14 @@ def test_reading_needs_the_view_execution_permission(anonymous: APIClient) -> No
     without = client_for(user_with("resume_interrupt", "cancel_execution"))
     for path in (LIST, detail(execution_id)):
         refused = anonymous.get(path)
-        # DRF sends 401 only when the first authentication class names a WWW-Authenticate
-        # scheme; the test project's first is SessionAuthentication, so this is 403 (see
-        # the next test for 401).
-        assert refused.status_code in (401, 403)
-        assert refused.json() == {"detail": "Authentication credentials were not provided."}
+        # No credential is 401 whatever the first authentication class (DRF alone would
+        # answer 403 under SessionAuthentication, the test project's first), with a challenge.
+        assert refused.status_code == 401
+        assert refused["WWW-Authenticate"]
+        assert refused.json() == {
+            "detail": "Authentication credentials were not provided.",
+            "code": "not_authenticated",
+        }
         forbidden = without.get(path)
         assert forbidden.status_code == 403
         assert "django_reactor.view_execution" in forbidden.json()["detail"]
@@ -171,7 +174,9 @@ def test_an_unknown_status_is_400_naming_it(operator: APIClient) -> None:
     paused_run()
     response = operator.get(f"{LIST}?status=paused,bogus,Weird")
     assert response.status_code == 400
-    message = response.json()["status"][0]
+    body = response.json()
+    assert (body["code"], body["detail"]) == ("invalid", "the request is invalid")
+    message = body["errors"]["status"][0]
     assert message.startswith("unknown status Weird, bogus;")
     assert "paused" in message  # the valid statuses are listed after the unknown ones
 
@@ -196,8 +201,8 @@ def test_created_after_and_before(operator: APIClient) -> None:
         for bad in ("yesterday", "2024-13-45T00:00:00Z", "2024-05-01T25:00:00Z", "1"):
             response = operator.get(f"{LIST}?{name}={bad}")
             assert response.status_code == 400, (name, bad, response.content)
-            assert list(response.json()) == [name]
-            assert "ISO 8601" in response.json()[name][0]
+            assert list(response.json()["errors"]) == [name]
+            assert "ISO 8601" in response.json()["errors"][name][0]
 
 
 @pytest.mark.parametrize("value", ["2024-01-01T00:00:00%2B16:00", "2024-01-01T00:00:00-23:59"])

@@ -17,7 +17,11 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis.configuration import set_hypothesis_home_dir
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error, status_code_conformance
+from schemathesis.checks import (
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from django_reactor import Paused, services
 from django_reactor.models import Execution
@@ -106,13 +110,15 @@ def test_the_resume_endpoints_document_their_answers(anonymous: APIClient) -> No
 
 # The answers each operation really gives (besides the resume endpoints' above).
 EXECUTION_RESPONSES = {
-    ("/reactor/executions/", "get"): {"200", "400", "401", "403", "404"},
-    ("/reactor/executions/{id}/", "get"): {"200", "401", "403", "404"},
+    ("/reactor/executions/", "get"): {"200", "400", "401", "403", "404", "405"},
+    ("/reactor/executions/{id}/", "get"): {"200", "401", "403", "404", "405"},
     ("/reactor/executions/{id}/cancel/", "post"): {
-        "200", "400", "401", "403", "404", "409", "415",
+        "200", "400", "401", "403", "404", "405", "409", "415",
     },
-    ("/reactor/executions/{id}/undo/", "post"): {"200", "401", "403", "404", "409"},
-    ("/reactor/executions/{id}/retry/", "post"): {"200", "202", "401", "403", "404", "409"},
+    ("/reactor/executions/{id}/undo/", "post"): {"200", "401", "403", "404", "405", "409"},
+    ("/reactor/executions/{id}/retry/", "post"): {
+        "200", "202", "401", "403", "404", "405", "409",
+    },
 }  # fmt: skip
 
 
@@ -135,6 +141,19 @@ def test_every_execution_operation_documents_its_error_answers(anonymous: APICli
         assert set(responses) == codes, (path, method, sorted(responses))
         for code in codes - {"200"}:
             assert responses[code]["description"], (path, method, code)
+
+
+def test_every_error_answer_has_the_one_error_shape(anonymous: APIClient) -> None:
+    schema = _schema(anonymous)
+    error = schema["components"]["schemas"]["Error"]
+    assert set(error["required"]) == {"detail", "code"}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for code, answer in operation["responses"].items():
+                if not code.startswith("4"):
+                    continue
+                body = answer["content"]["application/json"]["schema"]
+                assert body == {"$ref": "#/components/schemas/Error"}, (path, method, code)
 
 
 def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APIClient) -> None:
@@ -207,8 +226,11 @@ def _fuzz(
     @given(case=operation.as_strategy(mode, **fixed))
     def check(case: Any) -> None:
         response = case.call(headers=auth)
-        # No 5xx, and every answer is one the schema documents for the operation.
-        case.validate_response(response, checks=[not_a_server_error, status_code_conformance])
+        # No 5xx, every answer is one the schema documents for the operation, in its shape.
+        case.validate_response(
+            response,
+            checks=[not_a_server_error, status_code_conformance, response_schema_conformance],
+        )
 
     try:
         check()
