@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from graphlib import CycleError, TopologicalSorter
 from typing import TYPE_CHECKING
 
 from ..exceptions import DefinitionError, DependencyCycleError
@@ -35,28 +36,16 @@ def check(reactor: str, specs: Sequence[StepSpec]) -> None:
 
 
 def find_cycle(graph: dict[str, frozenset[str]]) -> list[str] | None:
-    """Return one cycle as a list of names (first name repeated at the end), or None."""
-    white, grey, black = 0, 1, 2
-    colour = dict.fromkeys(graph, white)
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        colour[node] = grey
-        stack.append(node)
-        for dep in sorted(graph.get(node, ())):
-            if colour.get(dep) == grey:
-                return [*stack[stack.index(dep) :], dep]
-            if colour.get(dep) == white:
-                found = visit(dep)
-                if found:
-                    return found
-        stack.pop()
-        colour[node] = black
-        return None
-
-    for node in graph:
-        if colour[node] == white:
-            found = visit(node)
-            if found:
-                return found
+    """Return one cycle as a list of names, each waiting for the next (the first name repeated
+    at the end), or None. The detection is the standard library's (``graphlib``)."""
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as cycle:
+        # graphlib lists each node before the one that depends on it; the message reads the
+        # other way (a -> b: a waits for b), starting from the first name in declaration order.
+        nodes: list[str] = list(reversed(cycle.args[1]))[:-1]
+        order = {name: i for i, name in enumerate(graph)}
+        first = min(range(len(nodes)), key=lambda i: order.get(nodes[i], len(order)))
+        rotated = nodes[first:] + nodes[:first]
+        return [*rotated, rotated[0]]
     return None
