@@ -90,6 +90,28 @@ OPERATIONS: dict[str, dict[str, Any]] = {
 }
 
 
+# Single-run operations asked for again on a page that says what they will do.
+DESTRUCTIVE = frozenset({"cancel", "undo"})
+SINGLE_TITLES = {"cancel": _("Cancel this execution?"), "undo": _("Undo this execution?")}
+SINGLE_BUTTONS = {"cancel": _("Yes, cancel it"), "undo": _("Yes, undo it")}
+
+
+def _steps_to_undo(handle: Any) -> list[dict[str, Any]]:
+    """The run's completed steps not rolled back yet, newest first (the order undo takes),
+    each with whether its step declares an undo (a step without one only gets a trace entry)."""
+    try:
+        definition = registry.get(handle.reactor).definition
+    except ReactorError:
+        definition = None
+    steps = []
+    for view in reversed(handle.steps):
+        if view.status != "completed" or view.rollback:
+            continue
+        spec = definition.by_name.get(view.name) if definition is not None else None
+        steps.append({"name": view.name, "undo": spec is None or spec.has_undo})
+    return steps
+
+
 class ExecutionOperations(admin.ModelAdmin):
     """The operations part of :class:`~.executions.ExecutionAdmin`: each behind its custom
     permission, through the services."""
@@ -251,6 +273,8 @@ class ExecutionOperations(admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         row = self._get_run(request, object_id)
         reason = request.POST.get("reason", "").strip()[:500]
+        if operation in DESTRUCTIVE and request.POST.get("post") != "yes":
+            return self._single_confirmation(request, row, operation, reason)
         ok, text = self._operate(request, row, operation, reason=reason)
         self.message_user(request, text, messages.SUCCESS if ok else messages.ERROR)
         if ok and operation == "retry":
@@ -260,6 +284,38 @@ class ExecutionOperations(admin.ModelAdmin):
                     reverse(f"admin:{APP}_execution_change", args=[quote(str(retried.pk))])
                 )
         return redirect(reverse(f"admin:{APP}_execution_change", args=[quote(str(row.pk))]))
+
+    def _single_confirmation(
+        self, request: HttpRequest, row: Execution, operation: str, reason: str
+    ) -> TemplateResponse:
+        """What cancelling or undoing this run will do, with a button that does it."""
+        handle = services.find(row.id)
+        undoing: list[dict[str, Any]] = []
+        maps: list[dict[str, Any]] = []
+        if operation == "undo":
+            undoing = _steps_to_undo(handle)
+            maps = [
+                {"step": m["step"], "succeeded": m["succeeded"]}
+                for m in handle.maps
+                if m.get("succeeded")
+            ]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": SINGLE_TITLES[operation],
+            "opts": self.model._meta,
+            "original": row,
+            "operation": operation,
+            "badge": status_badge(row.status, row.get_status_display()),
+            "undoing": undoing,
+            "maps": maps,
+            "reason": reason,
+            "button": SINGLE_BUTTONS[operation],
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request, "admin/django_reactor/execution/single_confirmation.html", context
+        )
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         allowed = self.has_cancel_execution_permission(request)

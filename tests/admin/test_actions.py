@@ -206,10 +206,20 @@ def test_bulk_retry_starts_new_runs_and_refuses_others(client_operator: Client) 
 # ---------------------------------------------------------------------------- buttons
 
 
-def test_the_cancel_button(client_operator: Client) -> None:
+def test_the_cancel_button_asks_first_then_cancels(client_operator: Client) -> None:
     run = Refund.run({"order": "C1"}).execution_id
 
-    response = client_operator.post(url("cancel", run), {"reason": "customer called"})
+    asked = client_operator.post(url("cancel", run), {"reason": "customer called"})
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert "Cancel this execution?" in page
+    assert "without rolling anything back" in page
+    assert 'value="customer called"' in page  # the reason typed on the run's page
+    assert status(run) == ExecutionStatus.PAUSED  # nothing happened yet
+
+    response = client_operator.post(
+        url("cancel", run), {"reason": "customer called", "post": "yes"}
+    )
 
     assert response.status_code == 302
     assert response["Location"] == url("change", run)
@@ -218,10 +228,23 @@ def test_the_cancel_button(client_operator: Client) -> None:
     assert log_messages(run) == ["Cancel requested: cancelled (customer called)"]
 
 
-def test_the_undo_button(client_operator: Client) -> None:
+def test_the_undo_button_says_what_will_be_undone_then_undoes(client_operator: Client) -> None:
     run = Booking.run({"guest": "ann", "card": "4111"}).execution_id
 
-    client_operator.post(url("undo", run))
+    asked = client_operator.post(url("undo", run))
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert "Undo this execution?" in page
+    steps = page[page.index('id="reactor-confirm-steps"') :]
+    steps = steps[: steps.index("</ol>")]
+    # Newest first; charge declares no undo, so it is only named.
+    assert steps.index("<code>confirm</code>") < steps.index("<code>charge</code>")
+    assert steps.index("<code>charge</code>") < steps.index("<code>reserve</code>")
+    assert steps.count("declares no undo") == 1
+    assert "4111" not in page
+    assert status(run) == ExecutionStatus.COMPLETED  # nothing happened yet
+
+    client_operator.post(url("undo", run), {"post": "yes"})
 
     assert status(run) == ExecutionStatus.CANCELLED
     assert log_messages(run) == ["Undone: cancelled"]

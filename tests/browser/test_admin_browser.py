@@ -143,3 +143,22 @@ def test_a_map_shows_its_progress_bar(admin_page: Any, live_server: Any) -> None
     expect(traceback.locator("pre")).not_to_be_visible()
     traceback.locator("summary").click()
     expect(traceback.locator("pre")).to_contain_text("the address has no postcode")
+
+
+def test_undo_asks_first_and_says_which_steps_it_will_roll_back(
+    admin_page: Any, live_server: Any
+) -> None:
+    outcome = Checkout.run({"order": "U-1"})
+    assert outcome.status == ExecutionStatus.COMPLETED
+    admin_page.goto(live_server.url + detail(outcome.execution_id))
+
+    admin_page.locator(".reactor-action-undo button").click()
+
+    expect(admin_page.locator("h1")).to_contain_text("Undo this execution?")
+    steps = admin_page.locator("#reactor-confirm-steps li")
+    expect(steps.first).to_be_visible()
+    assert Execution.objects.get(pk=outcome.execution_id).status == ExecutionStatus.COMPLETED
+    admin_page.click("input[type=submit][value='Yes, undo it']")
+
+    expect(admin_page.locator("ul.messagelist")).to_contain_text("Undone")
+    assert Execution.objects.get(pk=outcome.execution_id).status == ExecutionStatus.CANCELLED
