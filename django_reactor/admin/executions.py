@@ -29,7 +29,7 @@ from ..display import duration_seconds, format_duration, short_json
 from ..engine.outcomes import ErrorInfo
 from ..exceptions import ReactorNotRegistered
 from ..graph import render_svg, step_states
-from ..handle import ExecutionHandle, StepView
+from ..handle import MOVING_STATUSES, ExecutionHandle, StepView
 from ..models import Execution, Interrupt, StepRecord
 from ..states import EventKind, ExecutionStatus
 from .display import (
@@ -44,6 +44,9 @@ from .display import (
 from .maps import map_sections
 from .operations import ExecutionOperations
 from .paging import KeysetAdmin, KeysetChangeList
+
+#: How often the page of a run still moving (pending, running, rolling back) reads it again.
+REFRESH_SECONDS = 5
 
 # ---------------------------------------------------------------------------- filters
 
@@ -385,6 +388,8 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
                 for name, label, help_text in buttons
             ],
             "reactor_status_badge": status_badge(obj.status, obj.get_status_display()),
+            # A run still moving: the page reads it again every few seconds (see the template).
+            "reactor_refresh_seconds": REFRESH_SECONDS if obj.status in MOVING_STATUSES else None,
         }
 
     # -- custom URLs

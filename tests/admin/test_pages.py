@@ -338,3 +338,18 @@ def test_the_interrupt_and_dispatch_tables_are_listed_read_only(client_operator:
         ),
     )
     assert "Select dispatch to view" in dispatches
+
+
+def test_the_page_of_a_run_still_moving_reads_it_again_and_a_finished_one_does_not(
+    client_operator: Client,
+) -> None:
+    done = Booking.run({"guest": "ann", "card": "4111"}).execution_id
+    paused = Refund.run({"order": "R5"}).execution_id
+    moving = Booking.run({"guest": "bob", "card": "4111"}).execution_id
+    Execution.objects.filter(pk=moving).update(status=ExecutionStatus.PENDING)
+
+    html = page(client_operator, detail(moving))
+    assert 'id="reactor-refresh" class="reactor-muted" data-seconds="5"' in html
+    assert "window.location.reload()" in html
+    for still in (done, paused):  # finished, or waiting for a person: nothing to follow
+        assert 'id="reactor-refresh"' not in page(client_operator, detail(still))

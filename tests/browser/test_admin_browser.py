@@ -162,3 +162,16 @@ def test_undo_asks_first_and_says_which_steps_it_will_roll_back(
 
     expect(admin_page.locator("ul.messagelist")).to_contain_text("Undone")
     assert Execution.objects.get(pk=outcome.execution_id).status == ExecutionStatus.CANCELLED
+
+
+def test_the_page_of_a_run_still_moving_follows_it_until_it_ends(
+    admin_page: Any, live_server: Any
+) -> None:
+    outcome = Checkout.run({"order": "M-1"})
+    Execution.objects.filter(pk=outcome.execution_id).update(status=ExecutionStatus.PENDING)
+    admin_page.goto(live_server.url + detail(outcome.execution_id))
+    expect(admin_page.locator("#reactor-refresh")).to_be_visible()
+
+    # What a worker would do meanwhile: the page shows it without anyone reloading it.
+    Execution.objects.filter(pk=outcome.execution_id).update(status=ExecutionStatus.COMPLETED)
+    expect(admin_page.locator("#reactor-refresh")).to_have_count(0, timeout=15_000)
