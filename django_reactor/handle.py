@@ -17,7 +17,7 @@ from .engine.outcomes import (
 from .engine.redaction import redact
 from .engine.serialization import readable
 from .exceptions import ExecutionNotFound, ReactorError, TransactionActive, WaitTimedOut
-from .states import ExecutionStatus
+from .states import MOVING_STATUSES
 
 if TYPE_CHECKING:
     from .models import Execution, ExecutionEvent, StepRecord
@@ -95,10 +95,6 @@ class Operations(Protocol):
     ) -> Outcome: ...
 
 
-#: Statuses a run leaves by itself (a worker or the sweeper takes it further).
-MOVING_STATUSES = frozenset(
-    {ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK}
-)
 _FIRST_PAUSE = 0.005
 _LONGEST_PAUSE = 0.25
 

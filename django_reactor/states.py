@@ -31,6 +31,11 @@ class ExecutionStatus(models.TextChoices):
     NEEDS_ATTENTION = "needs_attention", _("Needs attention")
 
 
+#: Statuses a run leaves by itself: a worker (or the sweeper) takes it further.
+MOVING_STATUSES = frozenset(
+    {ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK}
+)
+
 TERMINAL_STATUSES = frozenset(
     {
         ExecutionStatus.COMPLETED,

@@ -29,9 +29,9 @@ from ..display import duration_seconds, format_duration, short_json
 from ..engine.outcomes import ErrorInfo
 from ..exceptions import ReactorNotRegistered
 from ..graph import render_svg, step_states
-from ..handle import MOVING_STATUSES, ExecutionHandle, StepView
+from ..handle import ExecutionHandle, StepView
 from ..models import Execution, Interrupt, StepRecord
-from ..states import EventKind, ExecutionStatus
+from ..states import MOVING_STATUSES, EventKind, ExecutionStatus
 from .display import (
     APP,
     FAILURE_EVENTS,

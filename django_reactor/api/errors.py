@@ -74,6 +74,8 @@ class ErrorSerializer(serializers.Serializer[Any]):
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, then its answer in the API's error format (see the module)."""
+    if isinstance(exc, ApiError):
+        return error_response(exc)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")
     elif isinstance(exc, DjangoPermissionDenied):

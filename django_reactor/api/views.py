@@ -218,7 +218,7 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         try:
             row: Execution = self.get_queryset().get(pk=execution_id)
         except Execution.DoesNotExist:
-            raise NotFound(f"no execution with id {execution_id}", code="not_found") from None
+            raise ApiError(404, f"no execution with id {execution_id}") from None
         self.check_object_permissions(self.request, row)
         return row
 
@@ -304,9 +304,8 @@ def _execution_id(text: str) -> uuid.UUID:
     try:
         return uuid.UUID(text)
     except ValueError:
-        raise NotFound(
-            f"{text!r} is not an execution id (a UUID such as {uuid.UUID(int=0)})",
-            code="not_found",
+        raise ApiError(
+            404, f"{text!r} is not an execution id (a UUID such as {uuid.UUID(int=0)})"
         ) from None
 
 
@@ -645,10 +644,7 @@ class ExecutionResumeView(ResumeView):
     def _interrupt(
         self, request: Request, data: dict[str, Any], credential: Credential, kwargs: dict[str, Any]
     ) -> Interrupt:
-        try:
-            execution_id = _execution_id(kwargs["execution_id"])
-        except NotFound as exc:
-            raise ApiError(404, str(exc.detail), code="not_found") from None
+        execution_id = _execution_id(kwargs["execution_id"])
         if credential.kind == "user" and not _visible(request, execution_id):
             raise ApiError(404, f"no execution with id {execution_id}", code="not_found")
         if credential.kind == "token":

@@ -497,9 +497,7 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
             return
         # A map past its failure line that was not stopped (the settle that crossed it died
         # before it stopped the map) starts nothing more; this task's first settle stops it.
-        stopped = stopped or bool(
-            run.halted or (run.failed and (tolerated is None or run.failed > tolerated))
-        )
+        stopped = stopped or store.maps.past_failure_line(run.failed, run.halted, tolerated)
         failed = run.failed  # the map's failures so far, as each settle leaves them
         while claim is not None:
             claimed = claim.slots

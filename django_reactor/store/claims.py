@@ -20,7 +20,7 @@ from django.utils import timezone
 from ..conf import reactor_settings
 from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
 from ..models import Execution, ExecutionEvent
-from ..states import EventKind, ExecutionStatus
+from ..states import MOVING_STATUSES, EventKind, ExecutionStatus
 from . import sql
 from .db import USING
 from .executions import wake_parent
@@ -29,7 +29,7 @@ from .outbox import mark_taken
 from .reads import get_row, last_seq
 from .rows import Owned, WorkerClaim
 
-RESUMABLE = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+RESUMABLE = MOVING_STATUSES  # what a worker may take over
 
 
 def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:

@@ -185,7 +185,7 @@ def _claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
         return map_orm.claim(map_id, forward=forward, token=token)
     params = {"map": map_id, **_claim_params(forward=forward, token=token)}
     if forward:
-        _, row = sql.execute_named(sql.CLAIM_CHUNK, params)
+        row = sql.execute(sql.CLAIM_CHUNK, params)
         return None if row is None else _forward_claim(*row)
     with connection.cursor() as cursor:
         cursor.execute(sql.CLAIM_UNDO_CHUNK, params)
@@ -311,7 +311,7 @@ def settle(
                 map_id, chunk, writes, token, Chunk.RUNNING, Chunk.SETTLED, counters,
                 first_failure, now,
             )  # fmt: skip
-            following = map_orm.claim(map_id, forward=True, token=token) if claim_next else None
+            following = _claim(map_id, forward=True, token=token) if claim_next else None
     if row is None:  # the chunk was taken over: this task wrote nothing
         current = MapRun.objects.using(USING).values("failed", "stop_reason").get(pk=map_id)
         progress = Progress(current["failed"], current["stop_reason"], written=False)
@@ -319,9 +319,7 @@ def settle(
         stop_reason = row.stop_reason
         # Judged on the map's totals, so a settle that crossed the line and died before it
         # stopped the map is made good by the next one.
-        if not stop_reason and (
-            row.halted or (row.failed and (tolerated is None or row.failed > tolerated))
-        ):
+        if not stop_reason and past_failure_line(row.failed, row.halted, tolerated):
             stop_reason = stop(map_id, "halted" if row.halted else "failed").stop_reason
         elif (
             row.status == MapStatus.RUNNING
@@ -332,6 +330,12 @@ def settle(
             finish_if_settled(map_id)
         progress = Progress(row.failed, stop_reason)
     return progress, (following, bool(progress.stop_reason) if claim_next else False)
+
+
+def past_failure_line(failed: int, halted: int, tolerated: int | None) -> bool:
+    """Whether a map with these totals must stop: an element halted, or more elements failed
+    than it tolerates (``tolerated`` None: an atomic map, which tolerates none)."""
+    return bool(halted or (failed and (tolerated is None or failed > tolerated)))
 
 
 def _counts(writes: Sequence[SlotWrite]) -> dict[str, int]:
@@ -377,7 +381,7 @@ def _settle_forward(
     }
     if claim_next:
         params.update(_claim_params(forward=True, token=token))
-    _, row = sql.execute_named(statement, params)
+    row = sql.execute(statement, params)
     assert row is not None  # the statement always returns its one row
     progress = Settled(*row[:9]) if row[0] is not None else None
     following = _forward_claim(*row[9:13]) if row[9] is not None else None
@@ -410,7 +414,7 @@ def _settle_undo(
         "outcomes": _json([[w.index, w.status, w.error] for w in writes]),
         **counters,
     }
-    _, row = sql.execute_named(statement, params)
+    row = sql.execute(statement, params)
     return Settled(*row) if row is not None else None
 
 
@@ -598,23 +602,20 @@ def settle_rollback(
         and row.rollback_settled >= row.rollback_total
     ):
         finish_if_undone(map_id)
-    following = None
-    if claim_next:
-        with transaction.atomic(using=USING):
-            following = _claim(map_id, forward=False, token=token)
-    return Progress(0, "", written=row is not None), (following, False)
+    following = claim(map_id, forward=False, token=token) if claim_next else (None, False)
+    return Progress(0, "", written=row is not None), following
 
 
-def finish_if_undone(map_id: uuid.UUID) -> bool:
-    """Mark a map rolled back, once, when no chunk is left to undo, and wake its run (fan-out);
-    whether this call did it. Safe to call at any time (a task that finds nothing to undo
+def finish_if_undone(map_id: uuid.UUID) -> None:
+    """Mark a map rolled back, once, when no chunk is left to undo, and wake its run (fan-out).
+    Safe to call at any time (a task that finds nothing to undo
     calls it: the settle that undid the last chunk may have died before it did)."""
     with transaction.atomic(using=USING):
         left = MapChunk.objects.using(USING).filter(map_run_id=map_id)
         if left.filter(status=Chunk.UNDOING).exists():
-            return False
+            return
         if left.filter(status=Chunk.SETTLED, succeeded__gt=0).exists():
-            return False
+            return
         updated = (
             MapRun.objects.using(USING)
             .filter(pk=map_id, status=MapStatus.ROLLING_BACK)
@@ -624,7 +625,6 @@ def finish_if_undone(map_id: uuid.UUID) -> bool:
             mine = MapRun.objects.using(USING).values("fan_out", "execution_id").get(pk=map_id)
             if mine["fan_out"]:
                 wake_run(mine["execution_id"])
-    return bool(updated)
 
 
 def mark_all_undone(map_id: uuid.UUID, error: list[dict[str, Any]] | None) -> None:

@@ -264,14 +264,13 @@ class ReactorResult:
         """
         import time
 
-        from ..states import ExecutionStatus
+        from ..states import MOVING_STATUSES
 
-        moving = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
         deadline = time.monotonic() + timeout
         pause = 0.02
         while True:
             self._refresh()
-            if self.status not in moving:
+            if self.status not in MOVING_STATUSES:
                 return self
             if time.monotonic() > deadline:
                 raise AssertionError(

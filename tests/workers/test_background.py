@@ -8,7 +8,7 @@ import pytest
 
 from django_reactor import Dispatched, services
 from django_reactor.models import Execution
-from django_reactor.states import ExecutionStatus
+from django_reactor.states import MOVING_STATUSES, ExecutionStatus
 from testproject.example.models import BodyRun, Effect
 from tests.workers.harness import wait_until
 from tests.workers.reactors import Five, HandsOffAfterFirst, HandsOffBeforeCharge, Retrying
@@ -16,8 +16,7 @@ from tests.workers.reactors import Five, HandsOffAfterFirst, HandsOffBeforeCharg
 
 def finished(execution_id: Any) -> Execution | None:
     row = Execution.objects.get(pk=execution_id)
-    moving = (ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
-    return row if row.status not in moving else None
+    return row if row.status not in MOVING_STATUSES else None
 
 
 def body_runs(execution_id: Any) -> dict[str, int]:
