@@ -68,7 +68,14 @@ REACTOR_DB = "reactor_bench"
 DBOS_DB = "dbos_bench"
 TARGET_RATIO = 0.15  # issue 15 (was 0.25)
 TARGET_WAL_PER_STEP = 10.0  # WAL records per django_reactor step (issue 15)
-RUN_TABLES = {"django_reactor": "django_reactor_execution", "DBOS": "dbos.workflow_status"}
+TARGET_ATOMIC_RATIO = 1.2  # an atomic step against a plain durable step (issue 16)
+RUN_TABLES = {
+    "django_reactor": "django_reactor_execution",
+    "atomic": "django_reactor_execution",
+    "plain + INSERT": "django_reactor_execution",
+    "atomic + INSERT": "django_reactor_execution",
+    "DBOS": "dbos.workflow_status",
+}
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 os.environ.setdefault("DJANGO_DEBUG", "0")
@@ -90,15 +97,28 @@ def noop(prev: Any = None) -> Any:
     return prev
 
 
-def reactor_chain(n: int) -> Callable[[], None]:
-    """A reactor of ``n`` chained no-op steps; returns a callable that runs it once."""
+def insert_row(prev: Any = None) -> Any:
+    """A step's own database work: one INSERT into a scratch table."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO bench_scratch DEFAULT VALUES")
+    return prev
+
+
+def reactor_chain(n: int, *, atomic: bool = False, write: bool = False) -> Callable[[], None]:
+    """A reactor of ``n`` chained steps (no-ops, or one INSERT each with ``write``; atomic
+    steps with ``atomic``); returns a callable that runs it once."""
     from django_reactor import Reactor, arg, step
 
-    attrs: dict[str, Any] = {"s0": step(noop)}
+    body = insert_row if write else noop
+    attrs: dict[str, Any] = {"s0": step(body, atomic=atomic)}
     for i in range(1, n):
-        attrs[f"s{i}"] = step(noop, prev=arg.result(f"s{i - 1}"))
+        attrs[f"s{i}"] = step(body, prev=arg.result(f"s{i - 1}"), atomic=atomic)
+    label = f"{'Atomic' if atomic else ''}{'Write' if write else ''}"
     chain = cast(
-        "type[Reactor]", type(f"BenchChain{n}", (Reactor,), {"__module__": __name__, **attrs})
+        "type[Reactor]",
+        type(f"BenchChain{label}{n}", (Reactor,), {"__module__": __name__, **attrs}),
     )
     assert len(chain.definition.steps) == n
 
@@ -285,16 +305,32 @@ def main(argv: list[str] | None = None) -> int:
 
     from django.db import connection as django_connection
 
+    insert_floor(1)  # creates the scratch table the writing steps insert into
     reactor = System(
         "django_reactor",
         Series(reactor_chain(1)),
         Series(reactor_chain(steps)),
         close=django_connection.close,
     )
+    atomic = System(
+        "atomic",
+        Series(reactor_chain(1, atomic=True)),
+        Series(reactor_chain(steps, atomic=True)),
+        close=django_connection.close,
+    )
+    writers = [
+        System(
+            name,
+            Series(reactor_chain(1, atomic=is_atomic, write=True)),
+            Series(reactor_chain(steps, atomic=is_atomic, write=True)),
+            close=django_connection.close,
+        )
+        for name, is_atomic in (("plain + INSERT", False), ("atomic + INSERT", True))
+    ]
     # DBOS keeps its pooled connections (and polls its database from background threads):
     # the probe waits for them to flush, and takes its idle activity off.
     dbos = System("DBOS", Series(dbos_runner(1)), Series(dbos_runner(steps)), background=True)
-    systems = [reactor, dbos]
+    systems = [reactor, atomic, *writers, dbos]
     stats: dict[str, StepStats] = {}
     probes: list[Probe] = []
 
@@ -313,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.stat_runs > 0:
             counter = StatementCounter().install()
             try:
-                for system, database in ((reactor, REACTOR_DB), (dbos, DBOS_DB)):
+                for system, database in (
+                    (reactor, REACTOR_DB),
+                    (atomic, REACTOR_DB),
+                    *((w, REACTOR_DB) for w in writers),
+                    (dbos, DBOS_DB),
+                ):
                     probe = Probe(PG_SERVER, database, statements=counter)
                     probes.append(probe)
                     system.close()
@@ -362,6 +403,18 @@ def main(argv: list[str] | None = None) -> int:
         )
     print()
     print(f"ratio django_reactor/DBOS per step: {ratio:.3f}   target <= {TARGET_RATIO}   {verdict}")
+    atomic_ratio = atomic.per_step_ms(steps) / ours if ours > 0 else float("inf")
+    atomic_verdict = "PASS" if atomic_ratio <= TARGET_ATOMIC_RATIO else "MISS"
+    print(
+        f"ratio atomic/plain step (no-op bodies): {atomic_ratio:.3f}   "
+        f"target <= {TARGET_ATOMIC_RATIO}   {atomic_verdict}"
+    )
+    plain_w, atomic_w = (w.per_step_ms(steps) for w in writers)
+    print(
+        f"a step that INSERTs one row: plain {plain_w:.4f} ms (its INSERT commits on its own), "
+        f"atomic {atomic_w:.4f} ms (one commit with the checkpoint): "
+        f"{atomic_w / plain_w if plain_w > 0 else float('inf'):.3f}x"
+    )
     if stats:
         print()
         print(
@@ -370,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(COLUMNS)
         for system in systems:
-            print(row(system.name, stats[system.name].per_step, RUN_TABLES[system.name]))
+            if system.name in stats:
+                print(row(system.name, stats[system.name].per_step, RUN_TABLES[system.name]))
         wal_ours = stats["django_reactor"].per_step.wal()[0]
         wal_verdict = "PASS" if wal_ours <= TARGET_WAL_PER_STEP else "MISS"
         print(

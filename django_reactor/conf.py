@@ -172,6 +172,10 @@ class ReactorSettings:
     # Prepare the per-step checkpoint statement on PostgreSQL (halves its cost). Turn off behind
     # a transaction-pooling PgBouncer older than 1.21 (or without max_prepared_statements).
     CHECKPOINT_PREPARED_STATEMENTS = Flag(True)
+    # Longest time an atomic step's body (or undo, or compensate) may hold its transaction;
+    # past it the attempt fails and its writes are rolled back. On PostgreSQL it is also each
+    # of the body's statements' statement_timeout.
+    ATOMIC_STEP_TIMEOUT = Seconds(10.0)
     # Celery queue for django_reactor's tasks (None: Celery's default queue).
     CELERY_QUEUE = OptionalText(None)
     # Times a run may lose its worker (crash, kill) before it is parked as needs_attention

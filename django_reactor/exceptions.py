@@ -69,6 +69,21 @@ class TransactionActive(ReactorError):
     """An inline run was started inside an open database transaction."""
 
 
+class AtomicStepError(ReactorError):
+    """An atomic step's body did something its transaction cannot contain (a query on another
+    database, a coordination call): the attempt fails, its writes are rolled back, and it is
+    not retried (it would do the same again)."""
+
+    retryable = False
+
+
+class AtomicStepTimeout(AtomicStepError):
+    """An atomic step held its transaction longer than ``REACTOR["ATOMIC_STEP_TIMEOUT"]``: its
+    writes are rolled back and the attempt fails (retried if its retry policy says so)."""
+
+    retryable = True
+
+
 class LeaseLost(ReactorError):
     """This process no longer owns the run: another owner took it (fence moved on)."""
 

@@ -55,6 +55,10 @@ else:
     default["TEST"] = {"NAME": f"test_django_reactor_{os.getpid()}"}
     DATABASES = {"default": default}
 
+# A second database, so that tests can show what an atomic step refuses: a query on another
+# alias, which could not commit with the step's checkpoint.
+DATABASES["elsewhere"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+
 if "Redis" not in SERVICE_PROBLEMS:
     CACHES = {
         "default": {

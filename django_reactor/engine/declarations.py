@@ -10,7 +10,7 @@ from .retry import Retry
 from .step import FunctionStep, Step
 from .templates import Template
 
-OPTION_NAMES = frozenset({"retry", "wait_for", "coordination"})
+OPTION_NAMES = frozenset({"retry", "wait_for", "coordination", "atomic"})
 
 
 class StepDeclaration:
@@ -34,8 +34,11 @@ class StepDeclaration:
         wait_for: Iterable[str] = (),
         unit: str | None = None,
         coordination: Any = None,
+        atomic: bool | None = None,
     ) -> None:
         self.impl = impl
+        # None: the step class's own ``atomic``.
+        self.atomic = atomic
         # None: the step class's own ``coordination``.
         self.coordination = coordination
         # "step" for async_step, "reactor" for async_reactor: the body runs in its own execution.
@@ -112,6 +115,9 @@ def _declare(target: Any, options: dict[str, Any], unit: str | None = None) -> S
         wait_for = (wait_for,)
     if not all(isinstance(w, str) for w in wait_for):
         raise DefinitionError(f"wait_for= must name steps as strings, got {wait_for!r}")
+    atomic = options.get("atomic")
+    if atomic is not None and not isinstance(atomic, bool):
+        raise DefinitionError(f"atomic= must be True or False, got {atomic!r}")
     return StepDeclaration(
         impl,
         wiring,
@@ -119,6 +125,7 @@ def _declare(target: Any, options: dict[str, Any], unit: str | None = None) -> S
         wait_for=wait_for,
         unit=unit,
         coordination=options.get("coordination"),
+        atomic=atomic,
     )
 
 
@@ -133,8 +140,10 @@ def step(target: Any = None, /, **options: Any) -> Any:
 
     ``name = step(StepClass, arg_name=arg.input(...), retry=Retry(...), wait_for=["other"])``
     or, for a function step, ``@step(arg_name=arg.result("other"))`` above a function (the step
-    is named after the function). Options: ``retry`` and ``wait_for``; every other keyword wires
-    an argument of the step's ``run`` from a template.
+    is named after the function). Options: ``retry``, ``wait_for``, ``coordination`` and
+    ``atomic`` (run the body inside the transaction of its checkpoint: its database writes
+    happen exactly once); every other keyword wires an argument of the step's ``run`` from a
+    template.
     """
     if target is None:
         return lambda fn: _declare(fn, options)

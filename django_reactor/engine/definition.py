@@ -303,6 +303,22 @@ def _build_spec(
     for field_path in secret_paths_of_serializer(contract):
         secret_arguments[field_path[0]] = (*secret_arguments.get(field_path[0], ()), field_path[1:])
 
+    atomic = decl.atomic if decl.atomic is not None else getattr(impl, "atomic", False)
+    if not isinstance(atomic, bool):
+        raise DefinitionError(f"{where}: {impl.__qualname__}.atomic must be True or False")
+    if atomic and decl.unit is not None:
+        raise DefinitionError(
+            f"{where}: an async unit cannot be atomic: it runs in a Celery task of its own, "
+            "outside the transaction that records this step, so its writes could not commit "
+            "with it. Use step(..., atomic=True) for a step whose database writes must happen "
+            "once"
+        )
+    if atomic and impl.has_handler("compensate"):
+        raise DefinitionError(
+            f"{where}: an atomic step has nothing to compensate: when it fails, its writes are "
+            f"rolled back with its transaction. Remove {impl.__qualname__}.compensate(), or "
+            "make the step not atomic"
+        )
     declared = decl.coordination if decl.coordination is not None else impl.coordination
     coordination = check_declarations(declared, f"{where} coordination")
     misplaced = [type(d).__name__ for d in coordination if isinstance(d, OrderedLock)]
@@ -312,6 +328,7 @@ def _build_spec(
         )
     return StepSpec(
         coordination=coordination,
+        atomic=atomic,
         unit=decl.unit,
         name=name,
         impl=impl,

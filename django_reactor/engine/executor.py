@@ -192,15 +192,21 @@ class Executor(RunRecorder):
         """Record that ``step`` was running when its process died, so rollback compensates it.
 
         Its body may have done part of its work before the process stopped; the step never
-        recorded an outcome, so it is marked failed (interrupted) and compensable.
+        recorded an outcome, so it is marked failed (interrupted) and compensable (an atomic
+        step is not: its transaction died with the process, and its writes with it).
         """
         spec = self.definition.step(step)
         arguments = self.arguments_for(step)
         error = self.step_error(spec, ErrorKind.INTERRUPTED, reason, arguments=arguments)
+        # An atomic step's writes died with its transaction: there is nothing to compensate.
+        compensable = not spec.atomic
         self.commit(
-            self._failed_step(spec, error, arguments, attempts=0, started_at=None, compensable=True)
+            self._failed_step(
+                spec, error, arguments, attempts=0, started_at=None, compensable=compensable
+            )
         )
-        self.state.pending_compensation.insert(0, PendingCompensation(step, arguments, error))
+        if compensable:
+            self.state.pending_compensation.insert(0, PendingCompensation(step, arguments, error))
 
     def rollback(
         self, *, final_status: str, reason: str = "", failure: ErrorInfo | None = None
@@ -319,6 +325,7 @@ class Executor(RunRecorder):
             try:
                 stored, value = roundtrip(result.value)
             except ResultNotSerializable as bad:
+                self.drop_held()  # an atomic step's writes go with the value they returned
                 error = self.error_info(bad, ErrorKind.RESULT, spec, arguments, result.attempts)
                 return self._fail(
                     spec,

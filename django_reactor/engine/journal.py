@@ -113,8 +113,35 @@ class JournalBatch:
         )
 
 
+class StepTransaction(Protocol):
+    """The database transaction of one action of an atomic step (see :meth:`Journal.begin`).
+
+    The action's body runs inside it; the checkpoint that records what the action did is the
+    last write in it, and :meth:`commit` commits both, or neither.
+    """
+
+    def settle(self) -> None:
+        """The body returned: make the database check now what it would check at commit
+        (deferred constraints) and enforce the time bound. Raises to fail the attempt; the
+        caller then rolls back."""
+        ...
+
+    def commit(self) -> None:
+        """Commit the body's writes with the checkpoint written since :meth:`settle`."""
+        ...
+
+    def rollback(self) -> None:
+        """Roll the body's writes back (the attempt failed, or the checkpoint did)."""
+        ...
+
+
 class Journal(Protocol):
     """Durable writes of one owned run (implemented by ``django_reactor.store``)."""
+
+    def begin(self, step: str, action: str) -> StepTransaction:
+        """Open the transaction an atomic step's ``action`` (run, undo, compensate) runs in, on
+        the run's database; the next :meth:`commit` of this thread joins it."""
+        ...
 
     @property
     def execution_id(self) -> UUID | None:
@@ -129,6 +156,26 @@ class Journal(Protocol):
         written then.
         """
         ...
+
+
+class MemoryTransaction:
+    """The transaction a :class:`MemoryJournal` gives an atomic step: it notes what happens to
+    it in the journal's ``transactions`` (``(step, action, "commit" | "rollback")``)."""
+
+    def __init__(self, journal: MemoryJournal, step: str, action: str) -> None:
+        self.journal = journal
+        self.step = step
+        self.action = action
+        self.batches_before = journal.batches
+
+    def settle(self) -> None:
+        return None
+
+    def commit(self) -> None:
+        self.journal.transactions.append((self.step, self.action, "commit"))
+
+    def rollback(self) -> None:
+        self.journal.transactions.append((self.step, self.action, "rollback"))
 
 
 class MemoryJournal:
@@ -146,6 +193,10 @@ class MemoryJournal:
         self.dispatches: list[tuple[str, float]] = []
         self.interrupts: list[InterruptWrite] = []
         self.batches = 0
+        self.transactions: list[tuple[str, str, str]] = []
+
+    def begin(self, step: str, action: str) -> MemoryTransaction:
+        return MemoryTransaction(self, step, action)
 
     def commit(self, batch: JournalBatch) -> str | None:
         self.batches += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import ResultNotSerializable
 from ..states import EventKind, ExecutionStatus, StepStatus
 from .coordination import Coordinator
-from .journal import Event, Journal, JournalBatch, StepWrite
+from .journal import Event, Journal, JournalBatch, StepTransaction, StepWrite
 from .observers import ExecutionEvent, RunObserver, StepEvent, composite, summarise
 from .outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
 from .redaction import redact
@@ -62,6 +63,8 @@ class RunRecorder:
         # The fencing numbers held for the step running now (its coordination), by lock key.
         self.fences: dict[str, int] = {}
         self._notes: list[Event] = []
+        # The transaction of an atomic step's action that this thread's next commit joins.
+        self._held = threading.local()
         self._display_inputs: dict[str, Any] | None = None
         self._t0 = time.perf_counter()
 
@@ -78,14 +81,40 @@ class RunRecorder:
         self._notes.append(self.event(kind, step=step, data=data))
 
     def commit(self, batch: JournalBatch) -> str | None:
-        """Write ``batch`` with the pending notes; return a cancellation's reason, if asked."""
+        """Write ``batch`` with the pending notes; return a cancellation's reason, if asked.
+
+        After :meth:`hold`, the batch joins the atomic action's transaction and commits with it.
+        """
         if self.state.waiting and (batch.finished or batch.status == ExecutionStatus.ROLLING_BACK):
             batch.close_interrupts = True
             self.state.waiting.clear()
         if self._notes:
             batch.events[:0] = self._notes
             self._notes = []
-        return self.journal.commit(batch)
+        transaction: StepTransaction | None = getattr(self._held, "transaction", None)
+        if transaction is None:
+            return self.journal.commit(batch)
+        self._held.transaction = None
+        try:
+            cancel = self.journal.commit(batch)
+        except BaseException:
+            transaction.rollback()
+            raise
+        transaction.commit()
+        return cancel
+
+    def hold(self, transaction: StepTransaction) -> None:
+        """An atomic action's body returned: the next commit of this thread records it inside
+        ``transaction``, so that its writes and its checkpoint commit together."""
+        self._held.transaction = transaction
+
+    def drop_held(self) -> None:
+        """Roll back a held transaction that no checkpoint joined (what the body returned was
+        not recorded as done after all, or the process is stopping)."""
+        transaction: StepTransaction | None = getattr(self._held, "transaction", None)
+        if transaction is not None:
+            self._held.transaction = None
+            transaction.rollback()
 
     def event(
         self,
@@ -112,6 +141,7 @@ class RunRecorder:
             inputs=self.inputs,
             fences=self.fences
             or (dict(self.coordinator.fences) if self.coordinator is not None else {}),
+            atomic=spec.atomic,
         )
 
     def next_after(self, spec: StepSpec) -> StepSpec | None:
@@ -223,6 +253,10 @@ class RunRecorder:
         and its lease ends now, so the redelivered message (or the sweeper) resumes it at once,
         counting one recovery; the step that was in flight runs again.
         """
+        try:
+            self.drop_held()  # an atomic step's writes never commit with an abort
+        except Exception:
+            logger.debug("rolling back an atomic step's transaction failed", exc_info=True)
         if self.hand_back_on_interruption:
             self._hand_back(exc, spec=spec, attempt=attempt)
             return
@@ -234,7 +268,8 @@ class RunRecorder:
                 arguments or {},
                 attempts=attempt,
                 started_at=started_at,
-                compensable=True,
+                # An atomic step's writes were rolled back with its transaction.
+                compensable=not spec.atomic,
             )
             batch.failure = error.to_dict()
         else:

@@ -57,6 +57,8 @@ class StepSpec:
     map: MapSpec | None = None
     # Lock, Semaphore, RateLimit, Period held around the step's body (keyed on its arguments).
     coordination: tuple[Declaration, ...] = ()
+    # The body (and undo, compensate) runs inside the transaction of its checkpoint.
+    atomic: bool = False
 
     @property
     def child(self) -> Any:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
-from ..exceptions import ReactorError
+from ..exceptions import AtomicStepError, ReactorError
 from .retry import Retry
 
 
@@ -33,6 +33,8 @@ class StepContext:
     # Fencing numbers of the locks held for this step and its run, by lock key: pass them to
     # the writes a lock protects, so a holder whose lock lapsed can be refused.
     fences: Mapping[str, int] = field(default_factory=dict)
+    # The action runs inside the checkpoint's database transaction (an atomic step).
+    atomic: bool = False
 
     @property
     def idempotency_key(self) -> str:
@@ -67,6 +69,20 @@ def step_context() -> StepContext:
     return context
 
 
+def refuse_in_atomic_step(what: str, why: str) -> None:
+    """Raise :class:`AtomicStepError` when called from the body (or undo, or compensate) of an
+    atomic step: ``what`` it tried to do cannot be part of the step's database transaction,
+    for the reason ``why``."""
+    context = _current.get()
+    if context is None or not context.atomic:
+        return
+    raise AtomicStepError(
+        f"step {context.step!r} is atomic (its {context.action} runs inside the database "
+        f"transaction of its checkpoint), so it cannot {what}: {why}. Its writes were rolled "
+        "back. Move that work to a step that is not atomic, or to transaction.on_commit()"
+    )
+
+
 @contextmanager
 def acting(context: StepContext) -> Iterator[None]:
     """Make ``context`` what :func:`step_context` returns while the block runs."""
@@ -98,11 +114,15 @@ class Step:
             declaration overrides it).
         coordination: ``Lock``, ``Semaphore``, ``RateLimit`` and ``Period`` held around the
             step's body, keyed on its arguments (``step(..., coordination=[...])`` overrides).
+        atomic: run the body, and the undo and compensate, inside the database transaction
+            that records them, so that the step's own database writes happen exactly once
+            (``step(..., atomic=True)`` overrides). See the atomic steps how-to.
     """
 
     Inputs: ClassVar[type | None] = None
     retry: ClassVar[Retry | None] = None
     coordination: ClassVar[tuple[Any, ...] | list[Any]] = ()
+    atomic: ClassVar[bool] = False
 
     def __init__(self, context: StepContext) -> None:
         self.context = context

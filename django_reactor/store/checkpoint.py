@@ -22,6 +22,7 @@ from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
 from . import sql, trace
+from .atomic_steps import DatabaseStepTransaction
 from .db import USING
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
@@ -51,6 +52,10 @@ class DatabaseJournal:
             .values_list("reactor", flat=True)
             .get()
         )
+
+    def begin(self, step: str, action: str) -> DatabaseStepTransaction:
+        """Open the transaction of an atomic step's ``action`` (see :mod:`.atomic_steps`)."""
+        return DatabaseStepTransaction(step, action)
 
     def commit(self, batch: JournalBatch) -> str | None:
         if self.fast_path and batch.routine and not (self.wakes and batch.finished):

@@ -146,3 +146,32 @@ class BodyRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.step} in {self.pid}"
+
+
+class Account(models.Model):
+    """A customer's balance, moved by the atomic steps of ``TransferFunds``."""
+
+    name = models.CharField(max_length=64, unique=True)
+    balance = models.DecimalField(max_digits=12, decimal_places=2, default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.balance}"
+
+
+class LedgerEntry(models.Model):
+    """One movement of an account's balance, written in the same transaction as the move."""
+
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    execution_id = models.UUIDField(null=True, blank=True)
+    step = models.CharField(max_length=64, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.account_id} {self.amount:+}"

@@ -1,9 +1,12 @@
-"""Example sagas: placing an order, renewing a subscription, and approving a refund.
+"""Example sagas: placing an order, renewing a subscription, approving a refund, and moving
+money between accounts.
 
 ``PlaceOrder`` creates an order, reserves stock, charges the card, books shipping and writes a
 receipt; if a step fails, the completed ones are undone newest first (refund, release stock,
 cancel the order). ``RenewSubscription`` halts cleanly for inactive subscriptions and retries a
 flaky payment gateway. ``ApproveRefund`` pauses until a person approves or declines the refund.
+``TransferFunds`` moves money with atomic steps: each step's ledger writes commit with its
+checkpoint, so a crash never debits or credits twice.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from django_reactor import (
     interrupt,
     map_over,
     step,
+    step_context,
 )
 
-from .models import Order, OrderLine, Product, Subscription
+from .models import Account, LedgerEntry, Order, OrderLine, Product, Subscription
 from .services import Carrier, GatewayTimeout, PaymentGateway
 
 logger = logging.getLogger(__name__)
@@ -298,3 +302,55 @@ class ApproveRefund(Reactor):
 
     class Meta:
         returns = "settle"
+
+
+class InsufficientFunds(Exception):
+    """The account to debit holds less than the amount."""
+
+    retryable = False
+
+
+def move(account: str, amount: Decimal, *, step: str) -> dict[str, Any]:
+    """Change an account's balance by ``amount`` and write the ledger entry that says so."""
+    context = step_context()
+    row = Account.objects.select_for_update().get(name=account)
+    if row.balance + amount < 0:
+        raise InsufficientFunds(f"{account} holds {row.balance}, less than {-amount}")
+    Account.objects.filter(pk=row.pk).update(balance=F("balance") + amount)
+    entry = LedgerEntry.objects.create(
+        account=row, amount=amount, execution_id=context.execution_id, step=step
+    )
+    return {"account": account, "amount": str(amount), "entry": entry.pk}
+
+
+class TransferFunds(Reactor):
+    """Debit one account and credit another, each exactly once.
+
+    Both steps are atomic: a step's ledger entry and balance change commit in the same
+    transaction as the record that the step is done, so a worker that dies at any point never
+    moves the money twice, and the undo of ``debit`` (when ``credit`` fails) puts it back once.
+    """
+
+    class Inputs(serializers.Serializer):
+        source = serializers.CharField(max_length=64)
+        target = serializers.CharField(max_length=64)
+        amount = serializers.DecimalField(
+            max_digits=12, decimal_places=2, min_value=Decimal("0.01")
+        )
+
+    @step(source=arg.input("source"), amount=arg.input("amount"), atomic=True)
+    def debit(source: str, amount: Decimal) -> Any:
+        return move(source, -Decimal(amount), step="debit")
+
+    @debit.undo
+    def refund_debit(result: dict[str, Any], source: str, amount: Decimal) -> None:
+        move(source, Decimal(amount), step="undo:debit")
+
+    @step(target=arg.input("target"), amount=arg.input("amount"), wait_for=["debit"], atomic=True)
+    def credit(target: str, amount: Decimal) -> Any:
+        if not Account.objects.filter(name=target).exists():
+            return Failure(f"no account {target!r}", retryable=False)
+        return move(target, Decimal(amount), step="credit")
+
+    class Meta:
+        returns = "credit"

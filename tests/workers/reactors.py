@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import time
+from decimal import Decimal
 from typing import Any
+
+from rest_framework import serializers
 
 from django_reactor import (
     Failed,
@@ -24,8 +27,10 @@ from django_reactor import (
     faults,
     map_over,
     step,
+    step_context,
 )
 from testproject.example.models import BodyRun, Effect
+from testproject.example.reactors import move
 
 
 def effect(key: str, execution_id: Any, name: str) -> None:
@@ -438,3 +443,46 @@ class LockedWithUnit(Reactor):
         background = "all"
         coordination = [Lock("coord-{ns}", ttl=30)]
         returns = "reader"
+
+
+def note_start(step_name: str) -> None:
+    """Count a body's start outside its transaction (an atomic body's rows roll back)."""
+    context = step_context()
+    folder = os.environ.get("REACTOR_FAULTS_STATE") or "/tmp"
+    with open(os.path.join(folder, f"starts-{context.execution_id}"), "a") as starts:
+        starts.write(f"{step_name}\n")
+
+
+class AtomicMove(Step):
+    """Moves money in the body's transaction; a fault point sits after the writes."""
+
+    atomic = True
+
+    def run(self, account: str, amount: str) -> Any:
+        note_start(self.context.step)
+        moved = move(account, Decimal(amount), step=self.context.step)
+        faults.point("mid_body", step=self.context.step)
+        if account == "closed":
+            raise RuntimeError("the account is closed")
+        return moved
+
+    def undo(self, result: Any, account: str, amount: str) -> None:
+        note_start(f"undo:{self.context.step}")
+        move(account, -Decimal(amount), step=f"undo:{self.context.step}")
+        faults.point("mid_undo", step=self.context.step)
+
+
+class AtomicTransfer(Reactor):
+    """Two atomic steps on a worker: debit the source, then credit the target."""
+
+    class Inputs(serializers.Serializer):
+        source = serializers.CharField()
+        target = serializers.CharField()
+
+    debit = step(AtomicMove, account=arg.input("source"), amount=arg.value("-30"))
+    credit = step(
+        AtomicMove, account=arg.input("target"), amount=arg.value("30"), wait_for=["debit"]
+    )
+
+    class Meta:
+        background = "all"

@@ -90,6 +90,12 @@ def child_declaration(
             "cannot pause its parent. Declare the interrupt on the parent, or run the child with "
             "async_reactor() (it pauses on its own and its readers wait for it)"
         )
+    if "atomic" in options:
+        raise DefinitionError(
+            f"{what}({child.__qualname__}) cannot be atomic: the child's steps each commit "
+            "their own checkpoint. Declare atomic=True on the child's steps whose database "
+            "writes must happen once"
+        )
     if "retry" in options:
         raise DefinitionError(
             f"{what}({child.__qualname__}) cannot be retried as a whole: a retried child could "

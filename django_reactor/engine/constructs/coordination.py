@@ -65,6 +65,7 @@ class CoordinatedStep(PlainStep):
     def finish(self, run: Executor, spec: StepSpec) -> None:
         """Give the holds back once the step's result is recorded (a period is claimed only
         when the step completed)."""
+        super().finish(run, spec)
         hold: StepHold | None = run.memo.pop(self.name, None)
         if hold is not None:
             run.fences = {}

@@ -331,6 +331,12 @@ def unsupported_in_element(definition: ReactorDefinition) -> list[str]:
         if spec.unit is not None or spec.child is not None or spec.map is not None:
             kind = "a map" if spec.map is not None else "a composed or async unit"
             problems.append(f"{spec.name!r} is {kind}")
+        elif spec.atomic:
+            problems.append(
+                f"{spec.name!r} is atomic, and elements are recorded together, a chunk at a "
+                "time, not each in a transaction of its own (make the element a plain step "
+                "that is idempotent, or write its rows in a later atomic step)"
+            )
     return problems
 
 

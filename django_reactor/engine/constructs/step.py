@@ -83,18 +83,29 @@ class PlainStep(Construct):
                 run.observer.step_started(run.step_event(spec.name, "running", attempt))
             t0 = time.perf_counter()
             exc: BaseException | None = None
+            if probes.active is not None:
+                probes.active("before_step", spec.name)
+            # An atomic step: each attempt in a transaction of its own, never a backoff in it.
+            transaction = run.journal.begin(spec.name, "run") if spec.atomic else None
             try:
-                if probes.active is not None:
-                    probes.active("before_step", spec.name)
                 with acting(context):
                     outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**arguments))
+                if transaction is not None and not isinstance(outcome, Failure):
+                    transaction.settle()
             except INTERRUPTIONS as interruption:
+                if transaction is not None:
+                    transaction.rollback()
                 abort(interruption)
                 raise
             except BaseException as raised:  # every other exception from step code is a failure
                 exc = raised
                 outcome = Failure(raised)
             duration = (time.perf_counter() - t0) * 1000
+            if transaction is not None:
+                if isinstance(outcome, Failure):
+                    transaction.rollback()
+                else:  # its record (done, skipped or halted) commits with its writes
+                    run.hold(transaction)
 
             if isinstance(outcome, Success | Skip):
                 return StepDone(
@@ -128,7 +139,12 @@ class PlainStep(Construct):
                         raise
                 continue
             error = _failure_info(run, outcome, exc, spec, arguments, attempt)
-            return StepFailed(error, started=True, attempts=attempt)
+            # An atomic step's writes were rolled back with the attempt: nothing to compensate.
+            return StepFailed(error, started=not spec.atomic, attempts=attempt)
+
+    def finish(self, run: Executor, spec: StepSpec) -> None:
+        """An atomic step's transaction that no record joined is rolled back."""
+        run.drop_held()
 
     def rollback(
         self,
@@ -161,6 +177,8 @@ class PlainStep(Construct):
             probes.active(f"before_{action}", spec.name)
         t0 = time.perf_counter()
         failure: RollbackFailure | None = None
+        # An atomic step's undo and compensate commit with their rollback record.
+        transaction = run.journal.begin(spec.name, action) if spec.atomic else None
         try:
             with acting(context):
                 returned = getattr(spec.impl(context), action)(first, **signature.filter(arguments))
@@ -174,7 +192,13 @@ class PlainStep(Construct):
                     ),
                     message=str(error),
                 )
+            elif transaction is not None:
+                transaction.settle()
         except INTERRUPTIONS:
+            if transaction is not None:
+                transaction.rollback()
+            if hold is not None:
+                hold.release(True)
             raise
         except BaseException as exc:
             failure = RollbackFailure(
@@ -183,10 +207,14 @@ class PlainStep(Construct):
                 exception_class=qualified_class_name(exc),
                 message=exception_message(exc),
             )
-        finally:
-            if hold is not None:
-                hold.release(True)
+        if hold is not None and transaction is None:
+            hold.release(True)
         duration = (time.perf_counter() - t0) * 1000
+        if transaction is not None:
+            if failure is None:
+                run.hold(transaction)
+            else:
+                transaction.rollback()
         if failure is None:
             event = run.event(ok_kind, step=spec.name, duration_ms=duration)
             rollback = RollbackWrite(spec.name, ok_status, event.at)
@@ -200,7 +228,11 @@ class PlainStep(Construct):
             rollback = RollbackWrite(
                 spec.name, RollbackStatus.FAILED, event.at, error=failure.to_dict()
             )
-        run.commit(JournalBatch(events=[event], rollback=rollback))
+        try:
+            run.commit(JournalBatch(events=[event], rollback=rollback))
+        finally:
+            if hold is not None and transaction is not None:
+                hold.release(True)  # only once the undo's writes are visible to others
         run.notify_rollback(action, spec.name, rollback.status, duration, failure)
         return [failure] if failure is not None else []
 
