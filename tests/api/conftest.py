@@ -38,7 +38,13 @@ def _api_settings(settings: Any) -> None:
         "WEBHOOK_SECRETS": [SECRET, OLD_SECRET],
         "API_RESUME_RATE": None,
     }
-    cache.clear()
+    # Only this run's keys: a FLUSHDB would wipe what parallel test runs keep in the same
+    # Redis database (their keys carry other prefixes).
+    delete_pattern = getattr(cache, "delete_pattern", None)
+    if delete_pattern is not None:
+        delete_pattern("*")
+    else:
+        cache.clear()
 
 
 def make_user(username: str, *codenames: str, tenant: str = "") -> User:
