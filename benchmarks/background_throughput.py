@@ -84,6 +84,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks.common import PG_SERVER, cpu_busy, ensure_database, percentile
 from benchmarks.pgstats import COLUMNS, Delta, Probe, legend, row
+from benchmarks.workers import BenchmarkError, Worker
 
 REDIS_SERVER = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
 REACTOR_DB = "reactor_bench_bg"
@@ -114,10 +115,6 @@ os.environ["BROKER"] = f"{REDIS_SERVER}/{ANCHOR_BROKER_DB}"
 os.environ["BACKEND"] = f"{REDIS_SERVER}/{ANCHOR_BACKEND_DB}"
 os.environ["DURABLE_BROKER"] = f"{REDIS_SERVER}/{DURABLE_BROKER_DB}"
 os.environ["DURABLE_DSN"] = f"{PG_SERVER}/{DURABLE_DB}"
-
-
-class BenchmarkError(RuntimeError):
-    """A phase could not be measured (a worker did not start, a run did not complete...)."""
 
 
 # ---------------------------------------------------------------------------- setup
@@ -194,68 +191,6 @@ def clean_redis() -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------- workers
-
-
-class Worker:
-    """One ``celery worker`` subprocess in its own session, stopped with all its children."""
-
-    def __init__(self, name: str, app: str, queue: str | None, env: dict[str, str], logs: Path):
-        self.name = name
-        self.log_path = logs / f"{name}.log"
-        self.command = [
-            sys.executable, "-m", "celery", "-A", app, "worker",
-            "-P", "prefork", "-c", str(WORKER_PROCESSES),
-            "-n", f"{name}-{os.getpid()}@%h",
-            "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "INFO",
-        ]  # fmt: skip
-        if queue is not None:
-            self.command += ["-Q", queue]
-        self.env = env
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 60.0) -> Worker:
-        with self.log_path.open("wb") as log:  # the child keeps its own handle
-            self.process = subprocess.Popen(
-                self.command,
-                env=self.env,
-                cwd=REPO_ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while "ready." not in self.log():
-            if self.process.poll() is not None:
-                raise BenchmarkError(f"worker {self.name} exited at start:\n{self.log()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise BenchmarkError(f"worker {self.name} not ready after {timeout:.0f} s")
-            time.sleep(0.05)
-        return self
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        """Warm shutdown of the whole process group; SIGKILL what is left after 15 s."""
-        process = self.process
-        if process is None:
-            return
-        group = process.pid  # start_new_session: the worker leads its own process group
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(group, signal.SIGKILL)
-                process.wait(timeout=10)
-        with contextlib.suppress(ProcessLookupError):  # children a killed parent left behind
-            os.killpg(group, signal.SIGKILL)
-        self.process = None
 
 
 def worker_env(*, django: bool) -> dict[str, str]:
@@ -506,7 +441,14 @@ def reactor_phase(
     args: argparse.Namespace, figures: Figures, logs: Path, workers: list[Worker], *, last: bool
 ) -> None:
     name = f"reactor{len(figures.reactors_per_s) + 1}"
-    worker = Worker(name, "testproject", REACTOR_QUEUE, worker_env(django=True), logs)
+    worker = Worker(
+        name,
+        "testproject",
+        REACTOR_QUEUE,
+        worker_env(django=True),
+        logs,
+        processes=WORKER_PROCESSES,
+    )
     window: StatWindow | None = None
     with running(worker, workers):
         for _ in range(2):  # warm-up: both processes connect, import the reactor, prepare
@@ -530,7 +472,14 @@ def anchor_phase(
     args: argparse.Namespace, figures: Figures, logs: Path, workers: list[Worker]
 ) -> None:
     name = f"anchor{len(figures.chains_per_s) + 1}"
-    worker = Worker(name, "benchmarks.chain_anchor", None, worker_env(django=False), logs)
+    worker = Worker(
+        name,
+        "benchmarks.chain_anchor",
+        None,
+        worker_env(django=False),
+        logs,
+        processes=WORKER_PROCESSES,
+    )
     with running(worker, workers):
         for _ in range(2):
             anchor_burst(args.warmup // 2 or 1)
@@ -546,7 +495,7 @@ def durable_phase(
 ) -> None:
     name = f"durable{len(figures.durable_per_s) + 1}"
     app = "benchmarks.durable_task_anchor"
-    worker = Worker(name, app, None, worker_env(django=False), logs)
+    worker = Worker(name, app, None, worker_env(django=False), logs, processes=WORKER_PROCESSES)
     window: StatWindow | None = None
     with running(worker, workers):
         for _ in range(2):

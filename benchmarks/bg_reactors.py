@@ -7,6 +7,7 @@ imports the dotted path of a reactor it has not seen), so run them with the repo
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 from django_reactor import Reactor, arg, step
@@ -28,3 +29,30 @@ def _chain(name: str, steps: int) -> type[Reactor]:
 
 
 Chain10 = _chain("Chain10", STEPS)
+
+
+IO_STEPS = 8
+IO_SECONDS = 0.1
+
+
+def io_wait(seconds: float) -> float:
+    """A step whose work is waiting on I/O (a partner's API, a file server): ``seconds`` long."""
+    time.sleep(seconds)
+    return seconds
+
+
+def _side_by_side(name: str, *, limit: int, background: bool) -> type[Reactor]:
+    attrs: dict[str, Any] = {
+        f"io{i}": step(io_wait, seconds=arg.value(IO_SECONDS)) for i in range(IO_STEPS)
+    }
+    meta: dict[str, Any] = {"max_concurrency": limit}
+    if background:
+        meta["background"] = "all"
+    attrs["Meta"] = type("Meta", (), meta)
+    return cast("type[Reactor]", type(name, (Reactor,), {"__module__": __name__, **attrs}))
+
+
+#: ``parallel_steps.py``: eight independent 100 ms I/O steps, side by side and one by one.
+IoSideBySide = _side_by_side("IoSideBySide", limit=IO_STEPS, background=False)
+IoOneByOne = _side_by_side("IoOneByOne", limit=1, background=False)
+IoSideBySideOnWorker = _side_by_side("IoSideBySideOnWorker", limit=IO_STEPS, background=True)

@@ -109,6 +109,10 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
             line = _RUN_LINES.get(event.kind, event.kind)
             if event.kind == EventKind.ACQUIRE:
                 line = f"acquired {_acquired(event.data)}"
+            elif event.kind == EventKind.LAUNCH:
+                line = f"started side by side: {', '.join(event.data.get('steps', []))}"
+                if event.data.get("alongside"):
+                    line += f" (alongside {', '.join(event.data['alongside'])})"
             elif event.data.get("reason"):
                 line += f" ({event.data['reason']})"
         if event.duration_ms is not None:

@@ -184,6 +184,7 @@ class EventKind(models.TextChoices):
     EXPIRE = "expire", _("Interrupt expired")
     MAP = "map", _("Map elements started")
     ACQUIRE = "acquire", _("Coordination acquired")
+    LAUNCH = "launch", _("Steps started side by side")
 
 
 class InterruptStatus(models.TextChoices):

@@ -24,7 +24,7 @@ from .templates import InputRef, Template
 __all__ = ["Background", "ReactorBase", "ReactorDefinition", "StepSpec", "build_definition"]
 
 META_OPTIONS = frozenset(
-    {"returns", "name", "abstract", "background", "middleware", "coordination"}
+    {"returns", "name", "abstract", "background", "middleware", "coordination", "max_concurrency"}
 )
 
 
@@ -113,6 +113,17 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
             f"(steps: {', '.join(by_name) or 'none'})"
         )
     middleware = _middleware(reactor, meta.get("middleware", ()))
+    max_concurrency = meta.get("max_concurrency", 1)
+    if (
+        isinstance(max_concurrency, bool)
+        or not isinstance(max_concurrency, int)
+        or max_concurrency < 1
+    ):
+        raise DefinitionError(
+            f"{reactor}.Meta.max_concurrency must be a positive whole number (how many "
+            f"independent steps may run at the same time; 1 runs them one after another), got "
+            f"{max_concurrency!r}"
+        )
     coordination = check_declarations(meta.get("coordination"), f"{reactor}.Meta.coordination")
     return ReactorDefinition(
         name=name,
@@ -127,6 +138,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         background=background,
         middleware=middleware,
         coordination=coordination,
+        max_concurrency=max_concurrency,
     )
 
 
@@ -383,7 +395,36 @@ def _hash(specs: list[StepSpec], returns: str | None) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class ReactorBase:
+class _ClassBody(dict[str, Any]):
+    """A reactor's class body as it runs: a name bound to a second step declaration is refused,
+    since the second step would silently replace the first and their results collide under
+    one name (a rollback function may take its step's name: ``@reserve.undo def reserve``)."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        previous = self.get(key)
+        if (
+            isinstance(previous, StepDeclaration)
+            and isinstance(value, StepDeclaration)
+            and previous is not value
+        ):
+            owner = self.get("__qualname__", "the reactor")
+            raise DefinitionError(
+                f"{owner}: step {key!r} is declared twice; the second declaration would replace "
+                "the first, and their results would collide under one name. Give each step a "
+                "name of its own"
+            )
+        super().__setitem__(key, value)
+
+
+class ReactorType(type):
+    """The metaclass of reactors: runs class bodies in a :class:`_ClassBody`."""
+
+    @classmethod
+    def __prepare__(metacls, name: str, bases: tuple[type, ...], **kwargs: Any) -> _ClassBody:  # type: ignore[override]
+        return _ClassBody()
+
+
+class ReactorBase(metaclass=ReactorType):
     """Engine half of :class:`django_reactor.Reactor`: builds the definition at class creation."""
 
     Inputs: ClassVar[type | None] = None

@@ -21,6 +21,7 @@ the step ended; the core records it and, when the run fails, applies the rollbac
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -55,6 +56,7 @@ from .outcomes import (
     Rescheduled,
     RollbackFailure,
 )
+from .parallel import ParallelSteps
 from .recording import RunRecorder, step_write
 from .serialization import encode, roundtrip, shown
 from .spec import ReactorDefinition, StepSpec
@@ -96,6 +98,7 @@ class Executor(RunRecorder):
         observer: RunObserver | None = None,
         coordinator: Coordinator | None = None,
         hand_back_on_interruption: bool = False,
+        max_concurrency: int | None = None,
     ) -> None:
         super().__init__(
             definition,
@@ -124,6 +127,10 @@ class Executor(RunRecorder):
         self.holds = RunHolds(self, coordinator) if coordinator is not None else None
         # What the constructs keep for this run, by construct name.
         self.memo: dict[str, Any] = {}
+        # Marks the threads that run a step alongside others (see in_branch).
+        self.branch = threading.local()
+        # How many steps may run at once (None: the reactor's Meta.max_concurrency).
+        self.max_concurrency = max_concurrency or definition.max_concurrency
 
     # ------------------------------------------------------------------ public
 
@@ -146,9 +153,6 @@ class Executor(RunRecorder):
         return outcome
 
     def _run(self, new: bool) -> Outcome:
-        definition = self.definition
-        state = self.state
-        point = self.hand_off_point
         if self.observer is not None:
             if new:
                 self.observer.execution_started(self.run_event(ExecutionStatus.RUNNING))
@@ -158,23 +162,37 @@ class Executor(RunRecorder):
                 self.holds.tell()
         for construct in registered():
             construct.resume(self)
+        if self.max_concurrency > 1:
+            return ParallelSteps(self, self.max_concurrency).run()
         while True:
-            spec = definition.next_ready(state.done, state.waiting)
-            if spec is None:
-                if state.waiting:
-                    waiting = [s.name for s in definition.steps if s.name in state.waiting]
-                    return construct_for(definition.step(waiting[0])).pause(self, waiting)
-                return self._complete()
-            if point is not None and point.mode == "before" and spec.name == point.step:
-                return self._hand_off(next_step=spec.name)
-            if self.holds is not None and self.holds.lost:
-                # A lock or slot lapsed while the run held it: take it again, or wait.
-                stopped = self.holds.retake()
-                if stopped is not None:
-                    return stopped
-            outcome = self._run_step(spec)
+            outcome = self.step_once()
             if outcome is not None:
                 return outcome
+
+    def step_once(self) -> Outcome | None:
+        """Run the next ready step (or end the run: pause, complete, hand off); None while the
+        run goes on."""
+        definition = self.definition
+        state = self.state
+        spec = definition.next_ready(state.done, state.waiting)
+        if spec is None:
+            if state.waiting:
+                waiting = [s.name for s in definition.steps if s.name in state.waiting]
+                return construct_for(definition.step(waiting[0])).pause(self, waiting)
+            return self._complete()
+        point = self.hand_off_point
+        if point is not None and point.mode == "before" and spec.name == point.step:
+            return self._hand_off(next_step=spec.name)
+        if self.holds is not None and self.holds.lost:
+            # A lock or slot lapsed while the run held it: take it again, or wait.
+            stopped = self.holds.retake()
+            if stopped is not None:
+                return stopped
+        return self._run_step(spec)
+
+    def in_branch(self) -> bool:
+        """Whether this thread runs a step alongside others (``Meta.max_concurrency``)."""
+        return bool(getattr(self.branch, "active", False))
 
     def arguments_for(self, step: str) -> dict[str, Any]:
         """Resolve a step's arguments from the inputs and stored results; ``{}`` if impossible."""
@@ -285,33 +303,39 @@ class Executor(RunRecorder):
             waiting = construct_for(unit).settle(self, unit, spec, started_at)
             if waiting is not None:
                 return self._conclude(spec, waiting, {}, started_at)
-        try:
-            arguments = self._resolve(spec)
-        except ArgumentResolutionError as unresolved:
-            error = self.error_info(unresolved, ErrorKind.ARGUMENT, spec, {}, 0)
-            return self._fail(spec, error, {}, started=False, started_at=started_at, attempts=0)
-        if spec.contract is not None:
-            validated, errors = validate(spec.contract, arguments)
-            if validated is None:
-                message = (
-                    f"the arguments of step {spec.name!r} do not satisfy "
-                    f"{_contract_owner(spec)}.Inputs: {summarise_errors(errors)}"
-                )
-                error = self.step_error(
-                    spec, ErrorKind.CONTRACT, message, arguments=arguments, field_errors=errors
-                )
-                return self._fail(
-                    spec, error, arguments, started=False, started_at=started_at, attempts=0
-                )
-            # From here on the step's arguments are the contract's validated data: run, the
-            # stored record, undo and compensate all see the same values.
-            arguments = validated
+        arguments = self.arguments(spec)
+        if isinstance(arguments, StepFailed):
+            return self._conclude(spec, arguments, arguments.arguments or {}, started_at)
         construct = construct_for(spec)
         try:
             result = construct.run(self, spec, arguments, started_at)
             return self._conclude(spec, result, arguments, started_at)
         finally:
             construct.finish(self, spec)
+
+    def arguments(self, spec: StepSpec) -> dict[str, Any] | StepFailed:
+        """The step's arguments, resolved and validated by its contract (from then on, run,
+        the stored record, undo and compensate all see the contract's validated data); or the
+        failure (never started) when they cannot be."""
+        try:
+            arguments = self._resolve(spec)
+        except ArgumentResolutionError as unresolved:
+            return StepFailed(
+                self.error_info(unresolved, ErrorKind.ARGUMENT, spec, {}, 0), arguments={}
+            )
+        if spec.contract is None:
+            return arguments
+        validated, errors = validate(spec.contract, arguments)
+        if validated is not None:
+            return validated
+        message = (
+            f"the arguments of step {spec.name!r} do not satisfy "
+            f"{_contract_owner(spec)}.Inputs: {summarise_errors(errors)}"
+        )
+        error = self.step_error(
+            spec, ErrorKind.CONTRACT, message, arguments=arguments, field_errors=errors
+        )
+        return StepFailed(error, arguments=arguments)
 
     def _conclude(
         self,
@@ -502,6 +526,11 @@ class Executor(RunRecorder):
             )
         if started:
             self.state.pending_compensation.append(PendingCompensation(spec.name, arguments, error))
+        return self.roll_back_failed(spec.name, error)
+
+    def roll_back_failed(self, step: str, error: ErrorInfo) -> Failed | Rescheduled:
+        """The run failed at ``step`` (recorded, rolling back): apply the rollback rule, then
+        end the run ``failed`` (``needs_attention`` when part of the rollback failed)."""
         try:
             failures = self._rollback_all()
         except RollbackPending as pending:
@@ -525,7 +554,7 @@ class Executor(RunRecorder):
         )
         if self.observer is not None:
             self.observer.execution_failed(
-                self.run_event(status, step=spec.name, failure=final.to_dict())
+                self.run_event(status, step=step, failure=final.to_dict())
             )
         return Failed(execution_id=self.execution_id, error=final, status=status)
 

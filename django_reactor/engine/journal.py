@@ -143,6 +143,11 @@ class Journal(Protocol):
         the run's database; the next :meth:`commit` of this thread joins it."""
         ...
 
+    def thread_finished(self) -> None:
+        """A thread that ran steps side by side (``Meta.max_concurrency``) ends: give back what
+        its steps took there (the database connection they opened)."""
+        ...
+
     @property
     def execution_id(self) -> UUID | None:
         """The run this journal writes for."""
@@ -197,6 +202,9 @@ class MemoryJournal:
 
     def begin(self, step: str, action: str) -> MemoryTransaction:
         return MemoryTransaction(self, step, action)
+
+    def thread_finished(self) -> None:
+        return None
 
     def commit(self, batch: JournalBatch) -> str | None:
         self.batches += 1

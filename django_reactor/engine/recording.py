@@ -65,6 +65,9 @@ class RunRecorder:
         self._notes: list[Event] = []
         # The transaction of an atomic step's action that this thread's next commit joins.
         self._held = threading.local()
+        # Steps running at the same time (Meta.max_concurrency) take sequence numbers and
+        # change the run's state one at a time; uncontended otherwise.
+        self.lock = threading.RLock()
         self._display_inputs: dict[str, Any] | None = None
         self._t0 = time.perf_counter()
 
@@ -85,23 +88,43 @@ class RunRecorder:
 
         After :meth:`hold`, the batch joins the atomic action's transaction and commits with it.
         """
-        if self.state.waiting and (batch.finished or batch.status == ExecutionStatus.ROLLING_BACK):
-            batch.close_interrupts = True
-            self.state.waiting.clear()
-        if self._notes:
-            batch.events[:0] = self._notes
-            self._notes = []
-        transaction: StepTransaction | None = getattr(self._held, "transaction", None)
+        return self.send(batch)()
+
+    def send(self, batch: JournalBatch) -> Callable[[], str | None]:
+        """Start writing ``batch`` (see :meth:`commit`); the function returned waits until it is
+        written and returns what :meth:`commit` would. A lane's batches are written by the
+        run's thread in the order they were sent; others are written before this returns."""
+        with self.lock:
+            if self.state.waiting and (
+                batch.finished or batch.status == ExecutionStatus.ROLLING_BACK
+            ):
+                batch.close_interrupts = True
+                self.state.waiting.clear()
+            if self._notes:
+                batch.events[:0] = self._notes
+                self._notes = []
+            transaction: StepTransaction | None = getattr(self._held, "transaction", None)
+            self._held.transaction = None
         if transaction is None:
-            return self.journal.commit(batch)
-        self._held.transaction = None
+            write = getattr(self._held, "write", None)  # a lane's writes go through the run's
+            if write is not None:
+                return write(batch)
+            cancel = self.journal.commit(batch)
+            return lambda: cancel
         try:
             cancel = self.journal.commit(batch)
         except BaseException:
             transaction.rollback()
             raise
         transaction.commit()
-        return cancel
+        return lambda: cancel
+
+    def write_through(
+        self, write: Callable[[JournalBatch], Callable[[], str | None]] | None
+    ) -> None:
+        """Send this thread's batches (but those that join an atomic step's transaction,
+        which is this thread's) through ``write``; None: to the journal again."""
+        self._held.write = write
 
     def hold(self, transaction: StepTransaction) -> None:
         """An atomic action's body returned: the next commit of this thread records it inside
@@ -126,8 +149,9 @@ class RunRecorder:
         data: dict[str, Any] | None = None,
     ) -> Event:
         """The next trace entry (it takes the next sequence number)."""
-        seq = self.state.next_seq
-        self.state.next_seq = seq + 1
+        with self.lock:
+            seq = self.state.next_seq
+            self.state.next_seq = seq + 1
         return Event(seq, kind, self.clock(), step, attempt, duration_ms, data or {})
 
     def context(self, spec: StepSpec, action: str, attempt: int) -> StepContext:

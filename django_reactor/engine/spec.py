@@ -105,6 +105,8 @@ class ReactorDefinition:
     middleware: tuple[type, ...] = ()
     # Meta.coordination: held while the run runs, keyed on its inputs.
     coordination: tuple[Declaration, ...] = ()
+    # Meta.max_concurrency: how many independent ready steps may run at the same time.
+    max_concurrency: int = 1
 
     @property
     def shape(self) -> dict[str, dict[str, Any]]:
@@ -137,6 +139,17 @@ class ReactorDefinition:
 
     def step(self, name: str) -> StepSpec:
         return self.by_name[name]
+
+    def ready(
+        self, done: set[str] | frozenset[str], skip: set[str] | frozenset[str] = frozenset()
+    ) -> list[StepSpec]:
+        """Every step whose dependencies are all done, in declaration order, except those done
+        and those in ``skip`` (waiting, or in flight)."""
+        return [
+            spec
+            for spec in self.steps
+            if spec.name not in done and spec.name not in skip and spec.depends_on <= done
+        ]
 
     def next_ready(
         self, done: set[str] | frozenset[str], waiting: set[str] | frozenset[str] = frozenset()

@@ -183,6 +183,7 @@ class DatabaseChildRunner(MapRunnerMixin):
                 in_worker=self.in_worker,
             ),
             max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
+            max_concurrency=None if self.in_worker else store.side_by_side_limit(),
             children=DatabaseChildRunner(
                 owned.execution_id, self.root_id, in_worker=self.in_worker
             ),

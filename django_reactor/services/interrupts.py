@@ -329,6 +329,7 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
         children=DatabaseChildRunner(row.id, row.root_id or row.id),
         issue_tokens=reactor_settings.RESUME_TOKENS,
         observer=observer_of(definition, parent_id=row.parent_id),
+        max_concurrency=store.side_by_side_limit(),
     )
     try:
         with store.LeaseKeeper(owned):

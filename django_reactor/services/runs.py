@@ -181,6 +181,7 @@ def _start(
         issue_tokens=reactor_settings.RESUME_TOKENS,
         observer=observer_of(definition),
         coordinator=coordinator_of(definition, owned.execution_id, None, inputs, in_worker=False),
+        max_concurrency=store.side_by_side_limit(),
     )
     try:
         with store.LeaseKeeper(owned):

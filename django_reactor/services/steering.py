@@ -122,10 +122,27 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         executor.adopt_in_flight(
             in_flight, "the process running this step stopped before recording its outcome"
         )
+    if abandoned:
+        adopt_side_by_side(executor, row.id, skip={in_flight})
     # While workers undo a map's elements the run parks; it finishes its rollback after.
     with store.LeaseKeeper(owned), contextlib.suppress(MapRollbackPending):
         finish_rollback(executor, row, "undo requested")
     return find(row.id)
+
+
+def adopt_side_by_side(executor: Executor, execution_id: Any, *, skip: set[str]) -> None:
+    """Steps started side by side (``Meta.max_concurrency``) that never recorded an outcome
+    were in flight when the run's process stopped: each is compensated like the step the
+    cursor names."""
+    if executor.definition.max_concurrency < 2:
+        return
+    for name in store.launched_steps(execution_id):
+        spec = executor.definition.by_name.get(name)
+        if spec is not None and name not in skip and name not in executor.state.recorded:
+            executor.adopt_in_flight(
+                name, "the process running this step stopped before recording its outcome"
+            )
+            executor.state.recorded.add(name)
 
 
 def rollback_state(row: Any, definition: ReactorDefinition) -> RunState:

@@ -39,6 +39,7 @@ from .common import (
     observer_of,
 )
 from .interrupts import after_pause, expire_interrupts
+from .steering import adopt_side_by_side
 
 DATABASE_ERROR_RETRIES = 3
 
@@ -181,6 +182,8 @@ def _run_claimed(
             {"recovery_attempts": claim.recovery_attempts} if claim.recovery_attempts else {},
         )
     if row.status == ExecutionStatus.ROLLING_BACK:
+        # Steps started side by side that were in flight when the last owner died.
+        adopt_side_by_side(executor, row.id, skip=set())
         with contextlib.suppress(MapRollbackPending):  # parked again: still undoing
             finish_rollback(executor, row, "rollback resumed")
         return store.outcome_of(store.get_row(row.id))

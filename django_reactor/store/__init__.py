@@ -38,6 +38,7 @@ from .db import (
     inside_user_transaction,
     reconnecting,
     refresh_connections,
+    side_by_side_limit,
 )
 from .executions import (
     ChildExists,
@@ -66,6 +67,7 @@ from .reads import (
     halted_steps,
     ids_starting_with,
     last_seq,
+    launched_steps,
     load_state,
     parse_id,
     resume_state,
@@ -111,6 +113,7 @@ __all__ = [
     "inside_user_transaction",
     "interrupts",
     "last_seq",
+    "launched_steps",
     "lease_owner_token",
     "load_state",
     "maps",
@@ -127,6 +130,7 @@ __all__ = [
     "request_keys",
     "resume_state",
     "save_coordination_state",
+    "side_by_side_limit",
     "status_of",
     "step_rows",
     "stored_shape",

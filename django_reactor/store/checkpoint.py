@@ -23,7 +23,7 @@ from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
 from . import sql, trace
 from .atomic_steps import DatabaseStepTransaction
-from .db import USING
+from .db import USING, close_thread_connections
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
 from .outbox import announce_finished, queue_dispatch
@@ -56,6 +56,9 @@ class DatabaseJournal:
     def begin(self, step: str, action: str) -> DatabaseStepTransaction:
         """Open the transaction of an atomic step's ``action`` (see :mod:`.atomic_steps`)."""
         return DatabaseStepTransaction(step, action)
+
+    def thread_finished(self) -> None:
+        close_thread_connections()
 
     def commit(self, batch: JournalBatch) -> str | None:
         if self.fast_path and batch.routine and not (self.wakes and batch.finished):

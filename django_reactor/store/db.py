@@ -61,6 +61,11 @@ def refresh_connections() -> None:
             connection.connection = None
 
 
+def close_thread_connections() -> None:
+    """Close this thread's database connections (a thread that ran steps is ending)."""
+    connections.close_all()
+
+
 def reconnecting(operation: Callable[[], T], *, what: str) -> T:
     """Run ``operation``; when the database connection broke, reconnect and run it again.
 
@@ -96,6 +101,14 @@ def inside_user_transaction(using: str = USING) -> bool:
     if not connection.in_atomic_block:
         return False
     return not all(getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+
+
+def side_by_side_limit(using: str = USING) -> int | None:
+    """1 inside the transaction of a test case (``django.test.TestCase``, pytest-django's
+    ``db``): steps in other threads could not see its rows, so they run one after another
+    there. None elsewhere: the reactor's own ``Meta.max_concurrency``."""
+    connection = connections[using]
+    return 1 if connection.in_atomic_block else None
 
 
 def db_id(execution_id: uuid.UUID) -> Any:

@@ -154,7 +154,40 @@ def resume_state(row: Execution) -> RunState:
         state.next_seq = int(row.claimed_last_seq) + 1  # type: ignore[attr-defined]
     if row.current_attempt and row.current_step:
         state.attempts_done[row.current_step] = row.current_attempt
+        # Steps that ran side by side may have parked for their retries together: the
+        # attempts each made are in its retry entries.
+        state.attempts_done.update(retry_attempts(row.id, exclude=state.done))
     return state
+
+
+def retry_attempts(execution_id: uuid.UUID, *, exclude: set[str]) -> dict[str, int]:
+    """The attempts made so far by each step of a run that recorded retries and is not done."""
+    attempts: dict[str, int] = {}
+    rows = (
+        ExecutionEvent.objects.using(USING)
+        .filter(execution_id=execution_id, kind=EventKind.RETRY)
+        .exclude(step__in=exclude)
+        .values_list("step", "attempt")
+    )
+    for step, attempt in rows:
+        attempts[step] = max(attempts.get(step, 0), attempt)
+    return attempts
+
+
+def launched_steps(execution_id: uuid.UUID) -> list[str]:
+    """Every step a ``launch`` entry of the run names (steps started side by side)."""
+    names: list[str] = []
+    for data in (
+        ExecutionEvent.objects.using(USING)
+        .filter(execution_id=execution_id, kind=EventKind.LAUNCH)
+        .order_by("seq")
+        .values_list("data", flat=True)
+    ):
+        steps = data.get("steps") if isinstance(data, dict) else None
+        for name in steps if isinstance(steps, list) else ():
+            if isinstance(name, str) and name not in names:
+                names.append(name)
+    return names
 
 
 def stored_shape(row: Execution, *, strict: bool = True) -> dict[str, dict[str, Any]]:

@@ -8,6 +8,7 @@ duplicated effects (never allowed).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from decimal import Decimal
 from typing import Any
@@ -486,3 +487,115 @@ class AtomicTransfer(Reactor):
 
     class Meta:
         background = "all"
+
+
+#: The steps of one side-by-side run meet here (in the worker process that runs them all).
+SIDE_BY_SIDE = threading.Barrier(8, timeout=30)
+
+
+class Meets(Step):
+    """Records its body run, waits for the other seven at the barrier, records its effect."""
+
+    def run(self) -> Any:
+        context = self.context
+        BodyRun.objects.create(
+            execution_id=context.execution_id, step=context.step, pid=os.getpid()
+        )
+        SIDE_BY_SIDE.wait()
+        effect(context.idempotency_key, context.execution_id, context.step)
+        return context.step
+
+
+class EightSideBySide(Reactor):
+    """Eight independent steps that can only finish together (a barrier of eight)."""
+
+    s1 = step(Meets)
+    s2 = step(Meets)
+    s3 = step(Meets)
+    s4 = step(Meets)
+    s5 = step(Meets)
+    s6 = step(Meets)
+    s7 = step(Meets)
+    s8 = step(Meets)
+
+    class Meta:
+        background = "all"
+        max_concurrency = 8
+
+
+class FailsFirstAttempt(Effectful):
+    """An Effectful step whose first attempt fails; retried after 1 s."""
+
+    retry = Retry(attempts=3, delay=1)
+
+    def run(self, **arguments: Any) -> Any:
+        if self.context.attempt == 1:
+            BodyRun.objects.create(
+                execution_id=self.context.execution_id, step=self.context.step, pid=os.getpid()
+            )
+            raise RuntimeError("the partner is down for a moment")
+        return super().run(**arguments)
+
+
+class RetriesSideBySide(Reactor):
+    """Two steps failing their first attempt beside one that does not, on a worker."""
+
+    a = step(FailsFirstAttempt)
+    b = step(FailsFirstAttempt)
+    c = step(Effectful)
+    total = step(Effectful, wait_for=["a", "b", "c"])
+
+    class Meta:
+        background = "all"
+        max_concurrency = 3
+
+
+class FourSideBySide(Reactor):
+    """Four independent Effectful steps, then one that waits for them all."""
+
+    s1 = step(Effectful)
+    s2 = step(Effectful)
+    s3 = step(Effectful)
+    s4 = step(Effectful)
+    last = step(Effectful, wait_for=["s1", "s2", "s3", "s4"])
+
+    class Meta:
+        background = "all"
+        max_concurrency = 4
+
+
+class FailsSideBySide(Reactor):
+    """Three Effectful steps side by side; ``f4`` fails (FAILING), the others are undone."""
+
+    s1 = step(Effectful)
+    s2 = step(Effectful)
+    f4 = step(Effectful)
+    last = step(Effectful, wait_for=["s1", "s2", "f4"])
+
+    class Meta:
+        background = "all"
+        max_concurrency = 3
+
+
+class LockedSideBySide(Reactor):
+    """Three ``Holder`` steps side by side under one reactor-level lock on ``coord-{ns}``."""
+
+    h1 = _hold()
+    h2 = _hold()
+    h3 = _hold()
+
+    class Meta:
+        background = "all"
+        coordination = [Lock("coord-{ns}", ttl=30)]
+        max_concurrency = 3
+
+
+class InlineSideBySide(Reactor):
+    """Three Effectful steps side by side, inline (run by a "web process" in the tests)."""
+
+    s1 = step(Effectful)
+    s2 = step(Effectful)
+    s3 = step(Effectful)
+
+    class Meta:
+        max_concurrency = 3

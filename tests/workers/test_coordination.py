@@ -30,7 +30,12 @@ from tests.coordination.conftest import REDIS_URL, drop_redis_keys
 from tests.private_redis import PrivateRedis
 from tests.workers.conftest import WorkerDatabase, _process_env
 from tests.workers.harness import Worker, wait_until
-from tests.workers.reactors import LockedHolder, LockedWithUnit, RateLimitedHolder
+from tests.workers.reactors import (
+    LockedHolder,
+    LockedSideBySide,
+    LockedWithUnit,
+    RateLimitedHolder,
+)
 from tests.workers.test_background import finished
 
 REDIS_BACKEND = "django_reactor.coordination.backends.redis.RedisBackend"
@@ -431,3 +436,28 @@ def test_a_coordination_redis_killed_and_restarted_mid_run_corrupts_nothing(
     services.sweep()
     assert not Dispatch.objects.filter(execution_id__in=ids, sent_at__isnull=True).exists()
     assert all([e.kind for e in trace(i)].count("complete") == 1 for i in ids)
+
+
+# ---------------------------------------------------------------------------- side by side
+
+
+def test_a_run_level_lock_holds_for_steps_side_by_side(
+    start_coordinated_worker: Any, holders: Holders, backend: Any
+) -> None:
+    start_coordinated_worker(concurrency=2)
+    ids = start_runs(LockedSideBySide, holders.inputs(pause=0.2), 3)
+    rows = wait_finished(ids, timeout=60)
+    assert [r.status for r in rows] == [ExecutionStatus.COMPLETED] * 3
+    entries = holders.entries()
+    assert len(entries) == 9
+    spans = {}
+    for execution, group in itertools.groupby(
+        sorted(entries, key=lambda e: e["execution"]), key=lambda e: e["execution"]
+    ):
+        group = list(group)
+        spans[execution] = (min(e["start"] for e in group), max(e["end"] for e in group))
+    # Within a run the three steps overlapped; runs never did (the lock held across them).
+    assert holders.max_holders() == 3
+    ordered = sorted(spans.values())
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered)), ordered
+    assert backend.lock_holder(f"lock:{holders.lock_key}") is None

@@ -94,7 +94,19 @@ class Continue:
 
 CONTINUE = Continue()
 
-StepResult = StepDone | StepHalted | StepFailed | Stop | Continue
+
+@dataclass(frozen=True, slots=True)
+class Postponed:
+    """A step running alongside others failed an attempt whose retry waits for a backoff on a
+    worker: its retry entry is recorded, and the run parks for ``delay`` once the other steps in
+    flight have settled (``error``: the attempt's, for compensation if the run fails first)."""
+
+    error: ErrorInfo
+    attempt: int
+    delay: float
+
+
+StepResult = StepDone | StepHalted | StepFailed | Stop | Continue | Postponed
 
 
 class RollbackPending(Exception):

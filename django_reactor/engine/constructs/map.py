@@ -322,6 +322,11 @@ def _check_positive(name: str, value: Any) -> None:
 def unsupported_in_element(definition: ReactorDefinition) -> list[str]:
     """Steps an element reactor may not have: elements run in memory, one slot each."""
     problems = []
+    if definition.max_concurrency > 1:
+        problems.append(
+            "it declares Meta.max_concurrency, and an element runs its steps one after "
+            "another (run more elements at once with batch_size instead)"
+        )
     if definition.coordination or any(spec.coordination for spec in definition.steps):
         problems.append(
             "it declares coordination, which map elements do not take (limit them with "

@@ -36,6 +36,7 @@ from .base import (
     INTERRUPTIONS,
     ROLLBACK_KINDS,
     Construct,
+    Postponed,
     RollbackAction,
     StepDone,
     StepFailed,
@@ -123,6 +124,18 @@ class PlainStep(Construct):
                 if run.max_retry_delay is not None:
                     delay = min(delay, run.max_retry_delay)
                 if run.retry_later and delay > 0:
+                    if run.in_branch():
+                        # Alongside other steps: the run parks once they have settled.
+                        run.commit(
+                            JournalBatch(
+                                events=[
+                                    _retry_event(run, spec, outcome, exc, attempt, duration, delay)
+                                ]
+                            )
+                        )
+                        _notify_retry(run, spec, outcome, exc, attempt, duration, delay)
+                        error = _failure_info(run, outcome, exc, spec, arguments, attempt)
+                        return Postponed(error, attempt, delay)
                     return Stop(_retry_later(run, spec, outcome, exc, attempt, delay, duration))
                 run.commit(
                     JournalBatch(
