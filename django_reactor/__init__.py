@@ -11,6 +11,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .engine.composition import async_reactor, compose
+from .engine.constructs.sleep import sleep, sleep_until
 from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
 from .engine.interrupts import ContinueWith, interrupt
@@ -31,6 +32,7 @@ from .engine.outcomes import (
     PendingInterrupt,
     Rescheduled,
     RollbackFailure,
+    Scheduled,
     Skip,
     Success,
 )
@@ -62,6 +64,7 @@ __all__ = [
     "Rescheduled",
     "Retry",
     "RollbackFailure",
+    "Scheduled",
     "Semaphore",
     "Skip",
     "Step",
@@ -74,6 +77,8 @@ __all__ = [
     "compose",
     "interrupt",
     "map_over",
+    "sleep",
+    "sleep_until",
     "step",
     "step_context",
 ]

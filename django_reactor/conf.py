@@ -153,6 +153,30 @@ class OptionalText(Setting[str | None]):
         return f"REACTOR[{self.name!r}] must be None or a non-empty string, got {value!r}."
 
 
+class OptionalSeconds(Setting[float | None]):
+    """A number of seconds, or ``None`` for none (the system check wants it positive)."""
+
+    expected = "None or a number of seconds"
+
+    def coerce(self, value: Any) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.refused(value)
+        return float(value)
+
+    def problem(self, value: Any) -> str | None:
+        try:
+            number = self.coerce(value)
+        except ReactorImproperlyConfigured as exc:
+            return str(exc)
+        if number is None or number > 0:
+            return None
+        return (
+            f"REACTOR[{self.name!r}] must be None or a positive number of seconds, got {value!r}."
+        )
+
+
 class ReactorSettings:
     """Attribute access to ``settings.REACTOR`` with defaults, cached until settings change.
 
@@ -176,6 +200,9 @@ class ReactorSettings:
     # past it the attempt fails and its writes are rolled back. On PostgreSQL it is also each
     # of the body's statements' statement_timeout.
     ATOMIC_STEP_TIMEOUT = Seconds(10.0)
+    # The timeout of a step's attempt when the step declares none (None: no timeout). Past it
+    # the attempt fails with StepTimedOut and the step's retry policy decides.
+    STEP_TIMEOUT = OptionalSeconds(None)
     # Celery queue for django_reactor's tasks (None: Celery's default queue).
     CELERY_QUEUE = OptionalText(None)
     # Times a run may lose its worker (crash, kill) before it is parked as needs_attention

@@ -84,6 +84,14 @@ class AtomicStepTimeout(AtomicStepError):
     retryable = True
 
 
+class StepTimedOut(ReactorError):
+    """A step's attempt ran longer than its ``timeout``, or went longer than its
+    ``heartbeat_timeout`` without a heartbeat: the attempt failed (its retry policy decides) and
+    was abandoned, though the thread running its body may still be going."""
+
+    retryable = True
+
+
 class LeaseLost(ReactorError):
     """This process no longer owns the run: another owner took it (fence moved on)."""
 

@@ -146,6 +146,23 @@ class Execution(models.Model):
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     wake_at = models.DateTimeField(_("next wake-up"), null=True, blank=True)
+    deadline_at = models.DateTimeField(
+        _("deadline"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Past it the run starts no more steps and rolls back (or halts, as its reactor "
+            "says), wherever it waits."
+        ),
+    )
+    heartbeat = models.JSONField(
+        _("last heartbeat"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "The last heartbeat of the step in flight: its name, when, and the details it gave."
+        ),
+    )
 
     class Meta:
         verbose_name = _("execution")
@@ -198,6 +215,18 @@ class Execution(models.Model):
                 fields=["lease_expires_at"],
                 name="reactor_exec_lease_idx",
                 condition=Q(status__in=["running", "rolling_back"]),
+            ),
+            # The sweeper's due wake-ups (sleeps, retries' backoffs, scheduled starts) and runs
+            # past their deadline, found without reading the runs that wait longer.
+            models.Index(
+                fields=["wake_at"],
+                name="reactor_exec_wake_idx",
+                condition=Q(status__in=["pending", "scheduled"], wake_at__isnull=False),
+            ),
+            models.Index(
+                fields=["deadline_at"],
+                name="reactor_exec_deadline_idx",
+                condition=Q(deadline_at__isnull=False),
             ),
         ]
 

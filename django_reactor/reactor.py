@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -49,17 +50,34 @@ class Reactor(ReactorBase):
 
     @classmethod
     def run(
-        cls, inputs: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+        cls,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        at: dt.datetime | None = None,
+        delay: dt.timedelta | float | None = None,
+        deadline: dt.timedelta | dt.datetime | None = None,
     ) -> Outcome:
         """Run the reactor in this process and return its :class:`Outcome`.
 
         With ``idempotency_key``, at most one execution exists per key and reactor: a repeat
         (even a concurrent one) runs nothing and returns the first execution's outcome with
-        ``idempotent_replay=True``.
+        ``idempotent_replay=True``. With ``at`` (an aware datetime) or ``delay`` (a
+        ``timedelta`` or seconds) the run is stored ``scheduled`` and a worker starts it then
+        (``Scheduled`` outcome). ``deadline`` (a ``timedelta`` from the start, or an aware
+        datetime) overrides ``Meta.deadline``: past it the run starts no more steps and rolls
+        back (or halts, ``Meta.on_deadline``).
         """
         from . import services
 
-        return services.run(cls, inputs or {}, idempotency_key=idempotency_key)
+        return services.run(
+            cls,
+            inputs or {},
+            idempotency_key=idempotency_key,
+            at=at,
+            delay=delay,
+            deadline=deadline,
+        )
 
     @classmethod
     def find(cls, execution_id: UUID | str) -> ExecutionHandle:

@@ -11,6 +11,8 @@ class ExecutionStatus(models.TextChoices):
 
     # Created, not started yet (background runs waiting for a worker).
     PENDING = "pending", _("Pending")
+    # Created to start later (run(..., at=...) or delay=...): a worker starts it then.
+    SCHEDULED = "scheduled", _("Scheduled")
     # A process owns the run and is executing steps.
     RUNNING = "running", _("Running")
     # Waiting at an interrupt for an external payload.
@@ -33,7 +35,12 @@ class ExecutionStatus(models.TextChoices):
 
 #: Statuses a run leaves by itself: a worker (or the sweeper) takes it further.
 MOVING_STATUSES = frozenset(
-    {ExecutionStatus.PENDING, ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK}
+    {
+        ExecutionStatus.PENDING,
+        ExecutionStatus.SCHEDULED,
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.ROLLING_BACK,
+    }
 )
 
 TERMINAL_STATUSES = frozenset(
@@ -47,6 +54,17 @@ TERMINAL_STATUSES = frozenset(
 
 # The one table of legal status changes. Services and the store refuse anything else.
 TRANSITIONS: dict[str, frozenset[str]] = {
+    ExecutionStatus.SCHEDULED: frozenset(
+        {
+            # Its start time came (or an operator started it now).
+            ExecutionStatus.RUNNING,
+            ExecutionStatus.CANCELLED,
+            # Its deadline passed before it started.
+            ExecutionStatus.FAILED,
+            ExecutionStatus.HALTED,
+            ExecutionStatus.NEEDS_ATTENTION,
+        }
+    ),
     ExecutionStatus.PENDING: frozenset(
         {
             ExecutionStatus.RUNNING,
@@ -134,6 +152,8 @@ class StepStatus(models.TextChoices):
     WAITING = "waiting", _("Waiting for a payload")
     # An interrupt's payload was accepted; the run has not recorded it as the step's result yet.
     RESUMED = "resumed", _("Payload accepted")
+    # A sleep() or sleep_until() reached: the run waits until the time its result holds.
+    SLEEPING = "sleeping", _("Sleeping")
 
 
 class RollbackStatus(models.TextChoices):
@@ -185,6 +205,9 @@ class EventKind(models.TextChoices):
     MAP = "map", _("Map elements started")
     ACQUIRE = "acquire", _("Coordination acquired")
     LAUNCH = "launch", _("Steps started side by side")
+    SLEEP = "sleep", _("Sleeping until a time")
+    DEADLINE = "deadline", _("Deadline passed")
+    TIMEOUT = "timeout", _("Step attempt timed out")
 
 
 class InterruptStatus(models.TextChoices):

@@ -10,7 +10,9 @@ from .retry import Retry
 from .step import FunctionStep, Step
 from .templates import Template
 
-OPTION_NAMES = frozenset({"retry", "wait_for", "coordination", "atomic"})
+OPTION_NAMES = frozenset(
+    {"retry", "wait_for", "coordination", "atomic", "timeout", "heartbeat_timeout"}
+)
 
 
 class StepDeclaration:
@@ -35,10 +37,14 @@ class StepDeclaration:
         unit: str | None = None,
         coordination: Any = None,
         atomic: bool | None = None,
+        timeout: Any = None,
+        heartbeat_timeout: Any = None,
     ) -> None:
         self.impl = impl
-        # None: the step class's own ``atomic``.
+        # None: the step class's own ``atomic``, ``timeout``, ``heartbeat_timeout``.
         self.atomic = atomic
+        self.timeout = timeout
+        self.heartbeat_timeout = heartbeat_timeout
         # None: the step class's own ``coordination``.
         self.coordination = coordination
         # "step" for async_step, "reactor" for async_reactor: the body runs in its own execution.
@@ -126,6 +132,8 @@ def _declare(target: Any, options: dict[str, Any], unit: str | None = None) -> S
         unit=unit,
         coordination=options.get("coordination"),
         atomic=atomic,
+        timeout=options.get("timeout"),
+        heartbeat_timeout=options.get("heartbeat_timeout"),
     )
 
 
@@ -140,10 +148,11 @@ def step(target: Any = None, /, **options: Any) -> Any:
 
     ``name = step(StepClass, arg_name=arg.input(...), retry=Retry(...), wait_for=["other"])``
     or, for a function step, ``@step(arg_name=arg.result("other"))`` above a function (the step
-    is named after the function). Options: ``retry``, ``wait_for``, ``coordination`` and
+    is named after the function). Options: ``retry``, ``wait_for``, ``coordination``,
     ``atomic`` (run the body inside the transaction of its checkpoint: its database writes
-    happen exactly once); every other keyword wires an argument of the step's ``run`` from a
-    template.
+    happen exactly once), ``timeout`` and ``heartbeat_timeout`` (a ``timedelta`` or seconds:
+    an attempt that runs longer, or goes that long without ``context.heartbeat()``, fails);
+    every other keyword wires an argument of the step's ``run`` from a template.
     """
     if target is None:
         return lambda fn: _declare(fn, options)

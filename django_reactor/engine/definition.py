@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
@@ -24,8 +25,35 @@ from .templates import InputRef, Template
 __all__ = ["Background", "ReactorBase", "ReactorDefinition", "StepSpec", "build_definition"]
 
 META_OPTIONS = frozenset(
-    {"returns", "name", "abstract", "background", "middleware", "coordination", "max_concurrency"}
+    {
+        "returns",
+        "name",
+        "abstract",
+        "background",
+        "middleware",
+        "coordination",
+        "max_concurrency",
+        "deadline",
+        "on_deadline",
+    }
 )
+ON_DEADLINE = ("rollback", "halt")
+
+
+def duration_option(value: Any, what: str) -> float | None:
+    """A ``timedelta`` or a number of seconds as seconds (None stays None); DefinitionError
+    naming ``what`` for anything else, and for zero or less."""
+    if value is None:
+        return None
+    if isinstance(value, dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise DefinitionError(f"{what} must be a timedelta or a number of seconds, got {value!r}")
+    if not seconds > 0:
+        raise DefinitionError(f"{what} must be longer than zero, got {value!r}")
+    return seconds
 
 
 def _meta_options(cls: type) -> dict[str, Any]:
@@ -125,6 +153,13 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
             f"{max_concurrency!r}"
         )
     coordination = check_declarations(meta.get("coordination"), f"{reactor}.Meta.coordination")
+    deadline = duration_option(meta.get("deadline"), f"{reactor}.Meta.deadline")
+    on_deadline = meta.get("on_deadline", "rollback")
+    if on_deadline not in ON_DEADLINE:
+        raise DefinitionError(
+            f'{reactor}.Meta.on_deadline must be "rollback" (fail and roll back) or "halt" '
+            f"(stop, nothing rolled back), got {on_deadline!r}"
+        )
     return ReactorDefinition(
         name=name,
         reactor_class=cls,
@@ -139,6 +174,8 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         middleware=middleware,
         coordination=coordination,
         max_concurrency=max_concurrency,
+        deadline=deadline,
+        on_deadline=on_deadline,
     )
 
 
@@ -325,6 +362,22 @@ def _build_spec(
             "with it. Use step(..., atomic=True) for a step whose database writes must happen "
             "once"
         )
+    timeout = duration_option(
+        decl.timeout if decl.timeout is not None else getattr(impl, "timeout", None),
+        f"{where}: timeout",
+    )
+    heartbeat_timeout = duration_option(
+        decl.heartbeat_timeout
+        if decl.heartbeat_timeout is not None
+        else getattr(impl, "heartbeat_timeout", None),
+        f"{where}: heartbeat_timeout",
+    )
+    if (timeout or heartbeat_timeout) and atomic:
+        raise DefinitionError(
+            f"{where}: an atomic step is bounded by REACTOR['ATOMIC_STEP_TIMEOUT'] (its "
+            "transaction's statements are cancelled there); it takes no timeout= or "
+            "heartbeat_timeout="
+        )
     if atomic and impl.has_handler("compensate"):
         raise DefinitionError(
             f"{where}: an atomic step has nothing to compensate: when it fails, its writes are "
@@ -341,6 +394,8 @@ def _build_spec(
     return StepSpec(
         coordination=coordination,
         atomic=atomic,
+        timeout=timeout,
+        heartbeat_timeout=heartbeat_timeout,
         unit=decl.unit,
         name=name,
         impl=impl,

@@ -99,6 +99,8 @@ class Executor(RunRecorder):
         coordinator: Coordinator | None = None,
         hand_back_on_interruption: bool = False,
         max_concurrency: int | None = None,
+        step_timeout: float | None = None,
+        deadline: dt.datetime | None = None,
     ) -> None:
         super().__init__(
             definition,
@@ -131,6 +133,10 @@ class Executor(RunRecorder):
         self.branch = threading.local()
         # How many steps may run at once (None: the reactor's Meta.max_concurrency).
         self.max_concurrency = max_concurrency or definition.max_concurrency
+        # The timeout of a step's attempt that declares none (REACTOR["STEP_TIMEOUT"]).
+        self.step_timeout = step_timeout
+        # Past it no step starts: the run rolls back or halts (Meta.on_deadline).
+        self.deadline = deadline
 
     # ------------------------------------------------------------------ public
 
@@ -138,6 +144,11 @@ class Executor(RunRecorder):
         """Run every remaining step; return how the run ended."""
         holds = self.holds
         new = self.state.next_seq <= 2  # nothing but the start event: a new run
+        if self.past_deadline():
+            # Before taking any hold: a run that waited for a lock, a start time or a wake-up
+            # stops at its deadline without waiting on.
+            following = self.definition.next_ready(self.state.done, self.state.waiting)
+            return self.deadline_passed(following.name if following is not None else "")
         if holds is None:
             return self._run(new)
         stopped = holds.enter(new=new)
@@ -180,6 +191,8 @@ class Executor(RunRecorder):
                 waiting = [s.name for s in definition.steps if s.name in state.waiting]
                 return construct_for(definition.step(waiting[0])).pause(self, waiting)
             return self._complete()
+        if self.past_deadline():
+            return self.deadline_passed(spec.name)
         point = self.hand_off_point
         if point is not None and point.mode == "before" and spec.name == point.step:
             return self._hand_off(next_step=spec.name)
@@ -189,6 +202,50 @@ class Executor(RunRecorder):
             if stopped is not None:
                 return stopped
         return self._run_step(spec)
+
+    def deadline_passed(self, step: str) -> Outcome:
+        """The run's deadline passed before ``step`` could start: no step starts any more; the
+        run fails and rolls back, or halts (``Meta.on_deadline``)."""
+        assert self.deadline is not None
+        at = self.deadline.isoformat()
+        event = self.event(EventKind.DEADLINE, step=step, data={"deadline": at})
+        if self.definition.on_deadline == "halt":
+            reason = f"the run's deadline ({at}) passed"
+            self.commit(
+                JournalBatch(
+                    events=[event],
+                    status=ExecutionStatus.HALTED,
+                    current_step=step,
+                    result={"halted_at": step, "reason": reason},
+                    finished=True,
+                )
+            )
+            if self.observer is not None:
+                self.observer.execution_halted(
+                    self.run_event(ExecutionStatus.HALTED, step=step, reason=reason)
+                )
+            return Halted(execution_id=self.execution_id, reason=reason, step=step)
+        error = ErrorInfo(
+            kind=ErrorKind.DEADLINE,
+            message=f"the run's deadline ({at}) passed before step {step!r} could start",
+            step=step,
+            reactor=self.definition.name,
+            inputs=self.redacted_inputs(),
+            retryable=False,
+        )
+        self.commit(
+            JournalBatch(
+                events=[event],
+                status=ExecutionStatus.ROLLING_BACK,
+                current_step=step,
+                failure=error.to_dict(),
+            )
+        )
+        return self.roll_back_failed(step, error)
+
+    def past_deadline(self) -> bool:
+        """Whether the run's deadline has passed."""
+        return self.deadline is not None and self.clock() >= self.deadline
 
     def in_branch(self) -> bool:
         """Whether this thread runs a step alongside others (``Meta.max_concurrency``)."""

@@ -144,8 +144,14 @@ class Journal(Protocol):
         ...
 
     def thread_finished(self) -> None:
-        """A thread that ran steps side by side (``Meta.max_concurrency``) ends: give back what
-        its steps took there (the database connection they opened)."""
+        """A thread that ran steps side by side (``Meta.max_concurrency``), or a step's body
+        under a timeout, ends: give back what it took there (the database connection it
+        opened)."""
+        ...
+
+    def heartbeat(self, step: str, details: Any) -> None:
+        """Step ``step`` in flight said it is alive (``details``: how far it got). Kept where
+        operators see it; never a commit of the run's."""
         ...
 
     @property
@@ -199,12 +205,16 @@ class MemoryJournal:
         self.interrupts: list[InterruptWrite] = []
         self.batches = 0
         self.transactions: list[tuple[str, str, str]] = []
+        self.heartbeats: list[tuple[str, Any]] = []
 
     def begin(self, step: str, action: str) -> MemoryTransaction:
         return MemoryTransaction(self, step, action)
 
     def thread_finished(self) -> None:
         return None
+
+    def heartbeat(self, step: str, details: Any) -> None:
+        self.heartbeats.append((step, details))
 
     def commit(self, batch: JournalBatch) -> str | None:
         self.batches += 1

@@ -89,6 +89,8 @@ class ErrorKind:
     ENGINE = "engine_error"
     # The coordination backend could not be reached or used (nothing runs unlocked).
     COORDINATION_UNAVAILABLE = "coordination_unavailable"
+    # The run's deadline passed (Meta.deadline, run(..., deadline=)) before it finished.
+    DEADLINE = "deadline"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -310,6 +312,15 @@ class Dispatched(Outcome):
     status: str = ExecutionStatus.PENDING
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scheduled(Outcome):
+    """The run starts later (``run(..., at=...)`` or ``delay=...``): a worker starts it at
+    ``start_at``."""
+
+    start_at: dt.datetime | None = None
+    status: str = ExecutionStatus.SCHEDULED
+
+
 @dataclass(frozen=True, slots=True)
 class PendingInterrupt:
     """An interrupt a paused run waits at: resume it by execution id or correlation id."""
@@ -354,7 +365,7 @@ class Rescheduled(Outcome):
 
     step: str = ""
     delay: float = 0.0
-    # "retry" (a step's backoff) or "park" (a reader waiting for an async unit).
+    # "retry" (a step's backoff), "park" (a reader waiting for an async unit) or "sleep".
     reason: str = "retry"
     status: str = ExecutionStatus.PENDING
 
@@ -404,4 +415,6 @@ def outcome_data(outcome: Outcome) -> dict[str, Any]:
         ]
     elif isinstance(outcome, Rescheduled):
         data["step"] = outcome.step
+    elif isinstance(outcome, Scheduled):
+        data["start_at"] = outcome.start_at.isoformat() if outcome.start_at else None
     return data

@@ -130,11 +130,18 @@ class _Stop:
     hand_off: str | None = None  # the step the hand-off comes before (or after)
     waits: dict[str, _Waits] = field(default_factory=dict)
     crash: BaseException | None = None
+    deadline: str | None = None  # the deadline passed before this step could start
 
     @property
     def any(self) -> bool:
         return bool(
-            self.failure or self.halt or self.cancel or self.hand_off or self.waits or self.crash
+            self.failure
+            or self.halt
+            or self.cancel
+            or self.hand_off
+            or self.waits
+            or self.crash
+            or self.deadline is not None
         )
 
 
@@ -261,6 +268,9 @@ class ParallelSteps:
             running = [name for name in self.in_flight if name not in self.settled]
             ready = run.definition.ready(state.done, state.waiting | set(self.in_flight))
         room = self.limit - len(running)
+        if ready and (running or len(ready) > 1) and run.past_deadline():
+            stop.deadline = ready[0].name  # alone, the step_once path sees it too
+            return
         for spec in ready:
             if len(chosen) >= room:
                 break
@@ -533,28 +543,15 @@ class ParallelSteps:
                 )
             return Halted(execution_id=run.execution_id, reason=reason, step=step)
         if stop.failure is not None:
-            # A retry that was waiting is a failed attempt whose work started: compensated.
-            for name, waits in stop.waits.items():
-                spec = run.definition.step(name)
-                run.commit(
-                    run._failed_step(
-                        spec,
-                        waits.postponed.error,
-                        waits.arguments,
-                        attempts=waits.postponed.attempt,
-                        started_at=None,
-                        compensable=not spec.atomic,
-                    )
-                )
-                if not spec.atomic:
-                    run.state.pending_compensation.append(
-                        PendingCompensation(name, waits.arguments, waits.postponed.error)
-                    )
+            self._waits_failed(stop)
             step, error = stop.failure
             return run.roll_back_failed(step, error)
         if stop.cancel is not None:
             step, reason = stop.cancel
             return run._cancelled(reason, last_step=step)
+        if stop.deadline is not None:
+            self._waits_failed(stop)
+            return run.deadline_passed(stop.deadline)
         if stop.waits:
             return self._park(stop.waits)
         state = run.state
@@ -564,6 +561,28 @@ class ParallelSteps:
             assert outcome is not None
             return outcome
         return run._hand_off(next_step=following[0].name)
+
+    def _waits_failed(self, stop: _Stop) -> None:
+        """The run fails (or its deadline passed) while retries wait: each waiting retry is a
+        failed attempt whose work started, recorded failed and compensated."""
+        run = self.execution
+        for name, waits in stop.waits.items():
+            spec = run.definition.step(name)
+            run.commit(
+                run._failed_step(
+                    spec,
+                    waits.postponed.error,
+                    waits.arguments,
+                    attempts=waits.postponed.attempt,
+                    started_at=None,
+                    compensable=not spec.atomic,
+                )
+            )
+            if not spec.atomic:
+                run.state.pending_compensation.append(
+                    PendingCompensation(name, waits.arguments, waits.postponed.error)
+                )
+        stop.waits.clear()
 
     def _park(self, waits: dict[str, _Waits]) -> Rescheduled:
         """Park the run for the shortest backoff of the retries that wait; a task (or the

@@ -26,6 +26,7 @@ from .redaction import redact
 from .serialization import encode, printable, shown
 from .state import RunState
 from .step import StepContext
+from .supervision import Watch
 
 if TYPE_CHECKING:
     from .spec import ReactorDefinition, StepSpec
@@ -70,6 +71,8 @@ class RunRecorder:
         self.lock = threading.RLock()
         self._display_inputs: dict[str, Any] | None = None
         self._t0 = time.perf_counter()
+        # The run's deadline: a run that parks wakes by it at the latest (the executor sets it).
+        self.deadline: dt.datetime | None = None
 
     @property
     def execution_id(self) -> Any:
@@ -103,6 +106,12 @@ class RunRecorder:
             if self._notes:
                 batch.events[:0] = self._notes
                 self._notes = []
+            if batch.wake_after is not None and self.deadline is not None:
+                # Parked (a backoff, a sleep, a unit or a map): wake by the deadline at the
+                # latest, to stop there.
+                left = max((self.deadline - self.clock()).total_seconds(), 0.0)
+                batch.wake_after = min(batch.wake_after, left)
+                batch.dispatch_delay = min(batch.dispatch_delay, left)
             transaction: StepTransaction | None = getattr(self._held, "transaction", None)
             self._held.transaction = None
         if transaction is None:
@@ -166,6 +175,7 @@ class RunRecorder:
             fences=self.fences
             or (dict(self.coordinator.fences) if self.coordinator is not None else {}),
             atomic=spec.atomic,
+            watch=Watch(self.journal, spec.name) if action == "run" else None,
         )
 
     def next_after(self, spec: StepSpec) -> StepSpec | None:

@@ -59,6 +59,9 @@ class StepSpec:
     coordination: tuple[Declaration, ...] = ()
     # The body (and undo, compensate) runs inside the transaction of its checkpoint.
     atomic: bool = False
+    # Seconds one attempt may run, and may go without a heartbeat (None: no bound).
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
 
     @property
     def child(self) -> Any:
@@ -107,6 +110,10 @@ class ReactorDefinition:
     coordination: tuple[Declaration, ...] = ()
     # Meta.max_concurrency: how many independent ready steps may run at the same time.
     max_concurrency: int = 1
+    # Meta.deadline: seconds a run may take from its start (None: no deadline), and what
+    # happens past it: "rollback" (fail and roll back) or "halt" (stop, nothing rolled back).
+    deadline: float | None = None
+    on_deadline: str = "rollback"
 
     @property
     def shape(self) -> dict[str, dict[str, Any]]:

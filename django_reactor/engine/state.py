@@ -50,3 +50,5 @@ class RunState:
     # Interrupts whose payload was accepted while the run was paused: recorded as their steps'
     # results when the run continues.
     claimed: dict[str, Any] = field(default_factory=dict)
+    # Sleeps reached, by step: the time (ISO 8601) each waits until.
+    sleeping: dict[str, str] = field(default_factory=dict)

@@ -35,6 +35,8 @@ class StepContext:
     fences: Mapping[str, int] = field(default_factory=dict)
     # The action runs inside the checkpoint's database transaction (an atomic step).
     atomic: bool = False
+    # Where heartbeat() reports (the run's watch of this attempt), when anything listens.
+    watch: Any = field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -45,6 +47,18 @@ class StepContext:
     def run_idempotency_key(self) -> str:
         """The key ``run()`` used: lets undo and compensate find or void the original call."""
         return _key(self.execution_id, self.step, "run")
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Say that this step is alive, and how far it got (``details``: anything JSON can
+        hold, shown in the admin). A step with a ``heartbeat_timeout`` must call it at least
+        that often, or its attempt counts as lost."""
+        if self.watch is not None:
+            self.watch.beat(details)
+
+    def should_stop(self) -> bool:
+        """Whether this attempt was abandoned (it ran past its timeout or its heartbeat
+        timeout): a long body checks it and returns early, since its result is not used."""
+        return self.watch is not None and self.watch.abandoned.is_set()
 
 
 def _key(execution_id: UUID | None, step: str, action: str) -> str:
@@ -117,12 +131,19 @@ class Step:
         atomic: run the body, and the undo and compensate, inside the database transaction
             that records them, so that the step's own database writes happen exactly once
             (``step(..., atomic=True)`` overrides). See the atomic steps how-to.
+        timeout: the longest one attempt of the body may run (a ``timedelta`` or seconds;
+            ``REACTOR["STEP_TIMEOUT"]`` by default); past it the attempt fails with
+            ``StepTimedOut`` and the retry policy decides.
+        heartbeat_timeout: the longest the body may go without calling
+            ``self.context.heartbeat()``; past it the attempt counts as lost (fails the same way).
     """
 
     Inputs: ClassVar[type | None] = None
     retry: ClassVar[Retry | None] = None
     coordination: ClassVar[tuple[Any, ...] | list[Any]] = ()
     atomic: ClassVar[bool] = False
+    timeout: ClassVar[Any] = None
+    heartbeat_timeout: ClassVar[Any] = None
 
     def __init__(self, context: StepContext) -> None:
         self.context = context

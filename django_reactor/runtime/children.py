@@ -7,6 +7,7 @@ continues it from its checkpoint instead of starting another.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -53,10 +54,17 @@ class DatabaseChildRunner(MapRunnerMixin):
     """Runs and rolls back the composed children and the maps of one parent execution."""
 
     def __init__(
-        self, parent_id: uuid.UUID, root_id: uuid.UUID, *, in_worker: bool = False
+        self,
+        parent_id: uuid.UUID,
+        root_id: uuid.UUID,
+        *,
+        in_worker: bool = False,
+        deadline: dt.datetime | None = None,
     ) -> None:
         self.parent_id = parent_id
         self.root_id = root_id
+        # The parent's deadline: its children (composed, async units) inherit what is left.
+        self.deadline = deadline
         # On a worker, a composed child parks (with its parent) instead of sleeping or waiting.
         self.in_worker = in_worker
 
@@ -78,6 +86,7 @@ class DatabaseChildRunner(MapRunnerMixin):
             dispatch="start" if detached else None,
             current_step=first.name if first is not None else "",
             events=[Event(1, EventKind.START, utcnow(), data={"parent_step": step})],
+            deadline_at=self.deadline,
         )
 
     def run(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Outcome:
@@ -184,8 +193,10 @@ class DatabaseChildRunner(MapRunnerMixin):
             ),
             max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
             max_concurrency=None if self.in_worker else store.side_by_side_limit(),
+            step_timeout=reactor_settings.STEP_TIMEOUT,
+            deadline=self.deadline,
             children=DatabaseChildRunner(
-                owned.execution_id, self.root_id, in_worker=self.in_worker
+                owned.execution_id, self.root_id, in_worker=self.in_worker, deadline=self.deadline
             ),
             park_poll=reactor_settings.REDISPATCH_AFTER,
             retry_later=self.in_worker,

@@ -5,7 +5,8 @@ run's lease (or asks its live owner) before changing it: no other module changes
 state. By what they do:
 
 - ``runs``: ``run``, ``run_in_background``, ``find_by_correlation_id``, ``retry``;
-- ``steering``: ``cancel``, ``undo``;
+- ``steering``: ``cancel``, ``undo``, ``wake``;
+- ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
 - ``workers``: ``resume`` (a worker's task) and ``sweep``;
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``;
 - ``maintenance``: ``prune`` and the ordered-lock queues;
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from . import common
 from .common import MAX_KEY_LENGTH, find
+from .deadlines import expire_deadlines
 from .interrupts import (
     after_pause,
     deliver,
@@ -26,7 +28,7 @@ from .interrupts import (
 )
 from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
 from .runs import find_by_correlation_id, retry, run, run_in_background
-from .steering import CANCELLABLE, UNDOABLE, cancel, undo
+from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
 from .workers import DATABASE_ERROR_RETRIES, resume, sweep
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "after_pause",
     "cancel",
     "deliver",
+    "expire_deadlines",
     "expire_interrupts",
     "find",
     "find_by_correlation_id",
@@ -54,6 +57,7 @@ __all__ = [
     "skip_ordered_run",
     "sweep",
     "undo",
+    "wake",
 ]
 
 

@@ -326,10 +326,12 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
         state=store.resume_state(row),
         coordinator=coordinator_of(definition, row.id, row, inputs, in_worker=False),
         max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
-        children=DatabaseChildRunner(row.id, row.root_id or row.id),
+        children=DatabaseChildRunner(row.id, row.root_id or row.id, deadline=row.deadline_at),
         issue_tokens=reactor_settings.RESUME_TOKENS,
         observer=observer_of(definition, parent_id=row.parent_id),
         max_concurrency=store.side_by_side_limit(),
+        step_timeout=reactor_settings.STEP_TIMEOUT,
+        deadline=row.deadline_at,
     )
     try:
         with store.LeaseKeeper(owned):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import time
 import uuid
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from ..engine.outcomes import (
     Failed,
     InProgress,
     Outcome,
+    Scheduled,
 )
 from ..engine.redaction import redact
 from ..engine.serialization import decode, encode, printable, shown
@@ -52,6 +54,7 @@ from .common import (
     refuse_open_transaction,
 )
 from .interrupts import after_pause
+from .timing import Timing
 
 
 def run(
@@ -59,9 +62,18 @@ def run(
     inputs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
+    at: dt.datetime | None = None,
+    delay: dt.timedelta | float | None = None,
+    deadline: dt.timedelta | dt.datetime | None = None,
 ) -> Outcome:
     """Validate ``inputs`` and run ``reactor`` in this process. See ``Reactor.run``."""
-    return _run(reactor, inputs, idempotency_key=idempotency_key, all_in_background=False)
+    return _run(
+        reactor,
+        inputs,
+        idempotency_key=idempotency_key,
+        all_in_background=False,
+        timing=Timing.of(reactor, at=at, delay=delay, deadline=deadline),
+    )
 
 
 def _run(
@@ -70,6 +82,7 @@ def _run(
     *,
     idempotency_key: str | None,
     all_in_background: bool,
+    timing: Timing | None = None,
 ) -> Outcome:
     """``run`` and ``run_in_background``: check the call, record invalid inputs, start."""
     definition = reactor.definition
@@ -81,7 +94,10 @@ def _run(
         )
     if idempotency_key is not None:
         check_key(idempotency_key)
+    timing = timing or Timing.default(definition)
     background = definition.background
+    if timing.start_at is not None:
+        all_in_background = True  # a worker starts it at its time: no step code runs here
     if not all_in_background and (background is None or background.mode != "all"):
         # A fully background run executes no step code here: inside a transaction it simply
         # commits (or rolls back) with the caller's work, and its task is published on commit.
@@ -111,6 +127,7 @@ def _run(
         stored_inputs,
         idempotency_key=idempotency_key,
         all_in_background=all_in_background,
+        timing=timing,
     )
 
 
@@ -121,7 +138,9 @@ def _start(
     idempotency_key: str | None = None,
     retry_of: uuid.UUID | None = None,
     all_in_background: bool = False,
+    timing: Timing | None = None,
 ) -> Outcome:
+    timing = timing or Timing.default(definition)
     first = definition.next_ready(frozenset())
     # A misconfigured coordination backend refuses the run before anything is written.
     coordination_runtime.check_backend(definition)
@@ -135,10 +154,19 @@ def _start(
             definition_shape=definition.shape,
             inputs=stored_inputs,
             secret_paths=definition.input_secret_paths,
-            # A background run is written pending with its dispatch; a worker takes it.
-            status=ExecutionStatus.PENDING if background else ExecutionStatus.RUNNING,
+            # A background run is written pending with its dispatch; a worker takes it (a run
+            # that starts later: scheduled, dispatched for its time).
+            status=(
+                ExecutionStatus.SCHEDULED
+                if timing.start_at is not None
+                else ExecutionStatus.PENDING
+                if background
+                else ExecutionStatus.RUNNING
+            ),
             owner=None if background else store.lease_owner_token(),
             dispatch="start" if background else None,
+            wake_at=timing.start_at,
+            deadline_at=timing.deadline_at,
             idempotency_key=idempotency_key,
             retry_of=retry_of,
             current_step=first.name if first is not None else "",
@@ -168,6 +196,8 @@ def _start(
         # Ordered locks order runs by when they are started, wherever they then run.
         with contextlib.suppress(CoordinationUnavailable):  # the run's entry fails closed
             coordination_runtime.enqueue(definition, owned.execution_id, inputs)
+    if timing.start_at is not None:
+        return Scheduled(execution_id=owned.execution_id, start_at=timing.start_at)
     if background:
         return Dispatched(execution_id=owned.execution_id)
     executor = Executor(
@@ -177,11 +207,15 @@ def _start(
         state=RunState(next_seq=2),
         max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
         hand_off=True,
-        children=DatabaseChildRunner(owned.execution_id, owned.execution_id),
+        children=DatabaseChildRunner(
+            owned.execution_id, owned.execution_id, deadline=timing.deadline_at
+        ),
         issue_tokens=reactor_settings.RESUME_TOKENS,
         observer=observer_of(definition),
         coordinator=coordinator_of(definition, owned.execution_id, None, inputs, in_worker=False),
         max_concurrency=store.side_by_side_limit(),
+        step_timeout=reactor_settings.STEP_TIMEOUT,
+        deadline=timing.deadline_at,
     )
     try:
         with store.LeaseKeeper(owned):

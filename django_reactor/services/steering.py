@@ -58,6 +58,30 @@ def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandl
     return handle
 
 
+def wake(execution_id: uuid.UUID | str) -> ExecutionHandle:
+    """ "Wake now": end a run's sleep now, or start a scheduled run now (a worker takes it).
+
+    Raises InvalidTransition for a run that waits for no time (it is not sleeping, scheduled or
+    waiting for a retry's backoff).
+    """
+    row = store.get_row(execution_id)
+    refuse_child(row, "wake")
+    if row.status not in (ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED) or (
+        row.wake_at is None
+    ):
+        raise InvalidTransition(
+            f"cannot wake execution {row.id}: it is {row.status} and waits for no time (only a "
+            "sleeping, scheduled or backing-off run can be woken)",
+            status=row.status,
+        )
+    if not store.start_now(row.id):
+        raise InvalidTransition(
+            f"cannot wake execution {row.id}: a worker has just taken it",
+            status=store.status_of(row.id),
+        )
+    return find(row.id)
+
+
 # Running and rolling-back runs qualify only when their process is gone: claim() refuses a live
 # lease with ExecutionBusy.
 UNDOABLE = tuple(sorted(sources_of(ExecutionStatus.ROLLING_BACK)))

@@ -38,6 +38,7 @@ from .common import (
     logger,
     observer_of,
 )
+from .deadlines import expire_deadlines
 from .interrupts import after_pause, expire_interrupts
 from .steering import adopt_side_by_side
 
@@ -219,12 +220,16 @@ def _worker_executor(
         state=state,
         coordinator=coordinator_of(definition, fresh.id, fresh, inputs, in_worker=True),
         retry_later=True,
-        children=DatabaseChildRunner(owned.execution_id, root, in_worker=True),
+        children=DatabaseChildRunner(
+            owned.execution_id, root, in_worker=True, deadline=fresh.deadline_at
+        ),
         # The unit's completion wakes the parked run; this is only the net under a lost task.
         park_poll=reactor_settings.REDISPATCH_AFTER,
         issue_tokens=reactor_settings.RESUME_TOKENS,
         observer=observer_of(definition, parent_id=fresh.parent_id),
         hand_back_on_interruption=True,
+        step_timeout=reactor_settings.STEP_TIMEOUT,
+        deadline=fresh.deadline_at,
     )
 
 
@@ -260,6 +265,7 @@ def _sweep_once() -> store.SweepReport:
         retention=reactor_settings.DISPATCH_RETENTION,
     )
     report.expired = expire_interrupts()
+    report.deadlines += expire_deadlines()
     report.maps = store.maps.redispatch_stalled(
         after=reactor_settings.REDISPATCH_AFTER, limit=reactor_settings.SWEEP_BATCH
     )

@@ -22,7 +22,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 
 from __future__ import annotations
 
-from . import interrupts, maps, outbox, request_keys
+from . import interrupts, maps, outbox, request_keys, shift
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
@@ -48,6 +48,7 @@ from .executions import (
     create_execution,
     inputs_digest,
     save_coordination_state,
+    start_now,
     wake_now,
     wake_waiter,
 )
@@ -76,7 +77,7 @@ from .reads import (
     stored_shape,
 )
 from .rows import Owned, StepRow, WorkerClaim
-from .sweep import SweepReport, sweep
+from .sweep import SweepReport, due_now, paused_past_deadline, sweep
 
 __all__ = [
     "CONNECTION_ERRORS",
@@ -101,6 +102,7 @@ __all__ = [
     "coordination_state",
     "count_prunable",
     "create_execution",
+    "due_now",
     "event_rows",
     "execution_exists",
     "find_child",
@@ -121,6 +123,7 @@ __all__ = [
     "outcome_of",
     "park_for_attention",
     "parse_id",
+    "paused_past_deadline",
     "prune_finished",
     "queue_dispatch",
     "reconnecting",
@@ -130,7 +133,9 @@ __all__ = [
     "request_keys",
     "resume_state",
     "save_coordination_state",
+    "shift",
     "side_by_side_limit",
+    "start_now",
     "status_of",
     "step_rows",
     "stored_shape",

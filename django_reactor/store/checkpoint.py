@@ -26,6 +26,7 @@ from .atomic_steps import DatabaseStepTransaction
 from .db import USING, close_thread_connections
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
+from .lease import note_heartbeat
 from .outbox import announce_finished, queue_dispatch
 from .rows import Owned
 
@@ -59,6 +60,10 @@ class DatabaseJournal:
 
     def thread_finished(self) -> None:
         close_thread_connections()
+
+    def heartbeat(self, step: str, details: Any) -> None:
+        """Kept for the run's next lease extension (see ``lease.note_heartbeat``)."""
+        note_heartbeat(self.execution_id, step, details)
 
     def commit(self, batch: JournalBatch) -> str | None:
         if self.fast_path and batch.routine and not (self.wakes and batch.finished):

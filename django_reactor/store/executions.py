@@ -11,14 +11,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..engine.journal import Event
 from ..exceptions import AlreadyRetried
-from ..models import Definition, Dispatch, Execution, ExecutionEvent
-from ..states import ExecutionStatus
+from ..models import Definition, Dispatch, Execution, ExecutionEvent, StepRecord
+from ..states import ExecutionStatus, StepStatus
 from . import sql
 from .db import USING
 from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
@@ -56,13 +56,19 @@ def create_execution(
     dispatch: str | None = None,
     parent: tuple[uuid.UUID, uuid.UUID, str] | None = None,
     detached: bool = False,
+    wake_at: dt.datetime | None = None,
+    deadline_at: dt.datetime | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
     Raises IdempotencyConflict (and writes nothing) when the key is taken.
     """
     now = timezone.now()
-    finished = status not in (ExecutionStatus.RUNNING, ExecutionStatus.PENDING)
+    finished = status not in (
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.PENDING,
+        ExecutionStatus.SCHEDULED,
+    )
     execution = Execution(
         reactor=reactor,
         definition_hash=definition_hash,
@@ -86,13 +92,18 @@ def create_execution(
         fence=1 if owner else 0,
         started_at=now if status == ExecutionStatus.RUNNING else None,
         finished_at=now if finished else None,
+        wake_at=wake_at,
+        deadline_at=deadline_at,
     )
+    # A run that starts later is dispatched with a countdown when that is short enough;
+    # otherwise the sweeper dispatches it at its wake-up time.
+    delay = max((wake_at - now).total_seconds(), 0.0) if wake_at is not None else 0.0
     definition = (
         Definition(hash=definition_hash, shape=definition_shape) if definition_shape else None
     )
     try:
         with transaction.atomic(using=USING):
-            if connections[USING].vendor == "postgresql":
+            if connections[USING].vendor == "postgresql" and not delay:
                 _insert_all(execution, new_event_rows(execution.id, events), dispatch, definition)
             else:
                 if definition is not None:
@@ -102,7 +113,7 @@ def create_execution(
                     new_event_rows(execution.id, events)
                 )
                 if dispatch is not None:
-                    queue_dispatch(execution.id, dispatch)
+                    queue_dispatch(execution.id, dispatch, delay)
     except IntegrityError:
         if parent is not None and find_child(parent[0], parent[2]) is not None:
             raise ChildExists(parent[2]) from None
@@ -205,7 +216,11 @@ def wake_parent(parent_id: uuid.UUID) -> None:
 
 def wake_now(execution_id: uuid.UUID) -> bool:
     """Make a pending run that waits for its wake-up time (a retry's backoff, a park) due now;
-    whether it was waiting. For tests, where time passes at once."""
+    whether it was waiting. For tests, where time passes at once; a sleeping run (``sleep()``)
+    is left asleep: its time is part of what a test checks (``end_sleep`` wakes it)."""
+    sleeping = StepRecord.objects.using(USING).filter(
+        execution_id=OuterRef("pk"), status=StepStatus.SLEEPING
+    )
     return bool(
         Execution.objects.using(USING)
         .filter(
@@ -214,8 +229,32 @@ def wake_now(execution_id: uuid.UUID) -> bool:
             wake_at__isnull=False,
             lease_owner__isnull=True,
         )
+        .exclude(Exists(sleeping))
         .update(wake_at=None)
     )
+
+
+def start_now(execution_id: uuid.UUID) -> bool:
+    """A run that waits for a time (scheduled to start, or sleeping) is due now: a sleep ends
+    now, a scheduled run starts now, and a task is queued for it. Whether it was waiting."""
+    now = timezone.now()
+    with transaction.atomic(using=USING):
+        woken = (
+            Execution.objects.using(USING)
+            .filter(
+                pk=execution_id,
+                status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
+                lease_owner__isnull=True,
+            )
+            .update(wake_at=now)
+        )
+        if not woken:
+            return False
+        StepRecord.objects.using(USING).filter(
+            execution_id=execution_id, status=StepStatus.SLEEPING
+        ).update(result=now.isoformat())
+        queue_dispatch(execution_id, Dispatch.Reason.WAKE)
+    return True
 
 
 def adopt_child(execution_id: uuid.UUID) -> Owned:

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Self
+from typing import Any, Self
 
 from django.db import connections
 from django.utils import timezone
@@ -131,6 +131,21 @@ class Heartbeat:
                 keeper.due = time.monotonic() + keeper.interval
 
 
+# The last heartbeat of each run's step in flight in this process, written (and dropped) with
+# the run's next lease extension: a step may beat often without a write each time.
+_beats: dict[uuid.UUID, dict[str, Any]] = {}
+_beats_lock = threading.Lock()
+
+
+def note_heartbeat(execution_id: uuid.UUID | None, step: str, details: Any) -> None:
+    """Keep a step's heartbeat for the run's next lease extension (``Execution.heartbeat``)."""
+    if execution_id is None:
+        return
+    beat = {"step": step, "at": timezone.now().isoformat(), "details": details}
+    with _beats_lock:
+        _beats[execution_id] = beat
+
+
 class LeaseKeeper(Kept):
     """Keeps extending an owned run's lease from the heartbeat thread while the run executes.
 
@@ -149,9 +164,22 @@ class LeaseKeeper(Kept):
         return f"execution {self.owned.execution_id}"
 
     def extend(self) -> bool:
-        """Push the lease out once; False when the fence moved on (another owner)."""
+        """Push the lease out once (with the last heartbeat of the step in flight, if one
+        came since); False when the fence moved on (another owner)."""
+        fields: dict[str, Any] = {
+            "lease_expires_at": timezone.now() + dt.timedelta(seconds=self.lease_seconds)
+        }
+        with _beats_lock:
+            beat = _beats.pop(self.owned.execution_id, None)
+        if beat is not None:
+            fields["heartbeat"] = beat
         return bool(
             Execution.objects.using(USING)
             .filter(pk=self.owned.execution_id, fence=self.owned.fence)
-            .update(lease_expires_at=timezone.now() + dt.timedelta(seconds=self.lease_seconds))
+            .update(**fields)
         )
+
+    def __exit__(self, *exc_info: object) -> None:
+        super().__exit__(*exc_info)
+        with _beats_lock:
+            _beats.pop(self.owned.execution_id, None)

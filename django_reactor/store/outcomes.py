@@ -17,6 +17,7 @@ from ..engine.outcomes import (
     Outcome,
     Paused,
     PendingInterrupt,
+    Scheduled,
 )
 from ..engine.serialization import readable
 from ..models import Execution
@@ -48,6 +49,8 @@ def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
             ),
             **common,
         )
+    if status == ExecutionStatus.SCHEDULED:
+        return Scheduled(start_at=row.wake_at, **common)
     if row.handed_off and status in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING):
         return Dispatched(status=status, **common)
     return InProgress(status=status, **common)

@@ -129,6 +129,8 @@ def _fold_step(state: RunState, row: StepRow) -> None:
     elif row.status == StepStatus.RESUMED:
         state.waiting.add(row.step)
         state.claimed[row.step] = decode(row.result)
+    elif row.status == StepStatus.SLEEPING:
+        state.sleeping[row.step] = str(decode(row.result))
     elif (
         row.status == StepStatus.FAILED
         and row.compensable

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..models import Dispatch, Execution
@@ -23,6 +24,7 @@ class SweepReport:
 
     republished: int = 0
     maps: int = 0
+    deadlines: int = 0  # waiting runs past their deadline: woken, or stopped when paused
     recovered: int = 0
     woken: int = 0
     redispatched: int = 0
@@ -33,6 +35,7 @@ class SweepReport:
         return {
             "republished": self.republished,
             "maps": self.maps,
+            "deadlines": self.deadlines,
             "recovered": self.recovered,
             "woken": self.woken,
             "redispatched": self.redispatched,
@@ -83,6 +86,19 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
             mark_sent(republished)
             report.republished = len(republished)
 
+    # 2a. Runs that wait (parked, sleeping, scheduled) past their deadline are due now: the
+    #     worker that resumes them stops them there. Their wake-up time is never later than
+    #     the deadline when the run parks; this catches deadlines set or moved since.
+    report.deadlines = (
+        Execution.objects.using(USING)
+        .filter(
+            deadline_at__lte=now,
+            status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
+            wake_at__gt=now,
+        )
+        .update(wake_at=now)
+    )
+
     # 2. Runs nobody owns that should be moving: a dead worker's run (lease expired), a retry
     #    whose wake-up time came, a pending run whose task was lost.
     unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
@@ -132,3 +148,29 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
     )
     report.deleted, _ = Dispatch.objects.using(USING).filter(id__in=list(old)).delete()
     return report
+
+
+def paused_past_deadline(limit: int) -> list[Execution]:
+    """Runs paused at an interrupt whose deadline passed (by the database's clock), oldest
+    deadline first."""
+    return list(
+        Execution.objects.using(USING)
+        .filter(status=ExecutionStatus.PAUSED, deadline_at__lte=Now())
+        .order_by("deadline_at")[:limit]
+    )
+
+
+def due_now(limit: int = 1000) -> list[Any]:
+    """Runs nobody owns that a worker would take now: waiting for a worker, or whose wake-up
+    time has come (for tests that move time)."""
+    return list(
+        Execution.objects.using(USING)
+        .filter(
+            status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
+            lease_owner__isnull=True,
+        )
+        .filter(Q(parent__isnull=True) | Q(detached=True))
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=Now()))
+        .order_by("created_at")
+        .values_list("id", flat=True)[:limit]
+    )

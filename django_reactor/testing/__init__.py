@@ -27,6 +27,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .clock import ReactorClock
 from .coordination import (
     assert_lock_free,
     assert_lock_held,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MapElements",
+    "ReactorClock",
     "ReactorResult",
     "StepMock",
     "assert_idempotent",
@@ -62,6 +64,12 @@ except ImportError:  # pragma: no cover - unittest users need not install pytest
     pytest = None  # type: ignore[assignment]
 
 if pytest is not None:
+
+    @pytest.fixture
+    def reactor_clock() -> ReactorClock:
+        """:class:`ReactorClock`: ``reactor_clock.advance(days=3)`` moves the times runs wait
+        for (sleeps, scheduled starts, deadlines, interrupt expiry) and resumes what is due."""
+        return ReactorClock()
 
     @pytest.fixture
     def reactor_runner() -> Callable[..., ReactorResult]:

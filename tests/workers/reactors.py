@@ -7,6 +7,7 @@ duplicated effects (never allowed).
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 import time
@@ -27,6 +28,7 @@ from django_reactor import (
     compose,
     faults,
     map_over,
+    sleep,
     step,
     step_context,
 )
@@ -599,3 +601,42 @@ class InlineSideBySide(Reactor):
 
     class Meta:
         max_concurrency = 3
+
+
+class NapsOnWorker(Reactor):
+    """An Effectful step, a day's sleep, another Effectful step: in the background."""
+
+    first = step(Effectful)
+    nap = sleep(dt.timedelta(days=1), after=["first"])
+    second = step(Effectful, wait_for=["nap"])
+
+    class Meta:
+        background = "all"
+
+
+class HangsOnce(Step):
+    """Its first attempt hangs (its own slow work, past its 1 s timeout); the second returns."""
+
+    timeout = 1
+    retry = Retry(attempts=2, delay=0.5)
+
+    def run(self) -> str:
+        BodyRun.objects.create(
+            execution_id=self.context.execution_id, step=self.context.step, pid=os.getpid()
+        )
+        if self.context.attempt == 1:
+            for _ in range(300):  # at most 30 s, and it stops once abandoned
+                if self.context.should_stop():
+                    return "abandoned"
+                time.sleep(0.1)
+        return f"attempt {self.context.attempt}"
+
+
+class TimesOutOnWorker(Reactor):
+    """One step whose first attempt hangs past its timeout, on a worker."""
+
+    hang = step(HangsOnce)
+
+    class Meta:
+        background = "all"
+        returns = "hang"

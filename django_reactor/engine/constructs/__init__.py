@@ -5,7 +5,8 @@
 - :mod:`.compose`: a composed child reactor (its rollback is the child's);
 - :mod:`.async_unit`: an async unit dispatched to workers (never undone by its parent);
 - :mod:`.map`: a map over a collection (its rollback undoes its elements);
-- :mod:`.interrupt`: a pause for an external payload.
+- :mod:`.interrupt`: a pause for an external payload;
+- :mod:`.sleep`: a wait until a time, holding nothing.
 
 The executor runs each step with the first construct that :meth:`~.base.Construct.claims`
 it. A new construct is a module with a :class:`~.base.Construct` subclass, given to
@@ -22,6 +23,7 @@ from .compose import COMPOSE
 from .coordination import COORDINATED_STEP
 from .interrupt import INTERRUPT
 from .map import MAP
+from .sleep import SLEEP
 from .step import STEP
 
 if TYPE_CHECKING:
@@ -30,7 +32,15 @@ if TYPE_CHECKING:
 __all__ = ["Construct", "construct_for", "register", "registered", "unregister"]
 
 # In the order they are asked; the plain step, last, claims every step.
-_constructs: list[Construct] = [INTERRUPT, ASYNC_UNIT, COMPOSE, MAP, COORDINATED_STEP, STEP]
+_constructs: list[Construct] = [
+    INTERRUPT,
+    SLEEP,
+    ASYNC_UNIT,
+    COMPOSE,
+    MAP,
+    COORDINATED_STEP,
+    STEP,
+]
 # Each spec's construct, by the spec's id; the spec is kept so that its id is not reused.
 _chosen: dict[int, tuple[StepSpec, Construct]] = {}
 

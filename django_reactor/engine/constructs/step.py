@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...states import EventKind, ExecutionStatus, RollbackStatus
 from .. import probes
@@ -31,7 +31,8 @@ from ..outcomes import (
     qualified_class_name,
 )
 from ..serialization import printable
-from ..step import acting
+from ..step import StepContext, acting
+from ..supervision import supervised, timeouts
 from .base import (
     INTERRUPTIONS,
     ROLLBACK_KINDS,
@@ -89,8 +90,7 @@ class PlainStep(Construct):
             # An atomic step: each attempt in a transaction of its own, never a backoff in it.
             transaction = run.journal.begin(spec.name, "run") if spec.atomic else None
             try:
-                with acting(context):
-                    outcome: StepOutcome = as_step_outcome(spec.impl(context).run(**arguments))
+                outcome: StepOutcome = _attempt(run, spec, context, arguments)
                 if transaction is not None and not isinstance(outcome, Failure):
                     transaction.settle()
             except INTERRUPTIONS as interruption:
@@ -248,6 +248,32 @@ class PlainStep(Construct):
                 hold.release(True)  # only once the undo's writes are visible to others
         run.notify_rollback(action, spec.name, rollback.status, duration, failure)
         return [failure] if failure is not None else []
+
+
+def _attempt(
+    run: Executor, spec: StepSpec, context: StepContext, arguments: dict[str, Any]
+) -> StepOutcome:
+    """One attempt of the body: here, or under a watch when the step has a timeout or a
+    heartbeat timeout (:mod:`..supervision`)."""
+    timeout, heartbeat_timeout = timeouts(spec, run.step_timeout)
+    if timeout is None and heartbeat_timeout is None:
+        with acting(context):
+            return as_step_outcome(spec.impl(context).run(**arguments))
+
+    def body() -> StepOutcome:
+        with acting(context):
+            return as_step_outcome(spec.impl(context).run(**arguments))
+
+    return cast(
+        StepOutcome,
+        supervised(
+            body,
+            context.watch,
+            timeout=timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            on_thread_end=run.journal.thread_finished,
+        ),
+    )
 
 
 def has_handler(spec: StepSpec, action: RollbackAction) -> bool:

@@ -1,0 +1,225 @@
+"""``sleep(...)`` and ``sleep_until(...)``: a step that waits until a time, holding nothing.
+
+::
+
+    class Marketplace(Reactor):
+        charge = step(ChargeBuyer, order=arg.input("order"))
+        return_window = sleep(dt.timedelta(days=3), after=["charge"])
+        payout = step(PaySeller, order=arg.input("order"), wait_for=["return_window"])
+
+        departure = sleep_until(arg.result("book", "departs_at"), after=["book"])
+
+Reaching a sleep records the time it waits until (a ``sleeping`` step record) and parks the
+run: no worker and no thread waits for it, and it survives restarts. The run is woken when the
+time comes (a Celery countdown for short sleeps, the sweeper's wake-up time for long ones, so
+within a sweep interval) and the step completes with that time (ISO 8601) as its result. A
+time already past completes the step at once, and the trace says so. ``sleep`` takes a
+``timedelta`` or a number of seconds; ``sleep_until`` an aware ``datetime`` (or ISO text), and
+either may come from ``arg.input``/``arg.result``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ...exceptions import DefinitionError
+from ...states import EventKind, ExecutionStatus, StepStatus
+from ..declarations import StepDeclaration
+from ..journal import JournalBatch
+from ..outcomes import ErrorKind, Rescheduled
+from ..recording import step_write
+from ..step import Step
+from ..templates import Template, ValueRef
+from .base import Construct, StepDone, StepFailed, StepResult, Stop
+
+if TYPE_CHECKING:
+    from ..executor import Executor
+    from ..spec import StepSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SleepSpec:
+    """What a sleep waits for: a duration (``sleep``) or a time (``sleep_until``)."""
+
+    until: bool
+
+
+class SleepStep(Step):
+    """The step a ``sleep()`` or ``sleep_until()`` declaration makes; the executor parks the
+    run there instead of running a body."""
+
+    sleep: ClassVar[SleepSpec]
+
+    def run(
+        self, delay: Any = None, until: Any = None
+    ) -> Any:  # pragma: no cover - the executor never calls it
+        raise NotImplementedError("a sleep has no body: the run waits until its time")
+
+
+def seconds_of(delay: Any) -> float:
+    """A sleep's length in seconds; ValueError with a plain reason for anything else."""
+    if isinstance(delay, dt.timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, int | float) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise ValueError(
+            f"a sleep takes a timedelta or a number of seconds, got {type(delay).__name__} "
+            f"{delay!r}"
+        )
+    if seconds < 0 or seconds != seconds:
+        raise ValueError(f"a sleep cannot be shorter than zero, got {delay!r}")
+    return seconds
+
+
+def time_of(when: Any) -> dt.datetime:
+    """The time a ``sleep_until`` waits for: an aware datetime (or ISO 8601 text with an
+    offset); ValueError with a plain reason for anything else."""
+    if isinstance(when, str):
+        try:
+            when = dt.datetime.fromisoformat(when)
+        except ValueError:
+            raise ValueError(f"sleep_until got {when!r}, which is not an ISO 8601 time") from None
+    if not isinstance(when, dt.datetime):
+        raise ValueError(
+            f"sleep_until takes a datetime (or ISO 8601 text), got {type(when).__name__} {when!r}"
+        )
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(
+            f"sleep_until got {when.isoformat()}, a time without a time zone; give an aware "
+            "datetime (django.utils.timezone.now(), or tzinfo=...)"
+        )
+    return when
+
+
+def _declare(name: str, until: bool, value: Any, after: Iterable[str] | str) -> StepDeclaration:
+    if isinstance(after, str):
+        after = (after,)
+    after = tuple(after)
+    if not all(isinstance(a, str) for a in after):
+        raise DefinitionError(f"{name}(after=...) must name steps as strings, got {after!r}")
+    if not isinstance(value, Template):
+        try:
+            value = time_of(value) if until else seconds_of(value)
+        except ValueError as exc:
+            raise DefinitionError(str(exc)) from None
+        value = ValueRef(value=value)
+    kind = "SleepUntil" if until else "SleepFor"
+    impl = type(
+        kind,
+        (SleepStep,),
+        {
+            "sleep": SleepSpec(until=until),
+            "__module__": SHAPE_MODULE,
+            "__qualname__": kind,
+            "__doc__": "Waits until a time." if until else "Waits for a while.",
+        },
+    )
+    return StepDeclaration(impl, {"until" if until else "delay": value}, wait_for=after)
+
+
+# The module a sleep step's class names: it is part of the shape stored with every run.
+SHAPE_MODULE = "django_reactor.engine.constructs.sleep"
+
+
+def sleep(delay: Any, /, *, after: Iterable[str] | str = ()) -> StepDeclaration:
+    """Declare a step that waits ``delay`` (a ``timedelta`` or a number of seconds, or
+    ``arg.input``/``arg.result`` giving one) once the steps in ``after`` are done, holding no
+    worker. Its result is the time it waited until (ISO 8601). Refused: a negative delay."""
+    return _declare("sleep", False, delay, after)
+
+
+def sleep_until(when: Any, /, *, after: Iterable[str] | str = ()) -> StepDeclaration:
+    """Declare a step that waits until ``when`` (an aware ``datetime`` or ISO 8601 text, or
+    ``arg.input``/``arg.result`` giving one) once the steps in ``after`` are done. A time
+    already past completes at once (the trace says so). Its result is that time."""
+    return _declare("sleep_until", True, when, after)
+
+
+class Sleep(Construct):
+    """Parks the run until the sleep's time, then completes the step with it."""
+
+    name = "sleep"
+    in_value = False
+
+    def claims(self, spec: StepSpec) -> bool:
+        return issubclass(spec.impl, SleepStep)
+
+    def undoes(self, spec: StepSpec) -> bool:
+        return False
+
+    def run(
+        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+    ) -> StepResult:
+        """Complete the step when its time has come; park the run until then."""
+        now = run.clock()
+        due_text = run.state.sleeping.get(spec.name)
+        if due_text is None:
+            try:
+                due = self._due(spec, arguments, now)
+            except ValueError as exc:
+                error = run.step_error(spec, ErrorKind.ARGUMENT, str(exc), arguments=arguments)
+                return StepFailed(error)
+            if due <= now:
+                run.note(
+                    EventKind.SLEEP,
+                    {"until": due.isoformat(), "past": True},
+                    step=spec.name,
+                )
+                return StepDone(due.isoformat(), attempts=1, duration_ms=0.0)
+            return Stop(self._park(run, spec, arguments, started_at, due, now, first=True))
+        due = dt.datetime.fromisoformat(due_text)
+        if due <= now:
+            return StepDone(due_text, attempts=1, duration_ms=0.0)
+        # Woken before its time (a message delivered twice, a run resumed by hand): wait on.
+        return Stop(self._park(run, spec, arguments, started_at, due, now, first=False))
+
+    @staticmethod
+    def _due(spec: StepSpec, arguments: dict[str, Any], now: dt.datetime) -> dt.datetime:
+        if spec.impl.sleep.until:  # type: ignore[attr-defined]
+            return time_of(arguments.get("until"))
+        return now + dt.timedelta(seconds=seconds_of(arguments.get("delay")))
+
+    @staticmethod
+    def _park(
+        run: Executor,
+        spec: StepSpec,
+        arguments: dict[str, Any],
+        started_at: dt.datetime,
+        due: dt.datetime,
+        now: dt.datetime,
+        *,
+        first: bool,
+    ) -> Rescheduled:
+        delay = (due - now).total_seconds()
+        event = run.event(EventKind.SLEEP, step=spec.name, data={"until": due.isoformat()})
+        batch = JournalBatch(
+            events=[event],
+            status=ExecutionStatus.PENDING,
+            current_step=spec.name,
+            release=True,
+            wake_after=delay,
+            dispatch=None if run.attached else "wake",
+            dispatch_delay=delay,
+        )
+        if first:
+            batch.step = step_write(
+                spec,
+                StepStatus.SLEEPING,
+                event,
+                0,
+                arguments,
+                started_at,
+                result=due.isoformat(),
+            )
+        run.commit(batch)
+        run.notify_parked(spec.name, "sleep", delay)
+        return Rescheduled(
+            execution_id=run.execution_id, step=spec.name, delay=delay, reason="sleep"
+        )
+
+
+SLEEP = Sleep()

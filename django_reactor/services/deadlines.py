@@ -1,0 +1,61 @@
+"""Runs past their deadline while they wait: the sweeper stops them.
+
+A running run checks its deadline before every step (the executor). A run that waits is
+stopped by the sweeper: a run parked (a retry's backoff, a sleep, an async unit, a map) or
+scheduled is woken at its deadline (its wake-up time is never later, see the executor) and
+stops when a worker resumes it; a run paused at an interrupt is taken here, its interrupts are
+closed, and it rolls back or halts (``Meta.on_deadline``) as if its next step had found the
+deadline passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import registry, store
+from ..conf import reactor_settings
+from ..engine.executor import Executor
+from ..engine.serialization import decode
+from ..exceptions import ExecutionBusy, InvalidTransition, ReactorNotRegistered
+from ..runtime.children import DatabaseChildRunner
+from ..states import ExecutionStatus
+from .common import coordinator_of, logger, observer_of
+
+
+def expire_deadlines(limit: int | None = None) -> int:
+    """Stop every paused run whose deadline passed; return how many. Run by the sweeper."""
+    stopped = 0
+    for row in store.paused_past_deadline(limit or reactor_settings.SWEEP_BATCH):
+        try:
+            _stop(row)
+        except (InvalidTransition, ExecutionBusy, ReactorNotRegistered) as exc:
+            logger.warning("could not stop execution %s at its deadline: %s", row.id, exc)
+            continue
+        stopped += 1
+    return stopped
+
+
+def _stop(row: Any) -> None:
+    definition = registry.get(row.reactor).definition
+    owned = store.claim(
+        row.id,
+        allowed=[ExecutionStatus.PAUSED],
+        new_status=ExecutionStatus.RUNNING,
+        owner=store.lease_owner_token(),
+        action="stop at its deadline",
+    )
+    state = store.load_state(row.id)
+    inputs = decode(row.inputs)
+    executor = Executor(
+        definition,
+        store.DatabaseJournal(owned),
+        inputs=inputs,
+        state=state,
+        children=DatabaseChildRunner(row.id, row.root_id or row.id, deadline=row.deadline_at),
+        observer=observer_of(definition, parent_id=row.parent_id),
+        coordinator=coordinator_of(definition, row.id, row, inputs, in_worker=False),
+        deadline=row.deadline_at,
+    )
+    waiting = [s.name for s in definition.steps if s.name in state.waiting]
+    with store.LeaseKeeper(owned):
+        executor.deadline_passed(waiting[0] if waiting else "")

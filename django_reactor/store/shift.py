@@ -1,0 +1,45 @@
+"""Moving time forward in tests: every time a run waits for comes closer by the same amount.
+
+Wake-up times (sleeps, retries' backoffs, scheduled starts), deadlines, interrupt expiry and the
+time each sleep waits until are moved back by ``delta``, which is what the clock moving
+forward would do, for the database's clock and this process's alike (and for workers in
+other processes). Used by the ``reactor_clock`` fixture (``django_reactor.testing``); other
+modules that keep times register a shift of their own with :func:`register`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from django.db import transaction
+from django.db.models import F
+
+from ..models import Execution, Interrupt, StepRecord
+from ..states import InterruptStatus, StepStatus
+from .db import USING
+
+_shifts: list[Callable[[dt.timedelta], None]] = []
+
+
+def register(shift: Callable[[dt.timedelta], None]) -> None:
+    """Also call ``shift(delta)`` when test time moves (for times kept elsewhere)."""
+    if shift not in _shifts:
+        _shifts.append(shift)
+
+
+def shift_due_times(delta: dt.timedelta) -> None:
+    """Move every stored time that runs wait for back by ``delta`` (in one transaction)."""
+    with transaction.atomic(using=USING):
+        executions = Execution.objects.using(USING)
+        executions.filter(wake_at__isnull=False).update(wake_at=F("wake_at") - delta)
+        executions.filter(deadline_at__isnull=False).update(deadline_at=F("deadline_at") - delta)
+        Interrupt.objects.using(USING).filter(
+            status=InterruptStatus.WAITING, expires_at__isnull=False
+        ).update(expires_at=F("expires_at") - delta)
+        for record in StepRecord.objects.using(USING).filter(status=StepStatus.SLEEPING):
+            due = dt.datetime.fromisoformat(str(record.result))
+            record.result = (due - delta).isoformat()
+            record.save(using=USING, update_fields=["result"])
+        for shift in _shifts:
+            shift(delta)

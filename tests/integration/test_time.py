@@ -1,0 +1,297 @@
+"""Time on PostgreSQL: delayed runs, durable sleeps, deadlines in every waiting state, "wake
+now", heartbeats kept with the lease, and the ``reactor_clock`` fixture that moves time."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_reactor import (
+    Reactor,
+    Rescheduled,
+    Scheduled,
+    Step,
+    arg,
+    interrupt,
+    services,
+    sleep,
+    step,
+)
+from django_reactor.exceptions import InvalidTransition, ReactorError
+from django_reactor.models import Execution, Interrupt, StepRecord
+from django_reactor.states import ExecutionStatus, InterruptStatus, StepStatus
+from django_reactor.store.lease import LeaseKeeper, note_heartbeat
+from django_reactor.store.rows import Owned
+from tests.helpers import ledger
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def pairs(execution_id: Any) -> list[tuple[str, str]]:
+    return [(e.kind, e.step) for e in services.find(execution_id).trace if e.step]
+
+
+class Ship(Reactor):
+    """Charge, wait out a return window, pay the seller."""
+
+    @step()
+    def charge() -> str:
+        ledger("run", "charge")
+        return "charged"
+
+    @charge.undo
+    def refund(result: Any) -> None:
+        ledger("undo", "charge")
+
+    window = sleep(dt.timedelta(days=3), after=["charge"])
+
+    @step(wait_for=["window"])
+    def payout() -> str:
+        ledger("run", "payout")
+        return "paid"
+
+    class Meta:
+        returns = "payout"
+
+
+def test_a_sleep_parks_the_run_and_the_clock_wakes_it(reactor_clock: Any) -> None:
+    outcome = Ship.run({})
+    assert isinstance(outcome, Rescheduled)
+    assert outcome.reason == "sleep"
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.status == ExecutionStatus.PENDING
+    assert row.lease_owner is None  # nothing holds the run while it sleeps
+    due = row.wake_at
+    assert due > timezone.now() + dt.timedelta(days=2, hours=23)
+    record = StepRecord.objects.get(execution_id=row.id, step="window")
+    assert record.status == StepStatus.SLEEPING
+    assert reactor_clock.advance(days=2) == []  # not yet
+    assert ("run", "payout") not in ledger.calls
+    finished = reactor_clock.advance(days=1)
+    assert [o.status for o in finished] == [ExecutionStatus.COMPLETED]
+    assert ledger.calls == [("run", "charge"), ("run", "payout")]
+    assert pairs(row.id) == [
+        ("run", "charge"),
+        ("sleep", "window"),
+        ("run", "window"),
+        ("run", "payout"),
+    ]
+
+
+def test_wake_now_ends_a_sleep_at_once(reactor_clock: Any) -> None:
+    outcome = Ship.run({})
+    handle = services.wake(outcome.execution_id)
+    assert handle.status == ExecutionStatus.PENDING
+    finished = reactor_clock.tick()
+    assert [o.status for o in finished] == [ExecutionStatus.COMPLETED]
+    with pytest.raises(InvalidTransition, match="waits for no time"):
+        services.wake(outcome.execution_id)
+
+
+def test_a_run_scheduled_for_later_starts_at_its_time_once(reactor_clock: Any) -> None:
+    class Later(Reactor):
+        @step()
+        def hello() -> str:
+            ledger("run", "hello")
+            return "hello"
+
+    start = timezone.now() + dt.timedelta(hours=2)
+    outcome = Later.run({}, at=start, idempotency_key="report-2026-12-03")
+    assert isinstance(outcome, Scheduled)
+    assert outcome.start_at == start
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.status == ExecutionStatus.SCHEDULED
+    assert row.wake_at == start
+    assert services.resume(row.id) is None  # not due: a worker leaves it
+    again = Later.run({}, at=start, idempotency_key="report-2026-12-03")
+    assert again.execution_id == row.id
+    assert again.idempotent_replay
+    reactor_clock.advance(hours=2)
+    assert Execution.objects.get(pk=row.id).status == ExecutionStatus.COMPLETED
+    assert ledger.calls == [("run", "hello")]
+
+
+def test_a_delay_is_the_same_as_a_time(reactor_clock: Any) -> None:
+    class Later(Reactor):
+        hello = step(lambda: "hello")
+
+    outcome = Later.run({}, delay=dt.timedelta(minutes=30))
+    assert isinstance(outcome, Scheduled)
+    reactor_clock.advance(minutes=30)
+    assert Execution.objects.get(pk=outcome.execution_id).status == ExecutionStatus.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"at": dt.datetime(2030, 1, 1)}, "a time without a time zone"),
+        ({"delay": -5}, "cannot be negative"),
+        ({"delay": "soon"}, "takes a timedelta or a number of seconds"),
+        ({"at": timezone.now(), "delay": 5}, "takes at= or delay=, not both"),
+        ({"deadline": dt.timedelta(0)}, "cannot be zero or shorter"),
+        ({"deadline": timezone.now() - dt.timedelta(hours=1)}, "is not after the run's start"),
+    ],
+)
+def test_bad_times_are_refused_before_anything_is_written(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ReactorError, match=message):
+        Ship.run({}, **options)
+    assert Execution.objects.count() == 0
+
+
+class Approval(Reactor):
+    @step()
+    def hold() -> str:
+        ledger("run", "hold")
+        return "held"
+
+    @hold.undo
+    def release(result: Any) -> None:
+        ledger("undo", "hold")
+
+    approval = interrupt(after=["hold"])
+    settle = step(lambda decision: decision, decision=arg.result("approval"))
+
+    class Meta:
+        deadline = dt.timedelta(hours=2)
+
+
+def test_a_deadline_stops_a_run_paused_at_an_interrupt(reactor_clock: Any) -> None:
+    paused = Approval.run({})
+    assert paused.status == ExecutionStatus.PAUSED
+    row = Execution.objects.get(pk=paused.execution_id)
+    assert row.deadline_at is not None
+    reactor_clock.advance(hours=1)
+    assert Execution.objects.get(pk=row.id).status == ExecutionStatus.PAUSED
+    reactor_clock.advance(hours=1, minutes=1)
+    row.refresh_from_db()
+    assert row.status == ExecutionStatus.FAILED
+    assert row.failure["kind"] == "deadline"
+    assert ledger.calls == [("run", "hold"), ("undo", "hold")]
+    assert Interrupt.objects.get(execution_id=row.id).status != InterruptStatus.WAITING
+    assert pairs(row.id)[-2:] == [("deadline", "approval"), ("undo", "hold")]
+
+
+def test_a_deadline_stops_a_sleeping_run_at_the_deadline_not_at_its_wake_up(
+    reactor_clock: Any,
+) -> None:
+    outcome = Ship.run({}, deadline=dt.timedelta(hours=1))
+    row = Execution.objects.get(pk=outcome.execution_id)
+    # It wakes at its deadline, not in three days.
+    assert abs(row.wake_at - row.deadline_at) < dt.timedelta(seconds=1)
+    reactor_clock.advance(hours=1)
+    row.refresh_from_db()
+    assert row.status == ExecutionStatus.FAILED
+    assert row.failure["kind"] == "deadline"
+    assert ledger.calls == [("run", "charge"), ("undo", "charge")]
+
+
+def test_a_deadline_passed_before_a_scheduled_start_fails_the_run_unstarted(
+    reactor_clock: Any,
+) -> None:
+    start = timezone.now() + dt.timedelta(hours=3)
+    outcome = Ship.run({}, at=start, deadline=start + dt.timedelta(minutes=1))
+    reactor_clock.advance(hours=3, minutes=2)
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.status == ExecutionStatus.FAILED
+    assert row.failure["kind"] == "deadline"
+    assert ledger.calls == []
+
+
+def test_a_halting_deadline_stops_without_rollback(reactor_clock: Any) -> None:
+    class Halts(Reactor):
+        @step()
+        def hold() -> str:
+            ledger("run", "hold")
+            return "held"
+
+        nap = sleep(dt.timedelta(days=1), after=["hold"])
+        after = step(lambda: "after", wait_for=["nap"])
+
+        class Meta:
+            deadline = dt.timedelta(hours=1)
+            on_deadline = "halt"
+
+    outcome = Halts.run({})
+    reactor_clock.advance(hours=2)
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.status == ExecutionStatus.HALTED
+    assert "deadline" in row.result["reason"]
+    assert ledger.calls == [("run", "hold")]
+
+
+def test_composed_children_inherit_the_deadline() -> None:
+    class Child(Reactor):
+        a = step(lambda: "a")
+
+    from django_reactor import compose
+
+    class Parent(Reactor):
+        child = compose(Child)
+
+        class Meta:
+            deadline = dt.timedelta(minutes=10)
+
+    outcome = Parent.run({})
+    assert outcome.ok
+    parent = Execution.objects.get(pk=outcome.execution_id)
+    child = Execution.objects.get(parent_id=parent.id)
+    assert child.deadline_at == parent.deadline_at
+
+
+def test_a_heartbeat_is_kept_with_the_next_lease_extension() -> None:
+    class Beats(Reactor):
+        a = step(lambda: "a")
+
+    outcome = Beats.run({})
+    row = Execution.objects.get(pk=outcome.execution_id)
+    note_heartbeat(row.id, "a", {"rows": 500})
+    LeaseKeeper(Owned(row.id, row.fence)).extend()
+    row.refresh_from_db()
+    assert row.heartbeat["step"] == "a"
+    assert row.heartbeat["details"] == {"rows": 500}
+
+
+def test_a_step_heartbeats_from_its_body() -> None:
+    class Long(Step):
+        def run(self) -> str:
+            for done in (100, 200):
+                self.context.heartbeat({"rows": done})
+            return "done"
+
+    class Beating(Reactor):
+        long = step(Long, heartbeat_timeout=30)
+
+    assert Beating.run({}).ok
+
+
+def test_a_deadline_stops_a_run_waiting_for_a_lock(backend: Any, reactor_clock: Any) -> None:
+    from django_reactor import Lock
+
+    class Locked(Reactor):
+        a = step(lambda: ledger("run", "a"))
+
+        class Meta:
+            coordination = [Lock("ledger", ttl=300)]
+            deadline = dt.timedelta(minutes=5)
+            background = "all"
+
+    held = backend.acquire_lock("lock:ledger", owner="someone else", ttl=300)
+    assert held is not None
+    waiting = Locked.run({})
+    reactor_clock.tick()  # a worker takes it, finds the lock held and reschedules it
+    row = Execution.objects.get(pk=waiting.execution_id)
+    assert row.status == ExecutionStatus.PENDING  # waits for the lock, holding nothing
+    assert [e.data.get("reason") for e in services.find(row.id).trace if e.kind == "park"] == [
+        "contention"
+    ]
+    reactor_clock.advance(minutes=6)
+    row.refresh_from_db()
+    assert row.status == ExecutionStatus.FAILED
+    assert row.failure["kind"] == "deadline"
+    assert ledger.calls == []
+    backend.release_lock("lock:ledger", owner="someone else")
