@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
-from django_reactor import Reactor, arg, step
+from django_reactor import Reactor, arg, sleep_until, step
 
 STEPS = 10
 
@@ -56,3 +56,23 @@ def _side_by_side(name: str, *, limit: int, background: bool) -> type[Reactor]:
 IoSideBySide = _side_by_side("IoSideBySide", limit=IO_STEPS, background=False)
 IoOneByOne = _side_by_side("IoOneByOne", limit=1, background=False)
 IoSideBySideOnWorker = _side_by_side("IoSideBySideOnWorker", limit=IO_STEPS, background=True)
+
+
+def sleep_then_note(nap: Any = None) -> Any:
+    """The step after a sleep: does nothing (the run resumed)."""
+    return nap
+
+
+#: ``sleeping_runs.py``: sleeps until ``at`` (an input), then one no-op step.
+NapsUntil = cast(
+    "type[Reactor]",
+    type(
+        "NapsUntil",
+        (Reactor,),
+        {
+            "__module__": __name__,
+            "nap": sleep_until(arg.input("at")),
+            "after": step(sleep_then_note, nap=arg.result("nap")),
+        },
+    ),
+)

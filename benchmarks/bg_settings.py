@@ -19,6 +19,9 @@ DEBUG = False
 DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 REACTOR = {"CELERY_QUEUE": os.environ["REACTOR_BENCH_QUEUE"]}
+# sleeping_runs.py: the sweeper wakes every run due in one sweep.
+if "REACTOR_SWEEP_BATCH" in os.environ:
+    REACTOR["SWEEP_BATCH"] = int(os.environ["REACTOR_SWEEP_BATCH"])
 
 # The example project keeps the worker's database connection (CELERY_DB_REUSE_MAX = 1000, as
 # django_reactor.celery.RECOMMENDED_DJANGO_SETTINGS advises). ``--db-reuse-max N`` overrides it;

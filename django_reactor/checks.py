@@ -7,7 +7,16 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from .api.signatures import configured_secrets
-from .conf import DEFAULTS, Count, Flag, OptionalText, ReactorSettings, Seconds, reactor_settings
+from .conf import (
+    DEFAULTS,
+    Count,
+    Flag,
+    OptionalSeconds,
+    OptionalText,
+    ReactorSettings,
+    Seconds,
+    reactor_settings,
+)
 from .coordination import get_backend
 from .coordination.runtime import coordinated
 from .coordination.validation import settings_problems
@@ -47,7 +56,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         problem = setting.problem(raw.get(key, setting.default))
         if problem is None:
             continue
-        if isinstance(setting, Seconds | Count):
+        if isinstance(setting, Seconds | Count | OptionalSeconds):
             messages.append(Error(problem, id="django_reactor.E002"))
         elif isinstance(setting, Flag):
             messages.append(Error(problem, id="django_reactor.E004"))

@@ -51,6 +51,26 @@ def resume(self: Task, execution_id: str) -> None:
 
 
 @shared_task(
+    name="django_reactor.resume_many",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def resume_many(self: Task, execution_ids: list[str]) -> None:
+    """``resume`` each run, one after the other (the sweeper's wake-ups come in batches). A
+    run that raises is logged and the others go on; a worker that dies leaves the rest to the
+    sweeper, which publishes their dispatches again."""
+    with _task_connections(), task_context(self.request):
+        for execution_id in execution_ids:
+            try:
+                services.resume(execution_id)
+            except Exception:
+                logger.exception("resuming execution %s failed", execution_id)
+            refresh_connections()
+
+
+@shared_task(
     name="django_reactor.map_elements",
     bind=True,
     acks_late=True,

@@ -99,6 +99,10 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
         .update(wake_at=now)
     )
 
+    # 2b. Wake-ups that came (sleeps, retries' backoffs past the countdown limit, scheduled
+    #     starts): found through the wake-up index, their dispatches written in one statement.
+    report.woken += _wake_due(now, limit, redispatch_after, locked)
+
     # 2. Runs nobody owns that should be moving: a dead worker's run (lease expired), a retry
     #    whose wake-up time came, a pending run whose task was lost.
     unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
@@ -109,7 +113,8 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
                 .filter(status__in=RESUMABLE)
                 .filter(Q(parent__isnull=True) | Q(detached=True))
                 .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
-                .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+                # Due wake-ups of runs nobody owns went in 2b.
+                .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now, lease_owner__isnull=False))
                 .exclude(Exists(unsent))
             )
             .order_by("updated_at")
@@ -174,3 +179,37 @@ def due_now(limit: int = 1000) -> list[Any]:
         .order_by("created_at")
         .values_list("id", flat=True)[:limit]
     )
+
+
+def _wake_due(now: dt.datetime, limit: int, redispatch_after: float, locked: Any) -> int:
+    """Queue a task for every run nobody owns whose wake-up time has come (at most ``limit``),
+    unless one is queued already or went out within ``redispatch_after``; how many."""
+    unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
+    recent = Dispatch.objects.using(USING).filter(
+        execution_id=OuterRef("pk"),
+        sent_at__gte=now - dt.timedelta(seconds=redispatch_after),
+    )
+    with transaction.atomic(using=USING):
+        due = list(
+            locked(
+                Execution.objects.using(USING)
+                .filter(
+                    status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
+                    wake_at__isnull=False,
+                    wake_at__lte=now,
+                    lease_owner__isnull=True,
+                )
+                .filter(Q(parent__isnull=True) | Q(detached=True))
+                .exclude(Exists(unsent))
+                .exclude(Exists(recent))
+            )
+            .order_by("wake_at")
+            .values_list("id", flat=True)[:limit]
+        )
+        if not due:
+            return 0
+        rows = Dispatch.objects.using(USING).bulk_create(
+            [Dispatch(execution_id=e, reason=Dispatch.Reason.WAKE) for e in due]
+        )
+        publish_on_commit([QueuedDispatch(row.id, row.execution_id) for row in rows])
+    return len(due)

@@ -295,3 +295,12 @@ def test_a_deadline_stops_a_run_waiting_for_a_lock(backend: Any, reactor_clock: 
     assert row.failure["kind"] == "deadline"
     assert ledger.calls == []
     backend.release_lock("lock:ledger", owner="someone else")
+
+
+def test_a_scheduled_run_can_be_cancelled_before_it_starts(reactor_clock: Any) -> None:
+    outcome = Ship.run({}, delay=dt.timedelta(hours=1))
+    handle = services.cancel(outcome.execution_id, reason="no longer needed")
+    assert handle.status == ExecutionStatus.CANCELLED
+    reactor_clock.advance(hours=2)
+    assert Execution.objects.get(pk=outcome.execution_id).status == ExecutionStatus.CANCELLED
+    assert ledger.calls == []

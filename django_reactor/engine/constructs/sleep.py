@@ -10,9 +10,9 @@
         departure = sleep_until(arg.result("book", "departs_at"), after=["book"])
 
 Reaching a sleep records the time it waits until (a ``sleeping`` step record) and parks the
-run: no worker and no thread waits for it, and it survives restarts. The run is woken when the
-time comes (a Celery countdown for short sleeps, the sweeper's wake-up time for long ones, so
-within a sweep interval) and the step completes with that time (ISO 8601) as its result. A
+run: no worker, no thread and no message waits for it, and it survives restarts. The sweeper
+wakes it once the time has come (so within a sweep interval of it; many runs due together are
+woken together) and the step completes with that time (ISO 8601) as its result. A
 time already past completes the step at once, and the trace says so. ``sleep`` takes a
 ``timedelta`` or a number of seconds; ``sleep_until`` an aware ``datetime`` (or ISO text), and
 either may come from ``arg.input``/``arg.result``.
@@ -196,14 +196,14 @@ class Sleep(Construct):
     ) -> Rescheduled:
         delay = (due - now).total_seconds()
         event = run.event(EventKind.SLEEP, step=spec.name, data={"until": due.isoformat()})
+        # No message waits for it (a countdown would sit in a worker's memory): the sweeper
+        # wakes the run once its wake-up time has come, many at a time.
         batch = JournalBatch(
             events=[event],
             status=ExecutionStatus.PENDING,
             current_step=spec.name,
             release=True,
             wake_after=delay,
-            dispatch=None if run.attached else "wake",
-            dispatch_delay=delay,
         )
         if first:
             batch.step = step_write(
