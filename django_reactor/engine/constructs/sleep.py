@@ -216,6 +216,7 @@ class Sleep(Construct):
                 result=due.isoformat(),
             )
         run.commit(batch)
+        delay = batch.wake_after  # no later than the run's deadline
         run.notify_parked(spec.name, "sleep", delay)
         return Rescheduled(
             execution_id=run.execution_id, step=spec.name, delay=delay, reason="sleep"

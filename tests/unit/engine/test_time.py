@@ -97,7 +97,7 @@ def test_a_sleep_parks_the_run_until_its_time_then_the_run_goes_on() -> None:
     assert outcome.delay == 3 * 86400
     assert journal.steps["window"].status == StepStatus.SLEEPING
     assert journal.steps["window"].result == (T0 + dt.timedelta(days=3)).isoformat()
-    assert journal.dispatches == [("wake", 3 * 86400)]
+    assert journal.dispatches == []  # no message waits: the sweeper wakes it
     assert journal.statuses == [ExecutionStatus.PENDING]
 
     clock.advance(days=1)  # woken early (a duplicate message): it waits on, for what is left
@@ -197,7 +197,7 @@ def test_a_run_parked_wakes_by_its_deadline_at_the_latest() -> None:
     deadline = T0 + dt.timedelta(hours=1)
     outcome = executor(ReturnWindow, journal, clock, deadline=deadline).run()
     assert isinstance(outcome, Rescheduled)
-    assert journal.dispatches == [("wake", 3600.0)]  # not three days: the deadline comes first
+    assert outcome.delay == 3600.0  # not three days: the deadline comes first
     clock.advance(hours=1)
     outcome = executor(
         ReturnWindow, journal, clock, state=resumed(journal), deadline=deadline
