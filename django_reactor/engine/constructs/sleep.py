@@ -216,7 +216,7 @@ class Sleep(Construct):
                 result=due.isoformat(),
             )
         run.commit(batch)
-        delay = batch.wake_after  # no later than the run's deadline
+        delay = batch.wake_after if batch.wake_after is not None else delay  # by the deadline
         run.notify_parked(spec.name, "sleep", delay)
         return Rescheduled(
             execution_id=run.execution_id, step=spec.name, delay=delay, reason="sleep"
