@@ -15,6 +15,7 @@ from ..engine.outcomes import (
 from ..engine.serialization import decode, safe_repr, unstorable
 from ..exceptions import (
     DefinitionChanged,
+    ExecutionBusy,
     InvalidTransition,
     ReactorError,
 )
@@ -30,6 +31,7 @@ from .common import (
     coordinator_of,
     find,
     handle_of,
+    logger,
     observer_of,
     refuse_child,
     refuse_open_transaction,
@@ -55,7 +57,27 @@ def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandl
     handle = find(row.id)
     if handle.status == ExecutionStatus.CANCELLED:
         store.maps.stop_all(row.id, "cancelled")  # its fanned-out elements not started never start
+    _cancel_descendants(row.id, reason or "cancelled")
     return handle
+
+
+def _cancel_descendants(execution_id: uuid.UUID, reason: str) -> None:
+    """Cancelling a run reaches what it started that has not finished: composed children and
+    async units (and theirs) are cancelled the same way (at once, or after the step they are
+    in), their fanned-out map elements not started never start. Nothing is rolled back: an
+    async unit keeps what it completed (units own their rollback: undo it by its id)."""
+    for child_id in store.unfinished_descendants(execution_id):
+        try:
+            store.request_cancel(
+                child_id,
+                reason=f"its parent run was cancelled ({reason})",
+                cancellable=CANCELLABLE,
+            )
+        except (InvalidTransition, ExecutionBusy) as exc:
+            logger.warning("cancelling %s's child %s: %s", execution_id, child_id, exc)
+            continue
+        if store.status_of(child_id) == ExecutionStatus.CANCELLED:
+            store.maps.stop_all(child_id, "cancelled")
 
 
 def wake(execution_id: uuid.UUID | str) -> ExecutionHandle:

@@ -75,6 +75,7 @@ from .reads import (
     status_of,
     step_rows,
     stored_shape,
+    unfinished_descendants,
 )
 from .rows import Owned, StepRow, WorkerClaim
 from .sweep import SweepReport, due_now, paused_past_deadline, sweep
@@ -140,6 +141,7 @@ __all__ = [
     "step_rows",
     "stored_shape",
     "sweep",
+    "unfinished_descendants",
     "wake_now",
     "wake_waiter",
 ]

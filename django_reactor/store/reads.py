@@ -283,3 +283,25 @@ def had_step_failure(execution_id: uuid.UUID) -> bool:
         if not error or error.get("kind") != ErrorKind.INTERRUPTED:
             return True
     return False
+
+
+def unfinished_descendants(execution_id: uuid.UUID) -> list[uuid.UUID]:
+    """The run's children (composed children, async units, their own children...) that have
+    not finished, parents before their children."""
+    unfinished = [
+        ExecutionStatus.PENDING,
+        ExecutionStatus.SCHEDULED,
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.PAUSED,
+    ]
+    found: list[uuid.UUID] = []
+    level = [execution_id]
+    while level:
+        rows = list(
+            Execution.objects.using(USING)
+            .filter(parent_id__in=level)
+            .values_list("id", "status")
+        )
+        found.extend(i for i, status in rows if status in unfinished)
+        level = [i for i, _ in rows]
+    return found

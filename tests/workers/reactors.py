@@ -640,3 +640,57 @@ class TimesOutOnWorker(Reactor):
     class Meta:
         background = "all"
         returns = "hang"
+
+
+def _wait_while_held(ns: str, redis_url: str, started: str) -> None:
+    """Mark ``started`` (INCR ``<ns>:<started>``), then wait (bounded, 30 s) while
+    ``<ns>:hold`` exists."""
+    client = _redis(redis_url)
+    client.incr(f"{ns}:{started}")
+    deadline = time.monotonic() + 30
+    while client.exists(f"{ns}:hold") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+class HeldStep(Step):
+    """Waits while the test holds ``<ns>:hold``; counts its starts under ``<ns>:<step>``."""
+
+    def run(self, ns: str, redis_url: str) -> str:
+        _wait_while_held(ns, redis_url, self.context.step)
+        return self.context.step
+
+
+class TwoStepUnit(Reactor):
+    """An async reactor unit: ``wait`` (held by the test), then ``after`` (counted)."""
+
+    wait = step(HeldStep, ns=arg.input("ns"), redis_url=arg.input("redis_url"))
+    after = step(HeldStep, ns=arg.input("ns"), redis_url=arg.input("redis_url"), wait_for=["wait"])
+
+
+def held_element(item: int, ns: str, redis_url: str) -> int:
+    _wait_while_held(ns, redis_url, "element")
+    return item
+
+
+class CancelsATree(Reactor):
+    """An async unit and a fanned-out map (two elements at a time) in flight while the run
+    waits for them: cancelling it reaches both."""
+
+    unit = async_reactor(TwoStepUnit, ns=arg.input("ns"), redis_url=arg.input("redis_url"))
+    lines = map_over(
+        arg.value(list(range(10))),
+        held_element,
+        item=arg.element(),
+        ns=arg.input("ns"),
+        redis_url=arg.input("redis_url"),
+        fan_out=True,
+        batch_size=2,
+        chunk_size=1,
+    )
+
+    @step(unit=arg.result("unit"), lines=arg.result("lines"))
+    def reader(unit: Any, lines: Any) -> str:
+        return "read"
+
+    class Meta:
+        background = "all"

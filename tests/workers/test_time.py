@@ -59,3 +59,48 @@ def _events(execution_id: Any) -> list[Any]:
     from django_reactor import services
 
     return list(services.find(execution_id).trace)
+
+
+def test_cancelling_a_run_reaches_its_unit_and_its_map_in_flight(start_worker: Any) -> None:
+    import uuid
+
+    import redis
+    from django.conf import settings
+
+    from django_reactor import services
+    from django_reactor.models import Execution, MapResult
+    from tests.workers.reactors import CancelsATree
+
+    ns = f"cancel-tree-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.set(f"{ns}:hold", "1")
+    try:
+        start_worker(concurrency=4)
+        outcome = CancelsATree.run({"ns": ns, "redis_url": settings.REDIS_URL})
+
+        def in_flight() -> bool:
+            return bool(client.get(f"{ns}:wait")) and int(client.get(f"{ns}:element") or 0) >= 1
+
+        wait_until(in_flight, timeout=60, what="the unit and the map's elements to start")
+        handle = services.cancel(outcome.execution_id, reason="order withdrawn")
+        assert handle.status == ExecutionStatus.CANCELLED  # it was parked, waiting for them
+        unit = Execution.objects.get(parent_id=outcome.execution_id, parent_step="unit")
+    finally:
+        client.delete(f"{ns}:hold")  # what was in flight finishes its step
+
+    def settled() -> Execution | None:
+        row = Execution.objects.get(pk=unit.id)
+        return row if row.status == ExecutionStatus.CANCELLED else None
+
+    wait_until(settled, timeout=60, what="the unit to stop after its step in flight")
+    assert client.get(f"{ns}:after") is None  # the unit's next step never started
+    started = int(client.get(f"{ns}:element") or 0)
+    assert started < 10  # the elements not started never started
+    statuses = list(
+        MapResult.objects.filter(map_run__execution_id=outcome.execution_id).values_list(
+            "status", flat=True
+        )
+    )
+    assert statuses.count("succeeded") <= started
+    assert [k for k, s in trace(outcome.execution_id) if not s][-1] == "cancel"
+    client.delete(*[k for k in client.scan_iter(f"{ns}:*")] or [f"{ns}:none"])
