@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.coordination import CoordinationUnavailable
 from django_reactor.exceptions import ExecutionNotFound, ReactorImproperlyConfigured
-from django_reactor.management.commandtools import dumps, sentence
+from django_reactor.management.commandtools import ReactorCommand, dumps, sentence
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Show the runs of an ordered lock (OrderedLock) in their order, whether its chain is "
         "halted after a failure, and the runs skipped as stuck; --skip takes one run out of "
