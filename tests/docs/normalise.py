@@ -1,11 +1,14 @@
 """What differs from one run of a tutorial to the next, replaced by a placeholder on both sides
-of a comparison: ids, times, durations. Everything else must match the page exactly."""
+of a comparison: ids, times, durations, made-up payment references. Everything else must match
+the page exactly."""
 
 from __future__ import annotations
 
 import re
 
 PLACEHOLDERS = [
+    # A payment reference of the first tutorial's stand-in provider (random).
+    (re.compile(r"\bpay_[0-9a-f]{8}\b"), "pay_<reference>"),
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<id>"),
     (re.compile(r"datetime\.datetime\([^)]*\)"), "<datetime>"),
     (

@@ -10,7 +10,9 @@
 - ``pycon`` blocks run in one Python shell of the project (``tests/docs/session.py``), as
   doctests whose namespace is kept from block to block.
 - ``python`` blocks that include a file's section (``--8<--``) show code the other blocks run;
-  the section must exist.
+  the section must exist. A block with a ``title="path"`` is written to that file of the
+  tutorial's directory, as the reader does; a block of settings goes to the page's settings
+  module (``Translation.settings``).
 - A block the page marks ``<!-- docs-test: not run: <reason> -->`` is not run.
 
 What the test changes, and only that (``Translation``): names it substitutes in commands and in
@@ -57,7 +59,10 @@ class Background:
 @dataclass
 class Translation:
     substitutions: dict[str, str]
-    background: list[Background]
+    background: list[Background] = field(default_factory=list)
+    #: What to do with a Python block of settings the page tells the reader to add (the page's
+    #: own words, given the tutorial's directory); None: the page has none.
+    settings: Callable[[str, Path], None] | None = None
 
     def apply(self, text: str) -> str:
         for old, new in self.substitutions.items():
@@ -99,7 +104,17 @@ class TutorialRun:
             self.ran.append(where)
 
     def python(self, block: Block) -> None:
+        title = re.search(r'title="([^"]+)"', block.attributes)
         match = SNIPPET.match(block.text.strip())
+        if match is None and title is not None:  # a file the page tells the reader to write
+            path = self.workdir / title.group(1)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            (path.parent / "__init__.py").touch()
+            path.write_text(block.text)
+            return
+        if match is None and self.translation.settings and "INSTALLED_APPS" in block.text:
+            self.translation.settings(block.text, self.workdir)
+            return
         if match is None:
             raise DocsFailure(f"{block.where(self.page)}: a python block this test cannot run")
         source = (ROOT / match["path"]).read_text()
@@ -226,7 +241,7 @@ class TutorialRun:
             self.session = subprocess.Popen(
                 [sys.executable, str(ROOT / "tests" / "docs" / "session.py")],
                 cwd=self.workdir,
-                env={**self.env, "PYTHONPATH": str(ROOT)},
+                env={"PYTHONPATH": str(ROOT), **self.env},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,

@@ -90,6 +90,60 @@ def workers_tutorial(tmp_path: Path) -> Iterator[TutorialRun]:
         postgres("dropdb", "--if-exists", "--force", database)
 
 
+FIRST_PAGE = DOCS / "tutorial" / "first-saga.md"
+#: The apps of a project made by ``startproject``, which the page's "# ... Django's apps ..."
+#: stands for.
+DJANGO_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+]
+
+
+def first_saga_settings(fragment: str, workdir: Path) -> None:
+    """The reader's project: the example project's settings with the page's INSTALLED_APPS (and
+    Django's apps, which the page leaves out), on a SQLite database of its own."""
+    namespace: dict[str, object] = {}
+    exec(fragment, namespace)  # the page's own assignment
+    apps = namespace["INSTALLED_APPS"]
+    assert isinstance(apps, list)
+    (workdir / "tutorial_settings.py").write_text(
+        "from testproject.settings import *  # noqa: F403\n"
+        f"INSTALLED_APPS = {[*DJANGO_APPS, *apps]!r}\n"
+        "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', "
+        f"'NAME': {str(workdir / 'db.sqlite3')!r}}}}}\n"
+    )
+
+
+def test_your_first_saga(tmp_path: Path) -> None:
+    (tmp_path / "manage.py").symlink_to(ROOT / "manage.py")
+    # The page starts from a project with an app called accounts ("use any app of yours").
+    (tmp_path / "accounts").mkdir()
+    (tmp_path / "accounts" / "__init__.py").touch()
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "DJANGO_SETTINGS_MODULE": "tutorial_settings",
+    }
+    env.pop("DATABASE_URL", None)
+    run = TutorialRun(
+        page=FIRST_PAGE,
+        workdir=tmp_path,
+        env=env,
+        translation=Translation(substitutions={}, settings=first_saga_settings),
+    )
+    try:
+        run.run()
+    finally:
+        run.stop()
+    assert len(run.not_run) <= MOST_NOT_RUN, run.not_run
+    assert (tmp_path / "accounts" / "reactors.py").exists()
+
+
 def test_workers_webhooks_and_the_admin(workers_tutorial: TutorialRun) -> None:
     run = workers_tutorial
     run.run()
