@@ -166,6 +166,8 @@ def test_workers_webhooks_and_the_admin(workers_tutorial: TutorialRun) -> None:
         assert shown in page, shown
     for section in ("reactor-graph", "reactor-steps", "reactor-trace", "reactor-interrupts"):
         assert f'id="{section}"' in page, section
+    for field in ("redacted_inputs", "result_json", "created_at", "started_at", "finished_at"):
+        assert f"field-{field}" in page, field
     assert 'class="reactor-action-undo"' in page
 
 
