@@ -27,14 +27,14 @@ from django_reactor.states import ExecutionStatus
 
 # Endings by how they ended: done green, failures red, deliberate stops yellow. Runs still in
 # flight or waiting are cyan (bold when they wait for someone), never red.
-STATUS_STYLES = {
-    "completed": "bold green",
-    "failed": "bold red",
-    "needs_attention": "bold red",
-    "aborted": "bold red",
-    "halted": "bold yellow",
-    "cancelled": "bold yellow",
-    ExecutionStatus.PAUSED.value: "bold cyan",
+STATUS_STYLES: dict[str, str] = {
+    ExecutionStatus.COMPLETED: "bold green",
+    ExecutionStatus.FAILED: "bold red",
+    ExecutionStatus.NEEDS_ATTENTION: "bold red",
+    ExecutionStatus.ABORTED: "bold red",
+    ExecutionStatus.HALTED: "bold yellow",
+    ExecutionStatus.CANCELLED: "bold yellow",
+    ExecutionStatus.PAUSED: "bold cyan",
 }
 IN_FLIGHT_STYLE = "cyan"
 #: Control characters in a cell (a tab, an escape) would break the columns or the terminal.
