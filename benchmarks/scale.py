@@ -522,7 +522,16 @@ def pages(c: Any, after_code: bool, runs: int) -> list[Page]:
             )
         )
     html = c.get(ex).content.decode()
-    for column in ("created_at", "status_badge", "reactor_name", "updated_at"):
+    # The creation and change times are "created" and "updated" since issue 18 (before: the
+    # fields' names).
+    for column in (
+        "created",
+        "created_at",
+        "status_badge",
+        "reactor_name",
+        "updated",
+        "updated_at",
+    ):
         link = sort_link(html, column)
         if link:
             result.append(Page(f"executions: sort by {column}", f"{ex}{link}"))
