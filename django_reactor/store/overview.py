@@ -22,21 +22,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
-from django.db.models.functions import TruncMinute
+from django.db import connections
+from django.db.models import Count, QuerySet
+from django.db.models.functions import TruncHour, TruncMinute
 
 from ..models import Dispatch, Execution, Interrupt
 from ..states import ExecutionStatus, InterruptStatus
 from .db import USING
 
-#: Rows a count reads at most (beyond, it says "more than").
-COUNT_CAP = 10_000
+#: Rows a count reads at most (beyond, it says "more than"), as the admin's lists count.
+COUNT_CAP = 1_000
 #: Ended runs a window's figures are read from at most, newest first.
 ENDED_CAP = 50_000
 #: Recently completed runs whose durations say how long a reactor's runs usually take.
-USUAL_SAMPLE = 1_000
+USUAL_SAMPLE = 200
 #: Unsent dispatches, oldest first, examined to split them into due and scheduled ones.
-OUTBOX_EXAMINED = 10_000
+OUTBOX_EXAMINED = 1_000
 
 #: The columns of a run the overview's lists show (never the large JSON columns but failure).
 RUN_COLUMNS = (
@@ -61,56 +62,104 @@ class Capped:
     exact: bool
 
 
-def capped_count(queryset: QuerySet[Any], cap: int) -> Capped:
-    """``queryset``'s rows, counted up to ``cap`` (a ``LIMIT`` subquery)."""
-    counted = queryset[: cap + 1].count()
-    return Capped(counted, True) if counted <= cap else Capped(cap, False)
-
-
 def _runs() -> QuerySet[Execution]:
     return Execution.objects.using(USING)
+
+
+def _waiting() -> QuerySet[Interrupt]:
+    return Interrupt.objects.using(USING).filter(status=InterruptStatus.WAITING)
+
+
+def _unsent() -> QuerySet[Dispatch]:
+    return Dispatch.objects.using(USING).filter(sent_at__isnull=True)
+
+
+def _lease_expired(now: dt.datetime) -> QuerySet[Execution]:
+    return _runs().filter(
+        status__in=[ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK],
+        lease_expires_at__lt=now,
+    )
 
 
 # ---------------------------------------------------------------------------- counts
 
 
-def count_by_status(statuses: Iterable[str], cap: int | None = None) -> dict[str, Capped]:
-    """How many runs are in each of ``statuses`` now (one capped index range each)."""
+def counts(now: dt.datetime, statuses: Iterable[str], cap: int | None = None) -> dict[str, Capped]:
+    """The overview's counts, each stopped at ``cap`` (``COUNT_CAP``), in one statement: runs
+    in each of ``statuses`` (keyed by the status), runs whose lease expired before ``now``
+    (``"lease_expired"``), interrupts waiting for a payload (``"waiting"``) and dispatches no
+    worker has taken (``"unsent"``).
+
+    Each is a ``LIMIT`` subquery that reads one column of the index serving its filter,
+    without ordering (a model's default ordering would sort every matching row first): an
+    index-only scan that stops at the cap.
+    """
     cap = cap or COUNT_CAP
-    return {status: capped_count(_runs().filter(status=status), cap) for status in statuses}
+    parts: dict[str, tuple[QuerySet[Any], str]] = {
+        status: (_runs().filter(status=status), "status") for status in statuses
+    }
+    parts["lease_expired"] = (_lease_expired(now), "lease_expires_at")
+    parts["waiting"] = (_waiting(), "status")
+    parts["unsent"] = (_unsent(), "created_at")
+    connection = connections[USING]
+    selects, params = [], []
+    for index, (queryset, column) in enumerate(parts.values()):
+        query = queryset.order_by().values(column)[: cap + 1].query
+        sql, values = query.get_compiler(using=USING).as_sql()
+        selects.append(f"(SELECT COUNT(*) FROM ({sql}) {connection.ops.quote_name(f'c{index}')})")
+        params.extend(values)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(selects), params)
+        row = cursor.fetchone()
+    return {
+        name: Capped(int(n), True) if int(n) <= cap else Capped(cap, False)
+        for name, n in zip(parts, row, strict=True)
+    }
 
 
 @dataclass(frozen=True)
 class Ended:
-    """Runs that ended (``finished_at``) in a window, by minute and by their status now.
+    """Runs that ended (``finished_at``) in a window, by minute or hour (``unit``, UTC) and by
+    the status they have now.
 
     ``counted_from`` is the window's start, or later when more than the cap ended in it
-    (``complete`` is then false: the minutes before it were not counted).
+    (``complete`` is then false: the time before it was not counted).
     """
 
     since: dt.datetime
     until: dt.datetime
+    unit: str
     counted_from: dt.datetime
     complete: bool
-    by_minute: dict[dt.datetime, dict[str, int]] = field(default_factory=dict)
+    buckets: dict[dt.datetime, dict[str, int]] = field(default_factory=dict)
 
     def total(self, since: dt.datetime | None = None) -> dict[str, int]:
-        """Runs that ended by status, in the whole window or since ``since``."""
+        """Runs that ended by status, in the whole window or since ``since`` (from the start
+        of its minute or hour)."""
         totals: dict[str, int] = defaultdict(int)
-        for minute, counts in self.by_minute.items():
-            if since is None or minute >= _minute(since):
-                for status, count in counts.items():
+        first = None if since is None else _truncate(since, self.unit)
+        for bucket, by_status in self.buckets.items():
+            if first is None or bucket >= first:
+                for status, count in by_status.items():
                     totals[status] += count
         return dict(totals)
 
 
-def _minute(moment: dt.datetime) -> dt.datetime:
-    return moment.astimezone(dt.UTC).replace(second=0, microsecond=0)
+TRUNCATE = {"minute": TruncMinute, "hour": TruncHour}
 
 
-def ended(since: dt.datetime, until: dt.datetime, cap: int | None = None) -> Ended:
-    """Runs that ended from ``since`` to ``until``, per minute (UTC) and status; at most
-    ``cap`` (``ENDED_CAP``) of them, the newest."""
+def _truncate(moment: dt.datetime, unit: str) -> dt.datetime:
+    if moment.tzinfo is not dt.UTC:
+        moment = moment.astimezone(dt.UTC)
+    moment = moment.replace(second=0, microsecond=0)
+    return moment.replace(minute=0) if unit == "hour" else moment
+
+
+def ended(
+    since: dt.datetime, until: dt.datetime, unit: str = "minute", cap: int | None = None
+) -> Ended:
+    """Runs that ended from ``since`` to ``until``, per ``unit`` (``"minute"`` or ``"hour"``,
+    UTC) and status; at most ``cap`` (``ENDED_CAP``) of them, the newest."""
     cap = cap or ENDED_CAP
     window = _runs().filter(finished_at__gte=since, finished_at__lte=until)
     boundary = (
@@ -118,20 +167,22 @@ def ended(since: dt.datetime, until: dt.datetime, cap: int | None = None) -> End
     )
     counted = window if boundary is None else window.filter(finished_at__gt=boundary)
     rows = (
-        counted.annotate(minute=TruncMinute("finished_at", tzinfo=dt.UTC))
-        .values("minute", "status")
-        .annotate(count=Count("pk"))
+        counted.annotate(bucket=TRUNCATE[unit]("finished_at", tzinfo=dt.UTC))
+        .values_list("bucket", "status")
+        # COUNT(*), not of a column: the index of ended runs holds all the query reads.
+        .annotate(count=Count("*"))
         .order_by()
     )
-    by_minute: dict[dt.datetime, dict[str, int]] = defaultdict(dict)
-    for row in rows:
-        by_minute[_minute(row["minute"])][row["status"]] = row["count"]
+    buckets: dict[dt.datetime, dict[str, int]] = defaultdict(dict)
+    for bucket, status, count in rows:
+        buckets[_truncate(bucket, unit)][status] = count
     return Ended(
         since=since,
         until=until,
+        unit=unit,
         counted_from=since if boundary is None else boundary,
         complete=boundary is None,
-        by_minute=dict(by_minute),
+        buckets=dict(buckets),
     )
 
 
@@ -161,37 +212,40 @@ def usual_durations(since: dt.datetime, sample: int | None = None) -> dict[str, 
 # ---------------------------------------------------------------------------- lists
 
 
-def lease_expired(
-    now: dt.datetime, limit: int, cap: int | None = None
-) -> tuple[list[Execution], Capped]:
+def lease_expired(now: dt.datetime, limit: int) -> list[Execution]:
     """Running and rolling-back runs whose lease expired before ``now`` (their process is
-    gone; the sweeper hands them to a worker), longest expired first, and how many."""
-    runs = _runs().filter(
-        status__in=[ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK],
-        lease_expires_at__lt=now,
-    )
-    rows = list(runs.order_by("lease_expires_at").only(*RUN_COLUMNS)[:limit])
-    return rows, capped_count(runs, cap or COUNT_CAP)
+    gone; the sweeper hands them to a worker), longest expired first."""
+    return list(_lease_expired(now).order_by("lease_expires_at").only(*RUN_COLUMNS)[:limit])
 
 
 def oldest_running(limit: int) -> list[Execution]:
     """The running runs created first (candidates for running longer than usual)."""
     runs = _runs().filter(status=ExecutionStatus.RUNNING).order_by("created_at", "id")
-    return list(runs.only(*RUN_COLUMNS)[:limit])
+    return list(
+        runs.only(
+            "id",
+            "reactor",
+            "current_step",
+            "created_at",
+            "started_at",
+            "lease_owner",
+            "lease_expires_at",
+        )[:limit]
+    )
 
 
-def needing_attention(limit: int, cap: int | None = None) -> tuple[list[Execution], Capped]:
-    """Runs needing attention, newest first (with their failure), and how many."""
+def needing_attention(limit: int) -> list[Execution]:
+    """Runs needing attention, newest first (with their failure)."""
     runs = _runs().filter(status=ExecutionStatus.NEEDS_ATTENTION)
-    rows = list(runs.order_by("-created_at", "-id").only(*RUN_COLUMNS, "failure")[:limit])
-    return rows, capped_count(runs, cap or COUNT_CAP)
+    return list(runs.order_by("-created_at", "-id").only(*RUN_COLUMNS, "failure")[:limit])
 
 
-def waiting_interrupts(limit: int, cap: int | None = None) -> tuple[list[Interrupt], Capped]:
-    """Interrupts waiting for a payload, longest waiting first, and how many."""
-    waiting = Interrupt.objects.using(USING).filter(status=InterruptStatus.WAITING)
-    rows = list(
-        waiting.order_by("created_at", "id").only(
+def waiting_interrupts(limit: int) -> list[Interrupt]:
+    """Interrupts waiting for a payload, longest waiting first."""
+    return list(
+        _waiting()
+        .order_by("created_at", "id")
+        .only(
             "id",
             "execution_id",
             "reactor",
@@ -203,46 +257,36 @@ def waiting_interrupts(limit: int, cap: int | None = None) -> tuple[list[Interru
             "created_at",
         )[:limit]
     )
-    return rows, capped_count(waiting, cap or COUNT_CAP)
 
 
 @dataclass(frozen=True)
 class OutboxDepth:
-    """Dispatches no worker has taken yet.
+    """Dispatches no worker has taken yet (``counts`` says how many).
 
-    ``count``: how many (capped); of the ``examined`` oldest, ``due`` could be taken now and
-    ``scheduled`` wait for their ``not_before`` (a retry's backoff); ``oldest``: the first
-    ``limit`` of them.
+    Of the ``examined`` oldest, ``due`` could be taken now and ``scheduled`` wait for their
+    ``not_before`` (a retry's backoff); ``oldest``: the first ``limit`` of them.
     """
 
-    count: Capped
     due: int
     scheduled: int
     examined: int
     oldest: list[Dispatch]
 
 
-def outbox_depth(
-    now: dt.datetime, limit: int, cap: int | None = None, examined: int | None = None
-) -> OutboxDepth:
-    """The outbox's depth (see :class:`OutboxDepth`), through its index of unsent rows."""
-    cap, examined = cap or COUNT_CAP, examined or OUTBOX_EXAMINED
-    unsent = Dispatch.objects.using(USING).filter(sent_at__isnull=True)
-    head = unsent.order_by("created_at").values("pk")[:examined]
-    split = unsent.filter(pk__in=head).aggregate(
-        due=Count("pk", filter=Q(not_before__isnull=True) | Q(not_before__lte=now)),
-        scheduled=Count("pk", filter=Q(not_before__gt=now)),
-    )
+def outbox_depth(now: dt.datetime, limit: int, examined: int | None = None) -> OutboxDepth:
+    """The outbox's head (see :class:`OutboxDepth`), through its index of unsent rows."""
+    examined = examined or OUTBOX_EXAMINED
+    unsent = _unsent()
+    head = list(unsent.order_by("created_at").values_list("not_before", flat=True)[:examined])
+    scheduled = sum(1 for not_before in head if not_before is not None and not_before > now)
     oldest = list(
         unsent.order_by("created_at").only(
             "id", "execution_id", "reason", "not_before", "created_at"
         )[:limit]
     )
-    due, scheduled = int(split["due"] or 0), int(split["scheduled"] or 0)
     return OutboxDepth(
-        count=capped_count(unsent, cap),
-        due=due,
+        due=len(head) - scheduled,
         scheduled=scheduled,
-        examined=due + scheduled,
+        examined=len(head),
         oldest=oldest,
     )
