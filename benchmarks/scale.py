@@ -22,9 +22,11 @@ Then, with a logged-in superuser through Django's test ``Client`` (``DEBUG`` off
 requested once untimed and ``--repeat`` times timed: every django_reactor admin change list
 (first page, the last numbered page, pages reached by the "next" keyset link and deep keyset
 pages, each filter, each allowed sort, search), a run's change form, the parked runs, the map
-element list (first page and deep), the API's execution list (first page and a deep cursor) and
-the map summary (``store.maps.summary`` and the API's run detail). The script prints each
-page's median in ms beside the target, 100 ms, and PASS or MISS.
+element list (first page and deep), the API's execution list (first page and a deep cursor),
+the map summary (``store.maps.summary`` and the API's run detail) and the overview (its last
+hour and its last day). The script prints each page's median in ms beside the target, 100 ms,
+and PASS or MISS. ``--busy-day N`` then adds N runs that ended over the last day, times the
+overview again, and deletes them.
 
 Against the admin code before issue 15 (no ``django_reactor.admin.paging``), deep pages are
 the numbered pages at the same depth (``?p=``) and the sorts it offered are timed instead.

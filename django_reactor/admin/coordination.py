@@ -82,11 +82,13 @@ def _declared(declaration: Declaration, where: str) -> Declared:
 
 
 def owner_link(owner: str) -> SafeString:
-    """A run's id as a link to its page; any other owner as text."""
+    """A run's id as a link to its page (its short id, the whole id as its title); any other
+    owner as text."""
     try:
-        return execution_link(uuid.UUID(owner), owner)
+        execution_id = uuid.UUID(owner)
     except ValueError:
         return format_html("{}", owner)
+    return format_html('<span title="{}">{}</span>', owner, execution_link(execution_id))
 
 
 def _shown_key(key: str) -> str:

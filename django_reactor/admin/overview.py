@@ -25,7 +25,7 @@ from ..models import Dispatch
 from ..states import ExecutionStatus
 from ..store.overview import Capped
 from .charts import STACK_ORDER, Bar, legend, stacked_bars
-from .display import APP, execution_link, short_reactor, status_badge
+from .display import APP, execution_links, short_reactor, status_badge
 
 #: The chart's windows: their length, their bars' length, and how often a bar is labelled.
 WINDOWS: dict[str, tuple[dt.timedelta, dt.timedelta, int]] = {
@@ -146,6 +146,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
     """Everything the overview page shows (``window``: ``"hour"`` or ``"day"``)."""
     now = now or timezone.now()
     labels = dict(ExecutionStatus.choices)
+    link = execution_links()
     # The last hour by minute (its figures, its chart's 5-minute bars), the day by hour: each
     # a few hundred rows at most, however many runs ended.
     hour_start = min(
@@ -179,7 +180,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
     attention = store.overview.needing_attention(LIST_ROWS)
     waiting = store.overview.waiting_interrupts(LIST_ROWS)
     outbox = store.overview.outbox_depth(now, LIST_ROWS)
-    slow = _longer_than_usual(now)
+    slow = _longer_than_usual(now, link)
     reasons = dict(Dispatch.Reason.choices)
 
     return {
@@ -212,7 +213,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "attention_url": _changelist(status__exact=ExecutionStatus.NEEDS_ATTENTION),
         "attention": [
             {
-                "link": execution_link(row.pk),
+                "link": link(row.pk),
                 "reactor": short_reactor(row.reactor),
                 "step": row.current_step,
                 "since": _ago(now, row.updated_at),
@@ -223,7 +224,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "expired_count": count_text(counted["lease_expired"]),
         "expired": [
             {
-                "link": execution_link(row.pk),
+                "link": link(row.pk),
                 "reactor": short_reactor(row.reactor),
                 "badge": status_badge(row.status, row.get_status_display()),
                 "step": row.current_step,
@@ -239,7 +240,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "waiting_count": count_text(counted["waiting"]),
         "waiting": [
             {
-                "link": execution_link(row.execution_id),
+                "link": link(row.execution_id),
                 "reactor": short_reactor(row.reactor),
                 "step": row.step,
                 "correlation_id": row.correlation_id or "-",
@@ -254,7 +255,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "outbox_complete": counted["unsent"].exact and outbox.examined == counted["unsent"].value,
         "outbox_rows": [
             {
-                "link": execution_link(row.execution_id),
+                "link": link(row.execution_id),
                 "reason": reasons.get(row.reason, row.reason),
                 "age": _ago(now, row.created_at),
                 "not_before": row.not_before,
@@ -275,13 +276,17 @@ def _failure_message(failure: Any) -> str:
         return str(failure)[:200]
 
 
-def _longer_than_usual(now: dt.datetime) -> list[dict[str, Any]]:
+def _longer_than_usual(now: dt.datetime, link: Any) -> list[dict[str, Any]]:
     """Running runs (lease alive) in flight much longer than their reactor's runs usually take."""
-    usual = store.overview.usual_durations(now - dt.timedelta(days=1))
+    candidates = [
+        row
+        for row in store.overview.oldest_running(STUCK_CANDIDATES)
+        # Those whose lease expired are listed as such.
+        if row.lease_expires_at is None or row.lease_expires_at >= now
+    ]
+    usual = store.overview.usual_durations(now - dt.timedelta(days=1)) if candidates else {}
     rows = []
-    for row in store.overview.oldest_running(STUCK_CANDIDATES):
-        if row.lease_expires_at is not None and row.lease_expires_at < now:
-            continue  # listed with the expired leases
+    for row in candidates:
         typical = usual.get(row.reactor)
         since = row.started_at or row.created_at
         age = duration_seconds(since, now) or 0.0
@@ -289,7 +294,7 @@ def _longer_than_usual(now: dt.datetime) -> list[dict[str, Any]]:
             continue
         rows.append(
             {
-                "link": execution_link(row.pk),
+                "link": link(row.pk),
                 "reactor": short_reactor(row.reactor),
                 "step": row.current_step,
                 "running": format_duration(age),

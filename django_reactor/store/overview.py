@@ -33,7 +33,7 @@ from .db import USING
 #: Rows a count reads at most (beyond, it says "more than"), as the admin's lists count.
 COUNT_CAP = 1_000
 #: Ended runs a window's figures are read from at most, newest first.
-ENDED_CAP = 50_000
+ENDED_CAP = 25_000
 #: Recently completed runs whose durations say how long a reactor's runs usually take.
 USUAL_SAMPLE = 200
 #: Unsent dispatches, oldest first, examined to split them into due and scheduled ones.

@@ -105,7 +105,7 @@ def test_an_idle_backend_says_so_for_each_kind(
     html = client_operator.get(PANEL).content.decode()
     assert "No lock is held." in html
     assert "No semaphore slot is taken." in html
-    assert "No rate limit was charged in the last hour." in html
+    assert "No rate limit was charged in the last hour" in html
     assert "No period bucket is reserved or claimed." in html
     assert "No ordered lock has runs queued or is halted." in html
 

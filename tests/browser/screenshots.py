@@ -233,6 +233,16 @@ def an_hour_of_checkouts() -> None:
     Execution.objects.create(
         reactor=Checkout.definition.name,
         definition_hash=Checkout.definition.definition_hash,
+        status=ExecutionStatus.RUNNING,
+        inputs={"order": "A-2191"},
+        current_step="charge_card",
+        started_at=now - dt.timedelta(minutes=6, seconds=40),
+        lease_owner="celery@worker-2:1187",
+        lease_expires_at=now + dt.timedelta(seconds=40),
+    )
+    Execution.objects.create(
+        reactor=Checkout.definition.name,
+        definition_hash=Checkout.definition.definition_hash,
         status=ExecutionStatus.NEEDS_ATTENTION,
         inputs={"order": "A-2150"},
         current_step="reserve_stock",
@@ -377,7 +387,7 @@ def test_take_the_console_screenshots(browser: Any, live_server: Any, operator: 
                 if scheme == "dark":
                     continue
                 page.goto(live_server.url + reverse("admin:django_reactor_execution_overview"))
-                shoot_down_to(page, "#reactor-attention", OUT / "admin-overview.png")
+                shoot_down_to(page, "#reactor-stuck", OUT / "admin-overview.png")
                 page.goto(live_server.url + reverse("admin:django_reactor_execution_coordination"))
                 shoot_down_to(page, "#reactor-ordered", OUT / "admin-coordination.png")
             finally:
