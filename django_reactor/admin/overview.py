@@ -149,9 +149,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
     link = execution_links()
     # The last hour by minute (its figures, its chart's 5-minute bars), the day by hour: each
     # a few hundred rows at most, however many runs ended.
-    hour_start = min(
-        now - WINDOWS["hour"][0], _floor(now, WINDOWS["hour"][1]) - dt.timedelta(hours=1)
-    )
+    hour_start = _floor(now, WINDOWS["hour"][1]) - WINDOWS["hour"][0]
     day_start = _floor(now, WINDOWS["day"][1]) - WINDOWS["day"][1] * 23
     by_minute = store.overview.ended(hour_start, now, "minute")
     by_hour = store.overview.ended(day_start, now, "hour")

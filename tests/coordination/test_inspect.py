@@ -103,3 +103,24 @@ def test_redis_reads_only_its_own_prefix_even_with_glob_characters_in_it() -> No
     finally:
         drop_redis_keys("reactor-test-a-other")
         mine.client.delete(mine._key("lock", "lock:k"), mine._key("lock", "lock:k", "fence"))
+
+
+@pytest.mark.redis
+def test_redis_inspects_through_a_client_that_decodes_replies(prefix: str) -> None:
+    import redis
+
+    from django_reactor.coordination.backends.redis import RedisBackend
+    from tests.coordination.conftest import REDIS_URL, drop_redis_keys
+
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    backend = RedisBackend(client=client, prefix=prefix)
+    try:
+        grant = backend.acquire_lock("lock:k", "run-a", ttl=30)
+        assert grant is not None
+        backend.reserve_period("period:p", "2026-12-03", "run-a", ttl=30)
+        snapshot = backend.inspect()
+        assert [(lock.owner, lock.fence) for lock in snapshot.locks] == [("run-a", grant.fence)]
+        assert [(h.bucket, h.state) for h in snapshot.period_holds] == [("2026-12-03", "reserved")]
+    finally:
+        client.close()
+        drop_redis_keys(prefix)

@@ -331,9 +331,9 @@ class RedisBackend(CoordinationBackend):
             at=now_us / 1_000_000,
             periods=periods,
             locks=tuple(
-                HeldLock(key, _text(state[b"owner"]), int(_text(state[b"fence"])), ttl / 1000)
+                HeldLock(key, state["owner"], int(state.get("fence") or 0), ttl / 1000)
                 for key, (state, ttl) in zip(chosen["lock"], replies["lock"], strict=True)
-                if state.get(b"owner") is not None and ttl > 0
+                if "owner" in state and ttl > 0
             ),
             semaphores=tuple(
                 SemaphoreSlots(
@@ -355,14 +355,14 @@ class RedisBackend(CoordinationBackend):
                 PeriodHold(
                     key,
                     bucket,
-                    _text(state[b"owner"]),
-                    _text(state.get(b"state", b"")),
+                    state["owner"],
+                    state.get("state", ""),
                     None if ttl < 0 else ttl / 1000,
                 )
                 for (key, bucket), (state, ttl) in zip(
                     chosen["period"], replies["period"], strict=True
                 )
-                if state.get(b"owner") is not None
+                if "owner" in state
             ),
             ordered=tuple(
                 OrderedQueue(
@@ -432,11 +432,15 @@ class RedisBackend(CoordinationBackend):
         with self._guard():
             replies = iter(pipe.execute())
         n = len(periods)
+
+        def fields() -> dict[str, str]:  # a hash, whether the client decodes replies or not
+            return {_text(k): _text(v) for k, v in next(replies).items()}
+
         return {
-            "lock": [(next(replies), next(replies)) for _ in chosen["lock"]],
+            "lock": [(fields(), next(replies)) for _ in chosen["lock"]],
             "sem": [next(replies) for _ in chosen["sem"]],
             "rate": [([next(replies) for _ in range(n)], next(replies)) for _ in chosen["rate"]],
-            "period": [(next(replies), next(replies)) for _ in chosen["period"]],
+            "period": [(fields(), next(replies)) for _ in chosen["period"]],
             "ordered": [tuple(next(replies) for _ in range(5)) for _ in chosen["ordered"]],
         }
 
