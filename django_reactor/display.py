@@ -148,3 +148,17 @@ def summary_lines(handle: ExecutionHandle) -> list[str]:
         for failure in error.rollback_failures:
             lines.append(f"  could not {failure.action} {failure.step}: {failure.message}")
     return lines
+
+
+def stuck_reason(run: Any) -> str:
+    """Why a run is stuck (a ``services.StuckRun``), as the overview and ``reactor_list
+    --stuck`` say it."""
+    if run.kind == "lease_expired":
+        return (
+            f"its lease expired {format_duration(run.seconds)} ago (owner {run.owner or '-'}): "
+            "its process is gone; the sweeper hands it to a worker"
+        )
+    return (
+        f"step {run.step} in flight for {format_duration(run.seconds)}, longer than its timeout "
+        f"({format_duration(run.timeout)})"
+    )

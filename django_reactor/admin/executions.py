@@ -48,6 +48,7 @@ from .display import (
 from .maps import map_sections
 from .operations import ExecutionOperations
 from .paging import KeysetAdmin, KeysetChangeList
+from .time import time_facts, waits_for_time
 
 # ---------------------------------------------------------------------------- filters
 
@@ -379,6 +380,13 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         ]
         composed_child = obj.parent_id is not None and not obj.detached
         buttons = []
+        waits = waits_for_time(obj, records)
+        if (
+            waits is not None
+            and not composed_child
+            and self.has_cancel_execution_permission(request, obj)
+        ):
+            buttons.append(("wake", _("Wake now"), waits["wake_help"]))
         if not composed_child:
             if obj.status in services.CANCELLABLE and self.has_cancel_execution_permission(
                 request, obj
@@ -421,6 +429,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
                 for name, label, help_text in buttons
             ],
             "reactor_status_badge": status_badge(obj.status, obj.get_status_display()),
+            "reactor_time": time_facts(obj, waits),
             # A run still moving: the page reads it again every few seconds (see the template).
             "reactor_refresh_seconds": REFRESH_SECONDS if moving else None,
         }
@@ -442,6 +451,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
             path("<path:object_id>/undo/", wrap(self.undo_view), name=f"{name}_undo"),
             path("<path:object_id>/retry/", wrap(self.retry_view), name=f"{name}_retry"),
+            path("<path:object_id>/wake/", wrap(self.wake_view), name=f"{name}_wake"),
             path(
                 "<path:object_id>/resume/<str:step>/",
                 wrap(self.resume_view),

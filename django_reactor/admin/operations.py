@@ -205,6 +205,9 @@ class ExecutionOperations(admin.ModelAdmin):
             elif operation == "retry":
                 outcome = services.retry(row.id)
                 message = f"Retried as {outcome.execution_id}"
+            elif operation == "wake":
+                handle = services.wake(row.id)
+                message = f"Woken: {handle.status}, a worker takes it now"
             else:  # pragma: no cover - the URLs name only these
                 raise ValueError(operation)
         except (ReactorError, LookupError) as exc:
@@ -327,6 +330,12 @@ class ExecutionOperations(admin.ModelAdmin):
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         allowed = self.has_retry_execution_permission(request)
         return self._single(request, object_id, "retry", allowed)
+
+    def wake_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """ "Wake now": end a sleep, or start a scheduled run, at once (as cancelling, it
+        steers the run: the same permission)."""
+        allowed = self.has_cancel_execution_permission(request)
+        return self._single(request, object_id, "wake", allowed)
 
     def resume_view(self, request: HttpRequest, object_id: str, step: str) -> HttpResponse:
         if not self.has_resume_interrupt_permission(request):

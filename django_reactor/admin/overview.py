@@ -18,8 +18,8 @@ from django.utils.formats import number_format
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from .. import store
-from ..display import duration_seconds, format_duration
+from .. import services, store
+from ..display import duration_seconds, format_duration, stuck_reason
 from ..engine.outcomes import ErrorInfo
 from ..models import Dispatch
 from ..states import ExecutionStatus
@@ -233,6 +233,15 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
             for row in expired
         ],
         "slow": slow,
+        "past_timeout": [
+            {
+                "link": link(run.execution_id),
+                "reactor": short_reactor(run.reactor),
+                "step": run.step,
+                "why": stuck_reason(run),
+            }
+            for run in services.stuck.past_timeout(LIST_ROWS, now)
+        ],
         "stuck_factor": STUCK_FACTOR,
         "stuck_min": format_duration(STUCK_MIN.total_seconds()),
         "waiting_count": count_text(counted["waiting"]),

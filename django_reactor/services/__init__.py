@@ -7,6 +7,7 @@ state. By what they do:
 - ``runs``: ``run``, ``run_in_background``, ``find_by_correlation_id``, ``retry``;
 - ``steering``: ``cancel``, ``undo``, ``wake``;
 - ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
+- ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
 - ``workers``: ``resume`` (a worker's task) and ``sweep``;
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``;
 - ``maintenance``: ``prune`` and the ordered-lock queues;
@@ -29,6 +30,7 @@ from .interrupts import (
 from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
 from .runs import find_by_correlation_id, retry, run, run_in_background
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
+from .stuck import StuckRun, stuck_runs
 from .workers import DATABASE_ERROR_RETRIES, resume, sweep
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "UNDOABLE",
     "ServiceOperations",
+    "StuckRun",
     "after_pause",
     "cancel",
     "deliver",
@@ -55,6 +58,7 @@ __all__ = [
     "run",
     "run_in_background",
     "skip_ordered_run",
+    "stuck_runs",
     "sweep",
     "undo",
     "wake",

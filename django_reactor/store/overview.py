@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Max, QuerySet
 from django.db.models.functions import TruncHour, TruncMinute
 
-from ..models import Dispatch, Execution, Interrupt
+from ..models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import ExecutionStatus, InterruptStatus
 from .db import USING
 
@@ -290,3 +290,30 @@ def outbox_depth(now: dt.datetime, limit: int, examined: int | None = None) -> O
         examined=len(head),
         oldest=oldest,
     )
+
+
+def in_flight_since(execution_ids: Iterable[Any]) -> dict[Any, dt.datetime]:
+    """For each run, when its last checkpoint committed (its last trace entry, or the step
+    record that stands for one): the step it runs now has been in flight since then."""
+    ids = list(execution_ids)
+    if not ids:
+        return {}
+    since: dict[Any, dt.datetime] = {}
+    for execution_id, at in (
+        ExecutionEvent.objects.using(USING)
+        .filter(execution_id__in=ids)
+        .values("execution_id")
+        .annotate(at=Max("at"))
+        .values_list("execution_id", "at")
+    ):
+        since[execution_id] = at
+    for execution_id, at in (
+        StepRecord.objects.using(USING)
+        .filter(execution_id__in=ids, traced=True)
+        .values("execution_id")
+        .annotate(at=Max("finished_at"))
+        .values_list("execution_id", "at")
+    ):
+        if at is not None and (execution_id not in since or at > since[execution_id]):
+            since[execution_id] = at
+    return since

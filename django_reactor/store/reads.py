@@ -298,9 +298,7 @@ def unfinished_descendants(execution_id: uuid.UUID) -> list[uuid.UUID]:
     level = [execution_id]
     while level:
         rows = list(
-            Execution.objects.using(USING)
-            .filter(parent_id__in=level)
-            .values_list("id", "status")
+            Execution.objects.using(USING).filter(parent_id__in=level).values_list("id", "status")
         )
         found.extend(i for i, status in rows if status in unfinished)
         level = [i for i, _ in rows]

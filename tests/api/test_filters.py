@@ -30,7 +30,11 @@ def test_the_list_filters_through_its_filterset() -> None:
 @pytest.mark.parametrize(
     ("query", "parameter", "message"),
     [
-        ("status=paused,bogus", "status", "unknown status bogus; one of pending, scheduled, running"),
+        (
+            "status=paused,bogus",
+            "status",
+            "unknown status bogus; one of pending, scheduled, running",
+        ),
         ("status=100%25s,%25(x)d", "status", "unknown status %(x)d, 100%s; one of"),
         ("created_after=yesterday", "created_after", "'yesterday' is not an ISO 8601 date"),
         ("created_before=%25d%25s", "created_before", "'%d%s' is not an ISO 8601 date"),

@@ -304,3 +304,51 @@ def test_a_scheduled_run_can_be_cancelled_before_it_starts(reactor_clock: Any) -
     reactor_clock.advance(hours=2)
     assert Execution.objects.get(pk=outcome.execution_id).status == ExecutionStatus.CANCELLED
     assert ledger.calls == []
+
+
+def test_runs_at_a_step_past_its_timeout_and_runs_whose_lease_expired_are_stuck() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_reactor.models import ExecutionEvent
+
+    class Slow(Reactor):
+        a = step(lambda: "a")
+        slow = step(lambda: "slow", wait_for=["a"], timeout=60)
+
+    stuck_run = Slow.run({}).execution_id
+    expired_run = Slow.run({}).execution_id
+    hour_ago = timezone.now() - dt.timedelta(hours=1)
+    # As if a process had been running "slow" for an hour, its lease alive...
+    Execution.objects.filter(pk=stuck_run).update(
+        status=ExecutionStatus.RUNNING,
+        current_step="slow",
+        lease_owner="worker-1",
+        lease_expires_at=timezone.now() + dt.timedelta(minutes=1),
+        finished_at=None,
+    )
+    StepRecord.objects.filter(execution_id=stuck_run, step="slow").delete()
+    StepRecord.objects.filter(execution_id=stuck_run).update(finished_at=hour_ago)
+    ExecutionEvent.objects.filter(execution_id=stuck_run).update(at=hour_ago)
+    # ... and another whose process died ten minutes ago.
+    Execution.objects.filter(pk=expired_run).update(
+        status=ExecutionStatus.RUNNING,
+        current_step="slow",
+        lease_owner="worker-2",
+        lease_expires_at=timezone.now() - dt.timedelta(minutes=10),
+        finished_at=None,
+    )
+    stuck = services.stuck_runs()
+    assert [(s.execution_id, s.kind) for s in stuck] == [
+        (expired_run, "lease_expired"),
+        (stuck_run, "past_timeout"),
+    ]
+    assert stuck[1].timeout == 60
+    out = StringIO()
+    call_command("reactor_list", "--stuck", "--no-color", stdout=out)
+    text = out.getvalue()
+    assert str(stuck_run) in text
+    assert "longer than its timeout (1 min 00 s)" in text
+    assert "its lease expired 10 min " in text
+    assert "ago (owner worker-2)" in text

@@ -9,7 +9,8 @@ from django.core.management.base import CommandError, CommandParser
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from django_reactor.display import duration_seconds, format_duration
+from django_reactor import services
+from django_reactor.display import duration_seconds, format_duration, stuck_reason
 from django_reactor.management.commandtools import (
     ReactorCommand,
     dumps,
@@ -34,6 +35,8 @@ COLUMNS = (
     "started_at",
     "finished_at",
     "parent_id",
+    "wake_at",
+    "deadline_at",
 )
 
 
@@ -55,8 +58,8 @@ class Command(ReactorCommand):
             "--status",
             metavar="S[,S]",
             help="Only runs in these statuses, separated by commas, for example "
-            "failed,needs_attention. Statuses: pending, running, paused, completed, failed, "
-            "halted, cancelled, aborted, rolling_back, needs_attention.",
+            "failed,needs_attention. Statuses: pending, scheduled, running, paused, completed, "
+            "failed, halted, cancelled, aborted, rolling_back, needs_attention.",
         )
         since = parser.add_mutually_exclusive_group()
         since.add_argument(
@@ -85,13 +88,24 @@ class Command(ReactorCommand):
             help="Show at most N runs (default 50).",
         )
         parser.add_argument(
+            "--stuck",
+            action="store_true",
+            help="Only runs that should be moving and are not: their lease expired (their "
+            "process is gone), or the step they run has been in flight longer than its "
+            "timeout. Shows why, and ignores the other filters.",
+        )
+        parser.add_argument(
             "--json",
             action="store_true",
             help="Print the runs as one JSON array of objects (id, reactor, status, "
-            "current_step, created_at, started_at, finished_at, duration_seconds, parent_id).",
+            "current_step, created_at, started_at, finished_at, duration_seconds, parent_id, "
+            "wake_at, deadline_at; with --stuck: why).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["stuck"]:
+            self._stuck(options)
+            return
         runs = Execution.objects.all()
         if options["reactor"] is not None:
             runs = runs.filter(reactor=self._reactor(options["reactor"]))
@@ -131,7 +145,7 @@ class Command(ReactorCommand):
                     str(row["id"]),
                     short_reactor(row["reactor"]),
                     status_cell(self, row["status"]),
-                    row["current_step"] or "-",
+                    self._step(row),
                     timezone.localtime(row["created_at"]).strftime("%Y-%m-%d %H:%M:%S"),
                     format_duration(self._seconds(row)),
                 ]
@@ -143,6 +157,43 @@ class Command(ReactorCommand):
                 f"(the {len(rows)} newest shown; pass --limit to see more, or narrow the list)"
             )
 
+    def _stuck(self, options: dict[str, Any]) -> None:
+        stuck = services.stuck_runs(options["limit"])
+        if options["json"]:
+            self.stdout.write(
+                dumps(
+                    [
+                        {
+                            "id": str(run.execution_id),
+                            "reactor": run.reactor,
+                            "status": run.status,
+                            "current_step": run.step,
+                            "since": iso(run.since),
+                            "why": stuck_reason(run),
+                        }
+                        for run in stuck
+                    ]
+                )
+            )
+            return
+        if not stuck:
+            self.stdout.write("no stuck runs")
+            return
+        write_table(
+            self,
+            ["ID", "REACTOR", "STATUS", "STEP", "WHY"],
+            (
+                [
+                    str(run.execution_id),
+                    short_reactor(run.reactor),
+                    status_cell(self, run.status),
+                    run.step or "-",
+                    stuck_reason(run),
+                ]
+                for run in stuck
+            ),
+        )
+
     def _reactor(self, name: str) -> str:
         try:
             return reactor_name(name)
@@ -151,6 +202,15 @@ class Command(ReactorCommand):
             if Execution.objects.filter(reactor=name).exists():
                 return name
             raise
+
+    @staticmethod
+    def _step(row: dict[str, Any]) -> str:
+        """The step, and until when the run waits (a sleep, a scheduled start, a wake-up)."""
+        step = row["current_step"] or "-"
+        if row["wake_at"] is not None and row["status"] in ("pending", "scheduled"):
+            until = timezone.localtime(row["wake_at"]).strftime("%Y-%m-%d %H:%M:%S")
+            step += f" (until {until})"
+        return step
 
     @staticmethod
     def _seconds(row: dict[str, Any]) -> float | None:
@@ -167,4 +227,6 @@ class Command(ReactorCommand):
             "finished_at": iso(row["finished_at"]),
             "duration_seconds": self._seconds(row),
             "parent_id": str(row["parent_id"]) if row["parent_id"] else None,
+            "wake_at": iso(row["wake_at"]),
+            "deadline_at": iso(row["deadline_at"]),
         }

@@ -69,10 +69,16 @@ class Command(ReactorCommand):
             }
             for row in store.interrupts.waiting(handle.id)
         ]
-        # The handle does not carry started_at, which the run's duration is measured from.
-        started_at = (
-            Execution.objects.filter(pk=handle.id).values_list("started_at", flat=True).first()
+        # The handle does not carry started_at (the run's duration is measured from it), nor
+        # the times the run waits for.
+        found = (
+            Execution.objects.filter(pk=handle.id)
+            .values("started_at", "wake_at", "deadline_at", "lease_owner")
+            .first()
         )
+        times: dict[str, Any] = dict(found) if found else {}
+        started_at = times.get("started_at")
+        self._times = times
         children = list(
             Execution.objects.filter(parent_id=handle.id)
             .order_by("created_at", "id")
@@ -84,6 +90,23 @@ class Command(ReactorCommand):
             self._text(handle, started_at, interrupts, children, options)
 
     # ------------------------------------------------------------------ output
+
+    def _waits(self, handle: ExecutionHandle) -> None:
+        """What the run waits for in time (a sleep, its start, a wake-up) and its deadline."""
+        times = self._times
+        wake_at = times.get("wake_at")
+        if wake_at is not None and handle.status in ("pending", "scheduled"):
+            sleeping = [v.name for v in handle.steps if v.status == "sleeping"]
+            why = (
+                f"sleeping at step {sleeping[0]}"
+                if sleeping
+                else "its scheduled start"
+                if handle.status == "scheduled"
+                else "its wake-up"
+            )
+            self.stdout.write(f"waits until: {iso(wake_at)} ({why}; reactor_wake ID wakes it now)")
+        if times.get("deadline_at") is not None:
+            self.stdout.write(f"deadline: {iso(times['deadline_at'])}")
 
     def _data(
         self,
@@ -98,6 +121,8 @@ class Command(ReactorCommand):
             "id": str(handle.id),
             "reactor": handle.reactor,
             "status": handle.status,
+            "wake_at": iso(self._times.get("wake_at")),
+            "deadline_at": iso(self._times.get("deadline_at")),
             "current_step": handle.current_step,
             "created_at": iso(handle.created_at),
             "started_at": iso(started_at),
@@ -187,6 +212,7 @@ class Command(ReactorCommand):
             took = format_duration(duration_seconds(started_at, handle.finished_at))
             times += f", finished {iso(handle.finished_at)} (took {took})"
         write(times)
+        self._waits(handle)
         if handle.idempotency_key:
             write(f"idempotency key: {handle.idempotency_key}")
         if handle.retry_of:
