@@ -225,9 +225,16 @@ class Executor(RunRecorder):
                     self.run_event(ExecutionStatus.HALTED, step=step, reason=reason)
                 )
             return Halted(execution_id=self.execution_id, reason=reason, step=step)
+        spec = self.definition.by_name.get(step)
+        where = f"before step {step!r} could start"
+        if spec is not None and (spec.map is not None or spec.child is not None):
+            # A map or a composed child the run waited for may have done part of its work
+            # (elements, child steps): it is stopped and that part undone, newest first.
+            self.state.undo_stack.append(UndoEntry(step, {}, None))
+            where = f"while the run waited for step {step!r}"
         error = ErrorInfo(
             kind=ErrorKind.DEADLINE,
-            message=f"the run's deadline ({at}) passed before step {step!r} could start",
+            message=f"the run's deadline ({at}) passed {where}",
             step=step,
             reactor=self.definition.name,
             inputs=self.redacted_inputs(),

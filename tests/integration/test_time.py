@@ -352,3 +352,32 @@ def test_runs_at_a_step_past_its_timeout_and_runs_whose_lease_expired_are_stuck(
     assert "longer than its timeout (1 min 00 s)" in text
     assert "its lease expired 10 min " in text
     assert "ago (owner worker-2)" in text
+
+
+def test_a_deadline_stops_a_run_waiting_for_its_map_and_its_unit(reactor_clock: Any) -> None:
+    from django_reactor import async_step, map_over
+    from django_reactor.models import MapRun
+
+    class Waits(Reactor):
+        unit = async_step(lambda: "unit")
+        lines = map_over(arg.value([1, 2, 3]), lambda item: item, item=arg.element(), fan_out=True)
+
+        @step(unit=arg.result("unit"), lines=arg.result("lines"))
+        def total(unit: Any, lines: Any) -> str:
+            return "total"
+
+        class Meta:
+            deadline = dt.timedelta(minutes=30)
+
+    outcome = Waits.run({})  # no worker runs the unit or the map's elements: the run waits
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.status == ExecutionStatus.PENDING
+    assert row.wake_at <= row.deadline_at
+    reactor_clock.advance(minutes=31)
+    row.refresh_from_db()
+    assert row.status in (ExecutionStatus.FAILED, ExecutionStatus.ROLLING_BACK)
+    assert row.failure["kind"] == "deadline"
+    found = MapRun.objects.get(execution_id=row.id)
+    assert found.stop_reason == "cancelled"  # stopped: no element starts any more
+    assert found.succeeded == 0
+    assert "while the run waited for step 'lines'" in row.failure["message"]
