@@ -141,6 +141,7 @@ def test_the_sweeper_recovers_a_dead_run_and_releases_due_wake_ups(settings: Any
         "republished": 0, "recovered": 0, "woken": 0, "redispatched": 0, "deleted": 0,
         "expired": 0,
         "maps": 0,
+        "deadlines": 0,
     }  # fmt: skip
 
 
@@ -159,6 +160,7 @@ def test_reactor_sweep_command_prints_the_report() -> None:
         "republished": 0, "recovered": 0, "woken": 0, "redispatched": 0, "deleted": 0,
         "expired": 0,
         "maps": 0,
+        "deadlines": 0,
     }  # fmt: skip
 
 
