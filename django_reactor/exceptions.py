@@ -135,6 +135,15 @@ class InterruptNotFound(ExecutionNotFound):
     """No interrupt matches (unknown execution, step, correlation id or token)."""
 
 
+class UnknownInterrupt(InterruptNotFound):
+    """The step or path named is not an interrupt the run's reactor declares (a typo, or a
+    path through composed children that does not exist); ``paths`` lists the valid ones."""
+
+    def __init__(self, message: str, *, paths: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
 class InterruptClosed(InvalidTransition):
     """The interrupt no longer takes payloads: it expired, or its run was cancelled or failed.
 

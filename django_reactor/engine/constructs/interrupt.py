@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ...exceptions import CorrelationIdTaken, DefinitionError
 from ...states import EventKind, ExecutionStatus, StepStatus
 from ..declarations import StepDeclaration
-from ..journal import InterruptWrite, JournalBatch
+from ..journal import Event, InterruptWrite, JournalBatch
 from ..outcomes import ErrorKind, Outcome, Paused, PendingInterrupt, exception_message
 from ..recording import step_write
 from ..serialization import safe_repr, unstorable
@@ -204,14 +204,7 @@ class Interrupt(Construct):
             else None
         )
         token = secrets.token_urlsafe(32) if run.issue_tokens else None
-        event = run.event(
-            EventKind.INTERRUPT,
-            step=spec.name,
-            data={
-                "correlation_id": correlation,
-                "expires_at": expires_at.isoformat() if expires_at else None,
-            },
-        )
+        event = interrupt_event(run, spec.name, correlation, expires_at)
         batch = JournalBatch(
             events=[event],
             step=step_write(spec, StepStatus.WAITING, event, 0, {}, started_at),
@@ -236,7 +229,9 @@ class Interrupt(Construct):
                 "correlation ids must be unique among a reactor's waiting runs",
             )
         run.state.waiting.add(spec.name)
-        _reached(run)[spec.name] = PendingInterrupt(spec.name, correlation, expires_at, token)
+        reached_interrupts(run)[spec.name] = PendingInterrupt(
+            spec.name, correlation, expires_at, token
+        )
         return CONTINUE
 
     def pause(self, run: Executor, waiting: list[str]) -> Outcome:
@@ -253,10 +248,16 @@ class Interrupt(Construct):
             run.observer.execution_paused(
                 run.run_event(ExecutionStatus.PAUSED, step=waiting[0], waiting_for=tuple(waiting))
             )
-        reached = _reached(run)
+        reached = reached_interrupts(run)
+        interrupts: list[PendingInterrupt] = []
+        for name in waiting:
+            if run.definition.step(name).interrupt is not None:
+                interrupts.append(reached.get(name, PendingInterrupt(name)))
+            else:  # a composed child waits: the interrupts it reached, by path
+                interrupts.extend(p for path, p in reached.items() if path.startswith(f"{name}."))
         return Paused(
             execution_id=run.execution_id,
-            interrupts=tuple(reached.get(name, PendingInterrupt(name)) for name in waiting),
+            interrupts=tuple(interrupts),
             results=dict(run.state.results),
         )
 
@@ -266,7 +267,7 @@ class Interrupt(Construct):
         if not state.claimed:
             return
         for spec in run.definition.steps:
-            if spec.name not in state.claimed:
+            if spec.name not in state.claimed or spec.interrupt is None:
                 continue
             payload = state.claimed.pop(spec.name)
             event = run.event(EventKind.PAYLOAD, step=spec.name)
@@ -283,10 +284,26 @@ class Interrupt(Construct):
             state.undo_stack.append(UndoEntry(spec.name, {}, payload))
 
 
-def _reached(run: Executor) -> dict[str, PendingInterrupt]:
-    """The interrupts this process reached in the run, with their tokens (for ``Paused``)."""
+def reached_interrupts(run: Executor) -> dict[str, PendingInterrupt]:
+    """The interrupts this process reached in the run, with their tokens (for ``Paused``), by
+    path: the run's own by name, its composed children's as ``"<step>.<interrupt>"``."""
     reached: dict[str, PendingInterrupt] = run.memo.setdefault(INTERRUPT.name, {})
     return reached
+
+
+def interrupt_event(
+    run: Executor, path: str, correlation: str | None, expires_at: dt.datetime | None
+) -> Event:
+    """The ``interrupt`` trace entry of an interrupt reached (``path``: its step, or its path
+    through composed children)."""
+    return run.event(
+        EventKind.INTERRUPT,
+        step=path,
+        data={
+            "correlation_id": correlation,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+        },
+    )
 
 
 def _correlation_failure(run: Executor, spec: StepSpec, message: str) -> StepFailed:

@@ -1,0 +1,116 @@
+"""Reactors whose composed children pause at interrupts (one and two levels deep)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from django_reactor import Reactor, arg, compose, interrupt, step
+from tests.integration.reactors import Tracked
+
+
+class Approval(serializers.Serializer):
+    approved = serializers.BooleanField()
+    note = serializers.CharField(max_length=20, required=False, default="")
+
+
+class Checkout(Reactor):
+    """The child: charges, waits for an approval, ships."""
+
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+
+    charge = step(Tracked, order=arg.input("order"))
+    approval = interrupt(
+        after="charge",
+        payload=Approval,
+        correlation_id=lambda run: f"checkout-{run.inputs['order']}",
+        timeout=3600,
+        max_attempts=3,
+    )
+    ship = step(Tracked, approved=arg.result("approval", "approved"))
+
+    class Meta:
+        name = "tests.nested.Checkout"
+        returns = "ship"
+
+
+class PlaceOrder(Reactor):
+    """The root: reserves, runs Checkout (which pauses it), then sends a receipt."""
+
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+
+    reserve = step(Tracked, order=arg.input("order"))
+    checkout = compose(Checkout, order=arg.input("order"), wait_for=["reserve"])
+    receipt = step(Tracked, shipped=arg.result("checkout", "approved"))
+
+    class Meta:
+        name = "tests.nested.PlaceOrder"
+
+
+class CheckoutInBackground(Reactor):
+    """A child whose interrupt resumes on a worker."""
+
+    charge = step(Tracked)
+    approval = interrupt(after="charge", payload=Approval, resume="background")
+    ship = step(Tracked, approved=arg.result("approval", "approved"))
+
+    class Meta:
+        name = "tests.nested.CheckoutInBackground"
+
+
+class PlaceOrderInBackground(Reactor):
+    reserve = step(Tracked)
+    checkout = compose(CheckoutInBackground, wait_for=["reserve"])
+    receipt = step(Tracked, wait_for=["checkout"])
+
+    class Meta:
+        name = "tests.nested.PlaceOrderInBackground"
+
+
+class Fulfil(Reactor):
+    """A middle level: picks, runs Checkout, packs."""
+
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+
+    pick = step(Tracked)
+    checkout = compose(Checkout, order=arg.input("order"), wait_for=["pick"])
+    pack = step(Tracked, wait_for=["checkout"])
+
+    class Meta:
+        name = "tests.nested.Fulfil"
+
+
+class Subscribe(Reactor):
+    """Two levels: Subscribe -> Fulfil -> Checkout, which pauses at its approval."""
+
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+
+    enrol = step(Tracked)
+    fulfil = compose(Fulfil, order=arg.input("order"), wait_for=["enrol"])
+    confirm = step(Tracked, wait_for=["fulfil"])
+
+    class Meta:
+        name = "tests.nested.Subscribe"
+
+
+class Review(serializers.Serializer):
+    ok = serializers.BooleanField()
+
+
+class OrderWithReview(Reactor):
+    """Waits at an interrupt of its own and at its child's at once; a third step runs meanwhile."""
+
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+
+    reserve = step(Tracked, order=arg.input("order"))
+    checkout = compose(Checkout, order=arg.input("order"), wait_for=["reserve"])
+    review = interrupt(after="reserve", payload=Review)
+    audit = step(Tracked, wait_for=["reserve"])
+    receipt = step(Tracked, wait_for=["checkout", "review"])
+
+    class Meta:
+        name = "tests.nested.OrderWithReview"
