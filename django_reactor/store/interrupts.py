@@ -296,10 +296,10 @@ def waiting(execution_id: uuid.UUID) -> list[Interrupt]:
     )
 
 
-def of_run(execution_id: uuid.UUID) -> list[Interrupt]:
-    """Every interrupt a run reached, and those of its composed children paused under it
-    (:func:`path_of` gives each one's path), in the order they were reached."""
-    prefixes = paused_below(execution_id)
+def of_run(execution_id: uuid.UUID, *, paused: bool = True) -> list[Interrupt]:
+    """Every interrupt a run reached and, when it is ``paused``, those of its composed children
+    paused under it (:func:`path_of` gives each one's path), in the order they were reached."""
+    prefixes = paused_below(execution_id) if paused else {execution_id: ""}
     return _listed(
         list(Interrupt.objects.using(USING).filter(execution_id__in=list(prefixes)).order_by("id")),
         prefixes,
