@@ -146,6 +146,18 @@ def locate(execution_id: uuid.UUID, path: str) -> tuple[uuid.UUID | None, str]:
     return current, leaf
 
 
+def at(execution_id: uuid.UUID, path: str) -> Interrupt | None:
+    """The interrupt of the run ``execution_id`` at ``path`` (its step, or a path through
+    composed children), in whatever status; None when there is none (yet)."""
+    owner, leaf = locate(execution_id, path)
+    if owner is None:
+        return None
+    row = Interrupt.objects.using(USING).filter(execution_id=owner, step=leaf).first()
+    if row is not None:
+        row.__dict__["_path"] = path
+    return row
+
+
 def _listed(rows: list[Interrupt], prefixes: dict[uuid.UUID, str]) -> list[Interrupt]:
     for row in rows:
         row.__dict__["_path"] = prefixes.get(row.execution_id, "") + row.step
