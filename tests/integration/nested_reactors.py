@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from django_reactor import Reactor, arg, compose, interrupt, step
+from django_reactor import ContinueWith, Reactor, arg, async_reactor, compose, interrupt, step
 from tests.integration.reactors import Tracked
 
 
@@ -114,3 +114,61 @@ class OrderWithReview(Reactor):
 
     class Meta:
         name = "tests.nested.OrderWithReview"
+
+
+class TwoApprovalsInTurn(Reactor):
+    """A child that waits twice, one interrupt after the other."""
+
+    draft = step(Tracked)
+    first = interrupt(after="draft", payload=Approval)
+    second = interrupt(after="first", payload=Approval)
+    sign = step(Tracked, wait_for=["second"])
+
+    class Meta:
+        name = "tests.nested.TwoApprovalsInTurn"
+
+
+class Contract(Reactor):
+    prepare = step(Tracked)
+    approvals = compose(TwoApprovalsInTurn, wait_for=["prepare"])
+    archive = step(Tracked, wait_for=["approvals"])
+
+    class Meta:
+        name = "tests.nested.Contract"
+
+
+class CheckoutWithDefault(Reactor):
+    """A child whose interrupt goes on with a default payload when it expires."""
+
+    charge = step(Tracked)
+    approval = interrupt(
+        after="charge",
+        payload=Approval,
+        timeout=60,
+        on_timeout=ContinueWith({"approved": False, "note": "timed out"}),
+    )
+    ship = step(Tracked, approved=arg.result("approval", "approved"))
+
+    class Meta:
+        name = "tests.nested.CheckoutWithDefault"
+
+
+class PlaceOrderWithDefault(Reactor):
+    reserve = step(Tracked)
+    checkout = compose(CheckoutWithDefault, wait_for=["reserve"])
+
+    class Meta:
+        name = "tests.nested.PlaceOrderWithDefault"
+
+
+class FiresOrder(Reactor):
+    """Runs PlaceOrder as an async unit: the unit is the run that pauses for its child."""
+
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+
+    unit = async_reactor(PlaceOrder, order=arg.input("order"))
+    after = step(Tracked)
+
+    class Meta:
+        name = "tests.nested.FiresOrder"

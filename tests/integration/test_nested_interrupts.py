@@ -23,9 +23,12 @@ from django_reactor.exceptions import (
 from django_reactor.models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from django_reactor.states import ExecutionStatus, InterruptStatus, StepStatus
 from tests.integration.nested_reactors import (
+    Contract,
+    FiresOrder,
     OrderWithReview,
     PlaceOrder,
     PlaceOrderInBackground,
+    PlaceOrderWithDefault,
     Subscribe,
 )
 from tests.integration.reactors import ledger
@@ -488,3 +491,86 @@ def test_two_levels_undo_rolls_back_the_grandchild_then_the_child_then_the_root(
     ]
     statuses = {e.status for e in Execution.objects.filter(pk__in=[root_id, middle.pk, leaf.pk])}
     assert statuses == {ExecutionStatus.CANCELLED}
+
+
+def test_a_child_that_waits_twice_pauses_the_root_twice() -> None:
+    paused = Contract.run({})
+    assert [i.step for i in paused.interrupts] == ["approvals.first"]
+
+    again = services.resume_interrupt(paused.execution_id, payload=APPROVED)
+
+    assert isinstance(again, Paused)
+    assert [i.step for i in again.interrupts] == ["approvals.second"]
+    done = services.resume_interrupt(paused.execution_id, step="approvals.second", payload=APPROVED)
+    assert isinstance(done, Completed)
+    assert trace_of(paused.execution_id) == [
+        ("start", ""),
+        ("run", "prepare"),
+        ("interrupt", "approvals.first"),
+        ("pause", ""),
+        ("payload", "approvals.first"),
+        ("interrupt", "approvals.second"),
+        ("pause", ""),
+        ("payload", "approvals.second"),
+        ("run", "approvals"),
+        ("run", "archive"),
+        ("complete", ""),
+    ]
+    pauses = ExecutionEvent.objects.filter(execution_id=paused.execution_id, kind="pause")
+    assert [e.data["waiting_for"] for e in pauses.order_by("seq")] == [
+        ["approvals.first"],
+        ["approvals.second"],
+    ]
+
+
+def test_an_expired_nested_interrupt_with_a_default_goes_on_with_it_on_a_worker() -> None:
+    paused = PlaceOrderWithDefault.run({})
+    child = child_of(paused.execution_id, "checkout")
+    Interrupt.objects.filter(execution=child).update(
+        expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+
+    assert services.expire_interrupts() == 1
+    root = Execution.objects.get(pk=paused.execution_id)
+    assert root.status == ExecutionStatus.PENDING
+    assert Dispatch.objects.filter(execution=root, reason="resume").count() == 1
+
+    finished = services.resume(root.pk)  # what the worker's task does
+
+    assert isinstance(finished, Completed)
+    assert Interrupt.objects.get(execution=child).status == InterruptStatus.EXPIRED
+    assert ledger.calls[-1] == ("run", "ship")
+    assert services.find(child.pk).steps[-1].result["approved"] is False
+
+
+def test_a_payload_accepted_while_the_root_is_moving_is_taken_up_when_it_pauses() -> None:
+    paused = PlaceOrder.run({"order": "23"})
+    root_id = paused.execution_id
+    # As if the root were still running its other steps when the payload came.
+    Execution.objects.filter(pk=root_id).update(status=ExecutionStatus.RUNNING)
+
+    accepted = services.resume_interrupt(root_id, step="checkout.approval", payload=APPROVED)
+
+    assert accepted.status == ExecutionStatus.RUNNING
+    assert accepted.execution_id == root_id
+    Execution.objects.filter(pk=root_id).update(status=ExecutionStatus.PAUSED)  # it pauses
+    handed = services.after_pause(Paused(execution_id=root_id))
+    assert isinstance(handed, Dispatched)
+    assert isinstance(services.resume(root_id), Completed)
+    assert ledger.calls[-2:] == [("run", "ship"), ("run", "receipt")]
+
+
+def test_in_an_async_unit_the_unit_pauses_for_its_child_and_is_resumed_by_its_own_id() -> None:
+    outcome = FiresOrder.run({"order": "24"})
+    assert isinstance(outcome, Completed)  # nobody reads the unit
+    unit = child_of(outcome.execution_id, "unit")
+
+    paused = services.resume(unit.pk)  # a worker runs the unit
+
+    assert isinstance(paused, Paused)
+    assert [i.step for i in paused.interrupts] == ["checkout.approval"]
+    assert Execution.objects.get(pk=unit.pk).status == ExecutionStatus.PAUSED
+    assert services.find(outcome.execution_id).interrupts == ()  # the parent is not paused
+    done = services.resume_interrupt(correlation_id="checkout-24", payload=APPROVED)
+    assert isinstance(done, Completed)
+    assert done.execution_id == unit.pk

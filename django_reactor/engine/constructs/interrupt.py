@@ -235,10 +235,25 @@ class Interrupt(Construct):
         return CONTINUE
 
     def pause(self, run: Executor, waiting: list[str]) -> Outcome:
-        """Nothing else can run until a payload comes: release the run, waiting."""
+        """Nothing else can run until a payload comes: release the run, waiting.
+
+        A composed child that waits (its compose step is in ``waiting``) stands for the
+        interrupts it reached, by path (``"checkout.approval"``).
+        """
+        reached = reached_interrupts(run)
+        interrupts: list[PendingInterrupt] = []
+        waiting_for: list[str] = []
+        for name in waiting:
+            if run.definition.step(name).interrupt is not None:
+                interrupts.append(reached.get(name, PendingInterrupt(name)))
+                waiting_for.append(name)
+            else:  # a composed child waits: the interrupts it reached here, by path
+                nested = [p for path, p in reached.items() if path.startswith(f"{name}.")]
+                interrupts.extend(nested)
+                waiting_for.extend([p.step for p in nested] or [name])
         run.commit(
             JournalBatch(
-                events=[run.event(EventKind.PAUSE, data={"waiting_for": waiting})],
+                events=[run.event(EventKind.PAUSE, data={"waiting_for": waiting_for})],
                 status=ExecutionStatus.PAUSED,
                 current_step=waiting[0],
                 release=True,
@@ -248,13 +263,6 @@ class Interrupt(Construct):
             run.observer.execution_paused(
                 run.run_event(ExecutionStatus.PAUSED, step=waiting[0], waiting_for=tuple(waiting))
             )
-        reached = reached_interrupts(run)
-        interrupts: list[PendingInterrupt] = []
-        for name in waiting:
-            if run.definition.step(name).interrupt is not None:
-                interrupts.append(reached.get(name, PendingInterrupt(name)))
-            else:  # a composed child waits: the interrupts it reached, by path
-                interrupts.extend(p for path, p in reached.items() if path.startswith(f"{name}."))
         return Paused(
             execution_id=run.execution_id,
             interrupts=tuple(interrupts),
