@@ -234,25 +234,17 @@ def find_interrupt(
 
 
 def interrupt_step(step: Any) -> str | None:
-    """A delivery's ``step`` as a dotted path (None stays None)."""
-    if step is None:
-        return None
-    if isinstance(step, str):
-        parts = step.split(".")
-    elif isinstance(step, Sequence) and all(isinstance(part, str) for part in step):
-        parts = list(step)
-    else:
-        raise ReactorError(
-            "step must name an interrupt: its step name, or its path through composed children "
-            f'("checkout.approval" or ("checkout", "approval")), got {step!r}'
-        )
-    if not parts or not all(parts) or any("." in part for part in parts):
-        raise UnknownInterrupt(
-            f"{step!r} does not name an interrupt: give its step name, or its path through "
-            'composed children ("checkout.approval" or ("checkout", "approval"))',
-            paths=(),
-        )
-    return ".".join(parts)
+    """A delivery's ``step`` as text: a path given as a sequence is dotted (``("checkout",
+    "approval")`` is ``"checkout.approval"``). Whether it names an interrupt is checked
+    against the run's reactor, which lists the valid ones when it does not."""
+    if step is None or isinstance(step, str):
+        return step
+    if isinstance(step, Sequence) and all(isinstance(part, str) for part in step):
+        return ".".join(step)
+    raise ReactorError(
+        "step must name an interrupt: its step name, or its path through composed children "
+        f'("checkout.approval" or ("checkout", "approval")), got {step!r}'
+    )
 
 
 def _refuse_composed_child(execution: Any, step: str | None, row: Any = None) -> None:

@@ -67,11 +67,6 @@ class Nesting:
     reactor: str  # the top run's reactor
     path: str
 
-    @property
-    def prefix(self) -> str:
-        """The compose steps from the top run down to the interrupt's run (``"checkout."``)."""
-        return self.path.rpartition(".")[0] + "." if "." in self.path else ""
-
 
 def nesting(row: Interrupt) -> Nesting:
     """The run that pauses for ``row`` and the interrupt's path there (one read per level)."""

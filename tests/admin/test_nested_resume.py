@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from django_reactor.models import Execution, Interrupt
 from django_reactor.states import ExecutionStatus, InterruptStatus
-from tests.integration.nested_reactors import PlaceOrder, Subscribe
+from tests.integration.nested_reactors import NestedOrder, NestedSubscribe
 from tests.integration.reactors import ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ def texts(response: Any) -> list[str]:
 def test_the_roots_page_lists_the_nested_interrupt_by_path_with_a_resume_link(
     client_operator: Client,
 ) -> None:
-    root = PlaceOrder.run({"order": "A1"}).execution_id
+    root = NestedOrder.run({"order": "A1"}).execution_id
 
     html = client_operator.get(url("change", root)).content.decode()
 
@@ -41,7 +41,7 @@ def test_the_roots_page_lists_the_nested_interrupt_by_path_with_a_resume_link(
 def test_the_childs_page_points_at_the_root_instead_of_offering_a_resume(
     client_operator: Client,
 ) -> None:
-    root = PlaceOrder.run({"order": "A2"}).execution_id
+    root = NestedOrder.run({"order": "A2"}).execution_id
     child = Execution.objects.get(parent_id=root).pk
 
     html = client_operator.get(url("change", child)).content.decode()
@@ -59,7 +59,7 @@ def test_the_childs_page_points_at_the_root_instead_of_offering_a_resume(
 def test_the_resume_form_of_a_nested_interrupt_uses_the_childs_serializer(
     client_operator: Client,
 ) -> None:
-    root = PlaceOrder.run({"order": "A3"}).execution_id
+    root = NestedOrder.run({"order": "A3"}).execution_id
     resume = url("resume", root, "checkout.approval")
 
     page = client_operator.get(resume).content.decode()
@@ -81,7 +81,7 @@ def test_the_resume_form_of_a_nested_interrupt_uses_the_childs_serializer(
 
 
 def test_the_resume_form_two_levels_down(client_operator: Client) -> None:
-    root = Subscribe.run({"order": "A4"}).execution_id
+    root = NestedSubscribe.run({"order": "A4"}).execution_id
 
     html = client_operator.get(url("change", root)).content.decode()
     assert url("resume", root, "fulfil.checkout.approval") in html
@@ -95,7 +95,7 @@ def test_the_resume_form_two_levels_down(client_operator: Client) -> None:
 
 
 def test_a_path_that_does_not_exist_is_not_found(client_operator: Client) -> None:
-    root = PlaceOrder.run({"order": "A5"}).execution_id
+    root = NestedOrder.run({"order": "A5"}).execution_id
 
     assert client_operator.get(url("resume", root, "checkout.nope")).status_code == 404
     assert client_operator.get(url("resume", root, "nope.approval")).status_code == 404

@@ -14,7 +14,7 @@ from django_reactor.api.signatures import sign
 from django_reactor.models import Execution, Interrupt
 from django_reactor.states import ExecutionStatus, InterruptStatus
 from tests.api.conftest import SECRET
-from tests.integration.nested_reactors import PlaceOrder, Subscribe
+from tests.integration.nested_reactors import NestedOrder, NestedSubscribe
 from tests.integration.reactors import ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,7 +23,7 @@ APPROVED = {"approved": True}
 
 
 def paused_order(order: str) -> Paused:
-    outcome = PlaceOrder.run({"order": order})
+    outcome = NestedOrder.run({"order": order})
     assert isinstance(outcome, Paused)
     return outcome
 
@@ -73,14 +73,15 @@ def test_an_unknown_path_answers_400_with_the_valid_paths(operator: APIClient) -
         assert response.status_code == 400, (step, response.data)
         assert response.data["code"] == "unknown_interrupt"
         assert response.data["paths"] == ["checkout.approval"]
-        assert f"{step!r} is not an interrupt of tests.nested.PlaceOrder" in response.data["detail"]
+        detail = response.data["detail"]
+        assert f"{step!r} is not an interrupt of tests.nested.NestedOrder" in detail
     assert Interrupt.objects.get(execution_id=child_id(paused.execution_id, "checkout")).status == (
         InterruptStatus.WAITING
     )
 
 
 def test_an_unknown_path_two_levels_down_lists_the_full_paths(operator: APIClient) -> None:
-    paused = Subscribe.run({"order": "N4"})
+    paused = NestedSubscribe.run({"order": "N4"})
 
     response = operator.post(
         url(paused.execution_id), {"step": "fulfil.approval", "payload": APPROVED}, format="json"
@@ -116,7 +117,7 @@ def test_resume_by_correlation_id_finds_the_nested_interrupt(operator: APIClient
 
     response = operator.post(
         "/reactor/correlations/checkout-N6/resume/",
-        {"payload": APPROVED, "reactor": "tests.nested.PlaceOrder"},
+        {"payload": APPROVED, "reactor": "tests.nested.NestedOrder"},
         format="json",
     )
 

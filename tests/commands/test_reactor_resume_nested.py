@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from django_reactor import Paused
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus
-from tests.integration.nested_reactors import PlaceOrder, Subscribe
+from tests.integration.nested_reactors import NestedOrder, NestedSubscribe
 from tests.integration.reactors import ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,7 +27,7 @@ def command(name: str, *args: Any, **options: Any) -> str:
 
 
 def paused_order(order: str) -> Paused:
-    outcome = PlaceOrder.run({"order": order})
+    outcome = NestedOrder.run({"order": order})
     assert isinstance(outcome, Paused)
     return outcome
 
@@ -55,12 +55,12 @@ def test_resume_by_path_completes_the_root() -> None:
 
 
 def test_resume_two_levels_down_by_correlation_id() -> None:
-    paused = Subscribe.run({"order": "C3"})
+    paused = NestedSubscribe.run({"order": "C3"})
 
     out = command(
         "reactor_resume",
         correlation_id="checkout-C3",
-        reactor="tests.nested.Subscribe",
+        reactor="tests.nested.NestedSubscribe",
         payload='{"approved": true}',
         json=True,
     )
@@ -79,7 +79,7 @@ def test_a_path_that_does_not_exist_is_refused_with_the_valid_paths() -> None:
 
     assert str(refused.value) == (
         f"cannot resume execution {paused.execution_id}: 'checkout.aproval' is not an "
-        "interrupt of tests.nested.PlaceOrder (its interrupts: checkout.approval)."
+        "interrupt of tests.nested.NestedOrder (its interrupts: checkout.approval)."
     )
     assert Execution.objects.get(pk=paused.execution_id).status == ExecutionStatus.PAUSED
 

@@ -13,7 +13,7 @@ class Approval(serializers.Serializer):
     note = serializers.CharField(max_length=20, required=False, default="")
 
 
-class Checkout(Reactor):
+class ApprovedCheckout(Reactor):
     """The child: charges, waits for an approval, ships."""
 
     class Inputs(serializers.Serializer):
@@ -30,25 +30,25 @@ class Checkout(Reactor):
     ship = step(Tracked, approved=arg.result("approval", "approved"))
 
     class Meta:
-        name = "tests.nested.Checkout"
+        name = "tests.nested.ApprovedCheckout"
         returns = "ship"
 
 
-class PlaceOrder(Reactor):
-    """The root: reserves, runs Checkout (which pauses it), then sends a receipt."""
+class NestedOrder(Reactor):
+    """The root: reserves, runs ApprovedCheckout (which pauses it), then sends a receipt."""
 
     class Inputs(serializers.Serializer):
         order = serializers.CharField()
 
     reserve = step(Tracked, order=arg.input("order"))
-    checkout = compose(Checkout, order=arg.input("order"), wait_for=["reserve"])
+    checkout = compose(ApprovedCheckout, order=arg.input("order"), wait_for=["reserve"])
     receipt = step(Tracked, shipped=arg.result("checkout", "approved"))
 
     class Meta:
-        name = "tests.nested.PlaceOrder"
+        name = "tests.nested.NestedOrder"
 
 
-class CheckoutInBackground(Reactor):
+class ApprovedCheckoutInBackground(Reactor):
     """A child whose interrupt resumes on a worker."""
 
     charge = step(Tracked)
@@ -56,64 +56,64 @@ class CheckoutInBackground(Reactor):
     ship = step(Tracked, approved=arg.result("approval", "approved"))
 
     class Meta:
-        name = "tests.nested.CheckoutInBackground"
+        name = "tests.nested.ApprovedCheckoutInBackground"
 
 
-class PlaceOrderInBackground(Reactor):
+class NestedOrderInBackground(Reactor):
     reserve = step(Tracked)
-    checkout = compose(CheckoutInBackground, wait_for=["reserve"])
+    checkout = compose(ApprovedCheckoutInBackground, wait_for=["reserve"])
     receipt = step(Tracked, wait_for=["checkout"])
 
     class Meta:
-        name = "tests.nested.PlaceOrderInBackground"
+        name = "tests.nested.NestedOrderInBackground"
 
 
-class Fulfil(Reactor):
-    """A middle level: picks, runs Checkout, packs."""
+class NestedFulfil(Reactor):
+    """A middle level: picks, runs ApprovedCheckout, packs."""
 
     class Inputs(serializers.Serializer):
         order = serializers.CharField()
 
     pick = step(Tracked)
-    checkout = compose(Checkout, order=arg.input("order"), wait_for=["pick"])
+    checkout = compose(ApprovedCheckout, order=arg.input("order"), wait_for=["pick"])
     pack = step(Tracked, wait_for=["checkout"])
 
     class Meta:
-        name = "tests.nested.Fulfil"
+        name = "tests.nested.NestedFulfil"
 
 
-class Subscribe(Reactor):
-    """Two levels: Subscribe -> Fulfil -> Checkout, which pauses at its approval."""
+class NestedSubscribe(Reactor):
+    """Two levels: NestedSubscribe -> NestedFulfil -> ApprovedCheckout, which pauses."""
 
     class Inputs(serializers.Serializer):
         order = serializers.CharField()
 
     enrol = step(Tracked)
-    fulfil = compose(Fulfil, order=arg.input("order"), wait_for=["enrol"])
+    fulfil = compose(NestedFulfil, order=arg.input("order"), wait_for=["enrol"])
     confirm = step(Tracked, wait_for=["fulfil"])
 
     class Meta:
-        name = "tests.nested.Subscribe"
+        name = "tests.nested.NestedSubscribe"
 
 
 class Review(serializers.Serializer):
     ok = serializers.BooleanField()
 
 
-class OrderWithReview(Reactor):
+class NestedOrderWithReview(Reactor):
     """Waits at an interrupt of its own and at its child's at once; a third step runs meanwhile."""
 
     class Inputs(serializers.Serializer):
         order = serializers.CharField()
 
     reserve = step(Tracked, order=arg.input("order"))
-    checkout = compose(Checkout, order=arg.input("order"), wait_for=["reserve"])
+    checkout = compose(ApprovedCheckout, order=arg.input("order"), wait_for=["reserve"])
     review = interrupt(after="reserve", payload=Review)
     audit = step(Tracked, wait_for=["reserve"])
     receipt = step(Tracked, wait_for=["checkout", "review"])
 
     class Meta:
-        name = "tests.nested.OrderWithReview"
+        name = "tests.nested.NestedOrderWithReview"
 
 
 class TwoApprovalsInTurn(Reactor):
@@ -128,16 +128,16 @@ class TwoApprovalsInTurn(Reactor):
         name = "tests.nested.TwoApprovalsInTurn"
 
 
-class Contract(Reactor):
+class NestedContract(Reactor):
     prepare = step(Tracked)
     approvals = compose(TwoApprovalsInTurn, wait_for=["prepare"])
     archive = step(Tracked, wait_for=["approvals"])
 
     class Meta:
-        name = "tests.nested.Contract"
+        name = "tests.nested.NestedContract"
 
 
-class CheckoutWithDefault(Reactor):
+class ApprovedCheckoutWithDefault(Reactor):
     """A child whose interrupt goes on with a default payload when it expires."""
 
     charge = step(Tracked)
@@ -150,25 +150,25 @@ class CheckoutWithDefault(Reactor):
     ship = step(Tracked, approved=arg.result("approval", "approved"))
 
     class Meta:
-        name = "tests.nested.CheckoutWithDefault"
+        name = "tests.nested.ApprovedCheckoutWithDefault"
 
 
-class PlaceOrderWithDefault(Reactor):
+class NestedOrderWithDefault(Reactor):
     reserve = step(Tracked)
-    checkout = compose(CheckoutWithDefault, wait_for=["reserve"])
+    checkout = compose(ApprovedCheckoutWithDefault, wait_for=["reserve"])
 
     class Meta:
-        name = "tests.nested.PlaceOrderWithDefault"
+        name = "tests.nested.NestedOrderWithDefault"
 
 
-class FiresOrder(Reactor):
-    """Runs PlaceOrder as an async unit: the unit is the run that pauses for its child."""
+class FiresNestedOrder(Reactor):
+    """Runs NestedOrder as an async unit: the unit is the run that pauses for its child."""
 
     class Inputs(serializers.Serializer):
         order = serializers.CharField()
 
-    unit = async_reactor(PlaceOrder, order=arg.input("order"))
+    unit = async_reactor(NestedOrder, order=arg.input("order"))
     after = step(Tracked)
 
     class Meta:
-        name = "tests.nested.FiresOrder"
+        name = "tests.nested.FiresNestedOrder"

@@ -23,13 +23,13 @@ from django_reactor.exceptions import (
 from django_reactor.models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from django_reactor.states import ExecutionStatus, InterruptStatus, StepStatus
 from tests.integration.nested_reactors import (
-    Contract,
-    FiresOrder,
-    OrderWithReview,
-    PlaceOrder,
-    PlaceOrderInBackground,
-    PlaceOrderWithDefault,
-    Subscribe,
+    FiresNestedOrder,
+    NestedContract,
+    NestedOrder,
+    NestedOrderInBackground,
+    NestedOrderWithDefault,
+    NestedOrderWithReview,
+    NestedSubscribe,
 )
 from tests.integration.reactors import ledger
 
@@ -60,7 +60,7 @@ def rollback_order(*execution_ids: Any) -> list[tuple[str, str]]:
 
 
 def test_a_child_at_its_interrupt_pauses_the_root_and_stays_paused_under_it() -> None:
-    outcome = PlaceOrder.run({"order": "7"})
+    outcome = NestedOrder.run({"order": "7"})
 
     assert isinstance(outcome, Paused)
     assert [i.step for i in outcome.interrupts] == ["checkout.approval"]
@@ -85,7 +85,7 @@ def test_a_child_at_its_interrupt_pauses_the_root_and_stays_paused_under_it() ->
         ("interrupt", "approval"),
         ("pause", ""),
     ]
-    handle = PlaceOrder.find(root.pk)
+    handle = NestedOrder.find(root.pk)
     assert [(i.step, i.correlation_id) for i in handle.interrupts] == [
         ("checkout.approval", "checkout-7")
     ]
@@ -95,7 +95,7 @@ def test_a_child_at_its_interrupt_pauses_the_root_and_stays_paused_under_it() ->
 
 @override_settings(REACTOR={"RESUME_TOKENS": True})
 def test_the_paused_outcome_carries_the_nested_interrupts_token() -> None:
-    outcome = PlaceOrder.run({"order": "8"})
+    outcome = NestedOrder.run({"order": "8"})
 
     assert isinstance(outcome, Paused)
     assert outcome.token is not None
@@ -105,7 +105,7 @@ def test_the_paused_outcome_carries_the_nested_interrupts_token() -> None:
 
 
 def test_a_root_runs_its_other_steps_and_waits_at_its_own_and_its_childs_interrupts() -> None:
-    outcome = OrderWithReview.run({"order": "9"})
+    outcome = NestedOrderWithReview.run({"order": "9"})
 
     assert isinstance(outcome, Paused)
     assert sorted(i.step for i in outcome.interrupts) == ["checkout.approval", "review"]
@@ -142,9 +142,9 @@ def test_a_root_runs_its_other_steps_and_waits_at_its_own_and_its_childs_interru
 
 @pytest.mark.parametrize("path", ["checkout.approval", ("checkout", "approval")])
 def test_resume_by_path_continues_the_child_then_the_root(path: Any) -> None:
-    paused = PlaceOrder.run({"order": "10"})
+    paused = NestedOrder.run({"order": "10"})
 
-    outcome = PlaceOrder.find(paused.execution_id).resume(path, {"approved": True, "note": "ok"})
+    outcome = NestedOrder.find(paused.execution_id).resume(path, {"approved": True, "note": "ok"})
 
     assert isinstance(outcome, Completed)
     assert outcome.execution_id == paused.execution_id
@@ -175,7 +175,7 @@ def test_resume_by_path_continues_the_child_then_the_root(path: Any) -> None:
 
 
 def test_resume_without_a_step_finds_the_one_nested_interrupt_waiting() -> None:
-    paused = PlaceOrder.run({"order": "11"})
+    paused = NestedOrder.run({"order": "11"})
 
     outcome = services.resume_interrupt(paused.execution_id, payload=APPROVED)
 
@@ -183,9 +183,9 @@ def test_resume_without_a_step_finds_the_one_nested_interrupt_waiting() -> None:
 
 
 def test_resume_by_correlation_id_finds_the_nested_interrupt_and_resumes_the_root() -> None:
-    paused = PlaceOrder.run({"order": "12"})
+    paused = NestedOrder.run({"order": "12"})
 
-    handle = PlaceOrder.find_by_correlation_id("checkout-12")
+    handle = NestedOrder.find_by_correlation_id("checkout-12")
     assert handle.id == paused.execution_id
     outcome = services.resume_interrupt(correlation_id="checkout-12", payload=APPROVED)
 
@@ -194,13 +194,13 @@ def test_resume_by_correlation_id_finds_the_nested_interrupt_and_resumes_the_roo
     with pytest.raises(AlreadyResumed, match=rf"'checkout.approval' of execution {handle.id}"):
         services.resume_interrupt(
             correlation_id="checkout-12",
-            reactor="tests.nested.PlaceOrder",
+            reactor="tests.nested.NestedOrder",
             payload=APPROVED,
         )
 
 
 def test_resuming_the_child_execution_directly_is_refused_naming_the_root_and_the_path() -> None:
-    paused = PlaceOrder.run({"order": "13"})
+    paused = NestedOrder.run({"order": "13"})
     child = child_of(paused.execution_id, "checkout")
 
     expected = (
@@ -221,19 +221,19 @@ def test_resuming_the_child_execution_directly_is_refused_naming_the_root_and_th
 
 @pytest.mark.parametrize("path", ["checkout.aproval", "chekout.approval", "checkout", "approval"])
 def test_a_path_that_does_not_exist_is_refused_with_the_valid_paths(path: str) -> None:
-    paused = PlaceOrder.run({"order": "14"})
+    paused = NestedOrder.run({"order": "14"})
 
     with pytest.raises(UnknownInterrupt) as refused:
         services.resume_interrupt(paused.execution_id, step=path, payload=APPROVED)
 
     assert refused.value.paths == ("checkout.approval",)
-    assert f"{path!r} is not an interrupt of tests.nested.PlaceOrder" in str(refused.value)
+    assert f"{path!r} is not an interrupt of tests.nested.NestedOrder" in str(refused.value)
     assert "(its interrupts: checkout.approval)" in str(refused.value)
     assert Execution.objects.get(pk=paused.execution_id).status == ExecutionStatus.PAUSED
 
 
 def test_a_path_the_run_has_not_reached_yet_is_not_waiting() -> None:
-    outcome = OrderWithReview.run({"order": "15"})
+    outcome = NestedOrderWithReview.run({"order": "15"})
     Interrupt.objects.filter(step="approval").delete()  # as if the child had not paused yet
     Execution.objects.filter(parent_id=outcome.execution_id).delete()
 
@@ -242,7 +242,7 @@ def test_a_path_the_run_has_not_reached_yet_is_not_waiting() -> None:
 
 
 def test_an_invalid_payload_is_validated_by_the_childs_serializer_and_counted_on_the_root() -> None:
-    paused = PlaceOrder.run({"order": "16"})
+    paused = NestedOrder.run({"order": "16"})
 
     with pytest.raises(InvalidPayload, match=r"interrupt 'checkout\.approval' is invalid") as bad:
         services.resume_interrupt(
@@ -255,7 +255,7 @@ def test_an_invalid_payload_is_validated_by_the_childs_serializer_and_counted_on
 
 
 def test_the_last_invalid_payload_allowed_undoes_the_child_then_the_root_and_fails_it() -> None:
-    paused = PlaceOrder.run({"order": "17"})
+    paused = NestedOrder.run({"order": "17"})
     root_id = paused.execution_id
     child = child_of(root_id, "checkout")
 
@@ -281,7 +281,7 @@ def test_the_last_invalid_payload_allowed_undoes_the_child_then_the_root_and_fai
 
 
 def test_a_repeated_delivery_with_the_same_key_is_accepted_once() -> None:
-    paused = PlaceOrder.run({"order": "18"})
+    paused = NestedOrder.run({"order": "18"})
 
     first = services.resume_interrupt(
         paused.execution_id, step="checkout.approval", payload=APPROVED, idempotency_key="k1"
@@ -306,7 +306,7 @@ def test_a_repeated_delivery_with_the_same_key_is_accepted_once() -> None:
 
 
 def test_a_background_nested_interrupt_hands_the_root_to_a_worker() -> None:
-    paused = PlaceOrderInBackground.run({})
+    paused = NestedOrderInBackground.run({})
 
     outcome = services.resume_interrupt(
         paused.execution_id, step="checkout.approval", payload=APPROVED
@@ -331,11 +331,11 @@ def test_a_background_nested_interrupt_hands_the_root_to_a_worker() -> None:
 
 
 def test_undo_of_the_paused_root_rolls_back_the_child_then_the_root() -> None:
-    paused = PlaceOrder.run({"order": "19"})
+    paused = NestedOrder.run({"order": "19"})
     root_id = paused.execution_id
     child = child_of(root_id, "checkout")
 
-    handle = PlaceOrder.find(root_id).undo()
+    handle = NestedOrder.find(root_id).undo()
 
     assert handle.status == ExecutionStatus.CANCELLED
     assert Execution.objects.get(pk=child.pk).status == ExecutionStatus.CANCELLED
@@ -359,7 +359,7 @@ def test_undo_of_the_paused_root_rolls_back_the_child_then_the_root() -> None:
 
 
 def test_cancel_of_the_paused_root_closes_the_child_and_a_later_undo_rolls_both_back() -> None:
-    paused = PlaceOrder.run({"order": "20"})
+    paused = NestedOrder.run({"order": "20"})
     root_id = paused.execution_id
     child = child_of(root_id, "checkout")
 
@@ -382,7 +382,7 @@ def test_cancel_of_the_paused_root_closes_the_child_and_a_later_undo_rolls_both_
 
 
 def test_an_expired_nested_interrupt_fails_the_root_after_undoing_the_child_then_the_root() -> None:
-    paused = PlaceOrder.run({"order": "21"})
+    paused = NestedOrder.run({"order": "21"})
     root_id = paused.execution_id
     child = child_of(root_id, "checkout")
     Interrupt.objects.filter(execution=child).update(
@@ -409,7 +409,7 @@ def test_a_later_root_step_failing_while_the_child_waits_rolls_the_child_back_fi
     from tests.integration.reactors import FAIL_AT
 
     FAIL_AT.add("audit")
-    outcome = OrderWithReview.run({"order": "22"})
+    outcome = NestedOrderWithReview.run({"order": "22"})
 
     assert isinstance(outcome, Failed)
     child = child_of(outcome.execution_id, "checkout")
@@ -429,7 +429,7 @@ def test_a_later_root_step_failing_while_the_child_waits_rolls_the_child_back_fi
 
 
 def test_two_levels_pause_the_root_and_resume_by_the_full_path() -> None:
-    paused = Subscribe.run({"order": "30"})
+    paused = NestedSubscribe.run({"order": "30"})
 
     assert isinstance(paused, Paused)
     assert [i.step for i in paused.interrupts] == ["fulfil.checkout.approval"]
@@ -448,7 +448,7 @@ def test_two_levels_pause_the_root_and_resume_by_the_full_path() -> None:
         services.resume_interrupt(root_id, step="checkout.approval", payload=APPROVED)
     assert refused.value.paths == ("fulfil.checkout.approval",)
 
-    outcome = Subscribe.find(root_id).resume(("fulfil", "checkout", "approval"), APPROVED)
+    outcome = NestedSubscribe.find(root_id).resume(("fulfil", "checkout", "approval"), APPROVED)
 
     assert isinstance(outcome, Completed)
     assert ledger.calls == [
@@ -468,7 +468,7 @@ def test_two_levels_pause_the_root_and_resume_by_the_full_path() -> None:
 
 
 def test_two_levels_undo_rolls_back_the_grandchild_then_the_child_then_the_root() -> None:
-    paused = Subscribe.run({"order": "31"})
+    paused = NestedSubscribe.run({"order": "31"})
     root_id = paused.execution_id
     middle = child_of(root_id, "fulfil")
     leaf = child_of(middle.pk, "checkout")
@@ -494,7 +494,7 @@ def test_two_levels_undo_rolls_back_the_grandchild_then_the_child_then_the_root(
 
 
 def test_a_child_that_waits_twice_pauses_the_root_twice() -> None:
-    paused = Contract.run({})
+    paused = NestedContract.run({})
     assert [i.step for i in paused.interrupts] == ["approvals.first"]
 
     again = services.resume_interrupt(paused.execution_id, payload=APPROVED)
@@ -524,7 +524,7 @@ def test_a_child_that_waits_twice_pauses_the_root_twice() -> None:
 
 
 def test_an_expired_nested_interrupt_with_a_default_goes_on_with_it_on_a_worker() -> None:
-    paused = PlaceOrderWithDefault.run({})
+    paused = NestedOrderWithDefault.run({})
     child = child_of(paused.execution_id, "checkout")
     Interrupt.objects.filter(execution=child).update(
         expires_at=timezone.now() - dt.timedelta(seconds=1)
@@ -544,7 +544,7 @@ def test_an_expired_nested_interrupt_with_a_default_goes_on_with_it_on_a_worker(
 
 
 def test_a_payload_accepted_while_the_root_is_moving_is_taken_up_when_it_pauses() -> None:
-    paused = PlaceOrder.run({"order": "23"})
+    paused = NestedOrder.run({"order": "23"})
     root_id = paused.execution_id
     # As if the root were still running its other steps when the payload came.
     Execution.objects.filter(pk=root_id).update(status=ExecutionStatus.RUNNING)
@@ -561,7 +561,7 @@ def test_a_payload_accepted_while_the_root_is_moving_is_taken_up_when_it_pauses(
 
 
 def test_in_an_async_unit_the_unit_pauses_for_its_child_and_is_resumed_by_its_own_id() -> None:
-    outcome = FiresOrder.run({"order": "24"})
+    outcome = FiresNestedOrder.run({"order": "24"})
     assert isinstance(outcome, Completed)  # nobody reads the unit
     unit = child_of(outcome.execution_id, "unit")
 

@@ -26,15 +26,15 @@ class Noted(Step):
         ledger("undo", self.context.step)
 
 
-class Child(Reactor):
+class MemoryChild(Reactor):
     charge = step(Noted)
     approval = interrupt(after="charge")
     ship = step(Noted, approved=arg.result("approval", "approved"))
 
 
-class Parent(Reactor):
+class MemoryParent(Reactor):
     reserve = step(Noted)
-    checkout = compose(Child, wait_for=["reserve"])
+    checkout = compose(MemoryChild, wait_for=["reserve"])
     receipt = step(Noted, wait_for=["checkout"])
 
 
@@ -65,14 +65,14 @@ class MemoryChildren:
 
     def rollback(self, step: str) -> list[RollbackFailure]:
         state = self.states[step]
-        child = Executor(Child.definition, self.journals[step], inputs={}, state=state)
+        child = Executor(MemoryChild.definition, self.journals[step], inputs={}, state=state)
         return child.rollback(final_status=ExecutionStatus.CANCELLED)
 
 
 def paused_parent() -> tuple[Executor, MemoryChildren, MemoryJournal, Outcome]:
     children = MemoryChildren()
     journal = MemoryJournal()
-    parent = Executor(Parent.definition, journal, inputs={}, children=children)  # type: ignore[arg-type]
+    parent = Executor(MemoryParent.definition, journal, inputs={}, children=children)  # type: ignore[arg-type]
     return parent, children, journal, parent.run()
 
 
@@ -111,7 +111,7 @@ def test_a_payload_accepted_below_makes_the_parent_continue_the_child() -> None:
         next_seq=parent.state.next_seq,
     )
     state.undo_stack.append(UndoEntry("checkout", {}, None))
-    resumed = Executor(Parent.definition, journal, inputs={}, state=state, children=children)  # type: ignore[arg-type]
+    resumed = Executor(MemoryParent.definition, journal, inputs={}, state=state, children=children)  # type: ignore[arg-type]
 
     outcome = resumed.run()
 
@@ -126,9 +126,9 @@ def test_a_payload_accepted_below_makes_the_parent_continue_the_child() -> None:
 
 
 def test_interrupt_paths_list_a_reactors_own_and_its_childrens_interrupts() -> None:
-    class Outer(Reactor):
+    class MemoryOuter(Reactor):
         review = interrupt()
-        parent = compose(Parent, wait_for=["review"])
+        parent = compose(MemoryParent, wait_for=["review"])
 
-    assert list(interrupt_paths(Parent.definition)) == ["checkout.approval"]
-    assert list(interrupt_paths(Outer.definition)) == ["review", "parent.checkout.approval"]
+    assert list(interrupt_paths(MemoryParent.definition)) == ["checkout.approval"]
+    assert list(interrupt_paths(MemoryOuter.definition)) == ["review", "parent.checkout.approval"]
