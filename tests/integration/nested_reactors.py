@@ -172,3 +172,20 @@ class FiresNestedOrder(Reactor):
 
     class Meta:
         name = "tests.nested.FiresNestedOrder"
+
+
+class NestedOrderSideBySide(Reactor):
+    """Steps side by side (max_concurrency) around a child that pauses."""
+
+    class Inputs(serializers.Serializer):
+        order = serializers.CharField()
+
+    reserve = step(Tracked, order=arg.input("order"))
+    checkout = compose(ApprovedCheckout, order=arg.input("order"), wait_for=["reserve"])
+    audit = step(Tracked, wait_for=["reserve"])
+    notify = step(Tracked, wait_for=["reserve"])
+    receipt = step(Tracked, wait_for=["checkout", "audit", "notify"])
+
+    class Meta:
+        name = "tests.nested.NestedOrderSideBySide"
+        max_concurrency = 2

@@ -27,6 +27,7 @@ from tests.integration.nested_reactors import (
     NestedContract,
     NestedOrder,
     NestedOrderInBackground,
+    NestedOrderSideBySide,
     NestedOrderWithDefault,
     NestedOrderWithReview,
     NestedSubscribe,
@@ -574,3 +575,40 @@ def test_in_an_async_unit_the_unit_pauses_for_its_child_and_is_resumed_by_its_ow
     done = services.resume_interrupt(correlation_id="checkout-24", payload=APPROVED)
     assert isinstance(done, Completed)
     assert done.execution_id == unit.pk
+
+
+def test_with_steps_side_by_side_the_child_pauses_the_root_after_the_others_ran() -> None:
+    paused = NestedOrderSideBySide.run({"order": "25"})
+
+    assert isinstance(paused, Paused)
+    assert [i.step for i in paused.interrupts] == ["checkout.approval"]
+    assert sorted(ledger.calls) == [
+        ("run", "audit"),
+        ("run", "charge"),
+        ("run", "notify"),
+        ("run", "reserve"),
+    ]
+    done = services.resume_interrupt(paused.execution_id, payload=APPROVED)
+    assert isinstance(done, Completed)
+    assert ledger.calls[-2:] == [("run", "ship"), ("run", "receipt")]
+
+
+def test_with_steps_side_by_side_undo_still_goes_through_the_child_in_its_place() -> None:
+    paused = NestedOrderSideBySide.run({"order": "26"})
+    child = child_of(paused.execution_id, "checkout")
+    # The child ran alone and paused; then audit and notify ran side by side.
+    ran = [step for kind, step in trace_of(paused.execution_id) if kind == "run"]
+    assert ran[0] == "reserve"
+    assert sorted(ran[1:]) == ["audit", "notify"]
+
+    services.undo(paused.execution_id)
+
+    # Newest first: the two side-by-side steps (in reverse order of completion), then the
+    # waiting child in its place (its own step, then the compose step), then reserve.
+    assert rollback_order(paused.execution_id, child.pk) == [
+        ("undo", ran[2]),
+        ("undo", ran[1]),
+        ("undo", "charge"),
+        ("undo", "checkout"),
+        ("undo", "reserve"),
+    ]
