@@ -173,10 +173,9 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         return [authenticator() for authenticator in configured]
 
     def get_queryset(self) -> Any:
-        queryset = scoped(self.request, Execution.objects.all())
-        if self.action != "list":
-            return queryset  # the detail reads its interrupts itself (nested ones by path)
-        return queryset  # filtered by ExecutionFilterSet (filter_queryset)
+        # The list is filtered by ExecutionFilterSet (filter_queryset); a run's detail reads its
+        # interrupts itself (those of its paused composed children too, by path).
+        return scoped(self.request, Execution.objects.all())
 
     def get_serializer_class(self) -> Any:
         return ExecutionSerializer if self.action == "list" else ExecutionDetailSerializer
