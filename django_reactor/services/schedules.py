@@ -29,6 +29,7 @@ from django.utils import timezone as django_timezone
 
 from .. import registry, store
 from ..conf import reactor_settings
+from ..engine.redaction import REDACTED, redact
 from ..engine.validation import error_messages
 from ..exceptions import InvalidSchedule, ReactorError, ReactorNotRegistered, ScheduleNotFound
 from ..states import CatchUp, FireOutcome, Overlap
@@ -49,12 +50,16 @@ __all__ = [
     "fire_due",
     "fires",
     "get",
+    "idempotency_key",
+    "keep_secrets",
     "list",
     "pause",
     "remove",
     "resume",
     "run_now",
+    "shown_inputs",
     "update",
+    "validate",
 ]
 
 #: The fields :func:`update` changes.
@@ -117,6 +122,40 @@ def list(*, reactor: str | None = None, enabled: bool | None = None) -> tuple[Sc
 def fires(schedule: int | str | ScheduleRow, limit: int = 20) -> tuple[FireRow, ...]:
     """The schedule's latest fires, newest first."""
     return tuple(store.schedules.recent_fires(get(schedule).id, limit))
+
+
+def shown_inputs(row: ScheduleRow) -> Any:
+    """The schedule's inputs for display: the reactor's secret fields (``write_only``) masked
+    as ``[REDACTED]``, as a run's inputs are."""
+    return redact(row.inputs, _secret_paths(row.reactor))
+
+
+def keep_secrets(row: ScheduleRow, inputs: Any) -> Any:
+    """``inputs`` edited from :func:`shown_inputs`: a secret field left ``[REDACTED]`` keeps the
+    value stored in ``row``."""
+    if not isinstance(inputs, Mapping) or not isinstance(row.inputs, Mapping):
+        return inputs
+    kept = json.loads(json.dumps(inputs))
+    for path in _secret_paths(row.reactor):
+        if "*" in path:
+            continue
+        target: Any = kept
+        stored: Any = row.inputs
+        for key in path[:-1]:
+            target, stored = target.get(key), stored.get(key)
+            if not isinstance(target, dict) or not isinstance(stored, Mapping):
+                break
+        else:
+            if target.get(path[-1]) == REDACTED and path[-1] in stored:
+                target[path[-1]] = stored[path[-1]]
+    return kept
+
+
+def _secret_paths(reactor: str) -> builtins.list[tuple[str, ...]]:
+    try:
+        return [tuple(p) for p in registry.get(reactor).definition.input_secret_paths]
+    except ReactorNotRegistered:
+        return []
 
 
 def cadence_of(row: ScheduleRow) -> Cadence:

@@ -528,3 +528,18 @@ def test_due_schedules_are_found_through_the_partial_index() -> None:
         cursor.execute("EXPLAIN " + due)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "reactor_schedule_due_idx" in plan, plan
+
+
+def test_secret_inputs_are_masked_for_display_and_kept_through_an_edit() -> None:
+    schedule = services.schedules.create(
+        "testproject.example.reactors.RenewDueSubscriptions",
+        cron="@daily",
+        inputs={"due_by": "2030-01-01", "card_token": "tok_live_1"},
+    )
+    shown = services.schedules.shown_inputs(schedule)
+    assert shown == {"due_by": "2030-01-01", "card_token": "[REDACTED]"}
+    edited = {**shown, "due_by": "2030-02-01"}
+    kept = services.schedules.keep_secrets(schedule, edited)
+    assert kept == {"due_by": "2030-02-01", "card_token": "tok_live_1"}
+    replaced = services.schedules.keep_secrets(schedule, {**edited, "card_token": "tok_2"})
+    assert replaced["card_token"] == "tok_2"
