@@ -438,28 +438,9 @@ def fire_due(*, now: dt.datetime | None = None) -> FireReport:
         if budget <= 0:
             break
         try:
-            entries = _plan(row, now, budget)
-        except ValueError as exc:
+            budget -= _catch_up(row, now, budget, report)
+        except ValueError as exc:  # stored values no longer valid (edited in the database)
             logger.error("schedule %s (%s) cannot fire: %s", row.id, row.name, exc)
-            continue
-        for index, entry in enumerate(entries):
-            if index + 1 < len(entries):
-                following = entries[index + 1].fire_at
-            else:
-                following = cadence_of(row).after(entry.until or entry.fire_at)
-            fire = store.schedules.record_tick(
-                row.id,
-                expected=entry.fire_at,  # the next fire time the previous entry left
-                fire_at=entry.fire_at,
-                until=entry.until,
-                following=following,
-                decide=_decide(entry),
-            )
-            if fire == store.schedules.MOVED:
-                break  # another sweeper has this schedule, or it changed: leave it
-            if isinstance(fire, FireRow):  # (PASSED: fired before; the schedule moved past it)
-                report.add(fire)
-                budget -= 1
     for row in store.schedules.queued_ready(max(budget, 0)):
         fire_id = row.queued_fire_id
         assert fire_id is not None
@@ -473,6 +454,31 @@ def fire_due(*, now: dt.datetime | None = None) -> FireReport:
     if any(report.as_dict().values()):
         logger.info("schedules fired: %s", report.as_dict())
     return report
+
+
+def _catch_up(row: ScheduleRow, now: dt.datetime, budget: int, report: FireReport) -> int:
+    """Record the due ticks of one schedule, each in its own transaction; how many."""
+    entries = _plan(row, now, budget)
+    recorded = 0
+    for index, entry in enumerate(entries):
+        if index + 1 < len(entries):
+            following = entries[index + 1].fire_at
+        else:
+            following = cadence_of(row).after(entry.until or entry.fire_at)
+        fire = store.schedules.record_tick(
+            row.id,
+            expected=entry.fire_at,  # where the previous entry left the next fire time
+            fire_at=entry.fire_at,
+            until=entry.until,
+            following=following,
+            decide=_decide(entry),
+        )
+        if fire == store.schedules.MOVED:
+            break  # another sweeper has this schedule, or it changed: leave it
+        if isinstance(fire, FireRow):  # (PASSED: it fired before; the next fire moved past it)
+            report.add(fire)
+            recorded += 1
+    return recorded
 
 
 def _plan(row: ScheduleRow, now: dt.datetime, budget: int) -> builtins.list[_Entry]:
@@ -564,7 +570,13 @@ def _start_run(row: ScheduleRow, fire_at: dt.datetime, note: str) -> Decision:
     definition = reactor.definition
     if not isinstance(row.inputs, Mapping):
         return Decision(FireOutcome.REFUSED, "the stored inputs are not a JSON object")
-    stored, error = runs._validate_inputs(definition, row.inputs)
+    try:
+        stored, error = runs._validate_inputs(definition, row.inputs)
+    except Exception as exc:  # a serializer that raises must not stop the other schedules
+        logger.exception("schedule %s: the Inputs serializer of %s raised", row.id, row.reactor)
+        return Decision(
+            FireOutcome.REFUSED, f"the Inputs serializer raised {type(exc).__name__}: {exc}"
+        )
     if error is not None:
         return Decision(FireOutcome.REFUSED, error.message)
     try:

@@ -543,3 +543,26 @@ def test_secret_inputs_are_masked_for_display_and_kept_through_an_edit() -> None
     assert kept == {"due_by": "2030-02-01", "card_token": "tok_live_1"}
     replaced = services.schedules.keep_secrets(schedule, {**edited, "card_token": "tok_2"})
     assert replaced["card_token"] == "tok_2"
+
+
+def test_a_schedule_that_cannot_fire_does_not_stop_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = hourly(name="broken")
+    fine = hourly(name="fine")
+    Schedule.objects.filter(pk=broken.id).update(cron="not a cron", every=None)
+    assert services.schedules.fire_due(now=T + LATE).started == 1
+    assert fires(broken) == []
+    assert fires(fine) == [(T, None, "started")]
+    assert "schedule" in caplog.text
+    assert "cannot fire" in caplog.text
+
+
+def test_an_inputs_serializer_that_raises_is_recorded_refused() -> None:
+    schedule = hourly()
+    with mock.patch(
+        "django_reactor.services.runs._validate_inputs", side_effect=RuntimeError("boom")
+    ):
+        assert services.schedules.fire_due(now=T + LATE).refused == 1
+    [fire] = ScheduleFire.objects.filter(schedule_id=schedule.id)
+    assert fire.note == "the Inputs serializer raised RuntimeError: boom"
