@@ -566,3 +566,23 @@ def test_an_inputs_serializer_that_raises_is_recorded_refused() -> None:
         assert services.schedules.fire_due(now=T + LATE).refused == 1
     [fire] = ScheduleFire.objects.filter(schedule_id=schedule.id)
     assert fire.note == "the Inputs serializer raised RuntimeError: boom"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fire_and_its_run_commit_together_or_not_at_all(captured_publisher: Any) -> None:
+    schedule = hourly()
+
+    def broken_insert(**fields: Any) -> Any:
+        raise RuntimeError("the database refused the run")
+
+    with (
+        mock.patch("django_reactor.store.create_execution", side_effect=broken_insert),
+        pytest.raises(RuntimeError, match="refused the run"),
+    ):
+        services.schedules.fire_due(now=T + LATE)
+    # Nothing of the tick stayed: no fire, no run, and the tick is still due.
+    assert ScheduleFire.objects.count() == 0
+    assert Execution.objects.count() == 0
+    assert services.schedules.get(schedule.id).next_fire_at == T
+    assert services.schedules.fire_due(now=T + LATE).started == 1
+    assert fires(schedule) == [(T, None, "started")]
