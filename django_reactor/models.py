@@ -199,6 +199,15 @@ class Execution(models.Model):
                 name="reactor_exec_lease_idx",
                 condition=Q(status__in=["running", "rolling_back"]),
             ),
+            # The admin's overview: runs that ended in a time window, by status (throughput,
+            # failure rate, its chart). Only ended runs are in it, and a run's last checkpoint
+            # (which sets finished_at) already changes its status and lease, indexed columns:
+            # it adds one index entry per ended run and leaves the routine checkpoints HOT.
+            models.Index(
+                fields=["finished_at", "status"],
+                name="reactor_exec_finished_idx",
+                condition=Q(finished_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

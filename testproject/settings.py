@@ -102,6 +102,14 @@ REACTOR: dict[str, object] = {
     "COORDINATION_BACKEND": "django_reactor.coordination.backends.database.DatabaseBackend",
 }
 
+# The secret a partner signs its webhooks with (Standard Webhooks, "whsec_..."), read from the
+# environment: the supplier of the tutorial "Workers, webhooks and the admin" signs deliveries
+# for RestockProduct with it.
+if os.environ.get("REACTOR_WEBHOOK_SECRET"):
+    REACTOR["WEBHOOK_SECRETS"] = {
+        "testproject.example.reactors.RestockProduct": [os.environ["REACTOR_WEBHOOK_SECRET"]],
+    }
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",

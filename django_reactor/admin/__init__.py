@@ -5,6 +5,9 @@ Nothing here changes a row directly: cancel, undo, retry and resume go through
 custom permission, and each change is recorded as an admin ``LogEntry``.
 
 - ``executions``: the runs' list, page, actions, resume form and parked view;
+- ``console``: the overview (``overview``, drawn by ``charts``) and the coordination panel
+  (``coordination``);
+- ``timeline``: a run's trace as a Gantt chart, on its page;
 - ``records``: read-only lists of interrupts, dispatches, maps and map elements;
 - ``schedules``: schedules (through ``services.schedules``) and their fires;
 - ``display`` and ``forms``: what those pages share.

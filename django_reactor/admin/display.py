@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.contrib.admin.utils import quote
 from django.urls import reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from ..display import short_json
@@ -52,13 +54,26 @@ def status_badge(status: str, label: Any = None) -> SafeString:
 
 def short_reactor(name: str) -> SafeString:
     """The last part of a reactor's dotted name, with the full name as its title."""
-    return format_html('<span title="{}">{}</span>', name, name.rsplit(".", 1)[-1])
+    return format_html('<span title="{}">{}</span>', name, breakable(name.rsplit(".", 1)[-1]))
 
 
 def execution_link(execution_id: Any, label: Any = None) -> SafeString:
     """A link to a run's admin page (its short id unless ``label`` is given)."""
     url = reverse(f"admin:{APP}_execution_change", args=[quote(str(execution_id))])
     return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
+
+
+def execution_links() -> Any:
+    """``execution_link`` for a page of many runs: the URL is reversed once, then the id put
+    in (a run's id needs no quoting: it is a UUID)."""
+    marker = "00000000-0000-0000-0000-000000000000"
+    pattern = reverse(f"admin:{APP}_execution_change", args=[marker])
+
+    def link(execution_id: Any, label: Any = None) -> SafeString:
+        url = pattern.replace(marker, str(execution_id))
+        return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
+
+    return link
 
 
 MAP_WAITS = ("map", "map rollback")
@@ -124,6 +139,84 @@ def failure_fields(failure: Any) -> list[tuple[Any, Any]]:
     return rows
 
 
-def pretty_json(value: Any) -> str:
-    """Indented JSON for a ``<pre>`` block."""
-    return json.dumps(value, indent=2, default=str, ensure_ascii=False)
+#: A JSON array or object printed on one line when it fits in this many characters.
+INLINE_WIDTH = 88
+
+
+def pretty_json(value: Any, indent: int = 0, lead: int = 0) -> str:
+    """Indented JSON for a ``<pre>`` block; an array or object that fits on one line (of
+    ``INLINE_WIDTH`` characters, with its indentation and the ``lead`` before it on that line)
+    stays on one line, and scalars share lines, so a list of numbers or of small records does
+    not print one value per line."""
+    flat = json.dumps(value, default=str, ensure_ascii=False)
+    if not isinstance(value, (dict, list, tuple)) or not value:
+        return flat
+    if indent + lead + len(flat) <= INLINE_WIDTH:
+        return flat
+    inner = " " * (indent + 2)
+    end = "\n" + " " * indent
+    if isinstance(value, dict):
+        rows = []
+        for k, v in value.items():
+            key = f"{json.dumps(str(k), ensure_ascii=False)}: "
+            rows.append(f"{inner}{key}{pretty_json(v, indent + 2, len(key))}")
+        return "{\n" + ",\n".join(rows) + end + "}"
+    if all(not isinstance(v, (dict, list, tuple)) for v in value):
+        lines, line = [], ""
+        for v in value:
+            item = json.dumps(v, default=str, ensure_ascii=False)
+            if line and len(inner) + len(line) + len(item) + 1 > INLINE_WIDTH:
+                lines.append(inner + line.rstrip())
+                line = ""
+            line += item + ", "
+        lines.append(inner + line.rstrip(", "))
+        return "[\n" + "\n".join(lines) + end + "]"
+    rows = [inner + pretty_json(v, indent + 2) for v in value]
+    return "[\n" + ",\n".join(rows) + end + "]"
+
+
+#: A JSON value longer than this many lines (or characters) is folded behind an expander.
+FOLD_LINES = 12
+FOLD_CHARS = 1_500
+
+
+def json_block(value: Any) -> SafeString:
+    """Indented JSON in a ``<pre>``; a large value folded in a ``<details>`` whose summary is
+    its start and size, so that a run with a big input stays a short page."""
+    text = pretty_json(value)
+    lines = text.count("\n") + 1
+    if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
+        return format_html('<pre class="reactor-json">{}</pre>', text)
+    preview = short_json(value, 100)
+    size = len(text.encode())
+    amount = f"{size / 1024:.1f} kB" if size >= 1024 else f"{size} bytes"
+    return format_html(
+        '<details class="reactor-json reactor-fold"><summary><code>{}</code> '
+        '<span class="reactor-muted">{}</span></summary><pre>{}</pre></details>',
+        preview,
+        _("%(lines)s lines, %(size)s: show all") % {"lines": f"{lines:,}", "size": amount},
+        text,
+    )
+
+
+def moment(value: Any) -> SafeString:
+    """A time as ``2026-12-03`` over ``10:04:05`` (a narrow column); the full time, to the
+    millisecond, as its title."""
+    if value is None:
+        return format_html("{}", "-")
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    return format_html(
+        '<time class="reactor-moment" datetime="{}" title="{}"><span>{}</span> <span>{}</span>'
+        "</time>",
+        value.isoformat(),
+        local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+        local.strftime("%Y-%m-%d"),
+        local.strftime("%H:%M:%S"),
+    )
+
+
+def breakable(name: str) -> SafeString:
+    """A name that may wrap at its word boundaries (``RenewDue|Subscriptions``,
+    ``charge_|card``), so that a long one takes two lines instead of a column's width."""
+    pieces = re.split(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[_.:-])", name)
+    return format_html_join(mark_safe("<wbr>"), "{}", ((piece,) for piece in pieces))

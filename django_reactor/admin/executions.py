@@ -20,7 +20,7 @@ from django.db.models import (
 )
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils import timezone
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
@@ -30,23 +30,24 @@ from ..engine.outcomes import ErrorInfo
 from ..exceptions import ReactorNotRegistered
 from ..graph import render_svg, step_states
 from ..handle import ExecutionHandle, StepView
-from ..models import Execution, Interrupt, StepRecord
-from ..states import MOVING_STATUSES, EventKind, ExecutionStatus
+from ..models import Execution, Interrupt
+from ..states import MOVING_STATUSES, EventKind, ExecutionStatus, RollbackStatus, StepStatus
+from . import timeline
+from .console import REFRESH_SECONDS, ConsoleViews
 from .display import (
     APP,
     FAILURE_EVENTS,
     ROLLBACK_EVENTS,
+    breakable,
     failure_fields,
-    pretty_json,
+    json_block,
+    moment,
     short_reactor,
     status_badge,
 )
 from .maps import map_sections
 from .operations import ExecutionOperations
 from .paging import KeysetAdmin, KeysetChangeList
-
-#: How often the page of a run still moving (pending, running, rolling back) reads it again.
-REFRESH_SECONDS = 5
 
 # ---------------------------------------------------------------------------- filters
 
@@ -85,7 +86,7 @@ class ExecutionChangeList(KeysetChangeList):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
+class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
     """Runs, read-only; cancel, undo, retry and resume through ``services``.
 
     The list is newest first, counted up to ``count_limit`` runs, numbered that far and paged
@@ -97,16 +98,16 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
         "run",
         "reactor_name",
         "status_badge",
-        "current_step",
+        "current",
         "correlation",
-        "created_at",
-        "updated_at",
+        "created",
+        "updated",
         "duration",
     )
     list_display_links = ("run",)
     # No date_hierarchy: its DISTINCT over every run's date is a full scan of the runs.
     list_filter = (ReactorListFilter, "status", "created_at")
-    sortable_by = ("created_at",)
+    sortable_by = ("created",)
     search_fields = ("=id", "=idempotency_key", "=interrupts__correlation_id")
     search_help_text = _("An execution id, an idempotency key or a correlation id (exact).")
     list_select_related = False
@@ -206,10 +207,23 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
     def status_badge(self, obj: Execution) -> SafeString:
         return status_badge(obj.status, obj.get_status_display())
 
+    @admin.display(description=_("current step"))
+    def current(self, obj: Execution) -> SafeString:
+        return breakable(obj.current_step)
+
     @admin.display(description=_("correlation id"))
     def correlation(self, obj: Execution) -> str:
-        # The store keeps the latest interrupt's correlation id on the run itself.
+        # The store keeps the latest interrupt's correlation id on the run itself. It wraps
+        # anywhere (CSS), as typed: no break opportunity is added to a value people copy.
         return obj.correlation_id or ""
+
+    @admin.display(description=_("created"), ordering="created_at")
+    def created(self, obj: Execution) -> SafeString:
+        return moment(obj.created_at)
+
+    @admin.display(description=_("updated"))
+    def updated(self, obj: Execution) -> SafeString:
+        return moment(obj.updated_at)
 
     @admin.display(description=_("duration"))
     def duration(self, obj: Execution) -> str:
@@ -217,13 +231,19 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
 
     @admin.display(description=_("inputs"))
     def redacted_inputs(self, obj: Execution) -> SafeString:
-        return format_html("<pre>{}</pre>", pretty_json(ExecutionHandle(obj).inputs))
+        return json_block(ExecutionHandle(obj).inputs)
 
     @admin.display(description=_("result"))
     def result_json(self, obj: Execution) -> SafeString | str:
         if obj.result is None:
             return "-"
-        return format_html("<pre>{}</pre>", pretty_json(obj.result))
+        return json_block(obj.result)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        # A list of moving runs reads itself again, as a moving run's page does.
+        if request.GET.get("status__exact") in MOVING_STATUSES:
+            extra_context = {**(extra_context or {}), "reactor_refresh_seconds": REFRESH_SECONDS}
+        return super().changelist_view(request, extra_context)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Execution], search_term: str
@@ -270,7 +290,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _detail(self, request: HttpRequest, obj: Execution) -> dict[str, Any]:
-        records = list(StepRecord.objects.filter(execution=obj).order_by("seq"))
+        records = store.step_rows(obj.pk)
         events = store.event_rows(obj.pk)
         interrupts = list(Interrupt.objects.filter(execution=obj).order_by("id"))
         children = list(
@@ -293,13 +313,15 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
             )
 
         steps = []
+        step_labels = dict(StepStatus.choices)
+        rollback_labels = dict(RollbackStatus.choices)
         for record in records:
             view = StepView.from_row(record)
             steps.append(
                 {
                     "view": view,
-                    "badge": status_badge(view.status, record.get_status_display()),
-                    "rollback_label": record.get_rollback_display(),
+                    "badge": status_badge(view.status, step_labels.get(view.status)),
+                    "rollback_label": rollback_labels.get(view.rollback, view.rollback),
                     "arguments": short_json(view.arguments, 120),
                     "result": "" if view.result is None else short_json(view.result, 120),
                     "error": str(view.error) if view.error else "",
@@ -335,6 +357,15 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
                 }
             )
 
+        moving = obj.status in MOVING_STATUSES
+        drawn = timeline.build(
+            events,
+            records,
+            now=timezone.now(),
+            moving=moving or obj.status == ExecutionStatus.PAUSED,
+            labels=labels,
+        )
+
         can_resume = self.has_resume_interrupt_permission(request, obj)
         waiting = [
             {
@@ -369,6 +400,8 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
             "reactor_graph_problem": graph_problem,
             "reactor_steps": steps,
             "reactor_trace": trace,
+            "reactor_timeline": timeline.render(drawn),
+            "reactor_timeline_cut": drawn.cut,
             "reactor_failure": failure,
             "reactor_failure_fields": failure_fields(failure),
             "reactor_interrupts": waiting,
@@ -389,7 +422,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
             ],
             "reactor_status_badge": status_badge(obj.status, obj.get_status_display()),
             # A run still moving: the page reads it again every few seconds (see the template).
-            "reactor_refresh_seconds": REFRESH_SECONDS if obj.status in MOVING_STATUSES else None,
+            "reactor_refresh_seconds": REFRESH_SECONDS if moving else None,
         }
 
     # -- custom URLs
@@ -404,6 +437,8 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations):
         name = f"{APP}_execution"
         custom = [
             path("parked/", wrap(self.parked_view), name=f"{name}_parked"),
+            path("overview/", wrap(self.overview_view), name=f"{name}_overview"),
+            path("coordination/", wrap(self.coordination_view), name=f"{name}_coordination"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
             path("<path:object_id>/undo/", wrap(self.undo_view), name=f"{name}_undo"),
             path("<path:object_id>/retry/", wrap(self.retry_view), name=f"{name}_retry"),

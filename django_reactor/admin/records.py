@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import Dispatch, Interrupt, MapResult, MapRun
 from ..states import ElementStatus, MapStatus
-from .display import APP, execution_link, pretty_json, short_reactor, status_badge
+from .display import APP, execution_link, json_block, short_reactor, status_badge
 from .executions import ReactorListFilter
 from .paging import KeysetAdmin, KeysetChangeList
 
@@ -199,7 +199,7 @@ class MapRunAdmin(_ReadOnlyAdmin):
 
     @admin.display(description=_("shared arguments"))
     def shared_json(self, obj: MapRun) -> SafeString:
-        return format_html("<pre>{}</pre>", pretty_json(obj.shared))
+        return json_block(obj.shared)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[MapRun], search_term: str
@@ -412,7 +412,7 @@ class MapResultAdmin(_ReadOnlyAdmin):
 def _pre(value: Any) -> SafeString:
     if value is None:
         return format_html("{}", "-")
-    return format_html("<pre>{}</pre>", pretty_json(value))
+    return json_block(value)
 
 
 def _message(error: Any) -> str:

@@ -41,8 +41,12 @@ class ExecutionSerializer(serializers.ModelSerializer[Execution]):
 
     def get_duration_ms(self, row: Execution) -> float | None:
         """From ``started_at`` to ``finished_at`` in milliseconds; None until both are known."""
-        seconds = duration_seconds(row.started_at, row.finished_at)
-        return None if seconds is None else round(seconds * 1000, 3)
+        return milliseconds(duration_seconds(row.started_at, row.finished_at))
+
+
+def milliseconds(seconds: float | None) -> float | None:
+    """A :func:`~django_reactor.display.duration_seconds` in milliseconds, to the microsecond."""
+    return None if seconds is None else round(seconds * 1000, 3)
 
 
 class InterruptSerializer(serializers.ModelSerializer[Interrupt]):
@@ -109,6 +113,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
                 "rollback_error": s.rollback_error,
                 "started_at": s.started_at,
                 "finished_at": s.finished_at,
+                "duration_ms": milliseconds(duration_seconds(s.started_at, s.finished_at)),
             }
             for s in self._handle(row).steps
         ]

@@ -12,15 +12,12 @@ body the database could not store is a 400 before anything runs.
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.decorators import method_decorator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -53,9 +50,9 @@ from ..exceptions import (
     ReactorError,
 )
 from ..models import Execution, Interrupt
-from ..states import ExecutionStatus
 from . import signatures
 from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
+from .filters import ExecutionFilterBackend, ExecutionFilterSet
 from .parsers import BodyRefused, StorableJSONParser, load
 from .permissions import authentication_classes, permission_classes, scoped
 from .serializers import (
@@ -126,19 +123,6 @@ class ExecutionPagination(CursorPagination):
             raise NotFound(self.invalid_cursor_message) from None
 
 
-FILTER_PARAMETERS = [
-    OpenApiParameter("reactor", OpenApiTypes.STR, description="Registered reactor name."),
-    OpenApiParameter(
-        "status", OpenApiTypes.STR, description="One status or several, comma-separated."
-    ),
-    OpenApiParameter(
-        "correlation_id", OpenApiTypes.STR, description="An interrupt's correlation id."
-    ),
-    OpenApiParameter("created_after", OpenApiTypes.DATETIME),
-    OpenApiParameter("created_before", OpenApiTypes.DATETIME),
-]
-
-
 def _described(description: str) -> OpenApiResponse:
     """A documented answer whose body is a JSON object."""
     return OpenApiResponse(OpenApiTypes.OBJECT, description=description)
@@ -172,6 +156,8 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
 
     parser_classes = [StorableJSONParser]
     pagination_class = ExecutionPagination
+    filter_backends = [ExecutionFilterBackend]
+    filterset_class = ExecutionFilterSet
     lookup_value_regex = "[^/]+"  # a malformed id is a JSON 404 from get_object
 
     def get_permissions(self) -> list[Any]:
@@ -187,28 +173,7 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         queryset = scoped(self.request, Execution.objects.all())
         if self.action != "list":
             return queryset.prefetch_related("interrupts")
-        params = self.request.query_params
-        if reactor := params.get("reactor"):
-            queryset = queryset.filter(reactor=_text("reactor", reactor))
-        if wanted := params.get("status"):
-            statuses = [s.strip() for s in wanted.split(",") if s.strip()]
-            unknown = sorted(set(statuses) - set(ExecutionStatus.values))
-            if unknown:
-                raise ValidationError(
-                    {"status": [f"unknown status {', '.join(unknown)}; one of "
-                                f"{', '.join(ExecutionStatus.values)}"]}
-                )  # fmt: skip
-            queryset = queryset.filter(status__in=statuses)
-        if correlation := params.get("correlation_id"):
-            correlation = _text("correlation_id", correlation)
-            queryset = queryset.filter(interrupts__correlation_id=correlation).distinct()
-        for name, lookup in (
-            ("created_after", "created_at__gte"),
-            ("created_before", "created_at__lt"),
-        ):
-            if value := params.get(name):
-                queryset = queryset.filter(**{lookup: _datetime(name, value)})
-        return queryset
+        return queryset  # filtered by ExecutionFilterSet (filter_queryset)
 
     def get_serializer_class(self) -> Any:
         return ExecutionSerializer if self.action == "list" else ExecutionDetailSerializer
@@ -223,7 +188,6 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         return row
 
     @extend_schema(
-        parameters=FILTER_PARAMETERS,
         responses={
             200: ExecutionSerializer(many=True),
             400: _error('A filter is wrong: code invalid, errors {"<parameter>": ["why"]}.'),
@@ -307,28 +271,6 @@ def _execution_id(text: str) -> uuid.UUID:
         raise ApiError(
             404, f"{text!r} is not an execution id (a UUID such as {uuid.UUID(int=0)})"
         ) from None
-
-
-def _datetime(name: str, value: str) -> dt.datetime:
-    try:
-        parsed = parse_datetime(value)
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        raise ValidationError({name: [f"{value!r} is not an ISO 8601 date and time"]})
-    if timezone.is_naive(parsed):
-        parsed = timezone.make_aware(parsed)  # the project's time zone
-    try:
-        return parsed.astimezone(dt.UTC)
-    except (OverflowError, ValueError):
-        raise ValidationError({name: [f"{value!r} is out of range"]}) from None
-
-
-def _text(name: str, value: str) -> str:
-    """A query parameter the database will compare as text (NUL cannot be stored or compared)."""
-    if "\x00" in value:
-        raise ValidationError({name: ["must not contain NUL characters"]})
-    return value
 
 
 # ---------------------------------------------------------------------------- resume

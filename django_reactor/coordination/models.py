@@ -8,6 +8,7 @@ finds them in the ``django_reactor`` app.
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 __all__ = [
@@ -41,6 +42,15 @@ class CoordinationLock(models.Model):
         ordering = ["key"]
         constraints = [
             models.UniqueConstraint(fields=["key"], name="reactor_coord_lock_key_uniq"),
+        ]
+        indexes = [
+            # The admin's coordination panel: the locks held now, by key, without reading the
+            # row of every key ever locked (rows outlive their locks to keep the fences).
+            models.Index(
+                fields=["key"],
+                name="reactor_coord_lock_held_idx",
+                condition=Q(owner__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -169,6 +179,14 @@ class OrderedLockState(models.Model):
         ordering = ["key"]
         constraints = [
             models.UniqueConstraint(fields=["key"], name="reactor_ordered_key_uniq"),
+        ]
+        indexes = [
+            # The admin's coordination panel: halted chains (a handful) among every key's row.
+            models.Index(
+                fields=["key"],
+                name="reactor_ordered_halted_idx",
+                condition=Q(halted_after__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -128,3 +128,87 @@ class OrderedStatus:
         if not self.queue:
             return f"ordered lock {self.key!r} has no queued owner"
         return ""
+
+
+# ---------------------------------------------------------------------------- inspection
+#
+# What :meth:`CoordinationBackend.inspect` reports. Times left (``expires_in``) are seconds from
+# the snapshot's ``at``; moments (``at``, ``head_since``, ``last_at``) are on the server's clock.
+
+
+@dataclass(frozen=True)
+class HeldLock:
+    """A lock held now: its ``owner``, the ``fence`` of its grant, the seconds it has left."""
+
+    key: str
+    owner: str
+    fence: int
+    expires_in: float
+
+
+@dataclass(frozen=True)
+class SemaphoreSlots:
+    """The live slots of a semaphore: ``(owner, seconds left)``, soonest expiry first."""
+
+    key: str
+    holders: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class RateUsage:
+    """The cost charged to a rate-limit key in each of the snapshot's ``periods`` (the same
+    order), and when it was last charged."""
+
+    key: str
+    counts: tuple[int, ...]
+    last_at: float | None
+
+
+@dataclass(frozen=True)
+class PeriodHold:
+    """A bucket of a period key, ``"reserved"`` by a run in flight or ``"claimed"`` by a run
+    that succeeded in it, until ``expires_in`` seconds from now."""
+
+    key: str
+    bucket: str
+    owner: str
+    state: str
+    expires_in: float | None
+
+
+@dataclass(frozen=True)
+class OrderedQueue:
+    """An ordered lock with owners queued, or halted: its head and since when, how many are
+    queued, the first of them (``first``, head first), its halt and its latest skips."""
+
+    key: str
+    queued: int
+    first: tuple[str, ...]
+    head_since: float | None
+    halted_after: str | None
+    skipped: tuple[str, ...]
+
+    @property
+    def head(self) -> str | None:
+        """The owner whose turn it is (None when empty or halted)."""
+        if self.halted_after is not None or not self.first:
+            return None
+        return self.first[0]
+
+
+@dataclass(frozen=True)
+class CoordinationSnapshot:
+    """What a coordination backend holds at server time ``at`` (see ``inspect``).
+
+    Each list is sorted by key and has at most the ``limit`` asked for; ``cut`` names the
+    kinds that had more (or, on Redis, that the bounded scan of the key space may have missed).
+    """
+
+    at: float
+    periods: tuple[float, ...]
+    locks: tuple[HeldLock, ...] = ()
+    semaphores: tuple[SemaphoreSlots, ...] = ()
+    rates: tuple[RateUsage, ...] = ()
+    period_holds: tuple[PeriodHold, ...] = ()
+    ordered: tuple[OrderedQueue, ...] = ()
+    cut: tuple[str, ...] = ()

@@ -13,12 +13,11 @@ import json
 import sys
 import uuid
 from argparse import ArgumentTypeError
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import dateparse, termcolors, timezone
+from django.core.management.base import CommandError, CommandParser
+from django.utils import dateparse, timezone
 
 from django_reactor import registry, store
 from django_reactor.display import short_json
@@ -42,20 +41,18 @@ from django_reactor.exceptions import (
     ReactorNotRegistered,
     TransactionActive,
 )
+from django_reactor.management.terminal import (  # noqa: F401 - the commands' one import
+    ReactorCommand,
+    status_cell,
+    status_style,
+    styled,
+    table_lines,
+    write_table,
+)
 from django_reactor.states import ExecutionStatus
 
 EXAMPLE = """'{"amount": 5}'"""
 
-# Endings in Django's command styles: done green, failures red, deliberate stops yellow. Runs
-# still in flight or waiting are cyan (bold when they wait for someone), never red.
-STATUS_STYLES = {
-    "completed": "SUCCESS",
-    "failed": "ERROR",
-    "needs_attention": "ERROR",
-    "aborted": "ERROR",
-    "halted": "WARNING",
-    "cancelled": "WARNING",
-}
 #: Outcomes that make ``reactor_run`` and ``reactor_retry`` exit non-zero (unless --exit-zero).
 FAILED_STATUSES = frozenset(
     {ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION, ExecutionStatus.ABORTED}
@@ -64,8 +61,6 @@ EXIT_ZERO_HELP = (
     "Exit 0 whatever the run's outcome. Without it the command exits 1 when the run ended "
     "failed, needs_attention or aborted (the outcome is printed first)."
 )
-_IN_FLIGHT = termcolors.make_style(fg="cyan")
-_WAITING = termcolors.make_style(opts=("bold",), fg="cyan")
 
 
 class IntermixedCommandParser(CommandParser):
@@ -273,22 +268,6 @@ def parse_moment(text: str, option: str = "--since") -> dt.datetime:
 # ---------------------------------------------------------------------- output
 
 
-def status_style(command: BaseCommand, status: str) -> Callable[[str], str]:
-    """How ``command`` colours text about a run in ``status`` (plain with ``--no-color`` or
-    when the output is not a terminal)."""
-    name = STATUS_STYLES.get(status)
-    if name is not None:
-        style: Callable[[str], str] = getattr(command.style, name)
-        return style
-    if command.style.SUCCESS("x") == "x":  # Django's no_style(): no colours at all
-        return str
-    return _WAITING if status == ExecutionStatus.PAUSED else _IN_FLIGHT
-
-
-def styled(command: BaseCommand, status: str) -> str:
-    return status_style(command, status)(status)
-
-
 def describe_interrupt(pending: PendingInterrupt) -> str:
     details = []
     if pending.correlation_id:
@@ -353,18 +332,6 @@ def iso(moment: dt.datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
-def table(rows: Iterable[Iterable[str]], headers: list[str]) -> list[str]:
-    """Rows as left-aligned text columns under ``headers``."""
-    body = [list(row) for row in rows]
-    widths = [len(h) for h in headers]
-    for row in body:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [headers, *body]
-    ]
-
-
 def short_reactor(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
@@ -372,7 +339,7 @@ def short_reactor(name: str) -> str:
 # ---------------------------------------------------------------------- steering
 
 
-class SteeringCommand(BaseCommand):
+class SteeringCommand(ReactorCommand):
     """Base of ``reactor_cancel``, ``reactor_undo`` and ``reactor_retry``: apply one operation
     to each execution id given, report each, and fail at the end if any was refused."""
 

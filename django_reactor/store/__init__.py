@@ -15,14 +15,16 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``outcomes``: a stored run as the outcome its caller would have received;
 - ``sweep``, ``prune``: the sweeper's and ``reactor_prune``'s work;
 - ``maps``, ``interrupts``, ``request_keys``, ``schedules``: map element slots, interrupt rows,
-  remembered API requests, schedules and their fires.
+  remembered API requests, schedules and their fires;
+- ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
+  waiting interrupts, the outbox's depth).
 
 The names below are the ones the rest of the package calls as ``store.<name>``.
 """
 
 from __future__ import annotations
 
-from . import interrupts, maps, outbox, request_keys, schedules
+from . import interrupts, maps, outbox, overview, request_keys, schedules
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
@@ -119,6 +121,7 @@ __all__ = [
     "maps",
     "outbox",
     "outcome_of",
+    "overview",
     "park_for_attention",
     "parse_id",
     "prune_finished",

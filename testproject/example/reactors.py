@@ -1,5 +1,5 @@
-"""Example sagas: placing an order, renewing a subscription, approving a refund, and moving
-money between accounts.
+"""Example sagas: placing an order, renewing a subscription, approving a refund, moving
+money between accounts, and restocking a product.
 
 ``PlaceOrder`` creates an order, reserves stock, charges the card, books shipping and writes a
 receipt; if a step fails, the completed ones are undone newest first (refund, release stock,
@@ -7,6 +7,8 @@ cancel the order). ``RenewSubscription`` halts cleanly for inactive subscription
 flaky payment gateway. ``ApproveRefund`` pauses until a person approves or declines the refund.
 ``TransferFunds`` moves money with atomic steps: each step's ledger writes commit with its
 checkpoint, so a crash never debits or credits twice.
+``RestockProduct`` runs on Celery workers and waits for a supplier's signed webhook (the
+tutorial "Workers, webhooks and the admin").
 """
 
 from __future__ import annotations
@@ -354,3 +356,61 @@ class TransferFunds(Reactor):
 
     class Meta:
         returns = "credit"
+
+
+# --8<-- [start:restock]
+class DeliverySerializer(serializers.Serializer):
+    """What the supplier's system reports when the goods arrive."""
+
+    quantity = serializers.IntegerField(min_value=0, max_value=10_000)
+    delivery_note = serializers.CharField(max_length=100)
+
+
+class RestockProduct(Reactor):
+    """Reorder a product from its supplier and book the delivery into stock, on workers."""
+
+    class Inputs(serializers.Serializer):
+        sku = serializers.CharField(max_length=32)
+        quantity = serializers.IntegerField(min_value=1, max_value=10_000)
+
+    @step(sku=arg.input("sku"), quantity=arg.input("quantity"))
+    def purchase(sku: str, quantity: int) -> Any:
+        if not Product.objects.filter(sku=sku).exists():
+            return Failure(f"no product {sku}", retryable=False)
+        # A real shop would send the purchase order to the supplier here.
+        return {"sku": sku, "ordered": quantity}
+
+    @purchase.undo
+    def cancel_purchase(result: dict[str, Any], sku: str, quantity: int) -> None:
+        logger.info("cancelled the purchase order of %s x %s", quantity, sku)
+
+    # Pause until the supplier's system reports the delivery (a signed webhook); a worker
+    # runs the rest.
+    delivery = interrupt(
+        after=["purchase"],
+        payload=DeliverySerializer,
+        correlation_id=lambda run: f"restock-{run.inputs['sku']}",
+        timeout=dt.timedelta(days=14),
+        resume="background",
+    )
+
+    @step(sku=arg.input("sku"), delivery=arg.result("delivery"))
+    def receive(sku: str, delivery: dict[str, Any]) -> dict[str, Any]:
+        Product.objects.filter(sku=sku).update(stock=F("stock") + delivery["quantity"])
+        return {
+            "sku": sku,
+            "added": delivery["quantity"],
+            "delivery_note": delivery["delivery_note"],
+            "stock": Product.objects.get(sku=sku).stock,
+        }
+
+    @receive.undo
+    def return_to_supplier(result: dict[str, Any], sku: str, delivery: dict[str, Any]) -> None:
+        Product.objects.filter(sku=sku).update(stock=F("stock") - result["added"])
+
+    class Meta:
+        returns = "receive"
+        background = "all"  # run() returns at once; Celery workers run every step
+
+
+# --8<-- [end:restock]

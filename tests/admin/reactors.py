@@ -6,7 +6,23 @@ from typing import Any
 
 from rest_framework import serializers
 
-from django_reactor import Failure, Halt, Reactor, Step, arg, compose, interrupt, map_over, step
+from django_reactor import (
+    Failure,
+    Halt,
+    Lock,
+    OrderedLock,
+    Period,
+    RateLimit,
+    Reactor,
+    Retry,
+    Semaphore,
+    Step,
+    arg,
+    compose,
+    interrupt,
+    map_over,
+    step,
+)
 
 # Step names that misbehave; tests set and clear it.
 TRIGGERS: set[str] = set()
@@ -120,3 +136,51 @@ class FannedWarehouse(Reactor):
     pack = map_over(
         arg.input("items"), Pack, item=arg.element(), fan_out=True, batch_size=4, chunk_size=2
     )
+
+
+# ---------------------------------------------------------------------------- the console
+
+
+class Gateway(Step):
+    """Times out on its first attempt when ``flaky`` is in TRIGGERS (retried at once)."""
+
+    retry = Retry(attempts=3, delay=0)
+
+    def run(self, **arguments: Any) -> Any:
+        if "flaky" in TRIGGERS and self.context.attempt == 1:
+            raise TimeoutError("the card gateway timed out")
+        return {"paid": True}
+
+    def undo(self, result: Any, **arguments: Any) -> Any:
+        return None
+
+
+class Payment(Reactor):
+    """hold -> pay (retried) -> ship; ``ship`` raises when told to, so hold and pay are undone."""
+
+    hold = step(Booked)
+    pay = step(Gateway, wait_for=["hold"])
+
+    @step(wait_for=["pay"])
+    def ship() -> Any:
+        if "ship" in TRIGGERS:
+            raise RuntimeError("no courier for this postcode")
+        return {"shipped": True}
+
+
+class Payout(Reactor):
+    """Declares one of each coordination primitive (the panel says who declares a key)."""
+
+    class Inputs(serializers.Serializer):
+        account = serializers.IntegerField()
+
+    send = step(Booked, account=arg.input("account"))
+
+    class Meta:
+        coordination = [
+            Lock("account-{account}", ttl=30),
+            Semaphore("bank-api", limit=4),
+            RateLimit("payouts-{account}", limits={"second": 5, "minute": 100}),
+            Period("statement-{account}", every="day"),
+            OrderedLock("payouts-{account}"),
+        ]

@@ -38,6 +38,7 @@ from django_reactor.engine.outcomes import (
 from django_reactor.engine.validation import error_messages, summarise_errors
 from django_reactor.models import Execution, StepRecord
 from django_reactor.states import ExecutionStatus
+from tests.commands.tables import read_table, section
 from tests.helpers import FAIL_AT, ledger
 from tests.integration.reactors import Transfer
 
@@ -188,7 +189,7 @@ def api(operator: User) -> APIClient:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_admin_api_and_commands_show_the_same_duration_for_one_run(
+def test_admin_api_and_commands_show_the_same_durations_for_one_run_and_its_steps(
     client_operator: Client, api: APIClient
 ) -> None:
     outcome = Transfer.run({"account": "acc-1", "amount": 5, "pin": "1234"})
@@ -201,8 +202,17 @@ def test_admin_api_and_commands_show_the_same_duration_for_one_run(
         started_at=started,
         finished_at=started + dt.timedelta(milliseconds=221.4),
     )
-    # A completed step's trace entry is its step record (store.trace).
-    StepRecord.objects.filter(execution_id=run_id, step="debit").update(duration_ms=0.4)
+    # A completed step's trace entry is its step record (store.trace): its duration_ms is the
+    # time the body took. The step's own duration runs from its started_at to its finished_at.
+    StepRecord.objects.filter(execution_id=run_id, step="debit").update(
+        duration_ms=0.4,
+        started_at=started + dt.timedelta(milliseconds=1),
+        finished_at=started + dt.timedelta(milliseconds=13.5),
+    )
+    StepRecord.objects.filter(execution_id=run_id, step="credit").update(
+        started_at=started + dt.timedelta(milliseconds=14),
+        finished_at=started + dt.timedelta(milliseconds=14.4),
+    )
 
     detail = api.get(f"/reactor/executions/{run_id}/").json()
     assert detail["duration_ms"] == 221.4
@@ -211,6 +221,9 @@ def test_admin_api_and_commands_show_the_same_duration_for_one_run(
     assert format_duration(detail["duration_ms"] / 1000) == "221 ms"
     debit = next(e for e in detail["trace"] if e["step"] == "debit" and e["kind"] == "run")
     assert debit["duration_ms"] == 0.4
+    api_steps = {s["name"]: s["duration_ms"] for s in detail["steps"]}
+    assert (api_steps["debit"], api_steps["credit"]) == (12.5, 0.4)
+    assert format_duration(api_steps["debit"] / 1000) == "12 ms"
 
     listing = command("reactor_list")
     assert listing.splitlines()[1].endswith("221 ms")
@@ -220,8 +233,13 @@ def test_admin_api_and_commands_show_the_same_duration_for_one_run(
     assert "(took 221 ms)" in shown
     debit_line = next(line for line in shown.splitlines() if "debit          ran" in line)
     assert debit_line.endswith("[0.4 ms]")
+    steps = {row["STEP"]: row["DURATION"] for row in read_table(section(shown, "steps:"))}
+    assert (steps["debit"], steps["credit"]) == ("12 ms", "0.4 ms")  # not "0.0 s"
     data = json.loads(command("reactor_show", str(run_id), json=True))
     assert data["duration_seconds"] == 0.2214
+    shown_steps = {s["name"]: s["duration_seconds"] for s in data["steps"]}
+    assert shown_steps["debit"] == pytest.approx(0.0125)
+    assert shown_steps["credit"] == pytest.approx(0.0004)
     assert dt.datetime.fromisoformat(data["started_at"]) == started
 
     changelist = client_operator.get(reverse("admin:django_reactor_execution_changelist"))
@@ -230,7 +248,13 @@ def test_admin_api_and_commands_show_the_same_duration_for_one_run(
         reverse("admin:django_reactor_execution_change", args=[str(run_id)])
     ).content.decode()
     assert "221 ms" in page
-    assert "<td>0.4 ms</td>" in page  # the trace entry, not "0.0 s"
+    steps_table = page[page.index('id="reactor-steps"') : page.index('id="reactor-trace"')]
+    debit_row = steps_table[steps_table.index('data-step="debit"') :]
+    assert "<td>12 ms</td>" in debit_row[: debit_row.index("</tr>")]
+    credit_row = steps_table[steps_table.index('data-step="credit"') :]
+    assert "<td>0.4 ms</td>" in credit_row[: credit_row.index("</tr>")]
+    trace_table = page[page.index('id="reactor-trace"') :]
+    assert "<td>0.4 ms</td>" in trace_table  # debit's trace entry, not "0.0 s"
 
 
 def price_list(order: int) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from django.core.management.base import CommandError
 from rest_framework import serializers
 
 from django_reactor import Paused, Reactor, arg, compose, interrupt, step
+from tests.commands.tables import read_table, section
 from tests.integration.reactors import FAIL_AT, Fragile, Tracked, Transfer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,7 +76,13 @@ def test_completed_run_steps_and_trace_with_secrets_redacted() -> None:
     assert "debit" in text
     assert "credit" in text
     assert "notify" in text
-    assert "attempts 1" in text
+    steps = read_table(section(text, "steps:"))
+    assert [row["STEP"] for row in steps] == ["debit", "credit", "notify"]
+    assert {(row["STATUS"], row["ATTEMPTS"], row["ROLLBACK"]) for row in steps} == {
+        ("completed", "1", "-")
+    }
+    assert json.loads(steps[0]["RESULT"]) == {"account": "acc-9", "amount": 7}
+    assert all(row["DURATION"].endswith(" ms") for row in steps)
     assert "trace:" in text
     assert "run started" in text
     assert "run completed" in text
@@ -109,7 +116,12 @@ def test_failed_run_shows_the_failure_and_its_traceback() -> None:
     assert "message: credit exploded" in text
     assert "traceback:" in text
     assert "Traceback" in text
-    assert "rollback undone" in text
+    steps = {row["STEP"]: row for row in read_table(section(text, "steps:"))}
+    assert (steps["debit"]["STATUS"], steps["debit"]["ROLLBACK"]) == ("completed", "undone")
+    assert steps["credit"]["STATUS"] == "failed"
+    assert section(text, "step errors:") == [
+        "credit: step 'credit' failed (RuntimeError): credit exploded"
+    ]
     data = json.loads(show(str(outcome.execution_id), json=True))
     assert data["failure"]["step"] == "credit"
     assert data["failure"]["traceback"]
@@ -146,7 +158,13 @@ def test_children_and_parent() -> None:
     (child,) = data["children"]
     assert child["step"] == "nested"
     assert child["status"] == "completed"
-    assert "children:" in show(str(outcome.execution_id))
+    (listed,) = read_table(section(show(str(outcome.execution_id)), "children:"))
+    assert listed == {
+        "STEP": "nested",
+        "ID": child["id"],
+        "STATUS": "completed",
+        "KIND": "composed",
+    }
     child_data = json.loads(show(child["id"], json=True))
     assert child_data["parent_id"] == str(outcome.execution_id)
     assert f"parent: {outcome.execution_id}" in show(child["id"])

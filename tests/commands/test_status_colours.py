@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from django.core.management.base import BaseCommand
-from django.core.management.color import color_style, no_style
+from django.core.management.color import no_style
 
-from django_reactor.management.commandtools import styled
+from django_reactor.management.commandtools import ReactorCommand, styled
 from django_reactor.states import ExecutionStatus
 
 RED, GREEN, YELLOW, CYAN = "31", "32", "33", "36"
@@ -19,9 +19,7 @@ def colours(text: str) -> set[str]:
 
 
 def coloured() -> BaseCommand:
-    command = BaseCommand()
-    command.style = color_style(force_color=True)
-    return command
+    return ReactorCommand(force_color=True)
 
 
 @pytest.mark.parametrize(

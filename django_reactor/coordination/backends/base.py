@@ -12,13 +12,28 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from ..types import LockGrant, OrderedStatus, PeriodClaim, RateDecision, SemaphoreGrant, Window
+from ..types import (
+    CoordinationSnapshot,
+    LockGrant,
+    OrderedStatus,
+    PeriodClaim,
+    RateDecision,
+    SemaphoreGrant,
+    Window,
+)
 
 #: Longest key or owner any backend accepts (the database backend's column width).
 MAX_KEY_LENGTH = 255
 
 #: How many skipped owners an ordered lock remembers for its status.
 SKIPPED_KEPT = 50
+
+#: The most entries of each kind :meth:`CoordinationBackend.inspect` reports by default.
+INSPECT_LIMIT = 100
+#: The periods (seconds) a rate-limit key's charges are counted over by default.
+INSPECT_PERIODS = (1.0, 60.0, 3600.0)
+#: Queued owners of an ordered lock an inspection names (the rest are counted).
+INSPECT_QUEUED = 5
 
 
 def check_key(key: str, what: str = "key") -> str:
@@ -53,6 +68,16 @@ def check_windows(windows: Sequence[Window], cost: int) -> tuple[Window, ...]:
     too_small = [w for w in checked if w.limit < cost]
     if too_small:
         raise ValueError(f"cost {cost} can never fit in {too_small[0]}")
+    return checked
+
+
+def check_inspection(limit: int, periods: Sequence[float]) -> tuple[float, ...]:
+    """The periods of an inspection, checked (positive seconds, at least one) and sorted."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"an inspection's limit must be a positive integer, got {limit!r}")
+    checked = tuple(sorted({check_seconds(p, "an inspection period") for p in periods}))
+    if not checked:
+        raise ValueError("an inspection needs at least one period to count charges over")
     return checked
 
 
@@ -222,6 +247,24 @@ class CoordinationBackend(ABC):
     @abstractmethod
     def ordered_status(self, key: str) -> OrderedStatus:
         """Queue, head, halt and skips of ``key``."""
+
+    # --- Inspection --------------------------------------------------------------------------
+
+    def inspect(
+        self, limit: int = INSPECT_LIMIT, periods: Sequence[float] = INSPECT_PERIODS
+    ) -> CoordinationSnapshot:
+        """What the backend holds now, for people (the admin's coordination panel): the locks
+        held (owner, fence, time left), the semaphores' live slots, the rate-limit keys
+        charged in the longest of ``periods`` (with their cost in each period), the period
+        buckets reserved or claimed, and the ordered locks with owners queued or halted.
+
+        At most ``limit`` of each kind, by key; the snapshot's ``cut`` names the kinds that had
+        more. Read-only, and bounded: it never reads more than its limits' worth of state per
+        kind (Redis: a bounded scan of the key space).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot list what it holds (it does not implement inspect())"
+        )
 
     # --- Housekeeping ----------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, router, transaction
-from django.db.models import Q, Sum
+from django.db.models import Count, F, Max, Q, Sum, Window
+from django.db.models.functions import RowNumber
 
 from ...exceptions import ReactorImproperlyConfigured
 from ..exceptions import CoordinationUnavailable
@@ -36,8 +37,31 @@ from ..models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
-from ..types import LockGrant, OrderedStatus, PeriodClaim, RateDecision, SemaphoreGrant, Window
-from .base import SKIPPED_KEPT, CoordinationBackend, check_key, check_seconds, check_windows
+from ..types import (
+    CoordinationSnapshot,
+    HeldLock,
+    LockGrant,
+    OrderedQueue,
+    OrderedStatus,
+    PeriodClaim,
+    PeriodHold,
+    RateDecision,
+    RateUsage,
+    SemaphoreGrant,
+    SemaphoreSlots,
+)
+from ..types import Window as RateWindow
+from .base import (
+    INSPECT_LIMIT,
+    INSPECT_PERIODS,
+    INSPECT_QUEUED,
+    SKIPPED_KEPT,
+    CoordinationBackend,
+    check_inspection,
+    check_key,
+    check_seconds,
+    check_windows,
+)
 
 logger = logging.getLogger("django_reactor.coordination")
 
@@ -301,7 +325,7 @@ class DatabaseBackend(CoordinationBackend):
 
     # --- rate limits -------------------------------------------------------------------------
 
-    def check_rate(self, key: str, windows: Sequence[Window], cost: int = 1) -> RateDecision:
+    def check_rate(self, key: str, windows: Sequence[RateWindow], cost: int = 1) -> RateDecision:
         check_key(key)
         checked = check_windows(windows, cost)
         longest = max(w.period for w in checked)
@@ -330,7 +354,7 @@ class DatabaseBackend(CoordinationBackend):
             return RateDecision(True, 0.0, tuple(c + cost for c in counts), None, now)
 
     @staticmethod
-    def _leaves_after(events: Any, window: Window, now: float, excess: int) -> float:
+    def _leaves_after(events: Any, window: RateWindow, now: float, excess: int) -> float:
         """Seconds until the oldest charges of ``window`` worth ``excess`` have left it."""
         freed = 0
         for at, cost in (
@@ -343,7 +367,7 @@ class DatabaseBackend(CoordinationBackend):
                 return max(0.0, _ts(at) + window.period - now)
         return window.period  # unreachable when counts are consistent
 
-    def rate_count(self, key: str, window: Window) -> int:
+    def rate_count(self, key: str, window: RateWindow) -> int:
         check_key(key)
         with self._errors():
             now = self._now()
@@ -524,6 +548,141 @@ class DatabaseBackend(CoordinationBackend):
             halted_after=state.halted_after,
             skipped=tuple(state.skipped),
         )
+
+    # --- inspection ----------------------------------------------------------------------------
+
+    def inspect(
+        self, limit: int = INSPECT_LIMIT, periods: Sequence[float] = INSPECT_PERIODS
+    ) -> CoordinationSnapshot:
+        """See :meth:`CoordinationBackend.inspect`: plain reads, each through an index (the
+        held locks' and halted ordered locks' partial indexes of migration 0016), at most
+        ``limit + 1`` keys of each kind."""
+        periods = check_inspection(limit, periods)
+        with self._errors():
+            now = self._now()
+            cut: list[str] = []
+
+            def first(rows: list[Any], name: str) -> list[Any]:
+                if len(rows) > limit:
+                    cut.append(name)
+                return rows[:limit]
+
+            return CoordinationSnapshot(
+                at=now,
+                periods=periods,
+                locks=tuple(self._held_locks(now, limit, first)),
+                semaphores=tuple(self._slots(now, limit, first)),
+                rates=tuple(self._rates(now, limit, periods, first)),
+                period_holds=tuple(self._period_holds(now, limit, first)),
+                ordered=tuple(self._queues(limit, first)),
+                cut=tuple(cut),
+            )
+
+    def _held_locks(self, now: float, limit: int, first: Any) -> list[HeldLock]:
+        rows = (
+            CoordinationLock.objects.using(self.using)
+            .filter(owner__isnull=False, expires_at__gt=_dt(now))
+            .order_by("key")
+            .values_list("key", "owner", "fence", "expires_at")[: limit + 1]
+        )
+        return [
+            HeldLock(key, owner, fence, _ts(expires_at) - now)
+            for key, owner, fence, expires_at in first(list(rows), "locks")
+        ]
+
+    def _slots(self, now: float, limit: int, first: Any) -> list[SemaphoreSlots]:
+        live = SemaphoreHolder.objects.using(self.using).filter(expires_at__gt=_dt(now))
+        keys = first(
+            list(live.order_by("key").values_list("key", flat=True).distinct()[: limit + 1]),
+            "semaphores",
+        )
+        holders: dict[str, list[tuple[str, float]]] = {key: [] for key in keys}
+        for key, owner, expires_at in (
+            live.filter(key__in=keys)
+            .order_by("key", "expires_at", "id")
+            .values_list("key", "owner", "expires_at")
+        ):
+            holders[key].append((owner, _ts(expires_at) - now))
+        return [SemaphoreSlots(key, tuple(holders[key])) for key in keys]
+
+    def _rates(
+        self, now: float, limit: int, periods: tuple[float, ...], first: Any
+    ) -> list[RateUsage]:
+        rows = (
+            RateLimitEvent.objects.using(self.using)
+            .filter(at__gt=_dt(now - periods[-1]))
+            .values("key")
+            .annotate(
+                last=Max("at"),
+                **{
+                    f"p{i}": Sum("cost", filter=Q(at__gt=_dt(now - period)), default=0)
+                    for i, period in enumerate(periods)
+                },
+            )
+            .order_by("key")[: limit + 1]
+        )
+        return [
+            RateUsage(
+                row["key"],
+                tuple(int(row[f"p{i}"]) for i in range(len(periods))),
+                _ts(row["last"]),
+            )
+            for row in first(list(rows), "rates")
+        ]
+
+    def _period_holds(self, now: float, limit: int, first: Any) -> list[PeriodHold]:
+        rows = (
+            PeriodMarker.objects.using(self.using)
+            .filter(expires_at__gt=_dt(now))
+            .order_by("key", "bucket")
+            .values_list("key", "bucket", "owner", "state", "expires_at")[: limit + 1]
+        )
+        return [
+            PeriodHold(key, bucket, owner, state, _ts(expires_at) - now)
+            for key, bucket, owner, state, expires_at in first(list(rows), "periods")
+        ]
+
+    def _queues(self, limit: int, first: Any) -> list[OrderedQueue]:
+        entries = OrderedLockEntry.objects.using(self.using)
+        states = OrderedLockState.objects.using(self.using)
+        queued = entries.order_by("key").values_list("key", flat=True).distinct()[: limit + 1]
+        halted = (
+            states.filter(halted_after__isnull=False)
+            .order_by("key")
+            .values_list("key", flat=True)[: limit + 1]
+        )
+        keys = first(sorted({*queued, *halted}), "ordered")
+        counts = dict(
+            entries.filter(key__in=keys)
+            .values("key")
+            .annotate(n=Count("id"))
+            .order_by()
+            .values_list("key", "n")
+        )
+        heads: dict[str, list[str]] = {key: [] for key in keys}
+        for key, owner in (
+            entries.filter(key__in=keys)
+            .annotate(rank=Window(RowNumber(), partition_by=F("key"), order_by=F("seq").asc()))
+            .filter(rank__lte=INSPECT_QUEUED)
+            .order_by("key", "seq")
+            .values_list("key", "owner")
+        ):
+            heads[key].append(owner)
+        found = {state.key: state for state in states.filter(key__in=keys)}
+        result = []
+        for key in keys:
+            state = found.get(key)
+            result.append(
+                OrderedQueue(
+                    key=key,
+                    queued=counts.get(key, 0),
+                    first=tuple(heads[key]),
+                    head_since=_ts(state.head_since) if state and state.head_since else None,
+                    halted_after=state.halted_after if state else None,
+                    skipped=tuple(state.skipped[-INSPECT_QUEUED:]) if state else (),
+                )
+            )
+        return result
 
     # --- housekeeping --------------------------------------------------------------------------
 

@@ -19,15 +19,44 @@ import redis.exceptions as errors
 from ...conf import reactor_settings
 from ...exceptions import ReactorImproperlyConfigured
 from ..exceptions import CoordinationUnavailable
-from ..types import LockGrant, OrderedStatus, PeriodClaim, RateDecision, SemaphoreGrant, Window
+from ..types import (
+    CoordinationSnapshot,
+    HeldLock,
+    LockGrant,
+    OrderedQueue,
+    OrderedStatus,
+    PeriodClaim,
+    PeriodHold,
+    RateDecision,
+    RateUsage,
+    SemaphoreGrant,
+    SemaphoreSlots,
+    Window,
+)
 from . import lua
-from .base import SKIPPED_KEPT, CoordinationBackend, check_key, check_seconds, check_windows
+from .base import (
+    INSPECT_LIMIT,
+    INSPECT_PERIODS,
+    INSPECT_QUEUED,
+    SKIPPED_KEPT,
+    CoordinationBackend,
+    check_inspection,
+    check_key,
+    check_seconds,
+    check_windows,
+)
 
 logger = logging.getLogger("django_reactor.coordination")
 
 T = TypeVar("T")
 
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
+#: An inspection's scan of the key space: keys asked for per SCAN call, and calls at most.
+SCAN_COUNT = 1000
+SCAN_CALLS = 100
+#: The Redis kind of each part of a backend key, and the part suffixes that are not the state.
+_KIND_PARTS = {"lock": ("fence",), "sem": (), "rate": ("seq",)}
+_ORDERED_PARTS = ("queue", "state", "skipped")
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "LOADING", "TRYAGAIN")
 _url_clients: dict[str, Any] = {}
 
@@ -272,3 +301,166 @@ class RedisBackend(CoordinationBackend):
             halted_after=None if halted is None else _text(halted),
             skipped=tuple(_text(o) for o in skipped),
         )
+
+    # --- inspection ----------------------------------------------------------------------------
+
+    def inspect(
+        self, limit: int = INSPECT_LIMIT, periods: Sequence[float] = INSPECT_PERIODS
+    ) -> CoordinationSnapshot:
+        """See :meth:`CoordinationBackend.inspect`. Finds the keys with a bounded ``SCAN`` of
+        ``SCAN_CALLS`` calls (a Redis shared with other data may hold keys it never reaches:
+        the snapshot's ``cut`` then names every kind), then reads them in one pipeline."""
+        periods = check_inspection(limit, periods)
+        found, complete = self._scan_keys()
+        cut = [] if complete else ["locks", "semaphores", "rates", "periods", "ordered"]
+        chosen: dict[str, list[Any]] = {}
+        for kind, name in (
+            ("lock", "locks"),
+            ("sem", "semaphores"),
+            ("rate", "rates"),
+            ("period", "periods"),
+            ("ordered", "ordered"),
+        ):
+            keys = sorted(found[kind])
+            if len(keys) > limit and name not in cut:
+                cut.append(name)
+            chosen[kind] = keys[:limit]
+        now_us = self._now_us()
+        replies = self._read_state(chosen, now_us, periods)
+        return CoordinationSnapshot(
+            at=now_us / 1_000_000,
+            periods=periods,
+            locks=tuple(
+                HeldLock(key, state["owner"], int(state.get("fence") or 0), ttl / 1000)
+                for key, (state, ttl) in zip(chosen["lock"], replies["lock"], strict=True)
+                if "owner" in state and ttl > 0
+            ),
+            semaphores=tuple(
+                SemaphoreSlots(
+                    key, tuple((_text(o), (ms - now_us / 1000) / 1000) for o, ms in rows)
+                )
+                for key, rows in zip(chosen["sem"], replies["sem"], strict=True)
+                if rows
+            ),
+            rates=tuple(
+                RateUsage(
+                    key,
+                    tuple(int(c) for c in counts),
+                    None if not last else last[0][1] / 1_000_000,
+                )
+                for key, (counts, last) in zip(chosen["rate"], replies["rate"], strict=True)
+                if counts[-1]
+            ),
+            period_holds=tuple(
+                PeriodHold(
+                    key,
+                    bucket,
+                    state["owner"],
+                    state.get("state", ""),
+                    None if ttl < 0 else ttl / 1000,
+                )
+                for (key, bucket), (state, ttl) in zip(
+                    chosen["period"], replies["period"], strict=True
+                )
+                if "owner" in state
+            ),
+            ordered=tuple(
+                OrderedQueue(
+                    key=key,
+                    queued=int(queued),
+                    first=tuple(_text(o) for o in first),
+                    head_since=None if since is None else int(_text(since)) / 1_000_000,
+                    halted_after=None if halted is None else _text(halted),
+                    skipped=tuple(_text(o) for o in skipped),
+                )
+                for key, (queued, first, since, halted, skipped) in zip(
+                    chosen["ordered"], replies["ordered"], strict=True
+                )
+                if queued or halted is not None
+            ),
+            cut=tuple(cut),
+        )
+
+    def _now_us(self) -> int:
+        seconds, micros = self._call(self.client.time)
+        return int(seconds) * 1_000_000 + int(micros)
+
+    def _scan_keys(self) -> tuple[dict[str, set[Any]], bool]:
+        """The keys of this prefix by kind (periods as ``(key, bucket)``), and whether the
+        scan went through the whole key space."""
+        head = f"{self.prefix}:"
+        pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in head) + "*"
+        found: dict[str, set[Any]] = {
+            k: set() for k in ("lock", "sem", "rate", "period", "ordered")
+        }
+        cursor: Any = 0
+        with self._guard():
+            for _ in range(SCAN_CALLS):
+                cursor, names = self.client.scan(cursor, match=pattern, count=SCAN_COUNT)
+                for name in names:
+                    parsed = _parse_key(_text(name)[len(head) :])
+                    if parsed is not None:
+                        found[parsed[0]].add(parsed[1])
+                if int(cursor) == 0:
+                    return found, True
+        return found, False
+
+    def _read_state(
+        self, chosen: dict[str, list[Any]], now_us: int, periods: tuple[float, ...]
+    ) -> dict[str, list[Any]]:
+        """Everything the snapshot shows of ``chosen`` keys, in one pipeline."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in chosen["lock"]:
+            pipe.hgetall(self._key("lock", key))
+            pipe.pttl(self._key("lock", key))
+        for key in chosen["sem"]:
+            pipe.zrangebyscore(self._key("sem", key), f"({now_us // 1000}", "+inf", withscores=True)
+        for key in chosen["rate"]:
+            for period in periods:
+                pipe.zcount(self._key("rate", key), f"({now_us - _us(period)}", "+inf")
+            pipe.zrange(self._key("rate", key), -1, -1, withscores=True)
+        for key, bucket in chosen["period"]:
+            pipe.hgetall(self._bucket_key(key, bucket))
+            pipe.pttl(self._bucket_key(key, bucket))
+        for key in chosen["ordered"]:
+            queue, state, skipped = self._ordered_keys(key)
+            pipe.zcard(queue)
+            pipe.zrange(queue, 0, INSPECT_QUEUED - 1)
+            pipe.hget(state, "since")
+            pipe.hget(state, "halted")
+            pipe.lrange(skipped, -INSPECT_QUEUED, -1)
+        with self._guard():
+            replies = iter(pipe.execute())
+        n = len(periods)
+
+        def fields() -> dict[str, str]:  # a hash, whether the client decodes replies or not
+            return {_text(k): _text(v) for k, v in next(replies).items()}
+
+        return {
+            "lock": [(fields(), next(replies)) for _ in chosen["lock"]],
+            "sem": [next(replies) for _ in chosen["sem"]],
+            "rate": [([next(replies) for _ in range(n)], next(replies)) for _ in chosen["rate"]],
+            "period": [(fields(), next(replies)) for _ in chosen["period"]],
+            "ordered": [tuple(next(replies) for _ in range(5)) for _ in chosen["ordered"]],
+        }
+
+
+def _parse_key(rest: str) -> tuple[str, Any] | None:
+    """``(kind, key)`` of a backend key without its prefix (``lock:{order-7}``), periods as
+    ``("period", (key, bucket))``; None for a part that is not a primitive's state (a
+    lock's fence counter, a rate log's sequence) or a key this backend did not write."""
+    kind, _, named = rest.partition(":")
+    if not named.startswith("{"):
+        return None
+    if kind in _KIND_PARTS:
+        if named.endswith("}"):
+            return kind, named[1:-1]
+        return None
+    if kind == "period":
+        end = named.rfind("}:")
+        return None if end < 1 else ("period", (named[1:end], named[end + 2 :]))
+    if kind == "ordered":
+        for part in _ORDERED_PARTS:
+            if named.endswith("}:" + part):
+                return "ordered", named[1 : -len(part) - 2]
+    return None

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.db import connection
 from django.test.utils import override_settings
 
 from django_reactor import Completed, services
 from django_reactor.display import short_json, trace_lines
 from django_reactor.exceptions import ReactorError
-from django_reactor.management.commandtools import status_style
+from django_reactor.management.commandtools import ReactorCommand, status_style
 
 if TYPE_CHECKING:
     from django_reactor.demo.shop import Shop
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 DATABASE_BACKEND = "django_reactor.coordination.backends.database.DatabaseBackend"
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Run the demo sagas (an order that completes, one that fails and rolls back, an order "
         "replayed by its idempotency key, a payment that retries, a renewal that halts, a "

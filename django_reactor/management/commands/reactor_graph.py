@@ -6,17 +6,17 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import graph, registry, store
 from django_reactor.exceptions import ReactorNotRegistered
-from django_reactor.management.commandtools import expand_execution_id
+from django_reactor.management.commandtools import ReactorCommand, expand_execution_id
 from django_reactor.models import Execution, StepRecord
 
 FORMATS = ("mermaid", "dot", "svg")
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Draw the steps of a reactor and the dependencies between them, as a Mermaid flowchart "
         "(the default), a Graphviz DOT graph or a self-contained SVG image. With --execution, "

@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from django_reactor.display import duration_seconds, format_duration
 from django_reactor.management.commandtools import (
+    ReactorCommand,
     dumps,
     iso,
     non_negative_int,
@@ -19,8 +20,8 @@ from django_reactor.management.commandtools import (
     positive_int,
     reactor_name,
     short_reactor,
-    styled,
-    table,
+    status_cell,
+    write_table,
 )
 from django_reactor.models import Execution, Interrupt
 
@@ -36,7 +37,7 @@ COLUMNS = (
 )
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "List stored runs, newest first: id, reactor, status, current step, when it was "
         "created and how long it took. Narrow the list by reactor, status, age or correlation "
@@ -122,26 +123,21 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no runs match")
             return
-        lines = table(
+        write_table(
+            self,
+            ["ID", "REACTOR", "STATUS", "STEP", "CREATED", "DURATION"],
             (
                 [
                     str(row["id"]),
                     short_reactor(row["reactor"]),
-                    row["status"],
+                    status_cell(self, row["status"]),
                     row["current_step"] or "-",
                     timezone.localtime(row["created_at"]).strftime("%Y-%m-%d %H:%M:%S"),
                     format_duration(self._seconds(row)),
                 ]
                 for row in rows
             ),
-            ["ID", "REACTOR", "STATUS", "STEP", "CREATED", "DURATION"],
         )
-        self.stdout.write(lines[0])
-        for row, line in zip(rows, lines[1:], strict=True):
-            # Colour only the status word, after aligning on plain text.
-            status = row["status"]
-            head, _, tail = line.partition(f"  {status}")
-            self.stdout.write(f"{head}  {styled(self, status)}{tail}")
         if more:
             self.stdout.write(
                 f"(the {len(rows)} newest shown; pass --limit to see more, or narrow the list)"

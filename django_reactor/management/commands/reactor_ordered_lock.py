@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.coordination import CoordinationUnavailable
 from django_reactor.exceptions import ExecutionNotFound, ReactorImproperlyConfigured
-from django_reactor.management.commandtools import dumps, sentence
+from django_reactor.management.commandtools import ReactorCommand, dumps, sentence, write_table
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Show the runs of an ordered lock (OrderedLock) in their order, whether its chain is "
         "halted after a failure, and the runs skipped as stuck; --skip takes one run out of "
@@ -78,8 +78,15 @@ class Command(BaseCommand):
             )
         if not status.queue:
             self.stdout.write(f"ordered lock {key!r}: no run queued")
-        for position, owner in enumerate(status.queue):
-            mark = "head" if position == 0 and not status.halted else f"{position:>4}"
-            self.stdout.write(f"  {mark}  execution {owner}")
+        if status.queue:
+            write_table(
+                self,
+                ["POSITION", "EXECUTION"],
+                (
+                    ["head" if position == 0 and not status.halted else str(position), owner]
+                    for position, owner in enumerate(status.queue)
+                ),
+                indent="  ",
+            )
         if status.skipped:
             self.stdout.write("skipped as stuck: " + ", ".join(status.skipped))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.exceptions import ReactorError
 from django_reactor.management.commandtools import (
+    ReactorCommand,
     dumps,
     non_negative_int,
     parse_statuses,
@@ -19,7 +20,7 @@ from django_reactor.states import TERMINAL_STATUSES
 FINISHED = ", ".join(sorted(TERMINAL_STATUSES))
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Delete finished runs (completed, failed, halted, cancelled) that finished more than "
         "--older-than days ago, with their steps, traces and interrupts, in batches of "

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.display import short_json
@@ -39,6 +39,7 @@ from django_reactor.exceptions import (
 )
 from django_reactor.management.commandtools import (
     IntermixedCommandParser,
+    ReactorCommand,
     describe_interrupt,
     dumps,
     expand_execution_id,
@@ -52,7 +53,7 @@ from django_reactor.management.commandtools import (
 EXAMPLE = """'{"approved": true}'"""
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Deliver a payload to the interrupt a paused run waits at, and print how the run went "
         "on. Name the run by its execution id, or by --correlation-id (with --reactor when "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import registry, services
 from django_reactor.engine.outcomes import Outcome, outcome_data
@@ -19,6 +19,7 @@ from django_reactor.management.commandtools import (
     EXIT_ZERO_HELP,
     FAILED_STATUSES,
     IntermixedCommandParser,
+    ReactorCommand,
     dumps,
     outcome_lines,
     parse_object,
@@ -32,7 +33,7 @@ from django_reactor.management.commandtools import (
 EXAMPLE = """'{"order_id": 42}'"""
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Start a run of a reactor and print its outcome. Name the reactor by its registered "
         "name (Meta.name or the dotted path of its class) or by its class name when that is "

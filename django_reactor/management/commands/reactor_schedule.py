@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.exceptions import InvalidSchedule, ScheduleNotFound
 from django_reactor.management.commandtools import (
+    ReactorCommand,
     dumps,
     iso,
     parse_object,
@@ -17,7 +18,7 @@ from django_reactor.management.commandtools import (
     reactor_name,
     sentence,
     short_reactor,
-    table,
+    write_table,
 )
 from django_reactor.services.cadence import check_zone, format_every
 from django_reactor.services.schedules import FireRow, ScheduleRow
@@ -90,7 +91,7 @@ def fire_data(fire: FireRow) -> dict[str, Any]:
     }
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Run reactors on a schedule: list the schedules, add one (a cron expression read in a "
         "time zone, or an interval), pause, resume, run one now, show its latest fires, "
@@ -216,7 +217,9 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no schedules")
             return
-        lines = table(
+        write_table(
+            self,
+            HEADERS,
             (
                 [
                     str(r.id),
@@ -232,10 +235,7 @@ class Command(BaseCommand):
                 ]
                 for r in rows
             ),
-            HEADERS,
         )
-        for line in lines:
-            self.stdout.write(line)
 
     def do_add(self, options: dict[str, Any]) -> None:
         reactor = self._reactor(options["reactor"], "REACTOR")
@@ -316,7 +316,9 @@ class Command(BaseCommand):
         if not fires:
             self.stdout.write("no fires yet")
             return
-        for line in table(
+        write_table(
+            self,
+            ["FIRE", "OUTCOME", "RUN", "NOTE"],
             (
                 [
                     local(f.fire_at, row.timezone)
@@ -327,9 +329,7 @@ class Command(BaseCommand):
                 ]
                 for f in fires
             ),
-            ["FIRE", "OUTCOME", "RUN", "NOTE"],
-        ):
-            self.stdout.write(line)
+        )
 
     def _reactor(self, name: str, option: str) -> str:
         try:

@@ -6,24 +6,27 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services, store
 from django_reactor.display import duration_seconds, format_duration, short_json, trace_lines
 from django_reactor.exceptions import ExecutionNotFound
 from django_reactor.handle import ExecutionHandle
 from django_reactor.management.commandtools import (
+    ReactorCommand,
     dumps,
     expand_execution_id,
     iso,
     sentence,
+    status_cell,
     styled,
+    write_table,
 )
 from django_reactor.models import Execution
 from django_reactor.runtime.maps import displayable
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Show one stored run: status, inputs (secrets redacted), each step's status, attempts, "
         "rollback and result, the trace, the failure with its traceback, rollback failures, "
@@ -116,6 +119,7 @@ class Command(BaseCommand):
                     "rollback_error": view.rollback_error,
                     "started_at": iso(view.started_at),
                     "finished_at": iso(view.finished_at),
+                    "duration_seconds": duration_seconds(view.started_at, view.finished_at),
                 }
                 for view in handle.steps
             ],
@@ -195,24 +199,45 @@ class Command(BaseCommand):
             write(f"value: {short_json(value, 200)}")
 
         steps = handle.steps
-        write("steps:" if steps else "steps: none recorded")
-        for view in steps:
-            line = f"  {view.name:<14} {view.status:<10} attempts {view.attempts}"
-            if view.rollback:
-                line += f"  rollback {view.rollback}"
-            if view.result is not None:
-                line += f"  -> {short_json(displayable(view.result), 60)}"
-            write(line)
-            if view.error is not None:
-                write(f"    error: {view.error}")
-            if view.rollback_error:
-                message = view.rollback_error.get("message", view.rollback_error)
-                write(f"    rollback error: {message}")
+        if not steps:
+            write("steps: none recorded")
+        else:
+            write("steps:")
+            write_table(
+                self,
+                ["STEP", "STATUS", "ATTEMPTS", "DURATION", "ROLLBACK", "RESULT"],
+                (
+                    [
+                        view.name,
+                        status_cell(self, view.status),
+                        str(view.attempts),
+                        format_duration(duration_seconds(view.started_at, view.finished_at)),
+                        view.rollback or "-",
+                        "-" if view.result is None else short_json(displayable(view.result), 60),
+                    ]
+                    for view in steps
+                ),
+                indent="  ",
+            )
+            errors = []
+            for view in steps:
+                if view.error is not None:
+                    errors.append(f"  {view.name}: {view.error}")
+                if view.rollback_error:
+                    message = view.rollback_error.get("message", view.rollback_error)
+                    errors.append(f"  {view.name} (rollback): {message}")
+            if errors:
+                write("step errors:")
+                for line in errors:
+                    write(line)
 
         for summary in handle.maps:
             self._map(summary)
 
         if not options["no_trace"]:
+            # The trace stays hand-written lines, not a rich table: a table measures every row
+            # before it prints the first, and a run's history can hold thousands of events;
+            # the same lines (display.trace_lines) go to logs and the demo, one event a line.
             write("trace:")
             for line in trace_lines(handle):
                 write(f"  {line}")
@@ -252,6 +277,17 @@ class Command(BaseCommand):
             )
         if children:
             write("children:")
-            for child in children:
-                kind = "async unit" if child["detached"] else "composed"
-                write(f"  {child['parent_step']:<14} {child['id']}  {child['status']}  ({kind})")
+            write_table(
+                self,
+                ["STEP", "ID", "STATUS", "KIND"],
+                (
+                    [
+                        child["parent_step"],
+                        str(child["id"]),
+                        status_cell(self, child["status"]),
+                        "async unit" if child["detached"] else "composed",
+                    ]
+                    for child in children
+                ),
+                indent="  ",
+            )

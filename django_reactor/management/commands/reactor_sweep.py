@@ -9,10 +9,11 @@ import threading
 from argparse import ArgumentTypeError
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.conf import reactor_settings
+from django_reactor.management.commandtools import ReactorCommand
 
 logger = logging.getLogger("django_reactor.sweeper")
 
@@ -33,7 +34,7 @@ def positive_seconds(value: str) -> float:
     return number
 
 
-class Command(BaseCommand):
+class Command(ReactorCommand):
     help = (
         "Republish unsent dispatches, hand runs whose worker died to a new worker, and release "
         "retries whose wake-up time came. Safe to run on many hosts at once. Runs once, or "

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_reactor', '0016_event_kind_launch'),
+        ('django_reactor', '0017_console_indexes'),
     ]
 
     operations = [

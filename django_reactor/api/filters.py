@@ -1,0 +1,134 @@
+"""The executions list's filters, as a django-filter ``FilterSet``.
+
+Query parameters: ``reactor``, ``status`` (one or several, comma-separated), ``correlation_id``,
+``created_after`` and ``created_before``. A wrong value is a 400 in the API's error format,
+``errors`` naming the parameter (DRF's ``ValidationError``, reshaped by ``api.errors``). Every
+filter keeps the list on an index: ``status`` and ``reactor`` lead an index with
+``(created_at, id)``, the dates are a range of ``(created_at, id)``, and a correlation id is a
+semi-join on the interrupts' index (no join that repeats runs, so no ``DISTINCT``).
+
+Messages carry the value as a parameter (``%(value)s``), never inside the message itself:
+django-filter formats every message with its parameters, and a ``%`` typed by the client would
+be read as a placeholder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import django_filters
+from django import forms
+from django.apps import apps
+from django.core.exceptions import ValidationError
+from django.db.models import Exists, OuterRef, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django_filters.fields import BaseCSVField
+from django_filters.rest_framework import DjangoFilterBackend
+
+from ..models import Execution, Interrupt
+from ..states import ExecutionStatus
+
+
+class StatusesField(BaseCSVField):
+    """Comma-separated statuses (spaces around them allowed), each one known."""
+
+    def clean(self, value: Any) -> list[str] | None:
+        if value is None:
+            return None
+        names = [part.strip() for part in value if part.strip()]
+        unknown = sorted(set(names) - set(ExecutionStatus.values))
+        if unknown:
+            raise ValidationError(
+                "unknown status %(unknown)s; one of %(known)s",
+                code="invalid",
+                params={"unknown": ", ".join(unknown), "known": ", ".join(ExecutionStatus.values)},
+            )
+        return list(dict.fromkeys(names))
+
+
+class StatusFilter(django_filters.BaseInFilter, django_filters.ChoiceFilter):
+    """``status=paused,needs_attention``: runs in any of the statuses."""
+
+    base_field_class = StatusesField
+
+
+class InstantField(forms.DateTimeField):
+    """An ISO 8601 date and time; without an offset, in the project's time zone."""
+
+    def to_python(self, value: Any) -> dt.datetime | None:
+        if value in self.empty_values:
+            return None
+        text = str(value).strip()
+        try:
+            parsed = parse_datetime(text)
+        except ValueError:  # a well-formed date that does not exist (2024-13-45)
+            parsed = None
+        if parsed is None:
+            raise ValidationError(
+                "%(value)r is not an ISO 8601 date and time",
+                code="invalid",
+                params={"value": text},
+            )
+        if timezone.is_naive(parsed):
+            parsed = timezone.make_aware(parsed)
+        try:
+            return parsed.astimezone(dt.UTC)
+        except (OverflowError, ValueError):  # year 1 or 9999 shifted by its offset
+            raise ValidationError(
+                "%(value)r is out of range", code="invalid", params={"value": text}
+            ) from None
+
+
+class InstantFilter(django_filters.IsoDateTimeFilter):
+    field_class = InstantField
+
+
+class ExecutionFilterSet(django_filters.FilterSet):
+    """The filters of ``GET executions/``."""
+
+    reactor = django_filters.CharFilter(
+        field_name="reactor", help_text="Runs of this registered reactor name."
+    )
+    status = StatusFilter(
+        field_name="status",
+        choices=ExecutionStatus.choices,
+        help_text="Runs in this status, or in one of several, comma-separated "
+        "(paused,needs_attention).",
+    )
+    correlation_id = django_filters.CharFilter(
+        method="filter_correlation_id",
+        help_text="Runs that reached an interrupt with this correlation id, waiting or not.",
+    )
+    created_after = InstantFilter(
+        field_name="created_at",
+        lookup_expr="gte",
+        help_text="Runs created at or after this ISO 8601 date and time.",
+    )
+    created_before = InstantFilter(
+        field_name="created_at",
+        lookup_expr="lt",
+        help_text="Runs created before this ISO 8601 date and time.",
+    )
+
+    class Meta:
+        model = Execution
+        fields = ["reactor", "status", "correlation_id", "created_after", "created_before"]
+
+    def filter_correlation_id(
+        self, queryset: QuerySet[Execution], name: str, value: str
+    ) -> QuerySet[Execution]:
+        interrupts = Interrupt.objects.filter(execution_id=OuterRef("pk"), correlation_id=value)
+        return queryset.filter(Exists(interrupts))
+
+
+class ExecutionFilterBackend(DjangoFilterBackend):
+    """django-filter's backend; its filter form in DRF's browsable API only when
+    ``django_filters`` is an installed app (it brings the form's template)."""
+
+    def to_html(self, request: Any, queryset: Any, view: Any) -> str | None:
+        if not apps.is_installed("django_filters"):
+            return None
+        html: str | None = super().to_html(request, queryset, view)
+        return html

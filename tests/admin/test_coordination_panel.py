@@ -1,0 +1,127 @@
+"""The coordination panel: who holds which lock, semaphore slots, rate-limit windows, period
+buckets and ordered locks, read through the configured backend, on Redis and on the database."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from django_reactor.coordination import Window, get_backend
+from django_reactor.coordination.backends.base import CoordinationBackend
+from tests.admin.reactors import Booking
+from tests.coordination.conftest import REDIS_URL, drop_redis_keys
+
+PANEL = reverse("admin:django_reactor_execution_coordination")
+REDIS = "django_reactor.coordination.backends.redis.RedisBackend"
+DATABASE = "django_reactor.coordination.backends.database.DatabaseBackend"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("redis", marks=[pytest.mark.redis, pytest.mark.django_db], id="redis"),
+        pytest.param("database", marks=pytest.mark.django_db, id="database"),
+    ]
+)
+def backend(request: pytest.FixtureRequest, settings: Any) -> Iterator[CoordinationBackend]:
+    """The configured backend of the panel, each in turn (Redis: a key prefix of its own)."""
+    prefix = f"reactor-panel-test-{uuid.uuid4().hex}"
+    settings.REACTOR = {
+        **settings.REACTOR,
+        "COORDINATION_BACKEND": REDIS if request.param == "redis" else DATABASE,
+        "COORDINATION_REDIS": REDIS_URL,
+        "COORDINATION_KEY_PREFIX": prefix,
+    }
+    yield get_backend()
+    if request.param == "redis":
+        drop_redis_keys(prefix)
+
+
+def section(html: str, name: str) -> str:
+    return html.split(f'id="reactor-{name}"')[1].split('<div class="reactor-section"')[0]
+
+
+def row(html: str, name: str, key: str) -> str:
+    match = re.search(rf'<tr data-key="{re.escape(key)}">(.*?)</tr>', section(html, name), re.S)
+    assert match, (name, key)
+    return match.group(1)
+
+
+def test_the_panel_shows_what_each_primitive_holds_and_who_declared_it(
+    backend: CoordinationBackend, client_operator: Client
+) -> None:
+    run = Booking.run({"guest": "ann", "card": "4111"})
+    owner = str(run.execution_id)
+    grant = backend.acquire_lock("lock:account-7", owner, ttl=30)
+    assert grant is not None
+    backend.acquire_semaphore("semaphore:bank-api", owner, limit=4, ttl=60)
+    backend.acquire_semaphore("semaphore:bank-api", "run-b", limit=4, ttl=60)
+    windows = [Window(5, 1), Window(100, 60)]
+    for _ in range(3):
+        assert backend.check_rate("rate:payouts-7", windows).allowed
+    backend.reserve_period("period:statement-7", "2026-12-03", owner, ttl=120)
+    for queued in (owner, "run-b", "run-c"):
+        backend.enqueue_ordered("ordered:payouts-7", queued)
+    backend.enqueue_ordered("ordered:payouts-8", "run-x")
+    backend.complete_ordered("ordered:payouts-8", "run-x", failed=True, strict=True)
+
+    html = client_operator.get(PANEL).content.decode()
+
+    backend_line = html.split('id="reactor-backend"')[1].split("</p>")[0]
+    assert (REDIS if "redis" in type(backend).__module__ else DATABASE) in backend_line
+    lock = row(html, "locks", "account-7")
+    change = reverse("admin:django_reactor_execution_change", args=[owner])
+    assert f'href="{change}"' in lock  # the run holding it, linked
+    assert f"<td>{grant.fence}</td>" in lock
+    assert "Payout (Meta.coordination)" in lock
+    assert re.search(r"\d+(\.\d)? s", lock)  # expires in
+    slots = row(html, "semaphores", "bank-api")
+    assert "2 of 4" in slots
+    assert 'aria-valuenow="2"' in slots
+    assert "run-b" in slots
+    rate = row(html, "rates", "payouts-7")
+    assert "3 of 5 per second" in rate
+    assert "3 of 100 per minute" in rate
+    period = row(html, "periods", "statement-7")
+    assert "2026-12-03" in period
+    assert "reserved: a run is in flight" in period
+    queue = row(html, "ordered", "payouts-7")
+    assert f'href="{change}"' in queue  # its turn
+    assert "run-b, run-c" in queue
+    assert "<td>3</td>" in queue
+    halted = row(html, "ordered", "payouts-8")
+    assert "after run-x failed" in halted
+    assert 'id="reactor-refresh"' in html
+
+
+def test_an_idle_backend_says_so_for_each_kind(
+    backend: CoordinationBackend, client_operator: Client
+) -> None:
+    html = client_operator.get(PANEL).content.decode()
+    assert "No lock is held." in html
+    assert "No semaphore slot is taken." in html
+    assert "No rate limit was charged in the last hour" in html
+    assert "No period bucket is reserved or claimed." in html
+    assert "No ordered lock has runs queued or is halted." in html
+
+
+@pytest.mark.django_db
+def test_an_unreachable_or_unknown_backend_is_named_not_raised(
+    client_operator: Client, settings: Any
+) -> None:
+    settings.REACTOR = {
+        **settings.REACTOR,
+        "COORDINATION_BACKEND": REDIS,
+        "COORDINATION_REDIS": "redis://127.0.0.1:1/0",
+    }
+    html = client_operator.get(PANEL).content.decode()
+    assert "The coordination backend cannot be read: Redis is unreachable" in html
+    settings.REACTOR = {**settings.REACTOR, "COORDINATION_BACKEND": "nowhere.Backend"}
+    html = client_operator.get(PANEL).content.decode()
+    assert "The coordination backend cannot be read:" in html
+    assert "nowhere.Backend" in html
