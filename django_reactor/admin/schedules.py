@@ -247,9 +247,14 @@ class ScheduleAdmin(admin.ModelAdmin):
     def last_fire(self, obj: Schedule) -> SafeString:
         return nowrap(in_zone(obj.last_fire_at, obj.timezone))
 
-    @admin.display(description=_("catch-up / overlap"))
-    def policies(self, obj: Schedule) -> str:
-        return f"{obj.catch_up} / {obj.overlap}"
+    @admin.display(description=_("policies"))
+    def policies(self, obj: Schedule) -> SafeString:
+        return format_html(
+            '<span title="{}">{} / {}</span>',
+            _("catch-up / overlap"),
+            obj.catch_up,
+            obj.overlap,
+        )
 
     @admin.display(description=_("last run"))
     def last_run(self, obj: Schedule) -> SafeString | str:
