@@ -187,3 +187,18 @@ class InvalidPayload(ReactorError):
         self.attempts = attempts
         self.max_attempts = max_attempts
         self.run_failed = run_failed
+
+
+class InvalidSchedule(ReactorError, ValueError):
+    """A schedule was refused (nothing was written): ``errors`` maps each field (``reactor``,
+    ``cron``, ``every``, ``timezone``, ``inputs``, ``name``, ...) to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__(
+            "; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items())
+        )
+        self.errors = errors
+
+
+class ScheduleNotFound(ReactorError, LookupError):
+    """No schedule has the given id or name."""
