@@ -218,6 +218,12 @@ class ReactorSettings:
     REDISPATCH_AFTER = Seconds(60.0)
     # Most rows one sweep handles per kind of work.
     SWEEP_BATCH = Count(500)
+    # A schedule's tick not fired within this many seconds of its time counts as missed and
+    # follows the schedule's catch-up policy (never less than twice SWEEP_INTERVAL).
+    SCHEDULE_MISSED_AFTER = Seconds(60.0)
+    # Most missed ticks a schedule with catch_up="all" runs (the latest); older ones are
+    # recorded skipped.
+    SCHEDULE_CATCH_UP_LIMIT = Count(100)
     # Sent dispatches (outbox rows) older than this many seconds are deleted by the sweeper.
     DISPATCH_RETENTION = Seconds(86400.0)
     # Redis for completion signals (pub/sub). None: the django-redis "default" cache when there

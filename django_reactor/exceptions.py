@@ -143,6 +143,15 @@ class InterruptNotFound(ExecutionNotFound):
     """No interrupt matches (unknown execution, step, correlation id or token)."""
 
 
+class UnknownInterrupt(InterruptNotFound):
+    """The step or path named is not an interrupt the run's reactor declares (a typo, or a
+    path through composed children that does not exist); ``paths`` lists the valid ones."""
+
+    def __init__(self, message: str, *, paths: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
 class InterruptClosed(InvalidTransition):
     """The interrupt no longer takes payloads: it expired, or its run was cancelled or failed.
 
@@ -186,3 +195,18 @@ class InvalidPayload(ReactorError):
         self.attempts = attempts
         self.max_attempts = max_attempts
         self.run_failed = run_failed
+
+
+class InvalidSchedule(ReactorError, ValueError):
+    """A schedule was refused (nothing was written): ``errors`` maps each field (``reactor``,
+    ``cron``, ``every``, ``timezone``, ``inputs``, ``name``, ...) to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__(
+            "; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items())
+        )
+        self.errors = errors
+
+
+class ScheduleNotFound(ReactorError, LookupError):
+    """No schedule has the given id or name."""

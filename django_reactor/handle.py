@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
@@ -88,7 +89,7 @@ class Operations(Protocol):
         self,
         execution_id: UUID,
         *,
-        step: str | None,
+        step: str | Sequence[str] | None,
         payload: Any,
         idempotency_key: str | None,
         background: bool | None,
@@ -266,10 +267,11 @@ class ExecutionHandle:
 
     @property
     def interrupts(self) -> tuple[PendingInterrupt, ...]:
-        """The interrupts this run waits at (empty unless it is paused)."""
+        """The interrupts this run waits at (empty unless it is paused); an interrupt of a
+        composed child paused under it by its path (``"checkout.approval"``)."""
 
         return tuple(
-            PendingInterrupt(i.step, i.correlation_id, i.expires_at)
+            PendingInterrupt(store.interrupts.path_of(i), i.correlation_id, i.expires_at)
             for i in store.interrupts.waiting(self.id)
         )
 
@@ -281,13 +283,15 @@ class ExecutionHandle:
 
     def resume(
         self,
-        step: str | None = None,
+        step: str | Sequence[str] | None = None,
         payload: Any = None,
         *,
         idempotency_key: str | None = None,
         background: bool | None = None,
     ) -> Outcome:
-        """Deliver ``payload`` to the interrupt ``step`` (see ``services.resume_interrupt``)."""
+        """Deliver ``payload`` to the interrupt ``step``, or to the interrupt of a composed child
+        at the path ``step`` (``"checkout.approval"`` or ``("checkout", "approval")``); see
+        ``services.resume_interrupt``."""
         return self._services.resume_interrupt(
             self.id,
             step=step,

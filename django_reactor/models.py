@@ -749,3 +749,4 @@ class MapResult(models.Model):
 
 
 from .coordination.models import *  # noqa: E402,F403
+from .schedule_store import *  # noqa: E402,F403

@@ -253,3 +253,38 @@ class ElementStatus(models.TextChoices):
     UNDOING = "undoing", _("Being undone")
     UNDONE = "undone", _("Undone")
     UNDO_FAILED = "undo_failed", _("Undo failed")
+
+
+class CatchUp(models.TextChoices):
+    """What a schedule does with ticks missed while nothing swept (downtime, a stopped beat)."""
+
+    # Record the missed ticks as skipped; only ticks still to come fire.
+    SKIP = "skip", _("Skip missed ticks")
+    # One run for all the missed ticks, at the latest of them.
+    ONCE = "once", _("Run once for the missed ticks")
+    # One run per missed tick, the most recent ones up to SCHEDULE_CATCH_UP_LIMIT.
+    ALL = "all", _("Run every missed tick")
+
+
+class Overlap(models.TextChoices):
+    """What a schedule's tick does while the schedule's previous run has not finished."""
+
+    # Start another run anyway.
+    ALLOW = "allow", _("Start another run")
+    # Record the tick as skipped.
+    SKIP = "skip", _("Skip the tick")
+    # Keep the tick (at most one) and start it when the previous run finishes.
+    QUEUE = "queue", _("Queue one tick")
+
+
+class FireOutcome(models.TextChoices):
+    """What became of one tick of a schedule (a ``ScheduleFire``)."""
+
+    # A run was started for it.
+    STARTED = "started", _("Run started")
+    # It waits for the schedule's previous run to finish (overlap policy "queue").
+    QUEUED = "queued", _("Queued")
+    # No run: missed by the catch-up policy, or refused by the overlap policy.
+    SKIPPED = "skipped", _("Skipped")
+    # No run: the reactor refused the inputs, or is not known to the sweeper's code.
+    REFUSED = "refused", _("Refused")

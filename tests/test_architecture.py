@@ -17,7 +17,7 @@ LONGEST = 800
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("states", "exceptions", "conf")),
     ("engine", ("engine", "faults")),
-    ("models", ("models", "migrations", "coordination.models")),
+    ("models", ("models", "migrations", "coordination.models", "schedule_store")),
     ("store", ("store",)),
     ("coordination", ("coordination",)),
     ("runtime", ("runtime", "registry", "observability", "otel", "signals")),

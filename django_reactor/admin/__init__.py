@@ -9,6 +9,7 @@ custom permission, and each change is recorded as an admin ``LogEntry``.
   (``coordination``);
 - ``timeline``: a run's trace as a Gantt chart, on its page;
 - ``records``: read-only lists of interrupts, dispatches, maps and map elements;
+- ``schedules``: schedules (through ``services.schedules``) and their fires;
 - ``display`` and ``forms``: what those pages share.
 """
 
@@ -16,5 +17,14 @@ from __future__ import annotations
 
 from .executions import ExecutionAdmin
 from .records import DispatchAdmin, InterruptAdmin, MapResultAdmin, MapRunAdmin
+from .schedules import ScheduleAdmin, ScheduleFireAdmin
 
-__all__ = ["DispatchAdmin", "ExecutionAdmin", "InterruptAdmin", "MapResultAdmin", "MapRunAdmin"]
+__all__ = [
+    "DispatchAdmin",
+    "ExecutionAdmin",
+    "InterruptAdmin",
+    "MapResultAdmin",
+    "MapRunAdmin",
+    "ScheduleAdmin",
+    "ScheduleFireAdmin",
+]

@@ -39,6 +39,7 @@ from .display import (
     FAILURE_EVENTS,
     ROLLBACK_EVENTS,
     breakable,
+    execution_link,
     failure_fields,
     json_block,
     moment,
@@ -294,6 +295,10 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         records = store.step_rows(obj.pk)
         events = store.event_rows(obj.pk)
         interrupts = list(Interrupt.objects.filter(execution=obj).order_by("id"))
+        waiting_steps = {r.step for r in records if r.status == StepStatus.WAITING}
+        if waiting_steps - {i.step for i in interrupts}:
+            # A composed child waits at interrupts of its own: listed here by path.
+            interrupts = store.interrupts.of_run(obj.pk)
         children = list(
             Execution.objects.filter(parent=obj)
             .order_by("created_at")
@@ -368,17 +373,24 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         )
 
         can_resume = self.has_resume_interrupt_permission(request, obj)
+        composed_child = obj.parent_id is not None and not obj.detached
+        # A composed child's interrupts are resumed through the run at the top, by path.
+        top = store.interrupts.above(obj.pk, "") if composed_child and interrupts else None
         waiting = [
             {
                 "row": i,
+                "path": store.interrupts.path_of(i),
                 "badge": status_badge(i.status, i.get_status_display()),
                 "resume_url": reverse(
-                    f"admin:{APP}_execution_resume", args=[quote(str(obj.pk)), i.step]
+                    f"admin:{APP}_execution_resume",
+                    args=[quote(str(obj.pk)), store.interrupts.path_of(i)],
                 ),
+                "through": {"link": execution_link(top.top_id), "path": f"{top.path}{i.step}"}
+                if top is not None
+                else None,
             }
             for i in interrupts
         ]
-        composed_child = obj.parent_id is not None and not obj.detached
         buttons = []
         waits = waits_for_time(obj, records)
         if (
@@ -413,7 +425,9 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
             "reactor_failure": failure,
             "reactor_failure_fields": failure_fields(failure),
             "reactor_interrupts": waiting,
-            "reactor_can_resume": can_resume and obj.status == ExecutionStatus.PAUSED,
+            "reactor_can_resume": can_resume
+            and obj.status == ExecutionStatus.PAUSED
+            and not composed_child,
             "reactor_children": [
                 {"row": c, "badge": status_badge(c.status, c.get_status_display())}
                 for c in children

@@ -26,7 +26,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .. import registry, services
+from .. import registry, services, store
 from ..engine.validation import error_messages
 from ..exceptions import (
     AlreadyResumed,
@@ -344,17 +344,25 @@ class ExecutionOperations(admin.ModelAdmin):
             return HttpResponseNotAllowed(["GET", "POST"])
         row = self._get_run(request, object_id)
         change_url = reverse(f"admin:{APP}_execution_change", args=[quote(str(row.pk))])
-        interrupt = Interrupt.objects.filter(execution=row, step=step).first()
+        if row.parent_id is not None and not row.detached:
+            # A composed child's interrupts are resumed through the run at the top, by path.
+            try:
+                services.find_interrupt(execution_id=row.pk, step=step)
+            except ReactorError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            return redirect(change_url)
+        # ``step`` may be a path through composed children (checkout.approval).
+        interrupt = store.interrupts.at(row.pk, step)
         if interrupt is None:
             raise Http404(f"execution {row.id} has no interrupt {step!r}")
         serializer_class = None
         definition_problem = ""
         try:
-            spec = registry.get(row.reactor).definition.by_name.get(step)
+            spec = registry.get(interrupt.reactor).definition.by_name.get(interrupt.step)
             if spec is not None and spec.interrupt is not None:
                 serializer_class = spec.interrupt.payload
             else:
-                definition_problem = f"{step!r} is no longer an interrupt of {row.reactor}"
+                definition_problem = f"{step!r} is no longer an interrupt of {interrupt.reactor}"
         except ReactorNotRegistered as exc:
             definition_problem = str(exc)
         example = serializer_example(serializer_class()) if serializer_class else {}
@@ -426,6 +434,7 @@ class ExecutionOperations(admin.ModelAdmin):
             "original": row,
             "change_url": change_url,
             "interrupt": interrupt,
+            "interrupt_path": step,
             "interrupt_badge": status_badge(interrupt.status, interrupt.get_status_display()),
             "waiting": interrupt.status == InterruptStatus.WAITING,
             "form": form,

@@ -70,6 +70,12 @@ class ErrorSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="With code invalid or invalid_payload: the messages of each field.",
     )
+    paths = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="With code unknown_interrupt: the interrupts the run's reactor can wait at, "
+        "by path (approval, checkout.approval).",
+    )
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

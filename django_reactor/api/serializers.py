@@ -11,10 +11,12 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from .. import store
 from ..display import duration_seconds
 from ..handle import ExecutionHandle
 from ..models import Execution, Interrupt
 from ..runtime.maps import displayable
+from ..states import StepStatus
 
 
 class ExecutionSerializer(serializers.ModelSerializer[Execution]):
@@ -52,6 +54,15 @@ def milliseconds(seconds: float | None) -> float | None:
 class InterruptSerializer(serializers.ModelSerializer[Interrupt]):
     """An interrupt of a run (never its token or payload)."""
 
+    step = serializers.SerializerMethodField(
+        help_text="The interrupt's step; for an interrupt of a composed child paused under the "
+        "run, its path from the run (checkout.approval), as a resume names it."
+    )
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_step(self, row: Interrupt) -> str:
+        return store.interrupts.path_of(row)
+
     class Meta:
         model = Interrupt
         fields = [
@@ -74,7 +85,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     inputs = serializers.SerializerMethodField()
     steps = serializers.SerializerMethodField()
     trace = serializers.SerializerMethodField()
-    interrupts = InterruptSerializer(many=True, read_only=True)
+    interrupts = serializers.SerializerMethodField()
     maps = serializers.SerializerMethodField()
 
     class Meta(ExecutionSerializer.Meta):
@@ -118,6 +129,15 @@ class ExecutionDetailSerializer(ExecutionSerializer):
             for s in self._handle(row).steps
         ]
 
+    @extend_schema_field(InterruptSerializer(many=True))
+    def get_interrupts(self, row: Execution) -> Any:
+        """The run's interrupts, and those of its composed children paused under it."""
+        rows = store.interrupts.of_run(row.pk, paused=False)
+        waiting = {s.name for s in self._handle(row).steps if s.status == StepStatus.WAITING}
+        if waiting - {i.step for i in rows}:  # a composed child waits at interrupts of its own
+            rows = store.interrupts.of_run(row.pk)
+        return InterruptSerializer(rows, many=True).data
+
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
     def get_maps(self, row: Execution) -> list[dict[str, Any]]:
         """Each map step's summary: totals by outcome and up to 25 sampled failures."""
@@ -150,7 +170,8 @@ class ResumeRequestSerializer(serializers.Serializer[dict[str, Any]]):
         required=False,
         min_length=1,
         max_length=255,
-        help_text="The interrupt; optional when one waits.",
+        help_text="The interrupt; optional when one waits. An interrupt of a composed child is "
+        "named by its path from the run, dotted (checkout.approval).",
     )
     payload = PayloadField(help_text="A JSON object, validated by the interrupt's serializer.")
 

@@ -48,6 +48,7 @@ from ..exceptions import (
     InvalidTransition,
     NotWaiting,
     ReactorError,
+    UnknownInterrupt,
 )
 from ..models import Execution, Interrupt
 from . import signatures
@@ -75,6 +76,8 @@ RETRY_AFTER_SECONDS = "5"
 
 def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
     """The HTTP answer to a service's refusal. ``quiet``: no details for outside senders."""
+    if isinstance(exc, UnknownInterrupt) and not quiet:
+        return ApiError(400, str(exc), code="unknown_interrupt", paths=list(exc.paths))
     if isinstance(exc, ExecutionNotFound):  # InterruptNotFound too
         return ApiError(404, "not found" if quiet else str(exc), code="not_found")
     if isinstance(exc, NotWaiting):
@@ -170,10 +173,9 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         return [authenticator() for authenticator in configured]
 
     def get_queryset(self) -> Any:
-        queryset = scoped(self.request, Execution.objects.all())
-        if self.action != "list":
-            return queryset.prefetch_related("interrupts")
-        return queryset  # filtered by ExecutionFilterSet (filter_queryset)
+        # The list is filtered by ExecutionFilterSet (filter_queryset); a run's detail reads its
+        # interrupts itself (those of its paused composed children too, by path).
+        return scoped(self.request, Execution.objects.all())
 
     def get_serializer_class(self) -> Any:
         return ExecutionSerializer if self.action == "list" else ExecutionDetailSerializer
@@ -293,8 +295,9 @@ RESUME_RESPONSES = {
     202: _described("Accepted: a worker runs the rest."),
     400: _error(
         "The body is not JSON or cannot be stored (parse_error), the request is "
-        "invalid (invalid), a header is malformed (invalid_header), or the payload is invalid "
-        "(invalid_payload, with field errors).",
+        "invalid (invalid), a header is malformed (invalid_header), the step names no "
+        "interrupt of the run's reactor (unknown_interrupt, with the valid paths), or the "
+        "payload is invalid (invalid_payload, with field errors).",
     ),
     401: _error("No credential, or a wrong one (with a WWW-Authenticate challenge)."),
     403: _error(
@@ -496,20 +499,26 @@ class ResumeView(ApiErrorsMixin, APIView):
         raise NotImplementedError  # each endpoint names the run its own way
 
     def _authorize(self, request: Request, row: Interrupt, credential: Credential) -> None:
-        allowed = _allowed_modes(row.reactor)
+        # The run that resumes: for an interrupt of a composed child, the run at the top.
+        where = store.interrupts.nesting(row)
+        allowed = _allowed_modes(where.reactor)
         if credential.kind not in allowed:
             raise ApiError(
                 401,
-                f"runs of {row.reactor} cannot be resumed with a {credential.kind} credential "
+                f"runs of {where.reactor} cannot be resumed with a {credential.kind} credential "
                 f"(accepted: {', '.join(allowed) or 'none'})",
                 code="credential_not_accepted",
             )
-        if credential.kind == "user" and not _visible(request, row.execution_id):
-            raise ApiError(404, f"no execution with id {row.execution_id}", code="not_found")
-        if credential.kind == "webhook" and credential.group not in ("default", row.reactor):
+        if credential.kind == "user" and not _visible(request, where.top_id):
+            raise ApiError(404, f"no execution with id {where.top_id}", code="not_found")
+        if credential.kind == "webhook" and credential.group not in (
+            "default",
+            where.reactor,
+            row.reactor,
+        ):
             raise ApiError(
                 401,
-                f"the webhook secret that signed this request is not for {row.reactor}",
+                f"the webhook secret that signed this request is not for {where.reactor}",
                 code="bad_signature",
             )
 
@@ -591,7 +600,7 @@ class ExecutionResumeView(ResumeView):
             raise ApiError(404, f"no execution with id {execution_id}", code="not_found")
         if credential.kind == "token":
             row = _by_token(credential)
-            if row.execution_id != execution_id or data.get("step") not in (None, row.step):
+            if store.interrupts.nesting(row).top_id != execution_id or not _names(row, data):
                 raise ApiError(404, "not found", code="not_found")
             return row
         return services.find_interrupt(execution_id=execution_id, step=data.get("step"))
@@ -614,7 +623,7 @@ class CorrelationResumeView(ResumeView):
         correlation_id = kwargs["correlation_id"]
         if credential.kind == "token":
             row = _by_token(credential)
-            if row.correlation_id != correlation_id or data.get("step") not in (None, row.step):
+            if row.correlation_id != correlation_id or not _names(row, data):
                 raise ApiError(404, "not found", code="not_found")
             return row
         return services.find_interrupt(
@@ -640,7 +649,7 @@ class TokenResumeView(ResumeView):
                 code="not_authenticated",
             )  # fmt: skip
         row = _by_token(credential)
-        if data.get("step") not in (None, row.step):
+        if not _names(row, data):
             raise ApiError(404, "not found", code="not_found")
         return row
 
@@ -648,3 +657,10 @@ class TokenResumeView(ResumeView):
 def _by_token(credential: Credential) -> Interrupt:
     assert credential.token is not None
     return store.interrupts.find_by_token(credential.token)
+
+
+def _names(row: Interrupt, data: dict[str, Any]) -> bool:
+    """Whether the body's ``step`` (if any) names the interrupt ``row``: its step, or its path
+    from the run that paused for it."""
+    step = data.get("step")
+    return step is None or step in (row.step, store.interrupts.nesting(row).path)

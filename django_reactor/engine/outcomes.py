@@ -323,7 +323,11 @@ class Scheduled(Outcome):
 
 @dataclass(frozen=True, slots=True)
 class PendingInterrupt:
-    """An interrupt a paused run waits at: resume it by execution id or correlation id."""
+    """An interrupt a paused run waits at: resume it by execution id or correlation id.
+
+    ``step`` names it as you resume it: the interrupt's step, or for an interrupt of a composed
+    child its dotted path from the paused run (``"checkout.approval"``).
+    """
 
     step: str
     correlation_id: str | None = None
@@ -331,6 +335,12 @@ class PendingInterrupt:
     # The single-use resume token, when REACTOR["RESUME_TOKENS"] is on (only in the outcome of
     # the call that paused the run; the database keeps its hash).
     token: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """Where the interrupt is: ``("approval",)`` for one of the run's own, or through
+        composed children, ``("checkout", "approval")`` (``step`` is the same path, dotted)."""
+        return tuple(self.step.split("."))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,6 +7,7 @@ continues it from its checkpoint instead of starting another.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping
@@ -17,11 +18,12 @@ from django.utils import timezone
 from .. import registry, store
 from ..conf import reactor_settings
 from ..coordination.runtime import coordinator_for, guard_dispatch
+from ..engine.constructs.interrupt import reached_interrupts
 from ..engine.definition import ReactorDefinition
 from ..engine.executor import Executor, RunState, utcnow
 from ..engine.journal import Event
 from ..engine.mapping import MapRollbackPending
-from ..engine.outcomes import ErrorInfo, Outcome, Rescheduled, RollbackFailure
+from ..engine.outcomes import ErrorInfo, Outcome, Paused, Rescheduled, RollbackFailure
 from ..engine.serialization import decode, encode
 from ..exceptions import ReactorError, UnitWaitTimeout
 from ..observability import observer_for
@@ -47,6 +49,17 @@ def finish_rollback(executor: Executor, row: Any, reason: str) -> list[RollbackF
         final_status=ExecutionStatus.FAILED if failed else ExecutionStatus.CANCELLED,
         reason=reason,
         failure=ErrorInfo.from_dict(row.failure) if row.failure else None,
+    )
+
+
+def _reached(executor: Executor, outcome: Outcome) -> Outcome:
+    """A child that paused tells its parent the interrupts it reached in this call (those it
+    waited at before are in the parent's record already)."""
+    if not isinstance(outcome, Paused):
+        return outcome
+    reached = reached_interrupts(executor)
+    return dataclasses.replace(
+        outcome, interrupts=tuple(i for i in outcome.interrupts if i.step in reached)
     )
 
 
@@ -98,11 +111,12 @@ class DatabaseChildRunner(MapRunnerMixin):
             except store.ChildExists:
                 row = store.find_child(self.parent_id, step)
             else:
-                return self._executor(definition, owned, stored, RunState(next_seq=2)).run()
+                executor = self._executor(definition, owned, stored, RunState(next_seq=2))
+                return _reached(executor, executor.run())
         assert row is not None
         if row.status in FINISHED:
             return store.outcome_of(row)
-        owned = store.adopt_child(row.id)
+        owned = store.adopt_child(row.id, continuing=row.status != ExecutionStatus.ROLLING_BACK)
         executor = self._executor(definition, owned, row.inputs, store.resume_state(row))
         if row.status == ExecutionStatus.ROLLING_BACK:
             try:
@@ -115,7 +129,13 @@ class DatabaseChildRunner(MapRunnerMixin):
                     reason="map_rollback",
                 )
             return store.outcome_of(store.get_row(row.id))
-        return executor.run()
+        return _reached(executor, executor.run())
+
+    def accepted(self, step: str) -> tuple[str, ...] | None:
+        row = store.find_child(self.parent_id, step)
+        if row is None or row.status != ExecutionStatus.PAUSED:
+            return ()  # it moved on (its process died while it ran): continue it
+        return tuple(store.interrupts.accepted_below(row.id)) or None
 
     def rollback(self, step: str) -> list[RollbackFailure]:
         row = store.find_child(self.parent_id, step)
@@ -123,6 +143,10 @@ class DatabaseChildRunner(MapRunnerMixin):
             return []  # the child never started
         state = store.load_state(row.id)
         if not state.undo_stack and not state.pending_compensation:
+            if row.status == ExecutionStatus.PAUSED:  # paused before it completed anything
+                store.request_cancel(
+                    row.id, reason="its parent rolled back", cancellable=[ExecutionStatus.PAUSED]
+                )
             return []
         definition = registry.get(row.reactor).definition
         owned = store.adopt_child(row.id)
@@ -201,5 +225,6 @@ class DatabaseChildRunner(MapRunnerMixin):
             park_poll=reactor_settings.REDISPATCH_AFTER,
             retry_later=self.in_worker,
             attached=True,
+            issue_tokens=reactor_settings.RESUME_TOKENS,
             observer=observer_for(definition, parent_id=self.parent_id),
         )

@@ -11,12 +11,14 @@ state. By what they do:
 - ``workers``: ``resume`` (a worker's task) and ``sweep``;
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``;
 - ``maintenance``: ``prune`` and the ordered-lock queues;
+- ``schedules``: schedules (``services.schedules.create``, ``pause``, ``run_now``, ...) and
+  firing their ticks (part of ``sweep``);
 - ``common``: ``find`` and what the others share.
 """
 
 from __future__ import annotations
 
-from . import common
+from . import common, schedules
 from .common import MAX_KEY_LENGTH, find
 from .deadlines import expire_deadlines
 from .interrupts import (
@@ -57,6 +59,7 @@ __all__ = [
     "retry",
     "run",
     "run_in_background",
+    "schedules",
     "skip_ordered_run",
     "stuck_runs",
     "sweep",

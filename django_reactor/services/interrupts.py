@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import registry, store
 from ..conf import reactor_settings
+from ..engine.constructs.compose import interrupt_paths
 from ..engine.executor import Executor
 from ..engine.interrupts import ContinueWith
 from ..engine.outcomes import (
@@ -29,8 +30,10 @@ from ..exceptions import (
     InvalidPayload,
     InvalidTransition,
     LeaseLost,
+    ReactorError,
     ReactorNotRegistered,
     ResultNotSerializable,
+    UnknownInterrupt,
 )
 from ..runtime.children import DatabaseChildRunner
 from ..states import EventKind, ExecutionStatus, InterruptStatus
@@ -48,11 +51,15 @@ from .common import (
 )
 from .steering import rollback_state
 
+#: How a delivery names an interrupt: its step, or its path through composed children, dotted
+#: (``"checkout.approval"``) or as a sequence (``("checkout", "approval")``).
+InterruptName = str | Sequence[str]
+
 
 def resume_interrupt(
     execution_id: uuid.UUID | str | None = None,
     *,
-    step: str | None = None,
+    step: InterruptName | None = None,
     payload: Any,
     correlation_id: str | None = None,
     reactor: str | None = None,
@@ -64,8 +71,11 @@ def resume_interrupt(
 
     Name the interrupt by ``execution_id``, by ``correlation_id`` (and ``reactor`` when several
     reactors share correlation ids) or by a resume ``token``; ``step`` may be left out when one
-    interrupt waits. The payload is validated by the interrupt's serializer before anything
-    changes; an accepted payload becomes the step's result.
+    interrupt waits. An interrupt of a composed child is resumed through the run at the top,
+    by its path: ``step="checkout.approval"`` or ``step=("checkout", "approval")`` (its
+    correlation id and token find it too); the child's own execution id is refused. The
+    payload is validated by the interrupt's serializer before anything changes; an accepted
+    payload becomes the step's result.
 
     ``background`` (default: the interrupt's ``resume=``): True hands the rest of the run to a
     worker and returns ``Dispatched`` at once; False runs it in this process and returns how it
@@ -77,10 +87,13 @@ def resume_interrupt(
     changes nothing and returns the run's outcome with ``idempotent_replay=True``; the same key
     with another payload raises IdempotencyKeyReused.
 
-    Raises InterruptNotFound, NotWaiting (the run has not reached an interrupt yet: deliver
-    later), AlreadyResumed, InterruptClosed (expired, cancelled, failed) and InvalidPayload
-    (field errors; with ``max_attempts``, the last allowed one also fails the run).
+    Raises InterruptNotFound (UnknownInterrupt, with the valid ``paths``, for a step or path
+    the reactor does not declare), NotWaiting (the run has not reached an interrupt yet:
+    deliver later), AlreadyResumed, InterruptClosed (expired, cancelled, failed) and
+    InvalidPayload (field errors; with ``max_attempts``, the last allowed one also fails the
+    run).
     """
+    step = interrupt_step(step)
     arguments = {
         "execution_id": execution_id,
         "step": step,
@@ -97,10 +110,11 @@ def resume_interrupt(
         # The claim consumes the token: a repeat could not find the interrupt again.
         scope, target = f"resume-token:{store.interrupts.token_hash(token)}", execution_id
     else:
-        found = store.interrupts.find(
+        found = find_interrupt(
             execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
         )
-        scope, target = f"resume:{found.execution_id}", found.execution_id
+        target = store.interrupts.nesting(found).top_id
+        scope = f"resume:{target}"
     reservation = store.request_keys.reserve(
         scope, idempotency_key, store.request_keys.fingerprint(step, payload)
     )
@@ -141,8 +155,9 @@ def _resume_interrupt(
 ) -> Outcome:
     if token is not None:
         row = store.interrupts.find_by_token(token)
-        if (execution_id is not None and str(row.execution_id) != str(execution_id)) or (
-            step is not None and row.step != step
+        where = store.interrupts.nesting(row)
+        if (execution_id is not None and str(where.top_id) != str(execution_id)) or (
+            step is not None and step not in (row.step, where.path)
         ):
             raise InterruptNotFound("no interrupt has this resume token")
     else:
@@ -156,29 +171,34 @@ def deliver(row: Any, payload: Any, *, background: bool | None = None) -> Outcom
     """Deliver ``payload`` to the interrupt ``row`` (from :func:`find_interrupt`).
 
     What :func:`resume_interrupt` does once it has found the interrupt; the API calls it with
-    the interrupt its credential check found, so the interrupt is read once per request.
+    the interrupt its credential check found, so the interrupt is read once per request. The
+    run that resumes is the one that paused for it: for an interrupt of a composed child, the
+    run at the top of the composition, which continues the child.
     """
     store.interrupts.refuse_closed(row)
+    where = store.interrupts.nesting(row)
     definition = registry.get(row.reactor).definition
     spec = definition.by_name.get(row.step)
     if spec is None or spec.interrupt is None:
         raise DefinitionChanged(
-            f"execution {row.execution_id} waits at {row.step!r}, which is no longer an "
+            f"execution {where.top_id} waits at {where.path!r}, which is no longer an "
             f"interrupt of {definition.name}; deploy the definition it ran with to resume it"
         )
     accepted, errors = _validate_payload(spec.interrupt.payload, payload)
     if errors is not None:
-        _refuse_payload(row, store.get_row(row.execution_id), definition, spec.name, errors)
+        _refuse_payload(row, where, errors)
     in_background = background if background is not None else row.resume_mode == "background"
     if not in_background:
-        refuse_open_transaction(f"resume execution {row.execution_id} inline")
+        refuse_open_transaction(f"resume execution {where.top_id} inline")
     claim = store.interrupts.claim(
         row, accepted, inline_owner=None if in_background else store.lease_owner_token()
     )
     if claim.dispatched:
-        return Dispatched(execution_id=row.execution_id)
+        return Dispatched(execution_id=where.top_id)
     if claim.owned is None:
-        return InProgress(execution_id=row.execution_id, status=claim.execution_status)
+        return InProgress(execution_id=where.top_id, status=claim.execution_status)
+    if where.top_id != row.execution_id:
+        definition = registry.get(where.reactor).definition
     return _continue_inline(definition, claim.owned)
 
 
@@ -187,30 +207,76 @@ def find_interrupt(
     execution_id: uuid.UUID | str | None = None,
     correlation_id: str | None = None,
     reactor: str | None = None,
-    step: str | None = None,
+    step: InterruptName | None = None,
 ) -> Any:
-    """The interrupt a delivery names (see ``resume_interrupt`` for how it is named)."""
+    """The interrupt a delivery names (see ``resume_interrupt`` for how it is named).
+
+    Refuses (InvalidTransition) an execution id of a composed child, naming the run to resume
+    instead and the interrupt's path there.
+    """
+    step = interrupt_step(step)
     try:
-        return store.interrupts.find(
+        row = store.interrupts.find(
             execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
         )
     except InvalidTransition:  # NotWaiting too: a misspelt step never waits
-        if execution_id is not None and step is not None:
-            _require_interrupt_step(store.get_row(execution_id), step)
+        if execution_id is not None:
+            execution = store.get_row(execution_id)
+            _refuse_composed_child(execution, step)
+            if step is not None:
+                _require_interrupt_step(execution, step)
         raise
+    if execution_id is not None:
+        key = store.parse_id(execution_id)
+        if store.interrupts.nesting(row).top_id != key:  # the run named is a composed child
+            _refuse_composed_child(store.get_row(key), step, row)
+    return row
+
+
+def interrupt_step(step: Any) -> str | None:
+    """A delivery's ``step`` as text: a path given as a sequence is dotted (``("checkout",
+    "approval")`` is ``"checkout.approval"``). Whether it names an interrupt is checked
+    against the run's reactor, which lists the valid ones when it does not."""
+    if step is None or isinstance(step, str):
+        return step
+    if isinstance(step, Sequence) and all(isinstance(part, str) for part in step):
+        return ".".join(step)
+    raise ReactorError(
+        "step must name an interrupt: its step name, or its path through composed children "
+        f'("checkout.approval" or ("checkout", "approval")), got {step!r}'
+    )
+
+
+def _refuse_composed_child(execution: Any, step: str | None, row: Any = None) -> None:
+    """Refuse a delivery addressed to a composed child: its parent's run resumes it."""
+    if execution.parent_id is None or execution.detached:
+        return
+    if row is not None:
+        where = store.interrupts.nesting(row)
+    else:
+        where = store.interrupts.above(execution.id, step or "<interrupt>")
+    raise InvalidTransition(
+        f"cannot resume execution {execution.id} directly: it is the composed child run by "
+        f"step {execution.parent_step!r} of execution {execution.parent_id}, and its "
+        f"interrupts are resumed through execution {where.top_id}; resume that execution with "
+        f"step={where.path!r}",
+        status=execution.status,
+    )
 
 
 def _require_interrupt_step(execution: Any, step: str) -> None:
-    """Refuse a step name that is not an interrupt of the run's reactor (a typo never waits)."""
+    """Refuse a step or path that is not an interrupt of the run's reactor (a typo never
+    waits), with the valid paths."""
     try:
         definition = registry.get(execution.reactor).definition
     except ReactorNotRegistered:
         return  # reported by the resume itself
-    spec = definition.by_name.get(step)
-    if spec is None or spec.interrupt is None:
-        names = ", ".join(s.name for s in definition.interrupts) or "none"
-        raise InterruptNotFound(
-            f"{step!r} is not an interrupt of {definition.name} (its interrupts: {names})"
+    paths = tuple(interrupt_paths(definition))
+    if step not in paths:
+        raise UnknownInterrupt(
+            f"{step!r} is not an interrupt of {definition.name} (its interrupts: "
+            f"{', '.join(paths) or 'none'})",
+            paths=paths,
         )
 
 
@@ -232,18 +298,19 @@ def _validate_payload(serializer: type | None, payload: Any) -> tuple[Any, Any]:
         return None, {"non_field_errors": [f"the validated payload cannot be stored: {exc}"]}
 
 
-def _refuse_payload(
-    row: Any, execution: Any, definition: ReactorDefinition, step: str, errors: Any
-) -> None:
+def _refuse_payload(row: Any, where: Any, errors: Any) -> None:
     """Count an invalid payload; fail the run on its last allowed attempt. Always raises."""
     attempts = store.interrupts.count_invalid(row, errors)
     limit = row.max_attempts
     summary = summarise_errors(errors)
+    step = where.path
     if limit is not None and attempts >= limit:
         message = (
             f"interrupt {step!r} received {attempts} invalid payload(s) (max_attempts={limit}); "
             f"the last one: {summary}"
         )
+        execution = store.get_row(where.top_id)
+        definition = registry.get(execution.reactor).definition
         _fail_paused(
             execution,
             definition,
@@ -310,7 +377,8 @@ def _fail_paused(
         coordinator=coordinator_of(definition, execution.id, execution, inputs, in_worker=False),
     )
     if event is not None:
-        executor.note(event, {"step": interrupt.step, **(data or {})})
+        path = store.interrupts.nesting(interrupt).path
+        executor.note(event, {"step": path, **(data or {})})
     with store.LeaseKeeper(owned):
         executor.rollback(final_status=ExecutionStatus.FAILED, reason=error.message, failure=error)
 
@@ -356,22 +424,28 @@ def after_pause(outcome: Outcome) -> Outcome:
     return Paused(
         execution_id=outcome.execution_id,
         interrupts=tuple(
-            PendingInterrupt(i.step, i.correlation_id, i.expires_at, tokens.get(i.step))
+            PendingInterrupt(path, i.correlation_id, i.expires_at, tokens.get(path))
             for i in store.interrupts.waiting(outcome.execution_id)
+            for path in [store.interrupts.path_of(i)]
         ),
         results=outcome.results,
     )
 
 
-def issue_resume_token(execution_id: uuid.UUID | str, step: str) -> str:
-    """A single-use resume token for the interrupt ``step`` of a paused run.
+def issue_resume_token(execution_id: uuid.UUID | str, step: InterruptName) -> str:
+    """A single-use resume token for the interrupt ``step`` of a paused run (a path such as
+    ``"checkout.approval"`` for an interrupt of a composed child).
 
     Send it to whoever may resume the run (in an e-mail link, to a partner's system); they
     present it in the ``Reactor-Resume-Token`` header. Only its SHA-256 is stored, so it cannot
     be shown again; issuing a new one revokes the previous one. It dies with the interrupt.
     """
-    _require_interrupt_step(store.get_row(execution_id), step)
-    return store.interrupts.issue_token(execution_id, step)
+    path = interrupt_step(step)
+    assert path is not None
+    execution = store.get_row(execution_id)
+    _refuse_composed_child(execution, path)
+    _require_interrupt_step(execution, path)
+    return store.interrupts.issue_token(execution.id, path)
 
 
 def expire_interrupts(limit: int | None = None) -> int:
@@ -393,9 +467,9 @@ def expire_interrupts(limit: int | None = None) -> int:
 
 
 def _expire(row: Any) -> bool:
-    execution = store.get_row(row.execution_id)
-    definition = registry.get(execution.reactor).definition
-    spec = definition.by_name.get(row.step)
+    where = store.interrupts.nesting(row)
+    execution = store.get_row(where.top_id)
+    spec = registry.get(row.reactor).definition.by_name.get(row.step)
     on_timeout = spec.interrupt.on_timeout if spec is not None and spec.interrupt else "fail"
     if isinstance(on_timeout, ContinueWith):
         try:
@@ -416,6 +490,7 @@ def _expire(row: Any) -> bool:
             return True
     if execution.status != ExecutionStatus.PAUSED:
         return False  # the run is moving: expired when it pauses, at a later sweep
+    definition = registry.get(execution.reactor).definition
     expired_at = f"{row.expires_at:%Y-%m-%d %H:%M:%S %Z}"
     try:
         _fail_paused(
@@ -423,9 +498,9 @@ def _expire(row: Any) -> bool:
             definition,
             ErrorInfo(
                 kind=ErrorKind.TIMEOUT,
-                message=f"interrupt {row.step!r} expired at {expired_at} without a payload "
+                message=f"interrupt {where.path!r} expired at {expired_at} without a payload "
                 "(on_timeout='fail')",
-                step=row.step,
+                step=where.path,
                 reactor=definition.name,
                 retryable=False,
             ),

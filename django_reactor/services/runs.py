@@ -281,7 +281,8 @@ def find_by_correlation_id(correlation_id: str, *, reactor: type[Reactor]) -> Ex
     """The run of ``reactor`` waiting (or last waiting) under ``correlation_id``; raises
     InterruptNotFound."""
     row = store.interrupts.find(correlation_id=correlation_id, reactor=reactor.definition.name)
-    return find(row.execution_id, reactor=reactor)
+    # An interrupt of a composed child: the run of ``reactor`` at the top, which paused for it.
+    return find(store.interrupts.nesting(row).top_id, reactor=reactor)
 
 
 def retry(execution_id: uuid.UUID | str) -> Outcome:

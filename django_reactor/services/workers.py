@@ -40,6 +40,7 @@ from .common import (
 )
 from .deadlines import expire_deadlines
 from .interrupts import after_pause, expire_interrupts
+from .schedules import fire_due
 from .steering import adopt_side_by_side
 
 DATABASE_ERROR_RETRIES = 3
@@ -270,6 +271,7 @@ def _sweep_once() -> store.SweepReport:
         after=reactor_settings.REDISPATCH_AFTER, limit=reactor_settings.SWEEP_BATCH
     )
     report.deleted += store.request_keys.forget_expired(reactor_settings.SWEEP_BATCH)
+    report.fired = fire_due().started
     if any(report.as_dict().values()):
         logger.info("sweep: %s", report.as_dict())
     return report

@@ -14,8 +14,8 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``outbox``: dispatches and the port a publisher (Celery) registers with;
 - ``outcomes``: a stored run as the outcome its caller would have received;
 - ``sweep``, ``prune``: the sweeper's and ``reactor_prune``'s work;
-- ``maps``, ``interrupts``, ``request_keys``: map element slots, interrupt rows, remembered API
-  requests;
+- ``maps``, ``interrupts``, ``request_keys``, ``schedules``: map element slots, interrupt rows,
+  remembered API requests, schedules and their fires;
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
   waiting interrupts, the outbox's depth).
 
@@ -24,7 +24,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 
 from __future__ import annotations
 
-from . import interrupts, maps, outbox, overview, request_keys, shift
+from . import interrupts, maps, outbox, overview, request_keys, schedules, shift
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
@@ -137,6 +137,7 @@ __all__ = [
     "request_keys",
     "resume_state",
     "save_coordination_state",
+    "schedules",
     "shift",
     "side_by_side_limit",
     "start_now",

@@ -171,7 +171,7 @@ class DatabaseJournal:
                     },
                 )
             if batch.close_interrupts:
-                close_waiting(self.execution_id)
+                close_waiting(self.execution_id, stop_children=batch.finished)
             reached = batch.interrupt
             if reached is not None:
                 Interrupt.objects.using(USING).create(

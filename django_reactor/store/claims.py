@@ -211,7 +211,7 @@ def claim(
                 .get()
             )
             if new_status in (ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED):
-                close_waiting(execution_id)
+                close_waiting(execution_id, stop_children=new_status == ExecutionStatus.CANCELLED)
             return Owned(execution_id, fence)
     row = get_row(execution_id)
     if row.status not in allowed:
@@ -267,7 +267,7 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
         row.lease_expires_at = None
         row.fence = row.fence + 1
         row.save()
-        close_waiting(execution_id)
+        close_waiting(execution_id, stop_children=True)
         last = last_seq(execution_id)
         ExecutionEvent.objects.using(USING).create(
             execution_id=execution_id,

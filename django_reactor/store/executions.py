@@ -257,13 +257,21 @@ def start_now(execution_id: uuid.UUID) -> bool:
     return True
 
 
-def adopt_child(execution_id: uuid.UUID) -> Owned:
+def adopt_child(execution_id: uuid.UUID, *, continuing: bool = False) -> Owned:
     """Take a composed child over for its parent's owner: bump its fence, so writes from a
-    previous owner of the parent (a zombie) are refused."""
+    previous owner of the parent (a zombie) are refused.
+
+    ``continuing``: the parent continues the child; a child paused at an interrupt (whose
+    payload came) is running again.
+    """
     with transaction.atomic(using=USING):
         Execution.objects.using(USING).filter(pk=execution_id).update(
             fence=F("fence") + 1, updated_at=timezone.now()
         )
+        if continuing:
+            Execution.objects.using(USING).filter(
+                pk=execution_id, status=ExecutionStatus.PAUSED
+            ).update(status=ExecutionStatus.RUNNING)
         fence = (
             Execution.objects.using(USING).filter(pk=execution_id).values_list("fence", flat=True)
         ).get()

@@ -4,6 +4,11 @@ The only code that reads or writes :class:`~django_reactor.models.Interrupt` row
 payload wins per interrupt: the claim is a conditional update from ``waiting``, made while
 holding the execution row's lock, so it serialises with the run pausing (see
 :func:`reopen_if_claimed`).
+
+An interrupt of a composed child belongs to the child's execution, but the run that pauses
+and resumes is the one at the top of the composition (see :func:`nesting`): it is found,
+claimed and listed there by its path (``"checkout.approval"``), and the claim takes the top
+run's lock and moves the top run.
 """
 
 from __future__ import annotations
@@ -46,6 +51,127 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+# ---------------------------------------------------------------------------- nesting
+
+
+@dataclass(frozen=True, slots=True)
+class Nesting:
+    """Where an interrupt stands: the run that pauses and resumes for it, and its path there.
+
+    For an interrupt of the run itself, ``top_id`` is its execution and ``path`` its step;
+    for one of a composed child, ``top_id`` is the run at the top of the composition (a root
+    run, or an async unit) and ``path`` goes through the compose steps, dotted.
+    """
+
+    top_id: uuid.UUID
+    reactor: str  # the top run's reactor
+    path: str
+
+
+def nesting(row: Interrupt) -> Nesting:
+    """The run that pauses for ``row`` and the interrupt's path there (one read per level)."""
+    cached = row.__dict__.get("_nesting")
+    if cached is not None:
+        return cached
+    result = above(row.execution_id, row.step, reactor=row.reactor)
+    row.__dict__["_nesting"] = result
+    return result
+
+
+def above(execution_id: uuid.UUID, step: str, *, reactor: str = "") -> Nesting:
+    """The run at the top of the composition ``execution_id`` belongs to (itself, when it is
+    not a composed child), and the path of its step ``step`` from there."""
+    path = [step]
+    current = execution_id
+    while True:
+        found = (
+            Execution.objects.using(USING)
+            .filter(pk=current)
+            .values_list("reactor", "parent_id", "parent_step", "detached")
+            .first()
+        )
+        if found is None:
+            break
+        reactor, parent, parent_step, detached = found
+        if parent is None or detached:
+            break
+        path.insert(0, parent_step)
+        current = parent
+    return Nesting(current, reactor, ".".join(path))
+
+
+def path_of(row: Interrupt) -> str:
+    """The path under which a listing (:func:`waiting`, :func:`of_run`) found ``row``."""
+    return str(row.__dict__.get("_path", row.step))
+
+
+def paused_below(execution_id: uuid.UUID) -> dict[uuid.UUID, str]:
+    """The run and its composed children (at any depth) paused under it, each with the path
+    prefix of its interrupts from the run (``""`` for the run, ``"checkout."`` for a child)."""
+    found: dict[uuid.UUID, str] = {execution_id: ""}
+    level = [execution_id]
+    while level:
+        rows = (
+            Execution.objects.using(USING)
+            .filter(parent_id__in=level, detached=False, status=ExecutionStatus.PAUSED)
+            .values_list("id", "parent_id", "parent_step")
+        )
+        level = []
+        for child, parent, step in rows:
+            if child not in found:
+                found[child] = f"{found[parent]}{step}."
+                level.append(child)
+    return found
+
+
+def locate(execution_id: uuid.UUID, path: str) -> tuple[uuid.UUID | None, str]:
+    """The execution that holds the interrupt at ``path`` below ``execution_id``, and its step
+    there; None when the run has not started a composed child the path goes through."""
+    *steps, leaf = path.split(".")
+    current: uuid.UUID | None = execution_id
+    for step in steps:
+        current = (
+            Execution.objects.using(USING)
+            .filter(parent_id=current, parent_step=step, detached=False)
+            .values_list("id", flat=True)
+            .first()
+        )
+        if current is None:
+            break
+    return current, leaf
+
+
+def at(execution_id: uuid.UUID, path: str) -> Interrupt | None:
+    """The interrupt of the run ``execution_id`` at ``path`` (its step, or a path through
+    composed children), in whatever status; None when there is none (yet)."""
+    owner, leaf = locate(execution_id, path)
+    if owner is None:
+        return None
+    row = Interrupt.objects.using(USING).filter(execution_id=owner, step=leaf).first()
+    if row is not None:
+        row.__dict__["_path"] = path
+    return row
+
+
+def _listed(rows: list[Interrupt], prefixes: dict[uuid.UUID, str]) -> list[Interrupt]:
+    for row in rows:
+        row.__dict__["_path"] = prefixes.get(row.execution_id, "") + row.step
+    return rows
+
+
+def accepted_below(execution_id: uuid.UUID) -> list[str]:
+    """The paths (from ``execution_id``) of the interrupts of the run and of its paused
+    composed children whose payloads were accepted but not yet recorded by their runs."""
+    prefixes = paused_below(execution_id)
+    return [
+        prefixes[owner] + step
+        for owner, step in StepRecord.objects.using(USING)
+        .filter(execution_id__in=list(prefixes), status=StepStatus.RESUMED)
+        .order_by("seq")
+        .values_list("execution_id", "step")
+    ]
+
+
 # ---------------------------------------------------------------------------- finding
 
 
@@ -68,26 +194,52 @@ def find(
 ) -> Interrupt:
     """The interrupt a delivery names: by execution id or by correlation id, and step.
 
-    ``step`` may be left out when exactly one interrupt of the run waits. Raises
-    InterruptNotFound (unknown run, step or correlation id) or NotWaiting (the run exists but
-    has not reached an interrupt: deliver again later).
+    ``step`` may be a path through composed children (``"checkout.approval"``), and may be left
+    out when exactly one interrupt of the run (or of its paused composed children) waits.
+    Raises InterruptNotFound (unknown run, step or correlation id) or NotWaiting (the run exists
+    but has not reached the interrupt: deliver again later).
     """
+    prefixes: dict[uuid.UUID, str] = {}
     if execution_id is not None:
         key = parse_id(execution_id)  # ExecutionNotFound for a malformed id
-        candidates = Interrupt.objects.using(USING).filter(execution_id=key)
+        if step is not None and "." in step:
+            owner, leaf = locate(key, step)
+            candidates = Interrupt.objects.using(USING).none()
+            if owner is not None:
+                candidates = Interrupt.objects.using(USING).filter(execution_id=owner, step=leaf)
+                prefixes[owner] = step.rpartition(".")[0] + "."
+        elif step is not None:
+            candidates = Interrupt.objects.using(USING).filter(execution_id=key, step=step)
+        else:
+            prefixes = paused_below(key)
+            candidates = Interrupt.objects.using(USING).filter(execution_id__in=list(prefixes))
         where = f"execution {key}"
     elif correlation_id is not None:
         if not isinstance(correlation_id, str) or not correlation_id or "\x00" in correlation_id:
             raise InterruptNotFound(f"no run waits under correlation id {correlation_id!r}")
         candidates = Interrupt.objects.using(USING).filter(correlation_id=correlation_id)
         if reactor:
-            candidates = candidates.filter(reactor=reactor)
+            # Its own interrupts, and those of children composed (one or two levels) below it.
+            candidates = candidates.filter(
+                Q(reactor=reactor)
+                | Q(execution__detached=False, execution__parent__reactor=reactor)
+                | Q(execution__detached=False, execution__root__reactor=reactor)
+            )
+        if step is not None:
+            candidates = candidates.filter(step=step.rpartition(".")[2])
         where = f"correlation id {correlation_id!r}"
     else:
         raise InterruptNotFound("name the run: an execution id or a correlation id")
-    if step is not None:
-        candidates = candidates.filter(step=step)
     found = list(candidates.order_by("-id")[:20])
+    if execution_id is None:
+        found = [
+            r
+            for r in found
+            if (not reactor or r.reactor == reactor or nesting(r).reactor == reactor)
+            and (step is None or "." not in step or nesting(r).path == step)
+        ]
+    else:
+        _listed(found, prefixes)
     # Waiting interrupts first, then the newest (one query, no ordering expression to compile).
     found.sort(key=lambda r: r.status != InterruptStatus.WAITING)
     if execution_id is None and not reactor:
@@ -97,8 +249,10 @@ def find(
                 f"runs of several reactors wait under {where} ({', '.join(reactors)}); name the "
                 "reactor"
             )
-    # A correlation id names one run: its interrupts (the run with a waiting one first).
-    rows = [r for r in found if r.execution_id == found[0].execution_id] if found else []
+    if execution_id is not None:
+        rows = found  # the run's interrupts, and its paused children's
+    else:  # a correlation id names one run: its interrupts (the run with a waiting one first)
+        rows = [r for r in found if r.execution_id == found[0].execution_id] if found else []
     if not rows:
         if execution_id is not None:
             row = get_row(execution_id)  # ExecutionNotFound for an unknown id
@@ -120,7 +274,7 @@ def find(
         )
     waiting = [r for r in rows if r.status == InterruptStatus.WAITING]
     if step is None and len(waiting) > 1:
-        names = ", ".join(sorted(r.step for r in waiting))
+        names = ", ".join(sorted(path_of(r) for r in waiting))
         raise InterruptNotFound(f"{where} waits at several interrupts ({names}); name the step")
     return waiting[0] if waiting else rows[0]
 
@@ -136,27 +290,47 @@ def find_by_token(token: str) -> Interrupt:
 
 
 def waiting(execution_id: uuid.UUID) -> list[Interrupt]:
-    """The interrupts a run waits at, in the order it reached them."""
-    return list(
-        Interrupt.objects.using(USING)
-        .filter(execution_id=execution_id, status=InterruptStatus.WAITING)
-        .order_by("id")
+    """The interrupts a run waits at, in the order it reached them: its own, and those of its
+    composed children paused under it (:func:`path_of` gives each one's path)."""
+    prefixes = paused_below(execution_id)
+    return _listed(
+        list(
+            Interrupt.objects.using(USING)
+            .filter(execution_id__in=list(prefixes), status=InterruptStatus.WAITING)
+            .order_by("id")
+        ),
+        prefixes,
     )
+
+
+def of_run(execution_id: uuid.UUID, *, paused: bool = True) -> list[Interrupt]:
+    """Every interrupt a run reached and, when it is ``paused``, those of its composed children
+    paused under it (:func:`path_of` gives each one's path), in the order they were reached."""
+    prefixes = paused_below(execution_id) if paused else {execution_id: ""}
+    return _listed(
+        list(Interrupt.objects.using(USING).filter(execution_id__in=list(prefixes)).order_by("id")),
+        prefixes,
+    )
+
+
+def named(row: Interrupt) -> str:
+    """``interrupt 'approval' of execution <id>``, by its path from the run that paused."""
+    where = nesting(row)
+    return f"interrupt {where.path!r} of execution {where.top_id}"
 
 
 def refuse_closed(row: Interrupt, execution_status: str | None = None) -> None:
     """Raise the error a delivery to ``row`` gets when it no longer takes payloads."""
     if row.status == InterruptStatus.RESUMED:
         raise AlreadyResumed(
-            f"interrupt {row.step!r} of execution {row.execution_id} already accepted a "
-            "payload; nothing changed",
+            f"{named(row)} already accepted a payload; nothing changed",
             status=execution_status,
         )
     if row.status == InterruptStatus.WAITING:
         if row.expires_at is not None and row.expires_at <= timezone.now():
             raise InterruptClosed(
-                f"interrupt {row.step!r} of execution {row.execution_id} expired at "
-                f"{row.expires_at:%Y-%m-%d %H:%M:%S %Z}; the payload came too late",
+                f"{named(row)} expired at {row.expires_at:%Y-%m-%d %H:%M:%S %Z}; the payload "
+                "came too late",
                 reason="expired",
                 status=execution_status,
             )
@@ -173,7 +347,7 @@ def refuse_closed(row: Interrupt, execution_status: str | None = None) -> None:
         "failed": "its run failed after too many invalid payloads",
     }.get(reason, reason)
     raise InterruptClosed(
-        f"interrupt {row.step!r} of execution {row.execution_id} is closed: {explain}",
+        f"{named(row)} is closed: {explain}",
         reason=reason,
         status=execution_status,
     )
@@ -185,15 +359,17 @@ def refuse_closed(row: Interrupt, execution_status: str | None = None) -> None:
 def count_invalid(row: Interrupt, errors: Any) -> int:
     """Count one invalid payload for a waiting interrupt; return the attempts so far.
 
-    The trace gets an ``invalid_payload`` entry (field errors only, never the payload).
-    Raises the closed-interrupt error when the interrupt stopped waiting meanwhile.
+    The trace of the run that paused for it gets an ``invalid_payload`` entry (field errors
+    only, never the payload). Raises the closed-interrupt error when the interrupt stopped
+    waiting meanwhile.
     """
+    where = nesting(row)
     with transaction.atomic(using=USING):
         execution = (
             Execution.objects.using(USING)
             .select_for_update()
             .only("id", "status")
-            .get(pk=row.execution_id)
+            .get(pk=where.top_id)
         )
         updated = (
             Interrupt.objects.using(USING)
@@ -206,9 +382,9 @@ def count_invalid(row: Interrupt, errors: Any) -> int:
         if execution.status == ExecutionStatus.PAUSED:
             # A paused run has no owner writing its trace: the sequence number is free.
             _append_event(
-                row.execution_id,
+                where.top_id,
                 EventKind.INVALID_PAYLOAD,
-                row.step,
+                where.path,
                 {"attempt": fresh.invalid_attempts, "errors": errors},
             )
     return fresh.invalid_attempts
@@ -227,13 +403,35 @@ def mark(row: Interrupt, status: str, *, closed: bool = False) -> None:
     )
 
 
-def close_waiting(execution_id: uuid.UUID) -> int:
-    """Close every waiting interrupt of a run that is cancelled or undone."""
-    return (
+def close_waiting(execution_id: uuid.UUID, *, stop_children: bool = False) -> int:
+    """Close every waiting interrupt of a run that is cancelled, undone or ends, and of the
+    composed children paused under it.
+
+    ``stop_children``: the run stopped without rolling them back (cancelled, halted), so those
+    children are cancelled too; ``undo()`` of the run rolls them back later. Otherwise the
+    run's rollback rolls them back now.
+    """
+    below = paused_below(execution_id)
+    now = timezone.now()
+    closed = (
         Interrupt.objects.using(USING)
-        .filter(execution_id=execution_id, status=InterruptStatus.WAITING)
-        .update(status=InterruptStatus.CANCELLED, closed_at=timezone.now(), token_hash=None)
+        .filter(execution_id__in=list(below), status=InterruptStatus.WAITING)
+        .update(status=InterruptStatus.CANCELLED, closed_at=now, token_hash=None)
     )
+    children = [child for child in below if child != execution_id]
+    if stop_children and children:
+        for child in children:
+            _append_event(child, EventKind.CANCEL, "", {"reason": "its parent run stopped"})
+        Execution.objects.using(USING).filter(
+            pk__in=children, status=ExecutionStatus.PAUSED
+        ).update(
+            status=ExecutionStatus.CANCELLED,
+            cancel_reason="its parent run stopped",
+            finished_at=now,
+            updated_at=now,
+            fence=F("fence") + 1,
+        )
+    return closed
 
 
 # ---------------------------------------------------------------------------- the claim
@@ -264,15 +462,17 @@ def claim(
 ) -> Claim:
     """Accept ``payload`` for a waiting interrupt: exactly one delivery wins.
 
-    In one transaction, holding the execution row's lock: the interrupt moves from
-    ``waiting`` (and not expired) to ``closing_status`` with the payload, its step record to
-    ``resumed``, and a paused run to running (owned by ``inline_owner``) or to pending with a
-    dispatch for a worker. Raises AlreadyResumed or InterruptClosed when another delivery won
-    or the interrupt closed.
+    In one transaction, holding the lock of the run that paused for it (:func:`nesting`): the
+    interrupt moves from ``waiting`` (and not expired) to ``closing_status`` with the payload,
+    its step record to ``resumed``, and that run, if paused, to running (owned by
+    ``inline_owner``) or to pending with a dispatch for a worker. A composed child stays
+    paused: its parent continues it. Raises AlreadyResumed or InterruptClosed when another
+    delivery won or the interrupt closed.
     """
     now = timezone.now()
+    top = nesting(row).top_id
     with transaction.atomic(using=USING):
-        execution = Execution.objects.using(USING).select_for_update().get(pk=row.execution_id)
+        execution = Execution.objects.using(USING).select_for_update().get(pk=top)
         if execution.status not in MOVING:
             # A delivery that lost the race to one whose run has finished since: it was
             # already resumed (409), not closed.
@@ -280,8 +480,7 @@ def claim(
             if current.status != InterruptStatus.WAITING:
                 refuse_closed(current, execution.status)
             raise InterruptClosed(
-                f"interrupt {row.step!r} of execution {row.execution_id} is closed: the run is "
-                f"{execution.status}",
+                f"{named(row)} is closed: the run is {execution.status}",
                 reason="cancelled" if execution.status == ExecutionStatus.CANCELLED else "closed",
                 status=execution.status,
             )
@@ -294,8 +493,7 @@ def claim(
         if not won:
             refuse_closed(Interrupt.objects.using(USING).get(pk=row.pk), execution.status)
             raise InterruptClosed(  # waiting but expired by the database's clock
-                f"interrupt {row.step!r} of execution {row.execution_id} expired; the payload "
-                "came too late",
+                f"{named(row)} expired; the payload came too late",
                 reason="expired",
                 status=execution.status,
             )
@@ -327,7 +525,8 @@ def _to_worker(execution_id: uuid.UUID, now: dt.datetime) -> None:
 
 
 def reopen_if_claimed(execution_id: uuid.UUID) -> bool:
-    """After a run paused: hand it to a worker if a payload was accepted meanwhile.
+    """After a run paused: hand it to a worker if a payload was accepted meanwhile (for one of
+    its interrupts, or one of a composed child paused under it).
 
     A payload accepted while the run was still moving is recorded by the run when it continues;
     this closes the window between the run's last look and its pause.
@@ -344,7 +543,7 @@ def reopen_if_claimed(execution_id: uuid.UUID) -> bool:
             return False
         if (
             not StepRecord.objects.using(USING)
-            .filter(execution_id=execution_id, status=StepStatus.RESUMED)
+            .filter(execution_id__in=list(paused_below(execution_id)), status=StepStatus.RESUMED)
             .exists()
         ):
             return False
@@ -362,7 +561,7 @@ def issue_token(execution_id: uuid.UUID | str, step: str) -> str:
     """
     row = find(execution_id=execution_id, step=step)
     if row.status != InterruptStatus.WAITING:
-        refuse_closed(row, get_row(row.execution_id).status)
+        refuse_closed(row, get_row(nesting(row).top_id).status)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     updated = (
         Interrupt.objects.using(USING)

@@ -22,7 +22,7 @@ from ..engine.outcomes import (
 from ..engine.serialization import readable
 from ..models import Execution
 from ..states import ExecutionStatus
-from .interrupts import waiting
+from .interrupts import path_of, waiting
 
 
 def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
@@ -45,7 +45,8 @@ def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
     if status == ExecutionStatus.PAUSED:
         return Paused(
             interrupts=tuple(
-                PendingInterrupt(i.step, i.correlation_id, i.expires_at) for i in waiting(row.id)
+                PendingInterrupt(path_of(i), i.correlation_id, i.expires_at)
+                for i in waiting(row.id)
             ),
             **common,
         )

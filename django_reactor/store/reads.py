@@ -126,6 +126,10 @@ def _fold_step(state: RunState, row: StepRow) -> None:
         state.units.add(row.step)
     elif row.status == StepStatus.WAITING:
         state.waiting.add(row.step)
+        if row.compensable and row.rollback in (RollbackStatus.NONE, RollbackStatus.FAILED):
+            # A composed child paused at an interrupt: the child's rollback undoes what it
+            # completed, in the step's place among the completed steps.
+            state.undo_stack.append(UndoEntry(row.step, arguments, None))
     elif row.status == StepStatus.RESUMED:
         state.waiting.add(row.step)
         state.claimed[row.step] = decode(row.result)

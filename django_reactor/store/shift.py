@@ -1,7 +1,7 @@
 """Moving time forward in tests: every time a run waits for comes closer by the same amount.
 
-Wake-up times (sleeps, retries' backoffs, scheduled starts), deadlines, interrupt expiry and the
-time each sleep waits until are moved back by ``delta``, which is what the clock moving
+Wake-up times (sleeps, retries' backoffs, scheduled starts), deadlines, interrupt expiry, the
+time each sleep waits until and the schedules' next fire times are moved back by ``delta``, which is what the clock moving
 forward would do, for the database's clock and this process's alike (and for workers in
 other processes). Used by the ``reactor_clock`` fixture (``django_reactor.testing``); other
 modules that keep times register a shift of their own with :func:`register`.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from django.db import transaction
 from django.db.models import F
 
-from ..models import Execution, Interrupt, StepRecord
+from ..models import Execution, Interrupt, Schedule, StepRecord
 from ..states import InterruptStatus, StepStatus
 from .db import USING
 
@@ -37,6 +37,9 @@ def shift_due_times(delta: dt.timedelta) -> None:
         Interrupt.objects.using(USING).filter(
             status=InterruptStatus.WAITING, expires_at__isnull=False
         ).update(expires_at=F("expires_at") - delta)
+        Schedule.objects.using(USING).filter(next_fire_at__isnull=False).update(
+            next_fire_at=F("next_fire_at") - delta
+        )
         for record in StepRecord.objects.using(USING).filter(status=StepStatus.SLEEPING):
             due = dt.datetime.fromisoformat(str(record.result))
             record.result = (due - delta).isoformat()

@@ -32,6 +32,7 @@ from ..models import (
     MapChunk,
     MapResult,
     MapRun,
+    ScheduleFire,
     StepRecord,
 )
 from . import trace
@@ -51,6 +52,7 @@ DEFINITION = Definition._meta.db_table
 MAP_RESULT = MapResult._meta.db_table
 MAP_RUN = MapRun._meta.db_table
 MAP_CHUNK = MapChunk._meta.db_table
+SCHEDULE_FIRE = ScheduleFire._meta.db_table
 
 #: The highest trace sequence number of a run (its events, and the step records that stand for
 #: their trace entry: ``store.trace``).
@@ -277,6 +279,16 @@ sl AS (
 )
 SELECT count(*) FROM sl
 """
+
+
+#: A schedule's tick, recorded unless it is already (``store.schedules``). Of any number of
+#: sweepers racing for a tick, one inserts the row; the others wait for its transaction (the
+#: unique index on schedule and fire time) and get no row back, without an error.
+INSERT_FIRE = f"""
+INSERT INTO {SCHEDULE_FIRE} (schedule_id, fire_at, "until", outcome, manual, note, created_at)
+VALUES (%s, %s, %s, %s, %s, '', %s)
+ON CONFLICT (schedule_id, fire_at) DO NOTHING
+RETURNING id, created_at"""
 
 
 def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tuple[str, list[Any]]:

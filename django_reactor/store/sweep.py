@@ -30,6 +30,7 @@ class SweepReport:
     redispatched: int = 0
     deleted: int = 0
     expired: int = 0  # interrupts whose timeout passed (applied by services.sweep)
+    fired: int = 0  # runs started by schedules (services.schedules.fire_due)
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -41,6 +42,7 @@ class SweepReport:
             "redispatched": self.redispatched,
             "deleted": self.deleted,
             "expired": self.expired,
+            "fired": self.fired,
         }
 
 

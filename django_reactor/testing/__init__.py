@@ -18,7 +18,8 @@ pytest loads this package through the ``pytest11`` entry point before Django is 
 nothing here may import Django models or settings at import time: imports are kept inside the
 functions. By what they do: ``results`` (:func:`run_reactor`, :class:`ReactorResult`),
 ``mocks`` (:func:`mock_step`, :func:`fail_step`), ``idempotency`` (:func:`assert_idempotent`),
-``coordination`` (lock and rate-limit readers); the fixtures are defined here.
+``coordination`` (lock and rate-limit readers), ``schedules`` (:func:`make_schedules_due`); the
+fixtures are defined here.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .coordination import (
 from .idempotency import assert_idempotent
 from .mocks import StepMock, fail_step, mock_step
 from .results import MapElements, ReactorResult, run_reactor
+from .schedules import make_schedules_due
 
 if TYPE_CHECKING:
     from ..reactor import Reactor
@@ -52,6 +54,7 @@ __all__ = [
     "assert_lock_held",
     "fail_step",
     "lock_holder",
+    "make_schedules_due",
     "mock_step",
     "rate_limit_count",
     "run_reactor",

@@ -381,3 +381,17 @@ def test_a_deadline_stops_a_run_waiting_for_its_map_and_its_unit(reactor_clock: 
     assert found.stop_reason == "cancelled"  # stopped: no element starts any more
     assert found.succeeded == 0
     assert "while the run waited for step 'lines'" in row.failure["message"]
+
+
+def test_the_clock_makes_a_schedule_fire(reactor_clock: Any) -> None:
+    from django_reactor.models import ScheduleFire
+
+    class Nightly(Reactor):
+        a = step(lambda: ledger("run", "nightly"))
+
+    schedule = services.schedules.create(Nightly, cron="0 2 * * *", timezone="UTC")
+    assert not ScheduleFire.objects.filter(schedule_id=schedule.id).exists()
+    reactor_clock.advance(days=1)
+    fires = list(ScheduleFire.objects.filter(schedule_id=schedule.id))
+    assert len(fires) == 1
+    assert ledger.calls == [("run", "nightly")]

@@ -29,7 +29,7 @@ def test_the_how_to_examples_pass(
         "--ds=tests.settings", "-p", "no:cacheprovider", "-p", "no:schemathesis", "-q"
     )
 
-    result.assert_outcomes(passed=14)
+    result.assert_outcomes(passed=15)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -27,6 +27,7 @@ from django_reactor import (
     async_step,
     compose,
     faults,
+    interrupt,
     map_over,
     sleep,
     step,
@@ -150,6 +151,29 @@ class ChildThree(Reactor):
 class WithChild(Reactor):
     p1 = step(Effectful)
     child = compose(ChildThree, wait_for=["p1"])
+    p2 = step(Effectful, wait_for=["child"])
+
+    class Meta:
+        background = "all"
+
+
+class Approval(serializers.Serializer):
+    approved = serializers.BooleanField()
+
+
+class PausingChild(Reactor):
+    """Composed by ``WithPausingChild``: pauses at ``approval``, resumed on a worker."""
+
+    c1 = step(Effectful)
+    approval = interrupt(after="c1", payload=Approval, resume="background")
+    c2 = step(Effectful, wait_for=["approval"])
+
+
+class WithPausingChild(Reactor):
+    """Its child's interrupt pauses it; the payload is delivered by path (child.approval)."""
+
+    p1 = step(Effectful)
+    child = compose(PausingChild, wait_for=["p1"])
     p2 = step(Effectful, wait_for=["child"])
 
     class Meta:

@@ -27,3 +27,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_reactor": {"handlers": ["console"], "level": "INFO"}},
 }
+# A Celery beat process started by a test sweeps this often, on the tests' queue.
+if os.environ.get("REACTOR_BEAT_INTERVAL"):
+    from django_reactor.celery import beat_schedule
+
+    CELERY_BEAT_SCHEDULE = beat_schedule(
+        float(os.environ["REACTOR_BEAT_INTERVAL"]), queue=REACTOR.get("CELERY_QUEUE")
+    )

@@ -7,23 +7,42 @@ steps, newest first). A ``Halt`` inside a child halts the parent: a child is par
 parent's run, and ``Halt`` stops the run it is in. Children are never retried as a whole: put
 retries on their steps. A child that waits (a retry's backoff on a worker, an async unit) parks
 its parent with it; resuming the parent re-enters the step, which continues the child.
+
+A child that pauses at an interrupt pauses its parent: the compose step waits (its record says
+``waiting``) while the parent runs what it can, then the parent pauses too. The interrupt is
+resumed through the run at the top by its path, ``"<compose step>.<interrupt>"`` (deeper for
+children of children); when its payload is accepted the top run resumes, re-enters the step and
+continues the child. A waiting compose step is rolled back like a completed one, in its place:
+the child's rollback undoes what it completed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ...exceptions import DefinitionError, ReactorError
-from ...states import EventKind, ExecutionStatus
+from ...states import EventKind, ExecutionStatus, StepStatus
 from ..declarations import StepDeclaration
 from ..journal import JournalBatch
-from ..outcomes import Completed, ErrorInfo, ErrorKind, Halted, Rescheduled, RollbackFailure
+from ..outcomes import (
+    Completed,
+    ErrorInfo,
+    ErrorKind,
+    Halted,
+    Paused,
+    Rescheduled,
+    RollbackFailure,
+)
+from ..recording import step_write
+from ..state import UndoEntry
 from ..step import Step
 from ..templates import Template
 from .base import (
+    CONTINUE,
     INTERRUPTIONS,
     Construct,
     RollbackAction,
@@ -35,6 +54,7 @@ from .base import (
     record_nested_rollback,
     unstorable_arguments,
 )
+from .interrupt import INTERRUPT, interrupt_event, reached_interrupts
 
 if TYPE_CHECKING:
     from ..executor import Executor
@@ -55,7 +75,18 @@ class ChildRunner(Protocol):
     """Runs and rolls back composed children durably (implemented by the Django layer)."""
 
     def run(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Outcome:
-        """Run (or, after a crash, continue) the child of ``step``; return its outcome."""
+        """Run (or, after a crash, continue) the child of ``step``; return its outcome.
+
+        A child that paused at interrupts returns ``Paused`` listing the interrupts it reached
+        in this call (paths relative to the child, such as ``"approval"`` or
+        ``"inner.approval"``), with their correlation ids, expiry and tokens.
+        """
+        ...
+
+    def accepted(self, step: str) -> tuple[str, ...] | None:
+        """For the paused child of ``step``: None while it still waits untouched; otherwise the
+        interrupt paths (relative to the child) whose payloads were accepted meanwhile, empty
+        when the child moved on for another reason (its process died while it ran)."""
         ...
 
     def rollback(self, step: str) -> list[RollbackFailure]:
@@ -84,12 +115,6 @@ def child_declaration(
     definition = getattr(child, "definition", None)
     if not isinstance(child, type) or definition is None:
         raise DefinitionError(f"{what}() takes a Reactor subclass, got {child!r}")
-    if unit is None and any(s.interrupt is not None for s in definition.steps):
-        raise DefinitionError(
-            f"compose({child.__qualname__}): the child has interrupt steps, and a composed child "
-            "cannot pause its parent. Declare the interrupt on the parent, or run the child with "
-            "async_reactor() (it pauses on its own and its readers wait for it)"
-        )
     if "atomic" in options:
         raise DefinitionError(
             f"{what}({child.__qualname__}) cannot be atomic: the child's steps each commit "
@@ -167,6 +192,8 @@ class Compose(Construct):
             return StepHalted(outcome.reason, attempts=1, duration_ms=duration)
         if isinstance(outcome, Rescheduled):
             return Stop(_park_with_child(run, spec, outcome))
+        if isinstance(outcome, Paused):
+            return _wait_for_child(run, spec, outcome, started_at)
         child_error = getattr(outcome, "error", None)
         name = spec.child.__qualname__
         if child_error is not None:
@@ -189,6 +216,28 @@ class Compose(Construct):
         # rollback, which does nothing unless part of it failed: then it is tried again here,
         # and once more by an operator's undo().
         return StepFailed(error, started=True, attempts=1)
+
+    def resume(self, run: Executor) -> None:
+        """A compose step waits for its paused child: offer it again if a payload was accepted
+        below it (or the child moved on), so the step continues the child."""
+        state = run.state
+        if not state.waiting or run.children is None:
+            return
+        for spec in run.definition.steps:
+            if spec.name not in state.waiting or spec.child is None:
+                continue
+            accepted = run.children.accepted(spec.name)
+            if accepted is None:
+                continue  # still waiting: it is rolled back in its place if the run fails
+            state.waiting.discard(spec.name)
+            # The step records its own undo entry when the child completes.
+            state.undo_stack[:] = [e for e in state.undo_stack if e.step != spec.name]
+            for path in accepted:
+                run.note(EventKind.PAYLOAD, step=f"{spec.name}.{path}")
+
+    def pause(self, run: Executor, waiting: list[str]) -> Outcome:
+        """Nothing can run while a child waits: the run pauses as at an interrupt of its own."""
+        return INTERRUPT.pause(run, waiting)
 
     def rollback(
         self,
@@ -249,6 +298,52 @@ def _park_with_child(run: Executor, spec: StepSpec, child: Rescheduled) -> Resch
     return Rescheduled(
         execution_id=run.execution_id, step=spec.name, delay=child.delay, reason=child.reason
     )
+
+
+def _wait_for_child(
+    run: Executor, spec: StepSpec, child: Paused, started_at: dt.datetime
+) -> StepResult:
+    """The child paused at interrupts: this step waits for it, and the run goes on with the
+    steps that do not need it (it pauses when nothing else can run).
+
+    Each interrupt the child reached gets an ``interrupt`` entry here under its path
+    (``<step>.<interrupt>``); the step's record says ``waiting``, and is rolled back in its
+    place (the child undoes what it completed) if the run fails or is undone meanwhile.
+    """
+    reached = reached_interrupts(run)
+    events = []
+    for pending in child.interrupts:
+        path = f"{spec.name}.{pending.step}"
+        reached[path] = dataclasses.replace(pending, step=path)
+        events.append(interrupt_event(run, path, pending.correlation_id, pending.expires_at))
+    if events or spec.name not in run.state.recorded:
+        if not events:  # it paused before this run recorded it (its process died meanwhile)
+            events.append(run.event(EventKind.INTERRUPT, step=spec.name))
+        run.commit(
+            JournalBatch(
+                events=events,
+                # compensable: the child started, so the waiting step has work to roll back.
+                step=step_write(
+                    spec, StepStatus.WAITING, events[0], 1, {}, started_at, compensable=True
+                ),
+                current_step=spec.name,
+            )
+        )
+    run.state.waiting.add(spec.name)
+    run.state.undo_stack.append(UndoEntry(spec.name, {}, None))
+    return CONTINUE
+
+
+def interrupt_paths(definition: ReactorDefinition) -> Iterator[str]:
+    """Every interrupt a run of ``definition`` can wait at, by path from the run: its own
+    (``"approval"``), then its composed children's (``"checkout.approval"``), in declaration
+    order."""
+    for spec in definition.steps:
+        if spec.interrupt is not None:
+            yield spec.name
+        elif spec.child is not None:
+            for path in interrupt_paths(spec.child.definition):
+                yield f"{spec.name}.{path}"
 
 
 def _nested(step: str, failure: RollbackFailure) -> RollbackFailure:

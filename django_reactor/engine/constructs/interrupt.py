@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ...exceptions import CorrelationIdTaken, DefinitionError
 from ...states import EventKind, ExecutionStatus, StepStatus
 from ..declarations import StepDeclaration
-from ..journal import InterruptWrite, JournalBatch
+from ..journal import Event, InterruptWrite, JournalBatch
 from ..outcomes import ErrorKind, Outcome, Paused, PendingInterrupt, exception_message
 from ..recording import step_write
 from ..serialization import safe_repr, unstorable
@@ -204,14 +204,7 @@ class Interrupt(Construct):
             else None
         )
         token = secrets.token_urlsafe(32) if run.issue_tokens else None
-        event = run.event(
-            EventKind.INTERRUPT,
-            step=spec.name,
-            data={
-                "correlation_id": correlation,
-                "expires_at": expires_at.isoformat() if expires_at else None,
-            },
-        )
+        event = interrupt_event(run, spec.name, correlation, expires_at)
         batch = JournalBatch(
             events=[event],
             step=step_write(spec, StepStatus.WAITING, event, 0, {}, started_at),
@@ -236,14 +229,31 @@ class Interrupt(Construct):
                 "correlation ids must be unique among a reactor's waiting runs",
             )
         run.state.waiting.add(spec.name)
-        _reached(run)[spec.name] = PendingInterrupt(spec.name, correlation, expires_at, token)
+        reached_interrupts(run)[spec.name] = PendingInterrupt(
+            spec.name, correlation, expires_at, token
+        )
         return CONTINUE
 
     def pause(self, run: Executor, waiting: list[str]) -> Outcome:
-        """Nothing else can run until a payload comes: release the run, waiting."""
+        """Nothing else can run until a payload comes: release the run, waiting.
+
+        A composed child that waits (its compose step is in ``waiting``) stands for the
+        interrupts it reached, by path (``"checkout.approval"``).
+        """
+        reached = reached_interrupts(run)
+        interrupts: list[PendingInterrupt] = []
+        waiting_for: list[str] = []
+        for name in waiting:
+            if run.definition.step(name).interrupt is not None:
+                interrupts.append(reached.get(name, PendingInterrupt(name)))
+                waiting_for.append(name)
+            else:  # a composed child waits: the interrupts it reached here, by path
+                nested = [p for path, p in reached.items() if path.startswith(f"{name}.")]
+                interrupts.extend(nested)
+                waiting_for.extend([p.step for p in nested] or [name])
         run.commit(
             JournalBatch(
-                events=[run.event(EventKind.PAUSE, data={"waiting_for": waiting})],
+                events=[run.event(EventKind.PAUSE, data={"waiting_for": waiting_for})],
                 status=ExecutionStatus.PAUSED,
                 current_step=waiting[0],
                 release=True,
@@ -253,10 +263,9 @@ class Interrupt(Construct):
             run.observer.execution_paused(
                 run.run_event(ExecutionStatus.PAUSED, step=waiting[0], waiting_for=tuple(waiting))
             )
-        reached = _reached(run)
         return Paused(
             execution_id=run.execution_id,
-            interrupts=tuple(reached.get(name, PendingInterrupt(name)) for name in waiting),
+            interrupts=tuple(interrupts),
             results=dict(run.state.results),
         )
 
@@ -266,7 +275,7 @@ class Interrupt(Construct):
         if not state.claimed:
             return
         for spec in run.definition.steps:
-            if spec.name not in state.claimed:
+            if spec.name not in state.claimed or spec.interrupt is None:
                 continue
             payload = state.claimed.pop(spec.name)
             event = run.event(EventKind.PAYLOAD, step=spec.name)
@@ -283,10 +292,26 @@ class Interrupt(Construct):
             state.undo_stack.append(UndoEntry(spec.name, {}, payload))
 
 
-def _reached(run: Executor) -> dict[str, PendingInterrupt]:
-    """The interrupts this process reached in the run, with their tokens (for ``Paused``)."""
+def reached_interrupts(run: Executor) -> dict[str, PendingInterrupt]:
+    """The interrupts this process reached in the run, with their tokens (for ``Paused``), by
+    path: the run's own by name, its composed children's as ``"<step>.<interrupt>"``."""
     reached: dict[str, PendingInterrupt] = run.memo.setdefault(INTERRUPT.name, {})
     return reached
+
+
+def interrupt_event(
+    run: Executor, path: str, correlation: str | None, expires_at: dt.datetime | None
+) -> Event:
+    """The ``interrupt`` trace entry of an interrupt reached (``path``: its step, or its path
+    through composed children)."""
+    return run.event(
+        EventKind.INTERRUPT,
+        step=path,
+        data={
+            "correlation_id": correlation,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+        },
+    )
 
 
 def _correlation_failure(run: Executor, spec: StepSpec, message: str) -> StepFailed:

@@ -99,7 +99,8 @@ class Command(ReactorCommand):
         parser.add_argument(
             "--step",
             help="The interrupt to deliver to. Needed only when the run waits at several "
-            "interrupts at once.",
+            "interrupts at once. An interrupt of a composed child is named by its path from "
+            "the run, dotted (checkout.approval).",
         )
         parser.add_argument(
             "--payload",

@@ -61,7 +61,7 @@ class Command(ReactorCommand):
             ) from exc
         interrupts = [
             {
-                "step": row.step,
+                "step": store.interrupts.path_of(row),
                 "correlation_id": row.correlation_id,
                 "expires_at": row.expires_at,
                 "invalid_attempts": row.invalid_attempts,

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_reactor', '0017_console_indexes'),
+        ('django_reactor', '0018_schedules'),
     ]
 
     operations = [

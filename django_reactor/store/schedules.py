@@ -1,0 +1,420 @@
+"""Schedules and their fires: the rows behind ``services.schedules``.
+
+A tick is recorded by :func:`record_tick` in one transaction: its ``ScheduleFire`` row first
+(unique on schedule and fire time: of any number of sweepers racing for a tick, one inserts
+the row and the others insert nothing, ``sql.INSERT_FIRE``), then the schedule's next fire
+time moves on, conditionally on still being the one the sweeper planned from (an edit, a
+pause or another sweeper may have moved it), then the caller decides what the tick does
+(start a run, queue it, skip it), and the run it starts commits with its fire row. Nothing
+here takes a lock beyond the rows the statements write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ..models import Schedule, ScheduleFire
+from ..states import TERMINAL_STATUSES, FireOutcome
+from . import sql
+from .db import USING
+
+_VALUES = (
+    "id",
+    "name",
+    "reactor",
+    "inputs",
+    "cron",
+    "every",
+    "timezone",
+    "enabled",
+    "catch_up",
+    "overlap",
+    "next_fire_at",
+    "last_fire_at",
+    "last_execution_id",
+    "last_execution__status",
+    "queued_fire_id",
+    "queued_fire__fire_at",
+    "created_at",
+    "updated_at",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A schedule as stored, with the status of its latest run."""
+
+    id: int
+    name: str
+    reactor: str
+    inputs: Any
+    cron: str
+    every: dt.timedelta | None
+    timezone: str
+    enabled: bool
+    catch_up: str
+    overlap: str
+    next_fire_at: dt.datetime | None
+    last_fire_at: dt.datetime | None
+    last_execution_id: Any
+    last_status: str | None
+    queued_fire_id: int | None
+    queued_fire_at: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @property
+    def previous_running(self) -> bool:
+        """Whether the latest run the schedule started has not finished."""
+        return self.last_status is not None and self.last_status not in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class FireRow:
+    """One recorded tick (or range of skipped ticks) and what became of it."""
+
+    id: int
+    schedule_id: int
+    fire_at: dt.datetime
+    until: dt.datetime | None
+    outcome: str
+    manual: bool
+    execution_id: Any
+    note: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a tick does, as the caller of :func:`record_tick` decided (it may have started
+    the run, in the tick's transaction)."""
+
+    outcome: str
+    note: str = ""
+    execution_id: Any = None
+
+
+class NameTaken(Exception):
+    """Another schedule has the name."""
+
+
+def _schedule(values: dict[str, Any]) -> ScheduleRow:
+    return ScheduleRow(
+        id=values["id"],
+        name=values["name"],
+        reactor=values["reactor"],
+        inputs=values["inputs"],
+        cron=values["cron"],
+        every=values["every"],
+        timezone=values["timezone"],
+        enabled=values["enabled"],
+        catch_up=values["catch_up"],
+        overlap=values["overlap"],
+        next_fire_at=values["next_fire_at"],
+        last_fire_at=values["last_fire_at"],
+        last_execution_id=values["last_execution_id"],
+        last_status=values["last_execution__status"],
+        queued_fire_id=values["queued_fire_id"],
+        queued_fire_at=values["queued_fire__fire_at"],
+        created_at=values["created_at"],
+        updated_at=values["updated_at"],
+    )
+
+
+def _fire(fire: ScheduleFire) -> FireRow:
+    return FireRow(
+        id=fire.id,
+        schedule_id=fire.schedule_id,
+        fire_at=fire.fire_at,
+        until=fire.until,
+        outcome=fire.outcome,
+        manual=fire.manual,
+        execution_id=fire.execution_id,
+        note=fire.note,
+        created_at=fire.created_at,
+    )
+
+
+def _schedules() -> Any:
+    return Schedule.objects.using(USING)
+
+
+# ---------------------------------------------------------------------------- reads
+
+
+def get(key: int | str) -> ScheduleRow | None:
+    """The schedule with id ``key`` (an int) or name ``key`` (a str); None when none."""
+    lookup = {"pk": key} if isinstance(key, int) else {"name": key}
+    values = _schedules().filter(**lookup).values(*_VALUES).first()
+    return _schedule(values) if values is not None else None
+
+
+def listed(*, reactor: str | None = None, enabled: bool | None = None) -> list[ScheduleRow]:
+    """Schedules by name, narrowed by reactor and by whether they are enabled."""
+    rows = _schedules().all()
+    if reactor is not None:
+        rows = rows.filter(reactor=reactor)
+    if enabled is not None:
+        rows = rows.filter(enabled=enabled)
+    return [_schedule(v) for v in rows.order_by("name").values(*_VALUES)]
+
+
+def name_taken(name: str, *, exclude: int | None = None) -> bool:
+    rows = _schedules().filter(name=name)
+    if exclude is not None:
+        rows = rows.exclude(pk=exclude)
+    return bool(rows.exists())
+
+
+def recent_fires(schedule_id: int, limit: int) -> list[FireRow]:
+    """The schedule's latest fires, newest first (the unique index, read backwards)."""
+    fires = ScheduleFire.objects.using(USING).filter(schedule_id=schedule_id)
+    return [_fire(f) for f in fires.order_by("-fire_at")[:limit]]
+
+
+def due(now: dt.datetime, limit: int) -> list[ScheduleRow]:
+    """Enabled schedules whose next tick has come, the most overdue first
+    (``reactor_schedule_due_idx``)."""
+    rows = _schedules().filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at")
+    return [_schedule(v) for v in rows.values(*_VALUES)[:limit]]
+
+
+def queued_ready(limit: int) -> list[ScheduleRow]:
+    """Schedules holding a queued tick whose previous run has finished (or is gone)."""
+    rows = (
+        _schedules()
+        .filter(queued_fire__isnull=False)
+        .filter(Q(last_execution__isnull=True) | Q(last_execution__status__in=TERMINAL_STATUSES))
+        .order_by("queued_fire_id")
+    )
+    return [_schedule(v) for v in rows.values(*_VALUES)[:limit]]
+
+
+# ---------------------------------------------------------------------------- edits
+
+
+def create(**fields: Any) -> ScheduleRow:
+    """Insert a schedule; NameTaken when its name is."""
+    try:
+        with transaction.atomic(using=USING):
+            schedule = _schedules().create(**fields)
+    except IntegrityError:
+        if name_taken(fields["name"]):
+            raise NameTaken(fields["name"]) from None
+        raise
+    row = get(schedule.id)
+    assert row is not None
+    return row
+
+
+def update(schedule_id: int, **fields: Any) -> ScheduleRow | None:
+    """Change a schedule's fields; None when it is gone, NameTaken when the name is."""
+    fields["updated_at"] = timezone.now()
+    try:
+        with transaction.atomic(using=USING):
+            changed = _schedules().filter(pk=schedule_id).update(**fields)
+    except IntegrityError:
+        if "name" in fields and name_taken(fields["name"], exclude=schedule_id):
+            raise NameTaken(fields["name"]) from None
+        raise
+    return get(schedule_id) if changed else None
+
+
+def pause(schedule_id: int, note: str) -> ScheduleRow | None:
+    """Disable a schedule: no next fire, and a queued tick is recorded skipped (``note``)."""
+    with transaction.atomic(using=USING):
+        queued = _schedules().filter(pk=schedule_id).values_list("queued_fire_id", flat=True)
+        queued_id = queued.first()
+        changed = (
+            _schedules()
+            .filter(pk=schedule_id)
+            .update(enabled=False, next_fire_at=None, queued_fire=None, updated_at=timezone.now())
+        )
+        if queued_id is not None:
+            ScheduleFire.objects.using(USING).filter(
+                pk=queued_id, outcome=FireOutcome.QUEUED
+            ).update(outcome=FireOutcome.SKIPPED, note=note)
+    return get(schedule_id) if changed else None
+
+
+def delete(schedule_id: int) -> bool:
+    """Delete a schedule and its fires (the runs stay); False when it was gone."""
+    with transaction.atomic(using=USING):
+        # The schedule points at one of its fires: let go of it first.
+        _schedules().filter(pk=schedule_id).update(queued_fire=None)
+        deleted, _ = _schedules().filter(pk=schedule_id).delete()
+    return bool(deleted)
+
+
+def make_due(schedule_ids: Iterable[int] | None, at: dt.datetime) -> int:
+    """Move enabled schedules' next fire time to ``at`` (the testing helper's write)."""
+    rows = _schedules().filter(enabled=True)
+    if schedule_ids is not None:
+        rows = rows.filter(pk__in=list(schedule_ids))
+    return int(rows.update(next_fire_at=at))
+
+
+# ---------------------------------------------------------------------------- fires
+
+
+class _Changed(Exception):
+    """The schedule moved under the sweeper: roll the tick's transaction back."""
+
+
+#: What :func:`record_tick` returns when it recorded nothing: the schedule moved under the
+#: caller (another sweeper has it, or it was paused, changed or deleted): leave it.
+MOVED = "moved"
+#: ... or the tick had been recorded before (a clock that went back moved the next fire onto
+#: it): the schedule's next fire moved past it, and the caller may go on with the next tick.
+PASSED = "passed"
+
+
+def record_tick(
+    schedule_id: int,
+    *,
+    expected: dt.datetime,
+    fire_at: dt.datetime,
+    until: dt.datetime | None,
+    following: dt.datetime,
+    decide: Callable[[ScheduleRow], Decision],
+) -> FireRow | str:
+    """Record the tick ``fire_at`` (with ``until``: the skipped ticks up to it) of a schedule
+    whose next fire time is ``expected``, and move that to ``following``, in one transaction.
+
+    ``decide(schedule)`` says what the tick does; it runs inside the transaction, after the
+    tick is known to be this caller's, and may start the run there. Returns the fire, or
+    :data:`MOVED` or :data:`PASSED`.
+    """
+    try:
+        with transaction.atomic(using=USING):
+            fire = _insert_fire(schedule_id, fire_at, until, manual=False)
+            if fire is None:
+                # The tick is recorded: by a sweeper that won it (and moved the next fire on,
+                # committing before this insert gave up), or long ago.
+                passed = _advance(schedule_id, expected, following, until or fire_at)
+                return PASSED if passed else MOVED
+            if not _advance(schedule_id, expected, following, until or fire_at):
+                raise _Changed
+            return _settle(fire, schedule_id, decide)
+    except _Changed:
+        return MOVED
+
+
+def _advance(
+    schedule_id: int, expected: dt.datetime, following: dt.datetime, last: dt.datetime
+) -> bool:
+    """Move the next fire from ``expected`` to ``following`` if it is still ``expected``."""
+    moved = (
+        _schedules()
+        .filter(pk=schedule_id, enabled=True, next_fire_at=expected)
+        .update(next_fire_at=following, last_fire_at=last, updated_at=timezone.now())
+    )
+    return bool(moved)
+
+
+def _insert_fire(
+    schedule_id: int, fire_at: dt.datetime, until: dt.datetime | None, *, manual: bool
+) -> FireRow | None:
+    """Insert a fire row (outcome to be settled); None when the tick has one already."""
+    connection = connections[USING]
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.INSERT_FIRE,
+            [
+                schedule_id,
+                adapt(fire_at),
+                adapt(until),
+                FireOutcome.SKIPPED,
+                manual,
+                adapt(timezone.now()),
+            ],
+        )
+        inserted = cursor.fetchone()
+    if inserted is None:
+        return None
+    created_at = inserted[1]
+    if isinstance(created_at, str):  # SQLite
+        created_at = ScheduleFire._meta.get_field("created_at").to_python(created_at)
+    return FireRow(
+        id=inserted[0],
+        schedule_id=schedule_id,
+        fire_at=fire_at,
+        until=until,
+        outcome=FireOutcome.SKIPPED,
+        manual=manual,
+        execution_id=None,
+        note="",
+        created_at=created_at,
+    )
+
+
+def record_manual(
+    schedule_id: int, fire_at: dt.datetime, decide: Callable[[ScheduleRow], Decision]
+) -> FireRow | None:
+    """Record a fire asked for by an operator (run now) at ``fire_at``; None when the
+    schedule is gone or the moment is taken (call again with a later one)."""
+    try:
+        with transaction.atomic(using=USING):
+            if not _schedules().filter(pk=schedule_id).update(updated_at=timezone.now()):
+                return None
+            fire = _insert_fire(schedule_id, fire_at, None, manual=True)
+            if fire is None:
+                return None
+            return _settle(fire, schedule_id, decide)
+    except _Changed:
+        return None
+
+
+def start_queued(
+    schedule_id: int, fire_id: int, decide: Callable[[ScheduleRow], Decision]
+) -> FireRow | None:
+    """Take the schedule's queued tick ``fire_id`` and let ``decide`` start it, in one
+    transaction; None when another sweeper took it, or the previous run is moving again."""
+    try:
+        with transaction.atomic(using=USING):
+            taken = (
+                _schedules()
+                .filter(pk=schedule_id, queued_fire_id=fire_id)
+                .update(queued_fire=None, updated_at=timezone.now())
+            )
+            if not taken:
+                return None
+            fire = _fire(ScheduleFire.objects.using(USING).get(pk=fire_id))
+            return _settle(fire, schedule_id, decide, queued=True)
+    except _Changed:
+        return None
+
+
+def _settle(
+    fire: FireRow,
+    schedule_id: int,
+    decide: Callable[[ScheduleRow], Decision],
+    *,
+    queued: bool = False,
+) -> FireRow:
+    row = get(schedule_id)
+    if row is None or (queued and row.previous_running):
+        raise _Changed
+    decision = decide(row)
+    ScheduleFire.objects.using(USING).filter(pk=fire.id).update(
+        outcome=decision.outcome, note=decision.note, execution_id=decision.execution_id
+    )
+    changes: dict[str, Any] = {}
+    if decision.execution_id is not None:
+        changes["last_execution_id"] = decision.execution_id
+    if decision.outcome == FireOutcome.QUEUED:
+        changes["queued_fire_id"] = fire.id
+    if changes:
+        _schedules().filter(pk=schedule_id).update(**changes)
+    return dataclasses.replace(
+        fire, outcome=decision.outcome, note=decision.note, execution_id=decision.execution_id
+    )

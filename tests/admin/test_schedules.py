@@ -1,0 +1,270 @@
+"""The schedule admin: the list, the form's field errors, the actions (pause, resume, run
+now) and a schedule's latest fires with links to their runs; every change through
+``services.schedules``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.test import Client
+from django.urls import reverse
+
+from django_reactor import services
+from django_reactor.models import Execution, Schedule, ScheduleFire
+from django_reactor.testing import make_schedules_due
+from tests.schedules.reactors import NightlyReport
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = reverse("admin:django_reactor_schedule_changelist")
+ADD = reverse("admin:django_reactor_schedule_add")
+FIRES = reverse("admin:django_reactor_schedulefire_changelist")
+REACTOR = NightlyReport.definition.name
+T = dt.datetime(2030, 1, 7, 9, 0, tzinfo=dt.UTC)
+
+
+def change_url(schedule: Any) -> str:
+    return reverse("admin:django_reactor_schedule_change", args=[schedule.id])
+
+
+def run_url(execution_id: Any) -> str:
+    return reverse("admin:django_reactor_execution_change", args=[str(execution_id)])
+
+
+def form_data(**changes: Any) -> dict[str, Any]:
+    data = {
+        "name": "nightly",
+        "reactor": REACTOR,
+        "inputs": '{"region": "eu"}',
+        "cron": "30 2 * * *",
+        "every": "",
+        "timezone": "Europe/Berlin",
+        "catch_up": "once",
+        "overlap": "skip",
+        "enabled": "on",
+    }
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def nightly(**options: Any) -> Any:
+    options.setdefault("inputs", {"region": "eu"})
+    return services.schedules.create(NightlyReport, every="1h", name="hourly", **options)
+
+
+def test_the_list_shows_each_schedule_with_its_fires_and_policies(
+    client_operator: Client,
+) -> None:
+    schedule = services.schedules.create(
+        NightlyReport,
+        cron="30 2 * * *",
+        timezone="Europe/Berlin",
+        inputs={"region": "eu"},
+        name="nightly",
+        overlap="queue",
+    )
+    services.schedules.run_now(schedule)
+    html = client_operator.get(CHANGELIST).content.decode()
+    assert "nightly" in html
+    assert "30 2 * * * (Europe/Berlin)" in html
+    next_fire = schedule.next_fire_at.astimezone(dt.UTC)
+    assert str(next_fire.year) in html
+    assert "CET" in html or "CEST" in html
+    last = Execution.objects.get()
+    assert run_url(last.id) in html  # the last run, linked
+    assert "queue" in html
+
+
+def test_adding_a_schedule_goes_through_the_services(client_operator: Client) -> None:
+    response = client_operator.post(ADD, form_data())
+    assert response.status_code == 302, response.content.decode()[:3000]
+    schedule = Schedule.objects.get()
+    assert (schedule.name, schedule.reactor, schedule.cron, schedule.timezone) == (
+        "nightly",
+        REACTOR,
+        "30 2 * * *",
+        "Europe/Berlin",
+    )
+    assert schedule.next_fire_at is not None  # computed by services.schedules.create
+    assert schedule.inputs == {"region": "eu"}
+    assert LogEntry.objects.get().object_repr == "nightly"
+
+
+def test_an_interval_schedule_is_added_from_text(client_operator: Client) -> None:
+    response = client_operator.post(ADD, form_data(cron="", every="1h30m"))
+    assert response.status_code == 302
+    assert Schedule.objects.get().every == dt.timedelta(hours=1, minutes=30)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"cron": "0 25 * * *"}, "cron", "is not a cron expression croniter can read"),
+        ({"cron": "every night"}, "cron", "has 2 fields"),
+        ({"timezone": "Europe/Atlantis"}, "timezone", "is not a time zone this system knows"),
+        ({"cron": ""}, "cron", "give a cron expression"),
+        ({"every": "1h"}, "every", "not both"),
+        ({"cron": "", "every": "soon"}, "every", "is not an interval"),
+        ({"inputs": '{"region": "mars"}'}, "inputs", "region: "),
+        ({"inputs": "{}"}, "inputs", "region: This field is required."),
+        ({"inputs": "{nope"}, "inputs", "Enter a valid JSON."),
+        ({"reactor": "tests.nowhere.Gone"}, "reactor", "No reactor named tests.nowhere.Gone"),
+        ({"name": "12"}, "name", "a name is not a number"),
+    ],
+)
+def test_each_bad_value_is_a_field_error_and_nothing_is_written(
+    client_operator: Client, changes: dict[str, Any], field: str, message: str
+) -> None:
+    response = client_operator.post(ADD, form_data(**changes))
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert field in errors, errors
+    assert message in " ".join(errors[field]), errors
+    assert message.replace("'", "&#x27;") in response.content.decode()
+    assert Schedule.objects.count() == 0
+
+
+def test_a_taken_name_is_a_field_error(client_operator: Client) -> None:
+    nightly()
+    response = client_operator.post(ADD, form_data(name="hourly"))
+    assert "another schedule is named" in " ".join(
+        response.context["adminform"].form.errors["name"]
+    )
+
+
+def test_changing_a_schedule_keeps_its_secret_inputs(client_operator: Client) -> None:
+    schedule = services.schedules.create(
+        "testproject.example.reactors.RenewDueSubscriptions",
+        cron="@daily",
+        inputs={"due_by": "2030-01-01", "card_token": "tok_live_1"},
+        name="renew",
+    )
+    page = client_operator.get(change_url(schedule)).content.decode()
+    assert "tok_live_1" not in page
+    assert "[REDACTED]" in page
+    response = client_operator.post(
+        change_url(schedule),
+        form_data(
+            name="renew",
+            reactor="testproject.example.reactors.RenewDueSubscriptions",
+            cron="0 3 * * *",
+            timezone="UTC",
+            inputs='{"due_by": "2030-02-01", "card_token": "[REDACTED]"}',
+        ),
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    stored = Schedule.objects.get()
+    assert stored.inputs == {"due_by": "2030-02-01", "card_token": "tok_live_1"}
+    assert stored.cron == "0 3 * * *"
+    assert stored.next_fire_at.astimezone(dt.UTC).hour == 3
+
+
+def act(client: Client, action: str, *schedules: Any) -> Any:
+    return client.post(
+        CHANGELIST,
+        {"action": action, "_selected_action": [s.id for s in schedules]},
+        follow=True,
+    )
+
+
+def test_pause_and_resume_actions(client_operator: Client) -> None:
+    schedule = nightly()
+    response = act(client_operator, "pause_selected", schedule)
+    assert "Paused 1 schedule." in response.content.decode()
+    stored = Schedule.objects.get()
+    assert (stored.enabled, stored.next_fire_at) == (False, None)
+    response = act(client_operator, "resume_selected", schedule)
+    assert "Resumed 1 schedule." in response.content.decode()
+    stored.refresh_from_db()
+    assert stored.enabled
+    assert stored.next_fire_at is not None
+    assert [e.change_message for e in LogEntry.objects.order_by("id")] == ["Paused.", "Resumed."]
+
+
+def test_run_now_action_starts_a_run_and_links_it(client_operator: Client) -> None:
+    schedule = nightly()
+    response = act(client_operator, "run_now_selected", schedule)
+    fire = ScheduleFire.objects.get()
+    assert fire.manual
+    assert run_url(fire.execution_id) in response.content.decode()
+    assert "started run" in response.content.decode()
+
+
+def test_run_now_of_refused_inputs_says_why(client_operator: Client) -> None:
+    schedule = nightly()
+    Schedule.objects.filter(pk=schedule.id).update(inputs={"region": "mars"})
+    response = act(client_operator, "run_now_selected", schedule)
+    assert "no run started" in response.content.decode()
+    assert Execution.objects.count() == 0
+
+
+def test_the_schedule_page_lists_its_latest_fires_with_links_to_their_runs(
+    client_operator: Client,
+) -> None:
+    schedule = nightly(overlap="skip")
+    make_schedules_due(schedule, now=T)
+    services.schedules.fire_due(now=T + dt.timedelta(seconds=5))
+    services.schedules.fire_due(now=T + dt.timedelta(hours=1, seconds=5))  # overlap: skipped
+    started = ScheduleFire.objects.get(outcome="started")
+    html = client_operator.get(change_url(schedule)).content.decode()
+    assert run_url(started.execution_id) in html
+    assert "Run started" in html
+    assert "Skipped" in html
+    assert "has not finished (overlap: skip)" in html
+    assert f"{FIRES}?schedule__id__exact={schedule.id}" in html
+    fires = client_operator.get(f"{FIRES}?schedule__id__exact={schedule.id}").content.decode()
+    assert run_url(started.execution_id) in fires
+    assert "2030-01-07 09:00 UTC" in fires
+
+
+def test_fires_are_read_only(client_operator: Client) -> None:
+    schedule = nightly()
+    services.schedules.run_now(schedule)
+    fire = ScheduleFire.objects.get()
+    url = reverse("admin:django_reactor_schedulefire_change", args=[fire.id])
+    assert "Save" not in client_operator.get(url).content.decode()
+    assert client_operator.get(reverse("admin:django_reactor_schedulefire_add")).status_code == 403
+
+
+def test_deleting_a_schedule_keeps_its_runs(client_operator: Client) -> None:
+    schedule = nightly()
+    services.schedules.run_now(schedule)
+    url = reverse("admin:django_reactor_schedule_delete", args=[schedule.id])
+    response = client_operator.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert Schedule.objects.count() == ScheduleFire.objects.count() == 0
+    assert Execution.objects.count() == 1
+
+
+def test_a_viewer_cannot_run_the_actions(client_viewer: Client, viewer: Any) -> None:
+    from django.contrib.auth.models import Permission
+
+    viewer.user_permissions.add(
+        Permission.objects.get(content_type__app_label="django_reactor", codename="view_schedule")
+    )
+    schedule = nightly()
+    html = client_viewer.get(CHANGELIST).content.decode()
+    assert "hourly" in html
+    assert "run_now_selected" not in html
+    act(client_viewer, "run_now_selected", schedule)
+    assert ScheduleFire.objects.count() == 0
+
+
+def test_the_delete_action_counts_the_fires_and_goes_through_the_services(
+    client_operator: Client,
+) -> None:
+    schedule = nightly()
+    services.schedules.run_now(schedule)
+    services.schedules.run_now(schedule)
+    confirm = act(client_operator, "delete_selected", schedule).content.decode()
+    assert "2 fires of theirs" in confirm
+    response = client_operator.post(
+        CHANGELIST,
+        {"action": "delete_selected", "_selected_action": [schedule.id], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert Schedule.objects.count() == ScheduleFire.objects.count() == 0
+    assert Execution.objects.count() == 2
