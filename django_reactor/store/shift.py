@@ -1,9 +1,9 @@
 """Moving time forward in tests: every time a run waits for comes closer by the same amount.
 
 Wake-up times (sleeps, retries' backoffs, scheduled starts), deadlines, interrupt expiry, the
-time each sleep waits until and the schedules' next fire times are moved back by ``delta``, which is what the clock moving
-forward would do, for the database's clock and this process's alike (and for workers in
-other processes). Used by the ``reactor_clock`` fixture (``django_reactor.testing``); other
+time each sleep waits until and the schedules' next fire times are moved back by ``delta``,
+which is what the clock moving forward would do, for the database's clock and this process's
+alike (and for workers in other processes). Used by the ``reactor_clock`` fixture (``django_reactor.testing``); other
 modules that keep times register a shift of their own with :func:`register`.
 """
 
