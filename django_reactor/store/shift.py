@@ -3,8 +3,9 @@
 Wake-up times (sleeps, retries' backoffs, scheduled starts), deadlines, interrupt expiry, the
 time each sleep waits until and the schedules' next fire times are moved back by ``delta``,
 which is what the clock moving forward would do, for the database's clock and this process's
-alike (and for workers in other processes). Used by the ``reactor_clock`` fixture (``django_reactor.testing``); other
-modules that keep times register a shift of their own with :func:`register`.
+alike (and for workers in other processes). Used by the ``reactor_clock`` fixture
+(``django_reactor.testing``); other modules that keep times register a shift of their own
+with :func:`register`.
 """
 
 from __future__ import annotations
