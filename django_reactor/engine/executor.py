@@ -240,14 +240,20 @@ class Executor(RunRecorder):
             inputs=self.redacted_inputs(),
             retryable=False,
         )
-        self.commit(
-            JournalBatch(
-                events=[event],
-                status=ExecutionStatus.ROLLING_BACK,
-                current_step=step,
-                failure=error.to_dict(),
+        attempts = self.state.attempts_done.get(step, 0)
+        if spec is not None and attempts and not spec.atomic and where.startswith("before"):
+            # Its failed attempts started its work (it waited for a retry): it is compensated.
+            arguments = self.arguments_for(step)
+            batch = self._failed_step(
+                spec, error, arguments, attempts=attempts, started_at=None, compensable=True
             )
-        )
+            batch.events.insert(0, event)
+            self.state.pending_compensation.append(PendingCompensation(step, arguments, error))
+        else:
+            batch = JournalBatch(events=[event], current_step=step)
+        batch.status = ExecutionStatus.ROLLING_BACK
+        batch.failure = error.to_dict()
+        self.commit(batch)
         return self.roll_back_failed(step, error)
 
     def past_deadline(self) -> bool:

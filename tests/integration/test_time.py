@@ -395,3 +395,36 @@ def test_the_clock_makes_a_schedule_fire(reactor_clock: Any) -> None:
     fires = list(ScheduleFire.objects.filter(schedule_id=schedule.id))
     assert len(fires) == 1
     assert ledger.calls == [("run", "nightly")]
+
+
+def test_a_deadline_stops_a_run_waiting_for_a_retrys_backoff(reactor_clock: Any) -> None:
+    from django_reactor import Retry
+
+    class Flaky(Step):
+        retry = Retry(attempts=5, delay=3600)
+
+        def run(self) -> str:
+            ledger("run", "flaky")
+            raise RuntimeError("the partner is down")
+
+        def compensate(self, error: Any) -> None:
+            ledger("compensate", "flaky")
+
+    class Backs(Reactor):
+        flaky = step(Flaky)
+
+        class Meta:
+            background = "all"
+            deadline = dt.timedelta(minutes=10)
+
+    outcome = Backs.run({})
+    reactor_clock.tick()  # a worker runs the first attempt; the retry waits an hour
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.status == ExecutionStatus.PENDING
+    assert row.wake_at <= row.deadline_at  # it wakes at the deadline, not in an hour
+    reactor_clock.advance(minutes=11)
+    row.refresh_from_db()
+    assert row.status == ExecutionStatus.FAILED
+    assert row.failure["kind"] == "deadline"
+    # Its failed attempt had started its work: compensated.
+    assert ledger.calls == [("run", "flaky"), ("compensate", "flaky")]
