@@ -22,6 +22,8 @@ REACTOR = {"CELERY_QUEUE": os.environ["REACTOR_BENCH_QUEUE"]}
 # sleeping_runs.py: the sweeper wakes every run due in one sweep.
 if "REACTOR_SWEEP_BATCH" in os.environ:
     REACTOR["SWEEP_BATCH"] = int(os.environ["REACTOR_SWEEP_BATCH"])
+if "REACTOR_SWEEP_INTERVAL" in os.environ:
+    REACTOR["SWEEP_INTERVAL"] = float(os.environ["REACTOR_SWEEP_INTERVAL"])
 
 # The example project keeps the worker's database connection (CELERY_DB_REUSE_MAX = 1000, as
 # django_reactor.celery.RECOMMENDED_DJANGO_SETTINGS advises). ``--db-reuse-max N`` overrides it;

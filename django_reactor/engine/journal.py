@@ -99,6 +99,18 @@ class JournalBatch:
     expire_lease: bool = False
 
     @property
+    def parks_quietly(self) -> bool:
+        """A park that queues no task (a sleep, a long backoff: the sweeper wakes the run):
+        like a routine checkpoint, it only writes the run's row, its step and its trace."""
+        return not (
+            self.handed_off
+            or self.dispatch
+            or self.interrupt is not None
+            or self.close_interrupts
+            or self.expire_lease
+        )
+
+    @property
     def routine(self) -> bool:
         """A plain checkpoint: no hand-off, no parking, no task to queue."""
         return not (

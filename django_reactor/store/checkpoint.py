@@ -1,8 +1,9 @@
 """The checkpoint: everything one state change of an owned run writes, in one transaction,
 conditional on the run's fence (the executor's :class:`~django_reactor.engine.journal.Journal`).
 
-On PostgreSQL a routine checkpoint is one statement (``sql.checkpoint``); checkpoints that also
-queue a task, release the run or reach an interrupt, and every checkpoint on other databases,
+On PostgreSQL a routine checkpoint (and a park that queues no task) is one statement
+(``sql.checkpoint``); checkpoints that also queue a task or reach an interrupt, and every
+checkpoint on other databases,
 write the same rows through the ORM here. ``tests/integration/test_checkpoint_paths.py`` proves
 that both paths write the same rows.
 """
@@ -66,7 +67,7 @@ class DatabaseJournal:
         note_heartbeat(self.execution_id, step, details)
 
     def commit(self, batch: JournalBatch) -> str | None:
-        if self.fast_path and batch.routine and not (self.wakes and batch.finished):
+        if self.fast_path and batch.parks_quietly and not (self.wakes and batch.finished):
             return self._commit_sql(batch)
         return self._commit_orm(batch)
 

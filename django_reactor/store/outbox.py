@@ -92,17 +92,26 @@ def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> 
     publish_on_commit([QueuedDispatch(row.id, execution_id, delay)])
 
 
-def publish_on_commit(dispatches: Sequence[QueuedDispatch]) -> None:
+def publish_on_commit(dispatches: Sequence[QueuedDispatch], *, mark: bool = False) -> None:
     """Publish after the current transaction commits (at once outside a transaction).
 
     A failure to publish is logged and left to the sweeper, which republishes unsent rows.
+    ``mark``: the rows the publisher sent are marked sent now, not when a worker takes them
+    (the sweeper's wake-ups: a backlog bigger than the workers take within a sweep interval
+    is not published again; a lost message is woken again after ``REDISPATCH_AFTER``).
     """
     if not dispatches:
         return
+
+    def send() -> None:
+        sent = publish(dispatches)
+        if mark:
+            mark_sent(sent)
+
     if not _registered.after_commit:
-        publish(dispatches)
+        send()
         return
-    transaction.on_commit(lambda: publish(dispatches), using=USING, robust=True)
+    transaction.on_commit(send, using=USING, robust=True)
 
 
 def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
@@ -139,7 +148,7 @@ def mark_taken(*, execution_id: uuid.UUID | None = None, map_id: uuid.UUID | Non
 
 
 def mark_sent(dispatch_ids: Sequence[int]) -> None:
-    """Record that these dispatches went out again (the sweeper's republish)."""
+    """Record that these dispatches went out (the sweeper's republish, its wake-ups)."""
     if not dispatch_ids:
         return
     connection = connections[USING]

@@ -7,6 +7,7 @@ claim, every settle of map elements), or cannot say it in one round trip.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import threading
@@ -301,19 +302,27 @@ def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tupl
     """
     params: list[Any] = []
     now = timezone.now()
-    release = batch.finished
     sets = ["updated_at = %s"]
     params.append(now)
-    if release:
+    if batch.finished:
         sets.append("lease_owner = NULL, lease_expires_at = NULL, finished_at = %s")
         params.append(now)
+    elif batch.release:  # parked: nobody owns it until it is woken
+        sets.append("lease_owner = NULL, lease_expires_at = NULL")
     # Otherwise the lease is left alone: the heartbeat (``lease.LeaseKeeper``) extends it, and
     # a checkpoint that writes no indexed column is a HOT update.
     if batch.current_step is not None:
         sets.append("current_step = %s")
         params.append(batch.current_step)
-    if batch.step is not None:  # as in _commit_orm: a step's outcome ends any waiting
+    # As in _commit_orm: a park sets the wake-up; otherwise a step's outcome ends any waiting.
+    if batch.wake_after is not None:
+        sets.append("wake_at = %s")
+        params.append(now + dt.timedelta(seconds=batch.wake_after))
+    if batch.wake_after is None and batch.step is not None:
         sets.append("current_attempt = 0, wake_at = NULL")
+    elif batch.current_attempt is not None:
+        sets.append("current_attempt = %s")
+        params.append(batch.current_attempt)
     if batch.status is not None:
         sets.append("status = %s")
         params.append(str(batch.status))

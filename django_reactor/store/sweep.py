@@ -213,5 +213,5 @@ def _wake_due(now: dt.datetime, limit: int, redispatch_after: float, locked: Any
         rows = Dispatch.objects.using(USING).bulk_create(
             [Dispatch(execution_id=e, reason=Dispatch.Reason.WAKE) for e in due]
         )
-        publish_on_commit([QueuedDispatch(row.id, row.execution_id) for row in rows])
+        publish_on_commit([QueuedDispatch(row.id, row.execution_id) for row in rows], mark=True)
     return len(due)

@@ -3,12 +3,13 @@ ORM path every other database (and every non-routine checkpoint) takes."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
 from django.db import connection
 
-from django_reactor import Reactor, Retry, Skip, Step, step, store
+from django_reactor import Reactor, Retry, Skip, Step, services, sleep, step, store
 from django_reactor.models import Execution, StepRecord
 from tests.integration.reactors import FAIL_AT, Tracked
 
@@ -31,19 +32,30 @@ class FlakyOnce(Step):
 
 
 class EveryKindOfWrite(Reactor):
-    """Completed, skipped and retried steps, then a failure that undoes them."""
+    """Completed, skipped and retried steps, a sleep that parks the run, then a failure that
+    undoes them."""
 
     first = step(Tracked)
     skipped = step(SkipsOne, wait_for=["first"])
     flaky = step(FlakyOnce, wait_for=["skipped"])
-    last = step(Tracked, wait_for=["flaky"])
+    nap = sleep(dt.timedelta(hours=1), after=["flaky"])
+    last = step(Tracked, wait_for=["nap"])
 
 
 def rows(execution_id: Any) -> dict[str, Any]:
     """What the checkpoints wrote, without ids and clock values."""
     run = Execution.objects.get(pk=execution_id)
     steps = [
-        (r.step, r.status, r.seq, r.attempts, r.arguments, r.result, r.compensable, r.rollback)
+        (
+            r.step,
+            r.status,
+            r.seq,
+            r.attempts,
+            r.arguments,
+            "<the time it slept until>" if r.step == "nap" else r.result,
+            r.compensable,
+            r.rollback,
+        )
         for r in StepRecord.objects.filter(execution_id=execution_id).order_by("seq")
     ]
     errors = [
@@ -51,7 +63,13 @@ def rows(execution_id: Any) -> dict[str, Any]:
         for r in StepRecord.objects.filter(execution_id=execution_id).order_by("seq")
     ]
     events = [
-        (e.seq, e.kind, e.step, e.attempt, {k: v for k, v in e.data.items() if k != "delay"})
+        (
+            e.seq,
+            e.kind,
+            e.step,
+            e.attempt,
+            {k: v for k, v in e.data.items() if k not in ("delay", "until")},
+        )
         for e in store.event_rows(execution_id)
     ]
     return {
@@ -63,6 +81,7 @@ def rows(execution_id: Any) -> dict[str, Any]:
             (run.failure or {}).get("kind"),
             run.lease_owner,
             run.finished_at is not None,
+            run.wake_at is not None,
         ),
         "steps": steps,
         "errors": errors,
@@ -83,7 +102,11 @@ def run_through(path: str, monkeypatch: pytest.MonkeyPatch, *, fail_last: bool) 
     if fail_last:
         FAIL_AT.add("last")
     try:
-        return EveryKindOfWrite.run({}).execution_id
+        parked = EveryKindOfWrite.run({}).execution_id
+        parked_rows = rows(parked)  # the park, as written
+        store.start_now(parked)  # its sleep ends now; resumed as a worker would
+        services.resume(parked)
+        return parked, parked_rows
     finally:
         monkeypatch.undo()
         FAIL_AT.clear()
@@ -94,7 +117,10 @@ def test_the_sql_and_orm_checkpoints_write_the_same_rows(
     monkeypatch: pytest.MonkeyPatch, fail_last: bool
 ) -> None:
     assert connection.vendor == "postgresql"
-    by_sql = rows(run_through("sql", monkeypatch, fail_last=fail_last))
-    by_orm = rows(run_through("orm", monkeypatch, fail_last=fail_last))
+    sql_run, sql_parked = run_through("sql", monkeypatch, fail_last=fail_last)
+    orm_run, orm_parked = run_through("orm", monkeypatch, fail_last=fail_last)
+    assert sql_parked == orm_parked
+    assert sql_parked["execution"][0] == "pending"
+    by_sql, by_orm = rows(sql_run), rows(orm_run)
     assert by_sql == by_orm
     assert by_sql["steps"], "the runs wrote step records"
