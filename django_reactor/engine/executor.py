@@ -527,13 +527,14 @@ class Executor(RunRecorder):
         self.hand_off_point = None
         return Dispatched(execution_id=self.execution_id, results=dict(self.state.results))
 
-    def _halt(
+    def halted_step(
         self,
         spec: StepSpec,
         halted: StepHalted,
         arguments: dict[str, Any],
         started_at: dt.datetime,
-    ) -> Outcome:
+    ) -> JournalBatch:
+        """The ``halt`` trace entry and the halted step record, as one batch to commit."""
         reason = shown(halted.reason)
         event = self.event(
             EventKind.HALT,
@@ -542,24 +543,33 @@ class Executor(RunRecorder):
             duration_ms=halted.duration_ms,
             data={"reason": reason},
         )
-        self.commit(
-            JournalBatch(
-                events=[event],
-                step=step_write(
-                    spec,
-                    StepStatus.HALTED,
-                    event,
-                    halted.attempts,
-                    arguments,
-                    started_at,
-                    result=reason,
-                ),
-                status=ExecutionStatus.HALTED,
-                current_step=spec.name,
-                result={"halted_at": spec.name, "reason": reason},
-                finished=True,
-            )
+        return JournalBatch(
+            events=[event],
+            step=step_write(
+                spec,
+                StepStatus.HALTED,
+                event,
+                halted.attempts,
+                arguments,
+                started_at,
+                result=reason,
+            ),
         )
+
+    def _halt(
+        self,
+        spec: StepSpec,
+        halted: StepHalted,
+        arguments: dict[str, Any],
+        started_at: dt.datetime,
+    ) -> Outcome:
+        reason = shown(halted.reason)
+        batch = self.halted_step(spec, halted, arguments, started_at)
+        batch.status = ExecutionStatus.HALTED
+        batch.current_step = spec.name
+        batch.result = {"halted_at": spec.name, "reason": reason}
+        batch.finished = True
+        self.commit(batch)
         if self.observer is not None:
             self.observer.execution_halted(
                 self.run_event(ExecutionStatus.HALTED, step=spec.name, reason=str(reason))
@@ -584,19 +594,23 @@ class Executor(RunRecorder):
         batch.status = ExecutionStatus.ROLLING_BACK
         batch.failure = error.to_dict()  # known now, even if rollback is cut short
         self.commit(batch)
+        self.notify_step_failed(spec.name, error, attempts)
+        if started:
+            self.state.pending_compensation.append(PendingCompensation(spec.name, arguments, error))
+        return self.roll_back_failed(spec.name, error)
+
+    def notify_step_failed(self, step: str, error: ErrorInfo, attempts: int) -> None:
+        """Tell the observers that ``step`` failed (recorded) with ``error``."""
         if self.observer is not None:
             self.observer.step_failed(
                 self.step_event(
-                    spec.name,
+                    step,
                     error.kind,
                     attempts,
                     error=error.message,
                     error_class=error.exception_class,
                 )
             )
-        if started:
-            self.state.pending_compensation.append(PendingCompensation(spec.name, arguments, error))
-        return self.roll_back_failed(spec.name, error)
 
     def roll_back_failed(self, step: str, error: ErrorInfo) -> Failed | Rescheduled:
         """The run failed at ``step`` (recorded, rolling back): apply the rollback rule, then

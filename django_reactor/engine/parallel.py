@@ -458,16 +458,7 @@ class ParallelSteps:
                 )
             self.settled.add(spec.name)
         written()
-        if run.observer is not None:
-            run.observer.step_failed(
-                run.step_event(
-                    spec.name,
-                    error.kind,
-                    failed.attempts,
-                    error=error.message,
-                    error_class=error.exception_class,
-                )
-            )
+        run.notify_step_failed(spec.name, error, failed.attempts)
         return _Failed(error)
 
     def _record_halt(
@@ -482,25 +473,7 @@ class ParallelSteps:
         run = self.execution
         reason = shown(halted.reason)
         with run.lock:
-            event = run.event(
-                EventKind.HALT,
-                step=spec.name,
-                attempt=halted.attempts,
-                duration_ms=halted.duration_ms,
-                data={"reason": reason},
-            )
-            batch = JournalBatch(
-                events=[event],
-                step=step_write(
-                    spec,
-                    StepStatus.HALTED,
-                    event,
-                    halted.attempts,
-                    arguments,
-                    started_at,
-                    result=reason,
-                ),
-            )
+            batch = run.halted_step(spec, halted, arguments, started_at)
             if not (self.failure_recorded or self.halt_recorded):
                 self.halt_recorded = True
                 batch.status = ExecutionStatus.HALTED
