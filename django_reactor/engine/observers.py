@@ -145,23 +145,39 @@ NOTIFICATIONS = tuple(
 )
 
 
+_OVERRIDDEN: dict[type, frozenset[str]] = {}
+
+
+def _overridden(cls: type) -> frozenset[str]:
+    """The notifications ``cls`` does something for (overrides)."""
+    names = _OVERRIDDEN.get(cls)
+    if names is None:
+        names = _OVERRIDDEN[cls] = frozenset(
+            name
+            for name in NOTIFICATIONS
+            if getattr(cls, name, None) is not getattr(RunObserver, name)
+        )
+    return names
+
+
 class CompositeObserver(RunObserver):
     """Calls several observers in order; one that raises is logged and the others still run."""
 
     def __init__(self, observers: Iterable[RunObserver]) -> None:
         self.observers: tuple[RunObserver, ...] = tuple(observers)
-        # Per notification, only the observers that override it: the no-ops cost nothing.
-        self._targets: dict[str, tuple[Any, ...]] = {
-            name: tuple(
-                getattr(observer, name)
-                for observer in self.observers
-                if getattr(type(observer), name, None) is not getattr(RunObserver, name)
-            )
-            for name in NOTIFICATIONS
-        }
+        # Per notification, only the observers that override it (the no-ops cost nothing),
+        # bound the first time the notification is sent: a run sends few of the many.
+        self._targets: dict[str, tuple[Any, ...]] = {}
 
     def _notify(self, name: str, event: Any) -> None:
-        for method in self._targets[name]:
+        targets = self._targets.get(name)
+        if targets is None:
+            targets = self._targets[name] = tuple(
+                getattr(observer, name)
+                for observer in self.observers
+                if name in _overridden(type(observer))
+            )
+        for method in targets:
             try:
                 method(event)
             except Exception:

@@ -8,6 +8,7 @@ writes are refused.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -100,16 +101,24 @@ def _execution_from_columns(columns: dict[str, Any]) -> Execution:
     """The ``Execution`` a ``RETURNING *`` row describes, with the claim's extra columns
     (``claimed_*``) as attributes; values converted as the ORM converts them."""
     connection = connections[USING]
-    fields = Execution._meta.concrete_fields
+    fields = _execution_fields()
     values = []
-    for field in fields:
-        value = columns.pop(str(field.column))
-        from_db = getattr(field, "from_db_value", None)
+    for column, _attname, from_db in fields:
+        value = columns.pop(column)
         values.append(from_db(value, None, connection) if from_db is not None else value)
-    row = Execution.from_db(USING, [f.attname for f in fields], values)
+    row = Execution.from_db(USING, [attname for _c, attname, _f in fields], values)
     for name, value in columns.items():
         setattr(row, name, value)
     return row
+
+
+@functools.cache
+def _execution_fields() -> tuple[tuple[str, str, Any], ...]:
+    """``(column, attribute, from_db_value or None)`` of each concrete field of ``Execution``."""
+    return tuple(
+        (str(field.column), field.attname, getattr(field, "from_db_value", None))
+        for field in Execution._meta.concrete_fields
+    )
 
 
 def refence(owned: Owned, owner: str) -> Owned | None:

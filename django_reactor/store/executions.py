@@ -24,6 +24,7 @@ from .db import USING
 from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
 from .reads import find_child, find_retry, last_seq
 from .rows import Owned
+from .sleeps import end_due_sleeps
 
 
 class ChildExists(Exception):
@@ -253,6 +254,7 @@ def start_now(execution_id: uuid.UUID) -> bool:
         StepRecord.objects.using(USING).filter(
             execution_id=execution_id, status=StepStatus.SLEEPING
         ).update(result=now.isoformat())
+        end_due_sleeps([execution_id], now)
         queue_dispatch(execution_id, Dispatch.Reason.WAKE)
     return True
 

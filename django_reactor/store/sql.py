@@ -86,11 +86,15 @@ MARK_SENT = f"UPDATE {DISPATCH} SET sent_at = %s WHERE id IN ({{ids}})"
 #: run's dispatches taken (the sweeper leaves them alone) and returns the claimed row with the
 #: run's step records, last trace sequence number and definition shape, so resuming costs one
 #: round trip (the ORM's query building costs more than the statement itself on this
-#: path, once per delivery).
+#: path, once per delivery). The run's dispatches are found through their ``execution_id``
+#: index: written ``sent_at IS NULL``, the condition would let the planner take the partial
+#: index of unsent rows instead, and scan every unsent row (and every entry of a row marked
+#: sent since the last vacuum): after a burst of 10,000 sleeps woken at once, about 1 ms a
+#: claim instead of 0.03. ``COALESCE(...)`` means the same and matches no index predicate.
 CLAIM_FOR_WORKER = f"""
 WITH taken AS (
     UPDATE {DISPATCH} SET sent_at = now()
-    WHERE execution_id = %s AND sent_at IS NULL AND map_run_id IS NULL
+    WHERE execution_id = %s AND COALESCE(sent_at IS NULL, false) AND map_run_id IS NULL
 )
 UPDATE {EXECUTION} SET
     lease_owner = %s,
@@ -124,6 +128,42 @@ RETURNING *,
         WHERE df.hash = {EXECUTION}.definition_hash) AS claimed_shape
 """
 
+
+#: The sweeper ends the sleeps that are over of the runs it wakes (``sweep._wake_due``), in one
+#: statement: each ``sleeping`` record of those runs (``%(ids)s``) whose time (its result, ISO
+#: 8601 text) has come (``%(now)s``) is written completed, as the worker would write it (one
+#: attempt, started and finished now, its ``run`` trace entry with the run's next sequence
+#: number; the ``sleep`` entry of the trace keeps when it began). Returns how many. A record
+#: whose time has not come (a run woken by its deadline) is left to the worker.
+END_DUE_SLEEPS = f"""
+WITH due AS (
+    SELECT r.id, row_number() OVER (PARTITION BY r.execution_id ORDER BY r.seq) AS n,
+        GREATEST(
+            (SELECT COALESCE(MAX(ev.seq), 0) FROM {EVENT} ev
+                WHERE ev.execution_id = r.execution_id),
+            (SELECT COALESCE(MAX(sr.seq), 0) FROM {STEP_RECORD} sr
+                WHERE sr.execution_id = r.execution_id AND sr.traced)) AS last
+    FROM {STEP_RECORD} r
+    WHERE r.execution_id = ANY(%(ids)s) AND r.status = 'sleeping' AND NOT r.traced
+        AND (r.result #>> '{{}}')::timestamptz <= %(now)s
+), ended AS (
+    UPDATE {STEP_RECORD} AS r SET status = 'completed', seq = due.last + due.n, attempts = 1,
+        started_at = %(now)s, finished_at = %(now)s, traced = true, duration_ms = 0
+    FROM due WHERE r.id = due.id
+    RETURNING 1
+)
+SELECT count(*) FROM ended
+"""
+
+#: Test time moves (``shift.shift_due_times``): the time each sleep waits until (its record's
+#: result, ISO 8601 text) comes ``%(seconds)s`` closer, written as Python's ``isoformat()``
+#: writes it in UTC, in one statement.
+SHIFT_SLEEPS = f"""
+UPDATE {STEP_RECORD} SET result = to_jsonb(to_char(
+    ((result #>> '{{}}')::timestamptz - make_interval(secs => %(seconds)s)) AT TIME ZONE 'UTC',
+    'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'))
+WHERE status = 'sleeping'
+"""
 
 # ---------------------------------------------------------------------------- maps
 #
@@ -162,7 +202,8 @@ pick AS (
     ) AS id
 ),
 taken AS (
-    UPDATE {DISPATCH} SET sent_at = now() WHERE map_run_id = %(map)s AND sent_at IS NULL
+    UPDATE {DISPATCH} SET sent_at = now()
+    WHERE map_run_id = %(map)s AND COALESCE(sent_at IS NULL, false)
 ),
 claimed AS (
     UPDATE {MAP_CHUNK} AS c SET status = %(taken)s, claimed_by = %(token)s,
@@ -492,15 +533,15 @@ def _turn_preparation_off(exc: Exception) -> None:
 
 def execute(sql: str, params: Params) -> tuple[Any, ...] | None:
     """Run the checkpoint statement on Django's connection; return its row."""
-    return _execute(sql, params)[1]
+    return _execute(sql, params, named=False)[1]
 
 
 def execute_named(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] | None]:
     """Like :func:`execute` (prepared the same way), with the names of the returned columns."""
-    return _execute(sql, params)
+    return _execute(sql, params, named=True)
 
 
-def _execute(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] | None]:
+def _execute(sql: str, params: Params, *, named: bool) -> tuple[list[str], tuple[Any, ...] | None]:
     """Send one statement on Django's connection; return its column names and first row.
 
     With psycopg 3 the statement goes through a server-binding cursor of the same connection
@@ -516,7 +557,7 @@ def _execute(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] | Non
     if psycopg is None or not isinstance(raw, psycopg.Connection):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return _names(cursor.description), cursor.fetchone()
+            return _names(cursor.description) if named else [], cursor.fetchone()
     connection.validate_no_broken_transaction()
     prepare = reactor_settings.CHECKPOINT_PREPARED_STATEMENTS and not _preparation_refused.is_set()
     with connection.wrap_database_errors:
@@ -536,13 +577,23 @@ def _execute(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] | Non
                     # On its own (autocommit) the refused statement did nothing: send it again.
                     raw.prepare_threshold = threshold
                     cursor.execute(sql, params, prepare=False)
-                return _names(cursor.description), cursor.fetchone()
+                return _result_names(cursor) if named else [], cursor.fetchone()
         finally:
             raw.prepare_threshold = threshold
 
 
 def _names(description: Any) -> list[str]:
     return [column[0] for column in description or ()]
+
+
+def _result_names(cursor: Any) -> list[str]:
+    """The result's column names, read from libpq (``cursor.description`` builds a ``Column``
+    with its type information for each: a tenth of a worker's CPU for a claim's 40 columns)."""
+    result = cursor.pgresult
+    if result is None:
+        return []
+    encoding = cursor.connection.info.encoding
+    return [result.fname(i).decode(encoding) for i in range(result.nfields)]
 
 
 def again_unprepared(function: Callable[P, T]) -> Callable[P, T]:

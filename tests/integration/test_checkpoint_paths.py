@@ -124,3 +124,28 @@ def test_the_sql_and_orm_checkpoints_write_the_same_rows(
     by_sql, by_orm = rows(sql_run), rows(orm_run)
     assert by_sql == by_orm
     assert by_sql["steps"], "the runs wrote step records"
+
+
+def test_the_sweep_ends_sleeps_alike_in_sql_and_through_the_orm() -> None:
+    from django_reactor.store import sleeps
+
+    def slept(end: Any) -> dict[str, Any]:
+        FAIL_AT.clear()
+        FAIL_AT.add("flaky")
+        parked = EveryKindOfWrite.run({}).execution_id
+        future = Execution.objects.filter(pk=parked).values_list("wake_at", flat=True).get()
+        assert end([parked], future - dt.timedelta(seconds=1)) == 0  # not over yet
+        assert end([parked], future + dt.timedelta(seconds=1)) == 1
+        assert end([parked], future + dt.timedelta(seconds=2)) == 0  # ended once
+        Execution.objects.filter(pk=parked).update(wake_at=future - dt.timedelta(hours=2))
+        services.resume(parked)
+        return rows(parked)
+
+    try:
+        by_sql = slept(sleeps.end_due_sleeps_sql)
+        by_orm = slept(sleeps.end_due_sleeps_orm)
+    finally:
+        FAIL_AT.clear()
+    assert by_sql == by_orm
+    assert by_sql["execution"][0] == "completed"
+    assert ("nap", "completed") in [(s[0], s[1]) for s in by_sql["steps"]]

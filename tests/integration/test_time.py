@@ -81,6 +81,48 @@ def test_a_sleep_parks_the_run_and_the_clock_wakes_it(reactor_clock: Any) -> Non
     ]
 
 
+def test_the_sweep_ends_sleeps_that_are_over_and_the_worker_goes_on_from_there(
+    reactor_clock: Any,
+) -> None:
+    over, later, deadline = Ship.run({}), Ship.run({}), Ship.run({}, deadline=dt.timedelta(days=1))
+    StepRecord.objects.filter(
+        execution_id__in=[later.execution_id, deadline.execution_id], step="window"
+    ).update(
+        result=(timezone.now() + dt.timedelta(days=10)).isoformat()
+    )  # their sleeps wait longer than their wake-up times say: woken early
+    reactor_clock.advance(days=3, run=False)
+    report = services.sweep()
+    assert (report.woken, report.slept) == (3, 1)
+    records = {r.execution_id: r for r in StepRecord.objects.filter(step="window")}
+    ended = records[over.execution_id]
+    assert (ended.status, ended.attempts, ended.traced, ended.duration_ms) == (
+        StepStatus.COMPLETED,
+        1,
+        True,
+        0.0,
+    )
+    # Its run entry comes after the sleep entry, and the worker's entries after it.
+    assert pairs(over.execution_id) == [("run", "charge"), ("sleep", "window"), ("run", "window")]
+    # The deadline came before the sleep's time; the other run was woken early.
+    assert records[deadline.execution_id].status == StepStatus.SLEEPING
+    assert records[later.execution_id].status == StepStatus.SLEEPING
+    assert services.sweep().slept == 0  # queued once
+    outcome = services.resume(over.execution_id)
+    assert outcome is not None
+    assert outcome.status == ExecutionStatus.COMPLETED
+    assert pairs(over.execution_id) == [
+        ("run", "charge"),
+        ("sleep", "window"),
+        ("run", "window"),
+        ("run", "payout"),
+    ]
+    seqs = [e.seq for e in services.find(over.execution_id).trace]
+    assert seqs == sorted(set(seqs))
+    assert services.resume(deadline.execution_id).status == ExecutionStatus.FAILED
+    assert services.resume(later.execution_id).status == ExecutionStatus.PENDING
+    assert ledger.calls.count(("run", "payout")) == 1
+
+
 def test_wake_now_ends_a_sleep_at_once(reactor_clock: Any) -> None:
     outcome = Ship.run({})
     handle = services.wake(outcome.execution_id)
