@@ -217,11 +217,14 @@ class Execution(models.Model):
                 condition=Q(status__in=["running", "rolling_back"]),
             ),
             # The sweeper's due wake-ups (sleeps, retries' backoffs, scheduled starts) and runs
-            # past their deadline, found without reading the runs that wait longer.
+            # past their deadline, found without reading the runs that wait longer; the admin's
+            # parked runs (rolling back too: parked on a map's undo), in wake-up order.
             models.Index(
                 fields=["wake_at"],
                 name="reactor_exec_wake_idx",
-                condition=Q(status__in=["pending", "scheduled"], wake_at__isnull=False),
+                condition=Q(
+                    status__in=["pending", "scheduled", "rolling_back"], wake_at__isnull=False
+                ),
             ),
             models.Index(
                 fields=["deadline_at"],

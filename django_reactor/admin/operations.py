@@ -13,9 +13,7 @@ from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
     Count,
-    F,
     OuterRef,
-    Q,
     QuerySet,
     Subquery,
 )
@@ -37,7 +35,7 @@ from ..exceptions import (
     ReactorNotRegistered,
 )
 from ..models import Execution, ExecutionEvent, Interrupt
-from ..states import EventKind, ExecutionStatus, InterruptStatus
+from ..states import ExecutionStatus, InterruptStatus
 from .display import (
     APP,
     execution_link,
@@ -471,9 +469,14 @@ class ExecutionOperations(admin.ModelAdmin):
             .order_by("created_at", "id")
         )
         last = ExecutionEvent.objects.filter(execution=OuterRef("pk")).order_by("-seq")
+
+        # Every park stores a wake-up (the net under a lost message, or the sleep's time):
+        # the runs are read through the wake-up index, in its order, and only the page's rows
+        # get their last event looked up, not every pending run.
         pending = (
             Execution.objects.filter(
-                status__in=[ExecutionStatus.PENDING, ExecutionStatus.ROLLING_BACK]
+                status__in=[ExecutionStatus.PENDING, ExecutionStatus.ROLLING_BACK],
+                wake_at__isnull=False,
             )
             .annotate(
                 last_kind=Subquery(last.values("kind")[:1]),
@@ -481,13 +484,8 @@ class ExecutionOperations(admin.ModelAdmin):
                 last_step=Subquery(last.values("step")[:1]),
                 last_at=Subquery(last.values("at")[:1]),
             )
-            # Pending runs with a wake-up or parked; runs rolling back parked on a map's undo.
-            .filter(
-                Q(status=ExecutionStatus.PENDING, wake_at__isnull=False)
-                | Q(last_kind=EventKind.PARK)
-            )
             .only("id", "reactor", "status", "current_step", "updated_at", "wake_at")
-            .order_by(F("wake_at").asc(nulls_last=True), "updated_at")
+            .order_by("wake_at", "updated_at")
         )
         # Counted up to COUNT_LIMIT rows each, and paged that far.
         interrupts_page = CappedPaginator(waiting, self.list_per_page).get_page(

@@ -265,7 +265,11 @@ def test_a_retried_run_links_both_ways(client_operator: Client) -> None:
 
 def test_the_parked_view_lists_paused_and_parked_runs(client_operator: Client) -> None:
     paused = Refund.run({"order": "P1"})
-    parked = make_row(ExecutionStatus.PENDING, current_step="charge")
+    parked = make_row(
+        ExecutionStatus.PENDING,
+        current_step="charge",
+        wake_at=timezone.now() + dt.timedelta(minutes=1),  # every park stores a wake-up
+    )
     ExecutionEvent.objects.create(
         execution=parked,
         seq=1,
@@ -293,6 +297,26 @@ def test_the_parked_view_lists_paused_and_parked_runs(client_operator: Client) -
     assert html.count('href="/admin/django_reactor/execution/') >= 3
     assert Interrupt.objects.filter(status=InterruptStatus.WAITING).count() == 1
     assert len(queries) <= 12
+
+
+@pytest.mark.postgres
+def test_the_parked_view_reads_its_runs_through_the_wake_up_index(client_operator: Client) -> None:
+    for status in (ExecutionStatus.PENDING, ExecutionStatus.ROLLING_BACK):
+        make_row(status, wake_at=timezone.now() + dt.timedelta(minutes=5))
+    with CaptureQueriesContext(connection) as queries:
+        page(client_operator, PARKED)
+    [runs] = [
+        q["sql"]
+        for q in queries.captured_queries
+        if "wake_at" in q["sql"] and "ORDER BY" in q["sql"] and "COUNT" not in q["sql"]
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + runs)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("ROLLBACK")
+    assert "reactor_exec_wake_idx" in plan, plan
 
 
 def test_the_parked_view_needs_the_view_permission(client: Client, db: None) -> None:
