@@ -35,6 +35,7 @@ from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import DateField, Field, Model, QuerySet
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
+from django.db.models.lookups import Exact
 from django.http import HttpRequest
 from django.utils.formats import number_format
 from django.utils.functional import cached_property
@@ -119,9 +120,17 @@ class CappedPaginator(Paginator):
     """A paginator that counts at most ``limit + 1`` rows: its numbered pages reach that far,
     and ``counted`` says how many rows there are as far as it knows."""
 
-    def __init__(self, object_list: QuerySet[Any], per_page: int, limit: int = COUNT_LIMIT) -> None:
+    def __init__(
+        self,
+        object_list: QuerySet[Any],
+        per_page: int,
+        limit: int = COUNT_LIMIT,
+        *,
+        counted_by: QuerySet[Any] | None = None,
+    ) -> None:
         super().__init__(object_list, per_page)
-        self.queryset = object_list
+        # The same rows without what only a page needs (annotations looked up per row).
+        self.queryset = object_list if counted_by is None else counted_by
         self.limit = limit
 
     @cached_property
@@ -188,10 +197,36 @@ class Keyset:
 
     def beyond(self, queryset: QuerySet[Any], values: list[Any], *, after: bool) -> QuerySet[Any]:
         """The rows after (or before) the key ``values`` in this ordering."""
-        columns = Tuple(*(field.attname for field in self.fields))
+        fields = list(self.fields)
+        # Leading fields the list is filtered to the cursor's values (the elements of one map)
+        # are left out of the comparison: with them in it, PostgreSQL positions the index scan
+        # at the filter's value and reads every entry up to the cursor (33 ms at element
+        # 999,850 of a map, 0.1 ms without).
+        while len(fields) > 1 and _pinned(queryset, fields[0]) == (values[0],):
+            fields, values = fields[1:], values[1:]
         forward = after != self.descending
-        lookup = TupleGreaterThan if forward else TupleLessThan
-        return queryset.filter(lookup(columns, values))
+        if len(fields) == 1:
+            lookup = "gt" if forward else "lt"
+            return queryset.filter(**{f"{fields[0].attname}__{lookup}": values[0]})
+        columns = Tuple(*(field.attname for field in fields))
+        tuple_lookup = TupleGreaterThan if forward else TupleLessThan
+        return queryset.filter(tuple_lookup(columns, values))
+
+
+def _pinned(queryset: QuerySet[Any], field: Field[Any, Any]) -> tuple[Any] | None:
+    """``(value,)`` when ``queryset`` is filtered to rows whose ``field`` equals ``value`` (an
+    ``exact`` lookup at the top of its conditions), else None."""
+    where = queryset.query.where
+    if where.connector != "AND" or where.negated:
+        return None
+    for child in where.children:
+        if (
+            isinstance(child, Exact)
+            and getattr(child.lhs, "target", None) == field
+            and not hasattr(child.rhs, "resolve_expression")
+        ):
+            return (field.to_python(child.rhs),)
+    return None
 
 
 # ---------------------------------------------------------------------------- the change list

@@ -256,6 +256,12 @@ def test_map_elements_page_by_index_past_the_numbered_pages(
             html = get(client_operator, f"{ELEMENTS}{url}")
         if "after=" in url:
             assert not [q["sql"] for q in queries if "OFFSET" in q["sql"].upper()]
+            # One map: the cursor compares the index alone (a row comparison that starts with
+            # the map would make PostgreSQL read the map's elements up to the cursor).
+            page_sql = [q["sql"] for q in queries if "LIMIT" in q["sql"] and "index" in q["sql"]]
+            assert any('"index" >' in sql for sql in page_sql), page_sql
+            row_comparison = '"map_run_id", "django_reactor_mapresult"."index") >'
+            assert not any(row_comparison in sql for sql in page_sql)
         seen += indexes(html)
         url = link(html, "reactor-next")
     assert seen == list(range(27))
@@ -265,6 +271,22 @@ def test_map_elements_page_by_index_past_the_numbered_pages(
     older = link(failed, "reactor-next")
     assert older is not None
     assert indexes(get(client_operator, f"{ELEMENTS}{older}")) == [21, 25]
+
+
+def test_the_elements_of_every_map_page_by_map_and_index(
+    client_operator: Client, small_pages: None
+) -> None:
+    big_map(7)
+    big_map(8)
+    html = get(client_operator, ELEMENTS)
+    seen = indexes(html)
+    url = link(html, "reactor-next")
+    while url is not None:
+        html = get(client_operator, f"{ELEMENTS}{url}")
+        seen += indexes(html)
+        url = link(html, "reactor-next")
+    # Every element of both maps, once: the cursor compares (map, index) across maps.
+    assert sorted(seen) == sorted([*range(7), *range(8)])
 
 
 def test_the_element_status_filter_is_offered_once_one_map_is_shown(
