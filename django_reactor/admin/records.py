@@ -14,7 +14,6 @@ from django.db.models import QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
@@ -22,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import Dispatch, Interrupt, MapResult, MapRun
 from ..states import ElementStatus, MapStatus
-from .display import APP, execution_link, json_block, short_reactor, status_badge
+from .display import APP, admin_url, execution_link, json_block, short_reactor, status_badge
 from .executions import ReactorListFilter
 from .paging import KeysetAdmin, KeysetChangeList
 
@@ -192,7 +191,7 @@ class MapRunAdmin(_ReadOnlyAdmin):
 
     @admin.display(description=_("elements"))
     def elements(self, obj: MapRun) -> SafeString:
-        url = reverse(f"admin:{APP}_mapresult_changelist")
+        url = admin_url(f"admin:{APP}_mapresult_changelist")
         return format_html(
             '<a href="{}?{}">{}</a>', url, urlencode({"map_run__id__exact": str(obj.pk)}), _("list")
         )
@@ -366,7 +365,7 @@ class MapResultAdmin(_ReadOnlyAdmin):
 
     @admin.display(description=_("map"))
     def map(self, obj: MapResult) -> SafeString:
-        url = reverse(f"admin:{APP}_mapresult_changelist")
+        url = admin_url(f"admin:{APP}_mapresult_changelist")
         return format_html(
             '<a href="{}?{}">{}</a>',
             url,
@@ -379,7 +378,7 @@ class MapResultAdmin(_ReadOnlyAdmin):
         run = MapRun.objects.filter(pk=obj.map_run_id).values("step", "execution_id").first()
         if run is None:
             return format_html("{}", obj.map_run_id)
-        url = reverse(f"admin:{APP}_mapresult_changelist")
+        url = admin_url(f"admin:{APP}_mapresult_changelist")
         return format_html(
             '<a href="{}?{}">{}</a> · {}',
             url,
