@@ -1,5 +1,5 @@
 """Ending sleeps whose time has come, for runs nobody owns: the sweeper does it for the runs
-it wakes (many in one statement), and "wake now" for one run, so the worker that resumes the
+it wakes (many in one update), and "wake now" for one run, so the worker that resumes the
 run goes on from the step after the sleep without a checkpoint of its own for it."""
 
 from __future__ import annotations
@@ -10,54 +10,76 @@ from typing import Any
 from django.db import connections
 
 from ..engine.serialization import decode
+from ..exceptions import StoredValueUnreadable
 from ..models import StepRecord
 from ..states import StepStatus
 from . import sql
-from .db import USING
+from .db import USING, logger
 from .reads import last_seq
 
 
 def end_due_sleeps(execution_ids: list[Any], now: dt.datetime) -> int:
-    """Write completed the sleeps of these runs whose time has come (``sql.END_DUE_SLEEPS``),
-    as the worker resuming the run would; how many. The caller holds the runs' rows and
-    nobody owns them."""
+    """Write completed the sleeps of these runs whose time has come, as the worker resuming
+    the run would; how many. The caller holds the runs' rows and nobody owns them."""
     if connections[USING].vendor == "postgresql":
         return end_due_sleeps_sql(execution_ids, now)
     return end_due_sleeps_orm(execution_ids, now)
 
 
 def end_due_sleeps_sql(execution_ids: list[Any], now: dt.datetime) -> int:
-    """:func:`end_due_sleeps` in one statement, on PostgreSQL."""
-    row = sql.execute(sql.END_DUE_SLEEPS, {"ids": execution_ids, "now": now})
+    """:func:`end_due_sleeps` in one update (``sql.END_SLEEPS``), on PostgreSQL."""
+    due = [record_id for record_id, _execution_id in _over(execution_ids, now)]
+    if not due:
+        return 0
+    row = sql.execute(sql.END_SLEEPS, {"ids": due, "now": now})
     return int(row[0]) if row else 0
 
 
 def end_due_sleeps_orm(execution_ids: list[Any], now: dt.datetime) -> int:
     """:func:`end_due_sleeps` through the ORM, a record at a time (other databases)."""
     ended = 0
-    records = StepRecord.objects.using(USING).filter(
-        execution_id__in=execution_ids, status=StepStatus.SLEEPING, traced=False
-    )
-    for record in records.order_by("execution_id", "seq"):
-        if dt.datetime.fromisoformat(str(decode(record.result))) > now:
-            continue  # woken by its deadline: the worker stops the run there
-        record.status = StepStatus.COMPLETED
-        record.seq = last_seq(record.execution_id) + 1
-        record.attempts = 1
-        record.started_at = record.finished_at = now
-        record.traced = True
-        record.duration_ms = 0.0
-        record.save(
-            using=USING,
-            update_fields=[
-                "status",
-                "seq",
-                "attempts",
-                "started_at",
-                "finished_at",
-                "traced",
-                "duration_ms",
-            ],
+    for record_id, execution_id in _over(execution_ids, now):
+        ended += (
+            StepRecord.objects.using(USING)
+            .filter(pk=record_id, status=StepStatus.SLEEPING, traced=False)
+            .update(
+                status=StepStatus.COMPLETED,
+                seq=last_seq(execution_id) + 1,
+                attempts=1,
+                started_at=now,
+                finished_at=now,
+                traced=True,
+                duration_ms=0.0,
+            )
         )
-        ended += 1
     return ended
+
+
+def _over(execution_ids: list[Any], now: dt.datetime) -> list[tuple[int, Any]]:
+    """``(record id, execution id)`` of the sleeping records of these runs whose time has come,
+    in order. A record whose time has not come (a run woken by its deadline) is left to the
+    worker, and so is one whose time does not read (the worker parks that run for a person):
+    one bad row must not stop the sweep for every run."""
+    records = (
+        StepRecord.objects.using(USING)
+        .filter(execution_id__in=execution_ids, status=StepStatus.SLEEPING, traced=False)
+        .order_by("execution_id", "seq")
+        .values_list("id", "execution_id", "result")
+    )
+    over = []
+    for record_id, execution_id, result in records:
+        try:
+            due = dt.datetime.fromisoformat(str(decode(result)))
+            if due.tzinfo is None:
+                raise ValueError("no time zone")
+            if due > now:
+                continue
+        except (ValueError, TypeError, StoredValueUnreadable):
+            logger.warning(
+                "execution %s: its sleep's time %r does not read; left to the worker",
+                execution_id,
+                result,
+            )
+            continue
+        over.append((record_id, execution_id))
+    return over

@@ -129,13 +129,12 @@ RETURNING *,
 """
 
 
-#: The sweeper ends the sleeps that are over of the runs it wakes (``sweep._wake_due``), in one
-#: statement: each ``sleeping`` record of those runs (``%(ids)s``) whose time (its result, ISO
-#: 8601 text) has come (``%(now)s``) is written completed, as the worker would write it (one
-#: attempt, started and finished now, its ``run`` trace entry with the run's next sequence
-#: number; the ``sleep`` entry of the trace keeps when it began). Returns how many. A record
-#: whose time has not come (a run woken by its deadline) is left to the worker.
-END_DUE_SLEEPS = f"""
+#: The sweeper ends the sleeps that are over of the runs it wakes (``store.sleeps``), in one
+#: statement: each ``sleeping`` record of ``%(ids)s`` (record ids, whose time has come) is
+#: written completed, as the worker would write it (one attempt, started and finished at
+#: ``%(now)s``, its ``run`` trace entry with its run's next sequence number; the ``sleep``
+#: entry of the trace keeps when it began). Returns how many.
+END_SLEEPS = f"""
 WITH due AS (
     SELECT r.id, row_number() OVER (PARTITION BY r.execution_id ORDER BY r.seq) AS n,
         GREATEST(
@@ -144,8 +143,7 @@ WITH due AS (
             (SELECT COALESCE(MAX(sr.seq), 0) FROM {STEP_RECORD} sr
                 WHERE sr.execution_id = r.execution_id AND sr.traced)) AS last
     FROM {STEP_RECORD} r
-    WHERE r.execution_id = ANY(%(ids)s) AND r.status = 'sleeping' AND NOT r.traced
-        AND (r.result #>> '{{}}')::timestamptz <= %(now)s
+    WHERE r.id = ANY(%(ids)s) AND r.status = 'sleeping' AND NOT r.traced
 ), ended AS (
     UPDATE {STEP_RECORD} AS r SET status = 'completed', seq = due.last + due.n, attempts = 1,
         started_at = %(now)s, finished_at = %(now)s, traced = true, duration_ms = 0
@@ -157,12 +155,13 @@ SELECT count(*) FROM ended
 
 #: Test time moves (``shift.shift_due_times``): the time each sleep waits until (its record's
 #: result, ISO 8601 text) comes ``%(seconds)s`` closer, written as Python's ``isoformat()``
-#: writes it in UTC, in one statement.
+#: writes it in UTC, in one statement (a time that does not read is left as it is).
 SHIFT_SLEEPS = f"""
 UPDATE {STEP_RECORD} SET result = to_jsonb(to_char(
     ((result #>> '{{}}')::timestamptz - make_interval(secs => %(seconds)s)) AT TIME ZONE 'UTC',
     'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'))
-WHERE status = 'sleeping'
+WHERE status = 'sleeping' AND jsonb_typeof(result) = 'string'
+    AND (result #>> '{{}}') ~ '^\\d{{4}}-\\d{{2}}-\\d{{2}}[T ]\\d{{2}}:\\d{{2}}'
 """
 
 # ---------------------------------------------------------------------------- maps

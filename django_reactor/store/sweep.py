@@ -217,7 +217,7 @@ def _wake_due(
         )
         if not due:
             return 0, 0
-        # Their rows are locked and nobody owns them: ending the sleeps here, in one statement,
+        # Their rows are locked and nobody owns them: ending the sleeps here, in one update,
         # spares each woken run a checkpoint of its own on the worker.
         slept = end_due_sleeps(due, now)
         rows = Dispatch.objects.using(USING).bulk_create(

@@ -123,6 +123,22 @@ def test_the_sweep_ends_sleeps_that_are_over_and_the_worker_goes_on_from_there(
     assert ledger.calls.count(("run", "payout")) == 1
 
 
+def test_a_sleep_whose_time_does_not_read_does_not_stop_the_sweep(
+    reactor_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken, fine = Ship.run({}), Ship.run({})
+    reactor_clock.advance(days=3, run=False)
+    StepRecord.objects.filter(execution_id=broken.execution_id, step="window").update(
+        result="the day after tomorrow"
+    )
+    report = services.sweep()
+    assert (report.woken, report.slept) == (2, 1)
+    assert "does not read" in caplog.text
+    assert services.resume(fine.execution_id).status == ExecutionStatus.COMPLETED
+    # The worker that takes the other run parks it for a person instead of guessing.
+    assert services.resume(broken.execution_id).status == ExecutionStatus.NEEDS_ATTENTION
+
+
 def test_wake_now_ends_a_sleep_at_once(reactor_clock: Any) -> None:
     outcome = Ship.run({})
     handle = services.wake(outcome.execution_id)
