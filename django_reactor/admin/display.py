@@ -63,11 +63,6 @@ def execution_link(execution_id: Any, label: Any = None) -> SafeString:
     return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
 
 
-def execution_links() -> Any:
-    """``execution_link`` for a page of many runs (kept for callers that take a function)."""
-    return execution_link
-
-
 # A URL pattern's reversal with a marker where the argument goes, by (name, script prefix,
 # URL conf): a list page links every row, and ``reverse()`` costs about 0.1 ms a call.
 _ARGUMENT = "00000000-0000-0000-0000-000000000000"

@@ -25,7 +25,7 @@ from ..models import Dispatch
 from ..states import ExecutionStatus
 from ..store.overview import Capped
 from .charts import STACK_ORDER, Bar, legend, stacked_bars
-from .display import APP, execution_links, short_reactor, status_badge
+from .display import APP, execution_link, short_reactor, status_badge
 
 #: The chart's windows: their length, their bars' length, and how often a bar is labelled.
 WINDOWS: dict[str, tuple[dt.timedelta, dt.timedelta, int]] = {
@@ -146,7 +146,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
     """Everything the overview page shows (``window``: ``"hour"`` or ``"day"``)."""
     now = now or timezone.now()
     labels = dict(ExecutionStatus.choices)
-    link = execution_links()
+    link = execution_link
     # The last hour by minute (its figures, its chart's 5-minute bars), the day by hour: each
     # a few hundred rows at most, however many runs ended.
     hour_start = _floor(now, WINDOWS["hour"][1]) - WINDOWS["hour"][0]

@@ -101,24 +101,24 @@ def _execution_from_columns(columns: dict[str, Any]) -> Execution:
     """The ``Execution`` a ``RETURNING *`` row describes, with the claim's extra columns
     (``claimed_*``) as attributes; values converted as the ORM converts them."""
     connection = connections[USING]
-    fields = _execution_fields()
+    converters, attnames = _execution_fields()
     values = []
-    for column, _attname, from_db in fields:
+    for column, from_db in converters:
         value = columns.pop(column)
         values.append(from_db(value, None, connection) if from_db is not None else value)
-    row = Execution.from_db(USING, [attname for _c, attname, _f in fields], values)
+    row = Execution.from_db(USING, attnames, values)
     for name, value in columns.items():
         setattr(row, name, value)
     return row
 
 
 @functools.cache
-def _execution_fields() -> tuple[tuple[str, str, Any], ...]:
-    """``(column, attribute, from_db_value or None)`` of each concrete field of ``Execution``."""
-    return tuple(
-        (str(field.column), field.attname, getattr(field, "from_db_value", None))
-        for field in Execution._meta.concrete_fields
-    )
+def _execution_fields() -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """``(column, from_db_value or None)`` of each concrete field of ``Execution``, and their
+    attribute names in the same order."""
+    fields = Execution._meta.concrete_fields
+    converters = tuple((str(f.column), getattr(f, "from_db_value", None)) for f in fields)
+    return converters, tuple(f.attname for f in fields)
 
 
 def refence(owned: Owned, owner: str) -> Owned | None:

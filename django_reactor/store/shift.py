@@ -42,12 +42,11 @@ def shift_due_times(delta: dt.timedelta) -> None:
         Schedule.objects.using(USING).filter(next_fire_at__isnull=False).update(
             next_fire_at=F("next_fire_at") - delta
         )
-        sleeping = StepRecord.objects.using(USING).filter(status=StepStatus.SLEEPING)
         if connections[USING].vendor == "postgresql":
             with connections[USING].cursor() as cursor:
                 cursor.execute(sql.SHIFT_SLEEPS, {"seconds": delta.total_seconds()})
         else:
-            for record in sleeping:
+            for record in StepRecord.objects.using(USING).filter(status=StepStatus.SLEEPING):
                 due = dt.datetime.fromisoformat(str(record.result))
                 record.result = (due - delta).isoformat()
                 record.save(using=USING, update_fields=["result"])
