@@ -202,7 +202,7 @@ def _start(
         return Dispatched(execution_id=owned.execution_id)
     executor = Executor(
         definition,
-        store.DatabaseJournal(owned),
+        store.DatabaseJournal(owned, recorded=set()),  # a new run: no step has a record
         inputs=inputs,
         state=RunState(next_seq=2),
         max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,

@@ -216,7 +216,9 @@ def _worker_executor(
     inputs = decode(fresh.inputs)
     return Executor(
         definition,
-        store.DatabaseJournal(owned, wakes=fresh.parent_id if fresh.detached else None),
+        store.DatabaseJournal(
+            owned, wakes=fresh.parent_id if fresh.detached else None, recorded=state.recorded
+        ),
         inputs=inputs,
         state=state,
         coordinator=coordinator_of(definition, fresh.id, fresh, inputs, in_worker=True),

@@ -36,10 +36,19 @@ class DatabaseJournal:
     """Commits the executor's batches for one owned run (see :class:`engine.journal.Journal`)."""
 
     def __init__(
-        self, owned: Owned, *, fast_path: bool | None = None, wakes: uuid.UUID | None = None
+        self,
+        owned: Owned,
+        *,
+        fast_path: bool | None = None,
+        wakes: uuid.UUID | None = None,
+        recorded: set[str] | None = None,
     ) -> None:
         self.execution_id = owned.execution_id
         self.fence = owned.fence
+        # The steps with a record, when the caller knows them (a new run: none; a claimed run:
+        # those the claim read), kept up to date here: a step without one is inserted without
+        # first looking for a record to replace. None: unknown, always look.
+        self.recorded = None if recorded is None else set(recorded)
         # An async unit: when it finishes, its parent (perhaps parked on it) is woken.
         self.wakes = wakes
         vendor = connections[USING].vendor
@@ -74,8 +83,24 @@ class DatabaseJournal:
     # -- PostgreSQL: one statement -------------------------------------------------------------
 
     def _commit_sql(self, batch: JournalBatch) -> str | None:
-        statement, params = sql.checkpoint(self.execution_id, self.fence, batch)
-        row = sql.execute(statement, params)
+        step = batch.step
+        new_step = (
+            step is not None
+            and self.recorded is not None
+            and step.step not in self.recorded
+            and not connections[USING].in_atomic_block  # a failed insert would end it
+        )
+        statement, params = sql.checkpoint(self.execution_id, self.fence, batch, new_step=new_step)
+        try:
+            row = sql.execute(statement, params)
+        except IntegrityError as exc:
+            if not (new_step and _names_constraint(exc, STEP_UNIQUE)):
+                raise
+            # The step had a record after all (the statement did nothing): replace it.
+            statement, params = sql.checkpoint(self.execution_id, self.fence, batch)
+            row = sql.execute(statement, params)
+        if step is not None and self.recorded is not None:
+            self.recorded.add(step.step)
         if row is None:
             raise LeaseLost(
                 f"execution {self.execution_id} is no longer owned by this process "
@@ -151,6 +176,8 @@ class DatabaseJournal:
             step = batch.step
             entry, events = trace.folded(step, batch.events)
             if step is not None:
+                if self.recorded is not None:
+                    self.recorded.add(step.step)
                 self._write_step(
                     step.step,
                     {
@@ -210,6 +237,15 @@ class DatabaseJournal:
                 .get()
             )
         return _cancel_reason(requested_at, reason)
+
+
+STEP_UNIQUE = "reactor_step_uniq"
+
+
+def _names_constraint(exc: IntegrityError, name: str) -> bool:
+    """Whether the database said ``exc`` broke the constraint ``name``."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None) == name
 
 
 def _cancel_reason(requested_at: Any, reason: str) -> str | None:

@@ -5,6 +5,7 @@ reserved ``Idempotency-Key``, a run's locks and semaphore slots)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import socket
 import threading
@@ -63,6 +64,9 @@ class Heartbeat:
         self.pid = os.getpid()
         self.keepers: set[Kept] = set()
         self.changed = threading.Condition()
+        # When the thread, waiting, will look at its keepers again (monotonic; inf: when told;
+        # -inf: it is not waiting, and looks before it waits).
+        self.wakes_at = -math.inf
         self.thread = threading.Thread(
             target=self._loop, name="reactor-lease-heartbeat", daemon=True
         )
@@ -83,12 +87,16 @@ class Heartbeat:
         with self.changed:
             keeper.due = time.monotonic() + keeper.interval
             self.keepers.add(keeper)
-            self.changed.notify()
+            # Waking the thread costs the adding run a context switch: only when it would
+            # otherwise sleep past this keeper's first extension.
+            if keeper.due < self.wakes_at:
+                self.changed.notify()
 
     def discard(self, keeper: Kept) -> None:
+        # No wake-up: the thread finds the set changed at its next planned look (and, the last
+        # keeper gone, lets its connection go then).
         with self.changed:
             self.keepers.discard(keeper)
-            self.changed.notify()  # the last one gone: the thread lets its connection go
 
     def _loop(self) -> None:
         connected = False
@@ -100,7 +108,9 @@ class Heartbeat:
                     if due or (connected and not self.keepers):
                         break
                     wait = min((k.due for k in self.keepers), default=None)
+                    self.wakes_at = math.inf if wait is None else wait
                     self.changed.wait(None if wait is None else wait - now)
+                    self.wakes_at = -math.inf
             for keeper in due:
                 self._beat(keeper)
                 connected = True

@@ -332,13 +332,18 @@ ON CONFLICT (schedule_id, fire_at) DO NOTHING
 RETURNING id, created_at"""
 
 
-def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tuple[str, list[Any]]:
+def checkpoint(
+    execution_id: uuid.UUID, fence: int, batch: JournalBatch, *, new_step: bool = False
+) -> tuple[str, list[Any]]:
     """The one statement of a routine checkpoint on PostgreSQL, and its parameters.
 
     The execution's update (conditional on ``fence``), the step record's upsert, the rollback
     update and the event inserts, as data-modifying CTEs of one statement: one round trip. It
     returns ``cancel_requested_at, cancel_reason`` of the execution, or no row when the fence
     moved on. ``DatabaseJournal`` writes the same rows through the ORM on other databases.
+
+    With ``new_step`` the caller knows the step has no record yet: the record is inserted
+    without first looking for one to replace (a unique violation says the caller was wrong).
     """
     params: list[Any] = []
     now = timezone.now()
@@ -380,7 +385,16 @@ def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tupl
     ]
     step = batch.step
     entry, events = trace.folded(step, batch.events)
-    if step is not None:
+    if step is not None and new_step:
+        parts.append(
+            f"st AS (INSERT INTO {STEP_RECORD} (execution_id, step, status, seq, "
+            "attempts, arguments, secret_arguments, result, error, compensable, rollback, "
+            "started_at, finished_at, traced, duration_ms) SELECT ex.id, %s::varchar, "
+            "%s::varchar, %s::integer, %s::integer, %s::jsonb, %s::jsonb, %s::jsonb, "
+            "%s::jsonb, %s::boolean, '', %s::timestamptz, %s::timestamptz, %s::boolean, "
+            "%s::float8 FROM ex)"
+        )
+    elif step is not None:
         # An update of the step's record if it has one (a retried step), else an insert: not
         # INSERT ... ON CONFLICT, whose speculative insertion costs a WAL record more per step.
         parts.append(
@@ -416,6 +430,7 @@ def checkpoint(execution_id: uuid.UUID, fence: int, batch: JournalBatch) -> tupl
             "sv.compensable, '', sv.started_at, sv.finished_at, sv.traced, sv.duration_ms "
             "FROM ex, sv WHERE NOT EXISTS (SELECT 1 FROM su))"
         )
+    if step is not None:
         params.extend(
             [
                 step.step,

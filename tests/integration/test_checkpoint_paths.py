@@ -10,10 +10,12 @@ import pytest
 from django.db import connection
 
 from django_reactor import Reactor, Retry, Skip, Step, services, sleep, step, store
-from django_reactor.models import Execution, StepRecord
+from django_reactor.models import Execution, ExecutionEvent, StepRecord
 from tests.integration.reactors import FAIL_AT, Tracked
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+# Transactional: a checkpoint inside a caller's transaction always looks for the step's record
+# first, so the statement that inserts a new step's record runs only outside one.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
 class SkipsOne(Step):
@@ -149,3 +151,84 @@ def test_the_sweep_ends_sleeps_alike_in_sql_and_through_the_orm() -> None:
     assert by_sql == by_orm
     assert by_sql["execution"][0] == "completed"
     assert ("nap", "completed") in [(s[0], s[1]) for s in by_sql["steps"]]
+
+
+class OneStep(Reactor):
+    only = step(Tracked)
+
+
+def statements_sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Collects the text of every checkpoint statement sent from now on."""
+    from django_reactor.store import sql
+
+    sent: list[str] = []
+    original = sql.execute
+
+    def execute(statement: str, params: Any) -> Any:
+        sent.append(statement)
+        return original(statement, params)
+
+    monkeypatch.setattr(sql, "execute", execute)
+    return sent
+
+
+def test_a_step_without_a_record_is_inserted_without_looking_for_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent = statements_sent(monkeypatch)
+    FAIL_AT.clear()
+    outcome = EveryKindOfWrite.run({})
+    step_checkpoints = [s for s in sent if "INSERT INTO django_reactor_steprecord" in s]
+    assert step_checkpoints, "the run checkpointed its steps in SQL"
+    # The retried step's second attempt replaces nothing either: its first failure was a
+    # retry entry, not a record. None of the new run's checkpoints looked for a record.
+    assert not [s for s in step_checkpoints if "su AS (UPDATE" in s]
+    assert [r.step for r in StepRecord.objects.filter(execution_id=outcome.execution_id)] != []
+
+
+def test_a_step_believed_new_that_has_a_record_is_replaced_as_usual(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_reactor.engine.journal import JournalBatch, StepWrite
+
+    FAIL_AT.clear()
+    execution_id = OneStep.run({}).execution_id
+    old = StepRecord.objects.get(execution_id=execution_id, step="only")
+    assert old.traced  # the record stands for the step's trace entry
+    assert not ExecutionEvent.objects.filter(execution_id=execution_id, step="only").exists()
+    fence = Execution.objects.filter(pk=execution_id).values_list("fence", flat=True).get()
+    journal = store.DatabaseJournal(store.Owned(execution_id, fence), recorded=set())
+    sent = statements_sent(monkeypatch)
+    now = dt.datetime.now(dt.UTC)
+    write = StepWrite(
+        step="only",
+        status="completed",
+        seq=old.seq + 5,
+        attempts=2,
+        arguments={},
+        secret_arguments=[],
+        started_at=now,
+        finished_at=now,
+        result={"again": True},
+    )
+    assert journal.commit(JournalBatch(step=write)) is None
+    # First the insert the journal believed right, refused by the unique constraint, then
+    # the statement that replaces the record, keeping its trace entry as an event row.
+    assert len(sent) == 2
+    assert "su AS (UPDATE" not in sent[0]
+    assert "su AS (UPDATE" in sent[1]
+    record = StepRecord.objects.get(execution_id=execution_id, step="only")
+    assert (record.pk, record.seq, record.attempts, record.result) == (
+        old.pk,
+        old.seq + 5,
+        2,
+        {"again": True},
+    )
+    kept = ExecutionEvent.objects.get(execution_id=execution_id, step="only")
+    assert (kept.kind, kept.seq, kept.attempt) == ("run", old.seq, old.attempts)
+    assert [e.step for e in store.event_rows(execution_id)].count("only") == 1
+    # Now it knows: the next write of the step replaces it at once.
+    sent.clear()
+    assert journal.commit(JournalBatch(step=write)) is None
+    assert len(sent) == 1
+    assert "su AS (UPDATE" in sent[0]
