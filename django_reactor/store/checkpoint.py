@@ -84,19 +84,21 @@ class DatabaseJournal:
 
     def _commit_sql(self, batch: JournalBatch) -> str | None:
         step = batch.step
-        new_step = (
-            step is not None
-            and self.recorded is not None
-            and step.step not in self.recorded
-            and not connections[USING].in_atomic_block  # a failed insert would end it
+        new_step = step is not None and self.recorded is not None and step.step not in self.recorded
+        # Inside a transaction (an atomic step's, a caller's) a unique violation would end it.
+        in_transaction = connections[USING].in_atomic_block
+        statement, params = sql.checkpoint(
+            self.execution_id, self.fence, batch, new_step=new_step, in_transaction=in_transaction
         )
-        statement, params = sql.checkpoint(self.execution_id, self.fence, batch, new_step=new_step)
         try:
             row = sql.execute(statement, params)
+            replace = new_step and in_transaction and row is not None and row[2] == 0
         except IntegrityError as exc:
-            if not (new_step and _names_constraint(exc, STEP_UNIQUE)):
+            if not (new_step and not in_transaction and _names_constraint(exc, STEP_UNIQUE)):
                 raise
-            # The step had a record after all (the statement did nothing): replace it.
+            replace = True  # the statement did nothing (on its own, in autocommit)
+        if replace:
+            # The step had a record after all: the statement that replaces it.
             statement, params = sql.checkpoint(self.execution_id, self.fence, batch)
             row = sql.execute(statement, params)
         if step is not None and self.recorded is not None:

@@ -333,7 +333,12 @@ RETURNING id, created_at"""
 
 
 def checkpoint(
-    execution_id: uuid.UUID, fence: int, batch: JournalBatch, *, new_step: bool = False
+    execution_id: uuid.UUID,
+    fence: int,
+    batch: JournalBatch,
+    *,
+    new_step: bool = False,
+    in_transaction: bool = False,
 ) -> tuple[str, list[Any]]:
     """The one statement of a routine checkpoint on PostgreSQL, and its parameters.
 
@@ -342,8 +347,10 @@ def checkpoint(
     returns ``cancel_requested_at, cancel_reason`` of the execution, or no row when the fence
     moved on. ``DatabaseJournal`` writes the same rows through the ORM on other databases.
 
-    With ``new_step`` the caller knows the step has no record yet: the record is inserted
-    without first looking for one to replace (a unique violation says the caller was wrong).
+    With ``new_step`` the caller believes the step has no record yet: the record is inserted
+    without first looking for one to replace, and a unique violation says the belief was
+    wrong. ``in_transaction`` (a violation would end the caller's transaction) inserts it only
+    if there is none, and the statement returns a third column: 0 when it inserted nothing.
     """
     params: list[Any] = []
     now = timezone.now()
@@ -392,7 +399,13 @@ def checkpoint(
             "started_at, finished_at, traced, duration_ms) SELECT ex.id, %s::varchar, "
             "%s::varchar, %s::integer, %s::integer, %s::jsonb, %s::jsonb, %s::jsonb, "
             "%s::jsonb, %s::boolean, '', %s::timestamptz, %s::timestamptz, %s::boolean, "
-            "%s::float8 FROM ex)"
+            "%s::float8 FROM ex"
+            + (
+                f" WHERE NOT EXISTS (SELECT 1 FROM {STEP_RECORD} AS r "
+                "WHERE r.execution_id = ex.id AND r.step = %s) RETURNING 1)"
+                if in_transaction
+                else ")"
+            )
         )
     elif step is not None:
         # An update of the step's record if it has one (a retried step), else an insert: not
@@ -448,6 +461,8 @@ def checkpoint(
                 entry.duration_ms if entry is not None else None,
             ]
         )
+        if new_step and in_transaction:
+            params.append(step.step)
     rollback = batch.rollback
     if rollback is not None:
         parts.append(
@@ -478,7 +493,10 @@ def checkpoint(
             params.extend(
                 [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
             )
-    return ", ".join(parts) + " SELECT cancel_requested_at, cancel_reason FROM ex", params
+    returned = "cancel_requested_at, cancel_reason"
+    if step is not None and new_step and in_transaction:
+        returned += ", (SELECT count(*) FROM st)"
+    return ", ".join(parts) + f" SELECT {returned} FROM ex", params
 
 
 @functools.cache

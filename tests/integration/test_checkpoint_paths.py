@@ -3,18 +3,19 @@ ORM path every other database (and every non-routine checkpoint) takes."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from django_reactor import Reactor, Retry, Skip, Step, services, sleep, step, store
 from django_reactor.models import Execution, ExecutionEvent, StepRecord
 from tests.integration.reactors import FAIL_AT, Tracked
 
-# Transactional: a checkpoint inside a caller's transaction always looks for the step's record
-# first, so the statement that inserts a new step's record runs only outside one.
+# Transactional: a new step's record is inserted at once in autocommit, and only if there is
+# none inside a transaction (the tests below take both ways).
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
@@ -186,8 +187,9 @@ def test_a_step_without_a_record_is_inserted_without_looking_for_one(
     assert [r.step for r in StepRecord.objects.filter(execution_id=outcome.execution_id)] != []
 
 
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["autocommit", "in-a-transaction"])
 def test_a_step_believed_new_that_has_a_record_is_replaced_as_usual(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, in_transaction: bool
 ) -> None:
     from django_reactor.engine.journal import JournalBatch, StepWrite
 
@@ -211,10 +213,13 @@ def test_a_step_believed_new_that_has_a_record_is_replaced_as_usual(
         finished_at=now,
         result={"again": True},
     )
-    assert journal.commit(JournalBatch(step=write)) is None
-    # First the insert the journal believed right, refused by the unique constraint, then
-    # the statement that replaces the record, keeping its trace entry as an event row.
+    with transaction.atomic() if in_transaction else contextlib.nullcontext():
+        assert journal.commit(JournalBatch(step=write)) is None
+    # First the insert the journal believed right (refused by the unique constraint, or, in a
+    # transaction, not made), then the statement that replaces the record, keeping its trace
+    # entry as an event row.
     assert len(sent) == 2
+    assert ("NOT EXISTS" in sent[0]) is in_transaction
     assert "su AS (UPDATE" not in sent[0]
     assert "su AS (UPDATE" in sent[1]
     record = StepRecord.objects.get(execution_id=execution_id, step="only")
