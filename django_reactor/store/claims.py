@@ -43,19 +43,21 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
     """
     now = timezone.now()
     if connections[USING].vendor == "postgresql":
+        params = [
+            execution_id,
+            owner,
+            reactor_settings.LEASE_SECONDS,
+            owner,
+            execution_id,
+            list(RESUMABLE),
+            owner,
+        ]
         # Prepared like the checkpoint: planning this statement costs more than running it.
-        names, values = sql.execute_named(
-            sql.CLAIM_FOR_WORKER,
-            [
-                execution_id,
-                owner,
-                reactor_settings.LEASE_SECONDS,
-                owner,
-                execution_id,
-                list(RESUMABLE),
-                owner,
-            ],
-        )
+        names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
+        if values is None:
+            # Not claimable, or the row changed while the claim waited for its lock (see
+            # ``sql.CLAIM_FOR_WORKER``): once more, seeing that change.
+            names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
         if values is None:
             return None
         row = _execution_from_columns(dict(zip(names, values, strict=True)))

@@ -91,6 +91,14 @@ MARK_SENT = f"UPDATE {DISPATCH} SET sent_at = %s WHERE id IN ({{ids}})"
 #: index of unsent rows instead, and scan every unsent row (and every entry of a row marked
 #: sent since the last vacuum): after a burst of 10,000 sleeps woken at once, about 1 ms a
 #: claim instead of 0.03. ``COALESCE(...)`` means the same and matches no index predicate.
+#:
+#: The ``xmin`` condition: when the claim waits for the row lock of an owner committing a
+#: checkpoint (an owner stalled past its lease), PostgreSQL checks the conditions again on the
+#: row that owner wrote, but the step records returned are read as of before its commit: the
+#: claim would take the run without the step it just committed, and run that step again (an
+#: atomic step's writes twice). The row the statement's snapshot sees must be the row it
+#: updates; when it is not, the statement takes nothing and ``claim_for_worker`` sends it again
+#: (with a snapshot that sees the commit).
 CLAIM_FOR_WORKER = f"""
 WITH taken AS (
     UPDATE {DISPATCH} SET sent_at = now()
@@ -112,6 +120,7 @@ WHERE id = %s
     AND (parent_id IS NULL OR detached)
     AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = %s)
     AND (wake_at IS NULL OR wake_at <= now())
+    AND xmin = (SELECT seen.xmin FROM {EXECUTION} AS seen WHERE seen.id = {EXECUTION}.id)
 RETURNING *,
     GREATEST(
         (SELECT COALESCE(MAX(ev.seq), 0) FROM {EVENT} ev

@@ -315,3 +315,81 @@ def test_the_sweeper_forgets_old_dispatches() -> None:
     Execution.objects.update(status=ExecutionStatus.COMPLETED)
     assert services.sweep().deleted == 2
     assert not Dispatch.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres
+def test_a_claim_that_waited_for_a_stalled_owners_commit_sees_what_it_committed() -> None:
+    """A worker stalled past its lease commits a step (an atomic step's transaction) while
+    another worker's claim waits for its row lock: the claim must not take the run with a
+    picture of its steps from before that commit (it would run the step again)."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    from django_reactor.engine.journal import JournalBatch, StepWrite
+    from django_reactor.exceptions import LeaseLost
+    from django_reactor.models import StepRecord
+
+    run_id = InBackground.run({}).execution_id
+    stalled = store.claim_for_worker(run_id, "stalled:1")
+    assert stalled is not None
+    Execution.objects.filter(pk=run_id).update(
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=5)
+    )
+    written, commit = threading.Event(), threading.Event()
+    claims: list[Any] = []
+
+    def owner_commits_step_one() -> None:
+        try:
+            now = timezone.now()
+            with transaction.atomic():
+                store.DatabaseJournal(stalled.owned).commit(
+                    JournalBatch(
+                        step=StepWrite(
+                            step="one", status="completed", seq=2, attempts=1, arguments={},
+                            secret_arguments=[], started_at=now, finished_at=now, result=1,
+                        ),
+                        current_step="two",
+                    )
+                )  # fmt: skip
+                written.set()
+                assert commit.wait(timeout=20)
+        finally:
+            connections.close_all()
+
+    def another_worker_claims() -> None:
+        try:
+            claims.append(store.claim_for_worker(run_id, "taker:2"))
+        finally:
+            connections.close_all()
+
+    owner = threading.Thread(target=owner_commits_step_one)
+    owner.start()
+    assert written.wait(timeout=20)
+    taker = threading.Thread(target=another_worker_claims)
+    taker.start()
+    with connection.cursor() as cursor:  # bounded: until the claim waits for the row lock
+        for _ in range(400):
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0]:
+                break
+            taker.join(timeout=0.05)
+        else:
+            pytest.fail("the second claim never waited for the owner's row lock")
+    commit.set()
+    owner.join(timeout=20)
+    taker.join(timeout=20)
+    assert not owner.is_alive()
+    assert not taker.is_alive()
+    assert StepRecord.objects.filter(execution_id=run_id, step="one").exists()
+    # The lease had expired: the run is taken over, knowing that step one is done.
+    (taken,) = claims
+    assert taken is not None
+    assert taken.owned.fence == stalled.owned.fence + 1
+    assert store.resume_state(taken.row).done == {"one"}
+    with pytest.raises(LeaseLost):  # the stalled owner's next checkpoint writes nothing
+        store.DatabaseJournal(stalled.owned).commit(JournalBatch(current_step="two"))
