@@ -102,9 +102,14 @@ def create_execution(
     definition = (
         Definition(hash=definition_hash, shape=definition_shape) if definition_shape else None
     )
+    one_statement = connections[USING].vendor == "postgresql" and not delay
     try:
+        if one_statement and not connections[USING].in_atomic_block:
+            # One statement commits on its own: no BEGIN and COMMIT round trips around it.
+            _insert_all(execution, new_event_rows(execution.id, events), dispatch, definition)
+            return Owned(execution.id, execution.fence)
         with transaction.atomic(using=USING):
-            if connections[USING].vendor == "postgresql" and not delay:
+            if one_statement:
                 _insert_all(execution, new_event_rows(execution.id, events), dispatch, definition)
             else:
                 if definition is not None:

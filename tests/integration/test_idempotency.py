@@ -18,7 +18,14 @@ from tests.integration.reactors import FAIL_AT, Transfer, ledger
 INPUTS = {"account": "acc-1", "amount": 25, "pin": "1234"}
 
 
-@pytest.mark.django_db
+@pytest.fixture(params=["in-a-transaction", "in-autocommit"])
+def database(request: pytest.FixtureRequest) -> None:
+    """The run is created inside the caller's transaction (a savepoint around its insert), or
+    on its own in autocommit (one statement, which commits by itself)."""
+    request.getfixturevalue("db" if request.param == "in-a-transaction" else "transactional_db")
+
+
+@pytest.mark.usefixtures("database")
 def test_a_repeat_replays_the_original_outcome_and_runs_nothing() -> None:
     first = Transfer.run(INPUTS, idempotency_key="order-1")
     ledger.clear()
@@ -31,7 +38,7 @@ def test_a_repeat_replays_the_original_outcome_and_runs_nothing() -> None:
     assert Execution.objects.count() == 1
 
 
-@pytest.mark.django_db
+@pytest.mark.usefixtures("database")
 def test_reusing_a_key_with_different_inputs_is_refused() -> None:
     first = Transfer.run(INPUTS, idempotency_key="order-1")
     ledger.clear()
