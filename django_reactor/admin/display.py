@@ -52,6 +52,22 @@ def status_badge(status: str, label: Any = None) -> SafeString:
     )
 
 
+# The status labels of each model, by its label: lazy translations, translated when rendered.
+_status_labels: dict[str, dict[Any, Any]] = {}
+
+
+def status_badge_of(row: Any) -> SafeString:
+    """:func:`status_badge` of a row's ``status``, labelled from its field's choices (a row's
+    ``get_status_display()`` builds the choices' dictionary on every call: 0.15 ms a row)."""
+    meta = row._meta
+    labels = _status_labels.get(meta.label)
+    if labels is None:
+        field = meta.get_field("status")
+        labels = _status_labels[meta.label] = dict(field.flatchoices)
+    status = row.status
+    return status_badge(status, labels.get(status, status))
+
+
 def short_reactor(name: str) -> SafeString:
     """The last part of a reactor's dotted name, with the full name as its title."""
     return format_html('<span title="{}">{}</span>', name, breakable(name.rsplit(".", 1)[-1]))

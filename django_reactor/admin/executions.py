@@ -45,6 +45,7 @@ from .display import (
     moment,
     short_reactor,
     status_badge,
+    status_badge_of,
 )
 from .maps import map_sections
 from .operations import ExecutionOperations
@@ -207,7 +208,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
 
     @admin.display(description=_("status"))
     def status_badge(self, obj: Execution) -> SafeString:
-        return status_badge(obj.status, obj.get_status_display())
+        return status_badge_of(obj)
 
     @admin.display(description=_("current step"))
     def current(self, obj: Execution) -> SafeString:
@@ -380,7 +381,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
             {
                 "row": i,
                 "path": store.interrupts.path_of(i),
-                "badge": status_badge(i.status, i.get_status_display()),
+                "badge": status_badge_of(i),
                 "resume_url": reverse(
                     f"admin:{APP}_execution_resume",
                     args=[quote(str(obj.pk)), store.interrupts.path_of(i)],
@@ -428,10 +429,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
             "reactor_can_resume": can_resume
             and obj.status == ExecutionStatus.PAUSED
             and not composed_child,
-            "reactor_children": [
-                {"row": c, "badge": status_badge(c.status, c.get_status_display())}
-                for c in children
-            ],
+            "reactor_children": [{"row": c, "badge": status_badge_of(c)} for c in children],
             "reactor_retried_as": retried_as,
             "reactor_buttons": [
                 {
@@ -442,7 +440,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
                 }
                 for name, label, help_text in buttons
             ],
-            "reactor_status_badge": status_badge(obj.status, obj.get_status_display()),
+            "reactor_status_badge": status_badge_of(obj),
             "reactor_time": time_facts(obj, waits),
             # A run still moving: the page reads it again every few seconds (see the template).
             "reactor_refresh_seconds": REFRESH_SECONDS if moving else None,

@@ -40,7 +40,7 @@ from .display import (
     APP,
     execution_link,
     short_reactor,
-    status_badge,
+    status_badge_of,
     waits_for,
 )
 from .forms import ResumeForm, serializer_example, serializer_help
@@ -239,7 +239,7 @@ class ExecutionOperations(admin.ModelAdmin):
             "count": count,
             "states": states,
             "sample": [
-                {"row": row, "badge": status_badge(row.status, row.get_status_display())}
+                {"row": row, "badge": status_badge_of(row)}
                 for row in queryset[:CONFIRMATION_SAMPLE]
             ],
             "more": max(count - CONFIRMATION_SAMPLE, 0),
@@ -306,7 +306,7 @@ class ExecutionOperations(admin.ModelAdmin):
             "opts": self.model._meta,
             "original": row,
             "operation": operation,
-            "badge": status_badge(row.status, row.get_status_display()),
+            "badge": status_badge_of(row),
             "undoing": undoing,
             "maps": maps,
             "reason": reason,
@@ -433,14 +433,14 @@ class ExecutionOperations(admin.ModelAdmin):
             "change_url": change_url,
             "interrupt": interrupt,
             "interrupt_path": step,
-            "interrupt_badge": status_badge(interrupt.status, interrupt.get_status_display()),
+            "interrupt_badge": status_badge_of(interrupt),
             "waiting": interrupt.status == InterruptStatus.WAITING,
             "form": form,
             "payload_errors": payload_errors,
             "fields": serializer_help(serializer_class),
             "serializer_name": serializer_class.__name__ if serializer_class else "",
             "definition_problem": definition_problem,
-            "status_badge": status_badge(row.status, row.get_status_display()),
+            "status_badge": status_badge_of(row),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/django_reactor/execution/resume.html", context)
@@ -515,7 +515,7 @@ class ExecutionOperations(admin.ModelAdmin):
                     "row": e,
                     "reactor": short_reactor(e.reactor),
                     "link": execution_link(e.id),
-                    "badge": status_badge(e.status, e.get_status_display()),
+                    "badge": status_badge_of(e),
                     "waits_for": waits_for(e, maps.get((e.id, e.last_step))),
                     "since": waiting_since(e, maps.get((e.id, e.last_step))),
                 }

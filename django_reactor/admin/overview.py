@@ -25,7 +25,7 @@ from ..models import Dispatch
 from ..states import ExecutionStatus
 from ..store.overview import Capped
 from .charts import STACK_ORDER, Bar, legend, stacked_bars
-from .display import APP, execution_link, short_reactor, status_badge
+from .display import APP, execution_link, short_reactor, status_badge_of
 
 #: The chart's windows: their length, their bars' length, and how often a bar is labelled.
 WINDOWS: dict[str, tuple[dt.timedelta, dt.timedelta, int]] = {
@@ -224,7 +224,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
             {
                 "link": link(row.pk),
                 "reactor": short_reactor(row.reactor),
-                "badge": status_badge(row.status, row.get_status_display()),
+                "badge": status_badge_of(row),
                 "step": row.current_step,
                 "owner": row.lease_owner or "-",
                 "expired": _ago(now, row.lease_expires_at),

@@ -21,7 +21,15 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import Dispatch, Interrupt, MapResult, MapRun
 from ..states import ElementStatus, MapStatus
-from .display import APP, admin_url, execution_link, json_block, short_reactor, status_badge
+from .display import (
+    APP,
+    admin_url,
+    execution_link,
+    json_block,
+    short_reactor,
+    status_badge,
+    status_badge_of,
+)
 from .executions import ReactorListFilter
 from .paging import KeysetAdmin, KeysetChangeList
 
@@ -76,7 +84,7 @@ class InterruptAdmin(_ReadOnlyAdmin):
 
     @admin.display(description=_("status"))
     def status_badge(self, obj: Interrupt) -> SafeString:
-        return status_badge(obj.status, obj.get_status_display())
+        return status_badge_of(obj)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Interrupt], search_term: str
@@ -183,7 +191,7 @@ class MapRunAdmin(_ReadOnlyAdmin):
 
     @admin.display(description=_("status"))
     def status_badge(self, obj: MapRun) -> SafeString:
-        return status_badge(obj.status, obj.get_status_display())
+        return status_badge_of(obj)
 
     @admin.display(description=_("runs"))
     def mode(self, obj: MapRun) -> str:
@@ -351,7 +359,7 @@ class MapResultAdmin(_ReadOnlyAdmin):
 
     @admin.display(description=_("status"))
     def status_badge(self, obj: MapResult) -> SafeString:
-        return status_badge(obj.status, obj.get_status_display())
+        return status_badge_of(obj)
 
     @admin.display(description=_("error"))
     def error_message(self, obj: MapResult) -> str:
