@@ -82,15 +82,18 @@ def execution_link(execution_id: Any, label: Any = None) -> SafeString:
 # A URL pattern's reversal with a marker where the argument goes, by (name, script prefix,
 # URL conf): a list page links every row, and ``reverse()`` costs about 0.1 ms a call.
 _ARGUMENT = "00000000-0000-0000-0000-000000000000"
-_reversed: dict[tuple[str, bool, str, Any], str] = {}
+_reversed: dict[tuple[str, bool, str, Any, str | None], str] = {}
 
 
-def admin_url(name: str, argument: str | None = None) -> str:
-    """``reverse(name, args=[argument])`` (or without one), the pattern reversed once."""
-    key = (name, argument is None, get_script_prefix(), get_urlconf())
+def admin_url(name: str, argument: str | None = None, *, current_app: str | None = None) -> str:
+    """``reverse(name, args=[argument], current_app=...)`` (or without an argument), the
+    pattern reversed once."""
+    key = (name, argument is None, get_script_prefix(), get_urlconf(), current_app)
     pattern = _reversed.get(key)
     if pattern is None:
-        pattern = _reversed[key] = reverse(name, args=[] if argument is None else [_ARGUMENT])
+        pattern = _reversed[key] = reverse(
+            name, args=[] if argument is None else [_ARGUMENT], current_app=current_app
+        )
     return pattern if argument is None else pattern.replace(_ARGUMENT, argument, 1)
 
 

@@ -29,6 +29,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
+from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
+from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ORDER_VAR, PAGE_VAR, ChangeList
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.core.paginator import Paginator
@@ -40,6 +42,8 @@ from django.http import HttpRequest
 from django.utils.formats import number_format
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
+
+from .display import admin_url
 
 #: The query-string parameters of a keyset page: the ordering key of the row it follows or
 #: precedes.
@@ -255,6 +259,29 @@ class KeysetChangeList(ChangeList):
         for name in KEYSET_VARS:
             self.params.pop(name, None)
             self.filter_params.pop(name, None)
+        # Every row links to its change page with the same preserved filters: merged once
+        # here, where Django merges them for each row, resolving the row's URL (0.1 ms a row).
+        self.row_link_query = ""
+        if self.preserved_filters:
+            base = self._change_url("0")
+            merged = add_preserved_filters(
+                {"preserved_filters": self.preserved_filters, "opts": self.opts}, base
+            )
+            self.row_link_query = merged[len(base) :]
+            self.preserved_filters = ""
+
+    def _change_url(self, pk: str) -> str:
+        opts = self.opts
+        return admin_url(
+            f"admin:{opts.app_label}_{opts.model_name}_change",
+            pk,
+            current_app=self.model_admin.admin_site.name,
+        )
+
+    def url_for_result(self, result: Any) -> str:
+        """The row's change page (its URL pattern reversed once for the page), with the list's
+        filters preserved."""
+        return self._change_url(quote(str(getattr(result, self.pk_attname)))) + self.row_link_query
 
     def get_filters_params(self, params: Any = None) -> Any:
         lookup_params = super().get_filters_params(params)

@@ -182,6 +182,23 @@ def test_filters_and_search_keep_to_their_rows_on_keyset_pages(
     assert not re.search(r'href="[^"]*after=[^"]*status__exact=completed', rest)
 
 
+def test_each_row_links_to_its_page_keeping_the_lists_filters(client_operator: Client) -> None:
+    failed = runs(3, status=ExecutionStatus.FAILED)
+    runs(2)
+    html = get(client_operator, f"{CHANGELIST}?status__exact=failed")
+    hrefs = re.findall(r'<th class="field-run"><a href="([^"]*)">', html)
+    assert [h.replace("&amp;", "&") for h in hrefs] == [
+        reverse("admin:django_reactor_execution_change", args=[row.pk])
+        + "?_changelist_filters=status__exact%3Dfailed"
+        for row in reversed(failed)
+    ]
+    unfiltered = re.findall(
+        r'<th class="field-run"><a href="([^"]*)">', get(client_operator, CHANGELIST)
+    )
+    assert len(unfiltered) == 5
+    assert all("?" not in href for href in unfiltered)
+
+
 def test_a_cursor_the_list_did_not_make_and_a_page_past_the_numbered_ones_are_refused(
     client_operator: Client, small_pages: None
 ) -> None:
