@@ -270,6 +270,10 @@ class Definition(models.Model):
         return self.hash
 
 
+#: The unique constraint of a run's step records, one per step (the checkpoint names it).
+STEP_RECORD_UNIQUE = "reactor_step_uniq"
+
+
 class StepRecord(models.Model):
     """The checkpointed outcome of one step in one execution."""
 
@@ -325,7 +329,7 @@ class StepRecord(models.Model):
         verbose_name_plural = _("step records")
         ordering = ["execution_id", "seq"]
         constraints = [
-            models.UniqueConstraint(fields=["execution", "step"], name="reactor_step_uniq"),
+            models.UniqueConstraint(fields=["execution", "step"], name=STEP_RECORD_UNIQUE),
         ]
 
     def __str__(self) -> str:

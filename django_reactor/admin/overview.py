@@ -146,7 +146,6 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
     """Everything the overview page shows (``window``: ``"hour"`` or ``"day"``)."""
     now = now or timezone.now()
     labels = dict(ExecutionStatus.choices)
-    link = execution_link
     # The last hour by minute (its figures, its chart's 5-minute bars), the day by hour: each
     # a few hundred rows at most, however many runs ended.
     hour_start = _floor(now, WINDOWS["hour"][1]) - WINDOWS["hour"][0]
@@ -178,7 +177,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
     attention = store.overview.needing_attention(LIST_ROWS)
     waiting = store.overview.waiting_interrupts(LIST_ROWS)
     outbox = store.overview.outbox_depth(now, LIST_ROWS)
-    slow = _longer_than_usual(now, link)
+    slow = _longer_than_usual(now)
     reasons = dict(Dispatch.Reason.choices)
 
     return {
@@ -211,7 +210,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "attention_url": _changelist(status__exact=ExecutionStatus.NEEDS_ATTENTION),
         "attention": [
             {
-                "link": link(row.pk),
+                "link": execution_link(row.pk),
                 "reactor": short_reactor(row.reactor),
                 "step": row.current_step,
                 "since": _ago(now, row.updated_at),
@@ -222,7 +221,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "expired_count": count_text(counted["lease_expired"]),
         "expired": [
             {
-                "link": link(row.pk),
+                "link": execution_link(row.pk),
                 "reactor": short_reactor(row.reactor),
                 "badge": status_badge_of(row),
                 "step": row.current_step,
@@ -235,7 +234,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "slow": slow,
         "past_timeout": [
             {
-                "link": link(run.execution_id),
+                "link": execution_link(run.execution_id),
                 "reactor": short_reactor(run.reactor),
                 "step": run.step,
                 "why": stuck_reason(run),
@@ -247,7 +246,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "waiting_count": count_text(counted["waiting"]),
         "waiting": [
             {
-                "link": link(row.execution_id),
+                "link": execution_link(row.execution_id),
                 "reactor": short_reactor(row.reactor),
                 "step": row.step,
                 "correlation_id": row.correlation_id or "-",
@@ -262,7 +261,7 @@ def overview_context(window: str, now: dt.datetime | None = None) -> dict[str, A
         "outbox_complete": counted["unsent"].exact and outbox.examined == counted["unsent"].value,
         "outbox_rows": [
             {
-                "link": link(row.execution_id),
+                "link": execution_link(row.execution_id),
                 "reason": reasons.get(row.reason, row.reason),
                 "age": _ago(now, row.created_at),
                 "not_before": row.not_before,
@@ -283,7 +282,7 @@ def _failure_message(failure: Any) -> str:
         return str(failure)[:200]
 
 
-def _longer_than_usual(now: dt.datetime, link: Any) -> list[dict[str, Any]]:
+def _longer_than_usual(now: dt.datetime) -> list[dict[str, Any]]:
     """Running runs (lease alive) in flight much longer than their reactor's runs usually take."""
     candidates = [
         row
@@ -301,7 +300,7 @@ def _longer_than_usual(now: dt.datetime, link: Any) -> list[dict[str, Any]]:
             continue
         rows.append(
             {
-                "link": link(row.pk),
+                "link": execution_link(row.pk),
                 "reactor": short_reactor(row.reactor),
                 "step": row.current_step,
                 "running": format_duration(age),

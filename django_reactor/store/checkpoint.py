@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from ..engine.journal import UNSET, JournalBatch
 from ..exceptions import CorrelationIdTaken, LeaseLost
-from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
+from ..models import STEP_RECORD_UNIQUE, Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
 from . import sql, trace
 from .atomic_steps import DatabaseStepTransaction
@@ -77,8 +77,12 @@ class DatabaseJournal:
 
     def commit(self, batch: JournalBatch) -> str | None:
         if self.fast_path and batch.parks_quietly and not (self.wakes and batch.finished):
-            return self._commit_sql(batch)
-        return self._commit_orm(batch)
+            reason = self._commit_sql(batch)
+        else:
+            reason = self._commit_orm(batch)
+        if batch.step is not None and self.recorded is not None:
+            self.recorded.add(batch.step.step)
+        return reason
 
     # -- PostgreSQL: one statement -------------------------------------------------------------
 
@@ -94,15 +98,13 @@ class DatabaseJournal:
             row = sql.execute(statement, params)
             replace = new_step and in_transaction and row is not None and row[2] == 0
         except IntegrityError as exc:
-            if not (new_step and not in_transaction and _names_constraint(exc, STEP_UNIQUE)):
+            if not (new_step and not in_transaction and _names_constraint(exc, STEP_RECORD_UNIQUE)):
                 raise
             replace = True  # the statement did nothing (on its own, in autocommit)
         if replace:
             # The step had a record after all: the statement that replaces it.
             statement, params = sql.checkpoint(self.execution_id, self.fence, batch)
             row = sql.execute(statement, params)
-        if step is not None and self.recorded is not None:
-            self.recorded.add(step.step)
         if row is None:
             raise LeaseLost(
                 f"execution {self.execution_id} is no longer owned by this process "
@@ -178,8 +180,6 @@ class DatabaseJournal:
             step = batch.step
             entry, events = trace.folded(step, batch.events)
             if step is not None:
-                if self.recorded is not None:
-                    self.recorded.add(step.step)
                 self._write_step(
                     step.step,
                     {
@@ -239,9 +239,6 @@ class DatabaseJournal:
                 .get()
             )
         return _cancel_reason(requested_at, reason)
-
-
-STEP_UNIQUE = "reactor_step_uniq"
 
 
 def _names_constraint(exc: IntegrityError, name: str) -> bool:

@@ -3,6 +3,7 @@ coordination bookkeeping, adopting a composed child, waking a parked parent."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -102,16 +103,16 @@ def create_execution(
     definition = (
         Definition(hash=definition_hash, shape=definition_shape) if definition_shape else None
     )
-    one_statement = connections[USING].vendor == "postgresql" and not delay
     try:
-        if one_statement and not connections[USING].in_atomic_block:
-            # One statement commits on its own: no BEGIN and COMMIT round trips around it.
-            _insert_all(execution, new_event_rows(execution.id, events), dispatch, definition)
-            return Owned(execution.id, execution.fence)
-        with transaction.atomic(using=USING):
-            if one_statement:
+        if connections[USING].vendor == "postgresql" and not delay:
+            # One statement commits on its own, without BEGIN and COMMIT round trips around
+            # it; inside the caller's transaction a savepoint keeps a refused insert from
+            # ending that transaction.
+            in_transaction = connections[USING].in_atomic_block
+            with transaction.atomic(using=USING) if in_transaction else contextlib.nullcontext():
                 _insert_all(execution, new_event_rows(execution.id, events), dispatch, definition)
-            else:
+        else:
+            with transaction.atomic(using=USING):
                 if definition is not None:
                     Definition.objects.using(USING).bulk_create([definition], ignore_conflicts=True)
                 execution.save(force_insert=True, using=USING)

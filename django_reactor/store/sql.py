@@ -401,24 +401,9 @@ def checkpoint(
     ]
     step = batch.step
     entry, events = trace.folded(step, batch.events)
-    if step is not None and new_step:
-        parts.append(
-            f"st AS (INSERT INTO {STEP_RECORD} (execution_id, step, status, seq, "
-            "attempts, arguments, secret_arguments, result, error, compensable, rollback, "
-            "started_at, finished_at, traced, duration_ms) SELECT ex.id, %s::varchar, "
-            "%s::varchar, %s::integer, %s::integer, %s::jsonb, %s::jsonb, %s::jsonb, "
-            "%s::jsonb, %s::boolean, '', %s::timestamptz, %s::timestamptz, %s::boolean, "
-            "%s::float8 FROM ex"
-            + (
-                f" WHERE NOT EXISTS (SELECT 1 FROM {STEP_RECORD} AS r "
-                "WHERE r.execution_id = ex.id AND r.step = %s) RETURNING 1)"
-                if in_transaction
-                else ")"
-            )
-        )
-    elif step is not None:
-        # An update of the step's record if it has one (a retried step), else an insert: not
-        # INSERT ... ON CONFLICT, whose speculative insertion costs a WAL record more per step.
+    # A new step's insert, made only if the step has no record: the statement says whether.
+    guarded = step is not None and new_step and in_transaction
+    if step is not None:
         parts.append(
             "sv (step, status, seq, attempts, arguments, secret_arguments, result, error, "
             "compensable, started_at, finished_at, traced, duration_ms) AS (VALUES "
@@ -426,31 +411,43 @@ def checkpoint(
             "%s::jsonb, %s::jsonb, %s::boolean, %s::timestamptz, %s::timestamptz, %s::boolean, "
             "%s::float8))"
         )
-        # A record that stood for a trace entry keeps it as an event row before it is
-        # replaced (the trace stays append-only; a step checkpointed twice shows twice).
+        if new_step:
+            inserted_if = (
+                f" WHERE NOT EXISTS (SELECT 1 FROM {STEP_RECORD} AS r "
+                "WHERE r.execution_id = ex.id AND r.step = sv.step) RETURNING 1"
+                if guarded
+                else ""
+            )
+        else:
+            # An update of the step's record if it has one (a retried step), else an insert:
+            # not INSERT ... ON CONFLICT, whose speculative insertion costs a WAL record more
+            # per step. A record that stood for a trace entry keeps it as an event row before
+            # it is replaced (the trace stays append-only; a step checkpointed twice shows
+            # twice).
+            parts.append(
+                f"kp AS (INSERT INTO {EVENT} (execution_id, seq, kind, step, attempt, at, "
+                "duration_ms, data) SELECT r.execution_id, r.seq, "
+                f"{ENTRY_KIND.format(r='r.')}, r.step, r.attempts, r.finished_at, r.duration_ms, "
+                f"'{{}}'::jsonb FROM {STEP_RECORD} AS r, ex, sv "
+                "WHERE r.execution_id = ex.id AND r.step = sv.step AND r.traced)"
+            )
+            parts.append(
+                f"su AS (UPDATE {STEP_RECORD} AS r SET status = sv.status, seq = sv.seq, "
+                "attempts = sv.attempts, arguments = sv.arguments, "
+                "secret_arguments = sv.secret_arguments, result = sv.result, error = sv.error, "
+                "compensable = sv.compensable, rollback = '', rollback_error = NULL, "
+                "rolled_back_at = NULL, started_at = sv.started_at, "
+                "finished_at = sv.finished_at, traced = sv.traced, duration_ms = sv.duration_ms "
+                "FROM ex, sv WHERE r.execution_id = ex.id AND r.step = sv.step RETURNING r.id)"
+            )
+            inserted_if = " WHERE NOT EXISTS (SELECT 1 FROM su)"
         parts.append(
-            f"kp AS (INSERT INTO {EVENT} (execution_id, seq, kind, step, attempt, at, "
-            "duration_ms, data) SELECT r.execution_id, r.seq, "
-            f"{ENTRY_KIND.format(r='r.')}, r.step, r.attempts, r.finished_at, r.duration_ms, "
-            f"'{{}}'::jsonb FROM {STEP_RECORD} AS r, ex, sv "
-            "WHERE r.execution_id = ex.id AND r.step = sv.step AND r.traced)"
-        )
-        parts.append(
-            f"su AS (UPDATE {STEP_RECORD} AS r SET status = sv.status, seq = sv.seq, "
-            "attempts = sv.attempts, arguments = sv.arguments, "
-            "secret_arguments = sv.secret_arguments, result = sv.result, error = sv.error, "
-            "compensable = sv.compensable, rollback = '', rollback_error = NULL, "
-            "rolled_back_at = NULL, started_at = sv.started_at, finished_at = sv.finished_at, "
-            "traced = sv.traced, duration_ms = sv.duration_ms "
-            "FROM ex, sv WHERE r.execution_id = ex.id AND r.step = sv.step RETURNING r.id)"
-        )
-        parts.append(
-            f"st AS (INSERT INTO {STEP_RECORD} (execution_id, step, status, seq, "
-            "attempts, arguments, secret_arguments, result, error, compensable, rollback, "
-            "started_at, finished_at, traced, duration_ms) SELECT ex.id, sv.step, sv.status, "
-            "sv.seq, sv.attempts, sv.arguments, sv.secret_arguments, sv.result, sv.error, "
+            f"st AS (INSERT INTO {STEP_RECORD} (execution_id, step, status, seq, attempts, "
+            "arguments, secret_arguments, result, error, compensable, rollback, started_at, "
+            "finished_at, traced, duration_ms) SELECT ex.id, sv.step, sv.status, sv.seq, "
+            "sv.attempts, sv.arguments, sv.secret_arguments, sv.result, sv.error, "
             "sv.compensable, '', sv.started_at, sv.finished_at, sv.traced, sv.duration_ms "
-            "FROM ex, sv WHERE NOT EXISTS (SELECT 1 FROM su))"
+            f"FROM ex, sv{inserted_if})"
         )
     if step is not None:
         params.extend(
@@ -470,8 +467,6 @@ def checkpoint(
                 entry.duration_ms if entry is not None else None,
             ]
         )
-        if new_step and in_transaction:
-            params.append(step.step)
     rollback = batch.rollback
     if rollback is not None:
         parts.append(
@@ -503,7 +498,7 @@ def checkpoint(
                 [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
             )
     returned = "cancel_requested_at, cancel_reason"
-    if step is not None and new_step and in_transaction:
+    if guarded:
         returned += ", (SELECT count(*) FROM st)"
     return ", ".join(parts) + f" SELECT {returned} FROM ex", params
 

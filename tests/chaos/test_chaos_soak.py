@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 70
@@ -40,7 +41,10 @@ INVARIANTS = (
 def test_short_chaos_soak_keeps_every_invariant(tmp_path: Path) -> None:
     """70 runs under at least 24 faults keep every invariant of the soak."""
     if shutil.which("redis-server") is None:
-        pytest.skip("the chaos soak starts a redis-server of its own: none on the PATH")
+        why = "the chaos soak starts a redis-server of its own: none on the PATH"
+        if settings.REQUIRE_SERVICES:
+            pytest.fail(f"REACTOR_REQUIRE_SERVICES=1 but {why}", pytrace=False)
+        pytest.skip(why)
     report_path = tmp_path / "report.json"
     command = [
         sys.executable,
