@@ -142,7 +142,7 @@ def install_stages() -> Stages:
     from django_reactor.engine.executor import Executor
 
     stages = Stages()
-    for name in ("claim_for_worker", "get_row", "step_records_done", "load_state", "resume_state"):
+    for name in ("claim_for_worker", "get_row", "step_records_done", "run_records"):
         if hasattr(store, name):  # the resume path changes; time what exists
             stages.wrap(store, name, f"store.{name}")
     stages.wrap(store.LeaseKeeper, "__enter__", "LeaseKeeper enter (shared heartbeat)")

@@ -21,14 +21,14 @@ from .exceptions import ExecutionNotFound, ReactorError, TransactionActive, Wait
 from .states import MOVING_STATUSES
 
 if TYPE_CHECKING:
+    from .engine.journal import RecordedStep
     from .models import Execution, ExecutionEvent, StepRecord
-    from .store.rows import StepRow
 
 
 @dataclass(frozen=True, slots=True)
 class StepView:
     """One step of a stored run as shown: values decoded, secret arguments redacted (built
-    from the store's :class:`~django_reactor.store.rows.StepRow`, or a ``StepRecord``)."""
+    from a :class:`~django_reactor.engine.journal.RecordedStep`, or a ``StepRecord``)."""
 
     name: str
     status: str
@@ -42,7 +42,7 @@ class StepView:
     finished_at: dt.datetime | None
 
     @classmethod
-    def from_row(cls, row: StepRow | StepRecord) -> StepView:
+    def from_row(cls, row: RecordedStep | StepRecord) -> StepView:
         return cls(
             name=row.step,
             status=row.status,

@@ -127,7 +127,8 @@ def build(
     labels: Mapping[str, Any],
 ) -> Timeline:
     """The timeline of a run's trace ``events`` (``ExecutionEvent`` rows in sequence order),
-    its step records ``steps`` (``StepRow``) and, for a run still moving or waiting, ``now``."""
+    its step records ``steps`` (``RecordedStep``) and, for a run still moving or waiting,
+    ``now``."""
     timeline = Timeline(lanes=[RUN_LANE])
     if not events:
         return timeline

@@ -42,7 +42,7 @@ from .constructs.base import (
 from .constructs.compose import ChildRunner
 from .constructs.coordination import RunHolds
 from .coordination import Coordinator
-from .journal import Journal, JournalBatch
+from .journal import Journal, JournalBatch, StepWrite
 from .observers import RunObserver, StepEvent
 from .outcomes import (
     Cancelled,
@@ -57,7 +57,7 @@ from .outcomes import (
     RollbackFailure,
 )
 from .parallel import ParallelSteps
-from .recording import RunRecorder, step_write
+from .recording import RunRecorder
 from .serialization import encode, roundtrip, shown
 from .spec import ReactorDefinition, StepSpec
 from .state import PendingCompensation, RunState, UndoEntry
@@ -296,6 +296,25 @@ class Executor(RunRecorder):
         if compensable:
             self.state.pending_compensation.insert(0, PendingCompensation(step, arguments, error))
 
+    def finish_rollback(self, reason: str) -> list[RollbackFailure]:
+        """Roll a restored run back to its end (an undo, or a rollback its last process did
+        not finish): the steps that were in flight when its process stopped are compensated,
+        then the rest as :meth:`rollback` does. The run ends ``failed`` if one of its steps
+        had failed, else ``cancelled`` (``needs_attention`` either way when part of the
+        rollback fails)."""
+        state = self.state
+        for step in state.in_flight:
+            self.adopt_in_flight(
+                step, "the process running this step stopped before recording its outcome"
+            )
+            state.recorded.add(step)
+        state.in_flight.clear()
+        return self.rollback(
+            final_status=ExecutionStatus.FAILED if state.step_failed else ExecutionStatus.CANCELLED,
+            reason=reason,
+            failure=state.failure,
+        )
+
     def rollback(
         self, *, final_status: str, reason: str = "", failure: ErrorInfo | None = None
     ) -> list[RollbackFailure]:
@@ -469,7 +488,7 @@ class Executor(RunRecorder):
         status = StepStatus.SKIPPED if skipped else StepStatus.COMPLETED
         batch = JournalBatch(
             events=[event],
-            step=step_write(
+            step=StepWrite.of(
                 spec, status, event, done.attempts, arguments, started_at, result=stored
             ),
             current_step=following.name if following is not None else spec.name,
@@ -545,7 +564,7 @@ class Executor(RunRecorder):
         )
         return JournalBatch(
             events=[event],
-            step=step_write(
+            step=StepWrite.of(
                 spec,
                 StepStatus.HALTED,
                 event,

@@ -1,19 +1,33 @@
-"""What the executor writes, and the protocol a store implements to write it durably.
+"""The journal: what the executor writes and reads back, and the protocol a store implements
+to keep it durably.
 
-The executor never touches a database. It hands the journal one :class:`JournalBatch` per state
-change (one per step on the happy path); the store commits each batch in one transaction,
-conditional on the run's fence, and raises :class:`~django_reactor.exceptions.LeaseLost` when
-another owner has taken the run.
+The write half: the executor never touches a database. It hands the journal one
+:class:`JournalBatch` per state change (one per step on the happy path); the store commits each
+batch in one transaction, conditional on the run's fence, and raises
+:class:`~django_reactor.exceptions.LeaseLost` when another owner has taken the run.
+
+The read half: what a journal holds about a run comes back as :class:`RunRecords`, its step
+records as :class:`RecordedStep` (values as stored), and
+:meth:`~django_reactor.engine.state.RunState.restore` rebuilds the run's state from them. The
+store only reads rows; what a record means is decided here, in the engine, by the record's
+construct.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
+from ..exceptions import ResultNotSerializable
+from ..states import EventKind, ExecutionStatus, RollbackStatus
 from .redaction import SecretPath
+from .serialization import encode, shown_items
+
+if TYPE_CHECKING:
+    from .spec import StepSpec
 
 UNSET: Any = object()
 
@@ -47,6 +61,35 @@ class StepWrite:
     error: dict[str, Any] | None = None
     compensable: bool = False
 
+    @classmethod
+    def of(
+        cls,
+        spec: StepSpec,
+        status: str,
+        event: Event,
+        attempts: int,
+        arguments: dict[str, Any],
+        started_at: dt.datetime | None,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        compensable: bool = False,
+    ) -> StepWrite:
+        """The record of ``spec`` written with ``event``: same sequence number, same time."""
+        return cls(
+            step=spec.name,
+            status=status,
+            seq=event.seq,
+            attempts=attempts,
+            arguments=_encode_arguments(arguments),
+            secret_arguments=spec.argument_secret_paths(),
+            started_at=started_at,
+            finished_at=event.at,
+            result=result,
+            error=error,
+            compensable=compensable,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class RollbackWrite:
@@ -68,6 +111,59 @@ class InterruptWrite:
     max_attempts: int | None
     resume_mode: str
     token_hash: str | None = None
+
+
+# ---------------------------------------------------------------------------- the read half
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedStep:
+    """One step's record as a journal holds it: how the step ended and its values as stored
+    (encoded: the construct that restores the record decodes them)."""
+
+    step: str
+    status: str
+    arguments: Any = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    compensable: bool = False
+    rollback: str = RollbackStatus.NONE
+    attempts: int = 0
+    seq: int = 0
+    secret_arguments: Sequence[Sequence[str]] = ()
+    rollback_error: Any = None
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+
+    @property
+    def rollback_due(self) -> bool:
+        """Whether a rollback of the run still has to roll this step back (it never was, or
+        its rollback failed and is tried again)."""
+        return self.rollback in (RollbackStatus.NONE, RollbackStatus.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecords:
+    """What a journal holds about one run, for :meth:`RunState.restore`: its step records in
+    the order they were written, the last trace sequence number, and where the run stood.
+
+    The last three fields are read only for a rollback (``for_rollback``): the steps ``launch``
+    entries named (started side by side), the steps without a record whose composed child or
+    map was started (the run's cursor is looked at), and whether the run's last cancellation
+    abandoned it while it was running.
+    """
+
+    steps: Sequence[RecordedStep] = ()
+    last_seq: int = 0
+    status: str = ""
+    current_step: str = ""
+    current_attempt: int = 0
+    failure: Mapping[str, Any] | None = None
+    # The attempts each step's retry entries recorded (read only while a retry waits).
+    retry_attempts: Mapping[str, int] = field(default_factory=dict)
+    launched: Sequence[str] = ()
+    nested_work: frozenset[str] = frozenset()
+    cancelled_while_running: bool = False
 
 
 @dataclass(slots=True)
@@ -180,6 +276,11 @@ class Journal(Protocol):
         """
         ...
 
+    def read(self, *, for_rollback: bool = False) -> RunRecords:
+        """What this journal holds about the run (with what a rollback needs besides, when
+        ``for_rollback``)."""
+        ...
+
 
 class MemoryTransaction:
     """The transaction a :class:`MemoryJournal` gives an atomic step: it notes what happens to
@@ -202,9 +303,15 @@ class MemoryTransaction:
 
 
 class MemoryJournal:
-    """A journal that keeps everything in lists: for engine tests and dry runs."""
+    """A journal that keeps everything in lists: for engine tests and dry runs.
 
-    def __init__(self, execution_id: UUID | None = None) -> None:
+    It keeps what a database would (the run's status, cursor, failure and step records, with
+    their rollback), so a run it recorded can be restored from it (:meth:`read`), as from the
+    store. ``crash_after``: the number of batches it writes before it raises :class:`Crash`
+    instead of writing the next one, as a process that dies between two checkpoints.
+    """
+
+    def __init__(self, execution_id: UUID | None = None, *, crash_after: int | None = None) -> None:
         self.execution_id = execution_id
         self.events: list[Event] = []
         self.steps: dict[str, StepWrite] = {}
@@ -218,6 +325,12 @@ class MemoryJournal:
         self.batches = 0
         self.transactions: list[tuple[str, str, str]] = []
         self.heartbeats: list[tuple[str, Any]] = []
+        self.crash_after = crash_after
+        # What the run's row would hold.
+        self.current_step = ""
+        self.current_attempt = 0
+        # Each step's current rollback (a step recorded again has none).
+        self._rolled_back: dict[str, RollbackWrite] = {}
 
     def begin(self, step: str, action: str) -> MemoryTransaction:
         return MemoryTransaction(self, step, action)
@@ -229,12 +342,16 @@ class MemoryJournal:
         self.heartbeats.append((step, details))
 
     def commit(self, batch: JournalBatch) -> str | None:
+        if self.crash_after is not None and self.batches >= self.crash_after:
+            raise Crash(f"the process died before writing batch {self.batches + 1}")
         self.batches += 1
         self.events.extend(batch.events)
         if batch.step is not None:
             self.steps[batch.step.step] = batch.step
+            self._rolled_back.pop(batch.step.step, None)
         if batch.rollback is not None:
             self.rollbacks[batch.rollback.step] = batch.rollback
+            self._rolled_back[batch.rollback.step] = batch.rollback
         if batch.status is not None:
             self.statuses.append(batch.status)
         if batch.result is not UNSET:
@@ -245,8 +362,73 @@ class MemoryJournal:
             self.dispatches.append((batch.dispatch, batch.dispatch_delay))
         if batch.interrupt is not None:
             self.interrupts.append(batch.interrupt)
+        if batch.current_step is not None:
+            self.current_step = batch.current_step
+        # As the store writes the cursor: a step's outcome ends a retry's wait.
+        if batch.wake_after is None and batch.step is not None:
+            self.current_attempt = 0
+        elif batch.current_attempt is not None:
+            self.current_attempt = batch.current_attempt
         return self.cancel_requested
+
+    def read(self, *, for_rollback: bool = False) -> RunRecords:
+        """What the journal holds, as the store would read it back."""
+        steps = []
+        for write in sorted(self.steps.values(), key=lambda w: w.seq):
+            rolled_back = self._rolled_back.get(write.step)
+            steps.append(
+                RecordedStep(
+                    step=write.step,
+                    status=write.status,
+                    arguments=write.arguments,
+                    result=write.result,
+                    error=write.error,
+                    compensable=write.compensable,
+                    rollback=rolled_back.status if rolled_back else RollbackStatus.NONE,
+                    attempts=write.attempts,
+                    seq=write.seq,
+                    secret_arguments=write.secret_arguments,
+                    rollback_error=rolled_back.error if rolled_back else None,
+                    started_at=write.started_at,
+                    finished_at=write.finished_at,
+                )
+            )
+        retry_attempts: dict[str, int] = {}
+        for event in self.events:
+            if event.kind == EventKind.RETRY:
+                retry_attempts[event.step] = max(retry_attempts.get(event.step, 0), event.attempt)
+        launched: list[str] = []
+        if for_rollback:
+            for event in self.events:
+                if event.kind == EventKind.LAUNCH:
+                    launched.extend(s for s in event.data.get("steps", ()) if s not in launched)
+        cancels = [e for e in self.events if e.kind == EventKind.CANCEL]
+        return RunRecords(
+            steps=tuple(steps),
+            last_seq=max((e.seq for e in self.events), default=0),
+            status=self.statuses[-1] if self.statuses else ExecutionStatus.RUNNING,
+            current_step=self.current_step,
+            current_attempt=self.current_attempt,
+            failure=self.failure,
+            retry_attempts=retry_attempts if self.current_attempt else {},
+            launched=tuple(launched),
+            cancelled_while_running=bool(cancels)
+            and cancels[-1].data.get("previous_status")
+            in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK),
+        )
 
     def trace(self) -> list[tuple[str, str]]:
         """``(kind, step)`` pairs in order: the shape tests assert on."""
         return [(e.kind, e.step) for e in self.events]
+
+
+class Crash(BaseException):
+    """A :class:`MemoryJournal` told to crash: the process stops here, writing nothing more
+    (not one of the interruptions the executor records: nothing records it)."""
+
+
+def _encode_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return encode(arguments)
+    except ResultNotSerializable:
+        return shown_items(arguments)

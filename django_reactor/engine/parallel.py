@@ -55,9 +55,8 @@ from .constructs.base import (
     Stop,
 )
 from .constructs.step import STEP
-from .journal import Journal, JournalBatch
+from .journal import Journal, JournalBatch, StepWrite
 from .outcomes import ErrorInfo, ErrorKind, Halted, Outcome, Rescheduled
-from .recording import step_write
 from .serialization import roundtrip, shown
 from .state import PendingCompensation, UndoEntry
 
@@ -405,7 +404,7 @@ class ParallelSteps:
             written = run.send(
                 JournalBatch(
                     events=[event],
-                    step=step_write(
+                    step=StepWrite.of(
                         spec, status, event, done.attempts, arguments, started_at, result=stored
                     ),
                 )

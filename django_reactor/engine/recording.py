@@ -16,14 +16,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import ResultNotSerializable
 from ..states import EventKind, ExecutionStatus, StepStatus
 from .coordination import Coordinator
 from .journal import Event, Journal, JournalBatch, StepTransaction, StepWrite
 from .observers import ExecutionEvent, RunObserver, StepEvent, composite, summarise
 from .outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
 from .redaction import redact
-from .serialization import encode, printable, shown
+from .serialization import shown_items
 from .state import RunState
 from .step import StepContext
 from .supervision import Watch
@@ -186,13 +185,13 @@ class RunRecorder:
         """The run's inputs as error reports show them: displayable, secrets redacted."""
         if self._display_inputs is None:
             self._display_inputs = redact(
-                displayable(dict(self.inputs)), self.definition.input_secret_paths
+                shown_items(self.inputs), self.definition.input_secret_paths
             )
         return self._display_inputs
 
     def redacted_arguments(self, spec: StepSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         """A step's arguments as error reports show them: displayable, secrets redacted."""
-        return redact(displayable(arguments), spec.argument_secret_paths())
+        return redact(shown_items(arguments), spec.argument_secret_paths())
 
     def step_error(
         self,
@@ -259,7 +258,7 @@ class RunRecorder:
         )
         return JournalBatch(
             events=[event],
-            step=step_write(
+            step=StepWrite.of(
                 spec,
                 StepStatus.FAILED,
                 event,
@@ -404,43 +403,3 @@ class RunRecorder:
             self.observer.step_undone(event)
         else:
             self.observer.step_compensated(event)
-
-
-def step_write(
-    spec: StepSpec,
-    status: str,
-    event: Event,
-    attempts: int,
-    arguments: dict[str, Any],
-    started_at: dt.datetime | None,
-    *,
-    result: Any = None,
-    error: dict[str, Any] | None = None,
-    compensable: bool = False,
-) -> StepWrite:
-    """The step record written with ``event``: same sequence number, same time."""
-    return StepWrite(
-        step=spec.name,
-        status=status,
-        seq=event.seq,
-        attempts=attempts,
-        arguments=_encode_arguments(arguments),
-        secret_arguments=spec.argument_secret_paths(),
-        started_at=started_at,
-        finished_at=event.at,
-        result=result,
-        error=error,
-        compensable=compensable,
-    )
-
-
-def displayable(data: dict[str, Any]) -> dict[str, Any]:
-    """A JSON-safe copy for error reports (unserialisable values shown by repr)."""
-    return {printable(k): shown(v) for k, v in data.items()}
-
-
-def _encode_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return encode(arguments)
-    except ResultNotSerializable:
-        return displayable(arguments)

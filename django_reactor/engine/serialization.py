@@ -20,7 +20,7 @@ import decimal
 import reprlib
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..exceptions import ResultNotSerializable, StoredValueUnreadable
@@ -184,6 +184,12 @@ def shown(value: Any) -> Any:
         return encode(value)
     except ResultNotSerializable:
         return safe_repr(value)
+
+
+def shown_items(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON-safe copy of ``data`` for error reports (values that cannot be stored shown by
+    their repr)."""
+    return {printable(k): shown(v) for k, v in data.items()}
 
 
 def safe_repr(value: Any) -> str:

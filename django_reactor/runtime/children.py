@@ -20,11 +20,12 @@ from ..conf import reactor_settings
 from ..coordination.runtime import coordinator_for, guard_dispatch
 from ..engine.constructs.interrupt import reached_interrupts
 from ..engine.definition import ReactorDefinition
-from ..engine.executor import Executor, RunState, utcnow
+from ..engine.executor import Executor, utcnow
 from ..engine.journal import Event
 from ..engine.mapping import MapRollbackPending
-from ..engine.outcomes import ErrorInfo, Outcome, Paused, Rescheduled, RollbackFailure
+from ..engine.outcomes import Outcome, Paused, Rescheduled, RollbackFailure
 from ..engine.serialization import decode, encode
+from ..engine.state import RunState
 from ..exceptions import ReactorError, UnitWaitTimeout
 from ..observability import observer_for
 from ..states import EventKind, ExecutionStatus
@@ -39,17 +40,6 @@ FINISHED = (
     ExecutionStatus.NEEDS_ATTENTION,
     ExecutionStatus.CANCELLED,
 )
-
-
-def finish_rollback(executor: Executor, row: Any, reason: str) -> list[RollbackFailure]:
-    """Roll a run back to its end: ``failed`` if one of its steps had failed, else ``cancelled``
-    (``needs_attention`` either way when part of the rollback fails)."""
-    failed = store.had_step_failure(row.id)
-    return executor.rollback(
-        final_status=ExecutionStatus.FAILED if failed else ExecutionStatus.CANCELLED,
-        reason=reason,
-        failure=ErrorInfo.from_dict(row.failure) if row.failure else None,
-    )
 
 
 def _reached(executor: Executor, outcome: Outcome) -> Outcome:
@@ -117,10 +107,11 @@ class DatabaseChildRunner(MapRunnerMixin):
         if row.status in FINISHED:
             return store.outcome_of(row)
         owned = store.adopt_child(row.id, continuing=row.status != ExecutionStatus.ROLLING_BACK)
-        executor = self._executor(definition, owned, row.inputs, store.resume_state(row))
-        if row.status == ExecutionStatus.ROLLING_BACK:
+        state = RunState.restore(definition, store.run_records(row))
+        executor = self._executor(definition, owned, row.inputs, state)
+        if state.rolling_back:
             try:
-                finish_rollback(executor, row, "rollback resumed with its parent")
+                executor.finish_rollback("rollback resumed with its parent")
             except MapRollbackPending as pending:
                 return Rescheduled(
                     execution_id=row.id,
@@ -141,17 +132,17 @@ class DatabaseChildRunner(MapRunnerMixin):
         row = store.find_child(self.parent_id, step)
         if row is None:
             return []  # the child never started
-        state = store.load_state(row.id)
+        definition = registry.get(row.reactor).definition
+        state = RunState.restore(definition, store.run_records(row))
         if not state.undo_stack and not state.pending_compensation:
             if row.status == ExecutionStatus.PAUSED:  # paused before it completed anything
                 store.request_cancel(
                     row.id, reason="its parent rolled back", cancellable=[ExecutionStatus.PAUSED]
                 )
             return []
-        definition = registry.get(row.reactor).definition
         owned = store.adopt_child(row.id)
         executor = self._executor(definition, owned, row.inputs, state)
-        return finish_rollback(executor, row, "its parent rolled back")
+        return executor.finish_rollback("its parent rolled back")
 
     def dispatch(
         self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]

@@ -16,6 +16,7 @@ from .. import registry, store
 from ..conf import reactor_settings
 from ..engine.executor import Executor
 from ..engine.serialization import decode
+from ..engine.state import RunState
 from ..exceptions import ExecutionBusy, InvalidTransition, ReactorNotRegistered
 from ..runtime.children import DatabaseChildRunner
 from ..states import ExecutionStatus
@@ -44,7 +45,7 @@ def _stop(row: Any) -> None:
         owner=store.lease_owner_token(),
         action="stop at its deadline",
     )
-    state = store.load_state(row.id)
+    state = RunState.restore(definition, store.run_records(row))
     inputs = decode(row.inputs)
     executor = Executor(
         definition,

@@ -21,6 +21,7 @@ from ..engine.outcomes import (
     PendingInterrupt,
 )
 from ..engine.serialization import decode, encode
+from ..engine.state import RunState
 from ..engine.validation import summarise_errors, validate
 from ..exceptions import (
     DefinitionChanged,
@@ -49,7 +50,6 @@ from .common import (
     observer_of,
     refuse_open_transaction,
 )
-from .steering import rollback_state
 
 #: How a delivery names an interrupt: its step, or its path through composed children, dotted
 #: (``"checkout.approval"``) or as a sequence (``("checkout", "approval")``).
@@ -371,7 +371,9 @@ def _fail_paused(
         definition,
         store.DatabaseJournal(owned),
         inputs=inputs,
-        state=rollback_state(execution, definition),
+        state=RunState.restore(
+            definition, store.run_records(execution, for_rollback=True), for_rollback=True
+        ),
         children=DatabaseChildRunner(execution.id, execution.root_id or execution.id),
         observer=observer_of(definition, parent_id=execution.parent_id),
         coordinator=coordinator_of(definition, execution.id, execution, inputs, in_worker=False),
@@ -391,7 +393,7 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
         definition,
         store.DatabaseJournal(owned, wakes=row.parent_id if row.detached else None),
         inputs=inputs,
-        state=store.resume_state(row),
+        state=RunState.restore(definition, store.run_records(row)),
         coordinator=coordinator_of(definition, row.id, row, inputs, in_worker=False),
         max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
         children=DatabaseChildRunner(row.id, row.root_id or row.id, deadline=row.deadline_at),

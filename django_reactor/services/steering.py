@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import TYPE_CHECKING, Any
 
 from .. import registry, store
-from ..engine.executor import Executor, RunState, UndoEntry
+from ..engine.executor import Executor
 from ..engine.mapping import MapRollbackPending
-from ..engine.outcomes import (
-    ErrorKind,
-)
 from ..engine.serialization import decode, safe_repr, unstorable
+from ..engine.state import RunState
 from ..exceptions import (
     DefinitionChanged,
     ExecutionBusy,
@@ -20,13 +17,8 @@ from ..exceptions import (
     ReactorError,
 )
 from ..handle import ExecutionHandle
-from ..runtime.children import DatabaseChildRunner, finish_rollback
+from ..runtime.children import DatabaseChildRunner
 from ..states import ExecutionStatus, sources_of
-
-if TYPE_CHECKING:
-    from ..engine.definition import ReactorDefinition
-
-
 from .common import (
     coordinator_of,
     find,
@@ -126,13 +118,15 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
             f"{', '.join(UNDOABLE)} runs",
             status=row.status,
         )
-    state = rollback_state(row, reactor.definition)
-    abandoned = abandoned_while_running(row)
-    if not state.undo_stack and not state.pending_compensation and not abandoned:
+    definition = reactor.definition
+    state = RunState.restore(
+        definition, store.run_records(row, for_rollback=True), for_rollback=True
+    )
+    if not state.rollback_due and not state.abandoned:
         if row.status == ExecutionStatus.PAUSED:
             return cancel(row.id, reason="undone while paused (nothing to roll back)")
         return handle_of(row)
-    problems = reactor.definition.incompatibilities(store.stored_shape(row), state.recorded)
+    problems = definition.incompatibilities(store.stored_shape(row), state.recorded)
     if problems:
         raise DefinitionChanged(
             f"cannot undo execution {row.id}: {reactor.__qualname__} changed since it ran "
@@ -146,89 +140,21 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
         owner=store.lease_owner_token(),
         action="undo",
     )
-    state = rollback_state(row, reactor.definition)  # read again under ownership
+    # Read again under ownership; what the run stopped doing is what it did before the claim.
+    state = RunState.restore(
+        definition, store.run_records(row, for_rollback=True), for_rollback=True
+    )
     inputs = decode(row.inputs)
     executor = Executor(
-        reactor.definition,
+        definition,
         store.DatabaseJournal(owned),
         inputs=inputs,
         state=state,
         children=DatabaseChildRunner(row.id, row.id),
-        observer=observer_of(reactor.definition, parent_id=row.parent_id),
-        coordinator=coordinator_of(reactor.definition, row.id, row, inputs, in_worker=False),
+        observer=observer_of(definition, parent_id=row.parent_id),
+        coordinator=coordinator_of(definition, row.id, row, inputs, in_worker=False),
     )
-    in_flight = row.current_step
-    in_flight_spec = reactor.definition.by_name.get(in_flight)
-    if (
-        abandoned
-        and in_flight_spec is not None
-        and in_flight_spec.map is None  # a map's elements say themselves what they did
-        and in_flight not in state.recorded
-    ):
-        executor.adopt_in_flight(
-            in_flight, "the process running this step stopped before recording its outcome"
-        )
-    if abandoned:
-        adopt_side_by_side(executor, row.id, skip={in_flight})
     # While workers undo a map's elements the run parks; it finishes its rollback after.
     with store.LeaseKeeper(owned), contextlib.suppress(MapRollbackPending):
-        finish_rollback(executor, row, "undo requested")
+        executor.finish_rollback("undo requested")
     return find(row.id)
-
-
-def adopt_side_by_side(executor: Executor, execution_id: Any, *, skip: set[str]) -> None:
-    """Steps started side by side (``Meta.max_concurrency``) that never recorded an outcome
-    were in flight when the run's process stopped: each is compensated like the step the
-    cursor names."""
-    if executor.definition.max_concurrency < 2:
-        return
-    for name in store.launched_steps(execution_id):
-        spec = executor.definition.by_name.get(name)
-        if spec is not None and name not in skip and name not in executor.state.recorded:
-            executor.adopt_in_flight(
-                name, "the process running this step stopped before recording its outcome"
-            )
-            executor.state.recorded.add(name)
-
-
-def rollback_state(row: Any, definition: ReactorDefinition) -> RunState:
-    """What an undo must roll back: the run's state, plus a composed child or a map it stopped in.
-
-    A parent that halted inside a child, or was parked (or stopped) while its child waited,
-    has no record of the compose step; the child's own rollback undoes what it completed. The
-    same holds for a map that halted, or that the run was waiting for: its completed elements
-    are undone.
-    """
-    state = store.load_state(row.id)
-    for name in store.halted_steps(row.id):
-        spec = definition.by_name.get(name)
-        if spec is not None and (spec.child is not None or spec.map is not None):
-            state.undo_stack.append(UndoEntry(name, {}, None))
-    current = row.current_step  # an undo's claim leaves the cursor where it was
-    spec = definition.by_name.get(current)
-    if (
-        spec is not None
-        and current not in state.recorded
-        and (
-            (spec.child is not None and store.find_child(row.id, current) is not None)
-            or (spec.map is not None and store.maps.find(row.id, current) is not None)
-        )
-    ):
-        state.undo_stack.append(UndoEntry(current, {}, None))
-    return state
-
-
-def abandoned_while_running(row: Any) -> bool:
-    """Whether the step the run's cursor names may have started without recording an outcome.
-
-    True for a run whose process died mid-step (still running or rolling back, cancelled while
-    so, or parked after killing its workers too often), and for a step that made failed
-    attempts and was waiting for its next one.
-    """
-    if row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK):
-        return True
-    if row.current_attempt:
-        return True
-    if row.status == ExecutionStatus.NEEDS_ATTENTION:
-        return bool(row.failure) and row.failure.get("kind") == ErrorKind.RECOVERY_LIMIT
-    return row.status == ExecutionStatus.CANCELLED and store.cancelled_while_running(row.id)

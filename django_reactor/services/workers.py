@@ -11,7 +11,7 @@ from django.db import connections
 
 from .. import registry, store
 from ..conf import reactor_settings
-from ..engine.executor import Executor, RunState
+from ..engine.executor import Executor
 from ..engine.mapping import MapRollbackPending
 from ..engine.outcomes import (
     ErrorInfo,
@@ -21,12 +21,13 @@ from ..engine.outcomes import (
     qualified_class_name,
 )
 from ..engine.serialization import decode, printable
+from ..engine.state import RunState
 from ..exceptions import (
     LeaseLost,
     ReactorNotRegistered,
     StoredValueUnreadable,
 )
-from ..runtime.children import DatabaseChildRunner, finish_rollback
+from ..runtime.children import DatabaseChildRunner
 from ..states import EventKind, ExecutionStatus
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ from .common import (
 from .deadlines import expire_deadlines
 from .interrupts import after_pause, expire_interrupts
 from .schedules import fire_due
-from .steering import adopt_side_by_side
 
 DATABASE_ERROR_RETRIES = 3
 
@@ -94,8 +94,10 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             step=row.current_step or None,
         )
     try:
-        state = store.resume_state(row)
-        problems = definition.incompatibilities(store.stored_shape(row), state.recorded)
+        state = RunState.restore(definition, claim.records)
+        problems = definition.incompatibilities(
+            store.stored_shape(row, kept=claim.shape), state.recorded
+        )
         _readable_inputs(row)
     except StoredValueUnreadable as exc:
         return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
@@ -128,7 +130,7 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
                     return None
                 owned = taken
                 row = store.get_row(key)
-                state = store.resume_state(row)
+                state = RunState.restore(definition, store.run_records(row))
             with store.LeaseKeeper(owned):
                 return _run_claimed(definition, owned, row, state, claim, first=attempt == 1)
         except LeaseLost:
@@ -183,11 +185,9 @@ def _run_claimed(
             EventKind.RESUME,
             {"recovery_attempts": claim.recovery_attempts} if claim.recovery_attempts else {},
         )
-    if row.status == ExecutionStatus.ROLLING_BACK:
-        # Steps started side by side that were in flight when the last owner died.
-        adopt_side_by_side(executor, row.id, skip=set())
+    if state.rolling_back:
         with contextlib.suppress(MapRollbackPending):  # parked again: still undoing
-            finish_rollback(executor, row, "rollback resumed")
+            executor.finish_rollback("rollback resumed")
         return store.outcome_of(store.get_row(row.id))
     return after_pause(executor.run())
 

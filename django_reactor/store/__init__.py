@@ -4,10 +4,11 @@ It imports nothing above the models, the engine and the settings. Split by what 
 
 - ``db``: the database alias, connection repair and retries (``reconnecting``);
 - ``sql``: every hand-written statement, named, and the one function that sends them;
-- ``rows``: the typed views of rows it hands out (``Owned``, ``StepRow``, ``WorkerClaim``);
+- ``rows``: the typed views of rows it hands out (``Owned``, ``WorkerClaim``);
 - ``executions``: creating runs; trace entries and other writes that need no owner;
 - ``checkpoint``: the executor's journal, one transaction per state change, under the fence;
-- ``reads``: runs, step records and traces read back, and the engine's state rebuilt from them;
+- ``reads``: runs, step records and traces read back, and what the journal holds about a run
+  (``run_records``: the engine restores its state from them);
 - ``claims``: taking a run (a worker's claim, an operation's, after a broken connection),
   cancel requests, parking a run for a person;
 - ``lease``: lease owners and the heartbeat thread that keeps leases alive;
@@ -66,20 +67,17 @@ from .reads import (
     find_child,
     find_retry,
     get_row,
-    had_step_failure,
-    halted_steps,
     ids_starting_with,
     last_seq,
     launched_steps,
-    load_state,
     parse_id,
-    resume_state,
+    run_records,
     status_of,
     step_rows,
     stored_shape,
     unfinished_descendants,
 )
-from .rows import Owned, StepRow, WorkerClaim
+from .rows import Owned, WorkerClaim
 from .sweep import SweepReport, due_now, paused_past_deadline, sweep
 
 __all__ = [
@@ -94,7 +92,6 @@ __all__ = [
     "LeaseKeeper",
     "Owned",
     "QueuedDispatch",
-    "StepRow",
     "SweepReport",
     "WorkerClaim",
     "adopt_child",
@@ -111,8 +108,6 @@ __all__ = [
     "find_child",
     "find_retry",
     "get_row",
-    "had_step_failure",
-    "halted_steps",
     "ids_starting_with",
     "inputs_digest",
     "inside_user_transaction",
@@ -120,7 +115,6 @@ __all__ = [
     "last_seq",
     "launched_steps",
     "lease_owner_token",
-    "load_state",
     "maps",
     "outbox",
     "outcome_of",
@@ -135,7 +129,7 @@ __all__ = [
     "refresh_connections",
     "request_cancel",
     "request_keys",
-    "resume_state",
+    "run_records",
     "save_coordination_state",
     "schedules",
     "shift",

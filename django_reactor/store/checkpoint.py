@@ -18,7 +18,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from ..engine.journal import UNSET, JournalBatch
+from ..engine.journal import UNSET, JournalBatch, RunRecords
 from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import STEP_RECORD_UNIQUE, Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
@@ -29,6 +29,7 @@ from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
 from .lease import note_heartbeat
 from .outbox import announce_finished, queue_dispatch
+from .reads import get_row, run_records
 from .rows import Owned
 
 
@@ -70,6 +71,10 @@ class DatabaseJournal:
 
     def thread_finished(self) -> None:
         close_thread_connections()
+
+    def read(self, *, for_rollback: bool = False) -> RunRecords:
+        """What the run's records hold now (see ``reads.run_records``)."""
+        return run_records(get_row(self.execution_id), for_rollback=for_rollback)
 
     def heartbeat(self, step: str, details: Any) -> None:
         """Kept for the run's next lease extension (see ``lease.note_heartbeat``)."""

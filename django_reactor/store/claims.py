@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -19,6 +20,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import reactor_settings
+from ..engine.journal import RecordedStep
 from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
 from ..models import Execution, ExecutionEvent
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus
@@ -27,7 +29,7 @@ from .db import USING
 from .executions import wake_parent
 from .interrupts import close_waiting
 from .outbox import mark_taken
-from .reads import get_row, last_seq
+from .reads import get_row, last_seq, run_records
 from .rows import Owned, WorkerClaim
 
 RESUMABLE = MOVING_STATUSES  # what a worker may take over
@@ -60,8 +62,17 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
             names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
         if values is None:
             return None
-        row = _execution_from_columns(dict(zip(names, values, strict=True)))
-        return WorkerClaim(Owned(execution_id, row.fence), row)
+        columns = dict(zip(names, values, strict=True))
+        steps, seq, shape = (
+            columns.pop("claimed_steps"),
+            columns.pop("claimed_last_seq"),
+            columns.pop("claimed_shape"),
+        )
+        row = _execution_from_columns(columns)
+        records = run_records(
+            row, steps=[RecordedStep(**item) for item in _json(steps)], seq=int(seq)
+        )
+        return WorkerClaim(Owned(execution_id, row.fence), row, records, _json(shape))
     claimed = (
         Execution.objects.using(USING)
         .filter(pk=execution_id, status__in=RESUMABLE)
@@ -96,22 +107,24 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
     row = get_row(execution_id)
     if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
         return None
-    return WorkerClaim(Owned(execution_id, row.fence), row)
+    return WorkerClaim(Owned(execution_id, row.fence), row, run_records(row))
+
+
+def _json(value: Any) -> Any:
+    """A JSON column the claim returns: text from some drivers, decoded from others."""
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
 def _execution_from_columns(columns: dict[str, Any]) -> Execution:
-    """The ``Execution`` a ``RETURNING *`` row describes, with the claim's extra columns
-    (``claimed_*``) as attributes; values converted as the ORM converts them."""
+    """The ``Execution`` a ``RETURNING *`` row describes, its values converted as the ORM
+    converts them."""
     connection = connections[USING]
     converters, attnames = _execution_fields()
     values = []
     for column, from_db in converters:
-        value = columns.pop(column)
+        value = columns[column]
         values.append(from_db(value, None, connection) if from_db is not None else value)
-    row = Execution.from_db(USING, attnames, values)
-    for name, value in columns.items():
-        setattr(row, name, value)
-    return row
+    return Execution.from_db(USING, attnames, values)
 
 
 @functools.cache

@@ -1,23 +1,21 @@
-"""Reading runs back: rows by id, a run's step records and trace, and the engine's state
-rebuilt from them."""
+"""Reading runs back: rows by id, a run's step records and trace, and what the journal holds
+about a run (``run_records``), from which the engine restores its state. What a record means
+is the engine's to say, never the store's."""
 
 from __future__ import annotations
 
-import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
 
-from ..engine.executor import PendingCompensation, RunState, UndoEntry
-from ..engine.outcomes import ErrorInfo, ErrorKind
-from ..engine.serialization import decode
+from ..engine.journal import RecordedStep, RunRecords
 from ..exceptions import ExecutionNotFound, StoredValueUnreadable
-from ..models import Definition, Execution, ExecutionEvent, StepRecord
-from ..states import EventKind, ExecutionStatus, RollbackStatus, StepStatus
+from ..models import Definition, Execution, ExecutionEvent, MapRun, StepRecord
+from ..states import EventKind, ExecutionStatus
 from . import sql
 from .db import USING, db_id
-from .rows import StepRow
 
 
 def parse_id(execution_id: uuid.UUID | str) -> uuid.UUID:
@@ -81,10 +79,29 @@ def find_retry(execution_id: uuid.UUID) -> uuid.UUID | None:
     )
 
 
-def step_rows(execution_id: uuid.UUID) -> list[StepRow]:
+def step_rows(execution_id: uuid.UUID) -> list[RecordedStep]:
     """A run's step records in completion order (raw SQL: this runs on every resume)."""
     records = StepRecord.objects.using(USING).raw(sql.STEP_ROWS, [db_id(execution_id)])
-    return [StepRow.from_model(record) for record in records]
+    return [recorded_step(record) for record in records]
+
+
+def recorded_step(record: StepRecord) -> RecordedStep:
+    """A ``StepRecord`` row as the journal's read half gives it."""
+    return RecordedStep(
+        step=record.step,
+        status=record.status,
+        arguments=record.arguments,
+        result=record.result,
+        error=record.error,
+        compensable=record.compensable,
+        rollback=record.rollback,
+        attempts=record.attempts,
+        seq=record.seq,
+        secret_arguments=record.secret_arguments,
+        rollback_error=record.rollback_error,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+    )
 
 
 def event_rows(execution_id: uuid.UUID) -> list[ExecutionEvent]:
@@ -100,79 +117,65 @@ def last_seq(execution_id: uuid.UUID) -> int:
     return int(row[0] or 0)
 
 
-def load_state(execution_id: uuid.UUID) -> RunState:
-    """Rebuild what a run has done from its step records, for undo (and later resume)."""
-    state = RunState()
-    for row in step_rows(execution_id):
-        _fold_step(state, row)
-    state.next_seq = last_seq(execution_id) + 1
-    return state
+def run_records(
+    run: Execution,
+    *,
+    steps: Sequence[RecordedStep] | None = None,
+    seq: int | None = None,
+    for_rollback: bool = False,
+) -> RunRecords:
+    """What the store holds about the run ``run`` (its row as read): its step records, last
+    trace sequence number and cursor, for the engine's ``RunState.restore``.
 
-
-def _fold_step(state: RunState, row: StepRow) -> None:
-    state.recorded.add(row.step)
-    arguments = decode(row.arguments)
-    if row.status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
-        value = decode(row.result)
-        state.results[row.step] = value
-        state.done.add(row.step)
-        if row.status == StepStatus.COMPLETED and row.rollback in (
-            RollbackStatus.NONE,
-            RollbackStatus.FAILED,
-        ):
-            state.undo_stack.append(UndoEntry(row.step, arguments, value))
-    elif row.status == StepStatus.DISPATCHED:
-        state.done.add(row.step)
-        state.units.add(row.step)
-    elif row.status == StepStatus.WAITING:
-        state.waiting.add(row.step)
-        if row.compensable and row.rollback in (RollbackStatus.NONE, RollbackStatus.FAILED):
-            # A composed child paused at an interrupt: the child's rollback undoes what it
-            # completed, in the step's place among the completed steps.
-            state.undo_stack.append(UndoEntry(row.step, arguments, None))
-    elif row.status == StepStatus.RESUMED:
-        state.waiting.add(row.step)
-        state.claimed[row.step] = decode(row.result)
-    elif row.status == StepStatus.SLEEPING:
-        state.sleeping[row.step] = str(decode(row.result))
-    elif (
-        row.status == StepStatus.FAILED
-        and row.compensable
-        and row.rollback in (RollbackStatus.NONE, RollbackStatus.FAILED)
-    ):
-        error = ErrorInfo.from_dict(row.error or {"kind": "step", "message": ""})
-        state.pending_compensation.append(PendingCompensation(row.step, arguments, error))
-
-
-def resume_state(row: Execution) -> RunState:
-    """What a run has done, plus the attempts its current step already made (a retry waiting).
-
-    A row from the worker's claim on PostgreSQL carries its step records and last trace
-    sequence number already (read by the claim statement); any other row is read here.
+    ``steps`` and ``seq``: read already (the worker's claim reads them with the row). With
+    ``for_rollback``, and for a run rolling back, also what a rollback needs: the steps
+    ``launch`` entries named, whether the cursor's step started a composed child or a map, and
+    whether the last cancellation abandoned the run while it was running.
     """
-    claimed = getattr(row, "claimed_steps", None)
-    if claimed is None:
-        state = load_state(row.id)
-    else:
-        state = RunState()
-        for item in json.loads(claimed) if isinstance(claimed, (str, bytes)) else claimed:
-            _fold_step(state, StepRow(**item))
-        state.next_seq = int(row.claimed_last_seq) + 1  # type: ignore[attr-defined]
-    if row.current_attempt and row.current_step:
-        state.attempts_done[row.current_step] = row.current_attempt
-        # Steps that ran side by side may have parked for their retries together: the
-        # attempts each made are in its retry entries.
-        state.attempts_done.update(retry_attempts(row.id, exclude=state.done))
-    return state
+    execution_id = run.id
+    if steps is None:
+        steps = step_rows(execution_id)
+    nested: frozenset[str] = frozenset()
+    launched: list[str] = []
+    abandoned = False
+    if for_rollback or run.status == ExecutionStatus.ROLLING_BACK:
+        launched = launched_steps(execution_id)
+        abandoned = cancelled_while_running(execution_id)
+        cursor = run.current_step
+        if (
+            cursor
+            and cursor not in {s.step for s in steps}
+            and nested_work_started(execution_id, cursor)
+        ):
+            nested = frozenset([cursor])
+    return RunRecords(
+        steps=tuple(steps),
+        last_seq=last_seq(execution_id) if seq is None else seq,
+        status=run.status,
+        current_step=run.current_step,
+        current_attempt=run.current_attempt,
+        failure=run.failure,
+        retry_attempts=retry_attempts(execution_id) if run.current_attempt else {},
+        launched=tuple(launched),
+        nested_work=nested,
+        cancelled_while_running=abandoned,
+    )
 
 
-def retry_attempts(execution_id: uuid.UUID, *, exclude: set[str]) -> dict[str, int]:
-    """The attempts made so far by each step of a run that recorded retries and is not done."""
+def nested_work_started(execution_id: uuid.UUID, step: str) -> bool:
+    """Whether the run's ``step`` started work of its own: a composed child or a map."""
+    return (
+        Execution.objects.using(USING).filter(parent_id=execution_id, parent_step=step).exists()
+        or MapRun.objects.using(USING).filter(execution_id=execution_id, step=step).exists()
+    )
+
+
+def retry_attempts(execution_id: uuid.UUID) -> dict[str, int]:
+    """The attempts each step of a run made so far, as its retry entries recorded them."""
     attempts: dict[str, int] = {}
     rows = (
         ExecutionEvent.objects.using(USING)
         .filter(execution_id=execution_id, kind=EventKind.RETRY)
-        .exclude(step__in=exclude)
         .values_list("step", "attempt")
     )
     for step, attempt in rows:
@@ -196,15 +199,18 @@ def launched_steps(execution_id: uuid.UUID) -> list[str]:
     return names
 
 
-def stored_shape(row: Execution, *, strict: bool = True) -> dict[str, dict[str, Any]]:
+def stored_shape(
+    row: Execution, *, strict: bool = True, kept: Any = None
+) -> dict[str, dict[str, Any]]:
     """The definition shape a run started under (see ``ReactorDefinition.shape``); empty when
     none was kept (a run refused at its inputs, or recorded before shapes were kept).
+    ``kept``: the stored shape, read already (the worker's claim reads it with the row).
 
     Raises StoredValueUnreadable when the stored value is not a shape: an object mapping each
     step name to an object (``{"impl": "<dotted path>", "depends_on": [...]}``); with
     ``strict=False`` (for display) such a shape reads as empty instead.
     """
-    shape = _kept_shape(row)
+    shape = kept if kept is not None else _kept_shape(row)
     if shape is None:
         return {}
     try:
@@ -230,11 +236,7 @@ def _checked_shape(shape: Any) -> dict[str, dict[str, Any]]:
 
 
 def _kept_shape(row: Execution) -> Any:
-    """The shape kept under the run's definition hash (the worker's claim reads it with the
-    row, as ``claimed_shape``)."""
-    if hasattr(row, "claimed_shape"):
-        shape = row.claimed_shape
-        return json.loads(shape) if isinstance(shape, (str, bytes)) else shape
+    """The shape kept under the run's definition hash."""
     return (
         Definition.objects.using(USING)
         .filter(hash=row.definition_hash)
@@ -254,14 +256,6 @@ def coordination_state(execution_id: uuid.UUID) -> dict[str, Any]:
     return dict(found or {})
 
 
-def halted_steps(execution_id: uuid.UUID) -> list[str]:
-    return list(
-        StepRecord.objects.using(USING)
-        .filter(execution_id=execution_id, status=StepStatus.HALTED)
-        .values_list("step", flat=True)
-    )
-
-
 def cancelled_while_running(execution_id: uuid.UUID) -> bool:
     """Whether the run's last cancellation abandoned it while running (its process gone)."""
     data = (
@@ -275,18 +269,6 @@ def cancelled_while_running(execution_id: uuid.UUID) -> bool:
         ExecutionStatus.RUNNING,
         ExecutionStatus.ROLLING_BACK,
     )
-
-
-def had_step_failure(execution_id: uuid.UUID) -> bool:
-    """Whether a step of the run failed (an interrupted step does not count)."""
-    for error in (
-        StepRecord.objects.using(USING)
-        .filter(execution_id=execution_id, status=StepStatus.FAILED)
-        .values_list("error", flat=True)
-    ):
-        if not error or error.get("kind") != ErrorKind.INTERRUPTED:
-            return True
-    return False
 
 
 def unfinished_descendants(execution_id: uuid.UUID) -> list[uuid.UUID]:

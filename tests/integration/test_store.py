@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_reactor import store
+from django_reactor import Reactor, step, store
 from django_reactor.engine.journal import Event, JournalBatch, RollbackWrite, StepWrite
+from django_reactor.engine.state import RunState
 from django_reactor.exceptions import LeaseLost
 from django_reactor.models import Execution, ExecutionEvent, StepRecord
 from django_reactor.states import ExecutionStatus, StepStatus
@@ -17,6 +18,19 @@ from django_reactor.states import ExecutionStatus, StepStatus
 pytestmark = pytest.mark.django_db
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+
+
+class ABC(Reactor):
+    """Three plain steps, whose records the tests below write by hand."""
+
+    @step()
+    def a() -> None: ...
+
+    @step()
+    def b() -> None: ...
+
+    @step()
+    def c() -> None: ...
 
 
 @pytest.fixture(params=["sql-prepared", "sql-unprepared", "orm"])
@@ -221,8 +235,10 @@ def test_the_workers_claim_carries_the_same_state_as_reading_it_back() -> None:
     claim = store.claim_for_worker(owned.execution_id, "worker")
 
     assert claim is not None
-    from_claim = store.resume_state(claim.row)
-    read_back = store.resume_state(Execution.objects.get(pk=owned.execution_id))
+    from_claim = RunState.restore(ABC.definition, claim.records)
+    read_back = RunState.restore(
+        ABC.definition, store.run_records(Execution.objects.get(pk=owned.execution_id))
+    )
     assert from_claim == read_back
     assert from_claim.results == {"a": {"ok": True}, "b": {"ok": True}}
     assert [entry.step for entry in from_claim.undo_stack] == ["a", "b"]

@@ -17,9 +17,8 @@ from ...exceptions import UnitWaitTimeout
 from ...states import EventKind, ExecutionStatus, StepStatus
 from ..coordination import DispatchRefused
 from ..declarations import StepDeclaration
-from ..journal import JournalBatch
+from ..journal import JournalBatch, RecordedStep, StepWrite
 from ..outcomes import Completed, ErrorInfo, ErrorKind, Rescheduled, RollbackFailure
-from ..recording import step_write
 from .base import (
     CONTINUE,
     Construct,
@@ -34,6 +33,7 @@ from .compose import ComposeStep, child_declaration, child_runner
 if TYPE_CHECKING:
     from ..executor import Executor
     from ..spec import StepSpec
+    from ..state import RunState
 
 
 class AsyncReactorStep(ComposeStep):
@@ -78,7 +78,7 @@ class AsyncUnit(Construct):
         run.commit(
             JournalBatch(
                 events=[event],
-                step=step_write(
+                step=StepWrite.of(
                     spec,
                     StepStatus.DISPATCHED,
                     event,
@@ -128,6 +128,14 @@ class AsyncUnit(Construct):
     ) -> list[RollbackFailure]:
         """Nothing: a unit owns its rollback, and its parent never undoes it."""
         return []
+
+    def restore(self, state: RunState, spec: StepSpec | None, record: RecordedStep) -> None:
+        """A dispatched unit is done for the steps that do not read it; its readers settle it."""
+        if record.status == StepStatus.DISPATCHED:
+            state.done.add(record.step)
+            state.units.add(record.step)
+            return
+        super().restore(state, spec, record)
 
 
 def _park(run: Executor, reader: StepSpec, unit: str) -> Rescheduled:

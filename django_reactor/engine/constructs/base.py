@@ -25,14 +25,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...exceptions import ArgumentResolutionError
-from ...states import EventKind, RollbackStatus
-from ..journal import JournalBatch, RollbackWrite
+from ...states import EventKind, RollbackStatus, StepStatus
+from ..journal import JournalBatch, RecordedStep, RollbackWrite
 from ..outcomes import ErrorInfo, ErrorKind, Outcome, RollbackFailure
-from ..serialization import unstorable
+from ..serialization import decode, unstorable
 
 if TYPE_CHECKING:
     from ..executor import Executor
     from ..spec import StepSpec
+    from ..state import RunState
 
 #: What the rollback rule treats as the process stopping, never as a step failing (rule 6).
 INTERRUPTIONS = (KeyboardInterrupt, SystemExit, MemoryError)
@@ -203,6 +204,32 @@ class Construct(ABC):
         return what could not be rolled back. By default there is nothing to run: the trace
         says so."""
         return record_no_handler(run, spec, action)
+
+    def restore(self, state: RunState, spec: StepSpec | None, record: RecordedStep) -> None:
+        """Fold ``record``, the step's record as the journal holds it, into ``state`` (a run
+        restored to go on or to roll back; ``spec`` is None for a step the definition no
+        longer has).
+
+        By default, what the core records for every construct: a completed step has its
+        value and is undone by a rollback (unless it was rolled back already), a skipped one
+        has its value, a failed one whose work started is compensated. A construct that
+        records statuses of its own folds them and hands the rest here.
+        """
+        status = record.status
+        if status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
+            arguments = decode(record.arguments)
+            undo = status == StepStatus.COMPLETED and record.rollback_due
+            state.completed(record.step, arguments, decode(record.result), undo=undo)
+        elif status == StepStatus.FAILED and record.compensable and record.rollback_due:
+            error = ErrorInfo.from_dict(record.error or {"kind": "step", "message": ""})
+            state.compensation_due(record.step, decode(record.arguments), error)
+
+    def restore_unfinished(self, state: RunState, spec: StepSpec) -> None:
+        """A rollback of a stopped run finds ``spec`` unfinished: it halted, or the run
+        stopped while it waited, without a value of its own. A construct whose work is a nested
+        run (a composed child, a map's elements) has that work rolled back in the step's
+        place; by default there is nothing to roll back."""
+        return None
 
 
 # ---------------------------------------------------------------------------- shared records

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from ...exceptions import DefinitionError, ReactorError
 from ...states import EventKind, ExecutionStatus, StepStatus
 from ..declarations import StepDeclaration
-from ..journal import JournalBatch
+from ..journal import JournalBatch, RecordedStep, StepWrite
 from ..outcomes import (
     Completed,
     ErrorInfo,
@@ -37,8 +37,6 @@ from ..outcomes import (
     Rescheduled,
     RollbackFailure,
 )
-from ..recording import step_write
-from ..state import UndoEntry
 from ..step import Step
 from ..templates import Template
 from .base import (
@@ -60,6 +58,7 @@ if TYPE_CHECKING:
     from ..executor import Executor
     from ..outcomes import Outcome
     from ..spec import ReactorDefinition, StepSpec
+    from ..state import RunState
 
 
 class ComposeStep(Step):
@@ -231,13 +230,28 @@ class Compose(Construct):
                 continue  # still waiting: it is rolled back in its place if the run fails
             state.waiting.discard(spec.name)
             # The step records its own undo entry when the child completes.
-            state.undo_stack[:] = [e for e in state.undo_stack if e.step != spec.name]
+            state.forget_undo(spec.name)
             for path in accepted:
                 run.note(EventKind.PAYLOAD, step=f"{spec.name}.{path}")
 
     def pause(self, run: Executor, waiting: list[str]) -> Outcome:
         """Nothing can run while a child waits: the run pauses as at an interrupt of its own."""
         return INTERRUPT.pause(run, waiting)
+
+    def restore(self, state: RunState, spec: StepSpec | None, record: RecordedStep) -> None:
+        """A step whose child paused waits, and is rolled back in its place (the child undoes
+        what it completed) unless that was done already."""
+        if record.status == StepStatus.WAITING:
+            state.waiting.add(record.step)
+            if record.compensable and record.rollback_due:
+                state.rolled_back_in_place(record.step)
+            return
+        super().restore(state, spec, record)
+
+    def restore_unfinished(self, state: RunState, spec: StepSpec) -> None:
+        """The run stopped inside the child (it halted, or the run stopped while it waited):
+        the child's rollback undoes what it completed, in the step's place."""
+        state.rolled_back_in_place(spec.name)
 
     def rollback(
         self,
@@ -323,14 +337,14 @@ def _wait_for_child(
             JournalBatch(
                 events=events,
                 # compensable: the child started, so the waiting step has work to roll back.
-                step=step_write(
+                step=StepWrite.of(
                     spec, StepStatus.WAITING, events[0], 1, {}, started_at, compensable=True
                 ),
                 current_step=spec.name,
             )
         )
     run.state.waiting.add(spec.name)
-    run.state.undo_stack.append(UndoEntry(spec.name, {}, None))
+    run.state.rolled_back_in_place(spec.name)
     return CONTINUE
 
 

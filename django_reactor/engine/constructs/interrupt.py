@@ -33,11 +33,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ...exceptions import CorrelationIdTaken, DefinitionError
 from ...states import EventKind, ExecutionStatus, StepStatus
 from ..declarations import StepDeclaration
-from ..journal import Event, InterruptWrite, JournalBatch
+from ..journal import Event, InterruptWrite, JournalBatch, RecordedStep, StepWrite
 from ..outcomes import ErrorKind, Outcome, Paused, PendingInterrupt, exception_message
-from ..recording import step_write
-from ..serialization import safe_repr, unstorable
-from ..state import UndoEntry
+from ..serialization import decode, safe_repr, unstorable
 from ..step import Step
 from ..templates import Template
 from .base import CONTINUE, Construct, StepFailed, StepResult
@@ -45,6 +43,7 @@ from .base import CONTINUE, Construct, StepFailed, StepResult
 if TYPE_CHECKING:
     from ..executor import Executor
     from ..spec import StepSpec
+    from ..state import RunState
 
 RESUME_MODES = ("inline", "background")
 # The module an interrupt step's class names: it is part of the shape and hash stored with every
@@ -207,7 +206,7 @@ class Interrupt(Construct):
         event = interrupt_event(run, spec.name, correlation, expires_at)
         batch = JournalBatch(
             events=[event],
-            step=step_write(spec, StepStatus.WAITING, event, 0, {}, started_at),
+            step=StepWrite.of(spec, StepStatus.WAITING, event, 0, {}, started_at),
             current_step=spec.name,
             interrupt=InterruptWrite(
                 spec.name,
@@ -282,14 +281,25 @@ class Interrupt(Construct):
             run.commit(
                 JournalBatch(
                     events=[event],
-                    step=step_write(spec, StepStatus.COMPLETED, event, 1, {}, None, result=payload),
+                    step=StepWrite.of(
+                        spec, StepStatus.COMPLETED, event, 1, {}, None, result=payload
+                    ),
                     current_step=spec.name,
                 )
             )
             state.waiting.discard(spec.name)
-            state.results[spec.name] = payload
-            state.done.add(spec.name)
-            state.undo_stack.append(UndoEntry(spec.name, {}, payload))
+            state.completed(spec.name, {}, payload, undo=True)
+
+    def restore(self, state: RunState, spec: StepSpec | None, record: RecordedStep) -> None:
+        """A reached interrupt waits; one whose payload was accepted while the run was paused
+        has it claimed, to be recorded as its result when the run goes on."""
+        if record.status == StepStatus.WAITING:
+            state.waiting.add(record.step)
+        elif record.status == StepStatus.RESUMED:
+            state.waiting.add(record.step)
+            state.claimed[record.step] = decode(record.result)
+        else:
+            super().restore(state, spec, record)
 
 
 def reached_interrupts(run: Executor) -> dict[str, PendingInterrupt]:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ..executor import Executor
     from ..outcomes import RollbackFailure
     from ..spec import ReactorDefinition, StepSpec
+    from ..state import RunState
 
 DEFAULT_BATCH_SIZE = 100
 # The module a map step's class names when its element has none: it is part of the shape and
@@ -421,6 +422,11 @@ class Map(Construct):
             f"{len(failures)} map element rollback(s) failed",
             (time.perf_counter() - t0) * 1000,
         )
+
+    def restore_unfinished(self, state: RunState, spec: StepSpec) -> None:
+        """The map halted, or the run stopped while it ran: its completed elements are undone,
+        in the step's place."""
+        state.rolled_back_in_place(spec.name)
 
 
 def map_runner(run: Executor, spec: StepSpec) -> MapRunner:

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ...exceptions import DefinitionError
 from ...states import EventKind, ExecutionStatus, StepStatus
 from ..declarations import StepDeclaration
-from ..journal import JournalBatch
+from ..journal import JournalBatch, RecordedStep, StepWrite
 from ..outcomes import ErrorKind, Rescheduled
-from ..recording import step_write
+from ..serialization import decode
 from ..step import Step
 from ..templates import Template, ValueRef
 from .base import Construct, StepDone, StepFailed, StepResult, Stop
@@ -38,6 +38,7 @@ from .base import Construct, StepDone, StepFailed, StepResult, Stop
 if TYPE_CHECKING:
     from ..executor import Executor
     from ..spec import StepSpec
+    from ..state import RunState
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,13 @@ class Sleep(Construct):
     def undoes(self, spec: StepSpec) -> bool:
         return False
 
+    def restore(self, state: RunState, spec: StepSpec | None, record: RecordedStep) -> None:
+        """A sleep reached waits until the time its record keeps."""
+        if record.status == StepStatus.SLEEPING:
+            state.sleeping[record.step] = str(decode(record.result))
+            return
+        super().restore(state, spec, record)
+
     def run(
         self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
@@ -206,7 +214,7 @@ class Sleep(Construct):
             wake_after=delay,
         )
         if first:
-            batch.step = step_write(
+            batch.step = StepWrite.of(
                 spec,
                 StepStatus.SLEEPING,
                 event,

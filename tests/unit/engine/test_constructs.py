@@ -28,7 +28,7 @@ from django_reactor.engine.constructs.base import (
 )
 from django_reactor.engine.constructs.map import map_over
 from django_reactor.engine.executor import Executor
-from django_reactor.engine.journal import JournalBatch
+from django_reactor.engine.journal import JournalBatch, StepWrite
 from django_reactor.engine.outcomes import (
     Completed,
     ErrorKind,
@@ -38,7 +38,6 @@ from django_reactor.engine.outcomes import (
     Rescheduled,
     RollbackFailure,
 )
-from django_reactor.engine.recording import step_write
 from django_reactor.engine.spec import StepSpec
 from django_reactor.states import EventKind, ExecutionStatus, StepStatus
 from tests.helpers import ledger, run_in_memory, trace
@@ -93,7 +92,7 @@ class Doubling(Construct):
             run.commit(
                 JournalBatch(
                     events=[event],
-                    step=step_write(spec, StepStatus.WAITING, event, 0, {}, started_at),
+                    step=StepWrite.of(spec, StepStatus.WAITING, event, 0, {}, started_at),
                 )
             )
             run.state.waiting.add(spec.name)
