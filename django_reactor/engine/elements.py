@@ -116,7 +116,7 @@ def run_element(
             return ElementOutcome(ElementStatus.FAILED, error=error.to_dict(), duration_ms=_ms(t0))
         inputs = validated
     journal = MemoryJournal(identity)
-    executor = Executor(
+    executor = Executor.in_memory(
         definition, journal, inputs=inputs, max_retry_delay=max_retry_delay, sleep=sleep
     )
     outcome: Outcome = executor.run()
@@ -173,7 +173,7 @@ def rollback_element(
         return []
     results = {step: decode(value) for step, value in undo.get("results", {}).items()}
     state = RunState(results=results, done=set(results))
-    executor = Executor(definition, MemoryJournal(identity), inputs=inputs, state=state)
+    executor = Executor.in_memory(definition, MemoryJournal(identity), inputs=inputs, state=state)
     state.undo_stack.extend(
         UndoEntry(step, executor.arguments_for(step), results.get(step))
         for step in undo["steps"]

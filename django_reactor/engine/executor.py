@@ -26,24 +26,25 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..exceptions import ArgumentResolutionError, ResultNotSerializable
-from ..states import EventKind, ExecutionStatus, StepStatus
-from . import probes
+from ..exceptions import ArgumentResolutionError
+from ..states import EventKind, ExecutionStatus
 from .constructs import construct_for, registered
 from .constructs.base import (
     INTERRUPTIONS,
+    Continue,
+    Postponed,
     RollbackPending,
-    StepDone,
     StepFailed,
-    StepHalted,
     StepResult,
     Stop,
 )
 from .constructs.compose import ChildRunner
-from .constructs.coordination import RunHolds
+from .context import RunPolicy
 from .coordination import Coordinator
-from .journal import Journal, JournalBatch, StepWrite
-from .observers import RunObserver, StepEvent
+from .holds import RunHolds
+from .journal import Journal, JournalBatch
+from .lanes import SideBySide
+from .observers import RunObserver
 from .outcomes import (
     Cancelled,
     Completed,
@@ -56,9 +57,8 @@ from .outcomes import (
     Rescheduled,
     RollbackFailure,
 )
-from .parallel import ParallelSteps
-from .recording import RunRecorder
-from .serialization import encode, roundtrip, shown
+from .recording import Recorded, RunRecorder
+from .serialization import shown
 from .spec import ReactorDefinition, StepSpec
 from .state import PendingCompensation, RunState, UndoEntry
 from .templates import ResolutionScope
@@ -86,57 +86,61 @@ class Executor(RunRecorder):
         *,
         inputs: Mapping[str, Any],
         state: RunState | None = None,
-        clock: Callable[[], dt.datetime] = utcnow,
-        sleep: Callable[[float], None] = time.sleep,
-        max_retry_delay: float | None = None,
-        hand_off: bool = False,
-        retry_later: bool = False,
+        policy: RunPolicy | None = None,
         children: ChildRunner | None = None,
-        park_poll: float = 2.0,
-        attached: bool = False,
-        issue_tokens: bool = False,
         observer: RunObserver | None = None,
         coordinator: Coordinator | None = None,
-        hand_back_on_interruption: bool = False,
-        max_concurrency: int | None = None,
-        step_timeout: float | None = None,
-        deadline: dt.datetime | None = None,
+        clock: Callable[[], dt.datetime] = utcnow,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        policy = policy or RunPolicy()
         super().__init__(
             definition,
             journal,
             inputs=inputs,
             state=state,
             clock=clock,
+            sleep=sleep,
+            policy=policy,
             observer=observer,
             coordinator=coordinator,
-            hand_back_on_interruption=hand_back_on_interruption,
         )
-        self.sleep = sleep
-        self.max_retry_delay = max_retry_delay
-        # In the caller: stop at the reactor's background hand-off point. In a worker: park the
-        # run for a retry's backoff instead of sleeping.
+        # In the caller: stop at the reactor's background hand-off point (once: a worker
+        # never hands off).
         background = definition.background
-        self.hand_off_point = background if hand_off and background is not None else None
-        self.retry_later = retry_later
+        self.hand_off_point = background if policy.hand_off and background is not None else None
         self.children = children
-        self.park_poll = park_poll
-        # A composed child: it parks with its parent, which holds the dispatch that resumes both.
-        self.attached = attached
-        # Give every interrupt reached a resume token (returned in the Paused outcome).
-        self.issue_tokens = issue_tokens
         self.scope = ResolutionScope(inputs=inputs, results=self.state.results)
         self.holds = RunHolds(self, coordinator) if coordinator is not None else None
         # What the constructs keep for this run, by construct name.
         self.memo: dict[str, Any] = {}
         # Marks the threads that run a step alongside others (see in_branch).
         self.branch = threading.local()
-        # How many steps may run at once (None: the reactor's Meta.max_concurrency).
-        self.max_concurrency = max_concurrency or definition.max_concurrency
-        # The timeout of a step's attempt that declares none (REACTOR["STEP_TIMEOUT"]).
-        self.step_timeout = step_timeout
-        # Past it no step starts: the run rolls back or halts (Meta.on_deadline).
-        self.deadline = deadline
+        # How many steps may run at once.
+        self.max_concurrency = policy.max_concurrency or definition.max_concurrency
+
+    @classmethod
+    def in_memory(
+        cls,
+        definition: ReactorDefinition,
+        journal: Journal,
+        *,
+        inputs: Mapping[str, Any],
+        state: RunState | None = None,
+        max_retry_delay: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Executor:
+        """An executor for a run kept in memory (a map's element): no children, no
+        coordination, no observers. Every run kept in the database gets its executor from
+        ``django_reactor.runtime.executors``."""
+        return cls(
+            definition,
+            journal,
+            inputs=inputs,
+            state=state,
+            policy=RunPolicy(max_retry_delay=max_retry_delay),
+            sleep=sleep,
+        )
 
     # ------------------------------------------------------------------ public
 
@@ -164,21 +168,30 @@ class Executor(RunRecorder):
         return outcome
 
     def _run(self, new: bool) -> Outcome:
-        if self.observer is not None:
-            if new:
-                self.observer.execution_started(self.run_event(ExecutionStatus.RUNNING))
-            else:
-                self.observer.execution_resumed(self.run_event(ExecutionStatus.RUNNING))
-            if self.holds is not None:
-                self.holds.tell()
+        self.notices.started(new=new)
+        if self.holds is not None:
+            self.holds.tell()
         for construct in registered():
-            construct.resume(self)
-        if self.max_concurrency > 1:
-            return ParallelSteps(self, self.max_concurrency).run()
-        while True:
-            outcome = self.step_once()
-            if outcome is not None:
-                return outcome
+            construct.catch_up(self)
+        # The one loop: steps that may run alongside others go to lanes; the next step runs
+        # alone when none is in flight.
+        side_by_side = SideBySide(self, self.max_concurrency) if self.max_concurrency > 1 else None
+        try:
+            while True:
+                if side_by_side is not None:
+                    outcome = side_by_side.turn()
+                    if outcome is not None:
+                        return outcome
+                    if side_by_side.busy:
+                        continue
+                outcome = self.step_once()
+                if outcome is not None:
+                    if side_by_side is not None:
+                        side_by_side.ended_cleanly = True
+                    return outcome
+        finally:
+            if side_by_side is not None:
+                side_by_side.close()
 
     def step_once(self) -> Outcome | None:
         """Run the next ready step (or end the run: pause, complete, hand off); None while the
@@ -195,7 +208,7 @@ class Executor(RunRecorder):
             return self.deadline_passed(spec.name)
         point = self.hand_off_point
         if point is not None and point.mode == "before" and spec.name == point.step:
-            return self._hand_off(next_step=spec.name)
+            return self.hand_off(next_step=spec.name)
         if self.holds is not None and self.holds.lost:
             # A lock or slot lapsed while the run held it: take it again, or wait.
             stopped = self.holds.retake()
@@ -206,8 +219,9 @@ class Executor(RunRecorder):
     def deadline_passed(self, step: str) -> Outcome:
         """The run's deadline passed before ``step`` could start: no step starts any more; the
         run fails and rolls back, or halts (``Meta.on_deadline``)."""
-        assert self.deadline is not None
-        at = self.deadline.isoformat()
+        deadline = self.policy.deadline
+        assert deadline is not None
+        at = deadline.isoformat()
         event = self.event(EventKind.DEADLINE, step=step, data={"deadline": at})
         if self.definition.on_deadline == "halt":
             reason = f"the run's deadline ({at}) passed"
@@ -220,17 +234,14 @@ class Executor(RunRecorder):
                     finished=True,
                 )
             )
-            if self.observer is not None:
-                self.observer.execution_halted(
-                    self.run_event(ExecutionStatus.HALTED, step=step, reason=reason)
-                )
+            self.notices.halted(step=step, reason=reason)
             return Halted(execution_id=self.execution_id, reason=reason, step=step)
         spec = self.definition.by_name.get(step)
         where = f"before step {step!r} could start"
         if spec is not None and (spec.map is not None or spec.child is not None):
             # A map or a composed child the run waited for may have done part of its work
             # (elements, child steps): it is stopped and that part undone, newest first.
-            self.state.undo_stack.append(UndoEntry(step, {}, None))
+            self.state.rolled_back_in_place(step)
             where = f"while the run waited for step {step!r}"
         error = ErrorInfo(
             kind=ErrorKind.DEADLINE,
@@ -244,11 +255,11 @@ class Executor(RunRecorder):
         if spec is not None and attempts and not spec.atomic and where.startswith("before"):
             # Its failed attempts started its work (it waited for a retry): it is compensated.
             arguments = self.arguments_for(step)
-            batch = self._failed_step(
+            batch = self.failed_step(
                 spec, error, arguments, attempts=attempts, started_at=None, compensable=True
             )
             batch.events.insert(0, event)
-            self.state.pending_compensation.append(PendingCompensation(step, arguments, error))
+            self.state.compensation_due(step, arguments, error)
         else:
             batch = JournalBatch(events=[event], current_step=step)
         batch.status = ExecutionStatus.ROLLING_BACK
@@ -258,7 +269,8 @@ class Executor(RunRecorder):
 
     def past_deadline(self) -> bool:
         """Whether the run's deadline has passed."""
-        return self.deadline is not None and self.clock() >= self.deadline
+        deadline = self.policy.deadline
+        return deadline is not None and self.clock() >= deadline
 
     def in_branch(self) -> bool:
         """Whether this thread runs a step alongside others (``Meta.max_concurrency``)."""
@@ -289,7 +301,7 @@ class Executor(RunRecorder):
         # An atomic step's writes died with its transaction: there is nothing to compensate.
         compensable = not spec.atomic
         self.commit(
-            self._failed_step(
+            self.failed_step(
                 spec, error, arguments, attempts=0, started_at=None, compensable=compensable
             )
         )
@@ -375,12 +387,10 @@ class Executor(RunRecorder):
         )
         if self.holds is not None:
             self.holds.exit(status)
-        if self.observer is not None:
-            run_event = self.run_event(status, reason=reason or None, failure=stored)
-            if status == ExecutionStatus.CANCELLED:
-                self.observer.execution_cancelled(run_event)
-            else:
-                self.observer.execution_failed(run_event)
+        if status == ExecutionStatus.CANCELLED:
+            self.notices.cancelled(reason=reason or None, failure=stored)
+        else:
+            self.notices.failed(status, failure=stored, reason=reason or None)
         return failures
 
     # ------------------------------------------------------------------ steps
@@ -434,89 +444,48 @@ class Executor(RunRecorder):
         started_at: dt.datetime,
     ) -> Outcome | None:
         """Apply what the construct said: record the step done, halted or failed, or stop."""
-        if isinstance(result, StepDone):
-            try:
-                stored, value = roundtrip(result.value)
-            except ResultNotSerializable as bad:
-                self.drop_held()  # an atomic step's writes go with the value they returned
-                error = self.error_info(bad, ErrorKind.RESULT, spec, arguments, result.attempts)
-                return self._fail(
-                    spec,
-                    error,
-                    arguments,
-                    started=True,
-                    started_at=started_at,
-                    attempts=result.attempts,
-                )
-            return self._record_done(spec, result, arguments, stored, value, started_at)
-        if isinstance(result, StepFailed):
-            return self._fail(
-                spec,
-                result.error,
-                arguments if result.arguments is None else result.arguments,
-                started=result.started,
-                started_at=started_at,
-                attempts=result.attempts,
-            )
-        if isinstance(result, StepHalted):
-            return self._halt(spec, result, arguments, started_at)
         if isinstance(result, Stop):
             return result.outcome
-        return None  # Continue: the construct recorded the step, the loop goes on
-
-    def _record_done(
-        self,
-        spec: StepSpec,
-        done: StepDone,
-        arguments: dict[str, Any],
-        stored: Any,
-        value: Any,
-        started_at: dt.datetime,
-    ) -> Outcome | None:
-        skipped = done.skipped
+        if isinstance(result, Continue):
+            return None  # the construct recorded the step, the loop goes on
+        if isinstance(result, Postponed):  # pragma: no cover - only a lane postpones
+            raise AssertionError(f"step {spec.name!r} postponed its retry outside a lane")
         # The cursor names the step that runs next, so that if this process dies during it,
         # whoever takes the run over knows which step was in flight.
         following = self.next_after(spec)
-        if probes.active is not None:
-            probes.active("before_step_commit", spec.name)
-        event = self.event(
-            EventKind.SKIP if skipped else EventKind.RUN,
-            step=spec.name,
-            attempt=done.attempts,
-            duration_ms=done.duration_ms,
-        )
-        status = StepStatus.SKIPPED if skipped else StepStatus.COMPLETED
-        batch = JournalBatch(
-            events=[event],
-            step=StepWrite.of(
-                spec, status, event, done.attempts, arguments, started_at, result=stored
-            ),
+        last = following is None and not self.state.waiting
+        recorded = self.record_step(
+            spec,
+            result,
+            arguments,
+            started_at,
             current_step=following.name if following is not None else spec.name,
+            completes=last,
         )
-        state = self.state
-        state.results[spec.name] = value
-        state.done.add(spec.name)
-        if not skipped:
-            state.undo_stack.append(UndoEntry(spec.name, arguments, value))
-        step_done = (
-            self.step_event(spec.name, status, done.attempts, duration_ms=done.duration_ms)
-            if self.observer is not None
-            else None
-        )
-        if following is None and not state.waiting:
-            # The last step: its checkpoint and the run's completion commit together.
-            completed = self._complete(batch, step_done=step_done)
-            if probes.active is not None:
-                probes.active("after_step_commit", spec.name)
-            return completed
-        cancel = self.commit(batch)
-        if step_done is not None and self.observer is not None:
-            self.observer.step_completed(step_done)
-        if probes.active is not None:
-            probes.active("after_step_commit", spec.name)
+        cancel = recorded.wait()
+        return self._after(spec, recorded, cancel, following, last)
+
+    def _after(
+        self,
+        spec: StepSpec,
+        recorded: Recorded,
+        cancel: str | None,
+        following: StepSpec | None,
+        last: bool,
+    ) -> Outcome | None:
+        """What the loop does once a step's outcome is recorded."""
+        if recorded.kind == "failed":
+            assert recorded.error is not None
+            return self.roll_back_failed(spec.name, recorded.error)
+        if recorded.kind == "halted":
+            self.notices.halted(step=spec.name, reason=str(shown(recorded.reason)))
+            return Halted(execution_id=self.execution_id, reason=recorded.reason, step=spec.name)
+        if last:
+            self.notices.completed()
+            return Completed(execution_id=self.execution_id, value=recorded.value)
         if cancel is not None:
             # Cancellation takes effect between steps; after the last one the run is complete.
-            return self._cancelled(cancel, last_step=spec.name)
+            return self.cancelled(cancel, last_step=spec.name)
         point = self.hand_off_point
         if (
             point is not None
@@ -524,10 +493,10 @@ class Executor(RunRecorder):
             and point.step == spec.name
             and following is not None
         ):
-            return self._hand_off(next_step=following.name)
+            return self.hand_off(next_step=following.name)
         return None
 
-    def _hand_off(self, *, next_step: str) -> Dispatched:
+    def hand_off(self, *, next_step: str) -> Dispatched:
         """Move the rest of the run to a Celery worker (once: workers never hand off)."""
         self.commit(
             JournalBatch(
@@ -539,97 +508,11 @@ class Executor(RunRecorder):
                 dispatch="handoff",
             )
         )
-        if self.observer is not None:
-            self.observer.execution_handed_off(
-                self.run_event(ExecutionStatus.PENDING, step=next_step)
-            )
+        self.notices.handed_off(step=next_step)
         self.hand_off_point = None
         return Dispatched(execution_id=self.execution_id, results=dict(self.state.results))
 
-    def halted_step(
-        self,
-        spec: StepSpec,
-        halted: StepHalted,
-        arguments: dict[str, Any],
-        started_at: dt.datetime,
-    ) -> JournalBatch:
-        """The ``halt`` trace entry and the halted step record, as one batch to commit."""
-        reason = shown(halted.reason)
-        event = self.event(
-            EventKind.HALT,
-            step=spec.name,
-            attempt=halted.attempts,
-            duration_ms=halted.duration_ms,
-            data={"reason": reason},
-        )
-        return JournalBatch(
-            events=[event],
-            step=StepWrite.of(
-                spec,
-                StepStatus.HALTED,
-                event,
-                halted.attempts,
-                arguments,
-                started_at,
-                result=reason,
-            ),
-        )
-
-    def _halt(
-        self,
-        spec: StepSpec,
-        halted: StepHalted,
-        arguments: dict[str, Any],
-        started_at: dt.datetime,
-    ) -> Outcome:
-        reason = shown(halted.reason)
-        batch = self.halted_step(spec, halted, arguments, started_at)
-        batch.status = ExecutionStatus.HALTED
-        batch.current_step = spec.name
-        batch.result = {"halted_at": spec.name, "reason": reason}
-        batch.finished = True
-        self.commit(batch)
-        if self.observer is not None:
-            self.observer.execution_halted(
-                self.run_event(ExecutionStatus.HALTED, step=spec.name, reason=str(reason))
-            )
-        return Halted(execution_id=self.execution_id, reason=halted.reason, step=spec.name)
-
     # ------------------------------------------------------------------ failure and rollback
-
-    def _fail(
-        self,
-        spec: StepSpec,
-        error: ErrorInfo,
-        arguments: dict[str, Any],
-        *,
-        started: bool,
-        started_at: dt.datetime,
-        attempts: int,
-    ) -> Failed | Rescheduled:
-        batch = self._failed_step(
-            spec, error, arguments, attempts=attempts, started_at=started_at, compensable=started
-        )
-        batch.status = ExecutionStatus.ROLLING_BACK
-        batch.failure = error.to_dict()  # known now, even if rollback is cut short
-        self.commit(batch)
-        self.notify_step_failed(spec.name, error, attempts)
-        if started:
-            self.state.pending_compensation.append(PendingCompensation(spec.name, arguments, error))
-        return self.roll_back_failed(spec.name, error)
-
-    def notify_step_failed(self, step: str, error: ErrorInfo, attempts: int) -> None:
-        """Tell the observers that ``step`` failed (recorded) with ``error``."""
-        if self.observer is not None:
-            self.observer.step_failed(
-                self.step_event(
-                    step,
-                    error.kind,
-                    attempts,
-                    error=error.message,
-                    error_class=error.exception_class,
-                )
-            )
 
     def roll_back_failed(self, step: str, error: ErrorInfo) -> Failed | Rescheduled:
         """The run failed at ``step`` (recorded, rolling back): apply the rollback rule, then
@@ -655,10 +538,7 @@ class Executor(RunRecorder):
                 finished=True,
             )
         )
-        if self.observer is not None:
-            self.observer.execution_failed(
-                self.run_event(status, step=step, failure=final.to_dict())
-            )
+        self.notices.failed(status, step=step, failure=final.to_dict())
         return Failed(execution_id=self.execution_id, error=final, status=status)
 
     def _rollback_all(self) -> list[RollbackFailure]:
@@ -691,57 +571,39 @@ class Executor(RunRecorder):
         """
         own = pending.step in self.definition.by_name
         step = pending.step if own else ""
+        park_poll = self.policy.park_poll
         self.commit(
             JournalBatch(
                 events=[self.event(EventKind.PARK, step=step, data=pending.data)],
                 status=ExecutionStatus.ROLLING_BACK,
                 release=True,
-                wake_after=self.park_poll,
+                wake_after=park_poll,
             )
         )
-        self.notify_parked(step, pending.reason, self.park_poll)
+        self.notices.parked(step, pending.reason, park_poll)
         if own:
             spec = self.definition.step(step)
             construct_for(spec).parked(self, spec)
         return Rescheduled(
             execution_id=self.execution_id,
             step=step,
-            delay=self.park_poll,
+            delay=park_poll,
             reason=pending.reason,
             status=ExecutionStatus.ROLLING_BACK,
         )
 
     # ------------------------------------------------------------------ endings
 
-    def _complete(
-        self, batch: JournalBatch | None = None, *, step_done: StepEvent | None = None
-    ) -> Completed:
-        """Finish the run, in ``batch`` (the last step's checkpoint) when there is one."""
-        definition = self.definition
-        if definition.returns is not None:
-            value = self.state.results.get(definition.returns)
-            stored = encode(value)
-        else:
-            value = {
-                name: result
-                for name, result in self.state.results.items()
-                if construct_for(definition.by_name[name]).in_value
-            }
-            # Each result as its step stored it: nested one level deeper, still storable.
-            stored = {name: encode(result) for name, result in value.items()}
-        batch = batch or JournalBatch()
-        batch.events.append(self.event(EventKind.COMPLETE))
-        batch.status = ExecutionStatus.COMPLETED
-        batch.result = stored
-        batch.finished = True
+    def _complete(self) -> Completed:
+        """Finish the run: nothing is left to run (its last step completed it otherwise)."""
+        batch = JournalBatch()
+        value = self.completion(batch)
         self.commit(batch)
-        if self.observer is not None:
-            if step_done is not None:
-                self.observer.step_completed(step_done)
-            self.observer.execution_completed(self.run_event(ExecutionStatus.COMPLETED))
+        self.notices.completed()
         return Completed(execution_id=self.execution_id, value=value)
 
-    def _cancelled(self, reason: str, *, last_step: str) -> Cancelled:
+    def cancelled(self, reason: str, *, last_step: str) -> Cancelled:
+        """End the run cancelled (an operator asked), after ``last_step``."""
         self.commit(
             JournalBatch(
                 events=[self.event(EventKind.CANCEL, data={"reason": reason})],
@@ -750,10 +612,7 @@ class Executor(RunRecorder):
                 finished=True,
             )
         )
-        if self.observer is not None:
-            self.observer.execution_cancelled(
-                self.run_event(ExecutionStatus.CANCELLED, step=last_step, reason=reason)
-            )
+        self.notices.cancelled(step=last_step, reason=reason)
         return Cancelled(execution_id=self.execution_id, reason=reason)
 
     def _resolve(self, spec: StepSpec) -> dict[str, Any]:

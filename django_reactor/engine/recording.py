@@ -1,10 +1,12 @@
-"""How a run records itself: trace entries, journal commits, step contexts, error reports and
-the events its observers get.
+"""How a run records itself: trace entries, checkpoints, parks, step outcomes, step contexts
+and error reports.
 
 The executor core (:mod:`.executor`) is a :class:`RunRecorder` that adds the loop and the
-rollback rule; the constructs (:mod:`.constructs`) record what is their own through the same
-methods, so that every construct writes the trace, the step records and the observer events
-the same way.
+rollback rule; the constructs (:mod:`.constructs`) record what is their own through the
+:class:`~.context.RunContext` it implements, and the side-by-side lanes (:mod:`.lanes`)
+record a step's outcome with the same :meth:`RunRecorder.record_step` as the loop, so that
+every construct and every lane writes the trace, the step records and the observer events the
+same way.
 """
 
 from __future__ import annotations
@@ -12,17 +14,23 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..exceptions import ResultNotSerializable
 from ..states import EventKind, ExecutionStatus, StepStatus
+from . import probes
+from .constructs import construct_for
+from .constructs.base import StepDone, StepFailed, StepHalted
+from .context import RunPolicy
 from .coordination import Coordinator
 from .journal import Event, Journal, JournalBatch, StepTransaction, StepWrite
-from .observers import ExecutionEvent, RunObserver, StepEvent, composite, summarise
-from .outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
+from .notices import Notices
+from .observers import RunObserver, composite
+from .outcomes import ErrorInfo, ErrorKind, Rescheduled, qualified_class_name
 from .redaction import redact
-from .serialization import shown_items
+from .serialization import encode, roundtrip, shown, shown_items
 from .state import RunState
 from .step import StepContext
 from .supervision import Watch
@@ -31,6 +39,20 @@ if TYPE_CHECKING:
     from .spec import ReactorDefinition, StepSpec
 
 logger = logging.getLogger("django_reactor.executor")
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A step's outcome, recorded: ``kind`` is ``done`` (completed or skipped), ``failed`` or
+    ``halted``. The checkpoint may still be on its way (a lane's goes through the run's
+    thread): :meth:`wait` until it is written."""
+
+    kind: str
+    wait: Callable[[], str | None]
+    error: ErrorInfo | None = None
+    reason: Any = None
+    #: The run's value, when the step's checkpoint also completed the run.
+    value: Any = None
 
 
 class RunRecorder:
@@ -44,22 +66,22 @@ class RunRecorder:
         inputs: Mapping[str, Any],
         state: RunState | None,
         clock: Callable[[], dt.datetime],
+        sleep: Callable[[float], None],
+        policy: RunPolicy,
         observer: RunObserver | None,
         coordinator: Coordinator | None,
-        hand_back_on_interruption: bool,
     ) -> None:
         self.definition = definition
         self.journal = journal
         self.inputs = inputs
         self.state = state or RunState()
         self.clock = clock
+        self._sleep = sleep
+        self.policy = policy
         # Lifecycle notifications, after each commit; None (the default) costs one test each.
-        self.observer = composite(observer)
+        self.notices = Notices(composite(observer), definition.name, lambda: self.execution_id)
         # Locks, semaphores, rate limits, periods, ordered locks (None: nothing declared).
         self.coordinator = coordinator
-        # In a worker, a process-level interruption (SystemExit, KeyboardInterrupt, MemoryError)
-        # gives the run back for the message's redelivery instead of aborting it.
-        self.hand_back_on_interruption = hand_back_on_interruption
         # The fencing numbers held for the step running now (its coordination), by lock key.
         self.fences: dict[str, int] = {}
         self._notes: list[Event] = []
@@ -69,9 +91,9 @@ class RunRecorder:
         # change the run's state one at a time; uncontended otherwise.
         self.lock = threading.RLock()
         self._display_inputs: dict[str, Any] | None = None
-        self._t0 = time.perf_counter()
-        # The run's deadline: a run that parks wakes by it at the latest (the executor sets it).
-        self.deadline: dt.datetime | None = None
+        # The run's first failure or halt recorded ("failed", "halted"): with steps side by
+        # side, the steps still in flight settle without changing how the run ends.
+        self.stopping: str | None = None
 
     @property
     def execution_id(self) -> Any:
@@ -105,10 +127,11 @@ class RunRecorder:
             if self._notes:
                 batch.events[:0] = self._notes
                 self._notes = []
-            if batch.wake_after is not None and self.deadline is not None:
+            deadline = self.policy.deadline
+            if batch.wake_after is not None and deadline is not None:
                 # Parked (a backoff, a sleep, a unit or a map): wake by the deadline at the
                 # latest, to stop there.
-                left = max((self.deadline - self.clock()).total_seconds(), 0.0)
+                left = max((deadline - self.clock()).total_seconds(), 0.0)
                 batch.wake_after = min(batch.wake_after, left)
                 batch.dispatch_delay = min(batch.dispatch_delay, left)
             transaction: StepTransaction | None = getattr(self._held, "transaction", None)
@@ -139,6 +162,14 @@ class RunRecorder:
         ``transaction``, so that its writes and its checkpoint commit together."""
         self._held.transaction = transaction
 
+    def begin(self, step: str, action: str) -> StepTransaction:
+        """Open the transaction an atomic step's ``action`` runs in (see ``Journal.begin``)."""
+        return self.journal.begin(step, action)
+
+    def thread_finished(self) -> None:
+        """A thread that ran a step's body ends: the journal gives back what it took there."""
+        self.journal.thread_finished()
+
     def drop_held(self) -> None:
         """Roll back a held transaction that no checkpoint joined (what the body returned was
         not recorded as done after all, or the process is stopping)."""
@@ -161,6 +192,10 @@ class RunRecorder:
             seq = self.state.next_seq
             self.state.next_seq = seq + 1
         return Event(seq, kind, self.clock(), step, attempt, duration_ms, data or {})
+
+    def sleep(self, seconds: float) -> None:
+        """Wait in this process (an inline retry's backoff)."""
+        self._sleep(seconds)
 
     def context(self, spec: StepSpec, action: str, attempt: int) -> StepContext:
         """The :class:`StepContext` of one action of a step."""
@@ -235,7 +270,7 @@ class RunRecorder:
 
     # ------------------------------------------------------------------ failures
 
-    def _failed_step(
+    def failed_step(
         self,
         spec: StepSpec,
         error: ErrorInfo,
@@ -290,12 +325,12 @@ class RunRecorder:
             self.drop_held()  # an atomic step's writes never commit with an abort
         except Exception:
             logger.debug("rolling back an atomic step's transaction failed", exc_info=True)
-        if self.hand_back_on_interruption:
+        if self.policy.hand_back_on_interruption:
             self._hand_back(exc, spec=spec, attempt=attempt)
             return
         if spec is not None:
             error = self.error_info(exc, ErrorKind.INTERRUPTED, spec, arguments or {}, attempt)
-            batch = self._failed_step(
+            batch = self.failed_step(
                 spec,
                 error,
                 arguments or {},
@@ -338,68 +373,211 @@ class RunRecorder:
                 self.execution_id,
             )
 
-    # ------------------------------------------------------------------ observer events
+    # ------------------------------------------------------------------ parks and outcomes
 
-    def run_event(
+    def park(
         self,
-        status: str,
-        *,
-        failure: dict[str, Any] | None = None,
-        **fields: Any,
-    ) -> ExecutionEvent:
-        """What the observers are told about the run (``failure``: its stored failure)."""
-        if failure is not None:
-            fields.setdefault("step", failure.get("step"))
-            fields["error"] = summarise(failure.get("message"))
-            fields["error_class"] = failure.get("exception_class")
-        return ExecutionEvent(
-            execution_id=self.execution_id,
-            reactor=self.definition.name,
-            status=str(status),
-            duration_ms=(time.perf_counter() - self._t0) * 1000,
-            **fields,
-        )
-
-    def step_event(self, step: str, status: str, attempt: int, **fields: Any) -> StepEvent:
-        """What the observers are told about a step."""
-        if "error" in fields:
-            fields["error"] = summarise(fields["error"])
-        return StepEvent(
-            execution_id=self.execution_id,
-            reactor=self.definition.name,
-            step=step,
-            status=str(status),
-            attempt=attempt,
-            **fields,
-        )
-
-    def notify_parked(self, step: str, reason: str, delay: float) -> None:
-        """Tell the observers that the run parked (``reason``) for ``delay`` seconds."""
-        if self.observer is not None:
-            self.observer.execution_parked(
-                self.run_event(ExecutionStatus.PENDING, step=step, reason=reason, delay=delay)
-            )
-
-    def notify_rollback(
-        self,
-        action: str,
         step: str,
-        status: str,
-        duration: float | None,
-        failure: RollbackFailure | None,
-    ) -> None:
-        """Tell the observers that a step was undone or compensated (or could not be)."""
-        if self.observer is None:
-            return
-        event = self.step_event(
-            step,
-            status,
-            1,
-            duration_ms=duration,
-            error=failure.message if failure is not None else None,
-            error_class=failure.exception_class if failure is not None else None,
+        *,
+        reason: str,
+        delay: float,
+        event: Event,
+        by_task: bool = False,
+        record: StepWrite | None = None,
+        attempt: int | None = None,
+        status: str | None = None,
+        tell: bool = True,
+    ) -> Rescheduled:
+        """Release the run until ``delay`` seconds from now (by its deadline at the latest),
+        writing ``event`` (and ``record``, the step's) with the park. ``by_task``: a task
+        wakes the run (a composed child's parent holds it); otherwise the sweeper does, or the
+        work it waits for. ``attempt``: the attempts the step in flight made (a retry)."""
+        status = status or ExecutionStatus.PENDING
+        batch = JournalBatch(
+            events=[event],
+            step=record,
+            status=status,
+            current_step=step or None,
+            current_attempt=attempt,
+            release=True,
+            wake_after=delay,
+            dispatch="retry" if by_task and not self.policy.attached else None,
+            dispatch_delay=delay,
         )
-        if action == "undo":
-            self.observer.step_undone(event)
+        self.commit(batch)
+        delay = batch.wake_after if batch.wake_after is not None else delay
+        if tell:
+            self.notices.parked(step, reason, delay)
+        return Rescheduled(
+            execution_id=self.execution_id, step=step, delay=delay, reason=reason, status=status
+        )
+
+    def record_step(
+        self,
+        spec: StepSpec,
+        result: StepDone | StepFailed | StepHalted,
+        arguments: dict[str, Any],
+        started_at: dt.datetime | None,
+        *,
+        current_step: str | None = None,
+        completes: bool = False,
+    ) -> Recorded:
+        """Record how ``spec`` ended, for the loop and for a lane alike: its record and trace
+        entry, and the state. A completed step's value that cannot be stored fails it.
+
+        The run's first failure starts its rollback (``rolling_back``), its first halt ends it
+        (``halted``), unless the other came first; ``completes``: the completed step was the
+        last, and its checkpoint completes the run. ``current_step``: the cursor to write with
+        a completed step (the step that runs next).
+        """
+        if isinstance(result, StepDone):
+            try:
+                stored, value = roundtrip(result.value)
+            except ResultNotSerializable as bad:
+                self.drop_held()  # an atomic step's writes go with the value they returned
+                error = self.error_info(bad, ErrorKind.RESULT, spec, arguments, result.attempts)
+                result = StepFailed(error, started=not spec.atomic, attempts=result.attempts)
+            else:
+                return self._record_done(
+                    spec, result, arguments, stored, value, started_at, current_step, completes
+                )
+        if isinstance(result, StepFailed):
+            return self._record_failure(spec, result, arguments, started_at)
+        return self._record_halt(spec, result, arguments, started_at)
+
+    def _record_done(
+        self,
+        spec: StepSpec,
+        done: StepDone,
+        arguments: dict[str, Any],
+        stored: Any,
+        value: Any,
+        started_at: dt.datetime | None,
+        current_step: str | None,
+        completes: bool,
+    ) -> Recorded:
+        status = StepStatus.SKIPPED if done.skipped else StepStatus.COMPLETED
+        if probes.active is not None:
+            probes.active("before_step_commit", spec.name)
+        run_value = None
+        with self.lock:
+            # The entry's number, the order of the commits and the undo stack agree: the
+            # rollback rule undoes the newest first, in the order the trace shows.
+            event = self.event(
+                EventKind.SKIP if done.skipped else EventKind.RUN,
+                step=spec.name,
+                attempt=done.attempts,
+                duration_ms=done.duration_ms,
+            )
+            batch = JournalBatch(
+                events=[event],
+                step=StepWrite.of(
+                    spec, status, event, done.attempts, arguments, started_at, result=stored
+                ),
+                current_step=current_step,
+            )
+            self.state.completed(spec.name, arguments, value, undo=not done.skipped)
+            if completes:
+                # The last step: its checkpoint and the run's completion commit together.
+                run_value = self.completion(batch)
+            written = self.send(batch)
+
+        def wait() -> str | None:
+            cancel = written()
+            self.notices.step_completed(spec.name, status, done.attempts, done.duration_ms)
+            if probes.active is not None:
+                probes.active("after_step_commit", spec.name)
+            return cancel
+
+        return Recorded("done", wait, value=run_value)
+
+    def _record_failure(
+        self,
+        spec: StepSpec,
+        failed: StepFailed,
+        arguments: dict[str, Any],
+        started_at: dt.datetime | None,
+    ) -> Recorded:
+        error = failed.error
+        if failed.arguments is not None:
+            arguments = failed.arguments
+        with self.lock:
+            batch = self.failed_step(
+                spec,
+                error,
+                arguments,
+                attempts=failed.attempts,
+                started_at=started_at,
+                compensable=failed.started,
+            )
+            if self.stopping is None:
+                self.stopping = "failed"
+                batch.status = ExecutionStatus.ROLLING_BACK
+                batch.failure = error.to_dict()  # known now, even if rollback is cut short
+            written = self.send(batch)
+            if failed.started:
+                self.state.compensation_due(spec.name, arguments, error)
+
+        def wait() -> str | None:
+            cancel = written()
+            self.notices.step_failed(spec.name, error, failed.attempts)
+            return cancel
+
+        return Recorded("failed", wait, error=error)
+
+    def _record_halt(
+        self,
+        spec: StepSpec,
+        halted: StepHalted,
+        arguments: dict[str, Any],
+        started_at: dt.datetime | None,
+    ) -> Recorded:
+        reason = shown(halted.reason)
+        with self.lock:
+            event = self.event(
+                EventKind.HALT,
+                step=spec.name,
+                attempt=halted.attempts,
+                duration_ms=halted.duration_ms,
+                data={"reason": reason},
+            )
+            batch = JournalBatch(
+                events=[event],
+                step=StepWrite.of(
+                    spec,
+                    StepStatus.HALTED,
+                    event,
+                    halted.attempts,
+                    arguments,
+                    started_at,
+                    result=reason,
+                ),
+            )
+            if self.stopping is None:
+                self.stopping = "halted"
+                batch.status = ExecutionStatus.HALTED
+                batch.current_step = spec.name
+                batch.result = {"halted_at": spec.name, "reason": reason}
+                batch.finished = True
+            written = self.send(batch)
+        return Recorded("halted", written, reason=halted.reason)
+
+    def completion(self, batch: JournalBatch) -> Any:
+        """Make ``batch`` complete the run; return the run's value."""
+        definition = self.definition
+        if definition.returns is not None:
+            value = self.state.results.get(definition.returns)
+            stored = encode(value)
         else:
-            self.observer.step_compensated(event)
+            value = {
+                name: result
+                for name, result in self.state.results.items()
+                if construct_for(definition.by_name[name]).in_value
+            }
+            # Each result as its step stored it: nested one level deeper, still storable.
+            stored = {name: encode(result) for name, result in value.items()}
+        batch.events.append(self.event(EventKind.COMPLETE))
+        batch.status = ExecutionStatus.COMPLETED
+        batch.result = stored
+        batch.finished = True
+        return value

@@ -11,23 +11,22 @@ import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from django.utils import timezone
 
 from .. import registry, store
 from ..conf import reactor_settings
-from ..coordination.runtime import coordinator_for, guard_dispatch
+from ..coordination.runtime import guard_dispatch
 from ..engine.constructs.interrupt import reached_interrupts
 from ..engine.definition import ReactorDefinition
 from ..engine.executor import Executor, utcnow
 from ..engine.journal import Event
 from ..engine.mapping import MapRollbackPending
 from ..engine.outcomes import Outcome, Paused, Rescheduled, RollbackFailure
-from ..engine.serialization import decode, encode
+from ..engine.serialization import encode
 from ..engine.state import RunState
 from ..exceptions import ReactorError, UnitWaitTimeout
-from ..observability import observer_for
 from ..states import EventKind, ExecutionStatus
 from . import wakeups
 from .maps import MapRunnerMixin
@@ -53,6 +52,23 @@ def _reached(executor: Executor, outcome: Outcome) -> Outcome:
     )
 
 
+class ChildExecutors(Protocol):
+    """What builds a composed child's executor (``runtime.executors.for_child``)."""
+
+    def __call__(
+        self,
+        definition: ReactorDefinition,
+        owned: store.Owned,
+        inputs: Any,
+        state: RunState,
+        *,
+        parent_id: uuid.UUID,
+        root_id: uuid.UUID,
+        in_worker: bool,
+        deadline: dt.datetime | None,
+    ) -> Executor: ...
+
+
 class DatabaseChildRunner(MapRunnerMixin):
     """Runs and rolls back the composed children and the maps of one parent execution."""
 
@@ -63,7 +79,10 @@ class DatabaseChildRunner(MapRunnerMixin):
         *,
         in_worker: bool = False,
         deadline: dt.datetime | None = None,
+        build: ChildExecutors,
     ) -> None:
+        # How a composed child's executor is built (``runtime.executors.for_child``).
+        self.build = build
         self.parent_id = parent_id
         self.root_id = root_id
         # The parent's deadline: its children (composed, async units) inherit what is left.
@@ -191,31 +210,13 @@ class DatabaseChildRunner(MapRunnerMixin):
     def _executor(
         self, definition: ReactorDefinition, owned: store.Owned, inputs: Any, state: RunState
     ) -> Executor:
-        decoded = decode(inputs)
-        return Executor(
+        return self.build(
             definition,
-            store.DatabaseJournal(owned),
-            inputs=decoded,
-            state=state,
-            # A composed child shares its root's locks and slots (re-entrant), never its
-            # rate limits, periods or ordered-lock place.
-            coordinator=coordinator_for(
-                definition,
-                execution_id=owned.execution_id,
-                owner_id=self.root_id,
-                inputs=decoded,
-                in_worker=self.in_worker,
-            ),
-            max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
-            max_concurrency=None if self.in_worker else store.side_by_side_limit(),
-            step_timeout=reactor_settings.STEP_TIMEOUT,
+            owned,
+            inputs,
+            state,
+            parent_id=self.parent_id,
+            root_id=self.root_id,
+            in_worker=self.in_worker,
             deadline=self.deadline,
-            children=DatabaseChildRunner(
-                owned.execution_id, self.root_id, in_worker=self.in_worker, deadline=self.deadline
-            ),
-            park_poll=reactor_settings.REDISPATCH_AFTER,
-            retry_later=self.in_worker,
-            attached=True,
-            issue_tokens=reactor_settings.RESUME_TOKENS,
-            observer=observer_for(definition, parent_id=self.parent_id),
         )

@@ -1,5 +1,4 @@
-"""What the operations share: checks of the caller's arguments, the coordinator and observers
-of a run, and the handles they return."""
+"""What the operations share: checks of the caller's arguments, and the handles they return."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import store
 from ..conf import reactor_settings
-from ..coordination import runtime as coordination_runtime
 from ..engine.serialization import safe_repr, unstorable
 from ..exceptions import (
     ExecutionNotFound,
@@ -18,10 +16,8 @@ from ..exceptions import (
     TransactionActive,
 )
 from ..handle import ExecutionHandle, Operations
-from ..observability import observer_for
 
 if TYPE_CHECKING:
-    from ..engine.definition import ReactorDefinition
     from ..reactor import Reactor
 
 
@@ -54,29 +50,6 @@ def refuse_open_transaction(action: str) -> None:
             "after the transaction commits (transaction.on_commit), or outside atomic() (for "
             "views under ATOMIC_REQUESTS, decorate them with transaction.non_atomic_requests)."
         )
-
-
-def coordinator_of(
-    definition: ReactorDefinition,
-    execution_id: uuid.UUID,
-    row: Any,
-    inputs: Any,
-    *,
-    in_worker: bool,
-) -> Any:
-    """The run's coordinator (None when nothing is declared). A composed child shares its
-    root's locks; a root run or an async unit owns its own."""
-    owner = execution_id
-    if row is not None and row.parent_id is not None and not row.detached:
-        owner = row.root_id or row.parent_id
-    return coordination_runtime.coordinator_for(
-        definition, execution_id=execution_id, owner_id=owner, inputs=inputs, in_worker=in_worker
-    )
-
-
-def observer_of(definition: ReactorDefinition, *, parent_id: Any = None) -> Any:
-    """Every execution's observers: REACTOR["MIDDLEWARE"], Meta.middleware, signals, logs."""
-    return observer_for(definition, parent_id=parent_id)
 
 
 def refuse_child(row: Any, action: str) -> None:

@@ -14,13 +14,11 @@ from typing import Any
 
 from .. import registry, store
 from ..conf import reactor_settings
-from ..engine.executor import Executor
-from ..engine.serialization import decode
 from ..engine.state import RunState
 from ..exceptions import ExecutionBusy, InvalidTransition, ReactorNotRegistered
-from ..runtime.children import DatabaseChildRunner
+from ..runtime import executors
 from ..states import ExecutionStatus
-from .common import coordinator_of, logger, observer_of
+from .common import logger
 
 
 def expire_deadlines(limit: int | None = None) -> int:
@@ -46,17 +44,7 @@ def _stop(row: Any) -> None:
         action="stop at its deadline",
     )
     state = RunState.restore(definition, store.run_records(row))
-    inputs = decode(row.inputs)
-    executor = Executor(
-        definition,
-        store.DatabaseJournal(owned),
-        inputs=inputs,
-        state=state,
-        children=DatabaseChildRunner(row.id, row.root_id or row.id, deadline=row.deadline_at),
-        observer=observer_of(definition, parent_id=row.parent_id),
-        coordinator=coordinator_of(definition, row.id, row, inputs, in_worker=False),
-        deadline=row.deadline_at,
-    )
+    executor = executors.for_operation(definition, owned, row, state, deadline=row.deadline_at)
     waiting = [s.name for s in definition.steps if s.name in state.waiting]
     with store.LeaseKeeper(owned):
         executor.deadline_passed(waiting[0] if waiting else "")

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from .. import registry, store
 from ..conf import reactor_settings
 from ..engine.constructs.compose import interrupt_paths
-from ..engine.executor import Executor
 from ..engine.interrupts import ContinueWith
 from ..engine.outcomes import (
     Dispatched,
@@ -20,7 +19,7 @@ from ..engine.outcomes import (
     Paused,
     PendingInterrupt,
 )
-from ..engine.serialization import decode, encode
+from ..engine.serialization import encode
 from ..engine.state import RunState
 from ..engine.validation import summarise_errors, validate
 from ..exceptions import (
@@ -36,7 +35,7 @@ from ..exceptions import (
     ResultNotSerializable,
     UnknownInterrupt,
 )
-from ..runtime.children import DatabaseChildRunner
+from ..runtime import executors
 from ..states import EventKind, ExecutionStatus, InterruptStatus
 
 if TYPE_CHECKING:
@@ -45,9 +44,7 @@ if TYPE_CHECKING:
 
 from .common import (
     check_key,
-    coordinator_of,
     logger,
-    observer_of,
     refuse_open_transaction,
 )
 
@@ -366,18 +363,10 @@ def _fail_paused(
         action="fail",
     )
     store.interrupts.mark(interrupt, closing_status, closed=True)
-    inputs = decode(execution.inputs)
-    executor = Executor(
-        definition,
-        store.DatabaseJournal(owned),
-        inputs=inputs,
-        state=RunState.restore(
-            definition, store.run_records(execution, for_rollback=True), for_rollback=True
-        ),
-        children=DatabaseChildRunner(execution.id, execution.root_id or execution.id),
-        observer=observer_of(definition, parent_id=execution.parent_id),
-        coordinator=coordinator_of(definition, execution.id, execution, inputs, in_worker=False),
+    state = RunState.restore(
+        definition, store.run_records(execution, for_rollback=True), for_rollback=True
     )
+    executor = executors.for_operation(definition, owned, execution, state)
     if event is not None:
         path = store.interrupts.nesting(interrupt).path
         executor.note(event, {"step": path, **(data or {})})
@@ -388,21 +377,8 @@ def _fail_paused(
 def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outcome:
     """Run the rest of a run this process just took from ``paused``."""
     row = store.get_row(owned.execution_id)
-    inputs = decode(row.inputs)
-    executor = Executor(
-        definition,
-        store.DatabaseJournal(owned, wakes=row.parent_id if row.detached else None),
-        inputs=inputs,
-        state=RunState.restore(definition, store.run_records(row)),
-        coordinator=coordinator_of(definition, row.id, row, inputs, in_worker=False),
-        max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
-        children=DatabaseChildRunner(row.id, row.root_id or row.id, deadline=row.deadline_at),
-        issue_tokens=reactor_settings.RESUME_TOKENS,
-        observer=observer_of(definition, parent_id=row.parent_id),
-        max_concurrency=store.side_by_side_limit(),
-        step_timeout=reactor_settings.STEP_TIMEOUT,
-        deadline=row.deadline_at,
-    )
+    state = RunState.restore(definition, store.run_records(row))
+    executor = executors.for_inline_resume(definition, owned, row, state)
     try:
         with store.LeaseKeeper(owned):
             outcome = executor.run()

@@ -13,7 +13,7 @@ from .. import registry, store
 from ..conf import reactor_settings
 from ..coordination import runtime as coordination_runtime
 from ..coordination.exceptions import CoordinationUnavailable
-from ..engine.executor import Executor, RunState, utcnow
+from ..engine.executor import utcnow
 from ..engine.journal import Event
 from ..engine.outcomes import (
     Dispatched,
@@ -36,7 +36,7 @@ from ..exceptions import (
     ResultNotSerializable,
 )
 from ..handle import ExecutionHandle
-from ..runtime.children import DatabaseChildRunner
+from ..runtime import executors
 from ..states import EventKind, ExecutionStatus
 
 if TYPE_CHECKING:
@@ -46,10 +46,8 @@ if TYPE_CHECKING:
 
 from .common import (
     check_key,
-    coordinator_of,
     find,
     logger,
-    observer_of,
     refuse_child,
     refuse_open_transaction,
 )
@@ -200,23 +198,7 @@ def _start(
         return Scheduled(execution_id=owned.execution_id, start_at=timing.start_at)
     if background:
         return Dispatched(execution_id=owned.execution_id)
-    executor = Executor(
-        definition,
-        store.DatabaseJournal(owned, recorded=set()),  # a new run: no step has a record
-        inputs=inputs,
-        state=RunState(next_seq=2),
-        max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
-        hand_off=True,
-        children=DatabaseChildRunner(
-            owned.execution_id, owned.execution_id, deadline=timing.deadline_at
-        ),
-        issue_tokens=reactor_settings.RESUME_TOKENS,
-        observer=observer_of(definition),
-        coordinator=coordinator_of(definition, owned.execution_id, None, inputs, in_worker=False),
-        max_concurrency=store.side_by_side_limit(),
-        step_timeout=reactor_settings.STEP_TIMEOUT,
-        deadline=timing.deadline_at,
-    )
+    executor = executors.for_caller(definition, owned, inputs, deadline=timing.deadline_at)
     try:
         with store.LeaseKeeper(owned):
             return after_pause(executor.run())

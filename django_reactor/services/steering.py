@@ -6,9 +6,8 @@ import contextlib
 import uuid
 
 from .. import registry, store
-from ..engine.executor import Executor
 from ..engine.mapping import MapRollbackPending
-from ..engine.serialization import decode, safe_repr, unstorable
+from ..engine.serialization import safe_repr, unstorable
 from ..engine.state import RunState
 from ..exceptions import (
     DefinitionChanged,
@@ -17,14 +16,12 @@ from ..exceptions import (
     ReactorError,
 )
 from ..handle import ExecutionHandle
-from ..runtime.children import DatabaseChildRunner
+from ..runtime import executors
 from ..states import ExecutionStatus, sources_of
 from .common import (
-    coordinator_of,
     find,
     handle_of,
     logger,
-    observer_of,
     refuse_child,
     refuse_open_transaction,
 )
@@ -144,16 +141,7 @@ def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
     state = RunState.restore(
         definition, store.run_records(row, for_rollback=True), for_rollback=True
     )
-    inputs = decode(row.inputs)
-    executor = Executor(
-        definition,
-        store.DatabaseJournal(owned),
-        inputs=inputs,
-        state=state,
-        children=DatabaseChildRunner(row.id, row.id),
-        observer=observer_of(definition, parent_id=row.parent_id),
-        coordinator=coordinator_of(definition, row.id, row, inputs, in_worker=False),
-    )
+    executor = executors.for_operation(definition, owned, row, state)
     # While workers undo a map's elements the run parks; it finishes its rollback after.
     with store.LeaseKeeper(owned), contextlib.suppress(MapRollbackPending):
         executor.finish_rollback("undo requested")

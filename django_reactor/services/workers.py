@@ -11,7 +11,6 @@ from django.db import connections
 
 from .. import registry, store
 from ..conf import reactor_settings
-from ..engine.executor import Executor
 from ..engine.mapping import MapRollbackPending
 from ..engine.outcomes import (
     ErrorInfo,
@@ -27,7 +26,7 @@ from ..exceptions import (
     ReactorNotRegistered,
     StoredValueUnreadable,
 )
-from ..runtime.children import DatabaseChildRunner
+from ..runtime import executors
 from ..states import EventKind, ExecutionStatus
 
 if TYPE_CHECKING:
@@ -35,9 +34,7 @@ if TYPE_CHECKING:
 
 
 from .common import (
-    coordinator_of,
     logger,
-    observer_of,
 )
 from .deadlines import expire_deadlines
 from .interrupts import after_pause, expire_interrupts
@@ -179,7 +176,7 @@ def _run_claimed(
     *,
     first: bool,
 ) -> Outcome:
-    executor = _worker_executor(definition, owned, row, state)
+    executor = executors.for_worker(definition, owned, row, state)
     if first:
         executor.note(
             EventKind.RESUME,
@@ -206,33 +203,6 @@ def _unreadable_message(row: Any, exc: StoredValueUnreadable) -> str:
     return (
         f"the stored run cannot be read by this code: {exc}. Nothing ran. Repair the row or "
         "deploy the code that wrote it, then undo() or cancel() the run"
-    )
-
-
-def _worker_executor(
-    definition: ReactorDefinition, owned: store.Owned, fresh: Any, state: RunState
-) -> Executor:
-    root = fresh.root_id or fresh.id
-    inputs = decode(fresh.inputs)
-    return Executor(
-        definition,
-        store.DatabaseJournal(
-            owned, wakes=fresh.parent_id if fresh.detached else None, recorded=state.recorded
-        ),
-        inputs=inputs,
-        state=state,
-        coordinator=coordinator_of(definition, fresh.id, fresh, inputs, in_worker=True),
-        retry_later=True,
-        children=DatabaseChildRunner(
-            owned.execution_id, root, in_worker=True, deadline=fresh.deadline_at
-        ),
-        # The unit's completion wakes the parked run; this is only the net under a lost task.
-        park_poll=reactor_settings.REDISPATCH_AFTER,
-        issue_tokens=reactor_settings.RESUME_TOKENS,
-        observer=observer_of(definition, parent_id=fresh.parent_id),
-        hand_back_on_interruption=True,
-        step_timeout=reactor_settings.STEP_TIMEOUT,
-        deadline=fresh.deadline_at,
     )
 
 

@@ -14,7 +14,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from ...exceptions import UnitWaitTimeout
-from ...states import EventKind, ExecutionStatus, StepStatus
+from ...states import EventKind, StepStatus
 from ..coordination import DispatchRefused
 from ..declarations import StepDeclaration
 from ..journal import JournalBatch, RecordedStep, StepWrite
@@ -31,7 +31,7 @@ from .base import (
 from .compose import ComposeStep, child_declaration, child_runner
 
 if TYPE_CHECKING:
-    from ..executor import Executor
+    from ..context import RunContext
     from ..spec import StepSpec
     from ..state import RunState
 
@@ -61,7 +61,7 @@ class AsyncUnit(Construct):
         return spec.unit is not None
 
     def run(
-        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
         """Hand the unit to workers; the run goes on with the steps that do not need it."""
         refused = unstorable_arguments(run, spec, arguments)
@@ -95,17 +95,17 @@ class AsyncUnit(Construct):
         return CONTINUE
 
     def settle(
-        self, run: Executor, spec: StepSpec, reader: StepSpec, started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, reader: StepSpec, started_at: dt.datetime
     ) -> StepResult | None:
         """Get the unit's outcome for ``reader``: wait inline, or park the run on a worker."""
         unit = spec.name
         try:
-            outcome = child_runner(run, reader).settle(unit, wait=not run.retry_later)
+            outcome = child_runner(run, reader).settle(unit, wait=not run.policy.retry_later)
         except UnitWaitTimeout as timeout:
             error = run.error_info(timeout, ErrorKind.ARGUMENT, reader, {}, 0)
             return StepFailed(error, arguments={})
         if outcome is None:
-            if run.retry_later:
+            if run.policy.retry_later:
                 return Stop(_park(run, reader, unit))
             error = ErrorInfo(
                 kind=ErrorKind.ARGUMENT,
@@ -120,7 +120,7 @@ class AsyncUnit(Construct):
 
     def rollback(
         self,
-        run: Executor,
+        run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
@@ -138,22 +138,11 @@ class AsyncUnit(Construct):
         super().restore(state, spec, record)
 
 
-def _park(run: Executor, reader: StepSpec, unit: str) -> Rescheduled:
+def _park(run: RunContext, reader: StepSpec, unit: str) -> Rescheduled:
     """Release the worker while ``reader`` waits for ``unit``; its completion wakes the run."""
-    run.commit(
-        JournalBatch(
-            events=[run.event(EventKind.PARK, step=reader.name, data={"waiting_for": unit})],
-            status=ExecutionStatus.PENDING,
-            current_step=reader.name,
-            release=True,
-            # A safety net: if the wake-up message is lost, the sweeper wakes the run.
-            wake_after=run.park_poll,
-        )
-    )
-    run.notify_parked(reader.name, "park", run.park_poll)
-    return Rescheduled(
-        execution_id=run.execution_id, step=reader.name, delay=run.park_poll, reason="park"
-    )
+    event = run.event(EventKind.PARK, step=reader.name, data={"waiting_for": unit})
+    # The delay is a safety net: if the wake-up message is lost, the sweeper wakes the run.
+    return run.park(reader.name, reason="park", delay=run.policy.park_poll, event=event)
 
 
 ASYNC_UNIT = AsyncUnit()

@@ -1,19 +1,21 @@
 """The protocol every construct implements, and what a construct hands back to the core.
 
 A construct is one kind of step: a plain step, a composed child, an async unit, a map, an
-interrupt, a step held by coordination. The executor core (:mod:`..executor`) picks the
-construct of each ready step, asks it to :meth:`Construct.run` the step and applies what comes
-back; when the run fails it applies the rollback rule, asking the construct of each step to
-:meth:`Construct.rollback` it. A construct records what is its own (a retry, a park, an
-interrupt reached) through the executor's services; completing, halting and failing a step
-are recorded by the core, the same way for every construct.
+interrupt, a sleep, a step held by coordination. The executor core (:mod:`..executor`) picks
+the construct of each ready step, asks it to :meth:`Construct.run` the step and applies what
+comes back; when the run fails it applies the rollback rule, asking the construct of each step
+to :meth:`Construct.rollback` it; when a run goes on after a stop, the construct of each
+recorded step folds its record back into the run's state (:meth:`Construct.restore`). A
+construct sees the run through :class:`~..context.RunContext`, never the executor, and records
+what is its own (a retry, a park, an interrupt reached) through it; completing, halting and
+failing a step are recorded by the core, the same way for every construct.
 
 A construct's ``run`` says how the step ended: :class:`StepDone` (completed or skipped, with its
 value), :class:`StepHalted`, :class:`StepFailed` (with its error, started or not: only a started
 step is compensated), :class:`Stop` (the construct parked, paused or dispatched the run: return
 this outcome) or :data:`CONTINUE` (the construct recorded the step itself and the run goes on).
 A step that parked runs again when the run resumes, and its construct continues where it
-stopped; :meth:`Construct.resume`, :meth:`Construct.settle`, :meth:`Construct.pause` and
+stopped; :meth:`Construct.catch_up`, :meth:`Construct.settle`, :meth:`Construct.pause` and
 :meth:`Construct.parked` are the other points where a run stops and starts again.
 """
 
@@ -31,7 +33,7 @@ from ..outcomes import ErrorInfo, ErrorKind, Outcome, RollbackFailure
 from ..serialization import decode, unstorable
 
 if TYPE_CHECKING:
-    from ..executor import Executor
+    from ..context import RunContext
     from ..spec import StepSpec
     from ..state import RunState
 
@@ -155,7 +157,7 @@ class Construct(ABC):
 
     @abstractmethod
     def run(
-        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
         """Run the ready step ``spec`` with its resolved (and validated) ``arguments``.
 
@@ -165,36 +167,36 @@ class Construct(ABC):
         ``run.abort(...)`` and raised again.
         """
 
-    def finish(self, run: Executor, spec: StepSpec) -> None:
+    def finish(self, run: RunContext, spec: StepSpec) -> None:
         """The core has applied what :meth:`run` returned (or the process was interrupted):
         give back what the construct took for the step. By default, nothing."""
         return None
 
-    def resume(self, run: Executor) -> None:
+    def catch_up(self, run: RunContext) -> None:
         """The run (re)starts: take in what arrived for this construct's steps meanwhile. By
         default, nothing."""
         return None
 
     def settle(
-        self, run: Executor, spec: StepSpec, reader: StepSpec, started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, reader: StepSpec, started_at: dt.datetime
     ) -> StepResult | None:
         """``reader`` is about to run and reads ``spec``, whose outcome came later (it is in
         ``run.state.units``): put the outcome in the results and return None, or say how the
         reader stops (fails, or parks the run)."""
         return None
 
-    def pause(self, run: Executor, waiting: list[str]) -> Outcome:
+    def pause(self, run: RunContext, waiting: list[str]) -> Outcome:
         """Nothing can run while ``waiting`` (this construct's steps first) wait: stop the run."""
         raise NotImplementedError(f"{self.name} steps never wait")
 
-    def parked(self, run: Executor, spec: StepSpec) -> None:
+    def parked(self, run: RunContext, spec: StepSpec) -> None:
         """The run parked while the work of ``spec`` goes on elsewhere (its rollback): wake it
         at once if that work finished meanwhile. By default, nothing."""
         return None
 
     def rollback(
         self,
-        run: Executor,
+        run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
@@ -252,7 +254,7 @@ ROLLBACK_KINDS: dict[str, tuple[str, str, str, str]] = {
 
 
 def record_no_handler(
-    run: Executor, spec: StepSpec, action: RollbackAction
+    run: RunContext, spec: StepSpec, action: RollbackAction
 ) -> list[RollbackFailure]:
     """Record that the step has no ``action`` to run (``undo_skipped``/``compensate_skipped``)."""
     event = run.event(ROLLBACK_KINDS[action][2], step=spec.name)
@@ -262,12 +264,12 @@ def record_no_handler(
             rollback=RollbackWrite(spec.name, RollbackStatus.NO_HANDLER, event.at),
         )
     )
-    run.notify_rollback(action, spec.name, RollbackStatus.NO_HANDLER, None, None)
+    run.notices.rolled_back(action, spec.name, RollbackStatus.NO_HANDLER, None, None)
     return []
 
 
 def record_nested_rollback(
-    run: Executor,
+    run: RunContext,
     spec: StepSpec,
     action: RollbackAction,
     failures: list[RollbackFailure],
@@ -291,14 +293,14 @@ def record_nested_rollback(
         event = run.event(ok_kind, step=spec.name, duration_ms=duration)
         rollback = RollbackWrite(spec.name, ok_status, event.at)
     run.commit(JournalBatch(events=[event], rollback=rollback))
-    run.notify_rollback(
+    run.notices.rolled_back(
         action, spec.name, rollback.status, duration, failures[0] if failures else None
     )
     return failures
 
 
 def unstorable_arguments(
-    run: Executor, spec: StepSpec, arguments: dict[str, Any]
+    run: RunContext, spec: StepSpec, arguments: dict[str, Any]
 ) -> StepFailed | None:
     """A child's or a unit's arguments are its stored inputs: refused before it is created."""
     problem = unstorable(arguments)

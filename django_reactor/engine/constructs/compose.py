@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ...exceptions import DefinitionError, ReactorError
-from ...states import EventKind, ExecutionStatus, StepStatus
+from ...states import EventKind, StepStatus
 from ..declarations import StepDeclaration
 from ..journal import JournalBatch, RecordedStep, StepWrite
 from ..outcomes import (
@@ -55,7 +55,7 @@ from .base import (
 from .interrupt import INTERRUPT, interrupt_event, reached_interrupts
 
 if TYPE_CHECKING:
-    from ..executor import Executor
+    from ..context import RunContext
     from ..outcomes import Outcome
     from ..spec import ReactorDefinition, StepSpec
     from ..state import RunState
@@ -167,15 +167,14 @@ class Compose(Construct):
         return spec.child is not None
 
     def run(
-        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
         """Run (or continue) the child as this step; map its outcome onto the step."""
         refused = unstorable_arguments(run, spec, arguments)
         if refused is not None:
             return refused
         runner = child_runner(run, spec)
-        if run.observer is not None:
-            run.observer.step_started(run.step_event(spec.name, "running", 1))
+        run.notices.step_started(spec.name, 1)
         t0 = time.perf_counter()
         try:
             outcome = runner.run(spec.name, spec.child.definition, arguments)
@@ -216,7 +215,7 @@ class Compose(Construct):
         # and once more by an operator's undo().
         return StepFailed(error, started=True, attempts=1)
 
-    def resume(self, run: Executor) -> None:
+    def catch_up(self, run: RunContext) -> None:
         """A compose step waits for its paused child: offer it again if a payload was accepted
         below it (or the child moved on), so the step continues the child."""
         state = run.state
@@ -234,7 +233,7 @@ class Compose(Construct):
             for path in accepted:
                 run.note(EventKind.PAYLOAD, step=f"{spec.name}.{path}")
 
-    def pause(self, run: Executor, waiting: list[str]) -> Outcome:
+    def pause(self, run: RunContext, waiting: list[str]) -> Outcome:
         """Nothing can run while a child waits: the run pauses as at an interrupt of its own."""
         return INTERRUPT.pause(run, waiting)
 
@@ -255,7 +254,7 @@ class Compose(Construct):
 
     def rollback(
         self,
-        run: Executor,
+        run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
@@ -274,7 +273,7 @@ class Compose(Construct):
         )
 
 
-def child_runner(run: Executor, spec: StepSpec) -> ChildRunner:
+def child_runner(run: RunContext, spec: StepSpec) -> ChildRunner:
     """The executor's child runner; a step that needs one fails loudly without it."""
     if run.children is None:
         raise ReactorError(
@@ -284,38 +283,26 @@ def child_runner(run: Executor, spec: StepSpec) -> ChildRunner:
     return run.children
 
 
-def _park_with_child(run: Executor, spec: StepSpec, child: Rescheduled) -> Rescheduled:
+def _park_with_child(run: RunContext, spec: StepSpec, child: Rescheduled) -> Rescheduled:
     """A composed child waits (a retry's backoff, an async unit): the run waits with it.
 
     The worker is released; the retry's dispatch (or the unit's completion) resumes this run,
     which re-enters the compose step and continues the child where it stopped.
     """
-    retry = child.reason == "retry"
-    run.commit(
-        JournalBatch(
-            events=[
-                run.event(
-                    EventKind.PARK,
-                    step=spec.name,
-                    data={"child_step": child.step, "reason": child.reason},
-                )
-            ],
-            status=ExecutionStatus.PENDING,
-            current_step=spec.name,
-            release=True,
-            wake_after=child.delay,
-            dispatch="retry" if retry and not run.attached else None,
-            dispatch_delay=child.delay,
-        )
+    event = run.event(
+        EventKind.PARK, step=spec.name, data={"child_step": child.step, "reason": child.reason}
     )
-    run.notify_parked(spec.name, child.reason, child.delay)
-    return Rescheduled(
-        execution_id=run.execution_id, step=spec.name, delay=child.delay, reason=child.reason
+    return run.park(
+        spec.name,
+        reason=child.reason,
+        delay=child.delay,
+        event=event,
+        by_task=child.reason == "retry",
     )
 
 
 def _wait_for_child(
-    run: Executor, spec: StepSpec, child: Paused, started_at: dt.datetime
+    run: RunContext, spec: StepSpec, child: Paused, started_at: dt.datetime
 ) -> StepResult:
     """The child paused at interrupts: this step waits for it, and the run goes on with the
     steps that do not need it (it pauses when nothing else can run).

@@ -41,7 +41,7 @@ from ..templates import Template
 from .base import CONTINUE, Construct, StepFailed, StepResult
 
 if TYPE_CHECKING:
-    from ..executor import Executor
+    from ..context import RunContext
     from ..spec import StepSpec
     from ..state import RunState
 
@@ -188,7 +188,7 @@ class Interrupt(Construct):
         return spec.interrupt is not None
 
     def run(
-        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
         """Record that the run waits at ``spec`` for a payload; other ready steps go on."""
         interrupt = spec.interrupt
@@ -202,7 +202,7 @@ class Interrupt(Construct):
             if interrupt.timeout is not None
             else None
         )
-        token = secrets.token_urlsafe(32) if run.issue_tokens else None
+        token = secrets.token_urlsafe(32) if run.policy.issue_tokens else None
         event = interrupt_event(run, spec.name, correlation, expires_at)
         batch = JournalBatch(
             events=[event],
@@ -233,7 +233,7 @@ class Interrupt(Construct):
         )
         return CONTINUE
 
-    def pause(self, run: Executor, waiting: list[str]) -> Outcome:
+    def pause(self, run: RunContext, waiting: list[str]) -> Outcome:
         """Nothing else can run until a payload comes: release the run, waiting.
 
         A composed child that waits (its compose step is in ``waiting``) stands for the
@@ -258,17 +258,14 @@ class Interrupt(Construct):
                 release=True,
             )
         )
-        if run.observer is not None:
-            run.observer.execution_paused(
-                run.run_event(ExecutionStatus.PAUSED, step=waiting[0], waiting_for=tuple(waiting))
-            )
+        run.notices.paused(step=waiting[0], waiting_for=tuple(waiting))
         return Paused(
             execution_id=run.execution_id,
             interrupts=tuple(interrupts),
             results=dict(run.state.results),
         )
 
-    def resume(self, run: Executor) -> None:
+    def catch_up(self, run: RunContext) -> None:
         """Record the payloads accepted while the run was paused as their steps' results."""
         state = run.state
         if not state.claimed:
@@ -302,7 +299,7 @@ class Interrupt(Construct):
             super().restore(state, spec, record)
 
 
-def reached_interrupts(run: Executor) -> dict[str, PendingInterrupt]:
+def reached_interrupts(run: RunContext) -> dict[str, PendingInterrupt]:
     """The interrupts this process reached in the run, with their tokens (for ``Paused``), by
     path: the run's own by name, its composed children's as ``"<step>.<interrupt>"``."""
     reached: dict[str, PendingInterrupt] = run.memo.setdefault(INTERRUPT.name, {})
@@ -310,7 +307,7 @@ def reached_interrupts(run: Executor) -> dict[str, PendingInterrupt]:
 
 
 def interrupt_event(
-    run: Executor, path: str, correlation: str | None, expires_at: dt.datetime | None
+    run: RunContext, path: str, correlation: str | None, expires_at: dt.datetime | None
 ) -> Event:
     """The ``interrupt`` trace entry of an interrupt reached (``path``: its step, or its path
     through composed children)."""
@@ -324,7 +321,7 @@ def interrupt_event(
     )
 
 
-def _correlation_failure(run: Executor, spec: StepSpec, message: str) -> StepFailed:
+def _correlation_failure(run: RunContext, spec: StepSpec, message: str) -> StepFailed:
     error = run.step_error(spec, ErrorKind.CORRELATION, message, retryable=False)
     return StepFailed(error, arguments={})
 

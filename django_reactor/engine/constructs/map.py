@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ...exceptions import ArgumentResolutionError, DefinitionError, ReactorError
-from ...states import EventKind, ExecutionStatus
+from ...states import EventKind
 from ..declarations import StepDeclaration
-from ..journal import JournalBatch
-from ..outcomes import Dispatched, ErrorInfo, ErrorKind, Outcome, Rescheduled
+from ..outcomes import Dispatched, ErrorInfo, ErrorKind, Outcome
 from ..step import Step
 from ..templates import ElementRef, ResolutionScope, Template
 from .base import (
@@ -41,7 +40,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..executor import Executor
+    from ..context import RunContext
     from ..outcomes import RollbackFailure
     from ..spec import ReactorDefinition, StepSpec
     from ..state import RunState
@@ -355,7 +354,7 @@ class Map(Construct):
         return spec.map is not None
 
     def run(
-        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
         """Run (or continue) the elements: inline, or on workers while the run waits."""
         map_spec = spec.map
@@ -365,8 +364,7 @@ class Map(Construct):
             source = map_spec.resolve_source(run.scope, arguments)
         except ArgumentResolutionError as unresolved:
             return StepFailed(run.error_info(unresolved, ErrorKind.ARGUMENT, spec, arguments, 0))
-        if run.observer is not None:
-            run.observer.step_started(run.step_event(spec.name, "running", 1))
+        run.notices.step_started(spec.name, 1)
         t0 = time.perf_counter()
         try:
             outcome = runner.run_map(spec.name, map_spec, source, arguments)
@@ -397,13 +395,13 @@ class Map(Construct):
             return StepFailed(error, started=True, attempts=1)
         return Stop(_park_map(run, spec, runner))
 
-    def parked(self, run: Executor, spec: StepSpec) -> None:
+    def parked(self, run: RunContext, spec: StepSpec) -> None:
         """The run parked while workers undo the elements: wake it if they finished."""
         map_runner(run, spec).map_parked(spec.name)
 
     def rollback(
         self,
-        run: Executor,
+        run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
@@ -429,7 +427,7 @@ class Map(Construct):
         state.rolled_back_in_place(spec.name)
 
 
-def map_runner(run: Executor, spec: StepSpec) -> MapRunner:
+def map_runner(run: RunContext, spec: StepSpec) -> MapRunner:
     """The executor's map runner (its child runner); a map fails loudly without one."""
     runner = run.children
     if runner is None or not hasattr(runner, "run_map"):
@@ -439,29 +437,13 @@ def map_runner(run: Executor, spec: StepSpec) -> MapRunner:
     return runner  # type: ignore[return-value]
 
 
-def _park_map(run: Executor, spec: StepSpec, runner: MapRunner) -> Outcome:
+def _park_map(run: RunContext, spec: StepSpec, runner: MapRunner) -> Outcome:
     """The elements run on workers: release the run; the last element to settle wakes it."""
-    run.commit(
-        JournalBatch(
-            events=[
-                run.event(
-                    EventKind.PARK,
-                    step=spec.name,
-                    data={"waiting_for": "map", "map": spec.name},
-                )
-            ],
-            status=ExecutionStatus.PENDING,
-            current_step=spec.name,
-            release=True,
-            wake_after=run.park_poll,
-        )
-    )
-    run.notify_parked(spec.name, "map", run.park_poll)
+    event = run.event(EventKind.PARK, step=spec.name, data={"waiting_for": "map", "map": spec.name})
+    parked = run.park(spec.name, reason="map", delay=run.policy.park_poll, event=event)
     runner.map_parked(spec.name)
-    if run.retry_later or run.attached:
-        return Rescheduled(
-            execution_id=run.execution_id, step=spec.name, delay=run.park_poll, reason="map"
-        )
+    if run.policy.retry_later or run.policy.attached:
+        return parked
     return Dispatched(execution_id=run.execution_id, results=dict(run.state.results))
 
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...exceptions import DefinitionError
-from ...states import EventKind, ExecutionStatus, StepStatus
+from ...states import EventKind, StepStatus
 from ..declarations import StepDeclaration
-from ..journal import JournalBatch, RecordedStep, StepWrite
+from ..journal import RecordedStep, StepWrite
 from ..outcomes import ErrorKind, Rescheduled
 from ..serialization import decode
 from ..step import Step
@@ -36,7 +36,7 @@ from ..templates import Template, ValueRef
 from .base import Construct, StepDone, StepFailed, StepResult, Stop
 
 if TYPE_CHECKING:
-    from ..executor import Executor
+    from ..context import RunContext
     from ..spec import StepSpec
     from ..state import RunState
 
@@ -160,7 +160,7 @@ class Sleep(Construct):
         super().restore(state, spec, record)
 
     def run(
-        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
         """Complete the step when its time has come; park the run until then."""
         now = run.clock()
@@ -193,7 +193,7 @@ class Sleep(Construct):
 
     @staticmethod
     def _park(
-        run: Executor,
+        run: RunContext,
         spec: StepSpec,
         arguments: dict[str, Any],
         started_at: dt.datetime,
@@ -204,31 +204,16 @@ class Sleep(Construct):
     ) -> Rescheduled:
         delay = (due - now).total_seconds()
         event = run.event(EventKind.SLEEP, step=spec.name, data={"until": due.isoformat()})
+        record = (
+            StepWrite.of(
+                spec, StepStatus.SLEEPING, event, 0, arguments, started_at, result=due.isoformat()
+            )
+            if first
+            else None
+        )
         # No message waits for it (a countdown would sit in a worker's memory): the sweeper
         # wakes the run once its wake-up time has come, many at a time.
-        batch = JournalBatch(
-            events=[event],
-            status=ExecutionStatus.PENDING,
-            current_step=spec.name,
-            release=True,
-            wake_after=delay,
-        )
-        if first:
-            batch.step = StepWrite.of(
-                spec,
-                StepStatus.SLEEPING,
-                event,
-                0,
-                arguments,
-                started_at,
-                result=due.isoformat(),
-            )
-        run.commit(batch)
-        delay = batch.wake_after if batch.wake_after is not None else delay  # by the deadline
-        run.notify_parked(spec.name, "sleep", delay)
-        return Rescheduled(
-            execution_id=run.execution_id, step=spec.name, delay=delay, reason="sleep"
-        )
+        return run.park(spec.name, reason="sleep", delay=delay, event=event, record=record)
 
 
 SLEEP = Sleep()

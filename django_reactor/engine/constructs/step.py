@@ -12,7 +12,7 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from ...states import EventKind, ExecutionStatus, RollbackStatus
+from ...states import EventKind, RollbackStatus
 from .. import probes
 from ..coordination import StepHold
 from ..journal import Event, JournalBatch, RollbackWrite
@@ -48,7 +48,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..executor import Executor
+    from ..context import RunContext
     from ..spec import StepSpec
 
 
@@ -64,7 +64,7 @@ class PlainStep(Construct):
         return spec.has_undo
 
     def run(
-        self, run: Executor, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
     ) -> StepResult:
         """Run the step's body, retrying as its policy says; say how it ended."""
         attempt = run.state.attempts_done.pop(spec.name, 0)
@@ -81,14 +81,13 @@ class PlainStep(Construct):
         while True:
             attempt += 1
             context = run.context(spec, "run", attempt)
-            if run.observer is not None:
-                run.observer.step_started(run.step_event(spec.name, "running", attempt))
+            run.notices.step_started(spec.name, attempt)
             t0 = time.perf_counter()
             exc: BaseException | None = None
             if probes.active is not None:
                 probes.active("before_step", spec.name)
             # An atomic step: each attempt in a transaction of its own, never a backoff in it.
-            transaction = run.journal.begin(spec.name, "run") if spec.atomic else None
+            transaction = run.begin(spec.name, "run") if spec.atomic else None
             try:
                 outcome: StepOutcome = _attempt(run, spec, context, arguments)
                 if transaction is not None and not isinstance(outcome, Failure):
@@ -121,9 +120,10 @@ class PlainStep(Construct):
             assert isinstance(outcome, Failure)
             if _should_retry(spec, outcome, exc, attempt):
                 delay = spec.retry.delay_after(attempt)
-                if run.max_retry_delay is not None:
-                    delay = min(delay, run.max_retry_delay)
-                if run.retry_later and delay > 0:
+                policy = run.policy
+                if policy.max_retry_delay is not None:
+                    delay = min(delay, policy.max_retry_delay)
+                if policy.retry_later and delay > 0:
                     if run.in_branch():
                         # Alongside other steps: the run parks once they have settled.
                         run.commit(
@@ -155,13 +155,13 @@ class PlainStep(Construct):
             # An atomic step's writes were rolled back with the attempt: nothing to compensate.
             return StepFailed(error, started=not spec.atomic, attempts=attempt)
 
-    def finish(self, run: Executor, spec: StepSpec) -> None:
+    def finish(self, run: RunContext, spec: StepSpec) -> None:
         """An atomic step's transaction that no record joined is rolled back."""
         run.drop_held()
 
     def rollback(
         self,
-        run: Executor,
+        run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
@@ -174,7 +174,7 @@ class PlainStep(Construct):
 
     def call_handler(
         self,
-        run: Executor,
+        run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
@@ -191,7 +191,7 @@ class PlainStep(Construct):
         t0 = time.perf_counter()
         failure: RollbackFailure | None = None
         # An atomic step's undo and compensate commit with their rollback record.
-        transaction = run.journal.begin(spec.name, action) if spec.atomic else None
+        transaction = run.begin(spec.name, action) if spec.atomic else None
         try:
             with acting(context):
                 returned = getattr(spec.impl(context), action)(first, **signature.filter(arguments))
@@ -246,16 +246,16 @@ class PlainStep(Construct):
         finally:
             if hold is not None and transaction is not None:
                 hold.release(True)  # only once the undo's writes are visible to others
-        run.notify_rollback(action, spec.name, rollback.status, duration, failure)
+        run.notices.rolled_back(action, spec.name, rollback.status, duration, failure)
         return [failure] if failure is not None else []
 
 
 def _attempt(
-    run: Executor, spec: StepSpec, context: StepContext, arguments: dict[str, Any]
+    run: RunContext, spec: StepSpec, context: StepContext, arguments: dict[str, Any]
 ) -> StepOutcome:
     """One attempt of the body: here, or under a watch when the step has a timeout or a
     heartbeat timeout (:mod:`..supervision`)."""
-    timeout, heartbeat_timeout = timeouts(spec, run.step_timeout)
+    timeout, heartbeat_timeout = timeouts(spec, run.policy.step_timeout)
     if timeout is None and heartbeat_timeout is None:
         with acting(context):
             return as_step_outcome(spec.impl(context).run(**arguments))
@@ -271,7 +271,7 @@ def _attempt(
             context.watch,
             timeout=timeout,
             heartbeat_timeout=heartbeat_timeout,
-            on_thread_end=run.journal.thread_finished,
+            on_thread_end=run.thread_finished,
         ),
     )
 
@@ -293,7 +293,7 @@ def _should_retry(
 
 
 def _retry_later(
-    run: Executor,
+    run: RunContext,
     spec: StepSpec,
     outcome: Failure,
     exc: BaseException | None,
@@ -302,25 +302,23 @@ def _retry_later(
     duration: float,
 ) -> Rescheduled:
     """Park the run for the retry's backoff; a task (or the sweeper) resumes it."""
-    run.commit(
-        JournalBatch(
-            events=[_retry_event(run, spec, outcome, exc, attempt, duration, delay)],
-            status=ExecutionStatus.PENDING,
-            current_step=spec.name,
-            current_attempt=attempt,
-            release=True,
-            wake_after=delay,
-            dispatch=None if run.attached else "retry",
-            dispatch_delay=delay,
-        )
+    event = _retry_event(run, spec, outcome, exc, attempt, duration, delay)
+    parked = run.park(
+        spec.name,
+        reason="retry",
+        delay=delay,
+        event=event,
+        by_task=True,
+        attempt=attempt,
+        tell=False,
     )
     _notify_retry(run, spec, outcome, exc, attempt, duration, delay)
-    run.notify_parked(spec.name, "retry", delay)
-    return Rescheduled(execution_id=run.execution_id, step=spec.name, delay=delay)
+    run.notices.parked(spec.name, "retry", parked.delay)
+    return parked
 
 
 def _retry_event(
-    run: Executor,
+    run: RunContext,
     spec: StepSpec,
     outcome: Failure,
     exc: BaseException | None,
@@ -338,7 +336,7 @@ def _retry_event(
 
 
 def _notify_retry(
-    run: Executor,
+    run: RunContext,
     spec: StepSpec,
     outcome: Failure,
     exc: BaseException | None,
@@ -346,24 +344,19 @@ def _notify_retry(
     duration: float,
     delay: float,
 ) -> None:
-    if run.observer is None:
-        return
     summary = _error_summary(outcome, exc)
-    run.observer.step_retried(
-        run.step_event(
-            spec.name,
-            "retry",
-            attempt,
-            duration_ms=duration,
-            error=summary["error"],
-            error_class=summary["exception_class"],
-            delay=delay,
-        )
+    run.notices.step_retried(
+        spec.name,
+        attempt,
+        duration_ms=duration,
+        error=summary["error"],
+        error_class=summary["exception_class"],
+        delay=delay,
     )
 
 
 def _failure_info(
-    run: Executor,
+    run: RunContext,
     outcome: Failure,
     exc: BaseException | None,
     spec: StepSpec,

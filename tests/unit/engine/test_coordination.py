@@ -23,6 +23,7 @@ from django_reactor import (
     arg,
     step,
 )
+from django_reactor.engine.context import RunPolicy
 from django_reactor.engine.coordination import (
     Blocked,
     CoordinationKeyError,
@@ -125,7 +126,7 @@ def run(coordinator: FakeCoordinator, *, worker: bool = False, state: RunState |
         journal,
         inputs={"order_id": 1},
         state=state or RunState(next_seq=2),
-        retry_later=worker,
+        policy=RunPolicy(retry_later=worker),
         coordinator=coordinator,
     )
     return executor.run(), journal

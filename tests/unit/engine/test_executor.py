@@ -602,6 +602,7 @@ def test_an_interruption_during_the_retry_pause_aborts_the_run() -> None:
 
 
 def test_retry_delays_are_capped_and_the_trace_records_the_real_pause() -> None:
+    from django_reactor.engine.context import RunPolicy
     from django_reactor.engine.executor import Executor, RunState
     from django_reactor.engine.journal import MemoryJournal
 
@@ -616,7 +617,7 @@ def test_retry_delays_are_capped_and_the_trace_records_the_real_pause() -> None:
         inputs={},
         state=RunState(),
         sleep=sleeps.append,
-        max_retry_delay=2.5,
+        policy=RunPolicy(max_retry_delay=2.5),
     ).run()
     assert sleeps == [2.5]
     assert journal.events[0].data["delay"] == 2.5

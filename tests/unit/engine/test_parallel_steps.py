@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from django_reactor import Failure, Halt, Reactor, Retry, Step, Success, arg, step
+from django_reactor.engine.context import RunPolicy
 from django_reactor.engine.executor import Executor, RunState
 from django_reactor.engine.journal import MemoryJournal
 from django_reactor.engine.outcomes import Rescheduled
@@ -264,7 +265,9 @@ def test_on_a_worker_a_retry_parks_the_run_once_the_others_settle() -> None:
             max_concurrency = 3
 
     journal = MemoryJournal()
-    executor = Executor(Waits.definition, journal, inputs={}, state=RunState(), retry_later=True)
+    executor = Executor(
+        Waits.definition, journal, inputs={}, state=RunState(), policy=RunPolicy(retry_later=True)
+    )
     outcome = executor.run()
     assert isinstance(outcome, Rescheduled)
     assert outcome.step == "a"
@@ -327,7 +330,9 @@ def test_hand_off_after_a_step_waits_for_the_others() -> None:
             background = {"after": "a"}
 
     journal = MemoryJournal()
-    executor = Executor(Hands.definition, journal, inputs={}, state=RunState(), hand_off=True)
+    executor = Executor(
+        Hands.definition, journal, inputs={}, state=RunState(), policy=RunPolicy(hand_off=True)
+    )
     outcome = executor.run()
     assert outcome.status == ExecutionStatus.PENDING
     assert journal.dispatches == [("handoff", 0.0)]

@@ -19,6 +19,7 @@ from django_reactor import (
     sleep_until,
     step,
 )
+from django_reactor.engine.context import RunPolicy
 from django_reactor.engine.executor import Executor, RunState
 from django_reactor.engine.journal import MemoryJournal
 from django_reactor.engine.outcomes import ErrorKind, Rescheduled
@@ -54,7 +55,7 @@ def executor(
         state=state or RunState(),
         clock=clock,
         sleep=lambda seconds: None,
-        **options,
+        policy=RunPolicy(**options),
     )
 
 

@@ -1,5 +1,11 @@
 """Independent steps that run at the same time: ``Meta.max_concurrency = N``.
 
+The executor's one loop (:mod:`.executor`) asks :class:`SideBySide` for its turn: start the
+ready steps that may run now, each in a lane, and take in what a lane says when its step
+settles; when nothing is in flight the loop runs the next step alone, as without
+``max_concurrency``. A lane records its step's outcome with the loop's own
+:meth:`~.recording.RunRecorder.record_step`.
+
 When two or more steps are ready (their dependencies done), up to ``N`` of them run at once,
 each in a thread of its own (a *lane*) with its own database connection, closed when the run
 is done with its lanes. What does not change:
@@ -41,24 +47,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import ResultNotSerializable
-from ..states import EventKind, ExecutionStatus, StepStatus
-from . import probes
+from ..states import EventKind
 from .constructs import construct_for
-from .constructs.base import (
-    INTERRUPTIONS,
-    Postponed,
-    StepDone,
-    StepFailed,
-    StepHalted,
-    StepResult,
-    Stop,
-)
+from .constructs.base import INTERRUPTIONS, Postponed, StepDone, StepFailed, StepHalted, StepResult
 from .constructs.step import STEP
-from .journal import Journal, JournalBatch, StepWrite
-from .outcomes import ErrorInfo, ErrorKind, Halted, Outcome, Rescheduled
-from .serialization import roundtrip, shown
-from .state import PendingCompensation, UndoEntry
+from .journal import Journal, JournalBatch
+from .outcomes import ErrorInfo, Halted, Outcome, Rescheduled
+from .serialization import shown
 
 if TYPE_CHECKING:
     from .executor import Executor
@@ -190,11 +185,12 @@ class _Lanes:
                 thread.join()
 
 
-# ---------------------------------------------------------------------------- the loop
+# ---------------------------------------------------------------------------- side by side
 
 
-class ParallelSteps:
-    """Runs one execution's steps, independent ready ones at the same time."""
+class SideBySide:
+    """The executor's loop's side-by-side part: which steps run alongside others, and how
+    the run ends once they have settled."""
 
     def __init__(self, run: Executor, limit: int) -> None:
         self.execution = run
@@ -207,47 +203,47 @@ class ParallelSteps:
         self.in_flight: list[str] = []
         # Steps whose lane has recorded how they ended (the main thread may not know yet).
         self.settled: set[str] = set()
-        # What has been recorded for the whole run (under the run's lock): the first failure
-        # starts its rollback, the first halt (before any failure) ends it.
-        self.failure_recorded = False
-        self.halt_recorded = False
         # The step the run hands off after (Meta.background = {"after": ...}) is done.
         self.handing_off = False
+        self.stop = _Stop()
+        self.ended_cleanly = False
 
-    def run(self) -> Outcome:
-        """Run every remaining step; return how the run ended."""
+    @property
+    def busy(self) -> bool:
+        """Whether steps are in flight, or have stopped the run (it ends once they settle)."""
+        return bool(self.in_flight) or self.stop.any
+
+    def turn(self) -> Outcome | None:
+        """Start what may run alongside, then take in what one lane said; once every step in
+        flight has settled after a stop, end the run. None: go on (with nothing in flight and
+        no stop, the loop runs the next step alone)."""
         run = self.execution
-        stop = _Stop()
-        ended_cleanly = False
-        try:
-            while True:
-                if not stop.any and not (run.holds is not None and run.holds.lost):
-                    self._launch(stop)
-                if self.in_flight:
-                    try:
-                        message = self.said.get()
-                    except INTERRUPTIONS as exc:
-                        run.abort(exc)  # the lanes' steps are left to the next owner
-                        raise
-                    if isinstance(message, _Write):
-                        message.answer(run.journal)
-                        continue
-                    name, said = message
-                    self.in_flight.remove(name)
-                    self._absorb(name, said, stop)
-                    if stop.crash is not None:
-                        raise stop.crash
-                    continue
-                if stop.any:
-                    ended_cleanly = True
-                    return self._end(stop)
-                # Nothing in flight and nothing started alongside: the next step runs alone.
-                outcome = run.step_once()
-                if outcome is not None:
-                    ended_cleanly = True
-                    return outcome
-        finally:
-            self.lanes.close(wait=ended_cleanly)
+        stop = self.stop
+        if not stop.any and not (run.holds is not None and run.holds.lost):
+            self._launch(stop)
+        if self.in_flight:
+            try:
+                message = self.said.get()
+            except INTERRUPTIONS as exc:
+                run.abort(exc)  # the lanes' steps are left to the next owner
+                raise
+            if isinstance(message, _Write):
+                message.answer(run.journal)
+                return None
+            name, said = message
+            self.in_flight.remove(name)
+            self._absorb(name, said, stop)
+            if stop.crash is not None:
+                raise stop.crash
+            return None
+        if stop.any:
+            self.ended_cleanly = True
+            return self._end(stop)
+        return None
+
+    def close(self) -> None:
+        """The loop ends: end the lanes (waiting for them when the run ended cleanly)."""
+        self.lanes.close(wait=self.ended_cleanly)
 
     # -- starting steps --------------------------------------------------------------------
 
@@ -262,7 +258,7 @@ class ParallelSteps:
         point = run.hand_off_point
         chosen: list[tuple[StepSpec, dict[str, Any]]] = []
         with run.lock:
-            if self.failure_recorded or self.halt_recorded or self.handing_off:
+            if run.stopping is not None or self.handing_off:
                 return  # a lane recorded it; the main thread hears of it next
             running = [name for name in self.in_flight if name not in self.settled]
             ready = run.definition.ready(state.done, state.waiting | set(self.in_flight))
@@ -285,7 +281,7 @@ class ParallelSteps:
                 if running or chosen:
                     # It never started; nothing more starts, and the run fails once the
                     # steps in flight have settled.
-                    self._record_failure(spec, arguments, arguments.arguments or {}, None)
+                    run.record_step(spec, arguments, arguments.arguments or {}, None).wait()
                     stop.failure = stop.failure or (spec.name, arguments.error)
                     return
                 break  # alone, the step_once path fails it
@@ -337,8 +333,6 @@ class ParallelSteps:
         self.said.put(request)
         return request.wait
 
-    # -- what a lane records ----------------------------------------------------------------
-
     def _record(
         self,
         spec: StepSpec,
@@ -346,142 +340,33 @@ class ParallelSteps:
         arguments: dict[str, Any],
         started_at: dt.datetime,
     ) -> _Said:
-        """Record how a step running alongside others ended (in its lane, one at a time)."""
-        return self._said(spec, result, arguments, started_at)
-
-    def _said(
-        self,
-        spec: StepSpec,
-        result: StepResult,
-        arguments: dict[str, Any],
-        started_at: dt.datetime,
-    ) -> _Said:
+        """Record how a step running alongside others ended, in its lane: as the loop records
+        a step, except that the run goes on until the steps in flight have settled."""
         run = self.execution
-        if isinstance(result, StepDone):
-            try:
-                stored, value = roundtrip(result.value)
-            except ResultNotSerializable as bad:
-                run.drop_held()
-                error = run.error_info(bad, ErrorKind.RESULT, spec, arguments, result.attempts)
-                failed = StepFailed(error, started=not spec.atomic, attempts=result.attempts)
-                return self._record_failure(spec, failed, arguments, started_at)
-            return self._record_done(spec, result, arguments, stored, value, started_at)
-        if isinstance(result, StepFailed):
-            args = arguments if result.arguments is None else result.arguments
-            return self._record_failure(spec, result, args, started_at)
-        if isinstance(result, StepHalted):
-            return self._record_halt(spec, result, arguments, started_at)
         if isinstance(result, Postponed):
             with run.lock:
                 self.settled.add(spec.name)
             return _Waits(result, arguments)
-        if isinstance(result, Stop):  # pragma: no cover - a plain step stops only to park
-            raise AssertionError(f"step {spec.name!r} stopped the run from a lane")
-        raise AssertionError(f"step {spec.name!r} ended with {result!r}")  # pragma: no cover
-
-    def _record_done(
-        self,
-        spec: StepSpec,
-        done: StepDone,
-        arguments: dict[str, Any],
-        stored: Any,
-        value: Any,
-        started_at: dt.datetime,
-    ) -> _Said:
-        run = self.execution
-        status = StepStatus.SKIPPED if done.skipped else StepStatus.COMPLETED
-        if probes.active is not None:
-            probes.active("before_step_commit", spec.name)
+        if not isinstance(result, StepDone | StepFailed | StepHalted):  # pragma: no cover
+            raise AssertionError(f"step {spec.name!r} ended with {result!r} in a lane")
         with run.lock:
-            # The entry's number, the order of the commits and the undo stack agree: the
-            # rollback rule undoes the newest first, in the order the trace shows.
-            event = run.event(
-                EventKind.SKIP if done.skipped else EventKind.RUN,
-                step=spec.name,
-                attempt=done.attempts,
-                duration_ms=done.duration_ms,
-            )
-            written = run.send(
-                JournalBatch(
-                    events=[event],
-                    step=StepWrite.of(
-                        spec, status, event, done.attempts, arguments, started_at, result=stored
-                    ),
-                )
-            )
-            run.state.results[spec.name] = value
-            run.state.done.add(spec.name)
-            if not done.skipped:
-                run.state.undo_stack.append(UndoEntry(spec.name, arguments, value))
+            recorded = run.record_step(spec, result, arguments, started_at)
             self.settled.add(spec.name)
             point = run.hand_off_point
-            if point is not None and point.mode == "after" and point.step == spec.name:
+            if (
+                recorded.kind == "done"
+                and point is not None
+                and point.mode == "after"
+                and point.step == spec.name
+            ):
                 self.handing_off = True
-        cancel = written()
-        if probes.active is not None:
-            probes.active("after_step_commit", spec.name)
-        if run.observer is not None:
-            run.observer.step_completed(
-                run.step_event(spec.name, status, done.attempts, duration_ms=done.duration_ms)
-            )
-        return _Settled(cancel)
-
-    def _record_failure(
-        self,
-        spec: StepSpec,
-        failed: StepFailed,
-        arguments: dict[str, Any],
-        started_at: dt.datetime | None,
-    ) -> _Said:
-        """The step's failed record; the first failure also starts the run's rollback (the
-        steps still in flight settle first)."""
-        run = self.execution
-        error = failed.error
-        batch = run._failed_step(
-            spec,
-            error,
-            arguments,
-            attempts=failed.attempts,
-            started_at=started_at,
-            compensable=failed.started,
-        )
-        with run.lock:
-            if not (self.failure_recorded or self.halt_recorded):
-                batch.status = ExecutionStatus.ROLLING_BACK
-                batch.failure = error.to_dict()
-            self.failure_recorded = True
-            written = run.send(batch)
-            if failed.started:
-                run.state.pending_compensation.append(
-                    PendingCompensation(spec.name, arguments, error)
-                )
-            self.settled.add(spec.name)
-        written()
-        run.notify_step_failed(spec.name, error, failed.attempts)
-        return _Failed(error)
-
-    def _record_halt(
-        self,
-        spec: StepSpec,
-        halted: StepHalted,
-        arguments: dict[str, Any],
-        started_at: dt.datetime,
-    ) -> _Said:
-        """The step's halted record; the first halt (before any failure) also ends the run
-        halted, without rollback, while the steps still in flight settle and record."""
-        run = self.execution
-        reason = shown(halted.reason)
-        with run.lock:
-            batch = run.halted_step(spec, halted, arguments, started_at)
-            if not (self.failure_recorded or self.halt_recorded):
-                self.halt_recorded = True
-                batch.status = ExecutionStatus.HALTED
-                batch.result = {"halted_at": spec.name, "reason": reason}
-                batch.finished = True
-            written = run.send(batch)
-            self.settled.add(spec.name)
-        written()
-        return _Halted(halted.reason)
+        cancel = recorded.wait()
+        if recorded.kind == "done":
+            return _Settled(cancel)
+        if recorded.kind == "failed":
+            assert recorded.error is not None
+            return _Failed(recorded.error)
+        return _Halted(recorded.reason)
 
     # -- the main thread ------------------------------------------------------------------
 
@@ -509,10 +394,7 @@ class ParallelSteps:
         run = self.execution
         if stop.halt is not None:
             step, reason = stop.halt
-            if run.observer is not None:
-                run.observer.execution_halted(
-                    run.run_event(ExecutionStatus.HALTED, step=step, reason=str(shown(reason)))
-                )
+            run.notices.halted(step=step, reason=str(shown(reason)))
             return Halted(execution_id=run.execution_id, reason=reason, step=step)
         if stop.failure is not None:
             self._waits_failed(stop)
@@ -520,7 +402,7 @@ class ParallelSteps:
             return run.roll_back_failed(step, error)
         if stop.cancel is not None:
             step, reason = stop.cancel
-            return run._cancelled(reason, last_step=step)
+            return run.cancelled(reason, last_step=step)
         if stop.deadline is not None:
             self._waits_failed(stop)
             return run.deadline_passed(stop.deadline)
@@ -532,7 +414,7 @@ class ParallelSteps:
             outcome = run.step_once()
             assert outcome is not None
             return outcome
-        return run._hand_off(next_step=following[0].name)
+        return run.hand_off(next_step=following[0].name)
 
     def _waits_failed(self, stop: _Stop) -> None:
         """The run fails (or its deadline passed) while retries wait: each waiting retry is a
@@ -541,7 +423,7 @@ class ParallelSteps:
         for name, waits in stop.waits.items():
             spec = run.definition.step(name)
             run.commit(
-                run._failed_step(
+                run.failed_step(
                     spec,
                     waits.postponed.error,
                     waits.arguments,
@@ -551,9 +433,7 @@ class ParallelSteps:
                 )
             )
             if not spec.atomic:
-                run.state.pending_compensation.append(
-                    PendingCompensation(name, waits.arguments, waits.postponed.error)
-                )
+                run.state.compensation_due(name, waits.arguments, waits.postponed.error)
         stop.waits.clear()
 
     def _park(self, waits: dict[str, _Waits]) -> Rescheduled:
@@ -563,23 +443,16 @@ class ParallelSteps:
         order = [s.name for s in run.definition.steps if s.name in waits]
         first = min(order, key=lambda name: waits[name].postponed.delay)
         delay = waits[first].postponed.delay
-        run.commit(
-            JournalBatch(
-                events=[
-                    run.event(
-                        EventKind.PARK,
-                        step=first,
-                        data={"waiting_for": "retry", "steps": order, "delay": delay},
-                    )
-                ],
-                status=ExecutionStatus.PENDING,
-                current_step=first,
-                current_attempt=waits[first].postponed.attempt,
-                release=True,
-                wake_after=delay,
-                dispatch=None if run.attached else "retry",
-                dispatch_delay=delay,
-            )
+        event = run.event(
+            EventKind.PARK,
+            step=first,
+            data={"waiting_for": "retry", "steps": order, "delay": delay},
         )
-        run.notify_parked(first, "retry", delay)
-        return Rescheduled(execution_id=run.execution_id, step=first, delay=delay)
+        return run.park(
+            first,
+            reason="retry",
+            delay=delay,
+            event=event,
+            by_task=True,
+            attempt=waits[first].postponed.attempt,
+        )
