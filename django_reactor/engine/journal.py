@@ -307,11 +307,10 @@ class MemoryJournal:
 
     It keeps what a database would (the run's status, cursor, failure and step records, with
     their rollback), so a run it recorded can be restored from it (:meth:`read`), as from the
-    store. ``crash_after``: the number of batches it writes before it raises :class:`Crash`
-    instead of writing the next one, as a process that dies between two checkpoints.
+    store.
     """
 
-    def __init__(self, execution_id: UUID | None = None, *, crash_after: int | None = None) -> None:
+    def __init__(self, execution_id: UUID | None = None) -> None:
         self.execution_id = execution_id
         self.events: list[Event] = []
         self.steps: dict[str, StepWrite] = {}
@@ -325,7 +324,6 @@ class MemoryJournal:
         self.batches = 0
         self.transactions: list[tuple[str, str, str]] = []
         self.heartbeats: list[tuple[str, Any]] = []
-        self.crash_after = crash_after
         # What the run's row would hold.
         self.current_step = ""
         self.current_attempt = 0
@@ -342,8 +340,6 @@ class MemoryJournal:
         self.heartbeats.append((step, details))
 
     def commit(self, batch: JournalBatch) -> str | None:
-        if self.crash_after is not None and self.batches >= self.crash_after:
-            raise Crash(f"the process died before writing batch {self.batches + 1}")
         self.batches += 1
         self.events.extend(batch.events)
         if batch.step is not None:
@@ -420,11 +416,6 @@ class MemoryJournal:
     def trace(self) -> list[tuple[str, str]]:
         """``(kind, step)`` pairs in order: the shape tests assert on."""
         return [(e.kind, e.step) for e in self.events]
-
-
-class Crash(BaseException):
-    """A :class:`MemoryJournal` told to crash: the process stops here, writing nothing more
-    (not one of the interruptions the executor records: nothing records it)."""
 
 
 def _encode_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
