@@ -10,12 +10,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .engine.composition import async_reactor, compose
+from .engine.constructs.async_unit import async_reactor
+from .engine.constructs.compose import compose
+from .engine.constructs.interrupt import ContinueWith, interrupt
+from .engine.constructs.map import map_over
 from .engine.constructs.sleep import sleep, sleep_until
 from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
-from .engine.interrupts import ContinueWith, interrupt
-from .engine.mapping import map_over
 from .engine.outcomes import (
     Aborted,
     Cancelled,

@@ -18,7 +18,7 @@ from .conf import (
     reactor_settings,
 )
 from .coordination import get_backend
-from .coordination.runtime import coordinated
+from .coordination.coordinator import coordinated
 from .coordination.validation import settings_problems
 from .engine.observers import RunObserver
 from .exceptions import ReactorImproperlyConfigured

@@ -16,7 +16,7 @@ from django.utils.module_loading import import_string
 
 from .conf import reactor_settings
 from .engine.definition import ReactorDefinition
-from .engine.observers import CompositeObserver, ExecutionEvent, RunObserver
+from .engine.observers import CompositeObserver, RunEvent, RunObserver
 from .exceptions import ReactorImproperlyConfigured
 from .signals import SignalObserver
 
@@ -47,7 +47,7 @@ class LogObserver(RunObserver):
     def __init__(self, parent_id: uuid.UUID | str | None = None) -> None:
         self.parent_id = parent_id
 
-    def _log(self, name: str, event: ExecutionEvent) -> None:
+    def _log(self, name: str, event: RunEvent) -> None:
         if not run_logger.isEnabledFor(logging.INFO):
             return
         fields = {
@@ -67,28 +67,28 @@ class LogObserver(RunObserver):
             logfmt(fields), extra={"reactor_event": {k: v for k, v in fields.items() if v}}
         )
 
-    def execution_resumed(self, event: ExecutionEvent) -> None:
+    def execution_resumed(self, event: RunEvent) -> None:
         self._log("resumed", event)
 
-    def execution_completed(self, event: ExecutionEvent) -> None:
+    def execution_completed(self, event: RunEvent) -> None:
         self._log("completed", event)
 
-    def execution_failed(self, event: ExecutionEvent) -> None:
+    def execution_failed(self, event: RunEvent) -> None:
         self._log("failed", event)
 
-    def execution_halted(self, event: ExecutionEvent) -> None:
+    def execution_halted(self, event: RunEvent) -> None:
         self._log("halted", event)
 
-    def execution_cancelled(self, event: ExecutionEvent) -> None:
+    def execution_cancelled(self, event: RunEvent) -> None:
         self._log("cancelled", event)
 
-    def execution_paused(self, event: ExecutionEvent) -> None:
+    def execution_paused(self, event: RunEvent) -> None:
         self._log("paused", event)
 
-    def execution_handed_off(self, event: ExecutionEvent) -> None:
+    def execution_handed_off(self, event: RunEvent) -> None:
         self._log("handed_off", event)
 
-    def execution_parked(self, event: ExecutionEvent) -> None:
+    def execution_parked(self, event: RunEvent) -> None:
         self._log("parked", event)
 
 

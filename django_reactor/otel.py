@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     ) from exc
 
 from . import __version__
-from .engine.observers import CoordinationEvent, ExecutionEvent, RunObserver, StepEvent
+from .engine.observers import CoordinationEvent, RunEvent, RunObserver, StepEvent
 from .models import Execution
 
 logger = logging.getLogger("django_reactor.otel")
@@ -96,13 +96,13 @@ class OpenTelemetryMiddleware(RunObserver):
 
     # ------------------------------------------------------------------ the run's segment
 
-    def execution_started(self, event: ExecutionEvent) -> None:
+    def execution_started(self, event: RunEvent) -> None:
         self._begin(event, resumed=False)
 
-    def execution_resumed(self, event: ExecutionEvent) -> None:
+    def execution_resumed(self, event: RunEvent) -> None:
         self._begin(event, resumed=True)
 
-    def _begin(self, event: ExecutionEvent | StepEvent, *, resumed: bool) -> Span:
+    def _begin(self, event: RunEvent | StepEvent, *, resumed: bool) -> Span:
         if self.span is not None:  # one segment per executor; never open two
             return self.span
         self._execution_id = event.execution_id
@@ -125,19 +125,19 @@ class OpenTelemetryMiddleware(RunObserver):
         self._token = otel_context.attach(trace.set_span_in_context(span))
         return span
 
-    def execution_completed(self, event: ExecutionEvent) -> None:
+    def execution_completed(self, event: RunEvent) -> None:
         self._end(event)
 
-    def execution_failed(self, event: ExecutionEvent) -> None:
+    def execution_failed(self, event: RunEvent) -> None:
         self._end(event)
 
-    def execution_halted(self, event: ExecutionEvent) -> None:
+    def execution_halted(self, event: RunEvent) -> None:
         self._end(event, "halt", reactor__reason=event.reason, reactor__step=event.step)
 
-    def execution_cancelled(self, event: ExecutionEvent) -> None:
+    def execution_cancelled(self, event: RunEvent) -> None:
         self._end(event, "cancel", reactor__reason=event.reason, reactor__step=event.step)
 
-    def execution_paused(self, event: ExecutionEvent) -> None:
+    def execution_paused(self, event: RunEvent) -> None:
         self._end(
             event,
             "pause",
@@ -145,10 +145,10 @@ class OpenTelemetryMiddleware(RunObserver):
             reactor__waiting_for=list(event.waiting_for) or None,
         )
 
-    def execution_handed_off(self, event: ExecutionEvent) -> None:
+    def execution_handed_off(self, event: RunEvent) -> None:
         self._end(event, "handoff", reactor__next_step=event.step)
 
-    def execution_parked(self, event: ExecutionEvent) -> None:
+    def execution_parked(self, event: RunEvent) -> None:
         self._end(
             event,
             "park",
@@ -157,7 +157,7 @@ class OpenTelemetryMiddleware(RunObserver):
             reactor__delay=event.delay,
         )
 
-    def _end(self, event: ExecutionEvent, happened: str | None = None, **fields: Any) -> None:
+    def _end(self, event: RunEvent, happened: str | None = None, **fields: Any) -> None:
         # No start notification when undo() rolls a finished run back: begin here.
         span = self._begin(event, resumed=True)
         try:

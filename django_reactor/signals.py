@@ -1,6 +1,6 @@
 """Django signals for a run's lifecycle, sent by :class:`SignalObserver`.
 
-Every signal is sent with ``sender=<the reactor class>`` and ``event=<ExecutionEvent or
+Every signal is sent with ``sender=<the reactor class>`` and ``event=<RunEvent or
 StepEvent>`` (see :mod:`django_reactor.engine.observers`), after the state change it reports is
 committed. Receivers run in the process running the step (the caller or a Celery worker); one
 that raises is logged (``django.dispatch``) and neither the run nor the other receivers notice::
@@ -19,7 +19,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from .engine.observers import CoordinationEvent, ExecutionEvent, RunObserver, StepEvent
+from .engine.observers import CoordinationEvent, RunEvent, RunObserver, StepEvent
 
 execution_started = Signal()
 execution_resumed = Signal()
@@ -49,31 +49,31 @@ class SignalObserver(RunObserver):
         if signal.receivers:
             signal.send_robust(sender=self.sender, event=event)
 
-    def execution_started(self, event: ExecutionEvent) -> None:
+    def execution_started(self, event: RunEvent) -> None:
         self._send(execution_started, event)
 
-    def execution_resumed(self, event: ExecutionEvent) -> None:
+    def execution_resumed(self, event: RunEvent) -> None:
         self._send(execution_resumed, event)
 
-    def execution_completed(self, event: ExecutionEvent) -> None:
+    def execution_completed(self, event: RunEvent) -> None:
         self._send(execution_completed, event)
 
-    def execution_failed(self, event: ExecutionEvent) -> None:
+    def execution_failed(self, event: RunEvent) -> None:
         self._send(execution_failed, event)
 
-    def execution_halted(self, event: ExecutionEvent) -> None:
+    def execution_halted(self, event: RunEvent) -> None:
         self._send(execution_halted, event)
 
-    def execution_cancelled(self, event: ExecutionEvent) -> None:
+    def execution_cancelled(self, event: RunEvent) -> None:
         self._send(execution_cancelled, event)
 
-    def execution_paused(self, event: ExecutionEvent) -> None:
+    def execution_paused(self, event: RunEvent) -> None:
         self._send(execution_paused, event)
 
-    def execution_handed_off(self, event: ExecutionEvent) -> None:
+    def execution_handed_off(self, event: RunEvent) -> None:
         self._send(execution_handed_off, event)
 
-    def execution_parked(self, event: ExecutionEvent) -> None:
+    def execution_parked(self, event: RunEvent) -> None:
         self._send(execution_parked, event)
 
     def step_started(self, event: StepEvent) -> None:

@@ -17,7 +17,7 @@ LONGEST = 800
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("states", "exceptions", "conf")),
     ("engine", ("engine", "faults")),
-    ("models", ("models", "migrations", "coordination.models", "schedule_store")),
+    ("models", ("models", "migrations", "coordination.models")),
     ("store", ("store",)),
     ("coordination", ("coordination",)),
     ("runtime", ("runtime", "registry", "observability", "otel", "signals")),
@@ -145,3 +145,48 @@ def test_no_module_is_too_long() -> None:
         and (lines := len(path.read_text().splitlines())) > LONGEST
     }
     assert long == {}, f"modules over {LONGEST} lines: {long}"
+
+
+def test_executors_are_built_in_one_place() -> None:
+    """Every executor of a stored run comes from ``runtime/executors.py``; the engine builds
+    the in-memory ones of map elements through ``Executor.in_memory``."""
+    builder = PACKAGE / "runtime" / "executors.py"
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if path == builder:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name | ast.Attribute)
+                and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr)
+                == "Executor"
+            ):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert found == [], "executors built outside runtime/executors.py:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("gone", ["engine.composition", "engine.interrupts", "engine.mapping"])
+def test_nothing_imports_the_old_shims(gone: str) -> None:
+    """The constructs live in ``engine/constructs/``; the modules that re-exported them are
+    gone (stored shapes that name them are compared as text, never imported)."""
+    assert not (PACKAGE / Path(*gone.split("."))).with_suffix(".py").exists()
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for module, path in modules().items()
+        for name, line, _ in imports(module, path)
+        if name == f"{NAME}.{gone}" or name.startswith(f"{NAME}.{gone}.")
+    ]
+    assert found == []
+
+
+def test_the_store_does_not_decide_what_a_record_means() -> None:
+    """The store reads step records back; which statuses go on the undo stack, wait or are
+    compensated is the engine's to say (``Construct.restore``)."""
+    reads = PACKAGE / "store" / "reads.py"
+    used = {
+        node.value.id
+        for node in ast.walk(ast.parse(reads.read_text()))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+    }
+    assert not used & {"StepStatus", "RollbackStatus"}

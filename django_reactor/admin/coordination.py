@@ -31,7 +31,7 @@ from ..engine.coordination import Declaration, Lock, OrderedLock, Period, RateLi
 from ..exceptions import ReactorImproperlyConfigured
 from .display import execution_link
 
-#: The backend key's first part for each declaration (``coordination.runtime.backend_key``).
+#: The backend key's first part for each declaration (``coordination.coordinator.backend_key``).
 KINDS: dict[type, str] = {
     Lock: "lock",
     Semaphore: "semaphore",

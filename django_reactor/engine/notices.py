@@ -14,7 +14,7 @@ from ..states import ExecutionStatus
 from .observers import (
     CompositeObserver,
     CoordinationEvent,
-    ExecutionEvent,
+    RunEvent,
     StepEvent,
     summarise,
 )
@@ -39,13 +39,13 @@ class Notices:
 
     def run_event(
         self, status: str, *, failure: dict[str, Any] | None = None, **fields: Any
-    ) -> ExecutionEvent:
+    ) -> RunEvent:
         """What the observers are told about the run (``failure``: its stored failure)."""
         if failure is not None:
             fields.setdefault("step", failure.get("step"))
             fields["error"] = summarise(failure.get("message"))
             fields["error_class"] = failure.get("exception_class")
-        return ExecutionEvent(
+        return RunEvent(
             execution_id=self._execution_id(),
             reactor=self.reactor,
             status=str(status),

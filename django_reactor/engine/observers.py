@@ -11,6 +11,7 @@ An observer that raises never breaks a run: the executor wraps whatever it is gi
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ ERROR_SUMMARY_LIMIT = 500
 
 
 @dataclass(frozen=True, slots=True)
-class ExecutionEvent:
+class RunEvent:
     """Something happened to a whole run.
 
     ``status`` is the run's status afterwards (``completed``, ``failed``, ``needs_attention``,
@@ -78,6 +79,20 @@ class CoordinationEvent:
     fence: int | None = None
 
 
+def __getattr__(name: str) -> Any:
+    # ``ExecutionEvent`` was this module's name for :class:`RunEvent` (it is also the trace
+    # entry model's): observers typed against it keep working, with a warning.
+    if name == "ExecutionEvent":
+        warnings.warn(
+            "django_reactor.engine.observers.ExecutionEvent is now RunEvent; import RunEvent "
+            "(ExecutionEvent goes away in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return RunEvent
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def summarise(message: Any) -> str | None:
     """An error message short enough for a notification (``None`` stays ``None``)."""
     if message is None:
@@ -91,31 +106,31 @@ def summarise(message: Any) -> str | None:
 class RunObserver:
     """Receives a run's lifecycle notifications. Every method does nothing: override some."""
 
-    def execution_started(self, event: ExecutionEvent) -> None:
+    def execution_started(self, event: RunEvent) -> None:
         """A new run starts its first step in this process."""
 
-    def execution_resumed(self, event: ExecutionEvent) -> None:
+    def execution_resumed(self, event: RunEvent) -> None:
         """A run continues from its checkpoint (a worker took it, or a payload arrived)."""
 
-    def execution_completed(self, event: ExecutionEvent) -> None:
+    def execution_completed(self, event: RunEvent) -> None:
         """Every step is done."""
 
-    def execution_failed(self, event: ExecutionEvent) -> None:
+    def execution_failed(self, event: RunEvent) -> None:
         """The run failed and was rolled back (``status`` ``needs_attention`` when not fully)."""
 
-    def execution_halted(self, event: ExecutionEvent) -> None:
+    def execution_halted(self, event: RunEvent) -> None:
         """A step returned ``Halt``: the run stopped without rollback."""
 
-    def execution_cancelled(self, event: ExecutionEvent) -> None:
+    def execution_cancelled(self, event: RunEvent) -> None:
         """The run was cancelled (between steps, or by ``undo()``)."""
 
-    def execution_paused(self, event: ExecutionEvent) -> None:
+    def execution_paused(self, event: RunEvent) -> None:
         """The run waits at one or more interrupts for their payload."""
 
-    def execution_handed_off(self, event: ExecutionEvent) -> None:
+    def execution_handed_off(self, event: RunEvent) -> None:
         """The caller handed the rest of the run to a Celery worker (``Meta.background``)."""
 
-    def execution_parked(self, event: ExecutionEvent) -> None:
+    def execution_parked(self, event: RunEvent) -> None:
         """The worker released the run to wait (a retry's backoff, an async unit, a child)."""
 
     def step_started(self, event: StepEvent) -> None:
@@ -188,31 +203,31 @@ class CompositeObserver(RunObserver):
                     getattr(event, "execution_id", None),
                 )
 
-    def execution_started(self, event: ExecutionEvent) -> None:
+    def execution_started(self, event: RunEvent) -> None:
         self._notify("execution_started", event)
 
-    def execution_resumed(self, event: ExecutionEvent) -> None:
+    def execution_resumed(self, event: RunEvent) -> None:
         self._notify("execution_resumed", event)
 
-    def execution_completed(self, event: ExecutionEvent) -> None:
+    def execution_completed(self, event: RunEvent) -> None:
         self._notify("execution_completed", event)
 
-    def execution_failed(self, event: ExecutionEvent) -> None:
+    def execution_failed(self, event: RunEvent) -> None:
         self._notify("execution_failed", event)
 
-    def execution_halted(self, event: ExecutionEvent) -> None:
+    def execution_halted(self, event: RunEvent) -> None:
         self._notify("execution_halted", event)
 
-    def execution_cancelled(self, event: ExecutionEvent) -> None:
+    def execution_cancelled(self, event: RunEvent) -> None:
         self._notify("execution_cancelled", event)
 
-    def execution_paused(self, event: ExecutionEvent) -> None:
+    def execution_paused(self, event: RunEvent) -> None:
         self._notify("execution_paused", event)
 
-    def execution_handed_off(self, event: ExecutionEvent) -> None:
+    def execution_handed_off(self, event: RunEvent) -> None:
         self._notify("execution_handed_off", event)
 
-    def execution_parked(self, event: ExecutionEvent) -> None:
+    def execution_parked(self, event: RunEvent) -> None:
         self._notify("execution_parked", event)
 
     def step_started(self, event: StepEvent) -> None:

@@ -17,12 +17,12 @@ from django.utils import timezone
 
 from .. import registry, store
 from ..conf import reactor_settings
-from ..coordination.runtime import guard_dispatch
+from ..coordination.coordinator import guard_dispatch
 from ..engine.constructs.interrupt import reached_interrupts
+from ..engine.constructs.map import MapRollbackPending
 from ..engine.definition import ReactorDefinition
 from ..engine.executor import Executor, utcnow
 from ..engine.journal import Event
-from ..engine.mapping import MapRollbackPending
 from ..engine.outcomes import Outcome, Paused, Rescheduled, RollbackFailure
 from ..engine.serialization import encode
 from ..engine.state import RunState

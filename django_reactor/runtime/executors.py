@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import store
 from ..conf import reactor_settings
-from ..coordination.runtime import coordinator_for
+from ..coordination.coordinator import coordinator_for
 from ..engine.context import RunPolicy
 from ..engine.executor import Executor
 from ..engine.serialization import decode

@@ -23,20 +23,20 @@ from django.db.models.query import ModelIterable
 
 from .. import registry, store
 from ..conf import reactor_settings
-from ..engine.elements import (
-    ElementOutcome,
-    element_id,
-    rollback_element,
-    run_element,
-    running_element,
-)
-from ..engine.mapping import (
+from ..engine.constructs.map import (
     MapDone,
     MapPending,
     MapRollbackPending,
     MapSourceError,
     MapSpec,
     MapStopped,
+)
+from ..engine.elements import (
+    ElementOutcome,
+    element_id,
+    rollback_element,
+    run_element,
+    running_element,
 )
 from ..engine.outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
 from ..engine.serialization import decode, encode, register_decoder

@@ -13,14 +13,16 @@ state. By what they do:
 - ``maintenance``: ``prune`` and the ordered-lock queues;
 - ``schedules``: schedules (``services.schedules.create``, ``pause``, ``run_now``, ...) and
   firing their ticks (part of ``sweep``);
-- ``common``: ``find`` and what the others share.
+- ``guards``: the checks an operation makes of its call; ``handles``: ``find`` and the
+  handles the operations give back.
 """
 
 from __future__ import annotations
 
-from . import common, schedules
-from .common import MAX_KEY_LENGTH, find
+from . import handles, schedules
 from .deadlines import expire_deadlines
+from .guards import MAX_KEY_LENGTH
+from .handles import find
 from .interrupts import (
     after_pause,
     deliver,
@@ -80,4 +82,4 @@ class ServiceOperations:
 
 
 # Wired here, where every operation is known: the handles the operations return use them.
-common.OPERATIONS = ServiceOperations()
+handles.OPERATIONS = ServiceOperations()

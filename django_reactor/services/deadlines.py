@@ -10,6 +10,7 @@ deadline passed.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from .. import registry, store
@@ -18,7 +19,8 @@ from ..engine.state import RunState
 from ..exceptions import ExecutionBusy, InvalidTransition, ReactorNotRegistered
 from ..runtime import executors
 from ..states import ExecutionStatus
-from .common import logger
+
+logger = logging.getLogger("django_reactor.services")
 
 
 def expire_deadlines(limit: int | None = None) -> int:

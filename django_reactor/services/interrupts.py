@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import registry, store
 from ..conf import reactor_settings
 from ..engine.constructs.compose import interrupt_paths
-from ..engine.interrupts import ContinueWith
+from ..engine.constructs.interrupt import ContinueWith
 from ..engine.outcomes import (
     Dispatched,
     ErrorInfo,
@@ -42,15 +43,13 @@ if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
 
 
-from .common import (
-    check_key,
-    logger,
-    refuse_open_transaction,
-)
+from .guards import check_key, refuse_open_transaction
 
 #: How a delivery names an interrupt: its step, or its path through composed children, dotted
 #: (``"checkout.approval"``) or as a sequence (``("checkout", "approval")``).
 InterruptName = str | Sequence[str]
+
+logger = logging.getLogger("django_reactor.services")
 
 
 def resume_interrupt(

@@ -7,8 +7,8 @@ import uuid
 from typing import Any
 
 from .. import store
+from ..coordination import coordinator as run_coordination
 from ..coordination import get_backend
-from ..coordination import runtime as coordination_runtime
 from ..engine.executor import utcnow
 from ..exceptions import ReactorError
 from ..states import TERMINAL_STATUSES
@@ -61,17 +61,17 @@ def ordered_lock(key: str) -> Any:
 
     ``key`` is the lock's key as the reactor computes it (``"account-7"``).
     """
-    return get_backend().ordered_status(coordination_runtime.backend_key("ordered", key))
+    return get_backend().ordered_status(run_coordination.backend_key("ordered", key))
 
 
 def skip_ordered_run(key: str, execution_id: uuid.UUID | str) -> bool:
     """Take a run out of an ordered lock's queue (a stuck head); False when it was not queued."""
     return get_backend().skip_ordered(
-        coordination_runtime.backend_key("ordered", key), str(store.parse_id(execution_id))
+        run_coordination.backend_key("ordered", key), str(store.parse_id(execution_id))
     )
 
 
 def reset_ordered_lock(key: str) -> int:
     """Empty an ordered lock's queue and lift its halt; the runs removed (they re-queue when
     a worker next takes them)."""
-    return get_backend().reset_ordered(coordination_runtime.backend_key("ordered", key))
+    return get_backend().reset_ordered(run_coordination.backend_key("ordered", key))

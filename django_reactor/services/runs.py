@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import registry, store
 from ..conf import reactor_settings
-from ..coordination import runtime as coordination_runtime
+from ..coordination import coordinator as run_coordination
 from ..coordination.exceptions import CoordinationUnavailable
 from ..engine.executor import utcnow
 from ..engine.journal import Event
@@ -44,15 +45,12 @@ if TYPE_CHECKING:
     from ..reactor import Reactor
 
 
-from .common import (
-    check_key,
-    find,
-    logger,
-    refuse_child,
-    refuse_open_transaction,
-)
+from .guards import check_key, refuse_child, refuse_open_transaction
+from .handles import find
 from .interrupts import after_pause
 from .timing import Timing
+
+logger = logging.getLogger("django_reactor.services")
 
 
 def run(
@@ -141,7 +139,7 @@ def _start(
     timing = timing or Timing.default(definition)
     first = definition.next_ready(frozenset())
     # A misconfigured coordination backend refuses the run before anything is written.
-    coordination_runtime.check_backend(definition)
+    run_coordination.check_backend(definition)
     background = all_in_background or (
         definition.background is not None and definition.background.mode == "all"
     )
@@ -193,7 +191,7 @@ def _start(
     if definition.coordination:
         # Ordered locks order runs by when they are started, wherever they then run.
         with contextlib.suppress(CoordinationUnavailable):  # the run's entry fails closed
-            coordination_runtime.enqueue(definition, owned.execution_id, inputs)
+            run_coordination.enqueue(definition, owned.execution_id, inputs)
     if timing.start_at is not None:
         return Scheduled(execution_id=owned.execution_id, start_at=timing.start_at)
     if background:

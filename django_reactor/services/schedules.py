@@ -20,6 +20,7 @@ import builtins
 import datetime as dt
 import functools
 import json
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,6 @@ from ..states import CatchUp, FireOutcome, Overlap
 from ..store.schedules import Decision, FireRow, ScheduleRow
 from . import runs
 from .cadence import Cadence, check_cron, check_zone, parse_every
-from .common import logger
 
 if TYPE_CHECKING:
     from ..reactor import Reactor
@@ -75,6 +75,8 @@ FIELDS = (
     "enabled",
 )
 NAME_LENGTH = 200
+
+logger = logging.getLogger("django_reactor.services")
 
 
 @dataclass(slots=True)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 
 from .. import registry, store
-from ..engine.mapping import MapRollbackPending
+from ..engine.constructs.map import MapRollbackPending
 from ..engine.serialization import safe_repr, unstorable
 from ..engine.state import RunState
 from ..exceptions import (
@@ -18,17 +19,14 @@ from ..exceptions import (
 from ..handle import ExecutionHandle
 from ..runtime import executors
 from ..states import ExecutionStatus, sources_of
-from .common import (
-    find,
-    handle_of,
-    logger,
-    refuse_child,
-    refuse_open_transaction,
-)
+from .guards import refuse_child, refuse_open_transaction
+from .handles import find, handle_of
 
 # A running run qualifies only once its process is gone (lease expired); a live one is asked
 # to stop after its current step.
 CANCELLABLE = tuple(sorted(sources_of(ExecutionStatus.CANCELLED)))
+
+logger = logging.getLogger("django_reactor.services")
 
 
 def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandle:

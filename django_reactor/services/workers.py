@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ from django.db import connections
 
 from .. import registry, store
 from ..conf import reactor_settings
-from ..engine.mapping import MapRollbackPending
+from ..engine.constructs.map import MapRollbackPending
 from ..engine.outcomes import (
     ErrorInfo,
     ErrorKind,
@@ -33,14 +34,13 @@ if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
 
 
-from .common import (
-    logger,
-)
 from .deadlines import expire_deadlines
 from .interrupts import after_pause, expire_interrupts
 from .schedules import fire_due
 
 DATABASE_ERROR_RETRIES = 3
+
+logger = logging.getLogger("django_reactor.services")
 
 
 def resume(execution_id: uuid.UUID | str) -> Outcome | None:

@@ -70,12 +70,7 @@ class Nesting:
 
 def nesting(row: Interrupt) -> Nesting:
     """The run that pauses for ``row`` and the interrupt's path there (one read per level)."""
-    cached = row.__dict__.get("_nesting")
-    if cached is not None:
-        return cached
-    result = above(row.execution_id, row.step, reactor=row.reactor)
-    row.__dict__["_nesting"] = result
-    return result
+    return above(row.execution_id, row.step, reactor=row.reactor)
 
 
 def above(execution_id: uuid.UUID, step: str, *, reactor: str = "") -> Nesting:
@@ -102,7 +97,7 @@ def above(execution_id: uuid.UUID, step: str, *, reactor: str = "") -> Nesting:
 
 def path_of(row: Interrupt) -> str:
     """The path under which a listing (:func:`waiting`, :func:`of_run`) found ``row``."""
-    return str(row.__dict__.get("_path", row.step))
+    return row.listed_path or row.step
 
 
 def paused_below(execution_id: uuid.UUID) -> dict[uuid.UUID, str]:
@@ -149,13 +144,13 @@ def at(execution_id: uuid.UUID, path: str) -> Interrupt | None:
         return None
     row = Interrupt.objects.using(USING).filter(execution_id=owner, step=leaf).first()
     if row is not None:
-        row.__dict__["_path"] = path
+        row.listed_path = path
     return row
 
 
 def _listed(rows: list[Interrupt], prefixes: dict[uuid.UUID, str]) -> list[Interrupt]:
     for row in rows:
-        row.__dict__["_path"] = prefixes.get(row.execution_id, "") + row.step
+        row.listed_path = prefixes.get(row.execution_id, "") + row.step
     return rows
 
 
@@ -438,7 +433,7 @@ def close_waiting(execution_id: uuid.UUID, *, stop_children: bool = False) -> in
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
+class PayloadClaim:
     """What accepting a payload did to the run.
 
     ``owned``: the caller took the paused run and runs the rest inline. ``dispatched``: the
@@ -459,7 +454,7 @@ def claim(
     inline_owner: str | None,
     closing_status: str = InterruptStatus.RESUMED,
     ignore_expiry: bool = False,
-) -> Claim:
+) -> PayloadClaim:
     """Accept ``payload`` for a waiting interrupt: exactly one delivery wins.
 
     In one transaction, holding the lock of the run that paused for it (:func:`nesting`): the
@@ -502,7 +497,7 @@ def claim(
         ).update(status=StepStatus.RESUMED, result=payload)
         fresh = row
         if execution.status != ExecutionStatus.PAUSED:
-            return Claim(fresh, execution.status)
+            return PayloadClaim(fresh, execution.status)
         if inline_owner is not None:
             fence = execution.fence + 1
             Execution.objects.using(USING).filter(pk=execution.pk).update(
@@ -512,9 +507,9 @@ def claim(
                 fence=fence,
                 updated_at=now,
             )
-            return Claim(fresh, ExecutionStatus.RUNNING, owned=Owned(execution.pk, fence))
+            return PayloadClaim(fresh, ExecutionStatus.RUNNING, owned=Owned(execution.pk, fence))
         _to_worker(execution.pk, now)
-        return Claim(fresh, ExecutionStatus.PENDING, dispatched=True)
+        return PayloadClaim(fresh, ExecutionStatus.PENDING, dispatched=True)
 
 
 def _to_worker(execution_id: uuid.UUID, now: dt.datetime) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 def lock_holder(key: str) -> uuid.UUID | None:
     """The run holding lock ``key`` (as declared, ``"order-7"``) on the configured backend."""
     from ..coordination import get_backend
-    from ..coordination.runtime import backend_key
+    from ..coordination.coordinator import backend_key
 
     holder = get_backend().lock_holder(backend_key("lock", key))
     return uuid.UUID(holder.removeprefix("run:")) if holder else None
@@ -40,7 +40,7 @@ def assert_lock_free(key: str) -> None:
 def semaphore_available(key: str, limit: int) -> int:
     """Free slots of semaphore ``key`` (declared with ``limit``)."""
     from ..coordination import get_backend
-    from ..coordination.runtime import backend_key
+    from ..coordination.coordinator import backend_key
 
     return limit - len(get_backend().semaphore_holders(backend_key("semaphore", key)))
 
@@ -49,8 +49,8 @@ def rate_limit_count(key: str, seconds: float, *, name: bool = False) -> int:
     """Starts charged to rate limit ``key`` (or the named limit ``key``) in the last
     ``seconds``."""
     from ..coordination import Window, get_backend
+    from ..coordination.coordinator import backend_key
     from ..coordination.rates import named_rate_limit
-    from ..coordination.runtime import backend_key
 
     full = named_rate_limit(key)[0] if name else backend_key("rate", key)
     return get_backend().rate_count(full, Window(1_000_000, seconds))

@@ -211,7 +211,7 @@ class ChargesInTheBackground(Reactor):
 def test_a_step_lock_taken_again_after_its_process_died_is_given_back(
     backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_reactor.coordination.runtime import StepHoldings
+    from django_reactor.coordination.coordinator import StepHoldings
 
     outcome = ChargesInTheBackground.run({"order_id": 16})
     # The first worker dies inside the step: no cleanup runs, its lock stays taken.

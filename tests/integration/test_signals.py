@@ -11,7 +11,7 @@ from django.test import override_settings
 from rest_framework import serializers
 
 from django_reactor import Reactor, Step, Success, arg, interrupt, services, signals, step
-from django_reactor.engine.observers import ExecutionEvent, RunObserver, StepEvent
+from django_reactor.engine.observers import RunEvent, RunObserver, StepEvent
 from django_reactor.exceptions import ReactorImproperlyConfigured
 from tests.integration.reactors import FAIL_AT, Tracked, Transfer
 
@@ -24,7 +24,7 @@ HEARD: list[tuple[str, str]] = []
 
 
 class GlobalObserver(RunObserver):
-    def execution_started(self, event: ExecutionEvent) -> None:
+    def execution_started(self, event: RunEvent) -> None:
         HEARD.append(("global", "started"))
 
     def step_completed(self, event: StepEvent) -> None:
@@ -32,7 +32,7 @@ class GlobalObserver(RunObserver):
 
 
 class ReactorObserver(RunObserver):
-    def execution_started(self, event: ExecutionEvent) -> None:
+    def execution_started(self, event: RunEvent) -> None:
         HEARD.append(("reactor", "started"))
 
     def step_completed(self, event: StepEvent) -> None:

@@ -46,8 +46,9 @@ if TYPE_CHECKING:
     from ..state import RunState
 
 RESUME_MODES = ("inline", "background")
-# The module an interrupt step's class names: it is part of the shape and hash stored with every
-# run, so it stays what runs stored before this module moved here, and they resume.
+# The module and name an interrupt step's class records in the shape and hash stored with every
+# run: what runs stored before this module moved here, so that they resume. They are compared
+# as text and never imported.
 SHAPE_MODULE = "django_reactor.engine.interrupts"
 
 
@@ -179,7 +180,7 @@ def interrupt(
     return StepDeclaration(impl, {}, wait_for=after)
 
 
-class Interrupt(Construct):
+class InterruptConstruct(Construct):
     """Records an interrupt reached, pauses the run, records the payloads it was given."""
 
     name = "interrupt"
@@ -326,4 +327,4 @@ def _correlation_failure(run: RunContext, spec: StepSpec, message: str) -> StepF
     return StepFailed(error, arguments={})
 
 
-INTERRUPT = Interrupt()
+INTERRUPT = InterruptConstruct()

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
 DEFAULT_BATCH_SIZE = 100
 # The module a map step's class names when its element has none: it is part of the shape and
-# hash stored with every run, so it stays what runs stored before this module moved here.
+# hash stored with every run, so it stays what runs stored before this module moved here
+# (compared as text, never imported).
 SHAPE_MODULE = "django_reactor.engine.mapping"
 
 

@@ -13,7 +13,7 @@ from django_reactor.engine.journal import MemoryJournal
 from django_reactor.engine.observers import (
     NOTIFICATIONS,
     CompositeObserver,
-    ExecutionEvent,
+    RunEvent,
     RunObserver,
     StepEvent,
 )
@@ -45,7 +45,7 @@ class Raising(RunObserver):
     def step_completed(self, event: StepEvent) -> None:
         raise RuntimeError("observer bug")
 
-    def execution_completed(self, event: ExecutionEvent) -> None:
+    def execution_completed(self, event: RunEvent) -> None:
         raise RuntimeError("observer bug")
 
 

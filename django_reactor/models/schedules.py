@@ -1,9 +1,7 @@
 """The schedules' tables: ``Schedule`` (a reactor to run on a cron expression or an interval)
 and ``ScheduleFire`` (what became of each tick).
 
-``django_reactor.models`` re-exports both, so Django finds them in the ``django_reactor`` app;
-they live in a module of their own next to the other tables of the store's floor. Only
-:mod:`django_reactor.store.schedules` writes them.
+Only :mod:`django_reactor.store.schedules` writes them.
 
 Exactly-once firing lives in the schema: ``ScheduleFire`` is unique on (schedule, fire time),
 and a tick's fire row and the run it starts commit in one transaction, so however many sweepers
@@ -16,13 +14,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from .states import CatchUp, FireOutcome, Overlap
-
-__all__ = ["Schedule", "ScheduleFire"]
-
-
-def _max_length(choices: type[models.TextChoices]) -> int:
-    return max(len(value) for value in choices.values)
+from ..states import CatchUp, FireOutcome, Overlap
+from .choices import max_length_of
 
 
 class Schedule(models.Model):
@@ -61,14 +54,14 @@ class Schedule(models.Model):
     enabled = models.BooleanField(_("enabled"), default=True)
     catch_up = models.CharField(
         _("catch-up"),
-        max_length=_max_length(CatchUp),
+        max_length=max_length_of(CatchUp),
         choices=CatchUp.choices,
         default=CatchUp.ONCE,
         help_text=_("What happens to ticks missed while nothing swept."),
     )
     overlap = models.CharField(
         _("overlap"),
-        max_length=_max_length(Overlap),
+        max_length=max_length_of(Overlap),
         choices=Overlap.choices,
         default=Overlap.SKIP,
         help_text=_("What a tick does while the previous run has not finished."),
@@ -151,7 +144,7 @@ class ScheduleFire(models.Model):
         help_text=_("For a range of ticks skipped at once: the last one."),
     )
     outcome = models.CharField(
-        _("outcome"), max_length=_max_length(FireOutcome), choices=FireOutcome.choices
+        _("outcome"), max_length=max_length_of(FireOutcome), choices=FireOutcome.choices
     )
     manual = models.BooleanField(
         _("manual"), default=False, help_text=_("Started by run now, not by a tick.")

@@ -1,31 +1,17 @@
-"""What the operations share: checks of the caller's arguments, and the handles they return."""
+"""The checks an operation makes of its call before it changes anything: an idempotency
+key, an open transaction, a composed child steered on its own."""
 
 from __future__ import annotations
 
-import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from .. import store
 from ..conf import reactor_settings
 from ..engine.serialization import safe_repr, unstorable
-from ..exceptions import (
-    ExecutionNotFound,
-    InvalidTransition,
-    ReactorError,
-    TransactionActive,
-)
-from ..handle import ExecutionHandle, Operations
+from ..exceptions import InvalidTransition, ReactorError, TransactionActive
 
 if TYPE_CHECKING:
-    from ..reactor import Reactor
-
-
-logger = logging.getLogger("django_reactor.services")
-
-#: The handles ``find()`` gives steer their run through these (set by the package, which sees
-#: every operation; see ``services/__init__.py``).
-OPERATIONS: Operations | None = None
+    from ..models import Execution
 
 
 MAX_KEY_LENGTH = 255
@@ -43,6 +29,8 @@ def check_key(key: Any) -> None:
 
 
 def refuse_open_transaction(action: str) -> None:
+    """Refuse to run step code inside the caller's ``transaction.atomic()`` (see
+    ``REACTOR["REFUSE_INLINE_IN_TRANSACTION"]``)."""
     if reactor_settings.REFUSE_INLINE_IN_TRANSACTION and store.inside_user_transaction():
         raise TransactionActive(
             f"cannot {action} inside transaction.atomic(): step code would run inside your "
@@ -52,7 +40,8 @@ def refuse_open_transaction(action: str) -> None:
         )
 
 
-def refuse_child(row: Any, action: str) -> None:
+def refuse_child(row: Execution, action: str) -> None:
+    """Refuse to steer a composed child on its own (its parent is steered instead)."""
     # Async units (detached) are executions of their own and may be steered; a composed child
     # is part of its parent's run. Retrying a unit would detach it from its reader.
     if row.parent_id is not None and (not row.detached or action == "retry"):
@@ -62,18 +51,3 @@ def refuse_child(row: Any, action: str) -> None:
             f"{row.parent_step!r} of execution {row.parent_id}; {action} that execution instead",
             status=row.status,
         )
-
-
-def find(execution_id: uuid.UUID | str, *, reactor: type[Reactor] | None = None) -> ExecutionHandle:
-    """The stored execution ``execution_id`` (of ``reactor``, when given)."""
-    row = store.get_row(execution_id)
-    if reactor is not None and row.reactor != reactor.definition.name:
-        raise ExecutionNotFound(
-            f"execution {row.id} is a run of {row.reactor}, not of {reactor.definition.name}"
-        )
-    return handle_of(row)
-
-
-def handle_of(row: Any) -> ExecutionHandle:
-    """A handle of the stored run ``row`` that steers it through the services."""
-    return ExecutionHandle(row, OPERATIONS)

@@ -1,0 +1,58 @@
+"""The database models of django_reactor, one module per family of tables:
+
+- ``runs``: ``Execution``, ``Definition`` (the shapes runs started under), ``StepRecord``,
+  ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
+- ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``;
+- ``schedules``: ``Schedule``, ``ScheduleFire``;
+- and the database coordination backend's rows (``django_reactor.coordination.models``).
+
+The database is the source of truth for every run. Rows are written by ``django_reactor.store``
+on the engine's behalf; nothing else should change them. Import them from here.
+"""
+
+from __future__ import annotations
+
+from ..coordination.models import (
+    CoordinationKey,
+    CoordinationLock,
+    OrderedLockEntry,
+    OrderedLockState,
+    PeriodMarker,
+    RateLimitEvent,
+    SemaphoreHolder,
+)
+from .maps import MapChunk, MapResult, MapRun
+from .runs import (
+    STEP_RECORD_UNIQUE,
+    ApiRequest,
+    Definition,
+    Dispatch,
+    Execution,
+    ExecutionEvent,
+    Interrupt,
+    StepRecord,
+)
+from .schedules import Schedule, ScheduleFire
+
+__all__ = [
+    "STEP_RECORD_UNIQUE",
+    "ApiRequest",
+    "CoordinationKey",
+    "CoordinationLock",
+    "Definition",
+    "Dispatch",
+    "Execution",
+    "ExecutionEvent",
+    "Interrupt",
+    "MapChunk",
+    "MapResult",
+    "MapRun",
+    "OrderedLockEntry",
+    "OrderedLockState",
+    "PeriodMarker",
+    "RateLimitEvent",
+    "Schedule",
+    "ScheduleFire",
+    "SemaphoreHolder",
+    "StepRecord",
+]
