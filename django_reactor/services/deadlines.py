@@ -11,7 +11,7 @@ deadline passed.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import registry, store
 from ..conf import reactor_settings
@@ -19,6 +19,9 @@ from ..engine.state import RunState
 from ..exceptions import ExecutionBusy, InvalidTransition, ReactorNotRegistered
 from ..runtime import executors
 from ..states import ExecutionStatus
+
+if TYPE_CHECKING:
+    from ..models import Execution
 
 logger = logging.getLogger("django_reactor.services")
 
@@ -36,7 +39,7 @@ def expire_deadlines(limit: int | None = None) -> int:
     return stopped
 
 
-def _stop(row: Any) -> None:
+def _stop(row: Execution) -> None:
     definition = registry.get(row.reactor).definition
     owned = store.claim(
         row.id,

@@ -41,6 +41,7 @@ from ..states import EventKind, ExecutionStatus, InterruptStatus
 
 if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
+    from ..models import Execution, Interrupt
 
 
 from .guards import check_key, refuse_open_transaction
@@ -163,7 +164,7 @@ def _resume_interrupt(
     return deliver(row, payload, background=background)
 
 
-def deliver(row: Any, payload: Any, *, background: bool | None = None) -> Outcome:
+def deliver(row: Interrupt, payload: Any, *, background: bool | None = None) -> Outcome:
     """Deliver ``payload`` to the interrupt ``row`` (from :func:`find_interrupt`).
 
     What :func:`resume_interrupt` does once it has found the interrupt; the API calls it with
@@ -204,7 +205,7 @@ def find_interrupt(
     correlation_id: str | None = None,
     reactor: str | None = None,
     step: InterruptName | None = None,
-) -> Any:
+) -> Interrupt:
     """The interrupt a delivery names (see ``resume_interrupt`` for how it is named).
 
     Refuses (InvalidTransition) an execution id of a composed child, naming the run to resume
@@ -243,7 +244,9 @@ def interrupt_step(step: Any) -> str | None:
     )
 
 
-def _refuse_composed_child(execution: Any, step: str | None, row: Any = None) -> None:
+def _refuse_composed_child(
+    execution: Execution, step: str | None, row: Interrupt | None = None
+) -> None:
     """Refuse a delivery addressed to a composed child: its parent's run resumes it."""
     if execution.parent_id is None or execution.detached:
         return
@@ -260,7 +263,7 @@ def _refuse_composed_child(execution: Any, step: str | None, row: Any = None) ->
     )
 
 
-def _require_interrupt_step(execution: Any, step: str) -> None:
+def _require_interrupt_step(execution: Execution, step: str) -> None:
     """Refuse a step or path that is not an interrupt of the run's reactor (a typo never
     waits), with the valid paths."""
     try:
@@ -294,7 +297,7 @@ def _validate_payload(serializer: type | None, payload: Any) -> tuple[Any, Any]:
         return None, {"non_field_errors": [f"the validated payload cannot be stored: {exc}"]}
 
 
-def _refuse_payload(row: Any, where: Any, errors: Any) -> None:
+def _refuse_payload(row: Interrupt, where: store.interrupts.Nesting, errors: Any) -> None:
     """Count an invalid payload; fail the run on its last allowed attempt. Always raises."""
     attempts = store.interrupts.count_invalid(row, errors)
     limit = row.max_attempts
@@ -340,7 +343,7 @@ def _refuse_payload(row: Any, where: Any, errors: Any) -> None:
 
 
 def _fail_paused(
-    execution: Any,
+    execution: Execution,
     definition: ReactorDefinition,
     error: ErrorInfo,
     *,
@@ -443,7 +446,7 @@ def expire_interrupts(limit: int | None = None) -> int:
     return expired
 
 
-def _expire(row: Any) -> bool:
+def _expire(row: Interrupt) -> bool:
     where = store.interrupts.nesting(row)
     execution = store.get_row(where.top_id)
     spec = registry.get(row.reactor).definition.by_name.get(row.step)
@@ -484,7 +487,7 @@ def _expire(row: Any) -> bool:
             interrupt=row,
             closing_status=InterruptStatus.EXPIRED,
             event=EventKind.EXPIRE,
-            data={"expires_at": row.expires_at.isoformat()},
+            data={"expires_at": row.expires_at.isoformat() if row.expires_at else None},
         )
     except (InvalidTransition, ExecutionBusy):
         return False  # a payload moved the run meanwhile

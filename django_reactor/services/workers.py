@@ -32,6 +32,7 @@ from ..states import EventKind, ExecutionStatus
 
 if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
+    from ..models import Execution
 
 
 from .deadlines import expire_deadlines
@@ -170,7 +171,7 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
 def _run_claimed(
     definition: ReactorDefinition,
     owned: store.Owned,
-    row: Any,
+    row: Execution,
     state: RunState,
     claim: store.WorkerClaim,
     *,
@@ -189,7 +190,7 @@ def _run_claimed(
     return after_pause(executor.run())
 
 
-def _readable_inputs(row: Any) -> Any:
+def _readable_inputs(row: Execution) -> Any:
     """The run's stored inputs, decoded; StoredValueUnreadable when they are not an object."""
     inputs = decode(row.inputs)
     if not isinstance(inputs, dict):
@@ -199,7 +200,7 @@ def _readable_inputs(row: Any) -> Any:
     return inputs
 
 
-def _unreadable_message(row: Any, exc: StoredValueUnreadable) -> str:
+def _unreadable_message(row: Execution, exc: StoredValueUnreadable) -> str:
     return (
         f"the stored run cannot be read by this code: {exc}. Nothing ran. Repair the row or "
         "deploy the code that wrote it, then undo() or cancel() the run"
@@ -207,7 +208,7 @@ def _unreadable_message(row: Any, exc: StoredValueUnreadable) -> str:
 
 
 def _park(
-    owned: store.Owned, row: Any, kind: str, message: str, *, step: str | None = None
+    owned: store.Owned, row: Execution, kind: str, message: str, *, step: str | None = None
 ) -> Outcome:
     failure = ErrorInfo(kind=kind, message=message, step=step, reactor=row.reactor)
     logger.error("execution %s needs attention: %s", row.id, message)

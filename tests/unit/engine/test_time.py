@@ -60,15 +60,8 @@ def executor(
 
 
 def resumed(journal: MemoryJournal) -> RunState:
-    """The state a worker would load: the records so far, and the sleeps among them."""
-    state = RunState(next_seq=max(e.seq for e in journal.events) + 1)
-    for name, record in journal.steps.items():
-        if record.status == StepStatus.COMPLETED:
-            state.done.add(name)
-            state.results[name] = record.result
-        elif record.status == StepStatus.SLEEPING:
-            state.sleeping[name] = record.result
-    return state
+    """The state a worker restores: the records so far, the sleeps among them."""
+    return RunState.restore(ReturnWindow.definition, journal.read())
 
 
 @step()
