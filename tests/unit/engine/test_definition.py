@@ -263,3 +263,24 @@ def test_background_points_are_recorded() -> None:
             background = {"after": "a"}
 
     assert (After.definition.background.mode, After.definition.background.step) == ("after", "a")
+
+
+def test_stored_shapes_keep_the_names_runs_recorded_before_the_constructs_moved() -> None:
+    """An interrupt's step class is recorded as ``django_reactor.engine.interrupts.Interrupt``
+    (the module it was declared in before ``engine/constructs/``): runs paused under that
+    shape resume under today's definition, whose shape names it the same way."""
+    from django_reactor import interrupt, sleep
+
+    class Moved(Reactor):
+        first = step(Echo)
+        approval = interrupt(after=["first"])
+        pause = sleep(5, after=["approval"])
+
+    shape = Moved.definition.shape
+    assert shape["approval"]["impl"] == "django_reactor.engine.interrupts.Interrupt"
+    assert shape["pause"]["impl"] == "django_reactor.engine.constructs.sleep.SleepFor"
+    stored = {
+        "first": shape["first"],
+        "approval": {"impl": "django_reactor.engine.interrupts.Interrupt", "depends_on": ["first"]},
+    }
+    assert Moved.definition.incompatibilities(stored, {"first", "approval"}) == []

@@ -233,3 +233,11 @@ def test_meta_middleware_must_be_observer_classes() -> None:
 
     with pytest.raises(DefinitionError, match=r"Meta\.middleware"):
         declare()
+
+
+def test_the_observers_event_keeps_its_old_name_with_a_warning() -> None:
+    from django_reactor.engine import observers
+
+    with pytest.warns(DeprecationWarning, match="RunEvent"):
+        old = observers.ExecutionEvent
+    assert old is observers.RunEvent
