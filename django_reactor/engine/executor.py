@@ -182,8 +182,6 @@ class Executor(RunRecorder):
                     outcome = side_by_side.turn()
                     if outcome is not None:
                         return outcome
-                    if side_by_side.busy:
-                        continue
                 outcome = self.step_once()
                 if outcome is not None:
                     if side_by_side is not None:

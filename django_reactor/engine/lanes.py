@@ -208,20 +208,17 @@ class SideBySide:
         self.stop = _Stop()
         self.ended_cleanly = False
 
-    @property
-    def busy(self) -> bool:
-        """Whether steps are in flight, or have stopped the run (it ends once they settle)."""
-        return bool(self.in_flight) or self.stop.any
-
     def turn(self) -> Outcome | None:
-        """Start what may run alongside, then take in what one lane said; once every step in
-        flight has settled after a stop, end the run. None: go on (with nothing in flight and
-        no stop, the loop runs the next step alone)."""
+        """Start what may run alongside others and take in what the lanes say, until nothing
+        is in flight; then end the run if a step stopped it. None: nothing runs side by side
+        now, and the loop runs the next step alone."""
         run = self.execution
         stop = self.stop
-        if not stop.any and not (run.holds is not None and run.holds.lost):
-            self._launch(stop)
-        if self.in_flight:
+        while True:
+            if not stop.any and not (run.holds is not None and run.holds.lost):
+                self._launch(stop)
+            if not self.in_flight:
+                break
             try:
                 message = self.said.get()
             except INTERRUPTIONS as exc:
@@ -229,13 +226,12 @@ class SideBySide:
                 raise
             if isinstance(message, _Write):
                 message.answer(run.journal)
-                return None
+                continue
             name, said = message
             self.in_flight.remove(name)
             self._absorb(name, said, stop)
             if stop.crash is not None:
                 raise stop.crash
-            return None
         if stop.any:
             self.ended_cleanly = True
             return self._end(stop)

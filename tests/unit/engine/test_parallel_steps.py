@@ -127,6 +127,25 @@ def test_ready_steps_run_at_the_same_time_and_the_trace_says_so() -> None:
     assert steps[3:] == [("run", "total")]  # alone, once the three are done
 
 
+def test_steps_that_become_ready_together_start_together() -> None:
+    """Once the steps in flight have settled, the steps they made ready start side by side
+    again (the loop never runs one of them alone while another is ready beside it)."""
+
+    class Diamonds(Reactor):
+        a = step(Meets)
+        b = step(Meets)
+        c = step(Meets, wait_for=["a", "b"])
+        d = step(Meets, wait_for=["a", "b"])
+
+        class Meta:
+            max_concurrency = 2
+
+    gate.barrier = threading.Barrier(2, timeout=WAIT)
+    outcome, journal = run_in_memory(Diamonds)
+    assert outcome.ok, outcome
+    assert launches(journal) == [{"steps": ["a", "b"]}, {"steps": ["c", "d"]}]
+
+
 def test_no_more_than_max_concurrency_run_at_once_and_they_start_in_order() -> None:
     class Five(Reactor):
         a = step(Meets)
