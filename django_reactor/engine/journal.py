@@ -393,8 +393,10 @@ class MemoryJournal:
         for event in self.events:
             if event.kind == EventKind.RETRY:
                 retry_attempts[event.step] = max(retry_attempts.get(event.step, 0), event.attempt)
+        status = self.statuses[-1] if self.statuses else ExecutionStatus.RUNNING
         launched: list[str] = []
-        if for_rollback:
+        # As the store reads them: also for a run rolling back, which finishes its rollback.
+        if for_rollback or status == ExecutionStatus.ROLLING_BACK:
             for event in self.events:
                 if event.kind == EventKind.LAUNCH:
                     launched.extend(s for s in event.data.get("steps", ()) if s not in launched)
@@ -402,7 +404,7 @@ class MemoryJournal:
         return RunRecords(
             steps=tuple(steps),
             last_seq=max((e.seq for e in self.events), default=0),
-            status=self.statuses[-1] if self.statuses else ExecutionStatus.RUNNING,
+            status=status,
             current_step=self.current_step,
             current_attempt=self.current_attempt,
             failure=self.failure,
