@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django_reactor.engine.constructs.map import MapDone, MapSpec, MapStopped
 from django_reactor.engine.elements import (
     ElementOutcome,
     element_id,
     rollback_element,
     run_element,
 )
-from django_reactor.engine.mapping import MapDone, MapSpec, MapStopped
 from django_reactor.engine.outcomes import (
     Cancelled,
     Completed,

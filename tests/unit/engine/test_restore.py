@@ -454,15 +454,10 @@ SCENARIOS = [
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
-# Cuts the engine gets wrong: (scenario, site of the cut) -> what goes wrong.
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("side_by_side_fails", "run:run.right"): (
-        "MemoryJournal.read() gives RunRecords.launched only for_rollback, while "
-        "store.run_records also gives it for a run rolling back: a run restored rolling back "
-        "never adopts the step side by side that was in flight (right ran, unrecorded), so "
-        "it is neither compensated nor undone"
-    ),
-}
+# Cuts the engine gets wrong: (scenario, site of the cut) -> what goes wrong. None now: the
+# one this test found (a run restored rolling back forgot the step side by side in flight) is
+# fixed.
+KNOWN_BUGS: dict[tuple[str, str], str] = {}
 
 
 @dataclass
