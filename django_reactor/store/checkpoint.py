@@ -2,7 +2,7 @@
 conditional on the run's fence (the executor's :class:`~django_reactor.engine.journal.Journal`).
 
 On PostgreSQL a routine checkpoint (and a park that queues no task) is one statement
-(``sql.checkpoint``); checkpoints that also queue a task or reach an interrupt, and every
+(``checkpoint_sql``); checkpoints that also queue a task or reach an interrupt, and every
 checkpoint on other databases,
 write the same rows through the ORM here. ``tests/integration/test_checkpoint_paths.py`` proves
 that both paths write the same rows.
@@ -22,8 +22,9 @@ from ..engine.journal import UNSET, JournalBatch
 from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import STEP_RECORD_UNIQUE, Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
-from . import sql, trace
+from . import checkpoint_sql, sql, trace
 from .atomic_steps import DatabaseStepTransaction
+from .checkpoint_sql import RecordWrite
 from .db import USING, close_thread_connections
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
@@ -91,19 +92,20 @@ class DatabaseJournal:
         new_step = step is not None and self.recorded is not None and step.step not in self.recorded
         # Inside a transaction (an atomic step's, a caller's) a unique violation would end it.
         in_transaction = connections[USING].in_atomic_block
-        statement, params = sql.checkpoint(
-            self.execution_id, self.fence, batch, new_step=new_step, in_transaction=in_transaction
-        )
+        record = RecordWrite.REPLACE
+        if new_step:
+            record = RecordWrite.INSERT_IF_ABSENT if in_transaction else RecordWrite.INSERT
+        statement, params = checkpoint_sql.statement(self.execution_id, self.fence, batch, record)
         try:
             row = sql.execute(statement, params)
-            replace = new_step and in_transaction and row is not None and row[2] == 0
+            replace = record is RecordWrite.INSERT_IF_ABSENT and row is not None and row[2] == 0
         except IntegrityError as exc:
-            if not (new_step and not in_transaction and _names_constraint(exc, STEP_RECORD_UNIQUE)):
+            if not (record is RecordWrite.INSERT and _names_constraint(exc, STEP_RECORD_UNIQUE)):
                 raise
             replace = True  # the statement did nothing (on its own, in autocommit)
         if replace:
             # The step had a record after all: the statement that replaces it.
-            statement, params = sql.checkpoint(self.execution_id, self.fence, batch)
+            statement, params = checkpoint_sql.statement(self.execution_id, self.fence, batch)
             row = sql.execute(statement, params)
         if row is None:
             raise LeaseLost(
