@@ -1,4 +1,4 @@
-"""The routine checkpoint's one statement on PostgreSQL (``checkpoint.DatabaseJournal``).
+"""The routine checkpoint's one statement on PostgreSQL (``dialects.PostgreSQL.checkpoint``).
 
 The run's update (conditional on its fence), the step's record, the rollback's update and the
 trace events, as data-modifying CTEs of one statement: one round trip. The statement returns

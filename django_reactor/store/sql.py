@@ -1,6 +1,7 @@
 """The store's hand-written SQL: each statement named, tables taken from the models'
 ``_meta`` (the checkpoint's, put together from its pieces, in :mod:`.checkpoint_sql`), and the
-one function that sends a statement on Django's connection.
+one function that sends a statement on Django's connection. PostgreSQL's dialect sends them
+(``store.dialects``).
 
 Hand-written where the ORM costs more than the statement on a hot path (every checkpoint, every
 claim, every settle of map elements), or cannot say it in one round trip.
