@@ -197,20 +197,20 @@ def check_database(
 
     if DEFAULT_DB_ALIAS not in connections.settings:
         return []
+    from .store import dialect_for
+
     database = connections[DEFAULT_DB_ALIAS]
-    vendor = database.vendor
+    dialect = dialect_for(DEFAULT_DB_ALIAS)
     messages: list[CheckMessage] = []
     try:
         prepared = reactor_settings.CHECKPOINT_PREPARED_STATEMENTS
     except ReactorImproperlyConfigured:  # reported by check_settings (E001, E004)
         prepared = False
-    if vendor == "postgresql" and prepared:
-        from django.db.backends.postgresql import psycopg_any
-
-        # Only psycopg 3 prepares the checkpoint; with psycopg2 the setting does nothing.
-        prepared = bool(psycopg_any.is_psycopg3)
+    # Only PostgreSQL's dialect with psycopg 3 prepares the checkpoint; elsewhere the setting
+    # does nothing.
+    prepared = prepared and dialect.prepares_statements
     pooled_because = ""
-    if vendor == "postgresql" and prepared:
+    if prepared:
         if database.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
             pooled_because = "DISABLE_SERVER_SIDE_CURSORS suggests a transaction-pooling PgBouncer"
         elif databases and DEFAULT_DB_ALIAS in databases:
@@ -238,7 +238,7 @@ def check_database(
             )
         )
     messages += _connection_reuse_messages()
-    if vendor == "sqlite":
+    if dialect.name == "sqlite":
         messages.append(
             Warning(
                 "django_reactor is running on SQLite: fine for development and the demo, but "

@@ -190,3 +190,31 @@ def test_the_store_does_not_decide_what_a_record_means() -> None:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
     }
     assert not used & {"StepStatus", "RollbackStatus"}
+
+
+#: Where a connection's vendor may be read: the store's dialects, chosen from it once per alias
+#: (``store.dialects``). Migrations (any ``migrations/`` folder) are left alone too: frozen
+#: history, each with the vendor checks it was written with.
+READS_THE_VENDOR = ("store/dialects/",)
+
+
+def test_only_the_dialects_read_the_database_vendor() -> None:
+    """Everything that depends on the database asks the store's dialect (``store.dialect()``,
+    ``store.dialect_for(alias)``), so no module checks ``connection.vendor`` of its own."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE)
+        if where.as_posix().startswith(READS_THE_VENDOR) or "migrations" in where.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            read = isinstance(node, ast.Attribute) and node.attr == "vendor"
+            read = read or (  # getattr(connection, "vendor")
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr"
+                and any(isinstance(a, ast.Constant) and a.value == "vendor" for a in node.args)
+            )
+            if read:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    listed = "\n".join(found)
+    assert found == [], f"a connection's vendor read outside store/dialects/:\n{listed}"

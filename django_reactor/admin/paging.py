@@ -34,7 +34,6 @@ from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ORDER_VAR, PAGE_VAR, ChangeList
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import DateField, Field, Model, QuerySet
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 from django.db.models.lookups import Exact
@@ -43,6 +42,7 @@ from django.utils.formats import number_format
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
+from ..store import dialect_for
 from .display import admin_url
 
 #: The query-string parameters of a keyset page: the ordering key of the row it follows or
@@ -92,20 +92,9 @@ def capped_count(queryset: QuerySet[Any], limit: int) -> int:
 
 
 def estimated_rows(model: type[Model], using: str) -> int | None:
-    """The planner's row estimate of ``model``'s table on PostgreSQL; ``None`` elsewhere or
+    """The planner's row estimate of ``model``'s table (PostgreSQL's); ``None`` elsewhere or
     when the table was never analysed."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-            [connection.ops.quote_name(model._meta.db_table)],
-        )
-        row = cursor.fetchone()
-    if row is None or row[0] is None or row[0] < 0:
-        return None
-    return int(row[0])
+    return dialect_for(using).estimated_rows(model._meta.db_table)
 
 
 def count_rows(queryset: QuerySet[Any], limit: int, *, filtered: bool) -> Count:

@@ -3,7 +3,10 @@
 It imports nothing above the models, the engine and the settings. Split by what it stores:
 
 - ``db``: the database alias, connection repair and retries (``reconnecting``);
-- ``sql``: every hand-written statement, named, and the one function that sends them;
+- ``dialects``: the database-dependent operations, chosen once per alias (``dialect()``,
+  ``dialect_for(alias)``): the generic ORM store, and PostgreSQL's in hand-written SQL;
+- ``sql``: every hand-written statement, named, and the one function that sends them
+  (``checkpoint_sql``: the checkpoint's statement; ``map_sql``: the map chunks' statements);
 - ``rows``: the typed views of rows it hands out (``Owned``, ``WorkerClaim``);
 - ``executions``: creating runs; trace entries and other writes that need no owner;
 - ``checkpoint``: the executor's journal, one transaction per state change, under the fence;
@@ -25,7 +28,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 
 from __future__ import annotations
 
-from . import interrupts, maps, outbox, overview, request_keys, schedules, shift
+from . import dialects, interrupts, maps, outbox, overview, request_keys, schedules, shift
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
@@ -43,6 +46,7 @@ from .db import (
     refresh_connections,
     side_by_side_limit,
 )
+from .dialects import dialect, dialect_for
 from .executions import (
     ChildExists,
     IdempotencyConflict,
@@ -102,6 +106,9 @@ __all__ = [
     "coordination_state",
     "count_prunable",
     "create_execution",
+    "dialect",
+    "dialect_for",
+    "dialects",
     "due_now",
     "event_rows",
     "execution_exists",

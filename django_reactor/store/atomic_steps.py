@@ -8,7 +8,8 @@ The body runs inside ``transaction.atomic()`` on the run's database. Inside it:
 - on PostgreSQL the body's first query starts with ``SET LOCAL statement_timeout`` (what is
   left of ``REACTOR["ATOMIC_STEP_TIMEOUT"]``), so that no statement or lock wait outlives the
   bound, and ``SET CONSTRAINTS ALL IMMEDIATE``, so that a foreign key the body breaks fails
-  the statement that breaks it instead of the commit (Django declares them deferred);
+  the statement that breaks it instead of the commit (Django declares them deferred): the
+  dialect's ``bound_statements``;
 - a body that returns after the bound is failed and rolled back (:class:`AtomicStepTimeout`),
   so no transaction that held row locks longer than that commits.
 
@@ -27,12 +28,14 @@ from django.db import OperationalError, connections, transaction
 
 try:
     import psycopg
-except ImportError:  # pragma: no cover - psycopg is a dependency; other drivers skip the SETs
+except ImportError:  # pragma: no cover - psycopg is a dependency; others: Django's state only
     psycopg = None  # type: ignore[assignment]
 
 from ..conf import reactor_settings
 from ..exceptions import AtomicStepError, AtomicStepTimeout
 from .db import USING
+from .dialects import Dialect
+from .dialects import dialect as store_dialect
 
 
 class _Rollback(Exception):
@@ -42,12 +45,12 @@ class _Rollback(Exception):
 class DatabaseStepTransaction:
     """One action (run, undo, compensate) of an atomic step, in its own transaction."""
 
-    def __init__(self, step: str, action: str) -> None:
+    def __init__(self, step: str, action: str, *, dialect: Dialect | None = None) -> None:
         self.step = step
         self.action = action
         self.bound = reactor_settings.ATOMIC_STEP_TIMEOUT
         self.connection = connections[USING]
-        self.postgresql = self.connection.vendor == "postgresql"
+        self.dialect = store_dialect() if dialect is None else dialect
         self.queried = False
         self.open = True
         self._guards = contextlib.ExitStack()
@@ -82,8 +85,8 @@ class DatabaseStepTransaction:
     ) -> Any:
         if not self.queried:
             self.queried = True
-            if self.postgresql:
-                self._start_postgresql()
+            if self.dialect.bounds_statements:
+                self._bound_statements()
         try:
             return execute(sql, params, many, context)
         except OperationalError as exc:
@@ -91,26 +94,13 @@ class DatabaseStepTransaction:
                 raise self._too_long() from exc
             raise
 
-    def _start_postgresql(self) -> None:
-        """One round trip before the body's first statement: every statement (a lock wait
-        included) ends within the bound, and constraints are checked as statements run."""
+    def _bound_statements(self) -> None:
+        """Before the body's first statement: every statement (a lock wait included) ends
+        within what is left of the bound."""
         left = self.bound - (time.monotonic() - self.started)
         if left <= 0:
             raise self._too_long()
-        raw = self.connection.connection
-        settings = (
-            f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}; "
-            "SET CONSTRAINTS ALL IMMEDIATE"
-        )
-        if psycopg is not None and isinstance(raw, psycopg.Connection):
-            # A client-side cursor sends both commands in one message, whatever Django's
-            # server_side_binding option says.
-            with psycopg.ClientCursor(raw) as cursor:
-                cursor.execute(settings)
-        else:
-            with raw.cursor() as cursor:
-                for command in settings.split("; "):
-                    cursor.execute(command)
+        self.dialect.bound_statements(left)
 
     def _too_long(self) -> AtomicStepTimeout:
         held = time.monotonic() - self.started
@@ -150,16 +140,9 @@ class DatabaseStepTransaction:
 
     def _unused(self) -> bool:
         """Whether the body left nothing in the transaction: no statement reached the server
-        (on PostgreSQL the driver says so, whatever path the body took) and no
-        ``on_commit`` callback waits for the checkpoint's commit."""
-        if not self.postgresql or self.connection.run_on_commit:
-            return False
-        raw = self.connection.connection
-        if raw is None:
-            return True
-        if psycopg is None or not isinstance(raw, psycopg.Connection):
-            return False
-        return bool(raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+        (where the dialect can tell, whatever path the body took) and no ``on_commit``
+        callback waits for the checkpoint's commit."""
+        return not self.connection.run_on_commit and self.dialect.sent_nothing()
 
     def commit(self) -> None:
         self._close(None)

@@ -1,11 +1,11 @@
 """The checkpoint: everything one state change of an owned run writes, in one transaction,
 conditional on the run's fence (the executor's :class:`~django_reactor.engine.journal.Journal`).
 
-On PostgreSQL a routine checkpoint (and a park that queues no task) is one statement
-(``sql.checkpoint``); checkpoints that also queue a task or reach an interrupt, and every
-checkpoint on other databases,
-write the same rows through the ORM here. ``tests/integration/test_checkpoint_paths.py`` proves
-that both paths write the same rows.
+On PostgreSQL a routine checkpoint (and a park that queues no task) is one statement (the
+dialect's ``checkpoint``: ``checkpoint_sql``); checkpoints that also queue a task or reach an
+interrupt, and every checkpoint of the generic store, write the same rows through the ORM
+here. ``tests/integration/test_checkpoint_paths.py`` proves that both paths write the same
+rows.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import functools
 import uuid
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..engine.journal import UNSET, JournalBatch, RunRecords
 from ..exceptions import CorrelationIdTaken, LeaseLost
-from ..models import STEP_RECORD_UNIQUE, Execution, ExecutionEvent, Interrupt, StepRecord
+from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
-from . import sql, trace
+from . import dialects, trace
 from .atomic_steps import DatabaseStepTransaction
 from .db import USING, close_thread_connections
 from .executions import new_event_rows, wake_parent
@@ -40,7 +40,7 @@ class DatabaseJournal:
         self,
         owned: Owned,
         *,
-        fast_path: bool | None = None,
+        dialect: dialects.Dialect | None = None,
         wakes: uuid.UUID | None = None,
         recorded: set[str] | None = None,
     ) -> None:
@@ -52,8 +52,8 @@ class DatabaseJournal:
         self.recorded = None if recorded is None else set(recorded)
         # An async unit: when it finishes, its parent (perhaps parked on it) is woken.
         self.wakes = wakes
-        vendor = connections[USING].vendor
-        self.fast_path = (vendor == "postgresql") if fast_path is None else fast_path
+        # The store's, unless a test compares the generic store's writes with it.
+        self.dialect = dialects.dialect() if dialect is None else dialect
 
     @functools.cached_property
     def reactor(self) -> str:
@@ -67,7 +67,7 @@ class DatabaseJournal:
 
     def begin(self, step: str, action: str) -> DatabaseStepTransaction:
         """Open the transaction of an atomic step's ``action`` (see :mod:`.atomic_steps`)."""
-        return DatabaseStepTransaction(step, action)
+        return DatabaseStepTransaction(step, action, dialect=self.dialect)
 
     def thread_finished(self) -> None:
         close_thread_connections()
@@ -81,35 +81,24 @@ class DatabaseJournal:
         note_heartbeat(self.execution_id, step, details)
 
     def commit(self, batch: JournalBatch) -> str | None:
-        if self.fast_path and batch.parks_quietly and not (self.wakes and batch.finished):
-            reason = self._commit_sql(batch)
+        if (
+            self.dialect.one_statement_checkpoint
+            and batch.parks_quietly
+            and not (self.wakes and batch.finished)
+        ):
+            reason = self._commit_one_statement(batch)
         else:
             reason = self._commit_orm(batch)
         if batch.step is not None and self.recorded is not None:
             self.recorded.add(batch.step.step)
         return reason
 
-    # -- PostgreSQL: one statement -------------------------------------------------------------
+    # -- one statement, where the dialect has it ---------------------------------------------------
 
-    def _commit_sql(self, batch: JournalBatch) -> str | None:
+    def _commit_one_statement(self, batch: JournalBatch) -> str | None:
         step = batch.step
         new_step = step is not None and self.recorded is not None and step.step not in self.recorded
-        # Inside a transaction (an atomic step's, a caller's) a unique violation would end it.
-        in_transaction = connections[USING].in_atomic_block
-        statement, params = sql.checkpoint(
-            self.execution_id, self.fence, batch, new_step=new_step, in_transaction=in_transaction
-        )
-        try:
-            row = sql.execute(statement, params)
-            replace = new_step and in_transaction and row is not None and row[2] == 0
-        except IntegrityError as exc:
-            if not (new_step and not in_transaction and _names_constraint(exc, STEP_RECORD_UNIQUE)):
-                raise
-            replace = True  # the statement did nothing (on its own, in autocommit)
-        if replace:
-            # The step had a record after all: the statement that replaces it.
-            statement, params = sql.checkpoint(self.execution_id, self.fence, batch)
-            row = sql.execute(statement, params)
+        row = self.dialect.checkpoint(self.execution_id, self.fence, batch, new_step=new_step)
         if row is None:
             raise LeaseLost(
                 f"execution {self.execution_id} is no longer owned by this process "
@@ -117,7 +106,7 @@ class DatabaseJournal:
             )
         return _cancel_reason(row[0], row[1])
 
-    # -- any database: the ORM ------------------------------------------------------------------
+    # -- any database: the ORM ---------------------------------------------------------------------
 
     def _commit_orm(self, batch: JournalBatch) -> str | None:
         now = timezone.now()
@@ -244,12 +233,6 @@ class DatabaseJournal:
                 .get()
             )
         return _cancel_reason(requested_at, reason)
-
-
-def _names_constraint(exc: IntegrityError, name: str) -> bool:
-    """Whether the database said ``exc`` broke the constraint ``name``."""
-    diag = getattr(exc.__cause__, "diag", None)
-    return getattr(diag, "constraint_name", None) == name
 
 
 def _cancel_reason(requested_at: Any, reason: str) -> str | None:

@@ -8,28 +8,23 @@ writes are refused.
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import json
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import connections, transaction
-from django.db.models import Case, F, Q, Value, When
-from django.db.models.functions import Coalesce
+from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..conf import reactor_settings
-from ..engine.journal import RecordedStep
 from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
 from ..models import Execution, ExecutionEvent
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus
-from . import sql
 from .db import USING
+from .dialects import dialect
 from .executions import wake_parent
 from .interrupts import close_waiting
-from .outbox import mark_taken
-from .reads import get_row, last_seq, run_records
+from .reads import get_row, last_seq
 from .rows import Owned, WorkerClaim
 
 RESUMABLE = MOVING_STATUSES  # what a worker may take over
@@ -43,97 +38,7 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
     owned by a live process (a duplicate delivery) or not due yet (a retry's wake-up time).
     The same ``owner`` may claim again (a claim whose reply a broken connection lost).
     """
-    now = timezone.now()
-    if connections[USING].vendor == "postgresql":
-        params = [
-            execution_id,
-            owner,
-            reactor_settings.LEASE_SECONDS,
-            owner,
-            execution_id,
-            list(RESUMABLE),
-            owner,
-        ]
-        # Prepared like the checkpoint: planning this statement costs more than running it.
-        names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
-        if values is None:
-            # Not claimable, or the row changed while the claim waited for its lock (see
-            # ``sql.CLAIM_FOR_WORKER``): once more, seeing that change.
-            names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
-        if values is None:
-            return None
-        columns = dict(zip(names, values, strict=True))
-        steps, seq, shape = (
-            columns.pop("claimed_steps"),
-            columns.pop("claimed_last_seq"),
-            columns.pop("claimed_shape"),
-        )
-        row = _execution_from_columns(columns)
-        records = run_records(
-            row, steps=[RecordedStep(**item) for item in _json(steps)], seq=int(seq)
-        )
-        return WorkerClaim(Owned(execution_id, row.fence), row, records, _json(shape))
-    claimed = (
-        Execution.objects.using(USING)
-        .filter(pk=execution_id, status__in=RESUMABLE)
-        .filter(Q(parent__isnull=True) | Q(detached=True))
-        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
-        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
-        .update(
-            lease_owner=owner,
-            lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
-            fence=F("fence") + 1,
-            recovery_attempts=Case(
-                When(status=ExecutionStatus.PENDING, then=F("recovery_attempts")),
-                When(lease_owner__isnull=True, then=F("recovery_attempts")),
-                When(lease_owner=owner, then=F("recovery_attempts")),
-                default=F("recovery_attempts") + 1,
-            ),
-            status=Case(
-                When(
-                    status=ExecutionStatus.ROLLING_BACK,
-                    then=Value(ExecutionStatus.ROLLING_BACK),
-                ),
-                default=Value(ExecutionStatus.RUNNING),
-            ),
-            started_at=Coalesce(F("started_at"), Value(now)),
-            wake_at=None,
-            updated_at=now,
-        )
-    )
-    mark_taken(execution_id=execution_id)
-    if not claimed:
-        return None
-    row = get_row(execution_id)
-    if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
-        return None
-    return WorkerClaim(Owned(execution_id, row.fence), row, run_records(row))
-
-
-def _json(value: Any) -> Any:
-    """A JSON column the claim returns: text from some drivers, decoded from others."""
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-
-def _execution_from_columns(columns: dict[str, Any]) -> Execution:
-    """The ``Execution`` a ``RETURNING *`` row describes, its values converted as the ORM
-    converts them."""
-    connection = connections[USING]
-    converters, attnames = _execution_fields()
-    values = []
-    for column, from_db in converters:
-        value = columns[column]
-        values.append(from_db(value, None, connection) if from_db is not None else value)
-    return Execution.from_db(USING, attnames, values)
-
-
-@functools.cache
-def _execution_fields() -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
-    """``(column, from_db_value or None)`` of each concrete field of ``Execution``, and their
-    attribute names in the same order."""
-    fields = Execution._meta.concrete_fields
-    converters = tuple((str(f.column), getattr(f, "from_db_value", None)) for f in fields)
-    return converters, tuple(f.attname for f in fields)
+    return dialect().claim_for_worker(execution_id, owner)
 
 
 def refence(owned: Owned, owner: str) -> Owned | None:

@@ -3,7 +3,6 @@ coordination bookkeeping, adopting a composed child, waking a parked parent."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -11,7 +10,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import IntegrityError, connections, models, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
@@ -22,7 +21,8 @@ from ..models import Definition, Dispatch, Execution, ExecutionEvent, StepRecord
 from ..states import ExecutionStatus, StepStatus
 from . import sql
 from .db import USING
-from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
+from .dialects import dialect
+from .outbox import queue_dispatch
 from .reads import find_child, find_retry, last_seq
 from .rows import Owned
 from .sleeps import end_due_sleeps
@@ -104,23 +104,9 @@ def create_execution(
         Definition(hash=definition_hash, shape=definition_shape) if definition_shape else None
     )
     try:
-        if connections[USING].vendor == "postgresql" and not delay:
-            # One statement commits on its own, without BEGIN and COMMIT round trips around
-            # it; inside the caller's transaction a savepoint keeps a refused insert from
-            # ending that transaction.
-            in_transaction = connections[USING].in_atomic_block
-            with transaction.atomic(using=USING) if in_transaction else contextlib.nullcontext():
-                _insert_all(execution, new_event_rows(execution.id, events), dispatch, definition)
-        else:
-            with transaction.atomic(using=USING):
-                if definition is not None:
-                    Definition.objects.using(USING).bulk_create([definition], ignore_conflicts=True)
-                execution.save(force_insert=True, using=USING)
-                ExecutionEvent.objects.using(USING).bulk_create(
-                    new_event_rows(execution.id, events)
-                )
-                if dispatch is not None:
-                    queue_dispatch(execution.id, dispatch, delay)
+        dialect().insert_run(
+            execution, new_event_rows(execution.id, events), dispatch, definition, delay
+        )
     except IntegrityError:
         if parent is not None and find_child(parent[0], parent[2]) is not None:
             raise ChildExists(parent[2]) from None
@@ -141,41 +127,6 @@ def create_execution(
             raise
         raise IdempotencyConflict(holder) from None
     return Owned(execution.id, execution.fence)
-
-
-def _insert_all(
-    execution: Execution,
-    events: list[ExecutionEvent],
-    dispatch: str | None,
-    definition: Definition | None,
-) -> None:
-    """Insert an execution, its first events, its dispatch and its definition (unless kept
-    already) in one statement (PostgreSQL).
-
-    Every ``run()`` pays this; the ORM's per-object inserts cost several times the statement.
-    Values are prepared by the model fields themselves, so the columns follow the models; the
-    statement's text depends only on how many events there are, and it is sent prepared like
-    the checkpoint.
-    """
-    connection = connections[USING]
-    rows: list[models.Model] = [execution, *events]
-    if definition is not None:
-        rows.insert(0, definition)
-    queued: Dispatch | None = None
-    if dispatch is not None:
-        queued = Dispatch(execution_id=execution.id, reason=dispatch)
-        rows.append(queued)
-    statement = sql.insert_all(len(events), queued is not None, definition is not None)
-    params = [
-        f.get_db_prep_save(f.pre_save(obj, True), connection)
-        for obj in rows
-        for f in sql.insert_fields(type(obj))
-    ]
-    returned = sql.execute(statement, params)
-    if queued is not None:
-        assert returned is not None
-        queued.id = returned[0]
-        publish_on_commit([QueuedDispatch(queued.id, execution.id, 0.0)])
 
 
 def inputs_digest(inputs: Any) -> str:

@@ -1,5 +1,6 @@
-"""Map claims and settles through the ORM, for databases other than PostgreSQL (where
-:mod:`.maps` sends one statement each, from :mod:`.sql`). Same rows, same fences."""
+"""Map chunks written, claimed and settled through the ORM: the generic store's
+(``dialects.Dialect``; PostgreSQL sends one statement each, :mod:`.map_sql`). Same rows, same
+fences. Also the slots written for chunks no task will settle, on any database."""
 
 from __future__ import annotations
 
@@ -21,8 +22,22 @@ from .outbox import mark_taken
 Chunk = MapChunk.Status
 
 
+def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
+    """``maps.write_items``'s pieces (``(first index, size, items)``) as pending chunks; a
+    piece that starts inside a chunk keeps the chunk's items before it."""
+    for start, size, piece in pieces:
+        chunk, created = MapChunk.objects.using(USING).get_or_create(
+            map_run_id=map_id, first=start, defaults={"size": size, "items": piece}
+        )
+        if not created:
+            chunk.items = [*chunk.items[: size - len(piece)], *piece]
+            chunk.size = size
+            chunk.status = Chunk.PENDING
+            chunk.save(update_fields=["items", "size", "status"])
+
+
 def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
-    """``maps._claim`` through the ORM."""
+    """``maps.claim`` through the ORM, in the caller's transaction."""
     now = timezone.now()
     fresh, taken = (Chunk.PENDING, Chunk.RUNNING) if forward else (Chunk.SETTLED, Chunk.UNDOING)
     order = "first" if forward else "-first"
@@ -130,6 +145,47 @@ def settle_chunk(
         run.status,
         run.rollback_settled,
         run.rollback_total,
+    )
+
+
+def never_start(map_id: uuid.UUID, now: dt.datetime) -> int:
+    """Settle every chunk never claimed of a stopped map as ``not_started`` (the caller holds
+    the map's row); how many elements."""
+    never = 0
+    chunks = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.PENDING)
+    for chunk in chunks:
+        write_slots(map_id, chunk, ElementStatus.NOT_STARTED, now)
+        never += chunk.size
+    chunks.update(status=Chunk.NOT_STARTED)
+    return never
+
+
+def write_slots(
+    map_id: uuid.UUID,
+    chunk: MapChunk,
+    status: str,
+    now: dt.datetime,
+    *,
+    error: dict[str, Any] | None = None,
+) -> None:
+    """Write every slot of ``chunk`` with one outcome, through the ORM (the settle of a chunk
+    no task will settle)."""
+    MapResult.objects.using(USING).bulk_create(
+        [
+            MapResult(
+                map_run_id=map_id,
+                index=chunk.first + offset,
+                item=item,
+                status=status,
+                error=error,
+                attempts=chunk.attempts,
+                finished_at=now,
+            )
+            for offset, item in enumerate(chunk.items)
+        ],
+        update_conflicts=True,
+        unique_fields=["map_run", "index"],
+        update_fields=["status", "error", "attempts", "finished_at"],
     )
 
 

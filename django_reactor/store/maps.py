@@ -14,7 +14,6 @@ are delivered. The summary reads the counters, never the slots' statuses.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -26,9 +25,10 @@ from django.utils import timezone
 from ..conf import reactor_settings
 from ..models import Dispatch, Execution, MapChunk, MapResult, MapRun
 from ..states import ElementStatus, ExecutionStatus, MapStatus
-from . import map_orm, sql
 from .db import USING
+from .dialects import dialect
 from .lease import Kept
+from .map_orm import write_slots
 from .map_reads import FAILURE_SAMPLE as FAILURE_SAMPLE
 from .map_reads import TRACEBACK_FRAMES as TRACEBACK_FRAMES
 from .map_reads import Claim as Claim
@@ -108,29 +108,7 @@ def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any]) -> None:
         MapRun.objects.using(USING).filter(pk=map_id).values_list("chunk_size", flat=True).first()
     )
     pieces = _pieces(first, items, max(1, chunk_size or 1))
-    connection = connections[USING]
-    if connection.vendor == "postgresql":
-        # One statement per batch: the ORM's bulk_create costs ten times more here.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql.WRITE_CHUNKS,
-                [
-                    map_id,
-                    [start for start, _, _ in pieces],
-                    [size for _, size, _ in pieces],
-                    [_json(piece) for _, _, piece in pieces],
-                ],
-            )
-        return
-    for start, size, piece in pieces:
-        chunk, created = MapChunk.objects.using(USING).get_or_create(
-            map_run_id=map_id, first=start, defaults={"size": size, "items": piece}
-        )
-        if not created:
-            chunk.items = [*chunk.items[: size - len(piece)], *piece]
-            chunk.size = size
-            chunk.status = Chunk.PENDING
-            chunk.save(update_fields=["items", "size", "status"])
+    dialect().write_chunks(map_id, pieces)
 
 
 def _pieces(first: int, items: Sequence[Any], chunk_size: int) -> list[tuple[int, int, list[Any]]]:
@@ -175,53 +153,7 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> tuple[Claim | None
     to settle them)."""
     with transaction.atomic(using=USING):
         stopped = forward and stopped_map(map_id)
-        return _claim(map_id, forward=forward, token=token), stopped
-
-
-def _claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
-    """``claim`` inside the caller's transaction."""
-    connection = connections[USING]
-    if connection.vendor != "postgresql":
-        return map_orm.claim(map_id, forward=forward, token=token)
-    params = {"map": map_id, **_claim_params(forward=forward, token=token)}
-    if forward:
-        row = sql.execute(sql.CLAIM_CHUNK, params)
-        return None if row is None else _forward_claim(*row)
-    with connection.cursor() as cursor:
-        cursor.execute(sql.CLAIM_UNDO_CHUNK, params)
-        rows = cursor.fetchall()
-    if not rows:
-        return None
-    return Claim(
-        rows[0][0],
-        [
-            Claimed(index, _loads(item), _loads(undo))
-            for _, index, item, undo in rows
-            if index is not None
-        ],
-    )
-
-
-def _claim_params(*, forward: bool, token: str) -> dict[str, Any]:
-    return {
-        "token": token,
-        "lease": float(reactor_settings.LEASE_SECONDS),
-        "fresh": Chunk.PENDING if forward else Chunk.SETTLED,
-        "taken": Chunk.RUNNING if forward else Chunk.UNDOING,
-        "plus": 1 if forward else 0,
-    }
-
-
-def _forward_claim(chunk: int, first: int, items: Any, attempts: int) -> Claim:
-    """The chunk a forward claim took, as its elements to run (``attempts``: the chunk's
-    claims, this one included)."""
-    return Claim(
-        chunk,
-        [
-            Claimed(first + offset, item, None, attempts - 1)
-            for offset, item in enumerate(_loads(items))
-        ],
-    )
+        return dialect().claim_chunk(map_id, forward=forward, token=token), stopped
 
 
 class SlotKeeper(Kept):
@@ -301,17 +233,9 @@ def settle(
     }
     # The first failure stored (the lowest index of its chunk) names the map's error.
     first_failure = failed[0] if failed else None
-    if connections[USING].vendor == "postgresql":
-        row, following = _settle_forward(
-            map_id, chunk, writes, token, counters, first_failure, now, claim_next
-        )
-    else:
-        with transaction.atomic(using=USING):
-            row = map_orm.settle_chunk(
-                map_id, chunk, writes, token, Chunk.RUNNING, Chunk.SETTLED, counters,
-                first_failure, now,
-            )  # fmt: skip
-            following = _claim(map_id, forward=True, token=token) if claim_next else None
+    row, following = dialect().settle_forward(
+        map_id, chunk, writes, token, counters, first_failure, now, claim_next
+    )
     if row is None:  # the chunk was taken over: this task wrote nothing
         current = MapRun.objects.using(USING).values("failed", "stop_reason").get(pk=map_id)
         progress = Progress(current["failed"], current["stop_reason"], written=False)
@@ -343,87 +267,6 @@ def _counts(writes: Sequence[SlotWrite]) -> dict[str, int]:
     for w in writes:
         counts[w.status] = counts.get(w.status, 0) + 1
     return counts
-
-
-def _settle_forward(
-    map_id: uuid.UUID,
-    chunk: int,
-    writes: Sequence[SlotWrite],
-    token: str,
-    counters: dict[str, int],
-    first_failure: int | None,
-    now: dt.datetime,
-    claim_next: bool,
-) -> tuple[Settled | None, Claim | None]:
-    """``sql.SETTLE_FORWARD``, prepared: the map's progress (None: the chunk was taken over,
-    nothing written) and the next chunk claimed (None: none, or not asked)."""
-    sets = [f"{name} = {name} + %({name})s" for name in counters]
-    if first_failure is not None:
-        sets.append("first_failure = COALESCE(first_failure, %(first_failure)s)")
-    statement = sql.SETTLE_FORWARD.format(
-        counters=", ".join(sets),
-        claim=sql.SETTLE_FORWARD_CLAIM if claim_next else "",
-        next_chunk="claimed.id, claimed.first, claimed.items::text, claimed.attempts"
-        if claim_next
-        else "NULL, NULL, NULL, NULL",
-        join_next="LEFT JOIN claimed ON true" if claim_next else "",
-    )
-    params: dict[str, Any] = {
-        "map": map_id,
-        "chunk": chunk,
-        "token": token,
-        "succeeded": counters["succeeded"],
-        "now": now,
-        "first_failure": first_failure,
-        # One JSON document for the chunk: one encode here, no per-element array quoting.
-        "outcomes": _json([[w.index, w.status, w.value, w.error, w.undo] for w in writes]),
-        **counters,
-    }
-    if claim_next:
-        params.update(_claim_params(forward=True, token=token))
-    row = sql.execute(statement, params)
-    assert row is not None  # the statement always returns its one row
-    progress = Settled(*row[:9]) if row[0] is not None else None
-    following = _forward_claim(*row[9:13]) if row[9] is not None else None
-    return progress, following
-
-
-def _settle_undo(
-    map_id: uuid.UUID,
-    chunk: int,
-    writes: Sequence[SlotWrite],
-    token: str,
-    counters: dict[str, int],
-    now: dt.datetime,
-) -> Settled | None:
-    """Write what undoing a chunk did if ``token`` still holds it: the map's progress, or None
-    (nothing written). One statement on PostgreSQL, atomic on its own."""
-    if connections[USING].vendor != "postgresql":
-        with transaction.atomic(using=USING):
-            return map_orm.settle_chunk(
-                map_id, chunk, writes, token, Chunk.UNDOING, Chunk.UNDONE, counters, None, now
-            )
-    statement = sql.SETTLE_UNDO.format(
-        counters=", ".join(f"{name} = {name} + %({name})s" for name in counters)
-    )
-    params: dict[str, Any] = {
-        "map": map_id,
-        "chunk": chunk,
-        "token": token,
-        "now": now,
-        "outcomes": _json([[w.index, w.status, w.error] for w in writes]),
-        **counters,
-    }
-    row = sql.execute(statement, params)
-    return Settled(*row) if row is not None else None
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
-def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def stop(map_id: uuid.UUID, reason: str) -> MapRun:
@@ -458,7 +301,7 @@ def abandon_running(map_id: uuid.UUID, message: str) -> None:
         count = 0
         held = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.RUNNING)
         for chunk in held:
-            _write_slots(map_id, chunk, ElementStatus.FAILED, now, error=error)
+            write_slots(map_id, chunk, ElementStatus.FAILED, now, error=error)
             count += chunk.size
         held.update(status=Chunk.SETTLED, claimed_by="", lease_until=None, succeeded=0)
         MapRun.objects.using(USING).filter(pk=map_id).update(
@@ -468,50 +311,10 @@ def abandon_running(map_id: uuid.UUID, message: str) -> None:
             _fan_in(map_id, run.settled + count, run.size)
 
 
-def _write_slots(
-    map_id: uuid.UUID,
-    chunk: MapChunk,
-    status: str,
-    now: dt.datetime,
-    *,
-    error: dict[str, Any] | None = None,
-) -> None:
-    """Write every slot of ``chunk`` with one outcome, through the ORM (the settle of a chunk
-    no task will settle)."""
-    MapResult.objects.using(USING).bulk_create(
-        [
-            MapResult(
-                map_run_id=map_id,
-                index=chunk.first + offset,
-                item=item,
-                status=status,
-                error=error,
-                attempts=chunk.attempts,
-                finished_at=now,
-            )
-            for offset, item in enumerate(chunk.items)
-        ],
-        update_conflicts=True,
-        unique_fields=["map_run", "index"],
-        update_fields=["status", "error", "attempts", "finished_at"],
-    )
-
-
 def _stop_here(map_id: uuid.UUID, reason: str, now: dt.datetime) -> int:
     """Record why the map stopped (the caller holds the map's row) and settle every chunk
     never claimed as ``not_started``; return how many elements that settled."""
-    connection = connections[USING]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(sql.NEVER_START, {"map": map_id, "now": now})
-            never = int(cursor.fetchone()[0])
-    else:
-        never = 0
-        chunks = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.PENDING)
-        for chunk in chunks:
-            _write_slots(map_id, chunk, ElementStatus.NOT_STARTED, now)
-            never += chunk.size
-        chunks.update(status=Chunk.NOT_STARTED)
+    never = dialect().never_start(map_id, now)
     MapRun.objects.using(USING).filter(pk=map_id).update(
         stop_reason=reason,
         settled=F("settled") + never,
@@ -595,7 +398,7 @@ def settle_rollback(
         "undone": counts.get(ElementStatus.UNDONE, 0),
         "undo_failed": counts.get(ElementStatus.UNDO_FAILED, 0),
     }
-    row = _settle_undo(map_id, chunk, writes, token, counters, timezone.now())
+    row = dialect().settle_undo(map_id, chunk, writes, token, counters, timezone.now())
     if (
         row is not None
         and row.status == MapStatus.ROLLING_BACK

@@ -13,13 +13,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import F
 
-from ..models import Execution, Interrupt, Schedule, StepRecord
-from ..states import InterruptStatus, StepStatus
-from . import sql
+from ..models import Execution, Interrupt, Schedule
+from ..states import InterruptStatus
 from .db import USING
+from .dialects import dialect
 
 _shifts: list[Callable[[dt.timedelta], None]] = []
 
@@ -42,13 +42,6 @@ def shift_due_times(delta: dt.timedelta) -> None:
         Schedule.objects.using(USING).filter(next_fire_at__isnull=False).update(
             next_fire_at=F("next_fire_at") - delta
         )
-        if connections[USING].vendor == "postgresql":
-            with connections[USING].cursor() as cursor:
-                cursor.execute(sql.SHIFT_SLEEPS, {"seconds": delta.total_seconds()})
-        else:
-            for record in StepRecord.objects.using(USING).filter(status=StepStatus.SLEEPING):
-                due = dt.datetime.fromisoformat(str(record.result))
-                record.result = (due - delta).isoformat()
-                record.save(using=USING, update_fields=["result"])
+        dialect().shift_sleeps(delta)  # the time each sleep waits until, in its record
         for shift in _shifts:
             shift(delta)

@@ -7,52 +7,23 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db import connections
-
 from ..engine.serialization import decode
 from ..exceptions import StoredValueUnreadable
 from ..models import StepRecord
 from ..states import StepStatus
-from . import sql
 from .db import USING, logger
-from .reads import last_seq
+from .dialects import dialect
 
 
 def end_due_sleeps(execution_ids: list[Any], now: dt.datetime) -> int:
     """Write completed the sleeps of these runs whose time has come, as the worker resuming
-    the run would; how many. The caller holds the runs' rows and nobody owns them."""
-    if connections[USING].vendor == "postgresql":
-        return end_due_sleeps_sql(execution_ids, now)
-    return end_due_sleeps_orm(execution_ids, now)
-
-
-def end_due_sleeps_sql(execution_ids: list[Any], now: dt.datetime) -> int:
-    """:func:`end_due_sleeps` in one update (``sql.END_SLEEPS``), on PostgreSQL."""
-    due = [record_id for record_id, _execution_id in _over(execution_ids, now)]
+    the run would; how many. The caller holds the runs' rows and nobody owns them. One update
+    on PostgreSQL (``sql.END_SLEEPS``), a record at a time elsewhere (the dialect's
+    ``end_sleeps``)."""
+    due = _over(execution_ids, now)
     if not due:
         return 0
-    row = sql.execute(sql.END_SLEEPS, {"ids": due, "now": now})
-    return int(row[0]) if row else 0
-
-
-def end_due_sleeps_orm(execution_ids: list[Any], now: dt.datetime) -> int:
-    """:func:`end_due_sleeps` through the ORM, a record at a time (other databases)."""
-    ended = 0
-    for record_id, execution_id in _over(execution_ids, now):
-        ended += (
-            StepRecord.objects.using(USING)
-            .filter(pk=record_id, status=StepStatus.SLEEPING, traced=False)
-            .update(
-                status=StepStatus.COMPLETED,
-                seq=last_seq(execution_id) + 1,
-                attempts=1,
-                started_at=now,
-                finished_at=now,
-                traced=True,
-                duration_ms=0.0,
-            )
-        )
-    return ended
+    return dialect().end_sleeps(due, now)
 
 
 def _over(execution_ids: list[Any], now: dt.datetime) -> list[tuple[int, Any]]:

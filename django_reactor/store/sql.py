@@ -1,5 +1,7 @@
-"""The store's hand-written SQL, in one place: each statement named, tables taken from the
-models' ``_meta``, and the one function that sends a statement on Django's connection.
+"""The store's hand-written SQL: each statement named, tables taken from the models'
+``_meta`` (the checkpoint's, put together from its pieces, in :mod:`.checkpoint_sql`), and the
+one function that sends a statement on Django's connection. PostgreSQL's dialect sends them
+(``store.dialects``).
 
 Hand-written where the ORM costs more than the statement on a hot path (every checkpoint, every
 claim, every settle of map elements), or cannot say it in one round trip.
@@ -7,16 +9,12 @@ claim, every settle of map elements), or cannot say it in one round trip.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-import json
 import threading
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, models
-from django.utils import timezone
 
 try:
     import psycopg
@@ -24,7 +22,6 @@ except ImportError:  # psycopg2 or another driver: statements go through Django'
     psycopg = None  # type: ignore[assignment]
 
 from ..conf import reactor_settings
-from ..engine.journal import UNSET, JournalBatch
 from ..models import (
     Definition,
     Dispatch,
@@ -36,7 +33,6 @@ from ..models import (
     ScheduleFire,
     StepRecord,
 )
-from . import trace
 from .db import USING, logger
 
 #: A statement's parameters: positional (``%s``) or named (``%(name)s``).
@@ -339,168 +335,6 @@ INSERT INTO {SCHEDULE_FIRE} (schedule_id, fire_at, "until", outcome, manual, not
 VALUES (%s, %s, %s, %s, %s, '', %s)
 ON CONFLICT (schedule_id, fire_at) DO NOTHING
 RETURNING id, created_at"""
-
-
-def checkpoint(
-    execution_id: uuid.UUID,
-    fence: int,
-    batch: JournalBatch,
-    *,
-    new_step: bool = False,
-    in_transaction: bool = False,
-) -> tuple[str, list[Any]]:
-    """The one statement of a routine checkpoint on PostgreSQL, and its parameters.
-
-    The execution's update (conditional on ``fence``), the step record's upsert, the rollback
-    update and the event inserts, as data-modifying CTEs of one statement: one round trip. It
-    returns ``cancel_requested_at, cancel_reason`` of the execution, or no row when the fence
-    moved on. ``DatabaseJournal`` writes the same rows through the ORM on other databases.
-
-    With ``new_step`` the caller believes the step has no record yet: the record is inserted
-    without first looking for one to replace, and a unique violation says the belief was
-    wrong. ``in_transaction`` (a violation would end the caller's transaction) inserts it only
-    if there is none, and the statement returns a third column: 0 when it inserted nothing.
-    """
-    params: list[Any] = []
-    now = timezone.now()
-    sets = ["updated_at = %s"]
-    params.append(now)
-    if batch.finished:
-        sets.append("lease_owner = NULL, lease_expires_at = NULL, finished_at = %s")
-        params.append(now)
-    elif batch.release:  # parked: nobody owns it until it is woken
-        sets.append("lease_owner = NULL, lease_expires_at = NULL")
-    # Otherwise the lease is left alone: the heartbeat (``lease.LeaseKeeper``) extends it, and
-    # a checkpoint that writes no indexed column is a HOT update.
-    if batch.current_step is not None:
-        sets.append("current_step = %s")
-        params.append(batch.current_step)
-    # As in _commit_orm: a park sets the wake-up; otherwise a step's outcome ends any waiting.
-    if batch.wake_after is not None:
-        sets.append("wake_at = %s")
-        params.append(now + dt.timedelta(seconds=batch.wake_after))
-    if batch.wake_after is None and batch.step is not None:
-        sets.append("current_attempt = 0, wake_at = NULL")
-    elif batch.current_attempt is not None:
-        sets.append("current_attempt = %s")
-        params.append(batch.current_attempt)
-    if batch.status is not None:
-        sets.append("status = %s")
-        params.append(str(batch.status))
-    if batch.result is not UNSET:
-        sets.append("result = %s::jsonb")
-        params.append(json.dumps(batch.result))
-    if batch.failure is not UNSET:
-        sets.append("failure = %s::jsonb")
-        params.append(None if batch.failure is None else json.dumps(batch.failure))
-    params.extend([execution_id, fence])
-    parts = [
-        f"WITH ex AS (UPDATE {EXECUTION} SET "
-        + ", ".join(sets)
-        + " WHERE id = %s AND fence = %s RETURNING id, cancel_requested_at, cancel_reason)"
-    ]
-    step = batch.step
-    entry, events = trace.folded(step, batch.events)
-    # A new step's insert, made only if the step has no record: the statement says whether.
-    guarded = step is not None and new_step and in_transaction
-    if step is not None:
-        parts.append(
-            "sv (step, status, seq, attempts, arguments, secret_arguments, result, error, "
-            "compensable, started_at, finished_at, traced, duration_ms) AS (VALUES "
-            "(%s::varchar, %s::varchar, %s::integer, %s::integer, %s::jsonb, %s::jsonb, "
-            "%s::jsonb, %s::jsonb, %s::boolean, %s::timestamptz, %s::timestamptz, %s::boolean, "
-            "%s::float8))"
-        )
-        if new_step:
-            inserted_if = (
-                f" WHERE NOT EXISTS (SELECT 1 FROM {STEP_RECORD} AS r "
-                "WHERE r.execution_id = ex.id AND r.step = sv.step) RETURNING 1"
-                if guarded
-                else ""
-            )
-        else:
-            # An update of the step's record if it has one (a retried step), else an insert:
-            # not INSERT ... ON CONFLICT, whose speculative insertion costs a WAL record more
-            # per step. A record that stood for a trace entry keeps it as an event row before
-            # it is replaced (the trace stays append-only; a step checkpointed twice shows
-            # twice).
-            parts.append(
-                f"kp AS (INSERT INTO {EVENT} (execution_id, seq, kind, step, attempt, at, "
-                "duration_ms, data) SELECT r.execution_id, r.seq, "
-                f"{ENTRY_KIND.format(r='r.')}, r.step, r.attempts, r.finished_at, r.duration_ms, "
-                f"'{{}}'::jsonb FROM {STEP_RECORD} AS r, ex, sv "
-                "WHERE r.execution_id = ex.id AND r.step = sv.step AND r.traced)"
-            )
-            parts.append(
-                f"su AS (UPDATE {STEP_RECORD} AS r SET status = sv.status, seq = sv.seq, "
-                "attempts = sv.attempts, arguments = sv.arguments, "
-                "secret_arguments = sv.secret_arguments, result = sv.result, error = sv.error, "
-                "compensable = sv.compensable, rollback = '', rollback_error = NULL, "
-                "rolled_back_at = NULL, started_at = sv.started_at, "
-                "finished_at = sv.finished_at, traced = sv.traced, duration_ms = sv.duration_ms "
-                "FROM ex, sv WHERE r.execution_id = ex.id AND r.step = sv.step RETURNING r.id)"
-            )
-            inserted_if = " WHERE NOT EXISTS (SELECT 1 FROM su)"
-        parts.append(
-            f"st AS (INSERT INTO {STEP_RECORD} (execution_id, step, status, seq, attempts, "
-            "arguments, secret_arguments, result, error, compensable, rollback, started_at, "
-            "finished_at, traced, duration_ms) SELECT ex.id, sv.step, sv.status, sv.seq, "
-            "sv.attempts, sv.arguments, sv.secret_arguments, sv.result, sv.error, "
-            "sv.compensable, '', sv.started_at, sv.finished_at, sv.traced, sv.duration_ms "
-            f"FROM ex, sv{inserted_if})"
-        )
-    if step is not None:
-        params.extend(
-            [
-                step.step,
-                str(step.status),
-                step.seq,
-                step.attempts,
-                json.dumps(step.arguments),
-                json.dumps([list(p) for p in step.secret_arguments]),
-                json.dumps(step.result),
-                None if step.error is None else json.dumps(step.error),
-                step.compensable,
-                step.started_at,
-                step.finished_at,
-                entry is not None,
-                entry.duration_ms if entry is not None else None,
-            ]
-        )
-    rollback = batch.rollback
-    if rollback is not None:
-        parts.append(
-            f"rb AS (UPDATE {STEP_RECORD} SET rollback = %s, "
-            "rollback_error = %s::jsonb, rolled_back_at = %s "
-            "WHERE execution_id = (SELECT id FROM ex) AND step = %s)"
-        )
-        params.extend(
-            [
-                str(rollback.status),
-                None if rollback.error is None else json.dumps(rollback.error),
-                rollback.at,
-                rollback.step,
-            ]
-        )
-    if events:
-        rows = ", ".join(
-            ["(%s::integer, %s, %s, %s::integer, %s::timestamptz, %s::float8, %s::jsonb)"]
-            * len(events)
-        )
-        parts.append(
-            f"ev AS (INSERT INTO {EVENT} (execution_id, seq, kind, step, "
-            "attempt, at, duration_ms, data) SELECT ex.id, v.seq, v.kind, v.step, v.attempt, "
-            f"v.at, v.duration_ms, v.data FROM ex CROSS JOIN (VALUES {rows}) "
-            "AS v(seq, kind, step, attempt, at, duration_ms, data))"
-        )
-        for e in events:
-            params.extend(
-                [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
-            )
-    returned = "cancel_requested_at, cancel_reason"
-    if guarded:
-        returned += ", (SELECT count(*) FROM st)"
-    return ", ".join(parts) + f" SELECT {returned} FROM ex", params
 
 
 @functools.cache

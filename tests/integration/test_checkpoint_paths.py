@@ -1,5 +1,7 @@
 """The checkpoint's two paths write the same rows: the one-statement SQL of PostgreSQL and the
-ORM path every other database (and every non-routine checkpoint) takes."""
+ORM path every other database (and every non-routine checkpoint) takes. Each run below goes
+through one dialect of the store on the same database: PostgreSQL's, or the generic store's
+(``store.dialects.forced``), creating, checkpointing, waking and claiming the run."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from django_reactor import Reactor, Retry, Skip, Step, services, sleep, step, store
 from django_reactor.models import Execution, ExecutionEvent, StepRecord
@@ -92,36 +94,38 @@ def rows(execution_id: Any) -> dict[str, Any]:
     }
 
 
-def run_through(path: str, monkeypatch: pytest.MonkeyPatch, *, fail_last: bool) -> Any:
-    original = store.DatabaseJournal.commit
+def through(path: str) -> contextlib.AbstractContextManager[Any]:
+    """The store as it is on PostgreSQL (``"sql"``), or the generic store (``"orm"``)."""
+    assert store.dialect().one_statement_checkpoint, "PostgreSQL's dialect"
+    return contextlib.nullcontext() if path == "sql" else store.dialects.forced(generic())
 
-    def commit(self: Any, batch: Any) -> Any:
-        self.fast_path = path == "sql"
-        return original(self, batch)
 
-    monkeypatch.setattr(store.DatabaseJournal, "commit", commit)
+def generic() -> store.dialects.Dialect:
+    chosen = store.dialects.generic()
+    assert not chosen.one_statement_checkpoint
+    return chosen
+
+
+def run_through(path: str, *, fail_last: bool) -> Any:
     FAIL_AT.clear()
     FAIL_AT.add("flaky")
     if fail_last:
         FAIL_AT.add("last")
     try:
-        parked = EveryKindOfWrite.run({}).execution_id
-        parked_rows = rows(parked)  # the park, as written
-        store.start_now(parked)  # its sleep ends now; resumed as a worker would
-        services.resume(parked)
+        with through(path):
+            parked = EveryKindOfWrite.run({}).execution_id
+            parked_rows = rows(parked)  # the park, as written
+            store.start_now(parked)  # its sleep ends now; resumed as a worker would
+            services.resume(parked)
         return parked, parked_rows
     finally:
-        monkeypatch.undo()
         FAIL_AT.clear()
 
 
 @pytest.mark.parametrize("fail_last", [False, True], ids=["completes", "fails-and-undoes"])
-def test_the_sql_and_orm_checkpoints_write_the_same_rows(
-    monkeypatch: pytest.MonkeyPatch, fail_last: bool
-) -> None:
-    assert connection.vendor == "postgresql"
-    sql_run, sql_parked = run_through("sql", monkeypatch, fail_last=fail_last)
-    orm_run, orm_parked = run_through("orm", monkeypatch, fail_last=fail_last)
+def test_the_sql_and_orm_checkpoints_write_the_same_rows(fail_last: bool) -> None:
+    sql_run, sql_parked = run_through("sql", fail_last=fail_last)
+    orm_run, orm_parked = run_through("orm", fail_last=fail_last)
     assert sql_parked == orm_parked
     assert sql_parked["execution"][0] == "pending"
     by_sql, by_orm = rows(sql_run), rows(orm_run)
@@ -130,23 +134,24 @@ def test_the_sql_and_orm_checkpoints_write_the_same_rows(
 
 
 def test_the_sweep_ends_sleeps_alike_in_sql_and_through_the_orm() -> None:
-    from django_reactor.store import sleeps
+    from django_reactor.store.sleeps import end_due_sleeps
 
-    def slept(end: Any) -> dict[str, Any]:
+    def slept(path: str) -> dict[str, Any]:
         FAIL_AT.clear()
         FAIL_AT.add("flaky")
         parked = EveryKindOfWrite.run({}).execution_id
         future = Execution.objects.filter(pk=parked).values_list("wake_at", flat=True).get()
-        assert end([parked], future - dt.timedelta(seconds=1)) == 0  # not over yet
-        assert end([parked], future + dt.timedelta(seconds=1)) == 1
-        assert end([parked], future + dt.timedelta(seconds=2)) == 0  # ended once
+        with through(path):
+            assert end_due_sleeps([parked], future - dt.timedelta(seconds=1)) == 0  # not yet
+            assert end_due_sleeps([parked], future + dt.timedelta(seconds=1)) == 1
+            assert end_due_sleeps([parked], future + dt.timedelta(seconds=2)) == 0  # ended once
         Execution.objects.filter(pk=parked).update(wake_at=future - dt.timedelta(hours=2))
         services.resume(parked)
         return rows(parked)
 
     try:
-        by_sql = slept(sleeps.end_due_sleeps_sql)
-        by_orm = slept(sleeps.end_due_sleeps_orm)
+        by_sql = slept("sql")
+        by_orm = slept("orm")
     finally:
         FAIL_AT.clear()
     assert by_sql == by_orm

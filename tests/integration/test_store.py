@@ -14,6 +14,7 @@ from django_reactor.engine.state import RunState
 from django_reactor.exceptions import LeaseLost
 from django_reactor.models import Execution, ExecutionEvent, StepRecord
 from django_reactor.states import ExecutionStatus, StepStatus
+from django_reactor.store.dialects import Dialect
 
 pytestmark = pytest.mark.django_db
 
@@ -34,13 +35,14 @@ class ABC(Reactor):
 
 
 @pytest.fixture(params=["sql-prepared", "sql-unprepared", "orm"])
-def journal_path(request: pytest.FixtureRequest, settings: Any) -> bool:
-    """Run each test through the one-statement PostgreSQL path (prepared or not) and the ORM."""
+def journal_path(request: pytest.FixtureRequest, settings: Any) -> Dialect:
+    """Run each test through the one-statement PostgreSQL path (prepared or not) and the ORM
+    (the generic store's dialect)."""
     fast = request.param.startswith("sql")
-    if fast and connection.vendor != "postgresql":
+    if fast and not store.dialect().one_statement_checkpoint:
         pytest.skip("the one-statement checkpoint is PostgreSQL only")
     settings.REACTOR = {"CHECKPOINT_PREPARED_STATEMENTS": request.param == "sql-prepared"}
-    return fast
+    return store.dialect() if fast else store.dialects.generic()
 
 
 def new_run() -> store.Owned:
@@ -73,9 +75,9 @@ def step_batch(name: str, seq: int) -> JournalBatch:
     )
 
 
-def test_checkpoint_writes_record_event_and_cursor_together(journal_path: bool) -> None:
+def test_checkpoint_writes_record_event_and_cursor_together(journal_path: Dialect) -> None:
     owned = new_run()
-    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal = store.DatabaseJournal(owned, dialect=journal_path)
     assert journal.commit(step_batch("a", 2)) is None  # no cancel requested
     record = StepRecord.objects.get(execution_id=owned.execution_id, step="a")
     assert (record.status, record.seq, record.result, record.secret_arguments) == (
@@ -91,9 +93,9 @@ def test_checkpoint_writes_record_event_and_cursor_together(journal_path: bool) 
     assert row.lease_expires_at is not None
 
 
-def test_a_superseded_fence_writes_nothing(journal_path: bool) -> None:
+def test_a_superseded_fence_writes_nothing(journal_path: Dialect) -> None:
     owned = new_run()
-    zombie = store.DatabaseJournal(owned, fast_path=journal_path)
+    zombie = store.DatabaseJournal(owned, dialect=journal_path)
     Execution.objects.filter(pk=owned.execution_id).update(fence=owned.fence + 1)
     with pytest.raises(LeaseLost, match="no longer owned"):
         zombie.commit(step_batch("a", 2))
@@ -102,9 +104,9 @@ def test_a_superseded_fence_writes_nothing(journal_path: bool) -> None:
     assert Execution.objects.get(pk=owned.execution_id).current_step == ""
 
 
-def test_rollback_status_and_finish(journal_path: bool) -> None:
+def test_rollback_status_and_finish(journal_path: Dialect) -> None:
     owned = new_run()
-    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal = store.DatabaseJournal(owned, dialect=journal_path)
     journal.commit(step_batch("a", 2))
     journal.commit(
         JournalBatch(
@@ -130,9 +132,9 @@ def test_rollback_status_and_finish(journal_path: bool) -> None:
     assert row.finished_at is not None
 
 
-def test_result_and_cancel_flag(journal_path: bool) -> None:
+def test_result_and_cancel_flag(journal_path: Dialect) -> None:
     owned = new_run()
-    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal = store.DatabaseJournal(owned, dialect=journal_path)
     Execution.objects.filter(pk=owned.execution_id).update(
         cancel_requested_at=NOW, cancel_reason="customer called"
     )
@@ -150,9 +152,9 @@ def test_result_and_cancel_flag(journal_path: bool) -> None:
     assert Execution.objects.get(pk=owned.execution_id).result == [1, "two"]
 
 
-def test_a_checkpoint_replaces_an_existing_record_of_the_step(journal_path: bool) -> None:
+def test_a_checkpoint_replaces_an_existing_record_of_the_step(journal_path: Dialect) -> None:
     owned = new_run()
-    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal = store.DatabaseJournal(owned, dialect=journal_path)
     journal.commit(step_batch("a", 2))
     journal.commit(step_batch("a", 3))
     assert StepRecord.objects.filter(execution_id=owned.execution_id).count() == 1
@@ -265,9 +267,9 @@ def plain_step_batch(name: str, seq: int, at: dt.datetime = NOW) -> JournalBatch
     )
 
 
-def test_a_completed_steps_trace_entry_is_its_record(journal_path: bool) -> None:
+def test_a_completed_steps_trace_entry_is_its_record(journal_path: Dialect) -> None:
     owned = new_run()
-    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal = store.DatabaseJournal(owned, dialect=journal_path)
     journal.commit(plain_step_batch("a", 2))
     # No event row of its own: the record stands for it, and the trace reads as written.
     assert list(
@@ -288,9 +290,9 @@ def test_a_completed_steps_trace_entry_is_its_record(journal_path: bool) -> None
     assert store.last_seq(owned.execution_id) == 2
 
 
-def test_a_step_checkpointed_twice_keeps_both_entries(journal_path: bool) -> None:
+def test_a_step_checkpointed_twice_keeps_both_entries(journal_path: Dialect) -> None:
     owned = new_run()
-    journal = store.DatabaseJournal(owned, fast_path=journal_path)
+    journal = store.DatabaseJournal(owned, dialect=journal_path)
     later = NOW + dt.timedelta(seconds=1)
     journal.commit(plain_step_batch("a", 2))
     journal.commit(plain_step_batch("a", 3, later))
@@ -301,9 +303,9 @@ def test_a_step_checkpointed_twice_keeps_both_entries(journal_path: bool) -> Non
     assert ExecutionEvent.objects.filter(execution_id=owned.execution_id, kind="run").count() == 1
 
 
-def test_a_step_entry_with_data_keeps_its_event_row(journal_path: bool) -> None:
+def test_a_step_entry_with_data_keeps_its_event_row(journal_path: Dialect) -> None:
     owned = new_run()
-    store.DatabaseJournal(owned, fast_path=journal_path).commit(step_batch("a", 2))
+    store.DatabaseJournal(owned, dialect=journal_path).commit(step_batch("a", 2))
     assert not StepRecord.objects.get(execution_id=owned.execution_id, step="a").traced
     assert ExecutionEvent.objects.filter(execution_id=owned.execution_id, kind="run").count() == 1
     assert [e.seq for e in store.event_rows(owned.execution_id)] == [1, 2]

@@ -27,6 +27,7 @@ from django.db.models import Count, F, Max, Q, Sum, Window
 from django.db.models.functions import RowNumber
 
 from ...exceptions import ReactorImproperlyConfigured
+from ...store.dialects import dialect_for
 from ..exceptions import CoordinationUnavailable
 from ..models import (
     CoordinationKey,
@@ -64,16 +65,6 @@ from .base import (
 )
 
 logger = logging.getLogger("django_reactor.coordination")
-
-_CLOCK_SQL = {
-    "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())",
-    # 'now' is stable within one statement: whole seconds plus the fraction of %f (ms).
-    "sqlite": (
-        "SELECT CAST(strftime('%s', 'now') AS REAL)"
-        " + strftime('%f', 'now') - CAST(strftime('%S', 'now') AS INTEGER)"
-    ),
-    "mysql": "SELECT UNIX_TIMESTAMP(SYSDATE(6))",
-}
 
 # PostgreSQL fast paths for locks: one statement each instead of a locked read, a clock read
 # and a write. The clock is read once per statement (``clock_timestamp()`` in a CTE), so a
@@ -156,13 +147,13 @@ class DatabaseBackend(CoordinationBackend):
             yield
 
     def _now(self) -> float:
-        connection = connections[self.using]
-        sql = _CLOCK_SQL.get(connection.vendor)
+        dialect = dialect_for(self.using)
+        sql = dialect.clock_sql
         if sql is None:
             raise ReactorImproperlyConfigured(
-                f"the database coordination backend does not support {connection.vendor}"
+                f"the database coordination backend does not support {dialect.name}"
             )
-        with connection.cursor() as cursor:
+        with connections[self.using].cursor() as cursor:
             cursor.execute(sql)
             return float(cursor.fetchone()[0])
 
@@ -179,8 +170,9 @@ class DatabaseBackend(CoordinationBackend):
 
     # --- locks --------------------------------------------------------------------------------
 
-    def _postgresql(self) -> bool:
-        return connections[self.using].vendor == "postgresql"
+    def _one_statement_locks(self) -> bool:
+        """Whether the locks' PostgreSQL statements below can be sent (the store's dialect)."""
+        return dialect_for(self.using).one_statement_locks
 
     def _one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         """One statement in a transaction of its own (PostgreSQL fast paths)."""
@@ -195,7 +187,7 @@ class DatabaseBackend(CoordinationBackend):
         check_key(key)
         check_key(owner, "owner")
         ttl = check_seconds(ttl, "a lock's ttl")
-        if self._postgresql():
+        if self._one_statement_locks():
             found = self._one(_ACQUIRE_LOCK_SQL, [key, owner, ttl])
             if found is None:
                 return None
@@ -230,7 +222,7 @@ class DatabaseBackend(CoordinationBackend):
 
     def extend_lock(self, key: str, owner: str, ttl: float) -> bool:
         ttl = check_seconds(ttl, "a lock's ttl")
-        if self._postgresql():
+        if self._one_statement_locks():
             return (
                 self._one(_EXTEND_LOCK_SQL, [ttl, check_key(key), check_key(owner, "owner")])
                 is not None
@@ -244,7 +236,7 @@ class DatabaseBackend(CoordinationBackend):
             return True
 
     def release_lock(self, key: str, owner: str) -> bool:
-        if self._postgresql():
+        if self._one_statement_locks():
             found = self._one(_RELEASE_LOCK_SQL, [check_key(key), check_key(owner, "owner")])
             return found is not None and bool(found[0])
         with self._atomic():

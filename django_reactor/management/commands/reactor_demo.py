@@ -17,6 +17,7 @@ from django_reactor import Completed, services
 from django_reactor.display import short_json, trace_lines
 from django_reactor.exceptions import ReactorError
 from django_reactor.management.commandtools import ReactorCommand, status_style
+from django_reactor.store import dialect_for
 
 if TYPE_CHECKING:
     from django_reactor.demo.shop import Shop
@@ -57,7 +58,7 @@ class Command(ReactorCommand):
         db = connection.settings_dict
         self.stdout.write(
             self.style.MIGRATE_HEADING(
-                f"django_reactor demo (database: {connection.vendor} {db['NAME']})"
+                f"django_reactor demo (database: {dialect_for(connection.alias).name} {db['NAME']})"
             )
         )
         self.stdout.write("Stock before: " + SHOP.stock())

@@ -127,19 +127,19 @@ FAIL = arg.value({"fail": True})
 # ---------------------------------------------------------------------------- reactors
 
 
-class Plain(Reactor):
+class CutPlain(Reactor):
     a = step(Tracked)
     b = step(Tracked, a=arg.result("a"))
     c = step(Tracked, b=arg.result("b"))
 
 
-class PlainFails(Reactor):
+class CutPlainFails(Reactor):
     a = step(Tracked)
     b = step(Tracked, a=arg.result("a"))
     c = step(Tracked, b=arg.result("b"), how=FAIL)
 
 
-class RetriesLater(Reactor):
+class CutRetriesLater(Reactor):
     a = step(Tracked)
     flaky = step(
         Tracked,
@@ -150,66 +150,66 @@ class RetriesLater(Reactor):
     z = step(Tracked, flaky=arg.result("flaky"))
 
 
-class Transfer(Reactor):
+class CutTransfer(Reactor):
     debit = step(Atomic)
     credit = step(Atomic, debit=arg.result("debit"))
     notify = step(Tracked, credit=arg.result("credit"))
 
 
-class TransferRefused(Reactor):
+class CutTransferRefused(Reactor):
     debit = step(Atomic)
     credit = step(Atomic, debit=arg.result("debit"))
     refuse = step(Tracked, credit=arg.result("credit"), how=FAIL)
 
 
-class Checkout(Reactor):
+class CutCheckout(Reactor):
     charge = step(Tracked, total=arg.input("total"))
     ship = step(Tracked, charge=arg.result("charge"))
 
 
-class Order(Reactor):
+class CutOrder(Reactor):
     reserve = step(Tracked)
-    checkout = compose(Checkout, total=arg.result("reserve", "step"))
+    checkout = compose(CutCheckout, total=arg.result("reserve", "step"))
     receipt = step(Tracked, checkout=arg.result("checkout"))
 
 
-class OrderRefused(Reactor):
+class CutOrderRefused(Reactor):
     reserve = step(Tracked)
-    checkout = compose(Checkout, total=arg.result("reserve", "step"))
+    checkout = compose(CutCheckout, total=arg.result("reserve", "step"))
     receipt = step(Tracked, checkout=arg.result("checkout"), how=FAIL)
 
 
-class ApprovedCheckout(Reactor):
+class CutApprovedCheckout(Reactor):
     charge = step(Tracked, total=arg.input("total"))
     consent = interrupt(after="charge")
     ship = step(Tracked, charge=arg.result("charge"), consent=arg.result("consent"))
 
 
-class ApprovedOrder(Reactor):
+class CutApprovedOrder(Reactor):
     reserve = step(Tracked)
-    checkout = compose(ApprovedCheckout, total=arg.result("reserve", "step"))
+    checkout = compose(CutApprovedCheckout, total=arg.result("reserve", "step"))
     receipt = step(Tracked, checkout=arg.result("checkout"))
 
 
-class ApprovedOrderRefused(Reactor):
+class CutApprovedOrderRefused(Reactor):
     reserve = step(Tracked)
-    checkout = compose(ApprovedCheckout, total=arg.result("reserve", "step"))
+    checkout = compose(CutApprovedCheckout, total=arg.result("reserve", "step"))
     # Runs while the child waits at its interrupt, and fails.
     audit = step(Tracked, wait_for="reserve", how=FAIL)
 
 
-class Quote(Reactor):
+class CutQuote(Reactor):
     price = step(Tracked, basket=arg.input("basket"))
     hold = step(Tracked, price=arg.result("price"))
 
 
-class Purchase(Reactor):
+class CutPurchase(Reactor):
     basket = step(Tracked)
-    quote = async_reactor(Quote, basket=arg.result("basket", "step"))
+    quote = async_reactor(CutQuote, basket=arg.result("basket", "step"))
     buy = step(Tracked, quote=arg.result("quote"))
 
 
-class Pack(Reactor):
+class CutPack(Reactor):
     pick = step(Tracked, item=arg.input("item"))
     box = step(Tracked, item=arg.input("item"), pick=arg.result("pick"), how=arg.input("how"))
 
@@ -220,7 +220,7 @@ class Pack(Reactor):
 def packs(how: dict[str, Any]) -> Any:
     return map_over(
         arg.result("items"),
-        Pack,
+        CutPack,
         item=arg.element(),
         how=arg.value(how),
         batch_size=1,
@@ -229,31 +229,31 @@ def packs(how: dict[str, Any]) -> Any:
     )
 
 
-class Shipment(Reactor):
+class CutShipment(Reactor):
     items = step(Tracked, how=arg.value({"returns": [1, 2, 3]}))
     packs = packs({})
     label = step(Tracked, packs=arg.result("packs"))
 
 
-class ShipmentFails(Reactor):
+class CutShipmentFails(Reactor):
     items = step(Tracked, how=arg.value({"returns": [1, 2, 3]}))
     packs = packs({"fail_item": 2})
     label = step(Tracked, packs=arg.result("packs"))
 
 
-class Approval(Reactor):
+class CutApproval(Reactor):
     request = step(Tracked)
     approval = interrupt(after="request")
     refund = step(Tracked, approved=arg.result("approval", "approved"))
 
 
-class Cooling(Reactor):
+class CutCooling(Reactor):
     charge = step(Tracked)
     window = sleep(dt.timedelta(hours=1), after="charge")
     payout = step(Tracked, until=arg.result("window"))
 
 
-class Coordinated(Reactor):
+class CutCoordinated(Reactor):
     first = step(Tracked, order_id=arg.input("order_id"))
     guarded = step(
         Guarded, order_id=arg.input("order_id"), how=arg.value({"fences": True}), wait_for="first"
@@ -264,7 +264,7 @@ class Coordinated(Reactor):
         coordination = [Lock("order-{order_id}")]
 
 
-class Fetch(Reactor):
+class CutFetch(Reactor):
     first = step(Tracked)
     # Ordered by the world, not by timing: left ends once right's outcome is committed.
     left = step(Tracked, first=arg.result("first"), how=arg.value({"after": "right"}))
@@ -275,7 +275,7 @@ class Fetch(Reactor):
         max_concurrency = 2
 
 
-class FetchFails(Reactor):
+class CutFetchFails(Reactor):
     first = step(Tracked)
     left = step(Tracked, first=arg.result("first"), how=FAIL)
     # Still running when left's failure (the run rolling back) is committed.
@@ -318,14 +318,14 @@ OK, FAILED = ExecutionStatus.COMPLETED, ExecutionStatus.FAILED
 SCENARIOS = [
     Scenario(
         "plain",
-        Plain,
+        CutPlain,
         OK,
         "Plain steps resume after the last committed one and never run a committed one again.",
         {("run", "c", ""): 1},
     ),
     Scenario(
         "plain_fails",
-        PlainFails,
+        CutPlainFails,
         FAILED,
         "A failure's rollback, cut anywhere (at the failure, at each undo), compensates the "
         "failed step and undoes the others exactly once each.",
@@ -333,7 +333,7 @@ SCENARIOS = [
     ),
     Scenario(
         "retry_later",
-        RetriesLater,
+        CutRetriesLater,
         OK,
         "A worker parks for each backoff; a cut at a retry's park or after it resumes with the "
         "attempts already made (the step succeeds at its third attempt either way).",
@@ -341,21 +341,21 @@ SCENARIOS = [
     ),
     Scenario(
         "atomic",
-        Transfer,
+        CutTransfer,
         OK,
         "An atomic step's writes commit with its record, exactly once, wherever the cut falls.",
         {("run", "credit", ""): 1},
     ),
     Scenario(
         "atomic_fails",
-        TransferRefused,
+        CutTransferRefused,
         FAILED,
         "An atomic step's undo writes commit with its rollback record, exactly once.",
         {("undo", "debit", ""): 1, ("undo", "credit", ""): 1},
     ),
     Scenario(
         "compose",
-        Order,
+        CutOrder,
         OK,
         "A composed child cut anywhere is continued from its own records by its parent; a "
         "finished child gives its outcome to the parent's step without running again.",
@@ -363,7 +363,7 @@ SCENARIOS = [
     ),
     Scenario(
         "compose_fails",
-        OrderRefused,
+        CutOrderRefused,
         FAILED,
         "A parent failing after its child completed rolls the child back in its place; a cut "
         "inside the child's rollback is finished by the child's restore.",
@@ -371,7 +371,7 @@ SCENARIOS = [
     ),
     Scenario(
         "compose_interrupt",
-        ApprovedOrder,
+        CutApprovedOrder,
         OK,
         "A child paused at its interrupt pauses its parent; the payload accepted below is "
         "taken by the child when the parent continues it, wherever the cut fell.",
@@ -380,7 +380,7 @@ SCENARIOS = [
     ),
     Scenario(
         "compose_interrupt_fails",
-        ApprovedOrderRefused,
+        CutApprovedOrderRefused,
         FAILED,
         "A parent failing while its child waits at an interrupt rolls the waiting child back "
         "in its place (the child undoes what it completed), restored or not.",
@@ -388,7 +388,7 @@ SCENARIOS = [
     ),
     Scenario(
         "async_unit",
-        Purchase,
+        CutPurchase,
         OK,
         "An async unit is dispatched once (never twice after a cut), run to its end by a "
         "worker, and settled for its reader after the parent's restore.",
@@ -396,7 +396,7 @@ SCENARIOS = [
     ),
     Scenario(
         "map",
-        Shipment,
+        CutShipment,
         OK,
         "An inline map continues from its slots; an element a dead process ran without "
         "settling fails the map, as the store settles it.",
@@ -404,7 +404,7 @@ SCENARIOS = [
     ),
     Scenario(
         "map_fails",
-        ShipmentFails,
+        CutShipmentFails,
         FAILED,
         "A failed element rolls itself back, the map stops, its succeeded elements are undone "
         "by the map's compensation, exactly once unless the cut fell on their undo.",
@@ -412,7 +412,7 @@ SCENARIOS = [
     ),
     Scenario(
         "interrupt",
-        Approval,
+        CutApproval,
         OK,
         "A run paused at an interrupt takes the payload accepted meanwhile when it continues.",
         {("run", "refund", ""): 1},
@@ -420,14 +420,14 @@ SCENARIOS = [
     ),
     Scenario(
         "sleep",
-        Cooling,
+        CutCooling,
         OK,
         "A sleep reached is restored with its time; the step completes once the clock passed it.",
         {("run", "payout", ""): 1},
     ),
     Scenario(
         "coordination",
-        Coordinated,
+        CutCoordinated,
         OK,
         "A step whose slot is contended parks and runs once it holds it, with its fences; "
         "every hold a live process took is given back.",
@@ -437,7 +437,7 @@ SCENARIOS = [
     ),
     Scenario(
         "side_by_side",
-        Fetch,
+        CutFetch,
         OK,
         "Steps side by side, cut while one is in flight: the dead process's lane is refused "
         "and ended, and the restore runs what was not recorded.",
@@ -445,7 +445,7 @@ SCENARIOS = [
     ),
     Scenario(
         "side_by_side_fails",
-        FetchFails,
+        CutFetchFails,
         FAILED,
         "A step side by side fails while the other is in flight: cut before the other is "
         "recorded, the restored rollback compensates it (its outcome is unknown).",

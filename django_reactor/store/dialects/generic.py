@@ -1,0 +1,250 @@
+"""The generic store: what runs on any database Django supports (SQLite, MariaDB and MySQL,
+...), through the ORM, one query at a time where PostgreSQL sends one statement.
+
+Every operation whose best form depends on the database is a method of :class:`Dialect`;
+:class:`~.postgresql.PostgreSQL` overrides those it does in hand-written SQL, writing the
+same rows (``tests/integration/test_checkpoint_paths.py`` compares them on one database).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from ...conf import reactor_settings
+from ...engine.journal import JournalBatch
+from ...models import Definition, Execution, ExecutionEvent, MapChunk, StepRecord
+from ...states import MOVING_STATUSES, ExecutionStatus, StepStatus
+from .. import map_orm
+from ..db import USING
+from ..map_reads import Claim, Settled, SlotWrite
+from ..outbox import mark_taken, queue_dispatch
+from ..reads import get_row, last_seq, run_records
+from ..rows import Owned, WorkerClaim
+
+Chunk = MapChunk.Status
+
+#: A statement that reads the database server's clock, in seconds since the epoch, by vendor.
+_CLOCKS = {
+    # 'now' is stable within one statement: whole seconds plus the fraction of %f (ms).
+    "sqlite": (
+        "SELECT CAST(strftime('%s', 'now') AS REAL)"
+        " + strftime('%f', 'now') - CAST(strftime('%S', 'now') AS INTEGER)"
+    ),
+    "mysql": "SELECT UNIX_TIMESTAMP(SYSDATE(6))",
+}
+
+
+class Dialect:
+    """The generic ORM store of one database alias (:func:`~.dialect_for` picks it once).
+
+    The store's operations (runs, claims, checkpoints, sleeps, map chunks) are called on the
+    store's own dialect (``store.dialect()``, alias ``db.USING``) and write there, as the rest
+    of the store does; the capabilities, the clock and the row estimate answer for the
+    dialect's alias, which coordination's database backend and the admin may choose.
+    """
+
+    #: Whether a routine checkpoint goes out as one statement (:meth:`checkpoint`); otherwise
+    #: ``DatabaseJournal`` writes every batch through the ORM.
+    one_statement_checkpoint = False
+    #: Whether an atomic step's transaction can bound each statement it sends
+    #: (:meth:`bound_statements`); otherwise only the body's end is checked against the bound.
+    bounds_statements = False
+    #: Whether coordination's database backend may take, extend and release a lock in one
+    #: statement each (its PostgreSQL statements: ``INSERT ... ON CONFLICT ... RETURNING`` on
+    #: the server's ``clock_timestamp()``).
+    one_statement_locks = False
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        #: The database's vendor, as Django names it (``"sqlite"``, ``"mysql"``, ...).
+        self.name: str = connections[alias].vendor
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} store of {self.alias!r} ({self.name})>"
+
+    @property
+    def prepares_statements(self) -> bool:
+        """Whether the store's statements go out prepared when
+        ``REACTOR["CHECKPOINT_PREPARED_STATEMENTS"]`` is on (``sql.execute``)."""
+        return False
+
+    # -- runs --------------------------------------------------------------------------------------
+
+    def insert_run(
+        self,
+        execution: Execution,
+        events: list[ExecutionEvent],
+        dispatch: str | None,
+        definition: Definition | None,
+        delay: float,
+    ) -> None:
+        """Insert a new run with its first events, its dispatch (published ``delay`` seconds
+        on) and its definition (unless kept already), all or nothing; an ``IntegrityError``
+        when a unique key is taken (``executions.create_execution``)."""
+        with transaction.atomic(using=USING):
+            if definition is not None:
+                Definition.objects.using(USING).bulk_create([definition], ignore_conflicts=True)
+            execution.save(force_insert=True, using=USING)
+            ExecutionEvent.objects.using(USING).bulk_create(events)
+            if dispatch is not None:
+                queue_dispatch(execution.id, dispatch, delay)
+
+    def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
+        """``claims.claim_for_worker``: one conditional update, the run's dispatches marked
+        taken, and the row read back."""
+        now = timezone.now()
+        claimed = (
+            Execution.objects.using(USING)
+            .filter(pk=execution_id, status__in=MOVING_STATUSES)  # claims.RESUMABLE
+            .filter(Q(parent__isnull=True) | Q(detached=True))
+            .filter(
+                Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner)
+            )
+            .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+            .update(
+                lease_owner=owner,
+                lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+                fence=F("fence") + 1,
+                recovery_attempts=Case(
+                    When(status=ExecutionStatus.PENDING, then=F("recovery_attempts")),
+                    When(lease_owner__isnull=True, then=F("recovery_attempts")),
+                    When(lease_owner=owner, then=F("recovery_attempts")),
+                    default=F("recovery_attempts") + 1,
+                ),
+                status=Case(
+                    When(
+                        status=ExecutionStatus.ROLLING_BACK,
+                        then=Value(ExecutionStatus.ROLLING_BACK),
+                    ),
+                    default=Value(ExecutionStatus.RUNNING),
+                ),
+                started_at=Coalesce(F("started_at"), Value(now)),
+                wake_at=None,
+                updated_at=now,
+            )
+        )
+        mark_taken(execution_id=execution_id)
+        if not claimed:
+            return None
+        row = get_row(execution_id)
+        if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
+            return None
+        return WorkerClaim(Owned(execution_id, row.fence), row, run_records(row))
+
+    def checkpoint(
+        self, execution_id: uuid.UUID, fence: int, batch: JournalBatch, *, new_step: bool
+    ) -> tuple[Any, str] | None:
+        """A routine checkpoint in one statement, where :attr:`one_statement_checkpoint`."""
+        raise NotImplementedError(f"{self!r} writes checkpoints through the ORM")
+
+    def end_sleeps(self, due: Sequence[tuple[int, Any]], now: dt.datetime) -> int:
+        """Write completed the sleeping records ``due`` (``(record id, execution id)``, in
+        order: ``sleeps.end_due_sleeps``) as the worker would at ``now``; how many."""
+        ended = 0
+        for record_id, execution_id in due:
+            ended += (
+                StepRecord.objects.using(USING)
+                .filter(pk=record_id, status=StepStatus.SLEEPING, traced=False)
+                .update(
+                    status=StepStatus.COMPLETED,
+                    seq=last_seq(execution_id) + 1,
+                    attempts=1,
+                    started_at=now,
+                    finished_at=now,
+                    traced=True,
+                    duration_ms=0.0,
+                )
+            )
+        return ended
+
+    def shift_sleeps(self, delta: dt.timedelta) -> None:
+        """Bring the time every sleep waits until ``delta`` closer (test time:
+        ``shift.shift_due_times``, in its transaction)."""
+        for record in StepRecord.objects.using(USING).filter(status=StepStatus.SLEEPING):
+            due = dt.datetime.fromisoformat(str(record.result))
+            record.result = (due - delta).isoformat()
+            record.save(using=USING, update_fields=["result"])
+
+    # -- map chunks (``store.maps``) ---------------------------------------------------------------
+
+    def write_chunks(self, map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
+        """Store a batch of a map's source items as pending chunks (``maps.write_items``)."""
+        map_orm.write_chunks(map_id, pieces)
+
+    def claim_chunk(self, map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
+        """Take a chunk to run or to undo, in the caller's transaction (``maps.claim``)."""
+        return map_orm.claim(map_id, forward=forward, token=token)
+
+    def settle_forward(
+        self,
+        map_id: uuid.UUID,
+        chunk: int,
+        writes: Sequence[SlotWrite],
+        token: str,
+        counters: dict[str, int],
+        first_failure: int | None,
+        now: dt.datetime,
+        claim_next: bool,
+    ) -> tuple[Settled | None, Claim | None]:
+        """Settle a chunk ``token`` holds (``maps.settle``): the map's progress (None: the
+        chunk was taken over, nothing written) and, with ``claim_next``, the next chunk."""
+        with transaction.atomic(using=USING):
+            row = map_orm.settle_chunk(
+                map_id, chunk, writes, token, Chunk.RUNNING, Chunk.SETTLED, counters,
+                first_failure, now,
+            )  # fmt: skip
+            following = self.claim_chunk(map_id, forward=True, token=token) if claim_next else None
+        return row, following
+
+    def settle_undo(
+        self,
+        map_id: uuid.UUID,
+        chunk: int,
+        writes: Sequence[SlotWrite],
+        token: str,
+        counters: dict[str, int],
+        now: dt.datetime,
+    ) -> Settled | None:
+        """Write what undoing a chunk did if ``token`` still holds it (``maps.settle_rollback``):
+        the map's progress, or None (nothing written)."""
+        with transaction.atomic(using=USING):
+            return map_orm.settle_chunk(
+                map_id, chunk, writes, token, Chunk.UNDOING, Chunk.UNDONE, counters, None, now
+            )
+
+    def never_start(self, map_id: uuid.UUID, now: dt.datetime) -> int:
+        """Settle the chunks never claimed of a stopped map as ``not_started`` (the caller
+        holds the map's row); how many elements."""
+        return map_orm.never_start(map_id, now)
+
+    # -- atomic steps' transactions ----------------------------------------------------------------
+
+    def bound_statements(self, seconds: float) -> None:
+        """Make every statement of the transaction just begun (an atomic step's) end within
+        ``seconds``, where :attr:`bounds_statements`."""
+
+    def sent_nothing(self) -> bool:
+        """Whether the transaction open on the connection has sent nothing to the server;
+        False when the database cannot tell."""
+        return False
+
+    # -- for coordination and the admin ------------------------------------------------------------
+
+    @property
+    def clock_sql(self) -> str | None:
+        """A statement that reads the database server's clock, in seconds since the epoch
+        (coordination's database backend); None when the store knows none for the database."""
+        return _CLOCKS.get(self.name)
+
+    def estimated_rows(self, table: str) -> int | None:
+        """The planner's estimate of ``table``'s rows (the admin's counts of big lists); None
+        when the database keeps none."""
+        return None

@@ -1,0 +1,300 @@
+"""The PostgreSQL store: the generic store's operations, those on hot paths in hand-written
+SQL (``store.sql``, ``store.checkpoint_sql``, ``store.map_sql``), one statement each where the
+ORM would send several or cost more in Python than the statement on the server."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import IntegrityError, connections, models, transaction
+
+try:
+    import psycopg
+except ImportError:  # psycopg2: statements go through Django's cursor
+    psycopg = None  # type: ignore[assignment]
+
+from ...conf import reactor_settings
+from ...engine.journal import JournalBatch, RecordedStep
+from ...models import STEP_RECORD_UNIQUE, Definition, Dispatch, Execution, ExecutionEvent
+from ...states import MOVING_STATUSES
+from .. import checkpoint_sql, map_sql, sql
+from ..checkpoint_sql import RecordWrite
+from ..db import USING
+from ..map_reads import Claim, Settled, SlotWrite
+from ..outbox import QueuedDispatch, publish_on_commit
+from ..reads import run_records
+from ..rows import Owned, WorkerClaim
+from .generic import Dialect
+
+
+class PostgreSQL(Dialect):
+    """The store on PostgreSQL (see :class:`~.generic.Dialect` for each operation)."""
+
+    one_statement_checkpoint = True
+    bounds_statements = True
+    one_statement_locks = True
+
+    @property
+    def prepares_statements(self) -> bool:
+        """With psycopg 3 (``sql.execute``); psycopg2 sends every statement unprepared."""
+        from django.db.backends.postgresql import psycopg_any
+
+        return bool(psycopg_any.is_psycopg3)
+
+    # -- runs --------------------------------------------------------------------------------------
+
+    def insert_run(
+        self,
+        execution: Execution,
+        events: list[ExecutionEvent],
+        dispatch: str | None,
+        definition: Definition | None,
+        delay: float,
+    ) -> None:
+        """In one statement (``sql.insert_all``): every ``run()`` pays this, and the ORM's
+        per-object inserts cost several times the statement. A run that starts later is
+        inserted through the ORM (its dispatch may wait for the sweeper)."""
+        if delay:
+            super().insert_run(execution, events, dispatch, definition, delay)
+            return
+        # One statement commits on its own, without BEGIN and COMMIT round trips around it;
+        # inside the caller's transaction a savepoint keeps a refused insert from ending that
+        # transaction.
+        in_transaction = connections[USING].in_atomic_block
+        with transaction.atomic(using=USING) if in_transaction else contextlib.nullcontext():
+            _insert_all(execution, events, dispatch, definition)
+
+    def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
+        """In one statement (``sql.CLAIM_FOR_WORKER``), which also returns the run's step
+        records, last trace sequence number and definition shape (its ``claimed_*``
+        columns): resuming costs one round trip."""
+        params = [
+            execution_id,
+            owner,
+            reactor_settings.LEASE_SECONDS,
+            owner,
+            execution_id,
+            list(MOVING_STATUSES),  # claims.RESUMABLE
+            owner,
+        ]
+        # Prepared like the checkpoint: planning this statement costs more than running it.
+        names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
+        if values is None:
+            # Not claimable, or the row changed while the claim waited for its lock (see
+            # ``sql.CLAIM_FOR_WORKER``): once more, seeing that change.
+            names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
+        if values is None:
+            return None
+        columns = dict(zip(names, values, strict=True))
+        steps, seq, shape = (
+            columns.pop("claimed_steps"),
+            columns.pop("claimed_last_seq"),
+            columns.pop("claimed_shape"),
+        )
+        row = _execution_from_columns(columns)
+        records = run_records(
+            row, steps=[RecordedStep(**item) for item in _json(steps)], seq=int(seq)
+        )
+        return WorkerClaim(Owned(execution_id, row.fence), row, records, _json(shape))
+
+    def checkpoint(
+        self, execution_id: uuid.UUID, fence: int, batch: JournalBatch, *, new_step: bool
+    ) -> tuple[Any, str] | None:
+        """Send ``checkpoint_sql.statement``: the run's ``(cancel_requested_at,
+        cancel_reason)``, or None when the fence moved on.
+
+        ``new_step``: the caller believes the step has no record yet, so the record is
+        inserted without first looking for one to replace; when the belief was wrong (a unique
+        violation in autocommit, nothing inserted in a transaction) the statement that
+        replaces it follows.
+        """
+        # Inside a transaction (an atomic step's, a caller's) a unique violation would end it.
+        in_transaction = connections[USING].in_atomic_block
+        record = RecordWrite.REPLACE
+        if batch.step is not None and new_step:
+            record = RecordWrite.INSERT_IF_ABSENT if in_transaction else RecordWrite.INSERT
+        statement, params = checkpoint_sql.statement(execution_id, fence, batch, record)
+        try:
+            row = sql.execute(statement, params)
+            replace = record is RecordWrite.INSERT_IF_ABSENT and row is not None and row[2] == 0
+        except IntegrityError as exc:
+            if not (record is RecordWrite.INSERT and _names_constraint(exc, STEP_RECORD_UNIQUE)):
+                raise
+            replace = True  # the statement did nothing (on its own, in autocommit)
+        if replace:
+            # The step had a record after all: the statement that replaces it.
+            statement, params = checkpoint_sql.statement(execution_id, fence, batch)
+            row = sql.execute(statement, params)
+        return None if row is None else (row[0], row[1])
+
+    def end_sleeps(self, due: Sequence[tuple[int, Any]], now: dt.datetime) -> int:
+        """In one update (``sql.END_SLEEPS``)."""
+        row = sql.execute(sql.END_SLEEPS, {"ids": [record_id for record_id, _ in due], "now": now})
+        return int(row[0]) if row else 0
+
+    def shift_sleeps(self, delta: dt.timedelta) -> None:
+        """In one update (``sql.SHIFT_SLEEPS``)."""
+        with connections[USING].cursor() as cursor:
+            cursor.execute(sql.SHIFT_SLEEPS, {"seconds": delta.total_seconds()})
+
+    # -- map chunks: one statement each (``store.map_sql``) ----------------------------------------
+
+    def write_chunks(self, map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
+        map_sql.write_chunks(map_id, pieces)
+
+    def claim_chunk(self, map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
+        return map_sql.claim(map_id, forward=forward, token=token)
+
+    def settle_forward(
+        self,
+        map_id: uuid.UUID,
+        chunk: int,
+        writes: Sequence[SlotWrite],
+        token: str,
+        counters: dict[str, int],
+        first_failure: int | None,
+        now: dt.datetime,
+        claim_next: bool,
+    ) -> tuple[Settled | None, Claim | None]:
+        """The settle's one round trip and its own commit (with the next claim)."""
+        return map_sql.settle_forward(
+            map_id, chunk, writes, token, counters, first_failure, now, claim_next
+        )
+
+    def settle_undo(
+        self,
+        map_id: uuid.UUID,
+        chunk: int,
+        writes: Sequence[SlotWrite],
+        token: str,
+        counters: dict[str, int],
+        now: dt.datetime,
+    ) -> Settled | None:
+        return map_sql.settle_undo(map_id, chunk, writes, token, counters, now)
+
+    def never_start(self, map_id: uuid.UUID, now: dt.datetime) -> int:
+        return map_sql.never_start(map_id, now)
+
+    # -- atomic steps' transactions ----------------------------------------------------------------
+
+    def bound_statements(self, seconds: float) -> None:
+        """One round trip: ``SET LOCAL statement_timeout`` (every statement, a lock wait
+        included, ends within ``seconds``) and ``SET CONSTRAINTS ALL IMMEDIATE`` (a foreign key
+        the body breaks fails the statement that breaks it, not the commit: Django declares
+        them deferred)."""
+        raw = connections[self.alias].connection
+        settings = (
+            f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}; "
+            "SET CONSTRAINTS ALL IMMEDIATE"
+        )
+        if psycopg is not None and isinstance(raw, psycopg.Connection):
+            # A client-side cursor sends both commands in one message, whatever Django's
+            # server_side_binding option says.
+            with psycopg.ClientCursor(raw) as cursor:
+                cursor.execute(settings)
+        else:
+            with raw.cursor() as cursor:
+                for command in settings.split("; "):
+                    cursor.execute(command)
+
+    def sent_nothing(self) -> bool:
+        """The driver says so (psycopg 3), whatever path the body took."""
+        raw = connections[self.alias].connection
+        if raw is None:
+            return True
+        if psycopg is None or not isinstance(raw, psycopg.Connection):
+            return False
+        return bool(raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+    # -- for coordination and the admin ------------------------------------------------------------
+
+    @property
+    def clock_sql(self) -> str:
+        """``clock_timestamp()``: a wait for a row lock never makes the time stale."""
+        return "SELECT EXTRACT(EPOCH FROM clock_timestamp())"
+
+    def estimated_rows(self, table: str) -> int | None:
+        """``pg_class.reltuples``, kept by ``ANALYZE`` and autovacuum; None for a table never
+        analysed."""
+        connection = connections[self.alias]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+                [connection.ops.quote_name(table)],
+            )
+            row = cursor.fetchone()
+        if row is None or row[0] is None or row[0] < 0:
+            return None
+        return int(row[0])
+
+
+def _insert_all(
+    execution: Execution,
+    events: list[ExecutionEvent],
+    dispatch: str | None,
+    definition: Definition | None,
+) -> None:
+    """Insert an execution, its first events, its dispatch and its definition (unless kept
+    already) in one statement.
+
+    Values are prepared by the model fields themselves, so the columns follow the models; the
+    statement's text depends only on how many events there are, and it is sent prepared like
+    the checkpoint.
+    """
+    connection = connections[USING]
+    rows: list[models.Model] = [execution, *events]
+    if definition is not None:
+        rows.insert(0, definition)
+    queued: Dispatch | None = None
+    if dispatch is not None:
+        queued = Dispatch(execution_id=execution.id, reason=dispatch)
+        rows.append(queued)
+    statement = sql.insert_all(len(events), queued is not None, definition is not None)
+    params = [
+        f.get_db_prep_save(f.pre_save(obj, True), connection)
+        for obj in rows
+        for f in sql.insert_fields(type(obj))
+    ]
+    returned = sql.execute(statement, params)
+    if queued is not None:
+        assert returned is not None
+        queued.id = returned[0]
+        publish_on_commit([QueuedDispatch(queued.id, execution.id, 0.0)])
+
+
+def _json(value: Any) -> Any:
+    """A JSON column the claim returns: text from some drivers, decoded from others."""
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _execution_from_columns(columns: dict[str, Any]) -> Execution:
+    """The ``Execution`` a ``RETURNING *`` row describes, its values converted as the ORM
+    converts them."""
+    connection = connections[USING]
+    converters, attnames = _execution_fields()
+    values = []
+    for column, from_db in converters:
+        value = columns[column]
+        values.append(from_db(value, None, connection) if from_db is not None else value)
+    return Execution.from_db(USING, attnames, values)
+
+
+@functools.cache
+def _execution_fields() -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """``(column, from_db_value or None)`` of each concrete field of ``Execution``, and their
+    attribute names in the same order."""
+    fields = Execution._meta.concrete_fields
+    converters = tuple((str(f.column), getattr(f, "from_db_value", None)) for f in fields)
+    return converters, tuple(f.attname for f in fields)
+
+
+def _names_constraint(exc: IntegrityError, name: str) -> bool:
+    """Whether the database said ``exc`` broke the constraint ``name``."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None) == name
