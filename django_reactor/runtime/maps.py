@@ -541,7 +541,7 @@ def _settle(
     token: str,
     claim_next: bool,
     failed: int,
-) -> tuple[int, tuple[store.maps.Claim | None, bool]]:
+) -> tuple[int, tuple[store.maps.ChunkClaim | None, bool]]:
     """Store a chunk's outcomes (and claim the next chunk in the same transaction): the
     map's failures so far, and the next chunk."""
     if forward:

@@ -20,6 +20,7 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``sweep``, ``prune``: the sweeper's and ``reactor_prune``'s work;
 - ``maps``, ``interrupts``, ``request_keys``, ``schedules``: map element slots, interrupt rows,
   remembered API requests, schedules and their fires;
+- ``time_in_tests``: moving stored times forward for the ``reactor_clock`` fixture (tests only);
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
   waiting interrupts, the outbox's depth).
 
@@ -28,7 +29,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 
 from __future__ import annotations
 
-from . import dialects, interrupts, maps, outbox, overview, request_keys, schedules, shift
+from . import dialects, interrupts, maps, outbox, overview, request_keys, schedules, time_in_tests
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
@@ -139,13 +140,13 @@ __all__ = [
     "run_records",
     "save_coordination_state",
     "schedules",
-    "shift",
     "side_by_side_limit",
     "start_now",
     "status_of",
     "step_rows",
     "stored_shape",
     "sweep",
+    "time_in_tests",
     "unfinished_descendants",
     "wake_now",
     "wake_waiter",

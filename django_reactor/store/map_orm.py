@@ -16,7 +16,7 @@ from ..conf import reactor_settings
 from ..models import MapChunk, MapResult, MapRun
 from ..states import ElementStatus
 from .db import USING
-from .map_reads import Claim, Claimed, Settled, SlotWrite
+from .map_reads import ChunkClaim, Claimed, Settled, SlotWrite
 from .outbox import mark_taken
 
 Chunk = MapChunk.Status
@@ -36,7 +36,7 @@ def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) ->
             chunk.save(update_fields=["items", "size", "status"])
 
 
-def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
+def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
     """``maps.claim`` through the ORM, in the caller's transaction."""
     now = timezone.now()
     fresh, taken = (Chunk.PENDING, Chunk.RUNNING) if forward else (Chunk.SETTLED, Chunk.UNDOING)
@@ -68,8 +68,8 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
             .order_by("-index")
             .values_list("index", "item", "undo")
         )
-        return Claim(chunk.pk, [Claimed(index, item, undo) for index, item, undo in rows])
-    return Claim(
+        return ChunkClaim(chunk.pk, [Claimed(index, item, undo) for index, item, undo in rows])
+    return ChunkClaim(
         chunk.pk,
         [
             Claimed(chunk.first + offset, item, None, chunk.attempts - 1)

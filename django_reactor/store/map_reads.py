@@ -33,7 +33,7 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
+class ChunkClaim:
     """A chunk a task holds: its id (what fences its settle) and its slots, in the order they
     run (lowest index first forward, highest first when undoing)."""
 

@@ -16,7 +16,7 @@ from ..conf import reactor_settings
 from ..models import MapChunk
 from . import sql
 from .db import USING
-from .map_reads import Claim, Claimed, Settled, SlotWrite
+from .map_reads import ChunkClaim, Claimed, Settled, SlotWrite
 
 Chunk = MapChunk.Status
 
@@ -36,7 +36,7 @@ def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) ->
         )
 
 
-def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
+def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
     """``maps.claim`` in one statement, in the caller's transaction."""
     params = {"map": map_id, **_claim_params(forward=forward, token=token)}
     if forward:
@@ -47,7 +47,7 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
         rows = cursor.fetchall()
     if not rows:
         return None
-    return Claim(
+    return ChunkClaim(
         rows[0][0],
         [
             Claimed(index, _loads(item), _loads(undo))
@@ -67,10 +67,10 @@ def _claim_params(*, forward: bool, token: str) -> dict[str, Any]:
     }
 
 
-def _forward_claim(chunk: int, first: int, items: Any, attempts: int) -> Claim:
+def _forward_claim(chunk: int, first: int, items: Any, attempts: int) -> ChunkClaim:
     """The chunk a forward claim took, as its elements to run (``attempts``: the chunk's
     claims, this one included)."""
-    return Claim(
+    return ChunkClaim(
         chunk,
         [
             Claimed(first + offset, item, None, attempts - 1)
@@ -88,7 +88,7 @@ def settle_forward(
     first_failure: int | None,
     now: dt.datetime,
     claim_next: bool,
-) -> tuple[Settled | None, Claim | None]:
+) -> tuple[Settled | None, ChunkClaim | None]:
     """``sql.SETTLE_FORWARD``, prepared: the map's progress (None: the chunk was taken over,
     nothing written) and the next chunk claimed (None: none, or not asked)."""
     sets = [f"{name} = {name} + %({name})s" for name in counters]

@@ -31,7 +31,7 @@ from .lease import Kept
 from .map_orm import write_slots
 from .map_reads import FAILURE_SAMPLE as FAILURE_SAMPLE
 from .map_reads import TRACEBACK_FRAMES as TRACEBACK_FRAMES
-from .map_reads import Claim as Claim
+from .map_reads import ChunkClaim as ChunkClaim
 from .map_reads import Claimed as Claimed
 from .map_reads import Progress as Progress
 from .map_reads import Settled as Settled
@@ -144,7 +144,7 @@ def ready(map_id: uuid.UUID, size: int, max_failures: int | None) -> MapRun:
     return run
 
 
-def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> tuple[Claim | None, bool]:
+def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> tuple[ChunkClaim | None, bool]:
     """Take a chunk: the lowest one never claimed (to run), or the highest settled one with
     succeeded elements (to undo); a chunk whose holder's lease lapsed (its worker died) is
     taken again. Chunks another live task holds are skipped. The map's unsent dispatches are
@@ -211,7 +211,7 @@ def settle(
     tolerated: int | None,
     token: str,
     claim_next: bool = False,
-) -> tuple[Progress, tuple[Claim | None, bool]]:
+) -> tuple[Progress, tuple[ChunkClaim | None, bool]]:
     """Store a chunk's outcomes; stop the map past its failure policy; fan in when all settled.
 
     Only a chunk the writer still holds is written: a chunk another task took over (its lease
@@ -389,7 +389,7 @@ def settle_rollback(
     *,
     token: str,
     claim_next: bool = False,
-) -> tuple[Progress, tuple[Claim | None, bool]]:
+) -> tuple[Progress, tuple[ChunkClaim | None, bool]]:
     """Store what undoing a chunk's elements did; when none is left to undo, wake the run
     (fan-out). With ``claim_next``, the task's next chunk is claimed afterwards."""
     counts = _counts(writes)

@@ -158,9 +158,10 @@ WITH due AS (
 SELECT count(*) FROM ended
 """
 
-#: Test time moves (``shift.shift_due_times``): the time each sleep waits until (its record's
-#: result, ISO 8601 text) comes ``%(seconds)s`` closer, written as Python's ``isoformat()``
-#: writes it in UTC, in one statement (a time that does not read is left as it is).
+#: Test time moves (``time_in_tests.shift_due_times``): the time each sleep waits until (its
+#: record's result, ISO 8601 text) comes ``%(seconds)s`` closer, written as Python's
+#: ``isoformat()`` writes it in UTC, in one statement (a time that does not read is left as it
+#: is).
 SHIFT_SLEEPS = f"""
 UPDATE {STEP_RECORD} SET result = to_jsonb(to_char(
     ((result #>> '{{}}')::timestamptz - make_interval(secs => %(seconds)s)) AT TIME ZONE 'UTC',

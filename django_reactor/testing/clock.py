@@ -43,7 +43,7 @@ class ReactorClock:
             raise TypeError("advance() takes a timedelta or units such as days=3, not both")
         if delta < dt.timedelta():
             raise ValueError(f"time only moves forward: advance() got {delta}")
-        store.shift.shift_due_times(delta)
+        store.time_in_tests.shift_due_times(delta)
         self.moved += delta
         if not run:
             return []

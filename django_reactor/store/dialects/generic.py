@@ -24,7 +24,7 @@ from ...models import Definition, Execution, ExecutionEvent, MapChunk, StepRecor
 from ...states import MOVING_STATUSES, ExecutionStatus, StepStatus
 from .. import map_orm
 from ..db import USING
-from ..map_reads import Claim, Settled, SlotWrite
+from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import mark_taken, queue_dispatch
 from ..reads import get_row, last_seq, run_records
 from ..rows import Owned, WorkerClaim
@@ -167,7 +167,7 @@ class Dialect:
 
     def shift_sleeps(self, delta: dt.timedelta) -> None:
         """Bring the time every sleep waits until ``delta`` closer (test time:
-        ``shift.shift_due_times``, in its transaction)."""
+        ``time_in_tests.shift_due_times``, in its transaction)."""
         for record in StepRecord.objects.using(USING).filter(status=StepStatus.SLEEPING):
             due = dt.datetime.fromisoformat(str(record.result))
             record.result = (due - delta).isoformat()
@@ -179,7 +179,7 @@ class Dialect:
         """Store a batch of a map's source items as pending chunks (``maps.write_items``)."""
         map_orm.write_chunks(map_id, pieces)
 
-    def claim_chunk(self, map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
+    def claim_chunk(self, map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
         """Take a chunk to run or to undo, in the caller's transaction (``maps.claim``)."""
         return map_orm.claim(map_id, forward=forward, token=token)
 
@@ -193,7 +193,7 @@ class Dialect:
         first_failure: int | None,
         now: dt.datetime,
         claim_next: bool,
-    ) -> tuple[Settled | None, Claim | None]:
+    ) -> tuple[Settled | None, ChunkClaim | None]:
         """Settle a chunk ``token`` holds (``maps.settle``): the map's progress (None: the
         chunk was taken over, nothing written) and, with ``claim_next``, the next chunk."""
         with transaction.atomic(using=USING):

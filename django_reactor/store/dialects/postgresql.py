@@ -26,7 +26,7 @@ from ...states import MOVING_STATUSES
 from .. import checkpoint_sql, map_sql, sql
 from ..checkpoint_sql import RecordWrite
 from ..db import USING
-from ..map_reads import Claim, Settled, SlotWrite
+from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import QueuedDispatch, publish_on_commit
 from ..reads import run_records
 from ..rows import Owned, WorkerClaim
@@ -148,7 +148,7 @@ class PostgreSQL(Dialect):
     def write_chunks(self, map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
         map_sql.write_chunks(map_id, pieces)
 
-    def claim_chunk(self, map_id: uuid.UUID, *, forward: bool, token: str) -> Claim | None:
+    def claim_chunk(self, map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
         return map_sql.claim(map_id, forward=forward, token=token)
 
     def settle_forward(
@@ -161,7 +161,7 @@ class PostgreSQL(Dialect):
         first_failure: int | None,
         now: dt.datetime,
         claim_next: bool,
-    ) -> tuple[Settled | None, Claim | None]:
+    ) -> tuple[Settled | None, ChunkClaim | None]:
         """The settle's one round trip and its own commit (with the next claim)."""
         return map_sql.settle_forward(
             map_id, chunk, writes, token, counters, first_failure, now, claim_next
