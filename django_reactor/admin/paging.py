@@ -56,7 +56,7 @@ COUNT_LIMIT = 1000
 
 
 @dataclass(frozen=True)
-class Count:
+class RowCount:
     """How many rows a list has, as far as it was counted.
 
     ``value`` is exact when ``exact``; otherwise it is the limit the count stopped at, or the
@@ -97,16 +97,16 @@ def estimated_rows(model: type[Model], using: str) -> int | None:
     return dialect_for(using).estimated_rows(model._meta.db_table)
 
 
-def count_rows(queryset: QuerySet[Any], limit: int, *, filtered: bool) -> Count:
+def count_rows(queryset: QuerySet[Any], limit: int, *, filtered: bool) -> RowCount:
     """``queryset``'s count, exact up to ``limit``; beyond, estimated if not ``filtered``."""
     counted = capped_count(queryset, limit)
     if counted <= limit:
-        return Count(counted, exact=True)
+        return RowCount(counted, exact=True)
     if not filtered:
         estimate = estimated_rows(queryset.model, queryset.db)
         if estimate is not None and estimate > limit:
-            return Count(estimate, exact=False, estimated=True)
-    return Count(limit, exact=False)
+            return RowCount(estimate, exact=False, estimated=True)
+    return RowCount(limit, exact=False)
 
 
 class CappedPaginator(Paginator):
@@ -127,7 +127,7 @@ class CappedPaginator(Paginator):
         self.limit = limit
 
     @cached_property
-    def counted(self) -> Count:
+    def counted(self) -> RowCount:
         return count_rows(self.queryset, self.limit, filtered=True)
 
     @cached_property
@@ -360,7 +360,7 @@ class KeysetChangeList(ChangeList):
         self._links(rows, count, limit, has_previous, has_next)
 
     def _links(
-        self, rows: list[Model], count: Count, limit: int, has_previous: bool, has_next: bool
+        self, rows: list[Model], count: RowCount, limit: int, has_previous: bool, has_next: bool
     ) -> None:
         keyset, page, per_page = self.reactor_keyset, self.reactor_page, self.list_per_page
         counted = count.value if count.exact else limit

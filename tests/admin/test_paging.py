@@ -14,7 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_reactor.admin.paging import Count, Keyset
+from django_reactor.admin.paging import Keyset, RowCount
 from django_reactor.models import Dispatch, Execution, Interrupt, MapResult, MapRun
 from django_reactor.states import ElementStatus, ExecutionStatus
 from tests.admin.reactors import Booking
@@ -77,10 +77,10 @@ def short(row: Execution) -> str:
 
 
 def test_the_count_says_what_was_counted() -> None:
-    assert Count(1, exact=True).text("execution", "executions") == "1 execution"
-    assert Count(523, exact=True).text("execution", "executions") == "523 executions"
-    assert Count(1000, exact=False).text("run", "runs") == "more than 1,000 runs"
-    assert Count(1234567, exact=False, estimated=True).text("run", "runs") == (
+    assert RowCount(1, exact=True).text("execution", "executions") == "1 execution"
+    assert RowCount(523, exact=True).text("execution", "executions") == "523 executions"
+    assert RowCount(1000, exact=False).text("run", "runs") == "more than 1,000 runs"
+    assert RowCount(1234567, exact=False, estimated=True).text("run", "runs") == (
         "about 1,234,567 runs"
     )
 
