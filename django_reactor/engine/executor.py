@@ -1,11 +1,14 @@
 """The executor core: the loop that runs a reactor's steps, and the rollback rule.
 
 The executor is pure: it calls step code and hands every state change to a :class:`Journal`.
-Steps run one at a time; the next step is always the first one, in declaration order, whose
-dependencies are done, so the order depends only on which steps are done (a resumed run takes
-the same path). Each step runs through its construct (:mod:`.constructs`: a plain step, a
-composed child, an async unit, a map, an interrupt, a step under coordination), which says how
-the step ended; the core records it and, when the run fails, applies the rollback rule:
+The next step is always the first one, in declaration order, whose dependencies are done, so
+the order depends only on which steps are done (a run restored from its records takes the
+same path); with ``Meta.max_concurrency`` the same loop starts independent ready steps side by
+side (:mod:`.lanes`). Each step runs through its construct (:mod:`.constructs`: a plain step,
+a composed child, an async unit, a map, an interrupt, a sleep, a step under coordination),
+which sees the run as a :class:`~.context.RunContext` and says how the step ended; the core
+records it (:meth:`~.recording.RunRecorder.record_step`) and, when the run fails, applies the
+rollback rule:
 
 1. a step that completed is tracked for undo (skipped steps are not);
 2. the failing step is compensated only if its body started (never for argument or contract
@@ -304,6 +307,7 @@ class Executor(RunRecorder):
             )
         )
         if compensable:
+            # Before the others: it was in flight when the others were recorded.
             self.state.pending_compensation.insert(0, PendingCompensation(step, arguments, error))
 
     def finish_rollback(self, reason: str) -> list[RollbackFailure]:
