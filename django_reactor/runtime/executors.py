@@ -7,7 +7,8 @@ of the process:
 
 - :func:`for_caller`: the process that called ``run()`` runs a new run inline, until its
   background hand-off point;
-- :func:`for_inline_resume`: the process that delivered a payload runs the rest inline;
+- :func:`for_deliverer`: the process that delivered an interrupt's payload runs the rest
+  inline;
 - :func:`for_worker`: a worker goes on from the last checkpoint, parking instead of waiting;
 - :func:`for_child`: a composed child, run by its parent's process;
 - :func:`for_operation`: an operator's or the sweeper's operation on a stopped run (undo,
@@ -61,11 +62,11 @@ def for_caller(
     )
 
 
-def for_inline_resume(
+def for_deliverer(
     definition: ReactorDefinition, owned: store.Owned, run: Execution, state: RunState
 ) -> Executor:
-    """The executor of a run its payload's deliverer goes on with inline (it ran past its
-    hand-off point already, or never had one)."""
+    """The executor of a run the deliverer of its interrupt's payload goes on with inline (it
+    ran past its hand-off point already, or never had one)."""
     return _for_stored(
         definition,
         owned,

@@ -380,7 +380,7 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
     """Run the rest of a run this process just took from ``paused``."""
     row = store.get_row(owned.execution_id)
     state = RunState.restore(definition, store.run_records(row))
-    executor = executors.for_inline_resume(definition, owned, row, state)
+    executor = executors.for_deliverer(definition, owned, row, state)
     try:
         with store.LeaseKeeper(owned):
             outcome = executor.run()
