@@ -24,6 +24,7 @@ rollback rule:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -96,7 +97,7 @@ class Executor(RunRecorder):
         clock: Callable[[], dt.datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        policy = policy or RunPolicy()
+        policy = policy or _in_memory_policy(None)
         super().__init__(
             definition,
             journal,
@@ -141,7 +142,7 @@ class Executor(RunRecorder):
             journal,
             inputs=inputs,
             state=state,
-            policy=RunPolicy(max_retry_delay=max_retry_delay),
+            policy=_in_memory_policy(max_retry_delay),
             sleep=sleep,
         )
 
@@ -171,7 +172,9 @@ class Executor(RunRecorder):
         return outcome
 
     def _run(self, new: bool) -> Outcome:
-        self.notices.started(new=new)
+        notices = self.notices
+        if notices.observer is not None:  # tested here: a map makes many runs nobody watches
+            notices.started(new=new)
         if self.holds is not None:
             self.holds.tell()
         for construct in registered():
@@ -483,7 +486,8 @@ class Executor(RunRecorder):
             self.notices.halted(step=spec.name, reason=str(shown(recorded.reason)))
             return Halted(execution_id=self.execution_id, reason=recorded.reason, step=spec.name)
         if last:
-            self.notices.completed()
+            if self.notices.observer is not None:
+                self.notices.completed()
             return Completed(execution_id=self.execution_id, value=recorded.value)
         if cancel is not None:
             # Cancellation takes effect between steps; after the last one the run is complete.
@@ -620,6 +624,12 @@ class Executor(RunRecorder):
     def _resolve(self, spec: StepSpec) -> dict[str, Any]:
         scope = self.scope
         return {name: template.resolve(scope) for name, template in spec.arguments.items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _in_memory_policy(max_retry_delay: float | None) -> RunPolicy:
+    """The policy of a run kept in memory (one object per cap: a map makes many such runs)."""
+    return RunPolicy(max_retry_delay=max_retry_delay)
 
 
 def _contract_owner(spec: StepSpec) -> str:

@@ -7,8 +7,7 @@ or arguments) and calls the run's observer; a run without one pays a test per no
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..states import ExecutionStatus
 from .observers import (
@@ -20,19 +19,19 @@ from .observers import (
 )
 from .outcomes import ErrorInfo, RollbackFailure
 
+if TYPE_CHECKING:
+    from .journal import Journal
+
 
 class Notices:
     """The notifications of one run, told to its observer (None: nobody listens)."""
 
-    def __init__(
-        self,
-        observer: CompositeObserver | None,
-        reactor: str,
-        execution_id: Callable[[], Any],
-    ) -> None:
+    def __init__(self, observer: CompositeObserver | None, reactor: str, journal: Journal) -> None:
         self.observer = observer
         self.reactor = reactor
-        self._execution_id = execution_id
+        # The run's id is its journal's (never the executor's: an executor that its notices
+        # referred back to would live on until the garbage collector found the cycle).
+        self._journal = journal
         self._t0 = time.perf_counter()
 
     # -- the run ------------------------------------------------------------------------
@@ -46,7 +45,7 @@ class Notices:
             fields["error"] = summarise(failure.get("message"))
             fields["error_class"] = failure.get("exception_class")
         return RunEvent(
-            execution_id=self._execution_id(),
+            execution_id=self._journal.execution_id,
             reactor=self.reactor,
             status=str(status),
             duration_ms=(time.perf_counter() - self._t0) * 1000,
@@ -129,7 +128,7 @@ class Notices:
         if "error" in fields:
             fields["error"] = summarise(fields["error"])
         return StepEvent(
-            execution_id=self._execution_id(),
+            execution_id=self._journal.execution_id,
             reactor=self.reactor,
             step=step,
             status=str(status),

@@ -81,7 +81,8 @@ class PlainStep(Construct):
         while True:
             attempt += 1
             context = run.context(spec, "run", attempt)
-            run.notices.step_started(spec.name, attempt)
+            if run.notices.observer is not None:  # a map's element: nobody to tell, many times
+                run.notices.step_started(spec.name, attempt)
             t0 = time.perf_counter()
             exc: BaseException | None = None
             if probes.active is not None:
