@@ -582,7 +582,7 @@ class RunCoordinator:
 
     @_flushes
     def enter_step(
-        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, Any]
+        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, object]
     ) -> StepHoldings | Blocked:
         """Take a step's coordination for its body: period, locks and semaphores, then the
         rate limit (charged last, so a step denied a lock is not charged)."""
@@ -625,7 +625,7 @@ class RunCoordinator:
 
     @_flushes
     def enter_step_rollback(
-        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, Any]
+        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, object]
     ) -> StepHoldings | Blocked:
         """Take a step's locks and semaphore slots for its undo or compensate (never its rate
         limit or period), waiting up to ``REACTOR["ROLLBACK_WAIT"]`` seconds for them, inline

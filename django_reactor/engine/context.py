@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from .constructs.compose import ChildRunner
     from .holds import RunHolds
     from .journal import Event, JournalBatch, StepTransaction, StepWrite
     from .notices import Notices
     from .outcomes import ErrorInfo, Rescheduled
+    from .serialization import JSONMapping, JSONObject
     from .spec import ReactorDefinition, StepSpec
     from .state import RunState
     from .step import StepContext
@@ -76,7 +79,7 @@ class RunContext(Protocol):
     memo: dict[str, Any]
 
     @property
-    def execution_id(self) -> Any:
+    def execution_id(self) -> UUID | None:
         """The run's id (None for a run in memory)."""
         ...
 
@@ -111,12 +114,12 @@ class RunContext(Protocol):
         step: str = "",
         attempt: int = 0,
         duration_ms: float | None = None,
-        data: dict[str, Any] | None = None,
+        data: JSONMapping | None = None,
     ) -> Event:
         """The next trace entry."""
         ...
 
-    def note(self, kind: str, data: dict[str, Any] | None = None, *, step: str = "") -> None:
+    def note(self, kind: str, data: JSONMapping | None = None, *, step: str = "") -> None:
         """A trace entry written with the next checkpoint."""
         ...
 
@@ -163,7 +166,7 @@ class RunContext(Protocol):
         exc: BaseException,
         *,
         spec: StepSpec | None = None,
-        arguments: dict[str, Any] | None = None,
+        arguments: dict[str, object] | None = None,
         attempt: int = 0,
         started_at: dt.datetime | None = None,
     ) -> None:
@@ -178,7 +181,7 @@ class RunContext(Protocol):
         kind: str,
         message: str,
         *,
-        arguments: dict[str, Any] | None = None,
+        arguments: dict[str, object] | None = None,
         **fields: Any,
     ) -> ErrorInfo:
         """An error of ``spec`` of this run."""
@@ -189,16 +192,16 @@ class RunContext(Protocol):
         exc: BaseException,
         kind: str,
         spec: StepSpec,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         attempts: int,
     ) -> ErrorInfo:
         """An error describing ``exc``, raised for ``spec``."""
         ...
 
-    def redacted_inputs(self) -> dict[str, Any]:
+    def redacted_inputs(self) -> JSONObject:
         """The run's inputs as error reports show them."""
         ...
 
-    def redacted_arguments(self, spec: StepSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+    def redacted_arguments(self, spec: StepSpec, arguments: dict[str, object]) -> JSONObject:
         """A step's arguments as error reports show them."""
         ...

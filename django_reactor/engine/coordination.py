@@ -351,11 +351,11 @@ class Coordinator(Protocol):
     def snoozes_left(self) -> bool: ...
 
     def enter_step(
-        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, Any]
+        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, object]
     ) -> StepHold | Blocked: ...
 
     def enter_step_rollback(
-        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, Any]
+        self, step: str, declarations: tuple[Declaration, ...], arguments: Mapping[str, object]
     ) -> StepHold | Blocked:
         """Take a step's locks and semaphore slots for its undo or compensate, waiting a
         bounded time for another holder; Blocked when they cannot be held (the handler must

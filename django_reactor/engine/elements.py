@@ -30,7 +30,7 @@ from .outcomes import (
     Paused,
     RollbackFailure,
 )
-from .serialization import decode, encode
+from .serialization import JSONObject, JSONValue, decode, encode
 from .spec import ReactorDefinition
 from .state import RunState, UndoEntry
 from .validation import summarise_errors, validate
@@ -41,12 +41,12 @@ class ElementOutcome:
     """What one element did, ready to be stored in its slot (values already encoded)."""
 
     status: str
-    value: Any = None
-    error: dict[str, Any] | None = None
-    undo: dict[str, Any] | None = None
+    value: object = None
+    error: JSONObject | None = None
+    undo: JSONObject | None = None
     halt_reason: str = ""
     duration_ms: float = 0.0
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[JSONObject] = field(default_factory=list)
 
 
 def element_id(map_id: UUID, index: int) -> UUID:
@@ -94,7 +94,7 @@ def running_element(map_id: UUID, index: int) -> Iterator[RunningElement]:
 
 def run_element(
     definition: ReactorDefinition,
-    inputs: Mapping[str, Any],
+    inputs: Mapping[str, object],
     *,
     identity: UUID | None = None,
     max_retry_delay: float | None = None,
@@ -110,7 +110,7 @@ def run_element(
                 message="the element's inputs do not satisfy "
                 f"{definition.reactor_class.__qualname__}.Inputs: {summarise_errors(errors)}",
                 reactor=definition.name,
-                field_errors=errors,
+                field_errors=errors or {},
                 retryable=False,
             )
             return ElementOutcome(ElementStatus.FAILED, error=error.to_dict(), duration_ms=_ms(t0))
@@ -139,8 +139,10 @@ def run_element(
         # completed step's result is kept (the undoing steps' arguments are read from them).
         stack = executor.state.undo_stack
         by_name = definition.by_name
-        undoing = [e.step for e in stack if construct_for(by_name[e.step]).undoes(by_name[e.step])]
-        undo = (
+        undoing: list[JSONValue] = [
+            e.step for e in stack if construct_for(by_name[e.step]).undoes(by_name[e.step])
+        ]
+        undo: JSONObject | None = (
             {"steps": undoing, "results": {e.step: encode(e.result) for e in stack}}
             if undoing
             else None
@@ -163,7 +165,7 @@ def run_element(
 
 def rollback_element(
     definition: ReactorDefinition,
-    inputs: Mapping[str, Any],
+    inputs: Mapping[str, object],
     undo: Mapping[str, Any] | None,
     *,
     identity: UUID | None = None,

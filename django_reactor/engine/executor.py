@@ -62,7 +62,7 @@ from .outcomes import (
     RollbackFailure,
 )
 from .recording import Recorded, RunRecorder
-from .serialization import shown
+from .serialization import JSONObject, shown
 from .spec import ReactorDefinition, StepSpec
 from .state import PendingCompensation, RunState, UndoEntry
 from .templates import ResolutionScope
@@ -88,7 +88,7 @@ class Executor(RunRecorder):
         definition: ReactorDefinition,
         journal: Journal,
         *,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, object],
         state: RunState | None = None,
         policy: RunPolicy | None = None,
         children: ChildRunner | None = None,
@@ -129,7 +129,7 @@ class Executor(RunRecorder):
         definition: ReactorDefinition,
         journal: Journal,
         *,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, object],
         state: RunState | None = None,
         max_retry_delay: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -280,7 +280,7 @@ class Executor(RunRecorder):
         """Whether this thread runs a step alongside others (``Meta.max_concurrency``)."""
         return bool(getattr(self.branch, "active", False))
 
-    def arguments_for(self, step: str) -> dict[str, Any]:
+    def arguments_for(self, step: str) -> dict[str, object]:
         """Resolve a step's arguments from the inputs and stored results; ``{}`` if impossible."""
         spec = self.definition.step(step)
         try:
@@ -364,7 +364,7 @@ class Executor(RunRecorder):
             raise
         status = final_status if not failures else ExecutionStatus.NEEDS_ATTENTION
         kind = EventKind.CANCEL if status == ExecutionStatus.CANCELLED else EventKind.FAIL
-        stored: dict[str, Any] | None
+        stored: JSONObject | None
         if failures:
             if failure is None or failure.kind == ErrorKind.ROLLBACK:
                 failure = ErrorInfo(
@@ -379,7 +379,7 @@ class Executor(RunRecorder):
             stored = None  # nothing failed, or only an earlier rollback that now succeeded
         else:
             stored = failure.with_rollback_failures([]).to_dict()
-        data: dict[str, Any] = {"reason": reason} if reason else {}
+        data: JSONObject = {"reason": reason} if reason else {}
         if kind == EventKind.FAIL:
             data["status"] = status
         self.commit(
@@ -417,7 +417,7 @@ class Executor(RunRecorder):
         finally:
             construct.finish(self, spec)
 
-    def arguments(self, spec: StepSpec) -> dict[str, Any] | StepFailed:
+    def arguments(self, spec: StepSpec) -> dict[str, object] | StepFailed:
         """The step's arguments, resolved and validated by its contract (from then on, run,
         the stored record, undo and compensate all see the contract's validated data); or the
         failure (never started) when they cannot be."""
@@ -445,7 +445,7 @@ class Executor(RunRecorder):
         self,
         spec: StepSpec,
         result: StepResult,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         started_at: dt.datetime,
     ) -> Outcome | None:
         """Apply what the construct said: record the step done, halted or failed, or stop."""
@@ -621,7 +621,7 @@ class Executor(RunRecorder):
         self.notices.cancelled(step=last_step, reason=reason)
         return Cancelled(execution_id=self.execution_id, reason=reason)
 
-    def _resolve(self, spec: StepSpec) -> dict[str, Any]:
+    def _resolve(self, spec: StepSpec) -> dict[str, object]:
         scope = self.scope
         return {name: template.resolve(scope) for name, template in spec.arguments.items()}
 

@@ -16,20 +16,28 @@ construct.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 from uuid import UUID
 
 from ..exceptions import ResultNotSerializable
 from ..states import EventKind, ExecutionStatus, RollbackStatus
 from .redaction import SecretPath
-from .serialization import encode, shown_items
+from .serialization import JSONMapping, JSONObject, JSONValue, encode, shown_items
 
 if TYPE_CHECKING:
     from .spec import StepSpec
 
-UNSET: Any = object()
+
+class Unset(enum.Enum):
+    """The type of :data:`UNSET`: a batch leaves the run's result or failure as it is."""
+
+    UNSET = "unset"
+
+
+UNSET: Final = Unset.UNSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +50,7 @@ class Event:
     step: str = ""
     attempt: int = 0
     duration_ms: float | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+    data: JSONMapping = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +61,12 @@ class StepWrite:
     status: str
     seq: int
     attempts: int
-    arguments: dict[str, Any]
+    arguments: JSONObject
     secret_arguments: list[SecretPath]
     started_at: dt.datetime | None
     finished_at: dt.datetime
-    result: Any = None
-    error: dict[str, Any] | None = None
+    result: JSONValue = None
+    error: JSONObject | None = None
     compensable: bool = False
 
     @classmethod
@@ -68,11 +76,11 @@ class StepWrite:
         status: str,
         event: Event,
         attempts: int,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         started_at: dt.datetime | None,
         *,
-        result: Any = None,
-        error: dict[str, Any] | None = None,
+        result: JSONValue = None,
+        error: JSONObject | None = None,
         compensable: bool = False,
     ) -> StepWrite:
         """The record of ``spec`` written with ``event``: same sequence number, same time."""
@@ -98,7 +106,7 @@ class RollbackWrite:
     step: str
     status: str
     at: dt.datetime
-    error: dict[str, Any] | None = None
+    error: JSONObject | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,15 +131,15 @@ class RecordedStep:
 
     step: str
     status: str
-    arguments: Any = None
-    result: Any = None
-    error: dict[str, Any] | None = None
+    arguments: JSONValue = None
+    result: JSONValue = None
+    error: JSONObject | None = None
     compensable: bool = False
     rollback: str = RollbackStatus.NONE
     attempts: int = 0
     seq: int = 0
     secret_arguments: Sequence[Sequence[str]] = ()
-    rollback_error: Any = None
+    rollback_error: JSONObject | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
 
@@ -158,7 +166,7 @@ class RunRecords:
     status: str = ""
     current_step: str = ""
     current_attempt: int = 0
-    failure: Mapping[str, Any] | None = None
+    failure: Mapping[str, JSONValue] | None = None
     # The attempts each step's retry entries recorded (read only while a retry waits).
     retry_attempts: Mapping[str, int] = field(default_factory=dict)
     launched: Sequence[str] = ()
@@ -175,8 +183,8 @@ class JournalBatch:
     rollback: RollbackWrite | None = None
     status: str | None = None
     current_step: str | None = None
-    result: Any = UNSET
-    failure: dict[str, Any] | None = UNSET  # None clears a stored failure
+    result: JSONValue | Unset = UNSET
+    failure: JSONObject | Unset | None = UNSET  # None clears a stored failure
     finished: bool = False
     # Hand the run to a worker or park it for a retry: release the lease without finishing,
     # and queue a task (``dispatch`` names why) to publish after the commit.
@@ -257,7 +265,7 @@ class Journal(Protocol):
         opened)."""
         ...
 
-    def heartbeat(self, step: str, details: Any) -> None:
+    def heartbeat(self, step: str, details: JSONValue) -> None:
         """Step ``step`` in flight said it is alive (``details``: how far it got). Kept where
         operators see it; never a commit of the run's."""
         ...
@@ -316,14 +324,14 @@ class MemoryJournal:
         self.steps: dict[str, StepWrite] = {}
         self.rollbacks: dict[str, RollbackWrite] = {}
         self.statuses: list[str] = []
-        self.result: Any = UNSET
-        self.failure: dict[str, Any] | None = None
+        self.result: JSONValue | Unset = UNSET
+        self.failure: JSONObject | None = None
         self.cancel_requested: str | None = None
         self.dispatches: list[tuple[str, float]] = []
         self.interrupts: list[InterruptWrite] = []
         self.batches = 0
         self.transactions: list[tuple[str, str, str]] = []
-        self.heartbeats: list[tuple[str, Any]] = []
+        self.heartbeats: list[tuple[str, JSONValue]] = []
         # What the run's row would hold.
         self.current_step = ""
         self.current_attempt = 0
@@ -336,7 +344,7 @@ class MemoryJournal:
     def thread_finished(self) -> None:
         return None
 
-    def heartbeat(self, step: str, details: Any) -> None:
+    def heartbeat(self, step: str, details: JSONValue) -> None:
         self.heartbeats.append((step, details))
 
     def commit(self, batch: JournalBatch) -> str | None:
@@ -398,8 +406,9 @@ class MemoryJournal:
         # As the store reads them: also for a run rolling back, which finishes its rollback.
         if for_rollback or status == ExecutionStatus.ROLLING_BACK:
             for event in self.events:
-                if event.kind == EventKind.LAUNCH:
-                    launched.extend(s for s in event.data.get("steps", ()) if s not in launched)
+                named = event.data.get("steps") if event.kind == EventKind.LAUNCH else None
+                if isinstance(named, list):  # the steps a launch entry started side by side
+                    launched.extend(s for s in named if isinstance(s, str) and s not in launched)
         cancels = [e for e in self.events if e.kind == EventKind.CANCEL]
         return RunRecords(
             steps=tuple(steps),
@@ -420,7 +429,7 @@ class MemoryJournal:
         return [(e.kind, e.step) for e in self.events]
 
 
-def _encode_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+def _encode_arguments(arguments: dict[str, object]) -> JSONObject:
     try:
         return encode(arguments)
     except ResultNotSerializable:

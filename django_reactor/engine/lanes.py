@@ -84,7 +84,7 @@ class _Waits:
     """A retry that waits for its backoff on a worker (see :class:`Postponed`)."""
 
     postponed: Postponed
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
 
 
 _Said = _Settled | _Failed | _Halted | _Waits
@@ -300,7 +300,7 @@ class SideBySide:
             self.lanes.submit(self._branch_task(spec, arguments, started_at))
 
     def _branch_task(
-        self, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> Callable[[], None]:
         def task() -> None:
             run = self.execution
@@ -333,7 +333,7 @@ class SideBySide:
         self,
         spec: StepSpec,
         result: StepResult,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         started_at: dt.datetime,
     ) -> _Said:
         """Record how a step running alongside others ended, in its lane: as the loop records

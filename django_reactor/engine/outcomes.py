@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import traceback as tb
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 from ..states import ExecutionStatus
-from .serialization import encode, printable
+from .serialization import JSONObject, encode, printable
 
 # --------------------------------------------------------------------------- step outcomes
 
@@ -30,7 +31,7 @@ class Success:
 class Failure:
     """The step failed. ``retryable=False`` stops retries even if the step has a policy."""
 
-    error: Any = "failed"
+    error: object = "failed"
     retryable: bool = True
 
 
@@ -51,7 +52,7 @@ class Skip:
 StepOutcome = Success | Failure | Halt | Skip
 
 
-def as_step_outcome(returned: Any) -> StepOutcome:
+def as_step_outcome(returned: object) -> StepOutcome:
     """Normalise what a step body returned: plain values are successes."""
     if isinstance(returned, Success | Failure | Halt | Skip):
         return returned
@@ -111,8 +112,8 @@ class RollbackFailure:
         # Only shown, never refused: what the database cannot store is escaped.
         object.__setattr__(self, "message", printable(self.message))
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_dict(self) -> JSONObject:
+        data: JSONObject = {
             "step": self.step,
             "action": self.action,
             "exception_class": self.exception_class,
@@ -125,7 +126,7 @@ class RollbackFailure:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RollbackFailure:
+    def from_dict(cls, data: Mapping[str, Any]) -> RollbackFailure:
         return cls(
             step=data["step"],
             action=data["action"],
@@ -149,11 +150,11 @@ class ErrorInfo:
     reactor: str | None = None
     exception_class: str | None = None
     traceback: str = ""
-    field_errors: dict[str, Any] = field(default_factory=dict)
+    field_errors: JSONObject = field(default_factory=dict)
     retryable: bool = False
     attempts: int = 0
-    inputs: dict[str, Any] = field(default_factory=dict)
-    arguments: dict[str, Any] = field(default_factory=dict)
+    inputs: JSONObject = field(default_factory=dict)
+    arguments: JSONObject = field(default_factory=dict)
     rollback_failures: tuple[RollbackFailure, ...] = ()
 
     def __post_init__(self) -> None:
@@ -182,13 +183,13 @@ class ErrorInfo:
     def _fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
-    def to_dict(self) -> dict[str, Any]:
-        data = self._fields()
+    def to_dict(self) -> JSONObject:
+        data: JSONObject = self._fields()
         data["rollback_failures"] = [f.to_dict() for f in self.rollback_failures]
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
+    def from_dict(cls, data: Mapping[str, Any]) -> ErrorInfo:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["rollback_failures"] = tuple(
             RollbackFailure.from_dict(f) for f in data.get("rollback_failures", ())
@@ -388,7 +389,7 @@ class InProgress(Outcome):
 # --------------------------------------------------------------------------- as JSON
 
 
-def outcome_data(outcome: Outcome) -> dict[str, Any]:
+def outcome_data(outcome: Outcome) -> JSONObject:
     """An outcome as a JSON object, as the API answers it and ``reactor_* --json`` prints it.
 
     Always ``execution_id`` (a string, or None), ``status`` and ``idempotent_replay``; then what
@@ -399,7 +400,7 @@ def outcome_data(outcome: Outcome) -> dict[str, Any]:
     (:func:`~django_reactor.engine.serialization.encode`): dates, decimals, UUIDs, tuples and
     sets are tagged objects.
     """
-    data: dict[str, Any] = {
+    data: JSONObject = {
         "execution_id": str(outcome.execution_id) if outcome.execution_id else None,
         "status": str(outcome.status),
         "idempotent_replay": outcome.idempotent_replay,

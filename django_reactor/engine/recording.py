@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from ..exceptions import ResultNotSerializable
 from ..states import EventKind, ExecutionStatus, StepStatus
@@ -30,7 +31,7 @@ from .notices import Notices
 from .observers import RunObserver, composite
 from .outcomes import ErrorInfo, ErrorKind, Rescheduled, qualified_class_name
 from .redaction import redact
-from .serialization import encode, roundtrip, shown, shown_items
+from .serialization import JSONMapping, JSONObject, JSONValue, encode, roundtrip, shown, shown_items
 from .state import RunState
 from .step import StepContext
 from .supervision import Watch
@@ -50,9 +51,9 @@ class Recorded:
     kind: str
     wait: Callable[[], str | None]
     error: ErrorInfo | None = None
-    reason: Any = None
+    reason: object = None
     #: The run's value, when the step's checkpoint also completed the run.
-    value: Any = None
+    value: object = None
 
 
 class RunRecorder:
@@ -63,7 +64,7 @@ class RunRecorder:
         definition: ReactorDefinition,
         journal: Journal,
         *,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, object],
         state: RunState | None,
         clock: Callable[[], dt.datetime],
         sleep: Callable[[float], None],
@@ -90,17 +91,17 @@ class RunRecorder:
         # Steps running at the same time (Meta.max_concurrency) take sequence numbers and
         # change the run's state one at a time; uncontended otherwise.
         self.lock = threading.RLock()
-        self._display_inputs: dict[str, Any] | None = None
+        self._display_inputs: JSONObject | None = None
         # The run's first failure or halt recorded ("failed", "halted"): with steps side by
         # side, the steps still in flight settle without changing how the run ends.
         self.stopping: str | None = None
 
     @property
-    def execution_id(self) -> Any:
+    def execution_id(self) -> UUID | None:
         """The id of the run this executor runs (None for a dry run)."""
         return self.journal.execution_id
 
-    def note(self, kind: str, data: dict[str, Any] | None = None, *, step: str = "") -> None:
+    def note(self, kind: str, data: JSONMapping | None = None, *, step: str = "") -> None:
         """Add an entry to the trace (for example, a worker resuming the run).
 
         It is written with the next state change, in the same transaction: no commit of its own.
@@ -185,7 +186,7 @@ class RunRecorder:
         step: str = "",
         attempt: int = 0,
         duration_ms: float | None = None,
-        data: dict[str, Any] | None = None,
+        data: JSONMapping | None = None,
     ) -> Event:
         """The next trace entry (it takes the next sequence number)."""
         with self.lock:
@@ -216,7 +217,7 @@ class RunRecorder:
         """The step that runs next once ``spec`` is done."""
         return self.definition.next_ready(self.state.done | {spec.name}, self.state.waiting)
 
-    def redacted_inputs(self) -> dict[str, Any]:
+    def redacted_inputs(self) -> JSONObject:
         """The run's inputs as error reports show them: displayable, secrets redacted."""
         if self._display_inputs is None:
             self._display_inputs = redact(
@@ -224,7 +225,7 @@ class RunRecorder:
             )
         return self._display_inputs
 
-    def redacted_arguments(self, spec: StepSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+    def redacted_arguments(self, spec: StepSpec, arguments: dict[str, object]) -> JSONObject:
         """A step's arguments as error reports show them: displayable, secrets redacted."""
         return redact(shown_items(arguments), spec.argument_secret_paths())
 
@@ -234,7 +235,7 @@ class RunRecorder:
         kind: str,
         message: str,
         *,
-        arguments: dict[str, Any] | None = None,
+        arguments: dict[str, object] | None = None,
         **fields: Any,
     ) -> ErrorInfo:
         """An :class:`ErrorInfo` for ``spec`` of this run (with ``arguments`` when given)."""
@@ -253,7 +254,7 @@ class RunRecorder:
         exc: BaseException,
         kind: str,
         spec: StepSpec,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         attempts: int,
     ) -> ErrorInfo:
         """An :class:`ErrorInfo` describing ``exc``, raised for ``spec`` (never retryable)."""
@@ -274,7 +275,7 @@ class RunRecorder:
         self,
         spec: StepSpec,
         error: ErrorInfo,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         *,
         attempts: int,
         started_at: dt.datetime | None,
@@ -311,7 +312,7 @@ class RunRecorder:
         exc: BaseException,
         *,
         spec: StepSpec | None = None,
-        arguments: dict[str, Any] | None = None,
+        arguments: dict[str, object] | None = None,
         attempt: int = 0,
         started_at: dt.datetime | None = None,
     ) -> None:
@@ -357,7 +358,7 @@ class RunRecorder:
             )
 
     def _hand_back(self, exc: BaseException, *, spec: StepSpec | None, attempt: int) -> None:
-        data: dict[str, Any] = {"exception_class": qualified_class_name(exc), "resumable": True}
+        data: JSONObject = {"exception_class": qualified_class_name(exc), "resumable": True}
         if attempt:
             data["attempt"] = attempt
         batch = JournalBatch(
@@ -416,7 +417,7 @@ class RunRecorder:
         self,
         spec: StepSpec,
         result: StepDone | StepFailed | StepHalted,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         started_at: dt.datetime | None,
         *,
         current_step: str | None = None,
@@ -449,9 +450,9 @@ class RunRecorder:
         self,
         spec: StepSpec,
         done: StepDone,
-        arguments: dict[str, Any],
-        stored: Any,
-        value: Any,
+        arguments: dict[str, object],
+        stored: JSONValue,
+        value: object,
         started_at: dt.datetime | None,
         current_step: str | None,
         completes: bool,
@@ -497,7 +498,7 @@ class RunRecorder:
         self,
         spec: StepSpec,
         failed: StepFailed,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         started_at: dt.datetime | None,
     ) -> Recorded:
         error = failed.error
@@ -531,7 +532,7 @@ class RunRecorder:
         self,
         spec: StepSpec,
         halted: StepHalted,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         started_at: dt.datetime | None,
     ) -> Recorded:
         reason = shown(halted.reason)
@@ -564,7 +565,7 @@ class RunRecorder:
             written = self.send(batch)
         return Recorded("halted", written, reason=halted.reason)
 
-    def completion(self, batch: JournalBatch) -> Any:
+    def completion(self, batch: JournalBatch) -> object:
         """Make ``batch`` complete the run; return the run's value."""
         definition = self.definition
         if definition.returns is not None:

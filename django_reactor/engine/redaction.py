@@ -7,8 +7,11 @@ every display copy goes through :func:`redact`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .validation import Serializer
 
 REDACTED = "[REDACTED]"
 
@@ -43,7 +46,9 @@ def _mask(data: Any, path: SecretPath) -> Any:
     return data
 
 
-def secret_paths_of_serializer(serializer_class: Any) -> list[SecretPath]:
+def secret_paths_of_serializer(
+    serializer_class: Callable[[], Serializer] | None,
+) -> list[SecretPath]:
     """Paths of the ``write_only`` fields of a DRF serializer class, nested serializers included.
 
     A ``write_only`` field goes in and never comes out: django_reactor treats it as a secret.
@@ -57,7 +62,7 @@ def secret_paths_of_serializer(serializer_class: Any) -> list[SecretPath]:
     return list(_walk_fields(fields, ()))
 
 
-def _walk_fields(fields: Any, prefix: SecretPath) -> Iterable[SecretPath]:
+def _walk_fields(fields: Mapping[str, object], prefix: SecretPath) -> Iterable[SecretPath]:
     for name, fld in fields.items():
         path = (*prefix, name)
         if getattr(fld, "write_only", False):

@@ -20,10 +20,22 @@ import decimal
 import reprlib
 import sys
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias, overload
 
 from ..exceptions import ResultNotSerializable, StoredValueUnreadable
+
+#: A value as JSON holds it: what :func:`encode` gives, what a JSON column or parser gives back.
+JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
+#: A JSON object: stored inputs and arguments, a failure.
+JSONObject: TypeAlias = dict[str, JSONValue]
+#: JSON as code builds it to write it out (a trace entry's data): read-only, so that a
+#: ``list[str]`` or a ``dict[str, int]`` is one (a tuple is written as an array).
+JSONData: TypeAlias = (
+    bool | int | float | str | Sequence["JSONData"] | Mapping[str, "JSONData"] | None
+)
+#: A JSON object as code builds it to write it out.
+JSONMapping: TypeAlias = Mapping[str, JSONData]
 
 TAG = "__reactor_type__"
 
@@ -43,7 +55,11 @@ class _TooDeep(Exception):
         self.path: list[int] = []
 
 
-def encode(value: Any) -> Any:
+@overload
+def encode(value: Mapping[str, object]) -> JSONObject: ...
+@overload
+def encode(value: object) -> JSONValue: ...
+def encode(value: object) -> JSONValue:
     """Return a JSON-compatible structure for ``value`` that the database accepts.
 
     Raises ResultNotSerializable for a type JSON cannot hold, a NaN or infinite float, a NUL
@@ -64,7 +80,7 @@ def encode(value: Any) -> Any:
         ) from None
 
 
-def _encode(value: Any, depth: int) -> Any:
+def _encode(value: object, depth: int) -> JSONValue:
     if value is None or value is True or value is False:
         return value
     if isinstance(value, str):
@@ -83,7 +99,7 @@ def _encode(value: Any, depth: int) -> Any:
     depth += 1
     try:
         if isinstance(value, dict):
-            out = {}
+            out: JSONObject = {}
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise ResultNotSerializable(
@@ -178,7 +194,7 @@ _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 6, 200, 200, 60
 
 
-def shown(value: Any) -> Any:
+def shown(value: object) -> JSONValue:
     """``value`` encoded, or else a short, storable ``repr`` of it: for error reports."""
     try:
         return encode(value)
@@ -186,13 +202,13 @@ def shown(value: Any) -> Any:
         return safe_repr(value)
 
 
-def shown_items(data: Mapping[str, Any]) -> dict[str, Any]:
+def shown_items(data: Mapping[str, object]) -> JSONObject:
     """A JSON-safe copy of ``data`` for error reports (values that cannot be stored shown by
     their repr)."""
     return {printable(k): shown(v) for k, v in data.items()}
 
 
-def safe_repr(value: Any) -> str:
+def safe_repr(value: object) -> str:
     """A short, storable ``repr`` of anything (deep, cyclic, huge or unprintable values too)."""
     try:
         text = _REPR.repr(value)
@@ -201,7 +217,7 @@ def safe_repr(value: Any) -> str:
     return printable(text)
 
 
-def unstorable(value: Any) -> str | None:
+def unstorable(value: object) -> str | None:
     """Why ``value`` (JSON data as a parser gives it) cannot be stored; None when it can."""
     try:
         encode(value)
@@ -210,7 +226,8 @@ def unstorable(value: Any) -> str | None:
     return None
 
 
-_DECODERS: dict[str, Callable[[Any], Any]] = {
+# A decoder takes the payload its tag's writer stored, whatever JSON shape that writer chose.
+_DECODERS: dict[str, Callable[[Any], object]] = {
     "dict": lambda v: {k: decode(i) for k, i in v.items()},
     "tuple": lambda v: tuple(decode(i) for i in v),
     "set": lambda v: {decode(i) for i in v},
@@ -223,7 +240,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def register_decoder(tag: str, decoder: Callable[[Any], Any]) -> None:
+def register_decoder(tag: str, decoder: Callable[[Any], object]) -> None:
     """Read values stored as ``{TAG: tag, "v": payload}`` back with ``decoder(payload)``.
 
     Objects with a ``__reactor_encode__()`` method returning ``(tag, payload)`` are stored
@@ -232,7 +249,7 @@ def register_decoder(tag: str, decoder: Callable[[Any], Any]) -> None:
     _DECODERS[tag] = decoder
 
 
-def decode(value: Any) -> Any:
+def decode(value: JSONValue) -> Any:
     """Inverse of :func:`encode`.
 
     Raises StoredValueUnreadable for a tagged value this code cannot read (an unknown tag, or
@@ -248,7 +265,7 @@ def decode(value: Any) -> Any:
     return value
 
 
-def _decode_tagged(tag: Any, payload: Any) -> Any:
+def _decode_tagged(tag: JSONValue, payload: JSONValue) -> object:
     decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
     if decoder is None:
         known = ", ".join(sorted(_DECODERS))
@@ -266,7 +283,7 @@ def _decode_tagged(tag: Any, payload: Any) -> Any:
         ) from None
 
 
-def readable(value: Any) -> Any:
+def readable(value: JSONValue) -> Any:
     """``decode(value)``, or the stored JSON as it is when this code cannot read it: for
     showing a stored run (a handle, the admin, the API), which must not fail on one odd row."""
     try:
@@ -275,7 +292,7 @@ def readable(value: Any) -> Any:
         return value
 
 
-def roundtrip(value: Any) -> tuple[Any, Any]:
+def roundtrip(value: object) -> tuple[JSONValue, Any]:
     """Encode ``value``; return ``(stored_form, value_as_read_back)``."""
     stored = encode(value)
     if stored is value:  # scalars: nothing to copy

@@ -28,7 +28,7 @@ class UndoEntry:
     """A completed step waiting on the undo stack."""
 
     step: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
     result: Any
 
 
@@ -37,7 +37,7 @@ class PendingCompensation:
     """A failed (or interrupted) step whose compensate has not run yet."""
 
     step: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
     error: ErrorInfo
 
 
@@ -76,14 +76,14 @@ class RunState:
 
     # -- what constructs record --------------------------------------------------------------
 
-    def completed(self, step: str, arguments: dict[str, Any], value: Any, *, undo: bool) -> None:
+    def completed(self, step: str, arguments: dict[str, object], value: Any, *, undo: bool) -> None:
         """``step`` is done with ``value``; ``undo``: it goes on the undo stack."""
         self.results[step] = value
         self.done.add(step)
         if undo:
             self.undo_stack.append(UndoEntry(step, arguments, value))
 
-    def compensation_due(self, step: str, arguments: dict[str, Any], error: ErrorInfo) -> None:
+    def compensation_due(self, step: str, arguments: dict[str, object], error: ErrorInfo) -> None:
         """``step`` failed after its work started: a rollback compensates it."""
         self.pending_compensation.append(PendingCompensation(step, arguments, error))
 

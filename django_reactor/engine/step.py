@@ -189,7 +189,7 @@ class Signature:
     def accepts(self, name: str) -> bool:
         return self.var_keyword or name in self.accepted
 
-    def filter(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    def filter(self, arguments: Mapping[str, object]) -> dict[str, Any]:
         if self.var_keyword:
             return dict(arguments)
         return {k: v for k, v in arguments.items() if k in self.accepted}

@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, overload
+
+if TYPE_CHECKING:
+    from .serialization import JSONObject, JSONValue
 
 
-def validate(serializer_class: Any, data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, Any]:
+class Serializer(Protocol):
+    """What the engine uses of a DRF serializer (by duck typing: the engine imports no DRF)."""
+
+    @property
+    def fields(self) -> Mapping[str, object]: ...
+
+    def is_valid(self) -> bool: ...
+
+    @property
+    def validated_data(self) -> Mapping[str, object]: ...
+
+    @property
+    def errors(self) -> Mapping[str, object]: ...
+
+
+#: A serializer class (``Inputs``, a step's contract, an interrupt's payload serializer).
+SerializerClass = Callable[..., Serializer]
+
+
+def validate(
+    serializer_class: SerializerClass, data: Mapping[str, object]
+) -> tuple[dict[str, object] | None, JSONObject | None]:
     """Return ``(validated_data, None)`` or ``(None, field_errors)`` as plain data."""
     serializer = serializer_class(data=dict(data))
     try:
@@ -18,7 +42,11 @@ def validate(serializer_class: Any, data: Mapping[str, Any]) -> tuple[dict[str, 
     return None, plain_errors(serializer.errors)
 
 
-def plain_errors(errors: Any) -> Any:
+@overload
+def plain_errors(errors: Mapping[str, object]) -> JSONObject: ...
+@overload
+def plain_errors(errors: object) -> JSONValue: ...
+def plain_errors(errors: object) -> JSONValue:
     """DRF ``ErrorDetail`` trees as plain strings, lists and dicts."""
     if isinstance(errors, Mapping):
         return {str(k): plain_errors(v) for k, v in errors.items()}
@@ -27,7 +55,7 @@ def plain_errors(errors: Any) -> Any:
     return str(errors)
 
 
-def summarise_errors(errors: Any) -> str:
+def summarise_errors(errors: object) -> str:
     """One line naming each failing field and its first message: ``"items.0.sku: Required."``."""
     first: dict[str, str] = {}
     for path, message in error_messages(errors):
@@ -35,7 +63,7 @@ def summarise_errors(errors: Any) -> str:
     return "; ".join(f"{path}: {message}" if path else message for path, message in first.items())
 
 
-def error_messages(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
+def error_messages(errors: object, prefix: str = "") -> list[tuple[str, str]]:
     """Every message of a serializer's error tree as ``(field path, message)`` pairs, in order.
 
     Paths are dotted (``items.0.sku``); ``non_field_errors`` belong to the object that holds

@@ -36,7 +36,7 @@ def assert_idempotent(
         if spec.interrupt is not None or spec.child is not None or spec.unit is not None:
             continue
 
-        def twice(instance: Step, arguments: dict[str, Any], original: Any = spec.impl) -> Any:
+        def twice(instance: Step, arguments: dict[str, object], original: Any = spec.impl) -> Any:
             name = instance.context.step
             first = original(instance.context).run(**arguments)
             try:

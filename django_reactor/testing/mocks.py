@@ -294,7 +294,7 @@ def mock_step(
     target = _resolve(reactor, step)
     record = StepMock(reactor, step)
 
-    def run(instance: Step, arguments: dict[str, Any]) -> Any:
+    def run(instance: Step, arguments: dict[str, object]) -> Any:
         from ..engine.elements import current_element
 
         record.calls.append(dict(arguments))

@@ -61,7 +61,7 @@ class AsyncUnit(Construct):
         return spec.unit is not None
 
     def run(
-        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> StepResult:
         """Hand the unit to workers; the run goes on with the steps that do not need it."""
         refused = unstorable_arguments(run, spec, arguments)
@@ -124,7 +124,7 @@ class AsyncUnit(Construct):
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Nothing: a unit owns its rollback, and its parent never undoes it."""
         return []

@@ -79,7 +79,7 @@ class StepFailed:
     error: ErrorInfo
     started: bool = False
     attempts: int = 0
-    arguments: dict[str, Any] | None = None
+    arguments: dict[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +157,7 @@ class Construct(ABC):
 
     @abstractmethod
     def run(
-        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> StepResult:
         """Run the ready step ``spec`` with its resolved (and validated) ``arguments``.
 
@@ -200,7 +200,7 @@ class Construct(ABC):
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Undo (``first`` is the result) or compensate (``first`` is the ErrorInfo) the step;
         return what could not be rolled back. By default there is nothing to run: the trace
@@ -300,7 +300,7 @@ def record_nested_rollback(
 
 
 def unstorable_arguments(
-    run: RunContext, spec: StepSpec, arguments: dict[str, Any]
+    run: RunContext, spec: StepSpec, arguments: dict[str, object]
 ) -> StepFailed | None:
     """A child's or a unit's arguments are its stored inputs: refused before it is created."""
     problem = unstorable(arguments)

@@ -167,7 +167,7 @@ class Compose(Construct):
         return spec.child is not None
 
     def run(
-        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> StepResult:
         """Run (or continue) the child as this step; map its outcome onto the step."""
         refused = unstorable_arguments(run, spec, arguments)
@@ -258,7 +258,7 @@ class Compose(Construct):
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Undo (or, cut off mid-run, compensate) the child: its own rollback."""
         t0 = time.perf_counter()

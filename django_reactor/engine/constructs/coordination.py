@@ -36,7 +36,7 @@ class CoordinatedStep(PlainStep):
         return bool(spec.coordination)
 
     def run(
-        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> StepResult:
         """Take the step's holds (keyed on its arguments), then run it as a plain step; what
         cannot be held skips the step, parks the run or fails the step unstarted."""
@@ -66,7 +66,7 @@ class CoordinatedStep(PlainStep):
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Run the undo or compensate holding the step's locks and slots, never unlocked."""
         holds = run.holds
@@ -80,7 +80,7 @@ class CoordinatedStep(PlainStep):
 
 
 def _step_blocked(
-    run: RunContext, holds: RunHolds, spec: StepSpec, blocked: Blocked, arguments: dict[str, Any]
+    run: RunContext, holds: RunHolds, spec: StepSpec, blocked: Blocked, arguments: dict[str, object]
 ) -> StepResult:
     """A step's coordination cannot be held: skip it (its period is claimed), wait on a
     worker, or fail it without compensation (it never started)."""

@@ -189,7 +189,7 @@ class InterruptConstruct(Construct):
         return spec.interrupt is not None
 
     def run(
-        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> StepResult:
         """Record that the run waits at ``spec`` for a payload; other ready steps go on."""
         interrupt = spec.interrupt

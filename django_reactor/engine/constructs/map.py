@@ -355,7 +355,7 @@ class Map(Construct):
         return spec.map is not None
 
     def run(
-        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> StepResult:
         """Run (or continue) the elements: inline, or on workers while the run waits."""
         map_spec = spec.map
@@ -406,7 +406,7 @@ class Map(Construct):
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Undo the completed elements (failed elements undid theirs); raises
         MapRollbackPending while workers undo them."""

@@ -160,7 +160,7 @@ class Sleep(Construct):
         super().restore(state, spec, record)
 
     def run(
-        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> StepResult:
         """Complete the step when its time has come; park the run until then."""
         now = run.clock()
@@ -186,7 +186,7 @@ class Sleep(Construct):
         return Stop(self._park(run, spec, arguments, started_at, due, now, first=False))
 
     @staticmethod
-    def _due(spec: StepSpec, arguments: dict[str, Any], now: dt.datetime) -> dt.datetime:
+    def _due(spec: StepSpec, arguments: dict[str, object], now: dt.datetime) -> dt.datetime:
         if spec.impl.sleep.until:  # type: ignore[attr-defined]
             return time_of(arguments.get("until"))
         return now + dt.timedelta(seconds=seconds_of(arguments.get("delay")))
@@ -195,7 +195,7 @@ class Sleep(Construct):
     def _park(
         run: RunContext,
         spec: StepSpec,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         started_at: dt.datetime,
         due: dt.datetime,
         now: dt.datetime,

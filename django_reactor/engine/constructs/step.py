@@ -64,7 +64,7 @@ class PlainStep(Construct):
         return spec.has_undo
 
     def run(
-        self, run: RunContext, spec: StepSpec, arguments: dict[str, Any], started_at: dt.datetime
+        self, run: RunContext, spec: StepSpec, arguments: dict[str, object], started_at: dt.datetime
     ) -> StepResult:
         """Run the step's body, retrying as its policy says; say how it ended."""
         attempt = run.state.attempts_done.pop(spec.name, 0)
@@ -166,7 +166,7 @@ class PlainStep(Construct):
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Call the step's undo or compensate; without one, the trace says so."""
         if not has_handler(spec, action):
@@ -179,7 +179,7 @@ class PlainStep(Construct):
         spec: StepSpec,
         action: RollbackAction,
         first: Any,
-        arguments: dict[str, Any],
+        arguments: dict[str, object],
         hold: StepHold | None = None,
     ) -> list[RollbackFailure]:
         """Run the step's undo or compensate (``hold``, taken for it, is given back once it
@@ -252,7 +252,7 @@ class PlainStep(Construct):
 
 
 def _attempt(
-    run: RunContext, spec: StepSpec, context: StepContext, arguments: dict[str, Any]
+    run: RunContext, spec: StepSpec, context: StepContext, arguments: dict[str, object]
 ) -> StepOutcome:
     """One attempt of the body: here, or under a watch when the step has a timeout or a
     heartbeat timeout (:mod:`..supervision`)."""
@@ -361,7 +361,7 @@ def _failure_info(
     outcome: Failure,
     exc: BaseException | None,
     spec: StepSpec,
-    arguments: dict[str, Any],
+    arguments: dict[str, object],
     attempts: int,
 ) -> ErrorInfo:
     error = exc if exc is not None else outcome.error
