@@ -29,7 +29,7 @@ class UndoEntry:
 
     step: str
     arguments: dict[str, object]
-    result: Any
+    result: object
 
 
 @dataclass(slots=True)
@@ -45,7 +45,7 @@ class PendingCompensation:
 class RunState:
     """What a run has done so far (empty for a new run, restored from its records otherwise)."""
 
-    results: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, object] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
     undo_stack: list[UndoEntry] = field(default_factory=list)
     pending_compensation: list[PendingCompensation] = field(default_factory=list)
@@ -76,7 +76,9 @@ class RunState:
 
     # -- what constructs record --------------------------------------------------------------
 
-    def completed(self, step: str, arguments: dict[str, object], value: Any, *, undo: bool) -> None:
+    def completed(
+        self, step: str, arguments: dict[str, object], value: object, *, undo: bool
+    ) -> None:
         """``step`` is done with ``value``; ``undo``: it goes on the undo stack."""
         self.results[step] = value
         self.done.add(step)

@@ -8,11 +8,20 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
 from ..exceptions import AtomicStepError, ReactorError
 from .retry import Retry
+
+if TYPE_CHECKING:
+    import datetime as dt
+    from collections.abc import Sequence
+
+    from .coordination import Declaration
+    from .supervision import Watch
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +45,7 @@ class StepContext:
     # The action runs inside the checkpoint's database transaction (an atomic step).
     atomic: bool = False
     # Where heartbeat() reports (the run's watch of this attempt), when anything listens.
-    watch: Any = field(default=None, repr=False, compare=False)
+    watch: Watch | None = field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -48,7 +57,7 @@ class StepContext:
         """The key ``run()`` used: lets undo and compensate find or void the original call."""
         return _key(self.execution_id, self.step, "run")
 
-    def heartbeat(self, details: Any = None) -> None:
+    def heartbeat(self, details: object = None) -> None:
         """Say that this step is alive, and how far it got (``details``: anything JSON can
         hold, shown in the admin). A step with a ``heartbeat_timeout`` must call it at least
         that often, or its attempt counts as lost."""
@@ -107,7 +116,7 @@ def acting(context: StepContext) -> Iterator[None]:
         _current.reset(token)
 
 
-def _default(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _default(fn: F) -> F:
     fn._reactor_default = True  # type: ignore[attr-defined]
     return fn
 
@@ -140,10 +149,10 @@ class Step:
 
     Inputs: ClassVar[type | None] = None
     retry: ClassVar[Retry | None] = None
-    coordination: ClassVar[tuple[Any, ...] | list[Any]] = ()
+    coordination: ClassVar[Sequence[Declaration]] = ()
     atomic: ClassVar[bool] = False
-    timeout: ClassVar[Any] = None
-    heartbeat_timeout: ClassVar[Any] = None
+    timeout: ClassVar[float | dt.timedelta | None] = None
+    heartbeat_timeout: ClassVar[float | dt.timedelta | None] = None
 
     def __init__(self, context: StepContext) -> None:
         self.context = context
@@ -189,13 +198,13 @@ class Signature:
     def accepts(self, name: str) -> bool:
         return self.var_keyword or name in self.accepted
 
-    def filter(self, arguments: Mapping[str, object]) -> dict[str, Any]:
+    def filter(self, arguments: Mapping[str, object]) -> dict[str, object]:
         if self.var_keyword:
             return dict(arguments)
         return {k: v for k, v in arguments.items() if k in self.accepted}
 
 
-def signature_of(fn: Callable[..., Any], *, skip: int = 0) -> Signature:
+def signature_of(fn: Callable[..., object], *, skip: int = 0) -> Signature:
     """Keyword parameters of ``fn`` after skipping ``skip`` leading positional ones."""
     params = list(inspect.signature(fn).parameters.values())[skip:]
     required: set[str] = set()
@@ -212,18 +221,18 @@ def signature_of(fn: Callable[..., Any], *, skip: int = 0) -> Signature:
 class FunctionStep(Step):
     """A step made from a plain function by the ``@step`` decorator."""
 
-    function: ClassVar[Callable[..., Any]]
-    undo_function: ClassVar[Callable[..., Any] | None] = None
-    compensate_function: ClassVar[Callable[..., Any] | None] = None
+    function: ClassVar[Callable[..., object]]
+    undo_function: ClassVar[Callable[..., object] | None] = None
+    compensate_function: ClassVar[Callable[..., object] | None] = None
 
-    def run(self, **arguments: Any) -> Any:
+    def run(self, **arguments: object) -> object:
         return type(self).function(**arguments)
 
-    def undo(self, result: Any, **arguments: Any) -> Any:
+    def undo(self, result: object, **arguments: object) -> object:
         fn = type(self).undo_function
         return None if fn is None else fn(result, **arguments)
 
-    def compensate(self, error: Any, **arguments: Any) -> Any:
+    def compensate(self, error: object, **arguments: object) -> object:
         fn = type(self).compensate_function
         return None if fn is None else fn(error, **arguments)
 

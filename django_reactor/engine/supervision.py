@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from ..exceptions import StepTimedOut
 from .serialization import shown
@@ -30,6 +30,8 @@ from .serialization import shown
 if TYPE_CHECKING:
     from .journal import Journal
     from .spec import StepSpec
+
+T = TypeVar("T")
 
 
 class Watch:
@@ -44,7 +46,7 @@ class Watch:
         self.abandoned = threading.Event()
         self.beats = threading.Lock()
 
-    def beat(self, details: Any) -> None:
+    def beat(self, details: object) -> None:
         """A heartbeat from the body (any thread)."""
         with self.beats:
             self.last = time.monotonic()
@@ -58,24 +60,25 @@ def timeouts(spec: StepSpec, default: float | None) -> tuple[float | None, float
 
 
 def supervised(
-    body: Callable[[], Any],
+    body: Callable[[], T],
     watch: Watch,
     *,
     timeout: float | None,
     heartbeat_timeout: float | None,
     on_thread_end: Callable[[], None],
-) -> Any:
+) -> T:
     """Run ``body`` in a thread and wait for it; raise StepTimedOut (marking the watch
     abandoned) when it runs past ``timeout`` or goes ``heartbeat_timeout`` without a beat.
     Returns what the body returns and raises what it raises."""
     done = threading.Event()
-    box: dict[str, Any] = {}
+    returned: list[T] = []
+    raised: list[BaseException] = []
 
     def target() -> None:
         try:
-            box["value"] = body()
+            returned.append(body())
         except BaseException as exc:  # handed to the waiting thread, which raises it
-            box["error"] = exc
+            raised.append(exc)
         finally:
             done.set()
             on_thread_end()
@@ -112,6 +115,6 @@ def supervised(
                     f"heartbeat_timeout ({heartbeat_timeout:g} s); the attempt counts as lost "
                     "and was abandoned"
                 )
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    if raised:
+        raise raised[0]
+    return returned[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..exceptions import ArgumentResolutionError, DefinitionError
 from .redaction import SecretPath, relative_secret_paths
@@ -33,7 +33,7 @@ def parse_path(path: str | Sequence[str | int] | None) -> Path:
     return tuple(parts)
 
 
-def dig(value: Any, path: Path, *, what: str) -> Any:
+def dig(value: object, path: Path, *, what: str) -> object:
     """Follow ``path`` into ``value``; raise ArgumentResolutionError naming the failing key.
 
     Mappings are read by key, sequences by index, other objects by public attribute.
@@ -68,7 +68,7 @@ class Template:
     """Base class of argument templates."""
 
     path: Path = ()
-    transform: Callable[[Any], Any] | None = None
+    transform: Callable[[Any], object] | None = None
 
     @property
     def depends_on(self) -> str | None:
@@ -78,10 +78,10 @@ class Template:
     def describe(self) -> str:
         raise NotImplementedError
 
-    def lookup(self, scope: ResolutionScope) -> Any:
+    def lookup(self, scope: ResolutionScope) -> object:
         raise NotImplementedError
 
-    def resolve(self, scope: ResolutionScope) -> Any:
+    def resolve(self, scope: ResolutionScope) -> object:
         value = dig(self.lookup(scope), self.path, what=self.describe())
         if self.transform is not None:
             try:
@@ -106,7 +106,7 @@ class InputRef(Template):
         suffix = f" at {'.'.join(self.path)!r}" if self.path else ""
         return f"input {self.name!r}{suffix}"
 
-    def lookup(self, scope: ResolutionScope) -> Any:
+    def lookup(self, scope: ResolutionScope) -> object:
         if self.name not in scope.inputs:
             raise ArgumentResolutionError(f"the run has no input {self.name!r}")
         return scope.inputs[self.name]
@@ -132,7 +132,7 @@ class ResultRef(Template):
         suffix = f" at {'.'.join(self.path)!r}" if self.path else ""
         return f"the result of step {self.step!r}{suffix}"
 
-    def lookup(self, scope: ResolutionScope) -> Any:
+    def lookup(self, scope: ResolutionScope) -> object:
         if self.step not in scope.results:
             raise ArgumentResolutionError(f"step {self.step!r} has no result yet")
         return scope.results[self.step]
@@ -142,12 +142,12 @@ class ResultRef(Template):
 class ValueRef(Template):
     """A literal value (``arg.value``)."""
 
-    value: Any = None
+    value: object = None
 
     def describe(self) -> str:
         return f"value {self.value!r}"
 
-    def lookup(self, scope: ResolutionScope) -> Any:
+    def lookup(self, scope: ResolutionScope) -> object:
         return self.value
 
 
@@ -159,7 +159,7 @@ class ElementRef(Template):
         suffix = f" at {'.'.join(self.path)!r}" if self.path else ""
         return f"the map element{suffix}"
 
-    def lookup(self, scope: ResolutionScope) -> Any:
+    def lookup(self, scope: ResolutionScope) -> object:
         if scope.element is NO_ELEMENT:
             raise ArgumentResolutionError(
                 "arg.element() only has a value inside map_over(): use it in a map's arguments"
@@ -167,16 +167,16 @@ class ElementRef(Template):
         return scope.element
 
 
-NO_ELEMENT: Any = object()
+NO_ELEMENT: Final = object()
 
 
 @dataclass(frozen=True, slots=True)
 class ResolutionScope:
     """What templates resolve against: the run's inputs, the results so far, a map element."""
 
-    inputs: Mapping[str, Any]
-    results: Mapping[str, Any]
-    element: Any = NO_ELEMENT
+    inputs: Mapping[str, object]
+    results: Mapping[str, object]
+    element: object = NO_ELEMENT
 
 
 class _Arg:
@@ -187,7 +187,7 @@ class _Arg:
         name: str,
         path: str | Sequence[str | int] | None = None,
         *,
-        transform: Callable[[Any], Any] | None = None,
+        transform: Callable[[Any], object] | None = None,
     ) -> InputRef:
         """The reactor input ``name`` (optionally a path inside it)."""
         _check_name(name, "arg.input")
@@ -199,7 +199,7 @@ class _Arg:
         step: str,
         path: str | Sequence[str | int] | None = None,
         *,
-        transform: Callable[[Any], Any] | None = None,
+        transform: Callable[[Any], object] | None = None,
     ) -> ResultRef:
         """The result of ``step`` (optionally a path inside it); runs after that step."""
         _check_name(step, "arg.result")
@@ -210,25 +210,25 @@ class _Arg:
     def element(
         path: str | Sequence[str | int] | None = None,
         *,
-        transform: Callable[[Any], Any] | None = None,
+        transform: Callable[[Any], object] | None = None,
     ) -> ElementRef:
         """The element a ``map_over`` runs for (optionally a path inside it)."""
         _check_transform(transform)
         return ElementRef(path=parse_path(path), transform=transform)
 
     @staticmethod
-    def value(value: Any, *, transform: Callable[[Any], Any] | None = None) -> ValueRef:
+    def value(value: object, *, transform: Callable[[Any], object] | None = None) -> ValueRef:
         """A literal value."""
         _check_transform(transform)
         return ValueRef(value=value, transform=transform)
 
 
-def _check_name(name: Any, where: str) -> None:
+def _check_name(name: object, where: str) -> None:
     if not isinstance(name, str) or not name:
         raise DefinitionError(f"{where}() needs a name string, got {name!r}")
 
 
-def _check_transform(transform: Any) -> None:
+def _check_transform(transform: object) -> None:
     if transform is not None and not callable(transform):
         raise DefinitionError(f"transform must be callable, got {transform!r}")
 

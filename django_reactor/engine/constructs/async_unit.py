@@ -123,7 +123,7 @@ class AsyncUnit(Construct):
         run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
-        first: Any,
+        first: object,
         arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Nothing: a unit owns its rollback, and its parent never undoes it."""

@@ -24,13 +24,13 @@ from __future__ import annotations
 import datetime as dt
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from ...exceptions import ArgumentResolutionError
 from ...states import EventKind, RollbackStatus, StepStatus
 from ..journal import JournalBatch, RecordedStep, RollbackWrite
 from ..outcomes import ErrorInfo, ErrorKind, Outcome, RollbackFailure
-from ..serialization import decode, unstorable
+from ..serialization import JSONObject, decode, unstorable
 
 if TYPE_CHECKING:
     from ..context import RunContext
@@ -53,7 +53,7 @@ class StepDone:
     The core stores the value, tracks a completed step for undo, and goes on.
     """
 
-    value: Any
+    value: object
     attempts: int
     duration_ms: float
     skipped: bool = False
@@ -63,7 +63,7 @@ class StepDone:
 class StepHalted:
     """The step asked to stop the run cleanly: nothing after it runs, nothing is rolled back."""
 
-    reason: Any
+    reason: object
     attempts: int
     duration_ms: float
 
@@ -124,7 +124,7 @@ class RollbackPending(Exception):
         self.step = step
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         """The park's trace entry data."""
         return {"waiting_for": "rollback", "step": self.step}
 
@@ -199,7 +199,7 @@ class Construct(ABC):
         run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
-        first: Any,
+        first: object,
         arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Undo (``first`` is the result) or compensate (``first`` is the ErrorInfo) the step;

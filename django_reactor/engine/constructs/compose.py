@@ -55,6 +55,8 @@ from .base import (
 from .interrupt import INTERRUPT, interrupt_event, reached_interrupts
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from ..context import RunContext
     from ..outcomes import Outcome
     from ..spec import ReactorDefinition, StepSpec
@@ -66,14 +68,16 @@ class ComposeStep(Step):
 
     child: ClassVar[type]
 
-    def run(self, **arguments: Any) -> Any:  # pragma: no cover - the executor never calls it
+    def run(self, **arguments: object) -> object:  # pragma: no cover - never called
         raise NotImplementedError("a composed reactor runs through the executor's child runner")
 
 
 class ChildRunner(Protocol):
     """Runs and rolls back composed children durably (implemented by the Django layer)."""
 
-    def run(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Outcome:
+    def run(
+        self, step: str, definition: ReactorDefinition, inputs: Mapping[str, object]
+    ) -> Outcome:
         """Run (or, after a crash, continue) the child of ``step``; return its outcome.
 
         A child that paused at interrupts returns ``Paused`` listing the interrupts it reached
@@ -92,7 +96,9 @@ class ChildRunner(Protocol):
         """Undo everything the child of ``step`` completed, newest first."""
         ...
 
-    def dispatch(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Any:
+    def dispatch(
+        self, step: str, definition: ReactorDefinition, inputs: Mapping[str, object]
+    ) -> UUID:
         """Start the async unit of ``step`` on workers (or find it, if already started)."""
         ...
 
@@ -257,7 +263,7 @@ class Compose(Construct):
         run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
-        first: Any,
+        first: object,
         arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Undo (or, cut off mid-run, compensate) the child: its own rollback."""

@@ -9,7 +9,7 @@ it. What cannot be held skips the step (a claimed period), parks the run on a wo
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...states import EventKind, RollbackStatus
 from ..coordination import Blocked, StepHold
@@ -65,7 +65,7 @@ class CoordinatedStep(PlainStep):
         run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
-        first: Any,
+        first: object,
         arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Run the undo or compensate holding the step's locks and slots, never unlocked."""

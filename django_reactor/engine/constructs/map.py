@@ -24,6 +24,7 @@ from ...exceptions import ArgumentResolutionError, DefinitionError, ReactorError
 from ...states import EventKind
 from ..declarations import StepDeclaration
 from ..outcomes import Dispatched, ErrorInfo, ErrorKind, Outcome
+from ..serialization import JSONObject
 from ..step import Step
 from ..templates import ElementRef, ResolutionScope, Template
 from .base import (
@@ -57,7 +58,7 @@ class MapStep(Step):
 
     config: ClassVar[MapConfig]
 
-    def run(self, **arguments: Any) -> Any:  # pragma: no cover - the executor never calls it
+    def run(self, **arguments: object) -> object:  # pragma: no cover - never called
         raise NotImplementedError("a map runs through the executor's map runner")
 
 
@@ -65,8 +66,8 @@ class MapStep(Step):
 class MapConfig:
     """What ``map_over()`` was given (the element's definition is built with the reactor's)."""
 
-    source: Template | Callable[..., Any]
-    element: Any  # a Reactor class, a Step class or a function
+    source: Template | Callable[..., object]
+    element: type | Callable[..., object]  # a Reactor class, a Step class or a function
     element_arguments: Mapping[str, Template]
     fan_out: bool
     batch_size: int
@@ -103,7 +104,7 @@ class MapSpec:
             return int(limit * size)
         return limit
 
-    def resolve_source(self, scope: ResolutionScope, shared: Mapping[str, Any]) -> Any:
+    def resolve_source(self, scope: ResolutionScope, shared: Mapping[str, object]) -> object:
         """The collection to iterate: a template's value, or what the source callable returns.
 
         Raises ArgumentResolutionError (the map never started) with the reason.
@@ -123,7 +124,7 @@ class MapSpec:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
 
-    def element_inputs(self, shared: Mapping[str, Any], item: Any) -> dict[str, Any]:
+    def element_inputs(self, shared: Mapping[str, object], item: object) -> dict[str, object]:
         """The element reactor's inputs for ``item``: the shared arguments plus the element's."""
         scope = ResolutionScope(inputs={}, results={}, element=item)
         inputs = dict(shared)
@@ -136,7 +137,7 @@ class MapSpec:
 class MapDone:
     """Every element settled and the map succeeded: ``value`` is its result."""
 
-    value: Any
+    value: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +161,7 @@ class MapRollbackPending(RollbackPending):
         super().__init__(step, f"the elements of map {step!r} are being undone on workers")
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         """The park's trace entry data."""
         return {"waiting_for": "map rollback", "map": self.step}
 
@@ -173,7 +174,7 @@ class MapRunner(Protocol):
     """Stores, runs and rolls back map elements durably (implemented by the Django layer)."""
 
     def run_map(
-        self, step: str, spec: MapSpec, source: Any, shared: Mapping[str, Any]
+        self, step: str, spec: MapSpec, source: object, shared: Mapping[str, object]
     ) -> MapDone | MapStopped | MapPending:
         """Run (or, after a crash, continue) the elements of ``step``."""
         ...
@@ -189,8 +190,8 @@ class MapRunner(Protocol):
 
 
 def map_over(
-    source: Template | Callable[..., Any],
-    element: Any,
+    source: Template | Callable[..., object],
+    element: type | Callable[..., object],
     /,
     *,
     fan_out: bool = False,
@@ -300,7 +301,7 @@ def map_over(
     return StepDeclaration(impl, shared, wait_for=wait_for)
 
 
-def _check_element(element: Any) -> None:
+def _check_element(element: object) -> None:
     if isinstance(element, type):
         if getattr(element, "definition", None) is not None or issubclass(element, Step):
             return
@@ -315,7 +316,7 @@ def _check_element(element: Any) -> None:
         )
 
 
-def _check_positive(name: str, value: Any) -> None:
+def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise DefinitionError(f"map_over() {name} must be a positive integer, got {value!r}")
 
@@ -405,7 +406,7 @@ class Map(Construct):
         run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
-        first: Any,
+        first: object,
         arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Undo the completed elements (failed elements undid theirs); raises

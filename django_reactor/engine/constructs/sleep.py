@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ...exceptions import DefinitionError
 from ...states import EventKind, StepStatus
@@ -55,12 +55,12 @@ class SleepStep(Step):
     sleep: ClassVar[SleepSpec]
 
     def run(
-        self, delay: Any = None, until: Any = None
-    ) -> Any:  # pragma: no cover - the executor never calls it
+        self, delay: object = None, until: object = None
+    ) -> object:  # pragma: no cover - the executor never calls it
         raise NotImplementedError("a sleep has no body: the run waits until its time")
 
 
-def seconds_of(delay: Any) -> float:
+def seconds_of(delay: object) -> float:
     """A sleep's length in seconds; ValueError with a plain reason for anything else."""
     if isinstance(delay, dt.timedelta):
         seconds = delay.total_seconds()
@@ -76,7 +76,7 @@ def seconds_of(delay: Any) -> float:
     return seconds
 
 
-def time_of(when: Any) -> dt.datetime:
+def time_of(when: object) -> dt.datetime:
     """The time a ``sleep_until`` waits for: an aware datetime (or ISO 8601 text with an
     offset); ValueError with a plain reason for anything else."""
     if isinstance(when, str):
@@ -96,7 +96,7 @@ def time_of(when: Any) -> dt.datetime:
     return when
 
 
-def _declare(name: str, until: bool, value: Any, after: Iterable[str] | str) -> StepDeclaration:
+def _declare(name: str, until: bool, value: object, after: Iterable[str] | str) -> StepDeclaration:
     if isinstance(after, str):
         after = (after,)
     after = tuple(after)
@@ -126,14 +126,18 @@ def _declare(name: str, until: bool, value: Any, after: Iterable[str] | str) -> 
 SHAPE_MODULE = "django_reactor.engine.constructs.sleep"
 
 
-def sleep(delay: Any, /, *, after: Iterable[str] | str = ()) -> StepDeclaration:
+def sleep(
+    delay: float | dt.timedelta | Template, /, *, after: Iterable[str] | str = ()
+) -> StepDeclaration:
     """Declare a step that waits ``delay`` (a ``timedelta`` or a number of seconds, or
     ``arg.input``/``arg.result`` giving one) once the steps in ``after`` are done, holding no
     worker. Its result is the time it waited until (ISO 8601). Refused: a negative delay."""
     return _declare("sleep", False, delay, after)
 
 
-def sleep_until(when: Any, /, *, after: Iterable[str] | str = ()) -> StepDeclaration:
+def sleep_until(
+    when: dt.datetime | str | Template, /, *, after: Iterable[str] | str = ()
+) -> StepDeclaration:
     """Declare a step that waits until ``when`` (an aware ``datetime`` or ISO 8601 text, or
     ``arg.input``/``arg.result`` giving one) once the steps in ``after`` are done. A time
     already past completes at once (the trace says so). Its result is that time."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ...states import EventKind, RollbackStatus
 from .. import probes
@@ -165,7 +165,7 @@ class PlainStep(Construct):
         run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
-        first: Any,
+        first: object,
         arguments: dict[str, object],
     ) -> list[RollbackFailure]:
         """Call the step's undo or compensate; without one, the trace says so."""
@@ -178,7 +178,7 @@ class PlainStep(Construct):
         run: RunContext,
         spec: StepSpec,
         action: RollbackAction,
-        first: Any,
+        first: object,
         arguments: dict[str, object],
         hold: StepHold | None = None,
     ) -> list[RollbackFailure]:
@@ -265,15 +265,13 @@ def _attempt(
         with acting(context):
             return as_step_outcome(spec.impl(context).run(**arguments))
 
-    return cast(
-        StepOutcome,
-        supervised(
-            body,
-            context.watch,
-            timeout=timeout,
-            heartbeat_timeout=heartbeat_timeout,
-            on_thread_end=run.thread_finished,
-        ),
+    assert context.watch is not None  # the context of a run action has its watch
+    return supervised(
+        body,
+        context.watch,
+        timeout=timeout,
+        heartbeat_timeout=heartbeat_timeout,
+        on_thread_end=run.thread_finished,
     )
 
 
