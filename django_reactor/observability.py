@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Any
+from collections.abc import Mapping
 
 from django.utils.module_loading import import_string
 
@@ -23,7 +23,7 @@ from .signals import SignalObserver
 run_logger = logging.getLogger("django_reactor.runs")
 
 
-def logfmt(fields: dict[str, Any]) -> str:
+def logfmt(fields: Mapping[str, object]) -> str:
     """``key=value`` pairs; values with spaces, quotes or ``=`` are JSON-quoted; None dropped."""
     parts = []
     for key, value in fields.items():

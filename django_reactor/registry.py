@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
@@ -69,7 +69,7 @@ def get(name: str) -> type[Reactor]:
 class _UnitReactor:
     """Stands in for a reactor class where only a definition exists (async_step units)."""
 
-    def __init__(self, definition: Any) -> None:
+    def __init__(self, definition: ReactorDefinition) -> None:
         self.definition = definition
 
 

@@ -15,8 +15,6 @@ that raises is logged (``django.dispatch``) and neither the run nor the other re
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.dispatch import Signal
 
 from .engine.observers import CoordinationEvent, RunEvent, RunObserver, StepEvent
@@ -42,10 +40,10 @@ coordination_acquired = Signal()
 class SignalObserver(RunObserver):
     """Sends each notification as the Django signal of the same name."""
 
-    def __init__(self, sender: Any) -> None:
+    def __init__(self, sender: type) -> None:
         self.sender = sender
 
-    def _send(self, signal: Signal, event: Any) -> None:
+    def _send(self, signal: Signal, event: object) -> None:
         if signal.receivers:
             signal.send_robust(sender=self.sender, event=event)
 

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from django.utils import timezone
 
@@ -24,7 +24,7 @@ from ..engine.definition import ReactorDefinition
 from ..engine.executor import Executor, utcnow
 from ..engine.journal import Event
 from ..engine.outcomes import Outcome, Paused, Rescheduled, RollbackFailure
-from ..engine.serialization import encode
+from ..engine.serialization import JSONObject, JSONValue, encode
 from ..engine.state import RunState
 from ..exceptions import ReactorError, UnitWaitTimeout
 from ..states import EventKind, ExecutionStatus
@@ -59,7 +59,7 @@ class ChildExecutors(Protocol):
         self,
         definition: ReactorDefinition,
         owned: store.Owned,
-        inputs: Any,
+        inputs: JSONValue,
         state: RunState,
         *,
         parent_id: uuid.UUID,
@@ -91,7 +91,7 @@ class DatabaseChildRunner(MapRunnerMixin):
         self.in_worker = in_worker
 
     def _create(
-        self, step: str, definition: ReactorDefinition, stored: Any, *, detached: bool
+        self, step: str, definition: ReactorDefinition, stored: JSONObject, *, detached: bool
     ) -> store.Owned:
         """Write the child execution (a detached one pending, with its dispatch)."""
         first = definition.next_ready(frozenset())
@@ -111,7 +111,9 @@ class DatabaseChildRunner(MapRunnerMixin):
             deadline_at=self.deadline,
         )
 
-    def run(self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]) -> Outcome:
+    def run(
+        self, step: str, definition: ReactorDefinition, inputs: Mapping[str, object]
+    ) -> Outcome:
         row = store.find_child(self.parent_id, step)
         if row is None:
             stored = encode(dict(inputs))
@@ -164,7 +166,7 @@ class DatabaseChildRunner(MapRunnerMixin):
         return executor.finish_rollback("its parent rolled back")
 
     def dispatch(
-        self, step: str, definition: ReactorDefinition, inputs: Mapping[str, Any]
+        self, step: str, definition: ReactorDefinition, inputs: Mapping[str, object]
     ) -> uuid.UUID:
         existing = store.find_child(self.parent_id, step)
         if existing is not None:
@@ -208,7 +210,7 @@ class DatabaseChildRunner(MapRunnerMixin):
         return store.outcome_of(store.get_row(row.id))
 
     def _executor(
-        self, definition: ReactorDefinition, owned: store.Owned, inputs: Any, state: RunState
+        self, definition: ReactorDefinition, owned: store.Owned, inputs: JSONValue, state: RunState
     ) -> Executor:
         return self.build(
             definition,

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .. import store
 from ..conf import reactor_settings
 from ..coordination.coordinator import coordinator_for
 from ..engine.context import RunPolicy
 from ..engine.executor import Executor
-from ..engine.serialization import decode
+from ..engine.serialization import JSONValue, decode
 from ..engine.state import RunState
 from ..observability import observer_for
 from .children import DatabaseChildRunner
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 def for_caller(
     definition: ReactorDefinition,
     owned: store.Owned,
-    inputs: Any,
+    inputs: Mapping[str, object],
     *,
     deadline: dt.datetime | None,
 ) -> Executor:
@@ -109,7 +110,7 @@ def for_operation(
 def for_child(
     definition: ReactorDefinition,
     owned: store.Owned,
-    inputs: Any,
+    inputs: JSONValue,
     state: RunState,
     *,
     parent_id: uuid.UUID,
@@ -198,7 +199,7 @@ def _for_stored(
 def _assemble(
     definition: ReactorDefinition,
     journal: store.DatabaseJournal,
-    inputs: Any,
+    inputs: Mapping[str, object],
     state: RunState,
     policy: RunPolicy,
     *,

@@ -15,10 +15,10 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.query import ModelIterable
 
 from .. import registry, store
@@ -39,9 +39,12 @@ from ..engine.elements import (
     running_element,
 )
 from ..engine.outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
-from ..engine.serialization import decode, encode, register_decoder
+from ..engine.serialization import JSONValue, decode, encode, register_decoder
 from ..exceptions import ArgumentResolutionError, ResultNotSerializable
 from ..states import ElementStatus, MapStatus
+
+if TYPE_CHECKING:
+    from ..models import MapRun
 
 logger = logging.getLogger("django_reactor.maps")
 
@@ -156,7 +159,7 @@ class MapRunnerMixin:
     in_worker: bool
 
     def run_map(
-        self, step: str, spec: MapSpec, source: Any, shared: Mapping[str, Any]
+        self, step: str, spec: MapSpec, source: object, shared: Mapping[str, object]
     ) -> MapDone | MapStopped | MapPending:
         run = store.maps.find(self.parent_id, step)
         if run is None or run.status == MapStatus.MATERIALISING:
@@ -173,7 +176,7 @@ class MapRunnerMixin:
             return MapPending()
         return _outcome(run, spec)
 
-    def _resumed_inline(self, run: Any) -> bool:
+    def _resumed_inline(self, run: MapRun) -> bool:
         # An inline map found running with claimed chunks: the process that claimed them died
         # (the run's own lease guarantees no other process is working on it).
         return store.maps.running_chunks(run.pk)
@@ -203,7 +206,7 @@ class MapRunnerMixin:
         return _rollback_failures(run.pk, step) + _missing_elements(run, step)
 
 
-def _undo_all(run: Any, spec: MapSpec, step: str) -> list[RollbackFailure]:
+def _undo_all(run: MapRun, spec: MapSpec, step: str) -> list[RollbackFailure]:
     undo_all = spec.config.undo_all
     assert undo_all is not None
     failure: RollbackFailure | None = None
@@ -241,9 +244,10 @@ def _rollback_failures(map_id: uuid.UUID, step: str) -> list[RollbackFailure]:
 MISSING_REPORTED = 25
 
 
-def _missing_elements(run: Any, step: str) -> list[RollbackFailure]:
+def _missing_elements(run: MapRun, step: str) -> list[RollbackFailure]:
     """Elements whose slot row is gone: their undo could not run, and the rollback says so
     (it cannot tell whether they had succeeded)."""
+    assert run.size is not None  # known once the map's source was read
     missing = store.maps.missing_indices(run.pk, run.size)
     failures = [
         RollbackFailure(
@@ -271,7 +275,7 @@ def _missing_elements(run: Any, step: str) -> list[RollbackFailure]:
     return failures
 
 
-def _outcome(run: Any, spec: MapSpec) -> MapDone | MapStopped:
+def _outcome(run: MapRun, spec: MapSpec) -> MapDone | MapStopped:
     """The settled map as the step's outcome: its value, or why it failed or halted."""
     if run.status in (MapStatus.ROLLING_BACK, MapStatus.ROLLED_BACK):
         return MapStopped(
@@ -306,7 +310,7 @@ def _outcome(run: Any, spec: MapSpec) -> MapDone | MapStopped:
         )
 
 
-def _failure(run: Any, spec: MapSpec) -> ErrorInfo:
+def _failure(run: MapRun, spec: MapSpec) -> ErrorInfo:
     index = run.first_failure
     slot = store.maps.slot(run.pk, index) if index is not None else None
     inner = ErrorInfo.from_dict(slot.error) if slot is not None and slot.error else None
@@ -334,8 +338,8 @@ def _failure(run: Any, spec: MapSpec) -> ErrorInfo:
 
 
 def _materialise(
-    parent_id: uuid.UUID, step: str, spec: MapSpec, source: Any, shared: Mapping[str, Any]
-) -> Any:
+    parent_id: uuid.UUID, step: str, spec: MapSpec, source: object, shared: Mapping[str, object]
+) -> MapRun:
     """Read the source into pending slots, in batches; the map is then running."""
     try:
         stored_shared = encode(dict(shared))
@@ -364,13 +368,14 @@ def _materialise(
     return store.maps.ready(run.pk, size, spec.tolerated(size))
 
 
-def _model_source(source: Any) -> Any:
+def _model_source(source: object) -> type[Model] | None:
     if isinstance(source, QuerySet) and source._iterable_class is ModelIterable:
         return source.model
     return None
 
 
-def _batches(source: Any, model_rows: bool) -> Iterator[list[Any]]:
+def _batches(source: Any, model_rows: bool) -> Iterator[list[JSONValue]]:
+    # ``source``: whatever the map's source gave, iterated if it can be (TypeError if not).
     if isinstance(source, QuerySet):
         yield from _queryset_batches(source, model_rows)
         return
@@ -385,7 +390,7 @@ def _batches(source: Any, model_rows: bool) -> Iterator[list[Any]]:
         raise MapSourceError(
             f"the map's source is not iterable: got {type(source).__name__}"
         ) from None
-    batch: list[Any] = []
+    batch: list[JSONValue] = []
     index = 0
     while True:
         try:
@@ -408,10 +413,10 @@ def _batches(source: Any, model_rows: bool) -> Iterator[list[Any]]:
         yield batch
 
 
-def _queryset_batches(queryset: QuerySet[Any], model_rows: bool) -> Iterator[list[Any]]:
+def _queryset_batches(queryset: QuerySet[Any], model_rows: bool) -> Iterator[list[JSONValue]]:
     """Keyset pages in primary-key order: never the whole table in memory, never OFFSET."""
     ordered = queryset.order_by("pk")
-    last: Any = None
+    last: object = None
     while True:
         page = ordered if last is None else ordered.filter(pk__gt=last)
         try:
@@ -457,7 +462,7 @@ def work(map_id: uuid.UUID | str, *, forward: bool) -> None:
     _work(run.pk, spec, forward=forward, budget=TASK_BUDGET)
 
 
-def _spec_of(run: Any) -> MapSpec | None:
+def _spec_of(run: MapRun) -> MapSpec | None:
     try:
         definition = registry.get(run.execution.reactor).definition
         spec = definition.step(run.step).map
@@ -555,7 +560,7 @@ def _settle(
     return failed, following
 
 
-def _items(claimed: list[store.maps.Claimed], model: Any) -> dict[int, Any]:
+def _items(claimed: list[store.maps.Claimed], model: type[Model] | None) -> dict[int, object]:
     if model is None:
         return {slot.index: decode(slot.item) for slot in claimed}
     keys = {slot.index: decode(slot.item) for slot in claimed}
@@ -565,16 +570,16 @@ def _items(claimed: list[store.maps.Claimed], model: Any) -> dict[int, Any]:
 
 @dataclass(frozen=True, slots=True)
 class _Missing:
-    model: Any
-    key: Any
+    model: type[Model]
+    key: object
 
 
 def _run_chunk(
     map_id: uuid.UUID,
     spec: MapSpec,
-    shared: Mapping[str, Any],
+    shared: Mapping[str, object],
     claimed: list[store.maps.Claimed],
-    items: dict[int, Any],
+    items: dict[int, object],
     allowed_failures: int | None,
     stop: bool,
 ) -> list[store.maps.SlotWrite]:
@@ -631,7 +636,7 @@ def _run_chunk(
 
 
 def _run_one(
-    spec: MapSpec, shared: Mapping[str, Any], item: Any, max_delay: float, identity: uuid.UUID
+    spec: MapSpec, shared: Mapping[str, object], item: object, max_delay: float, identity: uuid.UUID
 ) -> ElementOutcome:
     if isinstance(item, _Missing):
         return _failed(
@@ -655,9 +660,9 @@ def _failed(message: str, kind: str) -> ElementOutcome:
 def _undo_chunk(
     map_id: uuid.UUID,
     spec: MapSpec,
-    shared: Mapping[str, Any],
+    shared: Mapping[str, object],
     claimed: list[store.maps.Claimed],
-    items: dict[int, Any],
+    items: dict[int, object],
 ) -> list[store.maps.SlotWrite]:
     writes = []
     for slot in claimed:  # claimed highest index first
