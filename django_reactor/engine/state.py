@@ -11,7 +11,7 @@ fail, wait and roll back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..states import ExecutionStatus, StepStatus
 from .constructs import construct_for
@@ -60,7 +60,7 @@ class RunState:
     waiting: set[str] = field(default_factory=set)
     # Interrupts whose payload was accepted while the run was paused: recorded as their steps'
     # results when the run continues.
-    claimed: dict[str, Any] = field(default_factory=dict)
+    claimed: dict[str, object] = field(default_factory=dict)
     # Sleeps reached, by step: the time (ISO 8601) each waits until.
     sleeping: dict[str, str] = field(default_factory=dict)
     # Restored from a run that was rolling back: it finishes its rollback.

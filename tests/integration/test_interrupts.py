@@ -64,6 +64,22 @@ class RefundInBackground(Reactor):
     refund = step(Tracked, approved=arg.result("approval", "approved"))
 
 
+class DatedApproval(serializers.Serializer):
+    on = serializers.DateField()
+
+
+class Dated(Reactor):
+    request = step(Tracked)
+    approval = interrupt(after="request", payload=DatedApproval)
+    refund = step(Tracked, on=arg.result("approval", "on"))
+
+
+class DatedInBackground(Reactor):
+    request = step(Tracked)
+    approval = interrupt(after="request", payload=DatedApproval, resume="background")
+    refund = step(Tracked, on=arg.result("approval", "on"))
+
+
 class TwoApprovals(Reactor):
     request = step(Tracked)
     finance = interrupt(after="request", payload=Approval)
@@ -220,6 +236,22 @@ def test_background_resume_validates_and_claims_here_and_dispatches_the_rest() -
     assert isinstance(finished, Completed)
     assert finished.value["refund"]["approved"] is True
     assert ledger.calls == [("run", "request"), ("run", "refund")]
+
+
+@pytest.mark.parametrize("reactor", [Dated, DatedInBackground])
+def test_a_payload_holding_a_date_is_recorded_as_stored_when_the_run_goes_on(
+    reactor: type[Reactor],
+) -> None:
+    """The accepted payload is stored encoded; the run that goes on records it so again (it
+    once wrote the decoded date, which JSON cannot hold)."""
+    paused = reactor.run({})
+    outcome = services.resume_interrupt(paused.execution_id, payload={"on": "2024-05-01"})
+    if isinstance(outcome, Dispatched):
+        outcome = services.resume(paused.execution_id)  # what the worker's task does
+    assert isinstance(outcome, Completed), outcome
+    assert outcome.value["refund"]["on"] == dt.date(2024, 5, 1)
+    record = StepRecord.objects.get(execution_id=paused.execution_id, step="approval")
+    assert record.result == {"on": {"__reactor_type__": "date", "v": "2024-05-01"}}
 
 
 @pytest.mark.postgres

@@ -35,7 +35,7 @@ from ...states import EventKind, ExecutionStatus, StepStatus
 from ..declarations import StepDeclaration
 from ..journal import Event, InterruptWrite, JournalBatch, RecordedStep, StepWrite
 from ..outcomes import ErrorKind, Outcome, Paused, PendingInterrupt, exception_message
-from ..serialization import decode, safe_repr, unstorable
+from ..serialization import decode, encode, safe_repr, unstorable
 from ..step import Step
 from ..templates import Template
 from .base import CONTINUE, Construct, StepFailed, StepResult
@@ -279,8 +279,9 @@ class InterruptConstruct(Construct):
             run.commit(
                 JournalBatch(
                     events=[event],
+                    # The payload as it was stored when it was accepted: encoded again.
                     step=StepWrite.of(
-                        spec, StepStatus.COMPLETED, event, 1, {}, None, result=payload
+                        spec, StepStatus.COMPLETED, event, 1, {}, None, result=encode(payload)
                     ),
                     current_step=spec.name,
                 )
