@@ -18,11 +18,16 @@ import math
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from ..exceptions import DefinitionError
 
-KeySpec = str | Callable[..., Any]
+if TYPE_CHECKING:
+    from .serialization import JSONObject
+
+#: A key: a format string over the run's inputs (or the step's arguments), or a callable
+#: taking them by name and returning the key.
+KeySpec = str | Callable[..., object]
 
 #: Rate-limit window names accepted in ``limits={...}``, in seconds.
 WINDOW_NAMES = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}
@@ -42,7 +47,7 @@ class DispatchRefused(Exception):
     """An async unit would wait for a lock its own dispatching run holds (a deadlock)."""
 
 
-def _check_key_spec(key: Any, what: str) -> KeySpec:
+def _check_key_spec(key: object, what: str) -> KeySpec:
     if isinstance(key, str):
         if not key:
             raise DefinitionError(f"{what} needs a non-empty key")
@@ -61,7 +66,7 @@ def _check_key_spec(key: Any, what: str) -> KeySpec:
     )
 
 
-def _positive(value: Any, what: str, *, allow_zero: bool = False) -> float:
+def _positive(value: object, what: str, *, allow_zero: bool = False) -> float:
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -73,11 +78,12 @@ def _positive(value: Any, what: str, *, allow_zero: bool = False) -> float:
     return float(value)
 
 
-def resolve_key(spec: KeySpec, values: Mapping[str, Any], what: str) -> str:
+def resolve_key(spec: KeySpec, values: Mapping[str, object], what: str) -> str:
     """The key for ``values`` (a run's inputs, or a step's arguments).
 
     Raises CoordinationKeyError naming the declaration and the reason.
     """
+    key: object
     try:
         if isinstance(spec, str):
             key = spec.format_map(_Values(values))
@@ -101,8 +107,8 @@ def resolve_key(spec: KeySpec, values: Mapping[str, Any], what: str) -> str:
     return key
 
 
-class _Values(dict):
-    def __missing__(self, name: str) -> Any:
+class _Values(dict[str, object]):
+    def __missing__(self, name: str) -> NoReturn:
         available = ", ".join(sorted(self)) or "nothing"
         raise CoordinationKeyError(f"it names {{{name}}}, but only {available} are given")
 
@@ -193,7 +199,7 @@ class RateLimit:
     kind = "rate_limit"
 
 
-def windows_of(limits: Any) -> list[tuple[int, float]]:
+def windows_of(limits: object) -> list[tuple[int, float]]:
     """``limits`` as ``[(count, seconds), ...]``; DefinitionError when malformed."""
     if isinstance(limits, Mapping):
         pairs = []
@@ -271,7 +277,7 @@ Declaration = Lock | Semaphore | RateLimit | Period | OrderedLock
 DECLARATIONS = (Lock, Semaphore, RateLimit, Period, OrderedLock)
 
 
-def check_declarations(value: Any, where: str) -> tuple[Declaration, ...]:
+def check_declarations(value: object, where: str) -> tuple[Declaration, ...]:
     """``value`` as a tuple of declarations; DefinitionError when it is not one."""
     if value is None:
         return ()
@@ -340,13 +346,13 @@ class Coordinator(Protocol):
     # The fencing numbers of the locks the run holds, by key.
     fences: dict[str, int]
     # What was acquired since the executor last looked: written to the trace (``acquire``).
-    notes: list[dict[str, Any]]
+    notes: list[JSONObject]
 
     def enter(self, *, new: bool) -> Blocked | None: ...
 
     def enter_rollback(self) -> None: ...
 
-    def exit(self, outcome: Any) -> None: ...
+    def exit(self, status: str | None) -> None: ...
 
     def snoozes_left(self) -> bool: ...
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from ..exceptions import DefinitionError
 from .retry import Retry
 from .step import FunctionStep, Step
 from .templates import Template
+
+F = TypeVar("F", bound=Callable[..., object])
 
 OPTION_NAMES = frozenset(
     {"retry", "wait_for", "coordination", "atomic", "timeout", "heartbeat_timeout"}
@@ -30,17 +32,19 @@ class StepDeclaration:
     def __init__(
         self,
         impl: type[Step],
-        wiring: dict[str, Any],
+        wiring: dict[str, Template],
         *,
         retry: Retry | None = None,
         wait_for: Iterable[str] = (),
         unit: str | None = None,
-        coordination: Any = None,
+        coordination: object = None,
         atomic: bool | None = None,
-        timeout: Any = None,
-        heartbeat_timeout: Any = None,
+        timeout: object = None,
+        heartbeat_timeout: object = None,
     ) -> None:
         self.impl = impl
+        # ``coordination``, ``timeout``, ``heartbeat_timeout`` as given: the reactor checks
+        # them when it is defined.
         # None: the step class's own ``atomic``, ``timeout``, ``heartbeat_timeout``.
         self.atomic = atomic
         self.timeout = timeout
@@ -70,7 +74,7 @@ class StepDeclaration:
         """Decorate the function that compensates this step: ``fn(error, **arguments)``."""
         return self._attach("compensate", fn)
 
-    def _attach(self, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _attach(self, action: str, fn: F) -> F:
         label = self.name or self.impl.__qualname__
         if not issubclass(self.impl, FunctionStep):
             raise DefinitionError(
@@ -86,7 +90,7 @@ class StepDeclaration:
         return fn
 
 
-def _function_step(fn: Callable[..., Any]) -> type[Step]:
+def _function_step(fn: Callable[..., object]) -> type[Step]:
     return type(
         f"{fn.__name__}_step",
         (FunctionStep,),
@@ -94,7 +98,7 @@ def _function_step(fn: Callable[..., Any]) -> type[Step]:
     )
 
 
-def _declare(target: Any, options: dict[str, Any], unit: str | None = None) -> StepDeclaration:
+def _declare(target: object, options: dict[str, Any], unit: str | None = None) -> StepDeclaration:
     if isinstance(target, type) and issubclass(target, Step):
         impl = target
     elif isinstance(target, type):
@@ -138,12 +142,14 @@ def _declare(target: Any, options: dict[str, Any], unit: str | None = None) -> S
 
 
 @overload
-def step(target: type[Step] | Callable[..., Any], /, **options: Any) -> StepDeclaration: ...
+def step(target: type[Step] | Callable[..., object], /, **options: Any) -> StepDeclaration: ...
 @overload
-def step(**options: Any) -> Callable[[Callable[..., Any]], StepDeclaration]: ...
+def step(**options: Any) -> Callable[[Callable[..., object]], StepDeclaration]: ...
 
 
-def step(target: Any = None, /, **options: Any) -> Any:
+def step(
+    target: type[Step] | Callable[..., object] | None = None, /, **options: Any
+) -> StepDeclaration | Callable[[Callable[..., object]], StepDeclaration]:
     """Declare a step in a reactor's class body.
 
     ``name = step(StepClass, arg_name=arg.input(...), retry=Retry(...), wait_for=["other"])``
@@ -159,7 +165,17 @@ def step(target: Any = None, /, **options: Any) -> Any:
     return _declare(target, options)
 
 
-def async_step(target: Any = None, /, **options: Any) -> Any:
+@overload
+def async_step(
+    target: type[Step] | Callable[..., object], /, **options: Any
+) -> StepDeclaration: ...
+@overload
+def async_step(**options: Any) -> Callable[[Callable[..., object]], StepDeclaration]: ...
+
+
+def async_step(
+    target: type[Step] | Callable[..., object] | None = None, /, **options: Any
+) -> StepDeclaration | Callable[[Callable[..., object]], StepDeclaration]:
     """Declare a step whose body runs in its own Celery task (an async unit).
 
     Same forms as :func:`step`. The reactor goes on with other ready steps meanwhile; a step

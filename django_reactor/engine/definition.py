@@ -40,7 +40,7 @@ META_OPTIONS = frozenset(
 ON_DEADLINE = ("rollback", "halt")
 
 
-def duration_option(value: Any, what: str) -> float | None:
+def duration_option(value: object, what: str) -> float | None:
     """A ``timedelta`` or a number of seconds as seconds (None stays None); DefinitionError
     naming ``what`` for anything else, and for zero or less."""
     if value is None:
@@ -179,7 +179,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
     )
 
 
-def _middleware(reactor: str, option: Any) -> tuple[type, ...]:
+def _middleware(reactor: str, option: object) -> tuple[type, ...]:
     classes = tuple(option) if isinstance(option, list | tuple) else None
     if classes is None or not all(
         isinstance(c, type) and issubclass(c, RunObserver) for c in classes
@@ -264,7 +264,7 @@ def _with_unit(name: str, cls: type, spec: StepSpec) -> StepSpec:
     return dataclasses.replace(spec, unit_definition=unit)
 
 
-def _background(reactor: str, option: Any, steps: Mapping[str, StepSpec]) -> Background | None:
+def _background(reactor: str, option: object, steps: Mapping[str, StepSpec]) -> Background | None:
     if option is None:
         return None
     if option == "all":
@@ -450,12 +450,12 @@ def _hash(specs: list[StepSpec], returns: str | None) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class _ClassBody(dict[str, Any]):
+class _ClassBody(dict[str, object]):
     """A reactor's class body as it runs: a name bound to a second step declaration is refused,
     since the second step would silently replace the first and their results collide under
     one name (a rollback function may take its step's name: ``@reserve.undo def reserve``)."""
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: str, value: object) -> None:
         previous = self.get(key)
         if (
             isinstance(previous, StepDeclaration)

@@ -10,7 +10,7 @@ hands it to one. A step's own coordination is its construct's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..states import EventKind, ExecutionStatus
 from .constructs.coordination import WAITING_KINDS, snooze
@@ -21,6 +21,7 @@ from .outcomes import Dispatched, ErrorInfo, Failed, Halted, Outcome
 
 if TYPE_CHECKING:
     from .executor import Executor
+    from .serialization import JSONObject
 
 
 class RunHolds:
@@ -52,7 +53,7 @@ class RunHolds:
         self.tell()
         return self._blocked(blocked) if blocked is not None else None
 
-    def exit(self, status: Any) -> None:
+    def exit(self, status: str | None) -> None:
         """Give the holds back as the run stops with ``status`` (None: interrupted)."""
         self.coordinator.exit(status)
 
@@ -80,15 +81,16 @@ class RunHolds:
             self.run.notices.coordination_acquired(event)
         self._acquisitions.clear()
 
-    def _coordination_event(self, data: dict[str, Any], step: str) -> CoordinationEvent:
+    def _coordination_event(self, data: JSONObject, step: str) -> CoordinationEvent:
         kind = next((k for k in ("lock", "semaphore", "rate_limit", "period") if k in data), "lock")
+        fence = data.get("fence")  # a lock's fencing number (an int), absent for the others
         return CoordinationEvent(
             execution_id=self.run.execution_id,
             reactor=self.run.definition.name,
             kind=kind,
             key=str(data.get(kind, "")),
             step=step or None,
-            fence=data.get("fence"),
+            fence=fence if isinstance(fence, int) else None,
         )
 
     def _blocked(self, blocked: Blocked) -> Outcome:

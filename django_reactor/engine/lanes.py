@@ -45,7 +45,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..states import EventKind
 from .constructs import construct_for
@@ -57,6 +57,7 @@ from .serialization import shown
 
 if TYPE_CHECKING:
     from .executor import Executor
+    from .serialization import JSONData
     from .spec import StepSpec
 
 # ---------------------------------------------------------------------------- what lanes say
@@ -76,7 +77,7 @@ class _Failed:
 
 @dataclass(frozen=True, slots=True)
 class _Halted:
-    reason: Any
+    reason: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,7 @@ class _Stop:
     """Why no new step starts, and what the run does once the steps in flight settle."""
 
     failure: tuple[str, ErrorInfo] | None = None
-    halt: tuple[str, Any] | None = None
+    halt: tuple[str, object] | None = None
     cancel: tuple[str, str] | None = None
     hand_off: str | None = None  # the step the hand-off comes before (or after)
     waits: dict[str, _Waits] = field(default_factory=dict)
@@ -252,7 +253,7 @@ class SideBySide:
         run = self.execution
         state = run.state
         point = run.hand_off_point
-        chosen: list[tuple[StepSpec, dict[str, Any]]] = []
+        chosen: list[tuple[StepSpec, dict[str, object]]] = []
         with run.lock:
             if run.stopping is not None or self.handing_off:
                 return  # a lane recorded it; the main thread hears of it next
@@ -285,7 +286,7 @@ class SideBySide:
         if not chosen or (len(chosen) == 1 and not running):
             return  # one step alone: the step_once path runs it, as without max_concurrency
         names = [spec.name for spec, _ in chosen]
-        data: dict[str, Any] = {"steps": names}
+        data: dict[str, JSONData] = {"steps": names}
         if running:
             data["alongside"] = running
         cancel = run.commit(

@@ -7,7 +7,8 @@ or arguments) and calls the run's observer; a run without one pays a test per no
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from ..states import ExecutionStatus
 from .observers import (
@@ -21,6 +22,26 @@ from .outcomes import ErrorInfo, RollbackFailure
 
 if TYPE_CHECKING:
     from .journal import Journal
+
+
+class RunFields(TypedDict, total=False):
+    """What a :class:`RunEvent` may carry besides the run's identity, status and time."""
+
+    step: str | None
+    error: str | None
+    error_class: str | None
+    reason: str | None
+    delay: float | None
+    waiting_for: tuple[str, ...]
+
+
+class StepFields(TypedDict, total=False):
+    """What a :class:`StepEvent` may carry besides the step's identity, status and attempt."""
+
+    duration_ms: float | None
+    error: str | None
+    error_class: str | None
+    delay: float | None
 
 
 class Notices:
@@ -37,7 +58,7 @@ class Notices:
     # -- the run ------------------------------------------------------------------------
 
     def run_event(
-        self, status: str, *, failure: dict[str, Any] | None = None, **fields: Any
+        self, status: str, *, failure: Mapping[str, Any] | None = None, **fields: Unpack[RunFields]
     ) -> RunEvent:
         """What the observers are told about the run (``failure``: its stored failure)."""
         if failure is not None:
@@ -70,34 +91,34 @@ class Notices:
         status: str,
         *,
         step: str | None = None,
-        failure: dict[str, Any] | None = None,
+        failure: Mapping[str, Any] | None = None,
         reason: str | None = None,
     ) -> None:
-        """The run ended ``status`` (failed, needs attention) with ``failure``."""
+        """The run ended ``status`` (failed, needs attention) with ``failure`` (as stored)."""
         if self.observer is not None:
-            fields: dict[str, Any] = {"step": step} if step is not None else {}
+            fields: RunFields = {"step": step} if step is not None else {}
             if reason is not None:
                 fields["reason"] = reason
             self.observer.execution_failed(self.run_event(status, failure=failure, **fields))
 
     def halted(self, *, step: str | None, reason: str) -> None:
         if self.observer is not None:
-            fields: dict[str, Any] = {"step": step} if step is not None else {}
-            self.observer.execution_halted(
-                self.run_event(ExecutionStatus.HALTED, reason=reason, **fields)
-            )
+            fields: RunFields = {"step": step} if step is not None else {}
+            fields["reason"] = reason
+            self.observer.execution_halted(self.run_event(ExecutionStatus.HALTED, **fields))
 
     def cancelled(
         self,
         *,
         step: str | None = None,
         reason: str | None,
-        failure: dict[str, Any] | None = None,
+        failure: Mapping[str, Any] | None = None,
     ) -> None:
         if self.observer is not None:
-            fields: dict[str, Any] = {"step": step} if step is not None else {}
+            fields: RunFields = {"step": step} if step is not None else {}
+            fields["reason"] = reason
             self.observer.execution_cancelled(
-                self.run_event(ExecutionStatus.CANCELLED, reason=reason, failure=failure, **fields)
+                self.run_event(ExecutionStatus.CANCELLED, failure=failure, **fields)
             )
 
     def paused(self, *, step: str, waiting_for: tuple[str, ...]) -> None:
@@ -123,7 +144,9 @@ class Notices:
 
     # -- its steps ----------------------------------------------------------------------
 
-    def step_event(self, step: str, status: str, attempt: int, **fields: Any) -> StepEvent:
+    def step_event(
+        self, step: str, status: str, attempt: int, **fields: Unpack[StepFields]
+    ) -> StepEvent:
         """What the observers are told about a step."""
         if "error" in fields:
             fields["error"] = summarise(fields["error"])

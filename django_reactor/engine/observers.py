@@ -14,7 +14,8 @@ import logging
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from types import MethodType
+from uuid import UUID
 
 logger = logging.getLogger("django_reactor.observers")
 
@@ -31,7 +32,7 @@ class RunEvent:
     parked run waits at). ``duration_ms`` is the time this process spent on the run so far.
     """
 
-    execution_id: Any
+    execution_id: UUID | None
     reactor: str
     status: str
     step: str | None = None
@@ -52,7 +53,7 @@ class StepEvent:
     undo or compensate (``undone``, ``compensated``, ``failed``, ``no_handler``).
     """
 
-    execution_id: Any
+    execution_id: UUID | None
     reactor: str
     step: str
     status: str
@@ -71,7 +72,7 @@ class CoordinationEvent:
     ``key`` the key as computed. A lock re-adopted after a park sends none.
     """
 
-    execution_id: Any
+    execution_id: UUID | None
     reactor: str
     kind: str
     key: str
@@ -79,7 +80,11 @@ class CoordinationEvent:
     fence: int | None = None
 
 
-def __getattr__(name: str) -> Any:
+#: What an observer is told.
+Notification = RunEvent | StepEvent | CoordinationEvent
+
+
+def __getattr__(name: str) -> type[RunEvent]:
     # ``ExecutionEvent`` was this module's name for :class:`RunEvent` (it is also the trace
     # entry model's): observers typed against it keep working, with a warning.
     if name == "ExecutionEvent":
@@ -93,7 +98,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def summarise(message: Any) -> str | None:
+def summarise(message: object) -> str | None:
     """An error message short enough for a notification (``None`` stays ``None``)."""
     if message is None:
         return None
@@ -182,9 +187,9 @@ class CompositeObserver(RunObserver):
         self.observers: tuple[RunObserver, ...] = tuple(observers)
         # Per notification, only the observers that override it (the no-ops cost nothing),
         # bound the first time the notification is sent: a run sends few of the many.
-        self._targets: dict[str, tuple[Any, ...]] = {}
+        self._targets: dict[str, tuple[MethodType, ...]] = {}
 
-    def _notify(self, name: str, event: Any) -> None:
+    def _notify(self, name: str, event: Notification) -> None:
         targets = self._targets.get(name)
         if targets is None:
             targets = self._targets[name] = tuple(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..exceptions import DefinitionError
 
@@ -85,7 +84,7 @@ class Retry:
             base = min(base, float(self.max_delay))
         return max(0.0, base)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, int | float | str | None]:
         return {
             "attempts": self.attempts,
             "backoff": self.backoff,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .constructs.compose import ComposeStep
 from .constructs.interrupt import InterruptSpec, InterruptStep
@@ -20,6 +20,8 @@ from .templates import Template
 
 if TYPE_CHECKING:
     from .constructs.map import MapSpec
+    from .definition import ReactorBase
+    from .serialization import JSONValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ class StepSpec:
     heartbeat_timeout: float | None = None
 
     @property
-    def child(self) -> Any:
+    def child(self) -> type[ReactorBase] | None:
         """The composed reactor class, for a ``compose()`` step."""
         if self.unit is not None or not issubclass(self.impl, ComposeStep):
             return None
@@ -116,7 +118,7 @@ class ReactorDefinition:
     on_deadline: str = "rollback"
 
     @property
-    def shape(self) -> dict[str, dict[str, Any]]:
+    def shape(self) -> dict[str, dict[str, str | list[str]]]:
         """Each step's implementation and dependencies, stored with every run."""
         return {
             s.name: {
@@ -126,7 +128,7 @@ class ReactorDefinition:
             for s in self.steps
         }
 
-    def incompatibilities(self, stored_shape: Mapping[str, Any], done: set[str]) -> list[str]:
+    def incompatibilities(self, stored_shape: Mapping[str, JSONValue], done: set[str]) -> list[str]:
         """Why a run that started under ``stored_shape`` cannot continue under this definition.
 
         A run may continue when every step it already recorded still exists with the same

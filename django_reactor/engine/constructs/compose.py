@@ -179,11 +179,13 @@ class Compose(Construct):
         refused = unstorable_arguments(run, spec, arguments)
         if refused is not None:
             return refused
+        child = spec.child
+        assert child is not None  # the steps this construct claims
         runner = child_runner(run, spec)
         run.notices.step_started(spec.name, 1)
         t0 = time.perf_counter()
         try:
-            outcome = runner.run(spec.name, spec.child.definition, arguments)
+            outcome = runner.run(spec.name, child.definition, arguments)
         except INTERRUPTIONS as interruption:
             run.abort(
                 interruption, spec=spec, arguments=arguments, attempt=1, started_at=started_at
@@ -199,7 +201,7 @@ class Compose(Construct):
         if isinstance(outcome, Paused):
             return _wait_for_child(run, spec, outcome, started_at)
         child_error = getattr(outcome, "error", None)
-        name = spec.child.__qualname__
+        name = child.__qualname__
         if child_error is not None:
             error = ErrorInfo(
                 **{

@@ -28,7 +28,7 @@ import hashlib
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ...exceptions import CorrelationIdTaken, DefinitionError
 from ...states import EventKind, ExecutionStatus, StepStatus
@@ -37,7 +37,7 @@ from ..journal import Event, InterruptWrite, JournalBatch, RecordedStep, StepWri
 from ..outcomes import ErrorKind, Outcome, Paused, PendingInterrupt, exception_message
 from ..serialization import decode, encode, safe_repr, unstorable
 from ..step import Step
-from ..templates import Template
+from ..templates import ResolutionScope, Template
 from .base import CONTINUE, Construct, StepFailed, StepResult
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ SHAPE_MODULE = "django_reactor.engine.interrupts"
 class ContinueWith:
     """``on_timeout=ContinueWith(payload)``: an expired interrupt resumes with this payload."""
 
-    payload: Any
+    payload: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +64,13 @@ class InterruptSpec:
     """How one interrupt takes its payload (checked when the reactor class is defined)."""
 
     payload: type | None
-    correlation_id: Callable[[Any], Any] | Template | None
+    correlation_id: Callable[[ResolutionScope], object] | Template | None
     timeout: float | None  # seconds
     on_timeout: str | ContinueWith
     max_attempts: int | None
     resume: str
 
-    def correlation_for(self, scope: Any) -> str | None:
+    def correlation_for(self, scope: ResolutionScope) -> str | None:
         """The correlation id for a run (``scope`` resolves templates); None without one.
 
         Raises ValueError with a plain reason when the callable fails or returns no string.
@@ -102,7 +102,7 @@ class InterruptStep(Step):
 
     interrupt: ClassVar[InterruptSpec]
 
-    def run(self, **arguments: Any) -> Any:  # pragma: no cover - the executor never calls it
+    def run(self, **arguments: object) -> object:  # pragma: no cover - never called
         raise NotImplementedError("an interrupt's result is its payload; it has no body")
 
 
@@ -110,7 +110,7 @@ def interrupt(
     *,
     after: Iterable[str] | str = (),
     payload: type | None = None,
-    correlation_id: Callable[[Any], Any] | Template | None = None,
+    correlation_id: Callable[[ResolutionScope], object] | Template | None = None,
     timeout: float | dt.timedelta | None = None,
     on_timeout: str | ContinueWith = "fail",
     max_attempts: int | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...states import EventKind, RollbackStatus
 from .. import probes
@@ -374,7 +374,7 @@ def _failure_info(
     return ErrorInfo(**{**info._fields(), "retryable": retryable})
 
 
-def _error_summary(outcome: Failure, exc: BaseException | None) -> dict[str, Any]:
+def _error_summary(outcome: Failure, exc: BaseException | None) -> dict[str, str | None]:
     error = exc if exc is not None else outcome.error
     if isinstance(error, BaseException):
         return {
