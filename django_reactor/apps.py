@@ -23,7 +23,7 @@ class DjangoReactorConfig(AppConfig):
             checks,  # noqa: F401  (registers the checks)
             faults,
         )
-        from .conf import DEFAULTS, reactor_settings
+        from .conf import ReactorSettings, reactor_settings
         from .exceptions import ReactorImproperlyConfigured
         from .registry import autodiscover
         from .runtime import wakeups
@@ -34,9 +34,9 @@ class DjangoReactorConfig(AppConfig):
         try:
             modules = reactor_settings.AUTODISCOVER_MODULES
         except ReactorImproperlyConfigured:
-            modules = DEFAULTS["AUTODISCOVER_MODULES"]
+            modules = ReactorSettings.AUTODISCOVER_MODULES.default
         if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
-            modules = DEFAULTS["AUTODISCOVER_MODULES"]
+            modules = ReactorSettings.AUTODISCOVER_MODULES.default
         autodiscover(list(modules))
         faults.install()  # crash tests' fault points, armed by REACTOR_FAULTS only
         # The adapters plug into the store's outbox: finished async units wake their waiters,

@@ -11,13 +11,19 @@ checks report the same values at start-up). The cache is cleared on ``setting_ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, cast, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Generic, NoReturn, Self, TypeVar, cast, overload
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .exceptions import ReactorImproperlyConfigured
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from .models import Execution
 
 T = TypeVar("T")
 
@@ -26,7 +32,8 @@ class Setting(Generic[T]):
     """One key of ``REACTOR``: its default, and the type a configured value is given.
 
     The base class takes any value as it is: keys of richer shapes (lists of dotted paths,
-    rate limits, secrets) are validated where they are used and by the system checks.
+    rate limits, secrets) are validated where they are used and by the system checks; its
+    type parameter says the shape such a key is meant to have.
     """
 
     #: What a value of the key must be, for the error a wrong one raises.
@@ -55,11 +62,11 @@ class Setting(Generic[T]):
             instance._cache[self.name] = value
             return value
 
-    def coerce(self, value: Any) -> T:
+    def coerce(self, value: object) -> T:
         """``value`` with this key's type; ReactorImproperlyConfigured (naming the key) if not."""
         return cast(T, value)
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         """What the system check reports about ``value`` for this key; None when it is fine."""
         try:
             self.coerce(value)
@@ -67,7 +74,7 @@ class Setting(Generic[T]):
             return str(exc)
         return None
 
-    def refused(self, value: Any) -> ReactorImproperlyConfigured:
+    def refused(self, value: object) -> ReactorImproperlyConfigured:
         """The error for a configured ``value`` that does not have this key's type."""
         return ReactorImproperlyConfigured(
             f"REACTOR[{self.name!r}] must be {self.expected}, got {value!r} "
@@ -85,7 +92,7 @@ class _Number(Setting[T]):
         super().__init__(default)
         self.positive = positive
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         try:
             number = cast(float, self.coerce(value))
         except ReactorImproperlyConfigured:
@@ -101,7 +108,7 @@ class Seconds(_Number[float]):
 
     expected = "a number of seconds"
 
-    def coerce(self, value: Any) -> float:
+    def coerce(self, value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.refused(value)
         return float(value)
@@ -113,7 +120,7 @@ class Count(_Number[int]):
     expected = "a whole number"
     requirement = "a positive whole number"
 
-    def coerce(self, value: Any) -> int:
+    def coerce(self, value: object) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
@@ -126,12 +133,12 @@ class Flag(Setting[bool]):
 
     expected = "True or False"
 
-    def coerce(self, value: Any) -> bool:
+    def coerce(self, value: object) -> bool:
         if not isinstance(value, bool):
             raise self.refused(value)
         return value
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         if isinstance(value, bool):
             return None
         return f"REACTOR[{self.name!r}] must be True or False, got {value!r}."
@@ -142,12 +149,12 @@ class OptionalText(Setting[str | None]):
 
     expected = "None or a string"
 
-    def coerce(self, value: Any) -> str | None:
+    def coerce(self, value: object) -> str | None:
         if value is not None and not isinstance(value, str):
             raise self.refused(value)
         return value
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         if value is None or (isinstance(value, str) and value):
             return None
         return f"REACTOR[{self.name!r}] must be None or a non-empty string, got {value!r}."
@@ -158,14 +165,14 @@ class OptionalSeconds(Setting[float | None]):
 
     expected = "None or a number of seconds"
 
-    def coerce(self, value: Any) -> float | None:
+    def coerce(self, value: object) -> float | None:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.refused(value)
         return float(value)
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         try:
             number = self.coerce(value)
         except ReactorImproperlyConfigured as exc:
@@ -238,21 +245,21 @@ class ReactorSettings:
     # in case its wake-up message was lost.
     ASYNC_POLL_INTERVAL = Seconds(2.0)
     # Extra app modules autodiscovered for reactors, besides each installed app's "reactors".
-    AUTODISCOVER_MODULES = Setting[Any](["reactors"])
+    AUTODISCOVER_MODULES = Setting[Sequence[str]](["reactors"])
     # Dotted paths of RunObserver subclasses instantiated for every execution (lifecycle
     # notifications), before the reactor's own Meta.middleware and the Django signals.
-    MIDDLEWARE = Setting[Any]([])
+    MIDDLEWARE = Setting[Sequence[str | type]]([])
     # Issue a single-use resume token whenever a run reaches an interrupt (returned in the
     # Paused outcome; only its SHA-256 is stored). services.issue_resume_token() works either way.
     RESUME_TOKENS = Flag(False)
     # How the resume endpoints may be authenticated: "user" (DRF authentication plus the
     # resume_interrupt permission), "webhook" (signed webhooks) and "token" (resume tokens).
     # A dict {"default": [...], "<reactor name>": [...]} chooses per reactor.
-    RESUME_AUTH = Setting[Any](["user", "webhook", "token"])
+    RESUME_AUTH = Setting[Sequence[str] | Mapping[str, Sequence[str]]](["user", "webhook", "token"])
     # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
     # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
     # reactor. Several secrets at once allow rotation.
-    WEBHOOK_SECRETS = Setting[Any]([])
+    WEBHOOK_SECRETS = Setting[str | Sequence[str] | Mapping[str, str | Sequence[str]]]([])
     # Seconds a signed webhook's timestamp may differ from now (replays outside are refused).
     WEBHOOK_TOLERANCE = Seconds(300)
     # Largest request body the API reads, in bytes (larger: 413 before parsing).
@@ -263,23 +270,25 @@ class ReactorSettings:
     # Seconds an Idempotency-Key (or a webhook id) is remembered with its response.
     API_IDEMPOTENCY_TTL = Seconds(86400)
     # DRF authentication classes of the API (dotted paths). None: REST_FRAMEWORK's defaults.
-    API_AUTHENTICATION_CLASSES = Setting[Any](None)
+    API_AUTHENTICATION_CLASSES = Setting[Sequence[str | type] | None](None)
     # DRF permission classes a user must pass for each API action (the view's ``action`` is
     # list, retrieve, cancel, undo, retry or resume). The default asks for the matching Django
     # permission (view_execution, cancel_execution, ..., resume_interrupt).
-    API_PERMISSION_CLASSES = Setting[Any](["django_reactor.api.permissions.HasReactorPermission"])
+    API_PERMISSION_CLASSES = Setting[Sequence[str | type] | None](
+        ["django_reactor.api.permissions.HasReactorPermission"]
+    )
     # Dotted path to a function (request, queryset) -> queryset that limits which executions a
     # request may see and steer through the API (tenants, owners). None: every execution.
-    API_SCOPE = Setting[Any](None)
+    API_SCOPE: Setting[str | Callable[..., QuerySet[Execution]] | None] = Setting(None)
     # Coordination (locks, semaphores, rate limits, periods, ordered locks); the three strings
     # are validated by coordination.validation (check E009).
     # Dotted path of the CoordinationBackend class: the Redis one, or
     # "django_reactor.coordination.backends.database.DatabaseBackend" without Redis.
-    COORDINATION_BACKEND = Setting[Any]("django_reactor.coordination.backends.redis.RedisBackend")
+    COORDINATION_BACKEND = Setting[str]("django_reactor.coordination.backends.redis.RedisBackend")
     # The Redis of the Redis backend: a django-redis cache alias or a redis:// URL.
-    COORDINATION_REDIS = Setting[Any]("default")
+    COORDINATION_REDIS = Setting[str]("default")
     # First part of every coordination key in Redis (one per app sharing a Redis).
-    COORDINATION_KEY_PREFIX = Setting[Any]("django_reactor")
+    COORDINATION_KEY_PREFIX = Setting[str]("django_reactor")
     # Seconds a worker waits before trying again a run (or step) that could not take its lock,
     # semaphore slot or ordered-lock turn (a rate limit says itself how long to wait).
     CONTENTION_DELAY = Seconds(1.0, positive=False)
@@ -292,18 +301,18 @@ class ReactorSettings:
     ROLLBACK_WAIT = Seconds(10.0)
     # Named rate limits shared by every reactor and step that uses the name:
     # {"stripe": {"second": 3, "minute": 100}} or {"stripe": [[3, 1], [100, 60]]}.
-    RATE_LIMITS = Setting[Any]({})
+    RATE_LIMITS = Setting[object]({})
 
     def __init__(self) -> None:
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[str, object] = {}
 
     @classmethod
-    def declared(cls) -> dict[str, Setting[Any]]:
+    def declared(cls) -> dict[str, Setting[object]]:
         """Every key's declaration, by name, in the order they are declared."""
         return {name: s for name, s in vars(cls).items() if isinstance(s, Setting)}
 
     @property
-    def user_settings(self) -> dict[str, Any]:
+    def user_settings(self) -> dict[str, object]:
         """``settings.REACTOR`` as given (``{}`` when unset)."""
         value = getattr(settings, "REACTOR", None)
         if value is None:
@@ -316,7 +325,7 @@ class ReactorSettings:
 
     if not TYPE_CHECKING:  # for mypy, an unknown name is an error, not Any
 
-        def __getattr__(self, name: str) -> Any:
+        def __getattr__(self, name: str) -> NoReturn:
             raise AttributeError(f"REACTOR has no setting {name!r}")
 
     def unknown_keys(self) -> list[str]:
@@ -329,12 +338,12 @@ class ReactorSettings:
 
 
 #: Every key's default, by name.
-DEFAULTS: dict[str, Any] = {name: s.default for name, s in ReactorSettings.declared().items()}
+DEFAULTS: dict[str, object] = {name: s.default for name, s in ReactorSettings.declared().items()}
 
 reactor_settings = ReactorSettings()
 
 
 @receiver(setting_changed)
-def _reload(*, setting: str, **kwargs: Any) -> None:
+def _reload(*, setting: str, **kwargs: object) -> None:
     if setting == "REACTOR":
         reactor_settings.reload()

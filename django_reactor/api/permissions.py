@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from django.utils.module_loading import import_string
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from ..conf import reactor_settings
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from ..models import Execution
 
 # The permission each API action needs (custom permissions of the Execution model).
 ACTION_PERMISSIONS = {
@@ -26,7 +32,7 @@ class HasReactorPermission(BasePermission):
 
     message = "you lack the permission this action needs"
 
-    def has_permission(self, request: Request, view: Any) -> bool:
+    def has_permission(self, request: Request, view: object) -> bool:
         user = request.user
         if not (user and user.is_authenticated):
             return False
@@ -42,7 +48,7 @@ class HasReactorPermission(BasePermission):
         return True
 
 
-def scoped(request: Request, queryset: Any) -> Any:
+def scoped(request: Request, queryset: QuerySet[Execution]) -> QuerySet[Execution]:
     """Apply ``REACTOR["API_SCOPE"]`` (tenants, owners) to a queryset of executions."""
     path = reactor_settings.API_SCOPE
     if not path:
@@ -51,16 +57,16 @@ def scoped(request: Request, queryset: Any) -> Any:
     return scope(request, queryset)
 
 
-def _classes(setting: Any) -> list[Any]:
+def _classes(setting: Iterable[str | type]) -> list[type]:
     return [import_string(c) if isinstance(c, str) else c for c in setting]
 
 
-def permission_classes() -> list[Any]:
+def permission_classes() -> list[type]:
     """``REACTOR["API_PERMISSION_CLASSES"]``, imported."""
     return _classes(reactor_settings.API_PERMISSION_CLASSES or [])
 
 
-def authentication_classes() -> list[Any] | None:
+def authentication_classes() -> list[type] | None:
     """``REACTOR["API_AUTHENTICATION_CLASSES"]``, imported; None for DRF's defaults."""
     setting = reactor_settings.API_AUTHENTICATION_CLASSES
     return None if setting is None else _classes(setting)
