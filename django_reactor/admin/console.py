@@ -7,7 +7,7 @@ Both are read-only: anyone who may view executions may open them. The overview r
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -18,6 +18,9 @@ from django.utils.translation import gettext_lazy as _
 from .coordination import coordination_context
 from .overview import WINDOWS, overview_context
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 #: How often a page of runs in flight reads itself again, in seconds (unless someone types or
 #: has an expander open): a run's page while it moves, the overview, a list of moving runs.
 REFRESH_SECONDS = 5
@@ -27,7 +30,7 @@ class ConsoleViews(admin.ModelAdmin):
     """The overview and the coordination panel, as views of the execution admin."""
 
     def _console(
-        self, request: HttpRequest, template: str, title: Any, context: dict[str, Any]
+        self, request: HttpRequest, template: str, title: StrOrPromise, context: dict[str, object]
     ) -> TemplateResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied

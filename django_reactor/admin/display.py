@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.admin.utils import quote
 from django.urls import get_script_prefix, get_urlconf, reverse
@@ -16,6 +17,14 @@ from django.utils.translation import gettext_lazy as _
 from ..display import short_json
 from ..models import Execution
 from ..states import EventKind
+
+if TYPE_CHECKING:
+    import datetime as dt
+    import uuid
+
+    from django_stubs_ext import StrOrPromise
+
+    from ..engine.outcomes import ErrorInfo
 
 APP = Execution._meta.app_label
 
@@ -45,7 +54,7 @@ ROLLBACK_EVENTS = frozenset(
 )
 
 
-def status_badge(status: str, label: Any = None) -> SafeString:
+def status_badge(status: str, label: object = None) -> SafeString:
     """A coloured badge for an execution, step or interrupt status."""
     return format_html(
         '<span class="reactor-badge reactor-badge-{}">{}</span>', status, label or status
@@ -53,7 +62,7 @@ def status_badge(status: str, label: Any = None) -> SafeString:
 
 
 # The status labels of each model, by its label: lazy translations, translated when rendered.
-_status_labels: dict[str, dict[Any, Any]] = {}
+_status_labels: dict[str, dict[object, object]] = {}
 
 
 def status_badge_of(row: Any) -> SafeString:
@@ -73,7 +82,7 @@ def short_reactor(name: str) -> SafeString:
     return format_html('<span title="{}">{}</span>', name, breakable(name.rsplit(".", 1)[-1]))
 
 
-def execution_link(execution_id: Any, label: Any = None) -> SafeString:
+def execution_link(execution_id: uuid.UUID | str, label: object = None) -> SafeString:
     """A link to a run's admin page (its short id unless ``label`` is given)."""
     url = admin_url(f"admin:{APP}_execution_change", quote(str(execution_id)))
     return format_html('<a href="{}">{}</a>', url, label or str(execution_id)[:8])
@@ -82,7 +91,7 @@ def execution_link(execution_id: Any, label: Any = None) -> SafeString:
 # A URL pattern's reversal with a marker where the argument goes, by (name, script prefix,
 # URL conf): a list page links every row, and ``reverse()`` costs about 0.1 ms a call.
 _ARGUMENT = "00000000-0000-0000-0000-000000000000"
-_reversed: dict[tuple[str, bool, str, Any, str | None], str] = {}
+_reversed: dict[tuple[str, bool, str, str | None, str | None], str] = {}
 
 
 def admin_url(name: str, argument: str | None = None, *, current_app: str | None = None) -> str:
@@ -100,7 +109,7 @@ def admin_url(name: str, argument: str | None = None, *, current_app: str | None
 MAP_WAITS = ("map", "map rollback")
 
 
-def waits_for(row: Any, map_run: dict[str, Any] | None = None) -> str:
+def waits_for(row: Any, map_run: Mapping[str, object] | None = None) -> str:
     """What a parked run waits for, from its last trace entry (``last_kind``/``last_data``);
     ``map_run`` holds the counters of the map it waits for (``MapRun`` values)."""
     data = row.last_data or {}
@@ -119,7 +128,7 @@ def waits_for(row: Any, map_run: dict[str, Any] | None = None) -> str:
     return "its wake-up time"
 
 
-def map_wait(step: str, waiting_for: str, map_run: dict[str, Any] | None) -> str:
+def map_wait(step: str, waiting_for: str, map_run: Mapping[str, object] | None) -> str:
     """``map pack: 4 of 10 elements settled``, or its rollback's ``2 of 6 elements undone``."""
     if map_run is None:
         return f"map {step}: its elements" if waiting_for == "map" else f"map {step}: its rollback"
@@ -133,7 +142,7 @@ def map_wait(step: str, waiting_for: str, map_run: dict[str, Any] | None) -> str
     return f"map {step}: {map_run['settled']} of {map_run['size']} elements settled"
 
 
-def progress(done: int, total: int | None) -> dict[str, Any]:
+def progress(done: int, total: int | None) -> dict[str, object]:
     """A progress bar's numbers: ``done``, ``total`` and the percentage (``0`` to ``100``)."""
     total = total or 0
     done = min(done, total) if total else done
@@ -141,11 +150,11 @@ def progress(done: int, total: int | None) -> dict[str, Any]:
     return {"done": done, "total": total, "percent": percent, "label": f"{percent:.0f} %"}
 
 
-def failure_fields(failure: Any) -> list[tuple[Any, Any]]:
+def failure_fields(failure: ErrorInfo | None) -> list[tuple[StrOrPromise, object]]:
     """A run's failure as ``(label, value)`` rows for the run page."""
     if failure is None:
         return []
-    rows: list[tuple[Any, Any]] = [(_("kind"), failure.kind)]
+    rows: list[tuple[StrOrPromise, object]] = [(_("kind"), failure.kind)]
     if failure.step:
         rows.append((_("step"), failure.step))
     if failure.exception_class:
@@ -164,7 +173,7 @@ def failure_fields(failure: Any) -> list[tuple[Any, Any]]:
 INLINE_WIDTH = 88
 
 
-def pretty_json(value: Any, indent: int = 0, lead: int = 0) -> str:
+def pretty_json(value: object, indent: int = 0, lead: int = 0) -> str:
     """Indented JSON for a ``<pre>`` block; an array or object that fits on one line (of
     ``INLINE_WIDTH`` characters, with its indentation and the ``lead`` before it on that line)
     stays on one line, and scalars share lines, so a list of numbers or of small records does
@@ -201,7 +210,7 @@ FOLD_LINES = 12
 FOLD_CHARS = 1_500
 
 
-def json_block(value: Any) -> SafeString:
+def json_block(value: object) -> SafeString:
     """Indented JSON in a ``<pre>``; a large value folded in a ``<details>`` whose summary is
     its start and size, so that a run with a big input stays a short page."""
     text = pretty_json(value)
@@ -220,7 +229,7 @@ def json_block(value: Any) -> SafeString:
     )
 
 
-def moment(value: Any) -> SafeString:
+def moment(value: dt.datetime | None) -> SafeString:
     """A time as ``2026-12-03`` over ``10:04:05`` (a narrow column); the full time, to the
     millisecond, as its title."""
     if value is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
@@ -61,7 +60,9 @@ class ReactorListFilter(admin.SimpleListFilter):
     title = _("reactor")
     parameter_name = "reactor"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Execution]
+    ) -> list[tuple[str, str]]:
         # The registered reactors (a DISTINCT over the runs would read every row), plus the one
         # chosen, should it be gone from the code.
         names = set(registry.all_reactors())
@@ -69,7 +70,7 @@ class ReactorListFilter(admin.SimpleListFilter):
             names.add(str(self.value()))
         return [(name, name.rsplit(".", 1)[-1]) for name in sorted(names)]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Execution]) -> QuerySet[Execution]:
         value = self.value()
         return queryset.filter(reactor=value) if value else queryset
 
@@ -80,7 +81,9 @@ class ReactorListFilter(admin.SimpleListFilter):
 class ExecutionChangeList(KeysetChangeList):
     """Pages of runs leave the large JSON columns in the database."""
 
-    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+    def get_queryset(
+        self, request: HttpRequest, exclude_parameters: list[str | None] | None = None
+    ) -> QuerySet[Execution]:
         return (
             super()
             .get_queryset(request, exclude_parameters)
@@ -195,7 +198,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
     )
 
     # -- queryset and columns
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+    def get_changelist(self, request: HttpRequest, **kwargs: object) -> type[ChangeList]:
         return ExecutionChangeList
 
     @admin.display(description=_("run"))
@@ -242,7 +245,9 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
             return "-"
         return json_block(obj.result)
 
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, object] | None = None
+    ) -> HttpResponse:
         # A list of moving runs reads itself again, as a moving run's page does.
         if request.GET.get("status__exact") in MOVING_STATUSES:
             extra_context = {**(extra_context or {}), "reactor_refresh_seconds": REFRESH_SECONDS}
@@ -273,26 +278,26 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Execution | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Execution | None = None) -> bool:
         return False
 
     def render_change_form(
         self,
         request: HttpRequest,
-        context: dict[str, Any],
+        context: dict[str, object],
         add: bool = False,
         change: bool = False,
         form_url: str = "",
-        obj: Any = None,
+        obj: Execution | None = None,
     ) -> HttpResponse:
         if obj is not None:
             context.update(self._detail(request, obj))
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    def _detail(self, request: HttpRequest, obj: Execution) -> dict[str, Any]:
+    def _detail(self, request: HttpRequest, obj: Execution) -> dict[str, object]:
         records = store.step_rows(obj.pk)
         events = store.event_rows(obj.pk)
         interrupts = list(Interrupt.objects.filter(execution=obj).order_by("id"))
@@ -449,7 +454,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
     # -- custom URLs
     def get_urls(self) -> list[URLPattern]:
         def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-            def call(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            def call(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
                 return view(request, *args, **kwargs)
 
             # Services refuse to run step code inside a request's transaction (ATOMIC_REQUESTS).

@@ -5,7 +5,7 @@ through ``django_reactor.services`` and is recorded as an admin ``LogEntry``."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -47,6 +47,11 @@ from .forms import ResumeForm, serializer_example, serializer_help
 from .maps import parked_maps, waiting_since
 from .paging import CappedPaginator
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+    from ..handle import ExecutionHandle
+
 # At most this many per-run error messages after a bulk action (the rest are counted).
 MAX_ERROR_MESSAGES = 20
 # Runs read per query while a bulk action works through them.
@@ -55,7 +60,7 @@ BULK_BATCH = 200
 CONFIRMATION_SAMPLE = 100
 
 
-OPERATIONS: dict[str, dict[str, Any]] = {
+OPERATIONS: dict[str, dict[str, StrOrPromise]] = {
     "cancel": {
         "title": _("Cancel executions"),
         "button": _("Yes, cancel them"),
@@ -94,7 +99,7 @@ SINGLE_TITLES = {"cancel": _("Cancel this execution?"), "undo": _("Undo this exe
 SINGLE_BUTTONS = {"cancel": _("Yes, cancel it"), "undo": _("Yes, undo it")}
 
 
-def _steps_to_undo(handle: Any) -> list[dict[str, Any]]:
+def _steps_to_undo(handle: ExecutionHandle) -> list[dict[str, object]]:
     """The run's completed steps not rolled back yet, newest first (the order undo takes),
     each with whether its step declares an undo (a step without one only gets a trace entry)."""
     try:
@@ -117,16 +122,24 @@ class ExecutionOperations(admin.ModelAdmin):
     def _perm(self, request: HttpRequest, codename: str) -> bool:
         return request.user.has_perm(f"{APP}.{codename}")
 
-    def has_cancel_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_cancel_execution_permission(
+        self, request: HttpRequest, obj: Execution | None = None
+    ) -> bool:
         return self._perm(request, "cancel_execution")
 
-    def has_undo_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_undo_execution_permission(
+        self, request: HttpRequest, obj: Execution | None = None
+    ) -> bool:
         return self._perm(request, "undo_execution")
 
-    def has_retry_execution_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_retry_execution_permission(
+        self, request: HttpRequest, obj: Execution | None = None
+    ) -> bool:
         return self._perm(request, "retry_execution")
 
-    def has_resume_interrupt_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_resume_interrupt_permission(
+        self, request: HttpRequest, obj: Execution | None = None
+    ) -> bool:
         return self._perm(request, "resume_interrupt")
 
     # -- bulk actions (each through services, after a confirmation page)
@@ -291,8 +304,8 @@ class ExecutionOperations(admin.ModelAdmin):
     ) -> TemplateResponse:
         """What cancelling or undoing this run will do, with a button that does it."""
         handle = services.find(row.id)
-        undoing: list[dict[str, Any]] = []
-        maps: list[dict[str, Any]] = []
+        undoing: list[dict[str, object]] = []
+        maps: list[dict[str, object]] = []
         if operation == "undo":
             undoing = _steps_to_undo(handle)
             maps = [

@@ -24,8 +24,9 @@ import base64
 import binascii
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
@@ -44,6 +45,11 @@ from django.utils.translation import gettext_lazy as _
 
 from ..store import dialect_for
 from .display import admin_url
+
+if TYPE_CHECKING:
+    from django.db.models.expressions import Combinable
+
+M = TypeVar("M", bound=Model)
 
 #: The query-string parameters of a keyset page: the ordering key of the row it follows or
 #: precedes.
@@ -82,7 +88,7 @@ class RowCount:
         return f"{self.number()} {noun}"
 
 
-def capped_count(queryset: QuerySet[Any], limit: int) -> int:
+def capped_count(queryset: QuerySet[Model], limit: int) -> int:
     """The rows of ``queryset``, counted up to ``limit + 1`` (a ``LIMIT`` subquery).
 
     The subquery keeps the list's ordering: the planner then reads the first rows of the index
@@ -97,7 +103,7 @@ def estimated_rows(model: type[Model], using: str) -> int | None:
     return dialect_for(using).estimated_rows(model._meta.db_table)
 
 
-def count_rows(queryset: QuerySet[Any], limit: int, *, filtered: bool) -> RowCount:
+def count_rows(queryset: QuerySet[Model], limit: int, *, filtered: bool) -> RowCount:
     """``queryset``'s count, exact up to ``limit``; beyond, estimated if not ``filtered``."""
     counted = capped_count(queryset, limit)
     if counted <= limit:
@@ -115,11 +121,11 @@ class CappedPaginator(Paginator):
 
     def __init__(
         self,
-        object_list: QuerySet[Any],
+        object_list: QuerySet[Model],
         per_page: int,
         limit: int = COUNT_LIMIT,
         *,
-        counted_by: QuerySet[Any] | None = None,
+        counted_by: QuerySet[Model] | None = None,
     ) -> None:
         super().__init__(object_list, per_page)
         # The same rows without what only a page needs (annotations looked up per row).
@@ -146,7 +152,7 @@ class Keyset:
     descending: bool
 
     @classmethod
-    def of(cls, model: type[Model], ordering: list[Any]) -> Keyset | None:
+    def of(cls, model: type[Model], ordering: Sequence[str | Combinable]) -> Keyset | None:
         """The keyset of an ordering of plain, non-null fields in one direction, else None."""
         fields: list[Field[Any, Any]] = []
         directions = set()
@@ -166,7 +172,7 @@ class Keyset:
             return None
         return cls(tuple(fields), descending=directions.pop())
 
-    def values(self, row: Model) -> list[Any]:
+    def values(self, row: Model) -> list[object]:
         return [getattr(row, field.attname) for field in self.fields]
 
     def encode(self, row: Model) -> str:
@@ -174,7 +180,7 @@ class Keyset:
         texts = [field.value_to_string(row) for field in self.fields]
         return base64.urlsafe_b64encode(json.dumps(texts).encode()).decode().rstrip("=")
 
-    def decode(self, cursor: str) -> list[Any]:
+    def decode(self, cursor: str) -> list[object]:
         """The key values of a cursor; raises ValueError for one this list did not make."""
         try:
             padded = cursor + "=" * (-len(cursor) % 4)
@@ -188,7 +194,7 @@ class Keyset:
         except (ValidationError, TypeError) as exc:
             raise ValueError(f"not a page cursor of this list: {cursor!r}") from exc
 
-    def beyond(self, queryset: QuerySet[Any], values: list[Any], *, after: bool) -> QuerySet[Any]:
+    def beyond(self, queryset: QuerySet[M], values: list[object], *, after: bool) -> QuerySet[M]:
         """The rows after (or before) the key ``values`` in this ordering."""
         fields = list(self.fields)
         # Leading fields the list is filtered to the cursor's values (the elements of one map)
@@ -206,7 +212,7 @@ class Keyset:
         return queryset.filter(tuple_lookup(columns, values))
 
 
-def _pinned(queryset: QuerySet[Any], field: Field[Any, Any]) -> tuple[Any] | None:
+def _pinned(queryset: QuerySet[Model], field: Field[Any, Any]) -> tuple[object] | None:
     """``(value,)`` when ``queryset`` is filtered to rows whose ``field`` equals ``value`` (an
     ``exact`` lookup at the top of its conditions), else None."""
     where = queryset.query.where
@@ -267,18 +273,20 @@ class KeysetChangeList(ChangeList):
             current_app=self.model_admin.admin_site.name,
         )
 
-    def url_for_result(self, result: Any) -> str:
+    def url_for_result(self, result: Model) -> str:
         """The row's change page (its URL pattern reversed once for the page), with the list's
         filters preserved."""
         return self._change_url(quote(str(getattr(result, self.pk_attname)))) + self.row_link_query
 
-    def get_filters_params(self, params: Any = None) -> Any:
+    def get_filters_params(self, params: dict[str, object] | None = None) -> dict[str, object]:
         lookup_params = super().get_filters_params(params)
         for name in KEYSET_VARS:
             lookup_params.pop(name, None)
         return lookup_params
 
-    def get_ordering(self, request: HttpRequest, queryset: QuerySet[Any]) -> list[Any]:
+    def get_ordering(
+        self, request: HttpRequest, queryset: QuerySet[Model]
+    ) -> list[str | Combinable]:
         if self.params.get(ORDER_VAR):
             # Only the columns an index serves, whatever the query string asks.
             allowed = set(self.sortable_by or ())
@@ -291,7 +299,7 @@ class KeysetChangeList(ChangeList):
                 if name in allowed:
                     kept.append(part)
             self.params[ORDER_VAR] = ".".join(kept)
-        ordering: list[Any] = []
+        ordering: list[str | Combinable] = []
         seen: set[str] = set()
         # Django adds the queryset's own ordering after the admin's: the same fields again.
         for item in super().get_ordering(request, queryset):
@@ -425,5 +433,5 @@ class KeysetAdmin(admin.ModelAdmin):
     show_facets = ShowFacets.NEVER
     show_full_result_count = False
 
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+    def get_changelist(self, request: HttpRequest, **kwargs: object) -> type[ChangeList]:
         return KeysetChangeList

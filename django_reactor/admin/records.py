@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
@@ -21,6 +21,11 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import Dispatch, Interrupt, MapResult, MapRun
 from ..states import ElementStatus, MapStatus
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+    from ..engine.serialization import JSONValue
 from .display import (
     APP,
     admin_url,
@@ -43,10 +48,10 @@ class _ReadOnlyAdmin(KeysetAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
 
@@ -106,10 +111,12 @@ class SentFilter(admin.SimpleListFilter):
     title = _("sent")
     parameter_name = "sent"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, Any]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Dispatch]
+    ) -> Iterable[tuple[str, StrOrPromise]]:
         return [("yes", _("Sent")), ("no", _("Not sent"))]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Dispatch]) -> QuerySet[Dispatch]:
         if self.value() == "yes":
             return queryset.filter(sent_at__isnull=False)
         if self.value() == "no":
@@ -227,7 +234,9 @@ class MapFilter(admin.SimpleListFilter):
     title = _("map")
     parameter_name = "map_run__id__exact"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, Any]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[MapResult]
+    ) -> Iterable[tuple[str, StrOrPromise]]:
         value = self.value()
         if not value:
             return []
@@ -244,7 +253,7 @@ class MapFilter(admin.SimpleListFilter):
         }
         return [(value, label)]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[MapResult]) -> QuerySet[MapResult]:
         value = self.value()
         if not value:
             return queryset
@@ -265,12 +274,14 @@ class ElementStatusFilter(admin.SimpleListFilter):
     title = _("status")
     parameter_name = "status__exact"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> Iterable[tuple[str, Any]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[MapResult]
+    ) -> Iterable[tuple[str, StrOrPromise]]:
         if not request.GET.get(MapFilter.parameter_name):
             return []
         return [(status.value, status.label) for status in ERROR_STATUSES]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[MapResult]) -> QuerySet[MapResult]:
         value = self.value()
         if not value:
             return queryset
@@ -283,7 +294,9 @@ class MapResultChangeList(KeysetChangeList):
     """Pages of elements leave items, values, undo data and tracebacks in the database: only
     the error's message is read, through a JSON key lookup."""
 
-    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+    def get_queryset(
+        self, request: HttpRequest, exclude_parameters: list[str | None] | None = None
+    ) -> QuerySet[MapResult]:
         return (
             super()
             .get_queryset(request, exclude_parameters)
@@ -325,10 +338,12 @@ class MapResultAdmin(_ReadOnlyAdmin):
     )
     readonly_fields = fields
 
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+    def get_changelist(self, request: HttpRequest, **kwargs: object) -> type[ChangeList]:
         return MapResultChangeList
 
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, object] | None = None
+    ) -> HttpResponse:
         # The map listed (one query): its step and run, above the list.
         map_id = _uuid(request.GET.get(MapFilter.parameter_name, ""))
         row = None
@@ -351,7 +366,7 @@ class MapResultAdmin(_ReadOnlyAdmin):
             }
         return super().changelist_view(request, extra_context)
 
-    def get_list_display(self, request: HttpRequest) -> Any:
+    def get_list_display(self, request: HttpRequest) -> tuple[str, ...]:
         # The map column only when the list spans maps (the filter names the one shown).
         if request.GET.get(MapFilter.parameter_name):
             return self.list_display[:-1]
@@ -417,13 +432,13 @@ class MapResultAdmin(_ReadOnlyAdmin):
         return _pre(obj.undo)
 
 
-def _pre(value: Any) -> SafeString:
+def _pre(value: JSONValue) -> SafeString:
     if value is None:
         return format_html("{}", "-")
     return json_block(value)
 
 
-def _message(error: Any) -> str:
+def _message(error: JSONValue) -> str:
     if isinstance(error, list):
         error = error[0] if error else None
     if isinstance(error, dict):

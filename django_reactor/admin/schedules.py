@@ -9,7 +9,8 @@ Nothing here writes a row: adding, changing and deleting a schedule go through
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -31,6 +32,9 @@ from ..services.cadence import check_zone, format_every
 from ..states import FireOutcome
 from .display import APP, execution_link, short_reactor, status_badge
 from .paging import KeysetAdmin
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldsetSpec
 
 #: Fires listed on a schedule's page (the fires list has them all).
 RECENT_FIRES = 20
@@ -221,7 +225,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         ),
     )
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+    def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> _FieldsetSpec:
         fieldsets = super().get_fieldsets(request, obj)
         return fieldsets if obj is not None else fieldsets[:-1]  # no fires before it exists
 
@@ -306,7 +310,9 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     # -- saving through the services
 
-    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: Schedule, form: ScheduleForm, change: bool
+    ) -> None:
         fields = {f: form.cleaned_data[f] for f in FORM_FIELDS}
         if change:
             row = services.schedules.update(obj.pk, **fields)
@@ -317,18 +323,22 @@ class ScheduleAdmin(admin.ModelAdmin):
         for field in (*FORM_FIELDS, "id", "next_fire_at", "last_fire_at"):
             setattr(obj, field, getattr(row, field))
 
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+    def save_related(
+        self, request: HttpRequest, form: object, formsets: object, change: bool
+    ) -> None:
         pass  # nothing related is edited here
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
         services.schedules.remove(obj.pk)
 
-    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+    def get_deleted_objects(
+        self, objs: Sequence[Schedule] | QuerySet[Schedule], request: HttpRequest
+    ) -> Any:  # as Django's: its counts are keyed by the models' (lazy) plural names
         """What a delete removes: the schedules, and their fires counted (not listed one by
         one, nor asked a permission of their own: fires go with their schedule)."""
         schedules = list(objs)
         fires = ScheduleFire.objects.filter(schedule__in=schedules).count()
-        listed: list[Any] = [f"{Schedule._meta.verbose_name}: {s}" for s in schedules]
+        listed: list[str] = [f"{Schedule._meta.verbose_name}: {s}" for s in schedules]
         if fires:
             listed.append(
                 ngettext("%(n)d fire of theirs", "%(n)d fires of theirs", fires) % {"n": fires}
@@ -384,7 +394,11 @@ class ScheduleAdmin(admin.ModelAdmin):
             )
 
     def _each(
-        self, request: HttpRequest, queryset: QuerySet[Schedule], operation: Any, verb: str
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Schedule],
+        operation: Callable[[int], object],
+        verb: str,
     ) -> int:
         done = 0
         for obj in queryset.order_by("name"):
@@ -411,10 +425,10 @@ class ScheduleFireAdmin(KeysetAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: ScheduleFire | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: ScheduleFire | None = None) -> bool:
         return False
 
     @admin.display(description=_("fire time"), ordering="fire_at")
