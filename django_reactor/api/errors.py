@@ -15,7 +15,7 @@ endpoint answers with :func:`endpoint_not_found` instead of Django's HTML page.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, JsonResponse
@@ -46,10 +46,13 @@ CODES_BY_STATUS = {
 class ApiError(Exception):
     """Answer the request with ``status_code`` and ``{"detail", "code", ...extra}``."""
 
-    def __init__(self, status_code: int, detail: str, *, code: str = "", **extra: Any) -> None:
+    def __init__(self, status_code: int, detail: str, *, code: str = "", **extra: object) -> None:
         super().__init__(detail)
         self.status_code = status_code
-        self.data = {"detail": detail, "code": code or CODES_BY_STATUS.get(status_code, "error")}
+        self.data: dict[str, object] = {
+            "detail": detail,
+            "code": code or CODES_BY_STATUS.get(status_code, "error"),
+        }
         self.data.update(extra)
         self.headers: dict[str, str] = {}
         if status_code == 401:
@@ -60,7 +63,7 @@ def error_response(error: ApiError) -> Response:
     return Response(error.data, status=error.status_code, headers=error.headers)
 
 
-class ErrorSerializer(serializers.Serializer[Any]):
+class ErrorSerializer(serializers.Serializer[dict[str, object]]):
     """The shape of every error answer, as the OpenAPI schema shows it."""
 
     detail = serializers.CharField(help_text="What went wrong, for a person.")
@@ -78,7 +81,7 @@ class ErrorSerializer(serializers.Serializer[Any]):
     )
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+def exception_handler(exc: Exception, context: dict[str, object]) -> Response | None:
     """DRF's handler, then its answer in the API's error format (see the module)."""
     if isinstance(exc, ApiError):
         return error_response(exc)
@@ -98,7 +101,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
-def _body(exc: Exception, status_code: int, data: Any) -> dict[str, Any]:
+def _body(exc: Exception, status_code: int, data: object) -> dict[str, object]:
     if isinstance(exc, exceptions.ValidationError):
         if isinstance(data, dict) and "detail" in data and "code" in data:
             return data  # raised in this format already (the body parser's refusals)
@@ -129,5 +132,5 @@ def endpoint_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
 class ApiErrorsMixin:
     """Makes a DRF view answer errors in this module's format."""
 
-    def get_exception_handler(self) -> Any:
+    def get_exception_handler(self) -> Callable[[Exception, dict[str, object]], Response | None]:
         return exception_handler

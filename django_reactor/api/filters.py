@@ -15,7 +15,7 @@ be read as a placeholder.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING
 
 import django_filters
 from django import forms
@@ -30,11 +30,14 @@ from django_filters.rest_framework import DjangoFilterBackend
 from ..models import Execution, Interrupt
 from ..states import ExecutionStatus
 
+if TYPE_CHECKING:
+    from rest_framework.request import Request
+
 
 class StatusesField(BaseCSVField):
     """Comma-separated statuses (spaces around them allowed), each one known."""
 
-    def clean(self, value: Any) -> list[str] | None:
+    def clean(self, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
         names = [part.strip() for part in value if part.strip()]
@@ -57,7 +60,7 @@ class StatusFilter(django_filters.BaseInFilter, django_filters.ChoiceFilter):
 class InstantField(forms.DateTimeField):
     """An ISO 8601 date and time; without an offset, in the project's time zone."""
 
-    def to_python(self, value: Any) -> dt.datetime | None:
+    def to_python(self, value: object) -> dt.datetime | None:
         if value in self.empty_values:
             return None
         text = str(value).strip()
@@ -127,7 +130,7 @@ class ExecutionFilterBackend(DjangoFilterBackend):
     """django-filter's backend; its filter form in DRF's browsable API only when
     ``django_filters`` is an installed app (it brings the form's template)."""
 
-    def to_html(self, request: Any, queryset: Any, view: Any) -> str | None:
+    def to_html(self, request: Request, queryset: QuerySet[Execution], view: object) -> str | None:
         if not apps.is_installed("django_filters"):
             return None
         html: str | None = super().to_html(request, queryset, view)

@@ -13,13 +13,16 @@ import json
 import math
 import sys
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, NoReturn
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from ..engine.serialization import MAX_DEPTH, unstorable
+
+if TYPE_CHECKING:
+    from ..engine.serialization import JSONValue
 
 
 class BodyRefused(ParseError):
@@ -55,15 +58,15 @@ def _float(text: str) -> float:
     return value
 
 
-def _constant(name: str) -> Any:
+def _constant(name: str) -> NoReturn:
     raise _Refused(
         f"the body has {name}, which is not JSON and cannot be stored; send null or a number"
     )
 
 
-def too_deep(value: Any, limit: int) -> bool:
+def too_deep(value: object, limit: int) -> bool:
     """Whether JSON ``value`` nests more than ``limit`` levels (checked without recursion)."""
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict | list):
@@ -74,7 +77,7 @@ def too_deep(value: Any, limit: int) -> bool:
     return False
 
 
-def load(raw: bytes, *, encoding: str | None = None, max_depth: int = MAX_DEPTH) -> Any:
+def load(raw: bytes, *, encoding: str | None = None, max_depth: int = MAX_DEPTH) -> JSONValue:
     """Parse the body ``raw`` as JSON the database can store; raise BodyRefused otherwise.
 
     ``encoding``: the request's charset; None detects UTF-8, UTF-16 or UTF-32 as ``json``
@@ -119,10 +122,10 @@ class StorableJSONParser(JSONParser):
 
     def parse(
         self,
-        stream: IO[Any],
+        stream: IO[bytes],
         media_type: str | None = None,
-        parser_context: Mapping[str, Any] | None = None,
-    ) -> Any:
+        parser_context: Mapping[str, object] | None = None,
+    ) -> JSONValue:
         encoding = str((parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET)
         try:
             "".encode(encoding)  # unlike codecs.lookup(), refuses bytes codecs such as bz2_codec

@@ -108,6 +108,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
             cache[row.pk] = ExecutionHandle(row)
         return cache[row.pk]
 
+    # drf-spectacular reads these methods' return types for the schema: Any is "any JSON".
     def get_inputs(self, row: Execution) -> Any:
         return self._handle(row).inputs
 
@@ -130,7 +131,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         ]
 
     @extend_schema_field(InterruptSerializer(many=True))
-    def get_interrupts(self, row: Execution) -> Any:
+    def get_interrupts(self, row: Execution) -> list[dict[str, object]]:
         """The run's interrupts, and those of its composed children paused under it."""
         rows = store.interrupts.of_run(row.pk, paused=False)
         waiting = {s.name for s in self._handle(row).steps if s.status == StepStatus.WAITING}
@@ -139,7 +140,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         return InterruptSerializer(rows, many=True).data
 
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
-    def get_maps(self, row: Execution) -> list[dict[str, Any]]:
+    def get_maps(self, row: Execution) -> list[dict[str, object]]:
         """Each map step's summary: totals by outcome and up to 25 sampled failures."""
         return self._handle(row).maps
 
@@ -163,7 +164,7 @@ class PayloadField(serializers.JSONField):
     """A resume payload: any JSON object (not null; other values are invalid payloads)."""
 
 
-class ResumeRequestSerializer(serializers.Serializer[dict[str, Any]]):
+class ResumeRequestSerializer(serializers.Serializer[dict[str, object]]):
     """The body of a resume request."""
 
     step = serializers.CharField(
@@ -187,7 +188,7 @@ class CorrelationResumeRequestSerializer(ResumeRequestSerializer):
     )
 
 
-class CancelRequestSerializer(serializers.Serializer[dict[str, Any]]):
+class CancelRequestSerializer(serializers.Serializer[dict[str, object]]):
     """The optional body of a cancel request."""
 
     reason = serializers.CharField(

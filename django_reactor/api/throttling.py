@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -26,14 +24,14 @@ class ResumeRateThrottle(SimpleRateThrottle):
     def get_rate(self) -> str | None:
         return reactor_settings.API_RESUME_RATE
 
-    def allow_request(self, request: Request, view: Any) -> bool:
+    def allow_request(self, request: Request, view: object) -> bool:
         self.rate = self.get_rate()
         if self.rate is None:
             return True
         self.num_requests, self.duration = self.parse_rate(self.rate)
         return super().allow_request(request, view)
 
-    def get_cache_key(self, request: Request, view: Any) -> str:
+    def get_cache_key(self, request: Request, view: object) -> str:
         user = getattr(request._request, "user", None)
         if user is not None and user.is_authenticated:
             ident = f"user-{user.pk}"

@@ -13,7 +13,8 @@ body the database could not store is a 400 before anything runs.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -64,6 +65,11 @@ from .serializers import (
     ResumeRequestSerializer,
 )
 from .throttling import ResumeRateThrottle
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+    from rest_framework.authentication import BaseAuthentication
+    from rest_framework.permissions import BasePermission
 
 TOKEN_HEADER = "Reactor-Resume-Token"
 # Answers a repeat of the request (same key, same body) gets again. Others (401, 403, 404, a
@@ -119,7 +125,9 @@ class ExecutionPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
 
-    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+    def paginate_queryset(
+        self, queryset: QuerySet[Execution], request: Request, view: object = None
+    ) -> list[Execution] | None:
         try:
             return super().paginate_queryset(queryset, request, view)
         except DjangoValidationError:  # a forged cursor whose position is not a date
@@ -163,21 +171,21 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
     filterset_class = ExecutionFilterSet
     lookup_value_regex = "[^/]+"  # a malformed id is a JSON 404 from get_object
 
-    def get_permissions(self) -> list[Any]:
+    def get_permissions(self) -> list[BasePermission]:
         return [permission() for permission in permission_classes()]
 
-    def get_authenticators(self) -> list[Any]:
+    def get_authenticators(self) -> list[BaseAuthentication]:
         configured = authentication_classes()
         if configured is None:
             return super().get_authenticators()
         return [authenticator() for authenticator in configured]
 
-    def get_queryset(self) -> Any:
+    def get_queryset(self) -> QuerySet[Execution]:
         # The list is filtered by ExecutionFilterSet (filter_queryset); a run's detail reads its
         # interrupts itself (those of its paused composed children too, by path).
         return scoped(self.request, Execution.objects.all())
 
-    def get_serializer_class(self) -> Any:
+    def get_serializer_class(self) -> type[ExecutionSerializer | ExecutionDetailSerializer]:
         return ExecutionSerializer if self.action == "list" else ExecutionDetailSerializer
 
     def get_object(self) -> Execution:
@@ -254,7 +262,7 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         code = 202 if isinstance(outcome, Dispatched) else 200
         return Response(outcome_data(outcome), status=code)
 
-    def _steer(self, operation: Any, row: Execution) -> Response:
+    def _steer(self, operation: Callable[[], object], row: Execution) -> Response:
         try:
             operation()
         except ReactorError as exc:
@@ -323,13 +331,13 @@ CREDENTIAL_PARAMETERS = [
 class ResumeView(ApiErrorsMixin, APIView):
     """Deliver a payload to an interrupt (base of the three resume endpoints)."""
 
-    permission_classes: list[Any] = []
+    permission_classes: list[type[BasePermission]] = []
     throttle_classes = [ResumeRateThrottle]
     parser_classes = [StorableJSONParser]  # _parse reads the raw body the same way
     request_serializer: type = ResumeRequestSerializer
     action = "resume"
 
-    def post(self, request: Request, **kwargs: Any) -> Response:
+    def post(self, request: Request, **kwargs: str) -> Response:
         try:
             body = self._read_body(request)
             credential = self._authenticate(request, body)
@@ -441,7 +449,7 @@ class ResumeView(ApiErrorsMixin, APIView):
                 raise ApiError(403, str(message), code="permission_denied")
         return Credential("user", f"user:{user.pk}")
 
-    def get_authenticators(self) -> list[Any]:
+    def get_authenticators(self) -> list[BaseAuthentication]:
         configured = authentication_classes()
         if configured is None:
             return super().get_authenticators()
@@ -570,7 +578,7 @@ def _check_header(name: str, value: str, *, max_length: int | None = 255) -> Non
         )  # fmt: skip
 
 
-def _visible(request: Request, execution_id: Any) -> bool:
+def _visible(request: Request, execution_id: uuid.UUID) -> bool:
     return bool(scoped(request, Execution.objects.filter(pk=execution_id)).exists())
 
 
