@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -31,6 +31,9 @@ from .lease import note_heartbeat
 from .outbox import announce_finished, queue_dispatch
 from .reads import get_row, run_records
 from .rows import Owned
+
+if TYPE_CHECKING:
+    from ..engine.serialization import JSONValue
 
 
 class DatabaseJournal:
@@ -76,7 +79,7 @@ class DatabaseJournal:
         """What the run's records hold now (see ``reads.run_records``)."""
         return run_records(get_row(self.execution_id), for_rollback=for_rollback)
 
-    def heartbeat(self, step: str, details: Any) -> None:
+    def heartbeat(self, step: str, details: JSONValue) -> None:
         """Kept for the run's next lease extension (see ``lease.note_heartbeat``)."""
         note_heartbeat(self.execution_id, step, details)
 

@@ -7,8 +7,8 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Exists, F, OuterRef
@@ -26,6 +26,9 @@ from .outbox import queue_dispatch
 from .reads import find_child, find_retry, last_seq
 from .rows import Owned
 from .sleeps import end_due_sleeps
+
+if TYPE_CHECKING:
+    from ..engine.serialization import JSONMapping, JSONObject, JSONValue
 
 
 class ChildExists(Exception):
@@ -45,16 +48,16 @@ def create_execution(
     *,
     reactor: str,
     definition_hash: str,
-    inputs: Any,
+    inputs: JSONValue,
     secret_paths: Iterable[Iterable[str]],
     status: str,
     owner: str | None,
     events: list[Event],
     idempotency_key: str | None = None,
-    failure: dict[str, Any] | None = None,
+    failure: JSONObject | None = None,
     retry_of: uuid.UUID | None = None,
     current_step: str = "",
-    definition_shape: dict[str, Any] | None = None,
+    definition_shape: Mapping[str, object] | None = None,
     dispatch: str | None = None,
     parent: tuple[uuid.UUID, uuid.UUID, str] | None = None,
     detached: bool = False,
@@ -129,7 +132,7 @@ def create_execution(
     return Owned(execution.id, execution.fence)
 
 
-def inputs_digest(inputs: Any) -> str:
+def inputs_digest(inputs: JSONValue) -> str:
     """A fingerprint of stored inputs (canonical JSON), to compare reuses of a key."""
     canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -237,7 +240,7 @@ def adopt_child(execution_id: uuid.UUID, *, continuing: bool = False) -> Owned:
     return Owned(execution_id, fence)
 
 
-def append_event(execution_id: uuid.UUID, kind: str, data: dict[str, Any]) -> None:
+def append_event(execution_id: uuid.UUID, kind: str, data: JSONMapping) -> None:
     """Add an operator-level entry to a run's trace (not tied to an owner)."""
     with transaction.atomic(using=USING):
         # Lock the execution row so concurrent appends cannot pick the same sequence number.

@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from django.db import connections
 from django.utils import timezone
@@ -20,6 +20,9 @@ from ..conf import reactor_settings
 from ..models import Execution
 from .db import USING, logger
 from .rows import Owned
+
+if TYPE_CHECKING:
+    from ..engine.serialization import JSONObject, JSONValue
 
 
 def lease_owner_token() -> str:
@@ -143,11 +146,11 @@ class Heartbeat:
 
 # The last heartbeat of each run's step in flight in this process, written (and dropped) with
 # the run's next lease extension: a step may beat often without a write each time.
-_beats: dict[uuid.UUID, dict[str, Any]] = {}
+_beats: dict[uuid.UUID, JSONObject] = {}
 _beats_lock = threading.Lock()
 
 
-def note_heartbeat(execution_id: uuid.UUID | None, step: str, details: Any) -> None:
+def note_heartbeat(execution_id: uuid.UUID | None, step: str, details: JSONValue) -> None:
     """Keep a step's heartbeat for the run's next lease extension (``Execution.heartbeat``)."""
     if execution_id is None:
         return

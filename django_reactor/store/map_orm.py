@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections
+from django.db.models import Model, QuerySet
 from django.utils import timezone
 
 from ..conf import reactor_settings
@@ -18,6 +19,8 @@ from ..states import ElementStatus
 from .db import USING
 from .map_reads import ChunkClaim, Claimed, Settled, SlotWrite
 from .outbox import mark_taken
+
+M = TypeVar("M", bound=Model)
 
 Chunk = MapChunk.Status
 
@@ -189,7 +192,7 @@ def write_slots(
     )
 
 
-def _locked(qs: Any) -> Any:
+def _locked(qs: QuerySet[M]) -> QuerySet[M]:
     if connections[USING].features.has_select_for_update_skip_locked:
         return qs.select_for_update(skip_locked=True)
     return qs

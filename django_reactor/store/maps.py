@@ -16,10 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F
+from django.db.models import F, Model, QuerySet
 from django.utils import timezone
 
 from ..conf import reactor_settings
@@ -45,6 +45,8 @@ from .map_reads import running_chunks as running_chunks
 from .map_reads import slot as slot
 from .map_reads import summary as summary
 from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
+
+M = TypeVar("M", bound=Model)
 
 MATERIALISE_BATCH = 1000
 Chunk = MapChunk.Status
@@ -530,7 +532,7 @@ def _queue(run: MapRun, reason: str, tasks: int) -> None:
     )
 
 
-def _locked(qs: Any) -> Any:
+def _locked(qs: QuerySet[M]) -> QuerySet[M]:
     if connections[USING].features.has_select_for_update_skip_locked:
         return qs.select_for_update(skip_locked=True)
     return qs

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,7 @@ class ScheduleRow:
     overlap: str
     next_fire_at: dt.datetime | None
     last_fire_at: dt.datetime | None
-    last_execution_id: Any
+    last_execution_id: uuid.UUID | None
     last_status: str | None
     queued_fire_id: int | None
     queued_fire_at: dt.datetime | None
@@ -87,7 +88,7 @@ class FireRow:
     until: dt.datetime | None
     outcome: str
     manual: bool
-    execution_id: Any
+    execution_id: uuid.UUID | None
     note: str
     created_at: dt.datetime
 
@@ -99,7 +100,7 @@ class Decision:
 
     outcome: str
     note: str = ""
-    execution_id: Any = None
+    execution_id: uuid.UUID | None = None
 
 
 class NameTaken(Exception):

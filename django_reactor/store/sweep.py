@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from django.db import connections, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -17,6 +19,8 @@ from .claims import RESUMABLE
 from .db import USING
 from .outbox import QueuedDispatch, mark_sent, publish, publish_on_commit
 from .sleeps import end_due_sleeps
+
+M = TypeVar("M", bound=Model)
 
 
 @dataclass(slots=True)
@@ -59,7 +63,7 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
     now = timezone.now()
     skip_locked = connections[USING].features.has_select_for_update_skip_locked
 
-    def locked(qs: Any) -> Any:
+    def locked(qs: QuerySet[M]) -> QuerySet[M]:
         return qs.select_for_update(skip_locked=True) if skip_locked else qs
 
     # 1. Outbox rows no worker took within ``grace`` of their due time: the process that wrote
@@ -171,7 +175,7 @@ def paused_past_deadline(limit: int) -> list[Execution]:
     )
 
 
-def due_now(limit: int = 1000) -> list[Any]:
+def due_now(limit: int = 1000) -> list[uuid.UUID]:
     """Runs nobody owns that a worker would take now: waiting for a worker, or whose wake-up
     time has come (for tests that move time)."""
     return list(
@@ -188,7 +192,10 @@ def due_now(limit: int = 1000) -> list[Any]:
 
 
 def _wake_due(
-    now: dt.datetime, limit: int, redispatch_after: float, locked: Any
+    now: dt.datetime,
+    limit: int,
+    redispatch_after: float,
+    locked: Callable[[QuerySet[Execution]], QuerySet[Execution]],
 ) -> tuple[int, int]:
     """Queue a task for every run nobody owns whose wake-up time has come (at most ``limit``),
     unless one is queued already or went out within ``redispatch_after``, and end their sleeps
