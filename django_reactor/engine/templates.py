@@ -174,8 +174,9 @@ NO_ELEMENT: Final = object()
 class ResolutionScope:
     """What templates resolve against: the run's inputs, the results so far, a map element."""
 
-    inputs: Mapping[str, object]
-    results: Mapping[str, object]
+    # Untyped values: user code reads them too (an interrupt's ``correlation_id(run)``).
+    inputs: Mapping[str, Any]
+    results: Mapping[str, Any]
     element: object = NO_ELEMENT
 
 
