@@ -41,7 +41,7 @@ from ..engine.templates import InputRef
 from ..exceptions import ReactorImproperlyConfigured
 from ..states import ExecutionStatus
 from ..store import Kept
-from . import get_backend
+from .backends import get_backend
 from .exceptions import CoordinationUnavailable, UnknownRateLimit
 from .periods import bucket_for, period_seconds
 from .rates import named_rate_limit, parse_windows
