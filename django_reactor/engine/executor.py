@@ -35,10 +35,11 @@ from ..states import EventKind, ExecutionStatus
 from .constructs import construct_for, registered
 from .constructs.base import (
     INTERRUPTIONS,
-    Continue,
     Postponed,
     RollbackPending,
+    StepDone,
     StepFailed,
+    StepHalted,
     StepResult,
     Stop,
 )
@@ -61,7 +62,7 @@ from .outcomes import (
     Rescheduled,
     RollbackFailure,
 )
-from .recording import Recorded, RunRecorder
+from .recording import RunRecorder
 from .serialization import JSONObject, shown
 from .spec import ReactorDefinition, StepSpec
 from .state import PendingCompensation, RunState, UndoEntry
@@ -449,12 +450,12 @@ class Executor(RunRecorder):
         started_at: dt.datetime,
     ) -> Outcome | None:
         """Apply what the construct said: record the step done, halted or failed, or stop."""
-        if isinstance(result, Stop):
-            return result.outcome
-        if isinstance(result, Continue):
-            return None  # the construct recorded the step, the loop goes on
-        if isinstance(result, Postponed):  # pragma: no cover - only a lane postpones
-            raise AssertionError(f"step {spec.name!r} postponed its retry outside a lane")
+        if not isinstance(result, StepDone | StepFailed | StepHalted):
+            if isinstance(result, Stop):
+                return result.outcome
+            if isinstance(result, Postponed):  # pragma: no cover - only a lane postpones
+                raise AssertionError(f"step {spec.name!r} postponed its retry outside a lane")
+            return None  # Continue: the construct recorded the step, the loop goes on
         # The cursor names the step that runs next, so that if this process dies during it,
         # whoever takes the run over knows which step was in flight.
         following = self.next_after(spec)
@@ -468,17 +469,7 @@ class Executor(RunRecorder):
             completes=last,
         )
         cancel = recorded.wait()
-        return self._after(spec, recorded, cancel, following, last)
-
-    def _after(
-        self,
-        spec: StepSpec,
-        recorded: Recorded,
-        cancel: str | None,
-        following: StepSpec | None,
-        last: bool,
-    ) -> Outcome | None:
-        """What the loop does once a step's outcome is recorded."""
+        # What the loop does once the step's outcome is recorded.
         if recorded.kind == "failed":
             assert recorded.error is not None
             return self.roll_back_failed(spec.name, recorded.error)

@@ -47,7 +47,9 @@ class StepFields(TypedDict, total=False):
 class Notices:
     """The notifications of one run, told to its observer (None: nobody listens)."""
 
-    def __init__(self, observer: CompositeObserver | None, reactor: str, journal: Journal) -> None:
+    def __init__(
+        self, observer: CompositeObserver | None, reactor: str, journal: Journal | None
+    ) -> None:
         self.observer = observer
         self.reactor = reactor
         # The run's id is its journal's (never the executor's: an executor that its notices
@@ -66,7 +68,7 @@ class Notices:
             fields["error"] = summarise(failure.get("message"))
             fields["error_class"] = failure.get("exception_class")
         return RunEvent(
-            execution_id=self._journal.execution_id,
+            execution_id=self._journal.execution_id if self._journal else None,
             reactor=self.reactor,
             status=str(status),
             duration_ms=(time.perf_counter() - self._t0) * 1000,
@@ -151,7 +153,7 @@ class Notices:
         if "error" in fields:
             fields["error"] = summarise(fields["error"])
         return StepEvent(
-            execution_id=self._journal.execution_id,
+            execution_id=self._journal.execution_id if self._journal else None,
             reactor=self.reactor,
             step=step,
             status=str(status),
@@ -228,3 +230,7 @@ class Notices:
             self.observer.step_undone(event)
         else:
             self.observer.step_compensated(event)
+
+
+#: The notices of a run without observers: every notice is nothing.
+SILENT = Notices(None, "", None)
