@@ -19,6 +19,7 @@ A map's elements run in memory (``Executor.in_memory``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping
@@ -121,24 +122,20 @@ def for_child(
     """The executor of a composed child, run by its parent's process (``in_worker``: a
     worker's); it shares its root's locks and slots (re-entrant), never its rate limits,
     periods or ordered-lock place."""
-    if in_worker:
-        policy = RunPolicy(
-            retry_later=True,
-            attached=True,
-            park_poll=reactor_settings.REDISPATCH_AFTER,
-            issue_tokens=reactor_settings.RESUME_TOKENS,
-            step_timeout=reactor_settings.STEP_TIMEOUT,
-            deadline=deadline,
-        )
-    else:
-        policy = RunPolicy(
-            attached=True,
-            park_poll=reactor_settings.REDISPATCH_AFTER,
-            issue_tokens=reactor_settings.RESUME_TOKENS,
+    policy = RunPolicy(
+        attached=True,
+        park_poll=reactor_settings.REDISPATCH_AFTER,
+        issue_tokens=reactor_settings.RESUME_TOKENS,
+        step_timeout=reactor_settings.STEP_TIMEOUT,
+        deadline=deadline,
+    )
+    if in_worker:  # it parks with its parent, as the worker's run does
+        policy = dataclasses.replace(policy, retry_later=True)
+    else:  # it waits in the process, as its inline parent does
+        policy = dataclasses.replace(
+            policy,
             max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
             max_concurrency=store.side_by_side_limit(),
-            step_timeout=reactor_settings.STEP_TIMEOUT,
-            deadline=deadline,
         )
     return _assemble(
         definition,
