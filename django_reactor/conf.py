@@ -207,6 +207,10 @@ class ReactorSettings:
     # past it the attempt fails and its writes are rolled back. On PostgreSQL it is also each
     # of the body's statements' statement_timeout.
     ATOMIC_STEP_TIMEOUT = Seconds(10.0)
+    # A step body (or undo, or compensate) that loses its database connection is run again on
+    # a new one, not failed, for this many seconds from the first loss (a failover's length);
+    # past it the lost connection counts as the attempt's failure. 0: never run again.
+    RECONNECT_WITHIN = Seconds(30.0, positive=False)
     # The timeout of a step's attempt when the step declares none (None: no timeout). Past it
     # the attempt fails with StepTimedOut and the step's retry policy decides.
     STEP_TIMEOUT = OptionalSeconds(None)

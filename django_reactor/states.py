@@ -208,6 +208,7 @@ class EventKind(models.TextChoices):
     SLEEP = "sleep", _("Sleeping until a time")
     DEADLINE = "deadline", _("Deadline passed")
     TIMEOUT = "timeout", _("Step attempt timed out")
+    RECONNECT = "reconnect", _("Connection lost, attempt run again")
 
 
 class InterruptStatus(models.TextChoices):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django_reactor.engine.context import RunPolicy
 from django_reactor.engine.executor import Executor, RunState
 from django_reactor.engine.journal import MemoryJournal
 from django_reactor.engine.outcomes import Outcome
@@ -35,6 +36,7 @@ def run_in_memory(
     *,
     journal: MemoryJournal | None = None,
     sleeps: list[float] | None = None,
+    policy: RunPolicy | None = None,
 ) -> tuple[Outcome, MemoryJournal]:
     """Run a reactor's definition with the pure executor and an in-memory journal."""
     journal = journal or MemoryJournal()
@@ -44,6 +46,7 @@ def run_in_memory(
         journal,
         inputs=dict(inputs or {}),
         state=RunState(),
+        policy=policy,
         sleep=recorded.append,
     )
     return executor.run(), journal

@@ -1,5 +1,5 @@
 """What a construct may do with the run it runs a step of: :class:`RunContext`, and the
-:class:`RunPolicy` the run is executed under.
+:class:`RunPolicy` the run is executed under (with its :class:`Reconnect`).
 
 A construct (:mod:`.constructs`) never sees the executor. It reads the run (its definition,
 state, arguments, the time), records through it (trace entries, checkpoints, an atomic
@@ -11,6 +11,7 @@ the protocol.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +28,28 @@ if TYPE_CHECKING:
     from .state import RunState
     from .step import StepContext
     from .templates import ResolutionScope
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnect:
+    """How a process repairs a database connection that a step's body lost.
+
+    A lost connection (a failover, a pooler restart, an idle-session timeout, an operator's
+    ``pg_terminate_backend``) is not the step's failure: the attempt is abandoned, the
+    connection repaired, and the body runs again on a new one, for as long as ``within``
+    seconds from the first loss; past that, the loss counts as the attempt's failure.
+    """
+
+    #: Whether ``error`` (raised by a body) says this thread's database connection was lost;
+    #: when it does, it drops the broken connection so that the next statement connects again.
+    after: Callable[[BaseException], bool]
+    #: Seconds from the first loss during which an attempt is abandoned and run again.
+    within: float
+
+    def pause(self, losses: int) -> float:
+        """Seconds to wait before running a body again after its ``losses``-th lost
+        connection in a row (none after the first: most losses are one broken connection)."""
+        return min(0.25 * 2 ** (losses - 2), 4.0) if losses > 1 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +82,8 @@ class RunPolicy:
     step_timeout: float | None = None
     #: Past it no step starts: the run rolls back or halts (``Meta.on_deadline``).
     deadline: dt.datetime | None = None
+    #: What a step's body's lost database connection does (None: it fails the attempt).
+    reconnect: Reconnect | None = None
 
 
 class RunContext(Protocol):

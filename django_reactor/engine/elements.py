@@ -18,6 +18,7 @@ from uuid import UUID, uuid5
 
 from ..states import ElementStatus, ExecutionStatus
 from .constructs import construct_for
+from .context import Reconnect
 from .executor import Executor
 from .journal import MemoryJournal
 from .outcomes import (
@@ -98,9 +99,11 @@ def run_element(
     *,
     identity: UUID | None = None,
     max_retry_delay: float | None = None,
+    reconnect: Reconnect | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ElementOutcome:
-    """Run the element reactor on ``inputs``; a failed element has rolled itself back."""
+    """Run the element reactor on ``inputs``; a failed element has rolled itself back
+    (``reconnect``: how its steps' bodies recover a lost database connection)."""
     t0 = time.perf_counter()
     if definition.inputs_serializer is not None:
         validated, errors = validate(definition.inputs_serializer, inputs)
@@ -117,7 +120,12 @@ def run_element(
         inputs = validated
     journal = MemoryJournal(identity)
     executor = Executor.in_memory(
-        definition, journal, inputs=inputs, max_retry_delay=max_retry_delay, sleep=sleep
+        definition,
+        journal,
+        inputs=inputs,
+        max_retry_delay=max_retry_delay,
+        reconnect=reconnect,
+        sleep=sleep,
     )
     outcome: Outcome = executor.run()
     if isinstance(outcome, Paused):
@@ -169,13 +177,16 @@ def rollback_element(
     undo: Mapping[str, Any] | None,
     *,
     identity: UUID | None = None,
+    reconnect: Reconnect | None = None,
 ) -> list[RollbackFailure]:
     """Undo a succeeded element's completed steps, newest first; return what failed."""
     if not undo or not undo.get("steps"):
         return []
     results = {step: decode(value) for step, value in undo.get("results", {}).items()}
     state = RunState(results=results, done=set(results))
-    executor = Executor.in_memory(definition, MemoryJournal(identity), inputs=inputs, state=state)
+    executor = Executor.in_memory(
+        definition, MemoryJournal(identity), inputs=inputs, state=state, reconnect=reconnect
+    )
     state.undo_stack.extend(
         UndoEntry(step, executor.arguments_for(step), results.get(step))
         for step in undo["steps"]

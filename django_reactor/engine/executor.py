@@ -44,7 +44,7 @@ from .constructs.base import (
     Stop,
 )
 from .constructs.compose import ChildRunner
-from .context import RunPolicy
+from .context import Reconnect, RunPolicy
 from .coordination import Coordinator
 from .holds import RunHolds
 from .journal import Journal, JournalBatch
@@ -98,7 +98,7 @@ class Executor(RunRecorder):
         clock: Callable[[], dt.datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        policy = policy or _in_memory_policy(None)
+        policy = policy or _in_memory_policy(None, None)
         super().__init__(
             definition,
             journal,
@@ -133,6 +133,7 @@ class Executor(RunRecorder):
         inputs: Mapping[str, object],
         state: RunState | None = None,
         max_retry_delay: float | None = None,
+        reconnect: Reconnect | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> Executor:
         """An executor for a run kept in memory (a map's element): no children, no
@@ -143,7 +144,7 @@ class Executor(RunRecorder):
             journal,
             inputs=inputs,
             state=state,
-            policy=_in_memory_policy(max_retry_delay),
+            policy=_in_memory_policy(max_retry_delay, reconnect),
             sleep=sleep,
         )
 
@@ -618,9 +619,10 @@ class Executor(RunRecorder):
 
 
 @functools.lru_cache(maxsize=8)
-def _in_memory_policy(max_retry_delay: float | None) -> RunPolicy:
+@functools.lru_cache(maxsize=16)
+def _in_memory_policy(max_retry_delay: float | None, reconnect: Reconnect | None) -> RunPolicy:
     """The policy of a run kept in memory (one object per cap: a map makes many such runs)."""
-    return RunPolicy(max_retry_delay=max_retry_delay)
+    return RunPolicy(max_retry_delay=max_retry_delay, reconnect=reconnect)
 
 
 def _contract_owner(spec: StepSpec) -> str:

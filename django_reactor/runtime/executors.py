@@ -34,6 +34,7 @@ from ..engine.serialization import JSONValue, decode
 from ..engine.state import RunState
 from ..observability import observer_for
 from .children import DatabaseChildRunner
+from .connections import reconnect
 
 if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
@@ -211,7 +212,7 @@ def _assemble(
         journal,
         inputs=inputs,
         state=state,
-        policy=policy,
+        policy=dataclasses.replace(policy, reconnect=reconnect()),
         children=DatabaseChildRunner(
             run_id, root_id, in_worker=in_worker, deadline=policy.deadline, build=for_child
         ),

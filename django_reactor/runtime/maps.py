@@ -42,6 +42,7 @@ from ..engine.outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_c
 from ..engine.serialization import JSONValue, decode, encode, register_decoder
 from ..exceptions import ArgumentResolutionError, ResultNotSerializable
 from ..states import ElementStatus, MapStatus
+from .connections import reconnect
 
 if TYPE_CHECKING:
     from ..models import MapRun
@@ -647,7 +648,11 @@ def _run_one(
     except ArgumentResolutionError as exc:
         return _failed(f"the element's arguments could not be resolved: {exc}", ErrorKind.ARGUMENT)
     return run_element(
-        spec.element_definition, inputs, identity=identity, max_retry_delay=max_delay
+        spec.element_definition,
+        inputs,
+        identity=identity,
+        max_retry_delay=max_delay,
+        reconnect=reconnect(),
     )
 
 
@@ -686,6 +691,7 @@ def _undo_chunk(
                         inputs,
                         slot.undo,
                         identity=element_id(map_id, slot.index),
+                        reconnect=reconnect(),
                     )
             except Exception as exc:
                 failures = [

@@ -12,6 +12,11 @@ from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connec
 
 from ..models import Execution
 
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - psycopg is a dependency; others: Django's errors only
+    psycopg = None  # type: ignore[assignment]
+
 #: The database alias every store module writes to.
 USING = DEFAULT_DB_ALIAS
 
@@ -45,11 +50,10 @@ def refresh_connections() -> None:
             if connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
                 connection.close()  # left mid-transaction: never reuse it
             elif connection.errors_occurred:
-                if connection.is_usable():
-                    connection.errors_occurred = False
+                if _usable(connection):
                     connection.health_check_done = True  # type: ignore[attr-defined]
                 else:
-                    connection.close()
+                    _close(connection)
             elif (
                 connection.settings_dict.get("CONN_MAX_AGE")
                 and connection.close_at is not None
@@ -59,6 +63,80 @@ def refresh_connections() -> None:
         except Exception:  # closing a broken connection can fail too; it is dropped anyway
             logger.debug("closing connection %s failed", connection.alias, exc_info=True)
             connection.connection = None
+
+
+# SQLSTATEs of a connection that is gone: class 08 (connection exception) and the server's
+# shutdowns (57P01 admin_shutdown, what pg_terminate_backend sends; 57P02 crash_shutdown;
+# 57P03 cannot_connect_now, a server starting or a replica being promoted).
+_LOST_STATES = ("57P01", "57P02", "57P03")
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) says a database connection was lost.
+
+    Unlike a refused statement (a constraint, a statement timeout, a deadlock), such an error
+    says nothing about the work: the same statements may succeed on a new connection. Client-
+    side errors without a SQLSTATE (``the connection is lost``, ``server closed the connection
+    unexpectedly``) are connection errors too; Django's ``InterfaceError`` says it used a
+    connection already closed.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < 8:
+        seen.add(id(current))
+        if isinstance(current, InterfaceError) or (
+            psycopg is not None and isinstance(current, psycopg.InterfaceError)
+        ):
+            return True
+        if psycopg is not None and isinstance(current, psycopg.OperationalError):
+            state = current.sqlstate
+            if state is None or state.startswith("08") or state in _LOST_STATES:
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def reconnect_after(error: BaseException) -> bool:
+    """If ``error`` says a database connection was lost, drop this thread's broken connections
+    (the next statement connects again) and return True; otherwise change nothing and return
+    False. A connection inside a transaction the caller opened is left alone (its work is gone
+    with it: only the caller can start again), and then False is returned."""
+    if not connection_lost(error):
+        return False
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue
+        if connection.in_atomic_block:
+            if not _usable(connection):
+                return False
+            continue
+        if not _usable(connection):
+            _close(connection)
+    return True
+
+
+def _usable(connection: Any) -> bool:
+    """Whether ``connection`` can still run a statement (tested with one only after an error)."""
+    raw = connection.connection
+    if psycopg is not None and isinstance(raw, psycopg.Connection) and (raw.closed or raw.broken):
+        return False
+    if not connection.errors_occurred:
+        return True
+    try:
+        usable = bool(connection.is_usable())
+    except Exception:
+        return False
+    if usable:
+        connection.errors_occurred = False
+    return usable
+
+
+def _close(connection: Any) -> None:
+    try:
+        connection.close()
+    except Exception:  # closing a broken connection can fail too; it is dropped anyway
+        logger.debug("closing connection %s failed", connection.alias, exc_info=True)
+        connection.connection = None
 
 
 def close_thread_connections() -> None:

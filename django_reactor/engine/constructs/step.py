@@ -30,6 +30,7 @@ from ..outcomes import (
     exception_message,
     qualified_class_name,
 )
+from ..reconnection import ConnectionLosses
 from ..serialization import printable
 from ..step import StepContext, acting
 from ..supervision import supervised, timeouts
@@ -78,6 +79,7 @@ class PlainStep(Construct):
                 started_at=started_at,
             )
 
+        losses = ConnectionLosses()
         while True:
             attempt += 1
             context = run.context(spec, "run", attempt)
@@ -119,6 +121,14 @@ class PlainStep(Construct):
                 return StepHalted(outcome.reason, attempts=attempt, duration_ms=duration)
 
             assert isinstance(outcome, Failure)
+            if exc is not None:
+                try:
+                    if losses.recovered(run, spec, "run", exc, attempt):
+                        attempt -= 1  # abandoned, not failed: the same attempt runs again
+                        continue
+                except INTERRUPTIONS as interruption:
+                    abort(interruption)
+                    raise
             if _should_retry(spec, outcome, exc, attempt):
                 delay = spec.retry.delay_after(attempt)
                 policy = run.policy
@@ -187,40 +197,60 @@ class PlainStep(Construct):
         ok_kind, failed_kind, _skipped, ok_status = ROLLBACK_KINDS[action]
         signature = spec.undo_signature if action == "undo" else spec.compensate_signature
         context = run.context(spec, action, 1)
-        if probes.active is not None:
-            probes.active(f"before_{action}", spec.name)
-        t0 = time.perf_counter()
-        failure: RollbackFailure | None = None
-        # An atomic step's undo and compensate commit with their rollback record.
-        transaction = run.begin(spec.name, action) if spec.atomic else None
-        try:
-            with acting(context):
-                returned = getattr(spec.impl(context), action)(first, **signature.filter(arguments))
-            if isinstance(returned, Failure):
-                error = returned.error
+        losses = ConnectionLosses()
+        while True:
+            if probes.active is not None:
+                probes.active(f"before_{action}", spec.name)
+            t0 = time.perf_counter()
+            failure: RollbackFailure | None = None
+            raised: BaseException | None = None
+            # An atomic step's undo and compensate commit with their rollback record.
+            transaction = run.begin(spec.name, action) if spec.atomic else None
+            try:
+                with acting(context):
+                    returned = getattr(spec.impl(context), action)(
+                        first, **signature.filter(arguments)
+                    )
+                if isinstance(returned, Failure):
+                    error = returned.error
+                    failure = RollbackFailure(
+                        step=spec.name,
+                        action=action,
+                        exception_class=(
+                            qualified_class_name(error)
+                            if isinstance(error, BaseException)
+                            else None
+                        ),
+                        message=str(error),
+                    )
+                elif transaction is not None:
+                    transaction.settle()
+            except INTERRUPTIONS:
+                if transaction is not None:
+                    transaction.rollback()
+                if hold is not None:
+                    hold.release(True)
+                raise
+            except BaseException as exc:
+                raised = exc
                 failure = RollbackFailure(
                     step=spec.name,
                     action=action,
-                    exception_class=(
-                        qualified_class_name(error) if isinstance(error, BaseException) else None
-                    ),
-                    message=str(error),
+                    exception_class=qualified_class_name(exc),
+                    message=exception_message(exc),
                 )
-            elif transaction is not None:
-                transaction.settle()
-        except INTERRUPTIONS:
+            if raised is None:
+                break
             if transaction is not None:
-                transaction.rollback()
-            if hold is not None:
-                hold.release(True)
-            raise
-        except BaseException as exc:
-            failure = RollbackFailure(
-                step=spec.name,
-                action=action,
-                exception_class=qualified_class_name(exc),
-                message=exception_message(exc),
-            )
+                transaction.rollback()  # before the connection is repaired: nothing committed
+                transaction = None
+            try:
+                if not losses.recovered(run, spec, action, raised, 1):
+                    break
+            except INTERRUPTIONS:
+                if hold is not None:
+                    hold.release(True)
+                raise
         if hold is not None and transaction is None:
             hold.release(True)
         duration = (time.perf_counter() - t0) * 1000
