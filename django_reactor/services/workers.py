@@ -74,6 +74,12 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
         return None
     row = claim.row
     owned = claim.owned
+    if claim.recovery_attempts:
+        # This run lost an owner before (perhaps just now): one stalled inside an atomic step's
+        # transaction would hold row locks the steps run here wait on.
+        store.reconnecting(
+            lambda: store.end_stalled_owners(owned), what=f"ending {key}'s stalled owners"
+        )
     try:
         reactor = registry.get(row.reactor)
     except ReactorNotRegistered as exc:
@@ -127,6 +133,12 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
                     )
                     return None
                 owned = taken
+                # The old connection's backend may still be inside an atomic step's
+                # transaction, waiting for a lock: it can never commit now; end it.
+                store.reconnecting(
+                    functools.partial(store.end_stalled_owners, owned),
+                    what=f"ending {key}'s stalled owners",
+                )
                 row = store.get_row(key)
                 state = RunState.restore(definition, store.run_records(row))
             with store.LeaseKeeper(owned):
@@ -139,12 +151,16 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             # the database holds: a step whose checkpoint did commit is not run again.
             if attempt == DATABASE_ERROR_RETRIES:
                 raise
+            # Expected in production (a failover, a pooler restart, a stalled process whose
+            # session was ended) and handled: one line, the traceback only at DEBUG.
             logger.warning(
-                "database error while running execution %s; reconnecting (attempt %d)",
+                "database connection lost while running execution %s; reconnecting (attempt %d "
+                "of %d)",
                 key,
-                attempt,
-                exc_info=True,
+                attempt + 1,
+                DATABASE_ERROR_RETRIES,
             )
+            logger.debug("the lost connection's error", exc_info=True)
             connections[store.USING].close()
         except StoredValueUnreadable as exc:
             return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))

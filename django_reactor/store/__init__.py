@@ -30,6 +30,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 from __future__ import annotations
 
 from . import dialects, interrupts, maps, outbox, overview, request_keys, schedules, time_in_tests
+from .atomic_steps import end_stalled_owners
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
@@ -114,6 +115,7 @@ __all__ = [
     "dialect_for",
     "dialects",
     "due_now",
+    "end_stalled_owners",
     "event_rows",
     "execution_exists",
     "find_child",

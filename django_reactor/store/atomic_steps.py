@@ -20,11 +20,12 @@ unused (no round trip) and its checkpoint commits as a plain step's does.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import OperationalError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
 try:
     import psycopg
@@ -33,9 +34,12 @@ except ImportError:  # pragma: no cover - psycopg is a dependency; others: Djang
 
 from ..conf import reactor_settings
 from ..exceptions import AtomicStepError, AtomicStepTimeout
-from .db import USING
+from .db import USING, connection_lost
 from .dialects import Dialect
 from .dialects import dialect as store_dialect
+from .rows import Owned
+
+logger = logging.getLogger("django_reactor.store")
 
 
 class _Rollback(Exception):
@@ -45,9 +49,17 @@ class _Rollback(Exception):
 class DatabaseStepTransaction:
     """One action (run, undo, compensate) of an atomic step, in its own transaction."""
 
-    def __init__(self, step: str, action: str, *, dialect: Dialect | None = None) -> None:
+    def __init__(
+        self,
+        step: str,
+        action: str,
+        owned: Owned,
+        *,
+        dialect: Dialect | None = None,
+    ) -> None:
         self.step = step
         self.action = action
+        self.owned = owned
         self.bound = reactor_settings.ATOMIC_STEP_TIMEOUT
         self.connection = connections[USING]
         self.dialect = store_dialect() if dialect is None else dialect
@@ -89,8 +101,12 @@ class DatabaseStepTransaction:
                 self._bound_statements()
         try:
             return execute(sql, params, many, context)
-        except OperationalError as exc:
-            if time.monotonic() - self.started >= self.bound and _cancelled(exc):
+        except (OperationalError, InterfaceError) as exc:
+            # Past the bound, the server cancelled the statement, or ended the session that
+            # waited too long between two: the body took too long, its connection is not lost.
+            if time.monotonic() - self.started >= self.bound and (
+                _cancelled(exc) or connection_lost(exc)
+            ):
                 raise self._too_long() from exc
             raise
 
@@ -100,7 +116,7 @@ class DatabaseStepTransaction:
         left = self.bound - (time.monotonic() - self.started)
         if left <= 0:
             raise self._too_long()
-        self.dialect.bound_statements(left)
+        self.dialect.bound_statements(left, self.owned.execution_id, self.owned.fence)
 
     def _too_long(self) -> AtomicStepTimeout:
         held = time.monotonic() - self.started
@@ -165,3 +181,34 @@ def _cancelled(exc: BaseException) -> bool:
     """Whether PostgreSQL cancelled the statement (``statement_timeout``: SQLSTATE 57014)."""
     cause = exc.__cause__
     return getattr(cause, "sqlstate", None) == "57014"
+
+
+def end_stalled_owners(owned: Owned) -> int:
+    """End the database sessions of this run's earlier owners still inside one of its atomic
+    steps' transactions (a process stopped or cut off past its lease, taken over, still
+    holding row locks the new owner would wait on); return how many were ended.
+
+    Their transactions could never commit (their fence is older), and they end anyway at
+    ``ATOMIC_STEP_TIMEOUT``; ending them now spares the new owner that wait. Where the
+    database cannot tell or refuses (another role without ``pg_signal_backend``), none is
+    ended and they end at their bound.
+    """
+    try:
+        ended = store_dialect().end_stalled_owners(owned.execution_id, owned.fence)
+    except DatabaseError as exc:
+        logger.warning(
+            "could not end the stalled sessions of execution %s's earlier owner (%s); they "
+            "end within REACTOR['ATOMIC_STEP_TIMEOUT']",
+            owned.execution_id,
+            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+        )
+        return 0
+    if ended:
+        logger.warning(
+            "ended %d database session(s) of execution %s's earlier owner, stalled inside an "
+            "atomic step's transaction past its lease: its writes are rolled back and its row "
+            "locks released",
+            ended,
+            owned.execution_id,
+        )
+    return ended

@@ -70,7 +70,9 @@ class DatabaseJournal:
 
     def begin(self, step: str, action: str) -> DatabaseStepTransaction:
         """Open the transaction of an atomic step's ``action`` (see :mod:`.atomic_steps`)."""
-        return DatabaseStepTransaction(step, action, dialect=self.dialect)
+        return DatabaseStepTransaction(
+            step, action, Owned(self.execution_id, self.fence), dialect=self.dialect
+        )
 
     def thread_finished(self) -> None:
         close_thread_connections()

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 
+from ..exceptions import ReactorError
 from ..models import Execution
 
 try:
@@ -84,6 +85,8 @@ def connection_lost(error: BaseException) -> bool:
     current: BaseException | None = error
     while current is not None and id(current) not in seen and len(seen) < 8:
         seen.add(id(current))
+        if isinstance(current, ReactorError):
+            return False  # ours says what happened (an atomic step held its transaction too long)
         if isinstance(current, InterfaceError) or (
             psycopg is not None and isinstance(current, psycopg.InterfaceError)
         ):

@@ -11,6 +11,8 @@ writes vanished with its transaction.
 
 from __future__ import annotations
 
+import os
+import signal
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ import pytest
 
 from django_reactor.states import ExecutionStatus
 from testproject.example.models import Account, LedgerEntry
+from tests.workers.conftest import WORKER_REACTOR_SETTINGS
+from tests.workers.harness import Worker, process_state, wait_until
 from tests.workers.reactors import AtomicTransfer
 from tests.workers.test_crashes import sweep_until_finished, trace
 
@@ -82,3 +86,74 @@ def test_an_atomic_undo_killed_midway_puts_the_money_back_once(
         ("fail", "credit"),
         ("undo", "debit"),
     ]
+
+
+@pytest.mark.behind_pgbouncer
+def test_a_takeover_ends_the_stalled_owner_that_holds_the_atomic_steps_locks(
+    start_worker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopped inside ``credit``'s transaction (after its writes: it holds bob's row
+    lock) is taken over once its lease expires; the new owner ends the stalled session instead
+    of waiting on its lock until ``ATOMIC_STEP_TIMEOUT``, which is set far beyond the wait
+    here. Woken, the stalled worker writes nothing: the money moved once."""
+    monkeypatch.setitem(WORKER_REACTOR_SETTINGS, "ATOMIC_STEP_TIMEOUT", 600)
+    Account.objects.create(name="alice", balance=100)
+    Account.objects.create(name="bob", balance=0)
+    worker: Worker = start_worker(faults="mid_body@credit=stop:once")
+    outcome = AtomicTransfer.run({"source": "alice", "target": "bob"})
+    stopped = wait_until(
+        lambda: [p for p in worker.children() if process_state(p) == "T"],
+        what="a worker process to stop inside credit's transaction",
+    )[0]
+    row = sweep_until_finished(outcome.execution_id, timeout=60)
+    assert row.status == ExecutionStatus.COMPLETED, (row.status, row.failure)
+    assert "ended 1 database session(s) of execution" in worker.log()
+    os.kill(stopped, signal.SIGCONT)
+    wait_until(
+        lambda: "moved on while this process's connection was lost" in worker.log(),
+        what="the woken worker to find its session ended and the run moved on",
+    )
+    assert Account.objects.get(name="alice").balance == 70
+    assert Account.objects.get(name="bob").balance == 30
+    assert ledger() == [("alice", "debit", Decimal(-30)), ("bob", "credit", Decimal(30))]
+    assert starts(tmp_path, row.id) == ["debit", "credit", "credit"]
+    assert [s for _, s in trace(row.id) if s] == ["debit", "credit"]
+
+
+def test_only_sessions_of_an_older_fence_are_ended(transactional_db: Any) -> None:
+    """``end_stalled_owners`` ends a session marked with the run and an older fence; never
+    one of the same fence, of another run, or one that is not an atomic step's."""
+    import uuid
+
+    import psycopg
+    from django.db import connection
+
+    from django_reactor import store
+    from django_reactor.store.dialects.postgresql import atomic_owner
+
+    run, other = uuid.uuid4(), uuid.uuid4()
+    params = connection.get_connection_params()
+    wanted = ("dbname", "user", "host", "port", "password")
+    dsn = psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if k in wanted})
+    sessions = {}
+    for name in (atomic_owner(run, 3), atomic_owner(run, 4), atomic_owner(other, 1), "psql"):
+        session = psycopg.connect(dsn)
+        session.execute("SELECT 1")  # inside a transaction, as a stalled body would be
+        session.execute(f"SET LOCAL application_name = '{name}'")
+        sessions[name] = session
+    try:
+        assert store.end_stalled_owners(store.Owned(run, 3)) == 0  # none older than 3
+        assert store.end_stalled_owners(store.Owned(run, 5)) == 2
+        gone = {name for name, s in sessions.items() if _ended(s)}
+        assert gone == {atomic_owner(run, 3), atomic_owner(run, 4)}
+    finally:
+        for session in sessions.values():
+            session.close()
+
+
+def _ended(session: Any) -> bool:
+    try:
+        session.execute("SELECT 1")
+    except Exception:
+        return True
+    return False

@@ -237,7 +237,7 @@ def test_27_connection_killed_during_the_step_commit(start_worker: Any) -> None:
     outcome = Five.run({})
     row = wait_until(lambda: finished(outcome.execution_id), what="the run to finish")
     assert row.status == ExecutionStatus.COMPLETED
-    assert "database error while running execution" in worker.log()
+    assert "database connection lost while running execution" in worker.log()
     assert body_runs(row.id) == {"s1": 1, "s2": 1, "s3": 2, "s4": 1, "s5": 1}
     assert effects(row.id) == FIVE_EFFECTS
     assert row.recovery_attempts == 0

@@ -227,9 +227,18 @@ class Dialect:
 
     # -- atomic steps' transactions ----------------------------------------------------------------
 
-    def bound_statements(self, seconds: float) -> None:
-        """Make every statement of the transaction just begun (an atomic step's) end within
-        ``seconds``, where :attr:`bounds_statements`."""
+    def bound_statements(self, seconds: float, execution_id: uuid.UUID, fence: int) -> None:
+        """Make the transaction just begun (an atomic step's, of ``execution_id`` under
+        ``fence``) end within ``seconds`` on the server, where :attr:`bounds_statements`:
+        every statement, and every wait between two; the session is marked as that owner's
+        (see :meth:`end_stalled_owners`)."""
+
+    def end_stalled_owners(self, execution_id: uuid.UUID, fence: int) -> int:
+        """End the database sessions still inside an atomic step's transaction of
+        ``execution_id`` under a fence older than ``fence`` (an owner that stalled, was taken
+        over and holds row locks the new owner would wait on); return how many. Where the
+        database cannot tell, none: their transactions end at their bound."""
+        return 0
 
     def sent_nothing(self) -> bool:
         """Whether the transaction open on the connection has sent nothing to the server;

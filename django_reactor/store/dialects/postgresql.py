@@ -183,18 +183,24 @@ class PostgreSQL(Dialect):
 
     # -- atomic steps' transactions ----------------------------------------------------------------
 
-    def bound_statements(self, seconds: float) -> None:
+    def bound_statements(self, seconds: float, execution_id: uuid.UUID, fence: int) -> None:
         """One round trip: ``SET LOCAL statement_timeout`` (every statement, a lock wait
-        included, ends within ``seconds``) and ``SET CONSTRAINTS ALL IMMEDIATE`` (a foreign key
-        the body breaks fails the statement that breaks it, not the commit: Django declares
-        them deferred)."""
+        included, ends within ``seconds``), ``SET LOCAL idle_in_transaction_session_timeout``
+        (so does every wait between two: a process stopped inside the transaction loses its
+        session, and its row locks, by then), ``SET LOCAL application_name`` to the owner's
+        name (:func:`atomic_owner`, which :meth:`end_stalled_owners` looks for) and
+        ``SET CONSTRAINTS ALL IMMEDIATE`` (a foreign key the body breaks fails the statement
+        that breaks it, not the commit: Django declares them deferred)."""
         raw = connections[self.alias].connection
+        bound = max(1, int(seconds * 1000))
         settings = (
-            f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}; "
+            f"SET LOCAL statement_timeout = {bound}; "
+            f"SET LOCAL idle_in_transaction_session_timeout = {bound}; "
+            f"SET LOCAL application_name = '{atomic_owner(execution_id, fence)}'; "
             "SET CONSTRAINTS ALL IMMEDIATE"
         )
         if psycopg is not None and isinstance(raw, psycopg.Connection):
-            # A client-side cursor sends both commands in one message, whatever Django's
+            # A client-side cursor sends every command in one message, whatever Django's
             # server_side_binding option says.
             with psycopg.ClientCursor(raw) as cursor:
                 cursor.execute(settings)
@@ -202,6 +208,30 @@ class PostgreSQL(Dialect):
             with raw.cursor() as cursor:
                 for command in settings.split("; "):
                     cursor.execute(command)
+
+    def end_stalled_owners(self, execution_id: uuid.UUID, fence: int) -> int:
+        """``pg_terminate_backend`` each session whose ``application_name`` marks an atomic
+        step's transaction of ``execution_id`` under an older fence (needs the same database
+        role, or ``pg_signal_backend``; refused, it ends nothing and the transaction ends at
+        its bound)."""
+        prefix = atomic_owner(execution_id, 0).rsplit(" ", 1)[0] + " "
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, application_name FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND starts_with(application_name, %s)",
+                [prefix],
+            )
+            stalled = [
+                pid
+                for pid, name in cursor.fetchall()
+                if name[len(prefix) :].isdigit() and int(name[len(prefix) :]) < fence
+            ]
+            ended = 0
+            for pid in stalled:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+                ended += bool(cursor.fetchone()[0])
+        return ended
 
     def sent_nothing(self) -> bool:
         """The driver says so (psycopg 3), whatever path the body took."""
@@ -298,3 +328,10 @@ def _names_constraint(exc: IntegrityError, name: str) -> bool:
     """Whether the database said ``exc`` broke the constraint ``name``."""
     diag = getattr(exc.__cause__, "diag", None)
     return getattr(diag, "constraint_name", None) == name
+
+
+def atomic_owner(execution_id: uuid.UUID, fence: int) -> str:
+    """The ``application_name`` of a session inside an atomic step's transaction of
+    ``execution_id`` under ``fence`` (at most 63 characters, as PostgreSQL keeps)."""
+    # Safe inside a quoted SQL literal: a UUID's text and an int.
+    return f"reactor-atomic {uuid.UUID(str(execution_id))} {int(fence)}"
