@@ -96,7 +96,7 @@ def test_literal_wiring_must_be_wrapped() -> None:
     [
         ({"attempts": 0}, "must be at least 1"),
         ({"backoff": "random"}, "must be one of fixed, linear, exponential"),
-        ({"delay": -1}, "must be a number >= 0"),
+        ({"delay": -1}, r"Retry\(delay=...\) cannot be negative"),
         ({"jitter": 2}, "must be between 0 and 1"),
         ({"on": (str,)}, "must be exception classes"),
     ],
