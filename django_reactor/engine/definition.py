@@ -265,6 +265,15 @@ def _background(reactor: str, option: object, steps: Mapping[str, StepSpec]) -> 
                     f"{reactor}.Meta.background hands off {mode} {step_name!r}, which is not a "
                     f"step of {reactor} (steps: {', '.join(steps) or 'none'})"
                 )
+            if mode == "after" and steps[step_name].interrupt is not None:
+                # The run pauses there and whoever delivers the payload runs the rest (as the
+                # interrupt's resume= says): no caller is left to hand anything off.
+                raise DefinitionError(
+                    f"{reactor}.Meta.background hands off after {step_name!r}, an interrupt: "
+                    "the run pauses there and the rest runs where its payload is delivered, "
+                    f'so nothing is handed off. Use interrupt(resume="background") to have a '
+                    f'worker run the rest, or {{"before": {step_name!r}}} to hand off before it'
+                )
             return Background(mode, step_name)
     raise DefinitionError(
         f'{reactor}.Meta.background must be "all", {{"after": "<step>"}} or '
