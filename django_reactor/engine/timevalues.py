@@ -55,12 +55,13 @@ def seconds(
     ``what`` for anything else: not a number, NaN, infinite, negative, zero (unless ``zero``),
     or longer than the time from ``now`` (default: the current time) to :data:`LATEST`."""
     amount = _amount(value, what, zero=zero)
-    left = longest(now)
+    start = _utc(now) if now is not None else dt.datetime.now(dt.UTC)
+    left = longest(start)
     if amount > left:
         raise InvalidTime(
-            f"{what} is {_length(amount)}, longer than a date can hold: {_length(left)} from "
-            f"now is {LATEST:%Y-%m-%d} (UTC), the latest time django_reactor accepts; give a "
-            "shorter one"
+            f"{what} is {_length(amount)}, longer than a date can hold: the latest time "
+            f"django_reactor accepts, {LATEST:%Y-%m-%d} (UTC), is {_length(left)} after "
+            f"{start:%Y-%m-%d}; give a shorter one"
         )
     return amount
 
