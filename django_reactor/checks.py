@@ -20,8 +20,9 @@ from .conf import (
 from .coordination import get_backend
 from .coordination.coordinator import coordinated
 from .coordination.validation import settings_problems
+from .engine import timevalues
 from .engine.observers import RunObserver
-from .exceptions import ReactorImproperlyConfigured
+from .exceptions import InvalidTime, ReactorImproperlyConfigured
 from .registry import all_reactors
 
 
@@ -53,7 +54,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     # Every key declared with a type (numbers, flags, optional strings), by the same rule the
     # settings object applies when the value is read.
     for key, setting in ReactorSettings.declared().items():
-        problem = setting.problem(raw.get(key, setting.default))
+        value = raw.get(key, setting.default)
+        problem = setting.problem(value)
+        if problem is None and isinstance(setting, Seconds | OptionalSeconds):
+            problem = _duration_problem(key, setting.coerce(value))
         if problem is None:
             continue
         if isinstance(setting, Seconds | Count | OptionalSeconds):
@@ -73,6 +77,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+def _duration_problem(key: str, seconds: float | None) -> str | None:
+    """What is wrong with a duration setting a date cannot hold (infinite, too long)."""
+    if seconds is None:
+        return None
+    try:
+        timevalues.seconds(seconds, f"REACTOR[{key!r}]", zero=True)
+    except InvalidTime as exc:
+        return f"{exc}."
+    return None
 
 
 RESUME_MODES = ("user", "webhook", "token")

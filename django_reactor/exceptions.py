@@ -28,6 +28,13 @@ class ReactorImproperlyConfigured(ReactorError, ImproperlyConfigured):
     """The ``REACTOR`` setting is invalid."""
 
 
+class InvalidTime(ReactorError, ValueError):
+    """A time given to django_reactor (a start time, a delay, a deadline, a timeout, a wait)
+    is not one it accepts: not a datetime or a duration, without a time zone, not a number,
+    infinite, negative, or further away than a date can hold (``engine.timevalues``). Raised
+    before anything is written."""
+
+
 class ExecutionNotFound(ReactorError, LookupError):
     """No execution has the given id (for the given reactor)."""
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from . import store
+from .engine import timevalues
 from .engine.outcomes import (
     ErrorInfo,
     Outcome,
@@ -224,8 +225,8 @@ class ExecutionHandle:
         intervals that double up to 0.25 s. Refused inside ``transaction.atomic()``: a worker
         could not see a run this transaction started, and the transaction would stay open.
         """
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must be None or at least 0 seconds, not {timeout!r}")
+        if timeout is not None:
+            timeout = timevalues.seconds(timeout, "wait(timeout=...)", zero=True)
         if store.inside_user_transaction():
             raise TransactionActive(
                 f"cannot wait for execution {self.id} inside transaction.atomic(): workers do "

@@ -44,11 +44,30 @@ def test_default_settings_pass() -> None:
         ({"MAX_CONTENTION_SNOOZES": "many"}, ["django_reactor.E002"]),
         ({"RESUME_TOKENS": 1}, ["django_reactor.E004"]),
         ({"API_RESUME_RATE": 120}, ["django_reactor.E005"]),
+        ({"LEASE_SECONDS": float("inf")}, ["django_reactor.E002"]),
+        ({"STEP_TIMEOUT": float("inf")}, ["django_reactor.E002"]),
+        ({"STEP_TIMEOUT": 1e15}, ["django_reactor.E002"]),
+        ({"STEP_TIMEOUT": 3600}, []),
     ],
 )
 def test_bad_settings_are_reported(value: Any, expected: list[str]) -> None:
     with override_settings(REACTOR=value):
         assert ids(check_settings()) == expected
+
+
+def test_a_duration_setting_no_date_can_hold_is_reported_plainly() -> None:
+    """A lease that far away could not be written: every run would fail on it."""
+    with override_settings(REACTOR={"LEASE_SECONDS": 1e15, "SWEEP_INTERVAL": float("inf")}):
+        messages = [str(m.msg) for m in check_settings()]
+    assert len(messages) == 2
+    assert messages[0].startswith(
+        "REACTOR['LEASE_SECONDS'] is 1e+15 s (about 31,688,088 years), longer than a date can "
+        "hold: the latest time django_reactor accepts, 9999-01-01 (UTC), is "
+    )
+    assert messages[1] == (
+        "REACTOR['SWEEP_INTERVAL'] cannot be infinite; give a finite timedelta or number of "
+        "seconds."
+    )
 
 
 TYPED = sorted(n for n, s in ReactorSettings.declared().items() if type(s) is not Setting)

@@ -27,6 +27,8 @@ from django.utils.dateparse import parse_datetime
 from django_filters.fields import BaseCSVField
 from django_filters.rest_framework import DjangoFilterBackend
 
+from ..engine import timevalues
+from ..exceptions import InvalidTime
 from ..models import Execution, Interrupt
 from ..states import ExecutionStatus
 
@@ -77,11 +79,10 @@ class InstantField(forms.DateTimeField):
         if timezone.is_naive(parsed):
             parsed = timezone.make_aware(parsed)
         try:
-            return parsed.astimezone(dt.UTC)
-        except (OverflowError, ValueError):  # year 1 or 9999 shifted by its offset
-            raise ValidationError(
-                "%(value)r is out of range", code="invalid", params={"value": text}
-            ) from None
+            return timevalues.instant(parsed, "the time").astimezone(dt.UTC)
+        except InvalidTime as exc:  # year 1 or 9999 shifted by its offset, and beyond
+            reason = {"reason": str(exc)}
+            raise ValidationError("%(reason)s", code="invalid", params=reason) from None
 
 
 class InstantFilter(django_filters.IsoDateTimeFilter):

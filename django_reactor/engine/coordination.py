@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-import math
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from ..exceptions import DefinitionError
+from . import timevalues
 
 if TYPE_CHECKING:
     from .serialization import JSONObject
@@ -67,15 +67,7 @@ def _check_key_spec(key: object, what: str) -> KeySpec:
 
 
 def _positive(value: object, what: str, *, allow_zero: bool = False) -> float:
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise DefinitionError(f"{what} must be a number of seconds, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise DefinitionError(
-            f"{what} must be {'zero or ' if allow_zero else ''}positive, got {value!r}"
-        )
-    return float(value)
+    return timevalues.declared(value, what, zero=allow_zero)
 
 
 def resolve_key(spec: KeySpec, values: Mapping[str, object], what: str) -> str:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..exceptions import DefinitionError
-from . import planner
+from . import planner, timevalues
 from .constructs.interrupt import InterruptStep
 from .constructs.map import MapSpec, MapStep, unsupported_in_element
 from .coordination import OrderedLock, check_declarations
@@ -40,20 +39,9 @@ META_OPTIONS = frozenset(
 ON_DEADLINE = ("rollback", "halt")
 
 
-def duration_option(value: object, what: str) -> float | None:
-    """A ``timedelta`` or a number of seconds as seconds (None stays None); DefinitionError
-    naming ``what`` for anything else, and for zero or less."""
-    if value is None:
-        return None
-    if isinstance(value, dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise DefinitionError(f"{what} must be a timedelta or a number of seconds, got {value!r}")
-    if not seconds > 0:
-        raise DefinitionError(f"{what} must be longer than zero, got {value!r}")
-    return seconds
+def _duration(value: object, what: str) -> float | None:
+    """An optional declared duration (``Meta.deadline``, a step's timeouts) as seconds."""
+    return None if value is None else timevalues.declared(value, what)
 
 
 def _meta_options(cls: type) -> dict[str, Any]:
@@ -153,7 +141,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
             f"{max_concurrency!r}"
         )
     coordination = check_declarations(meta.get("coordination"), f"{reactor}.Meta.coordination")
-    deadline = duration_option(meta.get("deadline"), f"{reactor}.Meta.deadline")
+    deadline = _duration(meta.get("deadline"), f"{reactor}.Meta.deadline")
     on_deadline = meta.get("on_deadline", "rollback")
     if on_deadline not in ON_DEADLINE:
         raise DefinitionError(
@@ -277,6 +265,15 @@ def _background(reactor: str, option: object, steps: Mapping[str, StepSpec]) -> 
                     f"{reactor}.Meta.background hands off {mode} {step_name!r}, which is not a "
                     f"step of {reactor} (steps: {', '.join(steps) or 'none'})"
                 )
+            if mode == "after" and steps[step_name].interrupt is not None:
+                # The run pauses there and whoever delivers the payload runs the rest (as the
+                # interrupt's resume= says): no caller is left to hand anything off.
+                raise DefinitionError(
+                    f"{reactor}.Meta.background hands off after {step_name!r}, an interrupt: "
+                    "the run pauses there and the rest runs where its payload is delivered, "
+                    f'so nothing is handed off. Use interrupt(resume="background") to have a '
+                    f'worker run the rest, or {{"before": {step_name!r}}} to hand off before it'
+                )
             return Background(mode, step_name)
     raise DefinitionError(
         f'{reactor}.Meta.background must be "all", {{"after": "<step>"}} or '
@@ -362,11 +359,11 @@ def _build_spec(
             "with it. Use step(..., atomic=True) for a step whose database writes must happen "
             "once"
         )
-    timeout = duration_option(
+    timeout = _duration(
         decl.timeout if decl.timeout is not None else getattr(impl, "timeout", None),
         f"{where}: timeout",
     )
-    heartbeat_timeout = duration_option(
+    heartbeat_timeout = _duration(
         decl.heartbeat_timeout
         if decl.heartbeat_timeout is not None
         else getattr(impl, "heartbeat_timeout", None),

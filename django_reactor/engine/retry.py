@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..exceptions import DefinitionError
+from . import timevalues
 
 BACKOFFS = ("fixed", "linear", "exponential")
+# 2 ** 64 seconds is past any date already: larger exponents change nothing (and overflow).
+_LARGEST_EXPONENT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +52,16 @@ class Retry:
             raise DefinitionError(
                 f"Retry(backoff={self.backoff!r}) must be one of {', '.join(BACKOFFS)}"
             )
-        if not isinstance(self.delay, int | float) or self.delay < 0:
-            raise DefinitionError(f"Retry(delay={self.delay!r}) must be a number >= 0")
-        if self.max_delay is not None and self.max_delay < 0:
-            raise DefinitionError(f"Retry(max_delay={self.max_delay!r}) must be >= 0")
+        for option in ("delay", "max_delay"):
+            value = getattr(self, option)
+            if value is None and option == "max_delay":
+                continue
+            if isinstance(value, dt.timedelta):
+                raise DefinitionError(
+                    f"Retry({option}=...) takes a number of seconds, got {value!r}; write "
+                    f"{option}={value.total_seconds():g}"
+                )
+            timevalues.declared(value, f"Retry({option}=...)", zero=True)
         if not 0 <= self.jitter <= 1:
             raise DefinitionError(f"Retry(jitter={self.jitter!r}) must be between 0 and 1")
         on = self.on if isinstance(self.on, tuple) else (self.on,)
@@ -71,18 +81,19 @@ class Retry:
         *,
         jitter_source: Callable[[float, float], float] | None = random.uniform,
     ) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        """Seconds to wait after failed attempt number ``attempt`` (1-based), never longer than
+        a date can hold from now (an exponential backoff without ``max_delay`` grows past it)."""
         if self.backoff == "fixed":
             base = float(self.delay)
         elif self.backoff == "linear":
             base = float(self.delay) * attempt
         else:
-            base = float(self.delay) * (2 ** (attempt - 1))
+            base = float(self.delay) * 2.0 ** min(attempt - 1, _LARGEST_EXPONENT)
         if self.jitter and jitter_source is not None:
             base += base * jitter_source(-self.jitter, self.jitter)
         if self.max_delay is not None:
             base = min(base, float(self.max_delay))
-        return max(0.0, base)
+        return min(max(0.0, base), timevalues.longest())
 
     def describe(self) -> dict[str, int | float | str | None]:
         return {

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from ..exceptions import StepTimedOut
+from . import timevalues
 from .serialization import shown
 
 if TYPE_CHECKING:
@@ -95,7 +96,9 @@ def supervised(
             with watch.beats:
                 limits.append(watch.last + heartbeat_timeout)
         next_check = min(limits)
-        if done.wait(max(next_check - now, 0.0)):
+        # In slices a thread can wait: a wait that raised here would record the attempt failed
+        # while its body goes on running.
+        if done.wait(timevalues.wait_slice(next_check - now)):
             break
         now = time.monotonic()
         if timeout is not None and now - started >= timeout:

@@ -21,6 +21,7 @@ from django.utils import dateparse, timezone
 
 from django_reactor import registry, store
 from django_reactor.display import short_json
+from django_reactor.engine import timevalues
 from django_reactor.engine.outcomes import (
     Aborted,
     Cancelled,
@@ -37,6 +38,7 @@ from django_reactor.engine.outcomes import (
 from django_reactor.exceptions import (
     ExecutionBusy,
     ExecutionNotFound,
+    InvalidTime,
     ReactorError,
     ReactorNotRegistered,
     TransactionActive,
@@ -262,7 +264,18 @@ def parse_moment(text: str, option: str = "--since") -> dt.datetime:
         )
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment)
-    return moment
+    try:
+        return timevalues.instant(moment, option)
+    except InvalidTime as exc:
+        raise CommandError(str(exc)) from None
+
+
+def days_ago(days: int, option: str = "--days") -> dt.datetime:
+    """The time ``days`` days before now; CommandError when that is before any date."""
+    try:
+        return timevalues.ago(days * 86400, f"{option} {days}", now=timezone.now())
+    except InvalidTime as exc:
+        raise CommandError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------- output

@@ -24,6 +24,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
+from ..engine import timevalues
+from ..exceptions import InvalidTime
+
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 ONE_MICROSECOND = dt.timedelta(microseconds=1)
@@ -77,30 +80,26 @@ def parse_every(value: Any) -> dt.timedelta:
     """An interval from a ``timedelta``, a number of seconds, or text such as ``90s``,
     ``15m``, ``1h30m``, ``2d`` or ``1w`` (a bare number is seconds); ValueError otherwise.
 
-    Whole seconds only, at least one second.
+    Whole seconds only, at least one second, and no longer than a date can hold from now (the
+    next tick must be a date).
     """
-    if isinstance(value, dt.timedelta):
-        every = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"{value!r} is not a number of seconds")
-        every = dt.timedelta(seconds=value)
-    elif isinstance(value, str):
+    amount: object = value
+    if isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
+        match = _EVERY.match(text)
         if text.isdigit():
-            every = dt.timedelta(seconds=int(text))
-        else:
-            match = _EVERY.match(text)
-            if not text or match is None:
-                raise ValueError(
-                    f"{value!r} is not an interval; write it like 90s, 15m, 1h30m, 2d or 1w "
-                    "(or a number of seconds)"
-                )
+            amount = int(text)
+        elif text and match is not None:
             counts = zip(match.groups(), _UNITS, strict=True)
-            seconds = sum(int(n) * size for n, (_, size) in counts if n)
-            every = dt.timedelta(seconds=seconds)
-    else:
+            amount = sum(int(n) * size for n, (_, size) in counts if n)
+        else:
+            raise ValueError(
+                f"{value!r} is not an interval; write it like 90s, 15m, 1h30m, 2d or 1w "
+                "(or a number of seconds)"
+            )
+    elif not isinstance(value, dt.timedelta | int | float) or isinstance(value, bool):
         raise ValueError(f"an interval is a duration such as 15m, got {type(value).__name__}")
+    every = timevalues.duration(amount, "an interval", zero=True)
     if every < SHORTEST_EVERY:
         raise ValueError(f"an interval must be at least 1 second, got {format_every(every)}")
     if every % dt.timedelta(seconds=1):
@@ -148,7 +147,8 @@ class Cadence:
     def after(self, moment: dt.datetime) -> dt.datetime:
         """The first tick strictly after ``moment``."""
         if self.every is not None:
-            return self.at_or_before(moment) + self.every
+            what = f"the tick after {moment.isoformat()} of {self.describe()}"
+            return timevalues.later(self.at_or_before(moment), self.every, what)
         start = moment
         for _ in range(_MAX_SKIPPED):
             start = self._step(start, forward=True)
@@ -176,13 +176,20 @@ class Cadence:
     # ---------------------------------------------------------------- cron
 
     def _step(self, moment: dt.datetime, *, forward: bool) -> dt.datetime:
-        local = moment.astimezone(self.zone)
+        side = "after" if forward else "before"
         try:
+            local = moment.astimezone(self.zone)
             it = croniter(self.cron, local)
             found = it.get_next(dt.datetime) if forward else it.get_prev(dt.datetime)
+            tick = found.astimezone(UTC)
         except CroniterError as exc:
             raise ValueError(f"{self.describe()}: {exc}") from None
-        return found.astimezone(UTC)
+        except (ValueError, OverflowError):  # past the years a datetime holds
+            raise InvalidTime(
+                f"{self.describe()} has no tick {side} {moment.isoformat()} that a date can hold"
+            ) from None
+        what = f"the tick {side} {moment.isoformat()} of {self.describe()}"
+        return timevalues.instant(tick, what)
 
     def _counts(self, tick: dt.datetime) -> bool:
         """False for the second occurrence of a wall-clock time the clock repeats, unless the

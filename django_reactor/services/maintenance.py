@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from typing import Any
 
 from .. import store
 from ..coordination import coordinator as run_coordination
 from ..coordination import get_backend
+from ..engine import timevalues
 from ..engine.executor import utcnow
-from ..exceptions import ReactorError
+from ..exceptions import InvalidTime, ReactorError
 from ..states import TERMINAL_STATUSES
 
 
@@ -33,9 +33,9 @@ def prune(
     ``dry_run`` how many would be, deleting nothing.
     """
     if isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float):
-        raise ReactorError(f"older_than_days must be a number, got {older_than_days!r}")
+        raise InvalidTime(f"older_than_days must be a number, got {older_than_days!r}")
     if older_than_days < 0:
-        raise ReactorError(f"older_than_days must be 0 or more, got {older_than_days}")
+        raise InvalidTime(f"older_than_days must be 0 or more, got {older_than_days}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ReactorError(f"batch_size must be a whole number of 1 or more, got {batch_size!r}")
     chosen = sorted(TERMINAL_STATUSES) if statuses is None else [str(s) for s in statuses]
@@ -45,7 +45,9 @@ def prune(
             f"prune deletes only finished runs ({', '.join(sorted(TERMINAL_STATUSES))}); "
             f"got {', '.join(unfinished) or 'no status'}"
         )
-    cutoff = utcnow() - dt.timedelta(days=older_than_days)
+    cutoff = timevalues.ago(
+        older_than_days * 86400, f"older_than_days={older_than_days}", now=utcnow()
+    )
     if dry_run:
         return store.count_prunable(cutoff, chosen)
     total = 0

@@ -1,5 +1,6 @@
 """When a run starts and by when it must be done: ``run(..., at=, delay=, deadline=)`` and
-``Meta.deadline``, checked before anything is written."""
+``Meta.deadline``, checked before anything is written (``engine.timevalues`` says what a time
+may be)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from ..exceptions import ReactorError
+from ..engine import timevalues
+from ..exceptions import InvalidTime
 
 if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
@@ -31,34 +33,36 @@ class Timing:
         delay: dt.timedelta | float | None = None,
         deadline: dt.timedelta | dt.datetime | None = None,
     ) -> Timing:
-        """Check the caller's times; ReactorError saying what is wrong with one."""
+        """Check the caller's times; InvalidTime saying what is wrong with one."""
         definition: ReactorDefinition = reactor.definition
         name = definition.reactor_class.__qualname__
         now = timezone.now()
         if at is not None and delay is not None:
-            raise ReactorError(f"{name}.run() takes at= or delay=, not both")
+            raise InvalidTime(f"{name}.run() takes at= or delay=, not both")
         start: dt.datetime | None = None
         if at is not None:
-            start = _aware(at, f"{name}.run(at=...)")
+            start = timevalues.instant(at, f"{name}.run(at=...)")
         elif delay is not None:
-            start = now + dt.timedelta(seconds=_seconds(delay, f"{name}.run(delay=...)", zero=True))
+            what = f"{name}.run(delay=...)"
+            start = timevalues.later(now, timevalues.seconds(delay, what, zero=True, now=now), what)
         if start is not None and start <= now:
             start = None  # a time already past: start now
         base = start or now
         deadline_at: dt.datetime | None = None
         if isinstance(deadline, dt.datetime):
-            deadline_at = _aware(deadline, f"{name}.run(deadline=...)")
+            deadline_at = timevalues.instant(deadline, f"{name}.run(deadline=...)")
             if deadline_at <= base:
-                raise ReactorError(
+                raise InvalidTime(
                     f"{name}.run(deadline={deadline_at.isoformat()}) is not after the run's "
                     f"start ({base.isoformat()}): a deadline must leave the run some time"
                 )
         elif deadline is not None:
-            deadline_at = base + dt.timedelta(
-                seconds=_seconds(deadline, f"{name}.run(deadline=...)", zero=False)
+            what = f"{name}.run(deadline=...)"
+            deadline_at = timevalues.later(
+                base, timevalues.seconds(deadline, what, now=base), f"{what} from the run's start"
             )
         elif definition.deadline is not None:
-            deadline_at = base + dt.timedelta(seconds=definition.deadline)
+            deadline_at = _meta_deadline(definition, base)
         return cls(start, deadline_at)
 
     @classmethod
@@ -66,31 +70,11 @@ class Timing:
         """Starting now, under the reactor's own ``Meta.deadline``."""
         if definition.deadline is None:
             return cls()
-        return cls(None, timezone.now() + dt.timedelta(seconds=definition.deadline))
+        return cls(None, _meta_deadline(definition, timezone.now()))
 
 
-def _aware(value: Any, what: str) -> dt.datetime:
-    if not isinstance(value, dt.datetime):
-        raise ReactorError(f"{what} takes a datetime, got {type(value).__name__} {value!r}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ReactorError(
-            f"{what} got {value.isoformat()}, a time without a time zone; give an aware "
-            "datetime (django.utils.timezone.now() + ..., or tzinfo=...)"
-        )
-    return value
-
-
-def _seconds(value: Any, what: str, *, zero: bool) -> float:
-    if isinstance(value, dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise ReactorError(
-            f"{what} takes a timedelta or a number of seconds, got {type(value).__name__} {value!r}"
-        )
-    if seconds < 0 or (not zero and seconds == 0) or seconds != seconds:
-        raise ReactorError(
-            f"{what} cannot be {'negative' if zero else 'zero or shorter'}, got {value!r}"
-        )
-    return seconds
+def _meta_deadline(definition: ReactorDefinition, start: dt.datetime) -> dt.datetime:
+    assert definition.deadline is not None
+    name = definition.reactor_class.__qualname__
+    what = f"{name}.Meta.deadline from the run's start"
+    return timevalues.later(start, definition.deadline, what)

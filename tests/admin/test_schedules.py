@@ -108,6 +108,13 @@ def test_an_interval_schedule_is_added_from_text(client_operator: Client) -> Non
         ({"cron": ""}, "cron", "give a cron expression"),
         ({"every": "1h"}, "every", "not both"),
         ({"cron": "", "every": "soon"}, "every", "is not an interval"),
+        (
+            {"cron": "", "every": "3000000d"},
+            "every",
+            "an interval is 2.592e+11 s (about 8,214 years), longer than a date can hold: the "
+            "latest time django_reactor accepts, 9999-01-01 (UTC), is ",
+        ),
+        ({"cron": "", "every": "99999999999999999999"}, "every", "longer than a date can hold"),
         ({"inputs": '{"region": "mars"}'}, "inputs", "region: "),
         ({"inputs": "{}"}, "inputs", "region: This field is required."),
         ({"inputs": "{nope"}, "inputs", "Enter a valid JSON."),

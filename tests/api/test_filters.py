@@ -38,7 +38,17 @@ def test_the_list_filters_through_its_filterset() -> None:
         ("status=100%25s,%25(x)d", "status", "unknown status %(x)d, 100%s; one of"),
         ("created_after=yesterday", "created_after", "'yesterday' is not an ISO 8601 date"),
         ("created_before=%25d%25s", "created_before", "'%d%s' is not an ISO 8601 date"),
-        ("created_after=0001-01-01T00:00:00%2B16:00", "created_after", "is out of range"),
+        (
+            "created_after=0001-01-01T00:00:00%2B16:00",
+            "created_after",
+            "earlier than a date can hold",
+        ),
+        (
+            "created_before=9999-12-31T23:59:59-05:00",
+            "created_before",
+            "the time is 9999-12-31T23:59:59-05:00, later than a date can hold: the latest time "
+            "django_reactor accepts is 9999-01-01T00:00:00+00:00; give an earlier one",
+        ),
         ("reactor=a%00b", "reactor", "Null characters are not allowed."),
         ("correlation_id=a%00b", "correlation_id", "Null characters are not allowed."),
     ],

@@ -107,6 +107,10 @@ def test_add_an_interval_schedule_as_json_and_list_as_json() -> None:
         (["add", REACTOR, "--cron", "every day"], "--cron: 'every day' has 2 fields"),
         (["add", REACTOR, "--cron", "0 2 * * *", "--tz", "Mars/Base"], "--tz: 'Mars/Base' is not"),
         (["add", REACTOR, "--every", "soon"], "--every: 'soon' is not an interval"),
+        (
+            ["add", REACTOR, "--every", "3000000d", "--inputs", '{"region": "eu"}'],
+            "--every: an interval is 2.592e+11 s (about 8,214 years), longer than a date can hold",
+        ),
         (["add", REACTOR, "--every", "1h", "--inputs", "{oops"], "--inputs is not valid JSON"),
         (["add", REACTOR, "--every", "1h", "--inputs", "[1]"], "--inputs must be a JSON object"),
         (["add", REACTOR, "--every", "1h", "--inputs", '{"region": "mars"}'], "--inputs: region:"),

@@ -396,7 +396,7 @@ def test_interrupt_declarations_are_checked_when_the_class_is_defined() -> None:
         interrupt(payload=dict)
     with pytest.raises(DefinitionError, match='must be "inline" or "background"'):
         interrupt(resume="later")
-    with pytest.raises(DefinitionError, match="must be positive"):
+    with pytest.raises(DefinitionError, match="must be longer than zero"):
         interrupt(timeout=0)
     with pytest.raises(DefinitionError, match='"fail" or ContinueWith'):
         interrupt(on_timeout="continue")

@@ -187,9 +187,9 @@ def test_a_delay_is_the_same_as_a_time(reactor_clock: Any) -> None:
     [
         ({"at": dt.datetime(2030, 1, 1)}, "a time without a time zone"),
         ({"delay": -5}, "cannot be negative"),
-        ({"delay": "soon"}, "takes a timedelta or a number of seconds"),
+        ({"delay": "soon"}, "must be a timedelta or a number of seconds"),
         ({"at": timezone.now(), "delay": 5}, "takes at= or delay=, not both"),
-        ({"deadline": dt.timedelta(0)}, "cannot be zero or shorter"),
+        ({"deadline": dt.timedelta(0)}, "must be longer than zero"),
         ({"deadline": timezone.now() - dt.timedelta(hours=1)}, "is not after the run's start"),
     ],
 )

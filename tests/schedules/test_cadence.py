@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from django_reactor.exceptions import InvalidTime
 from django_reactor.services.cadence import (
     Cadence,
     check_cron,
@@ -152,10 +153,33 @@ def test_intervals_are_read_from_text(text: str, seconds: int) -> None:
         ("1.5s", "not an interval"),
         (0.5, "at least 1 second"),
         (1.5, "whole seconds"),
-        (float("nan"), "not a number of seconds"),
+        (float("nan"), r"not a number \(NaN\)"),
+        (float("inf"), "an interval cannot be infinite"),
+        (-60, "an interval cannot be negative"),
+        ("3000000d", r"an interval is 2.592e\+11 s \(about 8,214 years\), longer than a date"),
+        ("99999999999999999999s", "longer than a date can hold"),
+        (10**400, "too large for any date"),
         ([], "an interval is a duration"),
     ],
 )
 def test_a_bad_interval_is_refused(value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_every(value)
+
+
+def test_a_tick_no_date_can_hold_is_refused_not_an_overflow() -> None:
+    """The cron horizon: near the end of dates there is no next tick to give; an interval's
+    next tick is checked the same way."""
+    yearly = Cadence(cron="0 0 1 1 *")
+    latest = dt.datetime(9999, 1, 1, tzinfo=UTC)  # the latest time accepted
+    assert yearly.after(dt.datetime(9998, 6, 1, tzinfo=UTC)) == latest
+    with pytest.raises(InvalidTime, match=r"cron 0 0 1 1 \* \(UTC\) has no tick after 9999-01"):
+        yearly.after(latest)  # year 10000
+    monthly = Cadence(cron="0 0 1 * *")
+    with pytest.raises(
+        InvalidTime, match=r"the tick after 9999-01-15T00:00:00\+00:00 of cron 0 0 1 \* \* \(UTC\)"
+    ):
+        monthly.after(dt.datetime(9999, 1, 15, tzinfo=UTC))
+    weekly = Cadence(every=dt.timedelta(weeks=1))
+    with pytest.raises(InvalidTime, match="later than a date can hold"):
+        weekly.after(latest)

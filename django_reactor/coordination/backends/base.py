@@ -8,10 +8,10 @@ Python process that calls. When the backend cannot be reached every operation ra
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from ...engine import timevalues
 from ..types import (
     CoordinationSnapshot,
     LockGrant,
@@ -48,12 +48,9 @@ def check_key(key: str, what: str = "key") -> str:
 
 
 def check_seconds(value: float, what: str) -> float:
-    """``value`` as float if it is a positive finite number of seconds."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{what} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be positive seconds, got {value!r}")
-    return float(value)
+    """``value`` as float if it is a positive number of seconds a date can hold from now;
+    InvalidTime (a ValueError) otherwise."""
+    return timevalues.seconds(value, what)
 
 
 def check_windows(windows: Sequence[Window], cost: int) -> tuple[Window, ...]:

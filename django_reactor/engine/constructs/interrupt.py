@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ...exceptions import CorrelationIdTaken, DefinitionError
 from ...states import EventKind, ExecutionStatus, StepStatus
+from .. import timevalues
 from ..declarations import StepDeclaration
 from ..journal import Event, InterruptWrite, JournalBatch, RecordedStep, StepWrite
 from ..outcomes import ErrorKind, Outcome, Paused, PendingInterrupt, exception_message
@@ -148,19 +149,7 @@ def interrupt(
             "interrupt(correlation_id=...) must be a callable (run) -> str, or "
             f"arg.input(...) / arg.result(...), got {correlation_id!r}"
         )
-    seconds: float | None
-    if timeout is None:
-        seconds = None
-    elif isinstance(timeout, dt.timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise DefinitionError(
-            f"interrupt(timeout=...) must be seconds or a timedelta, got {timeout!r}"
-        )
-    if seconds is not None and seconds <= 0:
-        raise DefinitionError(f"interrupt(timeout=...) must be positive, got {timeout!r}")
+    seconds = None if timeout is None else timevalues.declared(timeout, "interrupt(timeout=...)")
     if not (on_timeout == "fail" or isinstance(on_timeout, ContinueWith)):
         raise DefinitionError(
             f'interrupt(on_timeout=...) must be "fail" or ContinueWith(payload), got {on_timeout!r}'

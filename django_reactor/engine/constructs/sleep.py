@@ -25,8 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ...exceptions import DefinitionError
+from ...exceptions import DefinitionError, InvalidTime
 from ...states import EventKind, StepStatus
+from .. import timevalues
 from ..declarations import StepDeclaration
 from ..journal import RecordedStep, StepWrite
 from ..outcomes import ErrorKind, Rescheduled
@@ -60,40 +61,16 @@ class SleepStep(Step):
         raise NotImplementedError("a sleep has no body: the run waits until its time")
 
 
-def seconds_of(delay: object) -> float:
-    """A sleep's length in seconds; ValueError with a plain reason for anything else."""
-    if isinstance(delay, dt.timedelta):
-        seconds = delay.total_seconds()
-    elif isinstance(delay, int | float) and not isinstance(delay, bool):
-        seconds = float(delay)
-    else:
-        raise ValueError(
-            f"a sleep takes a timedelta or a number of seconds, got {type(delay).__name__} "
-            f"{delay!r}"
-        )
-    if seconds < 0 or seconds != seconds:
-        raise ValueError(f"a sleep cannot be shorter than zero, got {delay!r}")
-    return seconds
+def seconds_of(delay: object, *, now: dt.datetime | None = None) -> float:
+    """A sleep's length in seconds; InvalidTime (a ValueError) with a plain reason for anything
+    else, and for a length that, from ``now``, is past what a date can hold."""
+    return timevalues.seconds(delay, "a sleep", zero=True, now=now)
 
 
 def time_of(when: object) -> dt.datetime:
     """The time a ``sleep_until`` waits for: an aware datetime (or ISO 8601 text with an
-    offset); ValueError with a plain reason for anything else."""
-    if isinstance(when, str):
-        try:
-            when = dt.datetime.fromisoformat(when)
-        except ValueError:
-            raise ValueError(f"sleep_until got {when!r}, which is not an ISO 8601 time") from None
-    if not isinstance(when, dt.datetime):
-        raise ValueError(
-            f"sleep_until takes a datetime (or ISO 8601 text), got {type(when).__name__} {when!r}"
-        )
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise ValueError(
-            f"sleep_until got {when.isoformat()}, a time without a time zone; give an aware "
-            "datetime (django.utils.timezone.now(), or tzinfo=...)"
-        )
-    return when
+    offset) a date can hold; InvalidTime (a ValueError) with a plain reason for anything else."""
+    return timevalues.instant(when, "sleep_until", text=True)
 
 
 def _declare(name: str, until: bool, value: object, after: Iterable[str] | str) -> StepDeclaration:
@@ -105,7 +82,7 @@ def _declare(name: str, until: bool, value: object, after: Iterable[str] | str) 
     if not isinstance(value, Template):
         try:
             value = time_of(value) if until else seconds_of(value)
-        except ValueError as exc:
+        except InvalidTime as exc:
             raise DefinitionError(str(exc)) from None
         value = ValueRef(value=value)
     kind = "SleepUntil" if until else "SleepFor"
@@ -172,7 +149,7 @@ class Sleep(Construct):
         if due_text is None:
             try:
                 due = self._due(spec, arguments, now)
-            except ValueError as exc:
+            except InvalidTime as exc:
                 error = run.step_error(spec, ErrorKind.ARGUMENT, str(exc), arguments=arguments)
                 return StepFailed(error)
             if due <= now:
@@ -193,7 +170,8 @@ class Sleep(Construct):
     def _due(spec: StepSpec, arguments: dict[str, object], now: dt.datetime) -> dt.datetime:
         if spec.impl.sleep.until:  # type: ignore[attr-defined]
             return time_of(arguments.get("until"))
-        return now + dt.timedelta(seconds=seconds_of(arguments.get("delay")))
+        delay = seconds_of(arguments.get("delay"), now=now)
+        return timevalues.later(now, delay, "a sleep")
 
     @staticmethod
     def _park(

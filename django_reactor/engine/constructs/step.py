@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...states import EventKind, RollbackStatus
-from .. import probes
+from .. import probes, timevalues
 from ..coordination import StepHold
 from ..journal import Event, JournalBatch, RollbackWrite
 from ..outcomes import (
@@ -157,7 +157,7 @@ class PlainStep(Construct):
                 _notify_retry(run, spec, outcome, exc, attempt, duration, delay)
                 if delay:
                     try:
-                        run.sleep(delay)
+                        run.sleep(timevalues.wait_slice(delay))
                     except INTERRUPTIONS as interruption:
                         abort(interruption)
                         raise

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -13,6 +12,7 @@ from django_reactor import services
 from django_reactor.display import duration_seconds, format_duration, stuck_reason
 from django_reactor.management.commandtools import (
     ReactorCommand,
+    days_ago,
     dumps,
     iso,
     non_negative_int,
@@ -114,7 +114,7 @@ class Command(ReactorCommand):
         if options["since"] is not None:
             runs = runs.filter(created_at__gte=parse_moment(options["since"]))
         elif options["days"] is not None:
-            runs = runs.filter(created_at__gte=timezone.now() - dt.timedelta(days=options["days"]))
+            runs = runs.filter(created_at__gte=days_ago(options["days"]))
         correlation_id = options["correlation_id"]
         if correlation_id is not None:
             runs = runs.filter(

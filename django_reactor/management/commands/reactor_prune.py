@@ -91,7 +91,7 @@ class Command(ReactorCommand):
                 dry_run=options["dry_run"],
                 on_batch=progress,
             )
-        except ReactorError as exc:  # pragma: no cover - the arguments were checked above
+        except ReactorError as exc:  # --older-than further back than any date
             raise CommandError(f"cannot prune: {exc}") from exc
 
         if options["json"]:

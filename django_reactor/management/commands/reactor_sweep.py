@@ -13,6 +13,8 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.conf import reactor_settings
+from django_reactor.engine import timevalues
+from django_reactor.exceptions import InvalidTime
 from django_reactor.management.commandtools import ReactorCommand
 
 logger = logging.getLogger("django_reactor.sweeper")
@@ -31,7 +33,10 @@ def positive_seconds(value: str) -> float:
         raise ArgumentTypeError(
             f"the interval must be a number of seconds above 0 (such as 15 or 0.5), got {value}"
         )
-    return number
+    try:
+        return timevalues.seconds(number, "the interval")
+    except InvalidTime as exc:
+        raise ArgumentTypeError(str(exc)) from None
 
 
 class Command(ReactorCommand):

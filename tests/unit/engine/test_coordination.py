@@ -227,7 +227,7 @@ def test_declarations_check_their_arguments() -> None:
     assert windows_of({"second": 3, "minute": 100}) == [(3, 1.0), (100, 60.0)]
     with pytest.raises(DefinitionError, match="not one of"):
         windows_of({"fortnight": 1})
-    with pytest.raises(DefinitionError, match="Lock ttl must be positive"):
+    with pytest.raises(DefinitionError, match="Lock ttl must be longer than zero"):
         Lock("k", ttl=0)
     with pytest.raises(DefinitionError, match="Period every must be one of"):
         Period("k", every="decade")

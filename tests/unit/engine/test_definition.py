@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rest_framework import serializers
 
-from django_reactor import Reactor, Retry, Step, arg, step
+from django_reactor import Reactor, Retry, Step, arg, interrupt, step
 from django_reactor.exceptions import DefinitionError, DependencyCycleError
 
 
@@ -96,7 +96,7 @@ def test_literal_wiring_must_be_wrapped() -> None:
     [
         ({"attempts": 0}, "must be at least 1"),
         ({"backoff": "random"}, "must be one of fixed, linear, exponential"),
-        ({"delay": -1}, "must be a number >= 0"),
+        ({"delay": -1}, r"Retry\(delay=...\) cannot be negative"),
         ({"jitter": 2}, "must be between 0 and 1"),
         ({"on": (str,)}, "must be exception classes"),
     ],
@@ -254,6 +254,35 @@ def test_background_option_is_checked(option: Any, message: str) -> None:
         )
 
 
+def test_an_interrupt_is_no_point_to_hand_off_after() -> None:
+    """The run pauses at an interrupt and its deliverer runs the rest: nothing is left to hand
+    off after it. Handing off before it is a point like any other."""
+    with pytest.raises(DefinitionError) as refused:
+
+        class AfterApproval(Reactor):
+            approval = interrupt()
+            ship = step(Echo, wait_for=["approval"])
+
+            class Meta:
+                background = {"after": "approval"}
+
+    assert str(refused.value).endswith(
+        "AfterApproval.Meta.background hands off after 'approval', an interrupt: the run "
+        "pauses there and the rest runs where its payload is delivered, so nothing is handed "
+        'off. Use interrupt(resume="background") to have a worker run the rest, or '
+        "{\"before\": 'approval'} to hand off before it"
+    )
+
+    class BeforeApproval(Reactor):
+        approval = interrupt()
+        ship = step(Echo, wait_for=["approval"])
+
+        class Meta:
+            background = {"before": "approval"}
+
+    assert BeforeApproval.definition.background.mode == "before"
+
+
 def test_background_points_are_recorded() -> None:
     class After(Reactor):
         a = step(Echo)
@@ -269,7 +298,7 @@ def test_stored_shapes_keep_the_names_runs_recorded_before_the_constructs_moved(
     """An interrupt's step class is recorded as ``django_reactor.engine.interrupts.Interrupt``
     (the module it was declared in before ``engine/constructs/``): runs paused under that
     shape resume under today's definition, whose shape names it the same way."""
-    from django_reactor import interrupt, sleep
+    from django_reactor import sleep
 
     class Moved(Reactor):
         first = step(Echo)
