@@ -11,7 +11,8 @@ state. By what they do:
 - ``workers``: ``resume`` (a worker's task) and ``sweep``;
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``;
 - ``maintenance``: ``prune`` and the ordered-lock queues;
-- ``secrets``: ``forget_subject`` (erasing a subject's secrets), ``rotate_keys``;
+- ``secrets``: ``forget_subject`` (erasing a subject's secrets), ``rotate_keys``,
+  ``shown_outcome`` (an outcome as the faces show it);
 - ``schedules``: schedules (``services.schedules.create``, ``pause``, ``run_now``, ...) and
   firing their ticks (part of ``sweep``);
 - ``guards``: the checks an operation makes of its call; ``handles``: ``find`` and the
@@ -34,7 +35,7 @@ from .interrupts import (
 )
 from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
 from .runs import find_by_correlation_id, retry, run, run_in_background
-from .secrets import forget_subject, rotate_keys
+from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
 from .stuck import StuckRun, stuck_runs
 from .workers import DATABASE_ERROR_RETRIES, resume, sweep
@@ -67,6 +68,7 @@ __all__ = [
     "run_in_background",
     "schedules",
     "secrets",
+    "shown_outcome",
     "skip_ordered_run",
     "stuck_runs",
     "sweep",

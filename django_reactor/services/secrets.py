@@ -3,13 +3,15 @@ secrets with the first key, and ending a run that needs a secret of a forgotten 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import store
-from ..engine.outcomes import ErrorInfo, ErrorKind, Failed
-from ..exceptions import ReactorError, SubjectErased
+from .. import registry, store
+from ..engine.outcomes import Completed, ErrorInfo, ErrorKind, Failed, Outcome
+from ..engine.redaction import redact
+from ..exceptions import ReactorError, ReactorNotRegistered, SubjectErased
 from ..states import EventKind, ExecutionStatus
 
 if TYPE_CHECKING:
@@ -44,6 +46,21 @@ def rotate_keys(
     if batch_size < 1:
         raise ReactorError(f"the batch size must be at least 1, got {batch_size}")
     return store.rotation.rotate(batch_size=batch_size, progress=progress)
+
+
+def shown_outcome(outcome: Outcome) -> Outcome:
+    """``outcome`` as the faces (the API, the commands) show it: a completed run's value with
+    its secret results redacted. The caller of ``run()`` gets the value itself."""
+    if not isinstance(outcome, Completed) or outcome.execution_id is None:
+        return outcome
+    reactor = store.get_row(outcome.execution_id).reactor
+    try:
+        paths = registry.get(reactor).definition.value_secret_paths
+    except ReactorNotRegistered:
+        return outcome
+    if not paths:
+        return outcome
+    return dataclasses.replace(outcome, value=redact(outcome.value, paths))
 
 
 def fail_erased(owned: store.Owned, row: Execution, exc: SubjectErased) -> Failed:
