@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from .serialization import SECRET, TAG, JSONObject, JSONValue, sealed_payload
+from .serialization import SECRET, TAG, JSONObject, JSONValue, escaped_dict, sealed_payload
 
 #: Makes the envelope's payload of a secret's stored JSON (the store's encryption).
 Seal = Callable[[JSONValue], JSONObject]
@@ -67,5 +67,6 @@ def payloads(value: JSONValue) -> Iterator[JSONObject]:
         for item in value:
             yield from payloads(item)
     elif isinstance(value, dict):
-        for item in value.values():
+        inner = escaped_dict(value)  # a dict of the user's that has the tag's key
+        for item in (value if inner is None else inner).values():
             yield from payloads(item)

@@ -332,9 +332,30 @@ def replace_sealed(
         items = [replace_sealed(item, replace) for item in value]
         return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     if isinstance(value, dict):
-        out = {key: replace_sealed(item, replace) for key, item in value.items()}
-        return value if all(out[k] is value[k] for k in value) else out
+        inner = escaped_dict(value)
+        if inner is not None:  # a dict of the user's that has the tag's key: never an envelope
+            replaced = replace_sealed_items(inner, replace)
+            return value if replaced is inner else {TAG: "dict", "v": replaced}
+        return replace_sealed_items(value, replace)
     return value
+
+
+def replace_sealed_items(
+    value: dict[str, JSONValue], replace: Callable[[JSONObject], JSONValue | None]
+) -> dict[str, JSONValue]:
+    """:func:`replace_sealed` of each item of a dict (the dict itself when none changed)."""
+    out = {key: replace_sealed(item, replace) for key, item in value.items()}
+    return value if all(out[k] is value[k] for k in value) else out
+
+
+def escaped_dict(value: dict[str, JSONValue]) -> dict[str, JSONValue] | None:
+    """The user's dict a stored ``{TAG: "dict", "v": {...}}`` holds (a dict that had the
+    tag's key), else None."""
+    if len(value) == 2 and value.get(TAG) == "dict":
+        inner = value.get("v")
+        if isinstance(inner, dict):
+            return inner
+    return None
 
 
 def roundtrip(value: object) -> tuple[JSONValue, Any]:

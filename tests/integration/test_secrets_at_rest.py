@@ -218,6 +218,10 @@ def test_the_raw_columns_hold_no_plaintext_of_a_secret_and_the_steps_get_the_val
     assert set(inputs["card"]) == {TAG, "v"}
     assert inputs["card"][TAG] == "secret"
     assert set(inputs["card"]["v"]) == {"token"}  # no subject: the configured keys sealed it
+    # Without ENCRYPTION_KEYS, with the key HKDF derives from SECRET_KEY.
+    assert not settings.REACTOR.get("ENCRYPTION_KEYS")
+    derived = Fernet(store.keyring.derived_key(settings.SECRET_KEY))
+    assert json.loads(derived.decrypt(inputs["card"]["v"]["token"].encode())) == CARD
     charge = raw_column(
         StepRecord._meta.db_table,
         "result",
