@@ -107,6 +107,7 @@ class DatabaseChildRunner(MapRunnerMixin):
             inputs=stored,
             secret_paths=definition.input_secret_paths,
             subject=store.subject_keys.check_subject(subject, f"a run of {definition.name}"),
+            has_secrets=definition.has_secrets,
             status=ExecutionStatus.PENDING if detached else ExecutionStatus.RUNNING,
             owner=None,
             parent=(self.parent_id, self.root_id, step),

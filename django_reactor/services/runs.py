@@ -155,6 +155,7 @@ def _start(
             inputs=stored_inputs,
             secret_paths=definition.input_secret_paths,
             subject=subject,
+            has_secrets=definition.has_secrets,
             # A background run is written pending with its dispatch; a worker takes it (a run
             # that starts later: scheduled, dispatched for its time).
             status=(

@@ -65,18 +65,23 @@ def create_execution(
     wake_at: dt.datetime | None = None,
     deadline_at: dt.datetime | None = None,
     subject: str = "",
+    has_secrets: bool = False,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
-    The values at ``secret_paths`` are stored sealed (with ``subject``'s key, when given);
-    the digest is of the inputs as given. Raises IdempotencyConflict (and writes nothing) when
+    The values at ``secret_paths`` are stored sealed (with ``subject``'s key, when given; a
+    run that ``has_secrets`` makes sure its subject has a key before it starts); the digest is
+    of the inputs as given. Raises IdempotencyConflict (and writes nothing) when
     the key is taken.
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
     paths = [list(p) for p in secret_paths]
+    sealer = Sealer(subject)
+    if subject and (paths or has_secrets):
+        sealer.ready()
     if paths:
-        inputs = Sealer(subject).sealed(inputs, paths)
+        inputs = sealer.sealed(inputs, paths)
     finished = status not in (
         ExecutionStatus.RUNNING,
         ExecutionStatus.PENDING,

@@ -44,13 +44,20 @@ class Sealer:
         self.subject = subject
         self._key: tuple[uuid.UUID, Fernet] | None = None
 
+    def ready(self) -> Sealer:
+        """Read (or make) the subject's key now: a key made later, inside an atomic step's
+        transaction, would go if that transaction rolled back."""
+        if self.subject and self._key is None:
+            self._key = subject_keys.live_key(self.subject)
+        return self
+
     def seal(self, value: JSONValue) -> JSONObject:
         """The envelope payload of ``value`` (stored JSON)."""
         data = json.dumps(value, separators=(",", ":")).encode()
         if not self.subject:
             return {"token": keyring.encrypt(data)}
-        if self._key is None:
-            self._key = subject_keys.live_key(self.subject)
+        self.ready()
+        assert self._key is not None  # a subject's key is read by ready()
         key_id, fernet = self._key
         return {"key": str(key_id), "token": fernet.encrypt(data).decode("ascii")}
 
