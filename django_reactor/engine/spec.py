@@ -124,24 +124,28 @@ class ReactorDefinition:
     # subject's own key, which ``reactor_forget_subject`` deletes.
     subject: Template | None = None
 
-    @property
-    def value_secret_paths(self) -> tuple[SecretPath, ...]:
-        """Secret paths into the run's value (``Execution.result``): the returned step's, or,
-        without ``Meta.returns``, each step's under its name."""
-        if self.returns is not None:
-            return self.by_name[self.returns].secret_result_paths
-        return tuple(
-            (spec.name, *path)
-            for spec in self.steps
-            if spec.unit is None
-            for path in spec.secret_result_paths
-        )
+    # Secret paths into the run's value (``Execution.result``): the returned step's, or,
+    # without ``Meta.returns``, each step's under its name. Worked out once, with the next.
+    value_secret_paths: tuple[SecretPath, ...] = field(init=False, repr=False, compare=False)
+    # Whether a run stores any secret (inputs, arguments, results).
+    has_secrets: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def has_secrets(self) -> bool:
-        """Whether a run of this reactor stores any secret (inputs, arguments, results)."""
-        return bool(self.input_secret_paths) or any(
-            spec.secret_argument_paths or spec.secret_result_paths for spec in self.steps
+    def __post_init__(self) -> None:
+        if self.returns is not None:
+            value = self.by_name[self.returns].secret_result_paths
+        else:
+            value = tuple(
+                (spec.name, *path)
+                for spec in self.steps
+                if spec.unit is None
+                for path in spec.secret_result_paths
+            )
+        object.__setattr__(self, "value_secret_paths", value)
+        object.__setattr__(
+            self,
+            "has_secrets",
+            bool(self.input_secret_paths)
+            or any(spec.secret_argument_paths or spec.secret_result_paths for spec in self.steps),
         )
 
     def subject_of(self, inputs: Mapping[str, object]) -> str:

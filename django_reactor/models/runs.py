@@ -68,6 +68,8 @@ class Execution(models.Model):
         max_length=255,
         blank=True,
         default="",
+        # Also the database's: code of the previous version inserts runs without it.
+        db_default="",
         help_text=_(
             "Whose secrets the run holds (the reactor's Meta.subject): they are sealed with "
             "that subject's key, which reactor_forget_subject deletes. Empty: the configured "
