@@ -10,6 +10,7 @@ from .api.signatures import configured_secrets
 from .conf import (
     DEFAULTS,
     Count,
+    FernetKeys,
     Flag,
     OptionalSeconds,
     OptionalText,
@@ -66,6 +67,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             messages.append(Error(problem, id="django_reactor.E004"))
         elif isinstance(setting, OptionalText):
             messages.append(Error(problem, id="django_reactor.E005"))
+        elif isinstance(setting, FernetKeys):
+            messages.append(Error(problem, id="django_reactor.E011"))
     messages += _api_messages(raw)
     modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):

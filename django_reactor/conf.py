@@ -11,6 +11,8 @@ checks report the same values at start-up). The cache is cleared on ``setting_ch
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Generic, NoReturn, Self, TypeVar, cast, overload
 
@@ -184,6 +186,38 @@ class OptionalSeconds(Setting[float | None]):
         )
 
 
+class FernetKeys(Setting[tuple[str, ...]]):
+    """A list of Fernet keys (url-safe base64 of 32 bytes, as ``Fernet.generate_key()``
+    gives), newest first; read as a tuple. Empty: keys derived from ``SECRET_KEY``."""
+
+    expected = (
+        "a list of Fernet keys (each the url-safe base64 text of 32 bytes, as "
+        "cryptography.fernet.Fernet.generate_key() makes), newest first"
+    )
+
+    def coerce(self, value: object) -> tuple[str, ...]:
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise self.refused(value)
+        keys = []
+        for index, key in enumerate(value):
+            text = key.decode() if isinstance(key, bytes) else key
+            if not isinstance(text, str) or not _is_fernet_key(text):
+                raise ReactorImproperlyConfigured(
+                    f"REACTOR[{self.name!r}][{index}] is not a Fernet key (the url-safe base64 "
+                    'text of 32 bytes); make one with python -c "from cryptography.fernet '
+                    'import Fernet; print(Fernet.generate_key().decode())"'
+                )
+            keys.append(text)
+        return tuple(keys)
+
+
+def _is_fernet_key(text: str) -> bool:
+    try:
+        return len(base64.urlsafe_b64decode(text.encode("ascii"))) == 32
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return False
+
+
 class ReactorSettings:
     """Attribute access to ``settings.REACTOR`` with defaults, cached until settings change.
 
@@ -264,6 +298,11 @@ class ReactorSettings:
     # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
     # reactor. Several secrets at once allow rotation.
     WEBHOOK_SECRETS = Setting[str | Sequence[str] | Mapping[str, str | Sequence[str]]]([])
+    # The Fernet keys that seal secrets at rest (write_only inputs and the arguments made of
+    # them, secret results, an interrupt payload's write_only fields, subjects' data keys),
+    # newest first: new writes use the first, reads try each. Empty: keys derived (HKDF) from
+    # SECRET_KEY and SECRET_KEY_FALLBACKS.
+    ENCRYPTION_KEYS = FernetKeys(())
     # Seconds a signed webhook's timestamp may differ from now (replays outside are refused).
     WEBHOOK_TOLERANCE = Seconds(300)
     # Largest request body the API reads, in bytes (larger: 413 before parsing).

@@ -129,6 +129,16 @@ class StoredValueUnreadable(ReactorError):
     tagged value): the row was written by other code or changed by hand."""
 
 
+class SubjectErased(StoredValueUnreadable):
+    """A secret the run needs was sealed with the key of a subject that was forgotten
+    (``reactor_forget_subject``): it can never be read again."""
+
+    def __init__(self, message: str, *, subject: str, erased_at: Any = None) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.erased_at = erased_at
+
+
 class UnitWaitTimeout(ReactorError):
     """An async unit did not finish within the time its reader may wait."""
 

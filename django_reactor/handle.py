@@ -20,6 +20,7 @@ from .engine.redaction import redact
 from .engine.serialization import readable
 from .exceptions import ExecutionNotFound, ReactorError, TransactionActive, WaitTimedOut
 from .states import MOVING_STATUSES
+from .store.secrets import Marks
 
 if TYPE_CHECKING:
     from .engine.journal import RecordedStep
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class StepView:
-    """One step of a stored run as shown: values decoded, secret arguments redacted (built
-    from a :class:`~django_reactor.engine.journal.RecordedStep`, or a ``StepRecord``)."""
+    """One step of a stored run as shown: values decoded, secrets redacted (``[ERASED]`` once
+    their subject is forgotten; built from a
+    :class:`~django_reactor.engine.journal.RecordedStep`, or a ``StepRecord``)."""
 
     name: str
     status: str
@@ -43,13 +45,15 @@ class StepView:
     finished_at: dt.datetime | None
 
     @classmethod
-    def from_row(cls, row: RecordedStep | StepRecord) -> StepView:
+    def from_row(cls, row: RecordedStep | StepRecord, marks: Marks | None = None) -> StepView:
+        """The view of ``row``; ``marks`` say which sealed secrets are erased (one per run)."""
+        marks = marks or Marks()
         return cls(
             name=row.step,
             status=row.status,
             attempts=row.attempts,
-            arguments=redact(readable(row.arguments), row.secret_arguments),
-            result=readable(row.result),
+            arguments=redact(readable(row.arguments, marks), row.secret_arguments),
+            result=readable(row.result, marks),
             error=ErrorInfo.from_dict(row.error) if row.error else None,
             rollback=row.rollback,
             rollback_error=row.rollback_error,
@@ -114,6 +118,8 @@ class ExecutionHandle:
         self._operations = operations
         self._steps: list[StepView] | None = None
         self._trace: list[TraceEvent] | None = None
+        # Which sealed secrets of the run are erased, asked once per subject key.
+        self._marks = Marks()
 
     def __repr__(self) -> str:
         return f"<ExecutionHandle {self.reactor} {self.id} {self.status}>"
@@ -153,8 +159,14 @@ class ExecutionHandle:
 
     @property
     def inputs(self) -> dict[str, Any]:
-        """The run's inputs with secret values replaced by ``[REDACTED]``."""
-        return redact(readable(self._row.inputs), self._row.secret_paths)
+        """The run's inputs with secret values replaced by ``[REDACTED]`` (by ``[ERASED]`` once
+        the run's subject is forgotten)."""
+        return redact(readable(self._row.inputs, self._marks), self._row.secret_paths)
+
+    @property
+    def subject(self) -> str:
+        """Whose secrets the run holds (its reactor's ``Meta.subject``); ``""`` for none."""
+        return self._row.subject
 
     @property
     def outcome(self) -> Outcome:
@@ -169,7 +181,9 @@ class ExecutionHandle:
     def steps(self) -> list[StepView]:
         """Step records in completion order."""
         if self._steps is None:
-            self._steps = [StepView.from_row(r) for r in store.step_rows(self.id)]
+            rows = store.step_rows(self.id)
+            self._marks.prepare(value for r in rows for value in (r.arguments, r.result))
+            self._steps = [StepView.from_row(r, self._marks) for r in rows]
         return self._steps
 
     def step(self, name: str) -> StepView:

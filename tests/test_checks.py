@@ -48,6 +48,9 @@ def test_default_settings_pass() -> None:
         ({"STEP_TIMEOUT": float("inf")}, ["django_reactor.E002"]),
         ({"STEP_TIMEOUT": 1e15}, ["django_reactor.E002"]),
         ({"STEP_TIMEOUT": 3600}, []),
+        ({"ENCRYPTION_KEYS": "one-key"}, ["django_reactor.E011"]),
+        ({"ENCRYPTION_KEYS": ["not-a-fernet-key"]}, ["django_reactor.E011"]),
+        ({"ENCRYPTION_KEYS": ["A" * 43 + "="]}, []),
     ],
 )
 def test_bad_settings_are_reported(value: Any, expected: list[str]) -> None:
@@ -79,7 +82,12 @@ def test_what_the_settings_object_refuses_the_check_reports(name: str) -> None:
         with pytest.raises(ReactorImproperlyConfigured, match=name):
             getattr(reactor_settings, name)
         reported = [m.id for m in check_settings() if name in m.msg]
-    assert reported in (["django_reactor.E002"], ["django_reactor.E004"], ["django_reactor.E005"])
+    assert reported in (
+        ["django_reactor.E002"],
+        ["django_reactor.E004"],
+        ["django_reactor.E005"],
+        ["django_reactor.E011"],
+    )
 
 
 def test_sqlite_is_flagged_for_deployment(settings: Any) -> None:

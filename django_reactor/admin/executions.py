@@ -26,6 +26,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import registry, services, store
 from ..display import duration_seconds, format_duration, short_json
 from ..engine.outcomes import ErrorInfo
+from ..engine.serialization import conceal
 from ..exceptions import ReactorNotRegistered
 from ..graph import render_svg, step_states
 from ..handle import ExecutionHandle, StepView
@@ -243,7 +244,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
     def result_json(self, obj: Execution) -> SafeString | str:
         if obj.result is None:
             return "-"
-        return json_block(obj.result)
+        return json_block(conceal(obj.result, store.secrets.Marks()))
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, object] | None = None
@@ -327,8 +328,11 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         steps = []
         step_labels = dict(StepStatus.choices)
         rollback_labels = dict(RollbackStatus.choices)
+        marks = store.secrets.Marks().prepare(
+            value for record in records for value in (record.arguments, record.result)
+        )
         for record in records:
-            view = StepView.from_row(record)
+            view = StepView.from_row(record, marks)
             steps.append(
                 {
                     "view": view,

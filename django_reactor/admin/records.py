@@ -19,6 +19,8 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
+from .. import store
+from ..engine.serialization import conceal
 from ..models import Dispatch, Interrupt, MapResult, MapRun
 from ..states import ElementStatus, MapStatus
 
@@ -77,7 +79,9 @@ class InterruptAdmin(_ReadOnlyAdmin):
     search_help_text = _("A correlation id (exact).")
     ordering = ("-created_at",)
     sortable_by = ("created_at",)
-    exclude = ("token_hash",)
+    # The payload shows with its secret fields redacted (sealed in the row), never as stored.
+    exclude = ("token_hash", "payload")
+    readonly_fields = ("shown_payload",)
 
     @admin.display(description=_("execution"))
     def run(self, obj: Interrupt) -> SafeString:
@@ -100,6 +104,12 @@ class InterruptAdmin(_ReadOnlyAdmin):
         if not term:
             return queryset, False
         return queryset.filter(correlation_id=term), False
+
+    @admin.display(description=_("payload"))
+    def shown_payload(self, obj: Interrupt) -> SafeString | str:
+        if obj.payload is None:
+            return "-"
+        return _pre(conceal(obj.payload, store.secrets.Marks()))
 
     @admin.display(description=_("invalid payloads"))
     def attempts(self, obj: Interrupt) -> str:

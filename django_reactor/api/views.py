@@ -256,7 +256,7 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         """Run a failed execution again as a new execution."""
         row = self.get_object()
         try:
-            outcome = services.retry(row.id)
+            outcome = services.shown_outcome(services.retry(row.id))
         except ReactorError as exc:
             return error_response(api_error_for(exc))
         code = 202 if isinstance(outcome, Dispatched) else 200
@@ -477,7 +477,7 @@ class ResumeView(ApiErrorsMixin, APIView):
             data = self._parse(body)
             row = self._interrupt(request, data, credential, kwargs)
             self._authorize(request, row, credential)
-            outcome = services.deliver(row, data["payload"])
+            outcome = services.shown_outcome(services.deliver(row, data["payload"]))
         except ApiError as error:
             return error_response(error)
         except ReactorError as exc:

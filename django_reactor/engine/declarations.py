@@ -13,7 +13,15 @@ from .templates import Template
 F = TypeVar("F", bound=Callable[..., object])
 
 OPTION_NAMES = frozenset(
-    {"retry", "wait_for", "coordination", "atomic", "timeout", "heartbeat_timeout"}
+    {
+        "retry",
+        "wait_for",
+        "coordination",
+        "atomic",
+        "timeout",
+        "heartbeat_timeout",
+        "secret_result",
+    }
 )
 
 
@@ -41,8 +49,11 @@ class StepDeclaration:
         atomic: bool | None = None,
         timeout: object = None,
         heartbeat_timeout: object = None,
+        secret_result: object = None,
     ) -> None:
         self.impl = impl
+        # As given (checked when the reactor is defined); None: the step class's own.
+        self.secret_result = secret_result
         # ``coordination``, ``timeout``, ``heartbeat_timeout`` as given: the reactor checks
         # them when it is defined.
         # None: the step class's own ``atomic``, ``timeout``, ``heartbeat_timeout``.
@@ -138,6 +149,7 @@ def _declare(target: object, options: dict[str, Any], unit: str | None = None) -
         atomic=atomic,
         timeout=options.get("timeout"),
         heartbeat_timeout=options.get("heartbeat_timeout"),
+        secret_result=options.get("secret_result"),
     )
 
 
@@ -157,8 +169,10 @@ def step(
     is named after the function). Options: ``retry``, ``wait_for``, ``coordination``,
     ``atomic`` (run the body inside the transaction of its checkpoint: its database writes
     happen exactly once), ``timeout`` and ``heartbeat_timeout`` (a ``timedelta`` or seconds:
-    an attempt that runs longer, or goes that long without ``context.heartbeat()``, fails);
-    every other keyword wires an argument of the step's ``run`` from a template.
+    an attempt that runs longer, or goes that long without ``context.heartbeat()``, fails),
+    ``secret_result`` (``True``: the step's result is a secret; a dotted path or a list of
+    them: those parts of it are; sealed in the database, redacted wherever shown); every other
+    keyword wires an argument of the step's ``run`` from a template.
     """
     if target is None:
         return lambda fn: _declare(fn, options)

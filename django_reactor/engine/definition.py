@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from ..exceptions import DefinitionError
 from . import planner, timevalues
+from .constructs.compose import ComposeStep
 from .constructs.interrupt import InterruptStep
 from .constructs.map import MapSpec, MapStep, unsupported_in_element
 from .coordination import OrderedLock, check_declarations
@@ -19,7 +20,7 @@ from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
 from .spec import Background, ReactorDefinition, StepSpec
 from .step import rollback_signature, run_signature
-from .templates import InputRef, Template
+from .templates import InputRef, Template, parse_path
 
 __all__ = ["Background", "ReactorBase", "ReactorDefinition", "StepSpec", "build_definition"]
 
@@ -34,6 +35,7 @@ META_OPTIONS = frozenset(
         "max_concurrency",
         "deadline",
         "on_deadline",
+        "subject",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -108,8 +110,12 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
     input_secrets = tuple(secret_paths_of_serializer(inputs_serializer))
 
     declarations = _collect_declarations(cls)
+    result_secrets = {
+        step_name: _result_secrets(f"{reactor}.{step_name}", decl)
+        for step_name, decl in declarations.items()
+    }
     specs = [
-        _build_spec(reactor, step_name, decl, input_fields, input_secrets)
+        _build_spec(reactor, step_name, decl, input_fields, input_secrets, result_secrets)
         for step_name, decl in declarations.items()
     ]
     specs = [_with_unit(name, cls, spec) for spec in specs]
@@ -141,6 +147,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
             f"{max_concurrency!r}"
         )
     coordination = check_declarations(meta.get("coordination"), f"{reactor}.Meta.coordination")
+    subject = _subject(reactor, meta.get("subject"), input_fields)
     deadline = _duration(meta.get("deadline"), f"{reactor}.Meta.deadline")
     on_deadline = meta.get("on_deadline", "rollback")
     if on_deadline not in ON_DEADLINE:
@@ -164,7 +171,51 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         max_concurrency=max_concurrency,
         deadline=deadline,
         on_deadline=on_deadline,
+        subject=subject,
     )
+
+
+def _subject(reactor: str, option: object, input_fields: frozenset[str] | None) -> InputRef | None:
+    """``Meta.subject``: ``arg.input(...)``, the input that names whose secrets a run holds."""
+    if option is None:
+        return None
+    if not isinstance(option, InputRef):
+        raise DefinitionError(
+            f"{reactor}.Meta.subject must be arg.input(...), the input that names whose "
+            f'secrets a run holds (Meta.subject = arg.input("customer_id")), got {option!r}'
+        )
+    if input_fields is not None and option.name not in input_fields:
+        raise DefinitionError(
+            f"{reactor}.Meta.subject reads input {option.name!r}, which {reactor}.Inputs does "
+            f"not declare (inputs: {', '.join(sorted(input_fields)) or 'none'})"
+        )
+    return option
+
+
+def _result_secrets(where: str, decl: StepDeclaration) -> tuple[SecretPath, ...]:
+    """Secret paths into a step's result: ``secret_result=`` (or the step class's), the
+    ``write_only`` fields of an interrupt's payload, a composed reactor's secret value."""
+    impl = decl.impl
+    option = decl.secret_result if decl.secret_result is not None else impl.secret_result
+    found: list[SecretPath] = []
+    if option is True:
+        found.append(())
+    elif isinstance(option, str):
+        found.append(parse_path(option))
+    elif isinstance(option, list | tuple) and all(isinstance(p, str) for p in option):
+        found.extend(parse_path(p) for p in option)
+    elif option is not False:
+        raise DefinitionError(
+            f"{where}: secret_result must be True, False, a dotted path into the result "
+            f'("api_key", "cards.*.number") or a list of them, got {option!r}'
+        )
+    if issubclass(impl, InterruptStep):
+        found.extend(secret_paths_of_serializer(impl.interrupt.payload))
+    child = getattr(impl, "child", None) if issubclass(impl, ComposeStep) else None
+    child_definition = getattr(child, "definition", None)
+    if isinstance(child_definition, ReactorDefinition):
+        found.extend(child_definition.value_secret_paths)
+    return tuple(dict.fromkeys(found))
 
 
 def _middleware(reactor: str, option: object) -> tuple[type, ...]:
@@ -201,7 +252,7 @@ def _with_map(name: str, cls: type, spec: StepSpec) -> StepSpec:
         element_name = f"{name}:{spec.name}"
         step_name = getattr(element, "__name__", "element")
         declaration = StepDeclaration(impl, {n: InputRef(name=n) for n in sorted(names)})
-        element_spec = _build_spec(element_name, step_name, declaration, names, ())
+        element_spec = _build_spec(element_name, step_name, declaration, names, (), {})
         element_definition = ReactorDefinition(
             name=element_name,
             reactor_class=cls,
@@ -237,7 +288,9 @@ def _with_unit(name: str, cls: type, spec: StepSpec) -> StepSpec:
     )
     arguments = frozenset(spec.arguments)
     secrets = tuple(spec.secret_argument_paths)
-    unit_spec = _build_spec(unit_name, spec.name, declaration, arguments, secrets)
+    unit_spec = _build_spec(
+        unit_name, spec.name, declaration, arguments, secrets, {spec.name: spec.secret_result_paths}
+    )
     unit = ReactorDefinition(
         name=unit_name,
         reactor_class=cls,
@@ -287,6 +340,7 @@ def _build_spec(
     decl: StepDeclaration,
     input_fields: frozenset[str] | None,
     input_secrets: tuple[SecretPath, ...],
+    result_secrets: Mapping[str, tuple[SecretPath, ...]],
 ) -> StepSpec:
     where = f"{reactor}.{name}"
     impl = decl.impl
@@ -344,7 +398,7 @@ def _build_spec(
     secret_arguments = {
         arg_name: tuple(paths)
         for arg_name, template in arguments.items()
-        if (paths := template.secret_paths(input_secrets))
+        if (paths := template.secret_paths(input_secrets, result_secrets))
     }
     for field_path in secret_paths_of_serializer(contract):
         secret_arguments[field_path[0]] = (*secret_arguments.get(field_path[0], ()), field_path[1:])
@@ -407,6 +461,7 @@ def _build_spec(
         secret_argument_paths=tuple(
             (arg_name, *sub) for arg_name, subs in secret_arguments.items() for sub in subs
         ),
+        secret_result_paths=result_secrets.get(name, ()),
     )
 
 

@@ -68,6 +68,9 @@ class StepWrite:
     result: JSONValue = None
     error: JSONObject | None = None
     compensable: bool = False
+    # Secret paths into ``result`` (the store seals what is there); into ``arguments``:
+    # ``secret_arguments``.
+    secret_result: Sequence[SecretPath] = ()
 
     @classmethod
     def of(
@@ -96,6 +99,7 @@ class StepWrite:
             result=result,
             error=error,
             compensable=compensable,
+            secret_result=spec.secret_result_paths,
         )
 
 
@@ -184,6 +188,8 @@ class JournalBatch:
     status: str | None = None
     current_step: str | None = None
     result: JSONValue | Unset = UNSET
+    # Secret paths into ``result`` (the run's value): the store seals what is there.
+    result_secrets: Sequence[SecretPath] = ()
     failure: JSONObject | Unset | None = UNSET  # None clears a stored failure
     finished: bool = False
     # Hand the run to a worker or park it for a retry: release the lease without finishing,

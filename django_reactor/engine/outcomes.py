@@ -92,6 +92,9 @@ class ErrorKind:
     COORDINATION_UNAVAILABLE = "coordination_unavailable"
     # The run's deadline passed (Meta.deadline, run(..., deadline=)) before it finished.
     DEADLINE = "deadline"
+    # The run needs a secret of a subject that was forgotten (reactor_forget_subject): it fails
+    # where it stands, nothing rolled back (the rollback would need the erased secrets too).
+    SUBJECT_ERASED = "subject_erased"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

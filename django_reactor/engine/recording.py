@@ -590,5 +590,6 @@ class RunRecorder:
         batch.events.append(self.event(EventKind.COMPLETE))
         batch.status = ExecutionStatus.COMPLETED
         batch.result = stored
+        batch.result_secrets = definition.value_secret_paths
         batch.finished = True
         return value

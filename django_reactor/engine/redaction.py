@@ -1,8 +1,8 @@
 """Masking secret values wherever a run's data is displayed or logged.
 
 A secret is addressed by a path of keys from the top of a structure; ``"*"`` matches every item of
-a list or every value of a dict. The stored data keeps the real values (steps and undo need them);
-every display copy goes through :func:`redact`.
+a list or every value of a dict. The stored data keeps the real values, sealed (steps and undo
+need them; see :mod:`.sealing`); every display copy goes through :func:`redact`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from .validation import Serializer
 
 REDACTED = "[REDACTED]"
+#: What a sealed secret shows once the key of its subject was deleted (crypto-shredding): it
+#: can never be read again. Distinct from ``[REDACTED]``, which is still there, only hidden.
+ERASED = "[ERASED]"
 
 SecretPath = tuple[str, ...]
 
@@ -28,7 +31,7 @@ def redact(data: Any, paths: Iterable[Sequence[str]]) -> Any:
 
 def _mask(data: Any, path: SecretPath) -> Any:
     if not path:
-        return REDACTED
+        return ERASED if data == ERASED else REDACTED
     head, rest = path[0], path[1:]
     if isinstance(data, dict):
         if head == "*":

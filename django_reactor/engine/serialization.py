@@ -11,6 +11,10 @@ read back.
 
 Free text that is only shown (error messages, tracebacks, halt and cancel reasons) goes through
 :func:`printable` instead: it is never refused, its unstorable characters are escaped.
+
+A secret is stored sealed, as the tagged value ``{TAG: "secret", "v": {...}}`` (the envelope,
+see :mod:`.sealing`): :func:`decode` opens it with the decoder the store registers for that
+tag, where the run needs the value; :func:`readable`, for display, never opens one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias, overload
 
 from ..exceptions import ResultNotSerializable, StoredValueUnreadable
+from .redaction import REDACTED
 
 #: A value as JSON holds it: what :func:`encode` gives, what a JSON column or parser gives back.
 JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
@@ -38,6 +43,8 @@ JSONData: TypeAlias = (
 JSONMapping: TypeAlias = Mapping[str, JSONData]
 
 TAG = "__reactor_type__"
+#: The type tag of a sealed secret (an envelope: ``{TAG: SECRET, "v": {...}}``).
+SECRET = "secret"
 
 #: Deepest nesting of dicts, lists, tuples and sets a stored value may have (PostgreSQL's and
 #: Python's JSON parsers give up somewhere past a thousand; a value this deep is a bug).
@@ -283,13 +290,72 @@ def _decode_tagged(tag: JSONValue, payload: JSONValue) -> object:
         ) from None
 
 
-def readable(value: JSONValue) -> Any:
+def readable(value: JSONValue, shown: Callable[[JSONObject], str] | None = None) -> Any:
     """``decode(value)``, or the stored JSON as it is when this code cannot read it: for
-    showing a stored run (a handle, the admin, the API), which must not fail on one odd row."""
+    showing a stored run (a handle, the admin, the API), which must not fail on one odd row.
+
+    Sealed secrets are never opened: each shows as ``shown(payload)`` (``"[REDACTED]"``, or
+    ``"[ERASED]"`` when its subject was forgotten), or ``"[REDACTED]"`` without ``shown``.
+    """
+    value = conceal(value, shown)
     try:
         return decode(value)
     except StoredValueUnreadable:
         return value
+
+
+def conceal(value: JSONValue, shown: Callable[[JSONObject], str] | None = None) -> JSONValue:
+    """``value`` with every sealed secret in it replaced by ``shown(payload)`` (by
+    ``"[REDACTED]"`` without ``shown``); the value itself when it holds none."""
+    return replace_sealed(value, (lambda _: REDACTED) if shown is None else shown)
+
+
+def sealed_payload(value: object) -> JSONObject | None:
+    """The payload of ``value`` when it is a sealed secret (an envelope), else None."""
+    if isinstance(value, dict) and len(value) == 2 and value.get(TAG) == SECRET:
+        payload = value.get("v")
+        if isinstance(payload, dict):
+            return payload
+    return None
+
+
+def replace_sealed(
+    value: JSONValue, replace: Callable[[JSONObject], JSONValue | None]
+) -> JSONValue:
+    """``value`` with each sealed secret replaced by ``replace(payload)``; one for which it
+    returns None stays. The value itself (not a copy) when nothing was replaced."""
+    found = sealed_payload(value)
+    if found is not None:
+        replaced = replace(found)
+        return value if replaced is None else replaced
+    if isinstance(value, list):
+        items = [replace_sealed(item, replace) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, dict):
+        inner = escaped_dict(value)
+        if inner is not None:  # a dict of the user's that has the tag's key: never an envelope
+            replaced = replace_sealed_items(inner, replace)
+            return value if replaced is inner else {TAG: "dict", "v": replaced}
+        return replace_sealed_items(value, replace)
+    return value
+
+
+def replace_sealed_items(
+    value: dict[str, JSONValue], replace: Callable[[JSONObject], JSONValue | None]
+) -> dict[str, JSONValue]:
+    """:func:`replace_sealed` of each item of a dict (the dict itself when none changed)."""
+    out = {key: replace_sealed(item, replace) for key, item in value.items()}
+    return value if all(out[k] is value[k] for k in value) else out
+
+
+def escaped_dict(value: dict[str, JSONValue]) -> dict[str, JSONValue] | None:
+    """The user's dict a stored ``{TAG: "dict", "v": {...}}`` holds (a dict that had the
+    tag's key), else None."""
+    if len(value) == 2 and value.get(TAG) == "dict":
+        inner = value.get("v")
+        if isinstance(inner, dict):
+            return inner
+    return None
 
 
 def roundtrip(value: object) -> tuple[JSONValue, Any]:

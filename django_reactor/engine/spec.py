@@ -10,13 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..exceptions import ArgumentResolutionError
 from .constructs.compose import ComposeStep
 from .constructs.interrupt import InterruptSpec, InterruptStep
 from .coordination import Declaration
 from .redaction import SecretPath
 from .retry import Retry
 from .step import Signature, Step
-from .templates import Template
+from .templates import ResolutionScope, Template
 
 if TYPE_CHECKING:
     from .constructs.map import MapSpec
@@ -51,6 +52,9 @@ class StepSpec:
     undo_signature: Signature
     compensate_signature: Signature
     secret_argument_paths: tuple[SecretPath, ...] = ()
+    # Secret paths into the step's result (``secret_result=``, an interrupt payload's
+    # ``write_only`` fields, a composed child's secret value); ``()`` in it: all of it.
+    secret_result_paths: tuple[SecretPath, ...] = ()
     # "step" (async_step) or "reactor" (async_reactor): the body runs as its own execution,
     # described by ``unit_definition``.
     unit: str | None = None
@@ -116,6 +120,44 @@ class ReactorDefinition:
     # happens past it: "rollback" (fail and roll back) or "halt" (stop, nothing rolled back).
     deadline: float | None = None
     on_deadline: str = "rollback"
+    # Meta.subject: whose secrets the run holds (``arg.input(...)``); they are sealed with that
+    # subject's own key, which ``reactor_forget_subject`` deletes.
+    subject: Template | None = None
+
+    # Secret paths into the run's value (``Execution.result``): the returned step's, or,
+    # without ``Meta.returns``, each step's under its name. Worked out once, with the next.
+    value_secret_paths: tuple[SecretPath, ...] = field(init=False, repr=False, compare=False)
+    # Whether a run stores any secret (inputs, arguments, results).
+    has_secrets: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.returns is not None:
+            value = self.by_name[self.returns].secret_result_paths
+        else:
+            value = tuple(
+                (spec.name, *path)
+                for spec in self.steps
+                if spec.unit is None
+                for path in spec.secret_result_paths
+            )
+        object.__setattr__(self, "value_secret_paths", value)
+        object.__setattr__(
+            self,
+            "has_secrets",
+            bool(self.input_secret_paths)
+            or any(spec.secret_argument_paths or spec.secret_result_paths for spec in self.steps),
+        )
+
+    def subject_of(self, inputs: Mapping[str, object]) -> str:
+        """The run's subject (``Meta.subject`` read from ``inputs``), ``""`` for none (also
+        when that input is missing or null)."""
+        if self.subject is None:
+            return ""
+        try:
+            value = self.subject.resolve(ResolutionScope(inputs=inputs, results={}))
+        except ArgumentResolutionError:
+            return ""
+        return "" if value is None else str(value)
 
     @property
     def shape(self) -> dict[str, dict[str, str | list[str]]]:

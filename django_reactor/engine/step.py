@@ -145,6 +145,9 @@ class Step:
             ``StepTimedOut`` and the retry policy decides.
         heartbeat_timeout: the longest the body may go without calling
             ``self.context.heartbeat()``; past it the attempt counts as lost (fails the same way).
+        secret_result: ``True`` when the step's result is a secret, or the dotted paths of the
+            secret parts of it (``("api_key", "cards.*.number")``): sealed in the database,
+            redacted wherever a run is shown (``step(..., secret_result=...)`` overrides).
     """
 
     Inputs: ClassVar[type | None] = None
@@ -153,6 +156,7 @@ class Step:
     atomic: ClassVar[bool] = False
     timeout: ClassVar[float | dt.timedelta | None] = None
     heartbeat_timeout: ClassVar[float | dt.timedelta | None] = None
+    secret_result: ClassVar[bool | str | Sequence[str]] = False
 
     def __init__(self, context: StepContext) -> None:
         self.context = context

@@ -92,7 +92,13 @@ class Template:
                 ) from exc
         return value
 
-    def secret_paths(self, input_secrets: Sequence[SecretPath]) -> list[SecretPath]:
+    def secret_paths(
+        self,
+        input_secrets: Sequence[SecretPath],
+        result_secrets: Mapping[str, Sequence[SecretPath]] | None = None,
+    ) -> list[SecretPath]:
+        """Secret paths inside the value this template gives (``[()]``: all of it), from the
+        reactor's secret inputs and the steps' secret results."""
         return []
 
 
@@ -111,7 +117,11 @@ class InputRef(Template):
             raise ArgumentResolutionError(f"the run has no input {self.name!r}")
         return scope.inputs[self.name]
 
-    def secret_paths(self, input_secrets: Sequence[SecretPath]) -> list[SecretPath]:
+    def secret_paths(
+        self,
+        input_secrets: Sequence[SecretPath],
+        result_secrets: Mapping[str, Sequence[SecretPath]] | None = None,
+    ) -> list[SecretPath]:
         found = relative_secret_paths((self.name, *self.path), input_secrets)
         if found and self.transform is not None:
             return [()]  # a transformed secret is still a secret, whole
@@ -131,6 +141,17 @@ class ResultRef(Template):
     def describe(self) -> str:
         suffix = f" at {'.'.join(self.path)!r}" if self.path else ""
         return f"the result of step {self.step!r}{suffix}"
+
+    def secret_paths(
+        self,
+        input_secrets: Sequence[SecretPath],
+        result_secrets: Mapping[str, Sequence[SecretPath]] | None = None,
+    ) -> list[SecretPath]:
+        secrets = (result_secrets or {}).get(self.step, ())
+        found = relative_secret_paths(self.path, [tuple(p) for p in secrets])
+        if found and self.transform is not None:
+            return [()]  # a transformed secret is still a secret, whole
+        return found
 
     def lookup(self, scope: ResolutionScope) -> object:
         if self.step not in scope.results:

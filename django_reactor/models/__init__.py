@@ -4,6 +4,7 @@
   ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
 - ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``;
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
+- ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
 
 The database is the source of truth for every run. Rows are written by ``django_reactor.store``
@@ -21,6 +22,7 @@ from ..coordination.models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
+from .keys import SubjectKey
 from .maps import MapChunk, MapResult, MapRun
 from .runs import (
     STEP_RECORD_UNIQUE,
@@ -55,4 +57,5 @@ __all__ = [
     "ScheduleFire",
     "SemaphoreHolder",
     "StepRecord",
+    "SubjectKey",
 ]

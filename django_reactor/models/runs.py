@@ -47,7 +47,9 @@ class Execution(models.Model):
     inputs = models.JSONField(
         _("inputs"),
         default=dict,
-        help_text=_("Validated inputs. Secret fields are stored as given and redacted on display."),
+        help_text=_(
+            "Validated inputs. Secret fields are stored sealed (encrypted) and redacted on display."
+        ),
     )
     inputs_digest = models.CharField(
         _("inputs digest"),
@@ -60,6 +62,19 @@ class Execution(models.Model):
         _("secret input paths"),
         default=list,
         help_text=_("Paths into the inputs whose values are redacted wherever shown."),
+    )
+    subject = models.CharField(
+        _("subject"),
+        max_length=255,
+        blank=True,
+        default="",
+        # Also the database's: code of the previous version inserts runs without it.
+        db_default="",
+        help_text=_(
+            "Whose secrets the run holds (the reactor's Meta.subject): they are sealed with "
+            "that subject's key, which reactor_forget_subject deletes. Empty: the configured "
+            "keys seal them."
+        ),
     )
     parent = models.ForeignKey(
         "self",
@@ -235,6 +250,11 @@ class Execution(models.Model):
                 fields=["finished_at", "status"],
                 name="reactor_exec_finished_idx",
                 condition=Q(finished_at__isnull=False),
+            ),
+            # A subject's runs (reactor_forget_subject counts them); runs without one are not
+            # in it.
+            models.Index(
+                fields=["subject"], name="reactor_exec_subject_idx", condition=~Q(subject="")
             ),
         ]
 

@@ -24,7 +24,7 @@ from ..engine.definition import ReactorDefinition
 from ..engine.executor import Executor, utcnow
 from ..engine.journal import Event
 from ..engine.outcomes import Outcome, Paused, Rescheduled, RollbackFailure
-from ..engine.serialization import JSONObject, JSONValue, encode
+from ..engine.serialization import JSONObject, JSONValue, decode, encode
 from ..engine.state import RunState
 from ..exceptions import ReactorError, UnitWaitTimeout
 from ..states import EventKind, ExecutionStatus
@@ -93,14 +93,21 @@ class DatabaseChildRunner(MapRunnerMixin):
     def _create(
         self, step: str, definition: ReactorDefinition, stored: JSONObject, *, detached: bool
     ) -> store.Owned:
-        """Write the child execution (a detached one pending, with its dispatch)."""
+        """Write the child execution (a detached one pending, with its dispatch). Its secrets
+        are its subject's (``Meta.subject``), else its parent's: forgetting a subject erases
+        them in the runs it started too."""
         first = definition.next_ready(frozenset())
+        subject = ""
+        if definition.has_secrets:
+            subject = definition.subject_of(decode(stored)) or store.subject_of(self.parent_id)
         return store.create_execution(
             reactor=definition.name,
             definition_hash=definition.definition_hash,
             definition_shape=definition.shape,
             inputs=stored,
             secret_paths=definition.input_secret_paths,
+            subject=store.subject_keys.check_subject(subject, f"a run of {definition.name}"),
+            has_secrets=definition.has_secrets,
             status=ExecutionStatus.PENDING if detached else ExecutionStatus.RUNNING,
             owner=None,
             parent=(self.parent_id, self.root_id, step),
@@ -126,7 +133,7 @@ class DatabaseChildRunner(MapRunnerMixin):
                 return _reached(executor, executor.run())
         assert row is not None
         if row.status in FINISHED:
-            return store.outcome_of(row)
+            return store.outcome_of(row, opened=True)
         owned = store.adopt_child(row.id, continuing=row.status != ExecutionStatus.ROLLING_BACK)
         state = RunState.restore(definition, store.run_records(row))
         executor = self._executor(definition, owned, row.inputs, state)
@@ -140,7 +147,7 @@ class DatabaseChildRunner(MapRunnerMixin):
                     delay=reactor_settings.REDISPATCH_AFTER,
                     reason="map_rollback",
                 )
-            return store.outcome_of(store.get_row(row.id))
+            return store.outcome_of(store.get_row(row.id), opened=True)
         return _reached(executor, executor.run())
 
     def accepted(self, step: str) -> tuple[str, ...] | None:
@@ -185,7 +192,7 @@ class DatabaseChildRunner(MapRunnerMixin):
         if row is None:
             raise ReactorError(f"async unit {step!r} of execution {self.parent_id} is missing")
         if row.status in FINISHED:
-            return store.outcome_of(row)
+            return store.outcome_of(row, opened=True)
         waited = (timezone.now() - row.created_at).total_seconds()
         if not wait:
             limit = reactor_settings.ASYNC_PARK_TIMEOUT
@@ -207,7 +214,7 @@ class DatabaseChildRunner(MapRunnerMixin):
                 f"async unit {step!r} (execution {row.id}) did not finish within {timeout:g} s "
                 "(REACTOR['ASYNC_WAIT_TIMEOUT']); is a Celery worker running?"
             )
-        return store.outcome_of(store.get_row(row.id))
+        return store.outcome_of(store.get_row(row.id), opened=True)
 
     def _executor(
         self, definition: ReactorDefinition, owned: store.Owned, inputs: JSONValue, state: RunState

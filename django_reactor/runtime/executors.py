@@ -47,13 +47,15 @@ def for_caller(
     inputs: Mapping[str, object],
     *,
     deadline: dt.datetime | None,
+    subject: str = "",
 ) -> Executor:
-    """The executor of a new run in the process that called ``run()``."""
+    """The executor of a new run in the process that called ``run()`` (``subject``: the
+    run's, whose key seals its secrets)."""
     run_id = owned.execution_id
     return _assemble(
         definition,
         # A new run: no step has a record.
-        store.DatabaseJournal(owned, recorded=set()),
+        store.DatabaseJournal(owned, recorded=set(), subject=subject),
         inputs,
         RunState(next_seq=2),
         _inline_policy(deadline, hand_off=True),
@@ -181,6 +183,7 @@ def _for_stored(
             # An async unit wakes its parent (perhaps parked on it) when it finishes.
             wakes=run.parent_id if run.detached else None,
             recorded=state.recorded,
+            subject=run.subject,
         ),
         decode(run.inputs),
         state,

@@ -11,6 +11,8 @@ state. By what they do:
 - ``workers``: ``resume`` (a worker's task) and ``sweep``;
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``;
 - ``maintenance``: ``prune`` and the ordered-lock queues;
+- ``secrets``: ``forget_subject`` (erasing a subject's secrets), ``rotate_keys``,
+  ``shown_outcome`` (an outcome as the faces show it);
 - ``schedules``: schedules (``services.schedules.create``, ``pause``, ``run_now``, ...) and
   firing their ticks (part of ``sweep``);
 - ``guards``: the checks an operation makes of its call; ``handles``: ``find`` and the
@@ -19,7 +21,7 @@ state. By what they do:
 
 from __future__ import annotations
 
-from . import handles, schedules
+from . import handles, schedules, secrets
 from .deadlines import expire_deadlines
 from .guards import MAX_KEY_LENGTH
 from .handles import find
@@ -33,6 +35,7 @@ from .interrupts import (
 )
 from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
 from .runs import find_by_correlation_id, retry, run, run_in_background
+from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
 from .stuck import StuckRun, stuck_runs
 from .workers import DATABASE_ERROR_RETRIES, resume, sweep
@@ -52,6 +55,7 @@ __all__ = [
     "find",
     "find_by_correlation_id",
     "find_interrupt",
+    "forget_subject",
     "issue_resume_token",
     "ordered_lock",
     "prune",
@@ -59,9 +63,12 @@ __all__ = [
     "resume",
     "resume_interrupt",
     "retry",
+    "rotate_keys",
     "run",
     "run_in_background",
     "schedules",
+    "secrets",
+    "shown_outcome",
     "skip_ordered_run",
     "stuck_runs",
     "sweep",

@@ -34,6 +34,7 @@ from ..exceptions import (
     ReactorError,
     ReactorNotRegistered,
     ResultNotSerializable,
+    SubjectErased,
     UnknownInterrupt,
 )
 from ..runtime import executors
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 
 from .guards import check_key, refuse_open_transaction
+from .secrets import fail_erased
 
 #: How a delivery names an interrupt: its step, or its path through composed children, dotted
 #: (``"checkout.approval"``) or as a sequence (``("checkout", "approval")``).
@@ -188,7 +190,10 @@ def deliver(row: Interrupt, payload: Any, *, background: bool | None = None) -> 
     if not in_background:
         refuse_open_transaction(f"resume execution {where.top_id} inline")
     claim = store.interrupts.claim(
-        row, accepted, inline_owner=None if in_background else store.lease_owner_token()
+        row,
+        accepted,
+        inline_owner=None if in_background else store.lease_owner_token(),
+        secret_paths=spec.secret_result_paths,
     )
     if claim.dispatched:
         return Dispatched(execution_id=where.top_id)
@@ -377,10 +382,14 @@ def _fail_paused(
 
 
 def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outcome:
-    """Run the rest of a run this process just took from ``paused``."""
+    """Run the rest of a run this process just took from ``paused``; a run that needs a
+    secret of a forgotten subject fails instead (``fail_erased``)."""
     row = store.get_row(owned.execution_id)
-    state = RunState.restore(definition, store.run_records(row))
-    executor = executors.for_deliverer(definition, owned, row, state)
+    try:
+        state = RunState.restore(definition, store.run_records(row))
+        executor = executors.for_deliverer(definition, owned, row, state)
+    except SubjectErased as exc:
+        return fail_erased(owned, row, exc)
     try:
         with store.LeaseKeeper(owned):
             outcome = executor.run()
@@ -464,6 +473,7 @@ def _expire(row: Interrupt) -> bool:
                     inline_owner=None,
                     closing_status=InterruptStatus.EXPIRED,
                     ignore_expiry=True,
+                    secret_paths=spec.secret_result_paths if spec is not None else (),
                 )
             except InvalidTransition:
                 return False  # a payload won the race

@@ -143,6 +143,10 @@ def _start(
     background = all_in_background or (
         definition.background is not None and definition.background.mode == "all"
     )
+    inputs = decode(stored_inputs)
+    subject = store.subject_keys.check_subject(
+        definition.subject_of(inputs), f"this run of {definition.name}"
+    )
     try:
         owned = store.create_execution(
             reactor=definition.name,
@@ -150,6 +154,8 @@ def _start(
             definition_shape=definition.shape,
             inputs=stored_inputs,
             secret_paths=definition.input_secret_paths,
+            subject=subject,
+            has_secrets=definition.has_secrets,
             # A background run is written pending with its dispatch; a worker takes it (a run
             # that starts later: scheduled, dispatched for its time).
             status=(
@@ -187,7 +193,6 @@ def _start(
         return _replay(
             conflict.execution_id, wait=definition.background is None and not all_in_background
         )
-    inputs = decode(stored_inputs)
     if definition.coordination:
         # Ordered locks order runs by when they are started, wherever they then run.
         with contextlib.suppress(CoordinationUnavailable):  # the run's entry fails closed
@@ -196,7 +201,9 @@ def _start(
         return Scheduled(execution_id=owned.execution_id, start_at=timing.start_at)
     if background:
         return Dispatched(execution_id=owned.execution_id)
-    executor = executors.for_caller(definition, owned, inputs, deadline=timing.deadline_at)
+    executor = executors.for_caller(
+        definition, owned, inputs, deadline=timing.deadline_at, subject=subject
+    )
     try:
         with store.LeaseKeeper(owned):
             return after_pause(executor.run())
@@ -296,7 +303,8 @@ def retry(execution_id: uuid.UUID | str) -> Outcome:
     background = reactor.definition.background
     if background is None or background.mode != "all":
         refuse_open_transaction(f"retry execution {row.id}")
-    outcome = _start(reactor.definition, row.inputs, retry_of=row.id)
+    # The new run seals its inputs again (a SubjectErased says the subject was forgotten).
+    outcome = _start(reactor.definition, store.secrets.opened(row.inputs), retry_of=row.id)
     store.append_event(row.id, EventKind.RERUN, {"retried_as": str(outcome.execution_id)})
     return outcome
 

@@ -26,6 +26,7 @@ from ..exceptions import (
     LeaseLost,
     ReactorNotRegistered,
     StoredValueUnreadable,
+    SubjectErased,
 )
 from ..runtime import executors
 from ..states import EventKind, ExecutionStatus
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 from .deadlines import expire_deadlines
 from .interrupts import after_pause, expire_interrupts
 from .schedules import fire_due
+from .secrets import fail_erased
 
 DATABASE_ERROR_RETRIES = 3
 
@@ -103,6 +105,8 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             store.stored_shape(row, kept=claim.shape), state.recorded
         )
         _readable_inputs(row)
+    except SubjectErased as exc:
+        return fail_erased(owned, row, exc)
     except StoredValueUnreadable as exc:
         return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
     if problems:
@@ -162,6 +166,8 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
             )
             logger.debug("the lost connection's error", exc_info=True)
             connections[store.USING].close()
+        except SubjectErased as exc:
+            return fail_erased(owned, row, exc)
         except StoredValueUnreadable as exc:
             return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
         except MemoryError:

@@ -22,20 +22,36 @@ It imports nothing above the models, the engine and the settings. Split by what 
   remembered API requests, schedules and their fires;
 - ``time_in_tests``: moving stored times forward for the ``reactor_clock`` fixture (tests only);
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
-  waiting interrupts, the outbox's depth).
+  waiting interrupts, the outbox's depth);
+- ``secrets``, ``keyring``, ``subject_keys``, ``rotation``: secrets sealed at rest (opened where
+  a run decodes them), the configured keys, subjects' data keys (erasure), re-encryption.
 
 The names below are the ones the rest of the package calls as ``store.<name>``.
 """
 
 from __future__ import annotations
 
-from . import dialects, interrupts, maps, outbox, overview, request_keys, schedules, time_in_tests
+from . import (
+    dialects,
+    interrupts,
+    keyring,
+    maps,
+    outbox,
+    overview,
+    request_keys,
+    rotation,
+    schedules,
+    secrets,
+    subject_keys,
+    time_in_tests,
+)
 from .atomic_steps import end_stalled_owners
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
     claim,
     claim_for_worker,
+    end_owned,
     park_for_attention,
     refence,
     request_cancel,
@@ -83,6 +99,7 @@ from .reads import (
     status_of,
     step_rows,
     stored_shape,
+    subject_of,
     unfinished_descendants,
 )
 from .rows import Owned, WorkerClaim
@@ -115,6 +132,7 @@ __all__ = [
     "dialect_for",
     "dialects",
     "due_now",
+    "end_owned",
     "end_stalled_owners",
     "event_rows",
     "execution_exists",
@@ -125,6 +143,7 @@ __all__ = [
     "inputs_digest",
     "inside_user_transaction",
     "interrupts",
+    "keyring",
     "last_seq",
     "launched_steps",
     "lease_owner_token",
@@ -143,14 +162,18 @@ __all__ = [
     "refresh_connections",
     "request_cancel",
     "request_keys",
+    "rotation",
     "run_records",
     "save_coordination_state",
     "schedules",
+    "secrets",
     "side_by_side_limit",
     "start_now",
     "status_of",
     "step_rows",
     "stored_shape",
+    "subject_keys",
+    "subject_of",
     "sweep",
     "time_in_tests",
     "unfinished_descendants",

@@ -10,10 +10,11 @@ rows.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -29,11 +30,12 @@ from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
 from .lease import note_heartbeat
 from .outbox import announce_finished, queue_dispatch
-from .reads import get_row, run_records
+from .reads import get_row, run_records, subject_of
 from .rows import Owned
+from .secrets import Sealer
 
 if TYPE_CHECKING:
-    from ..engine.serialization import JSONValue
+    from ..engine.serialization import JSONObject, JSONValue
 
 
 class DatabaseJournal:
@@ -46,8 +48,12 @@ class DatabaseJournal:
         dialect: dialects.Dialect | None = None,
         wakes: uuid.UUID | None = None,
         recorded: set[str] | None = None,
+        subject: str | None = None,
     ) -> None:
         self.execution_id = owned.execution_id
+        # The run's subject, whose key seals its secrets (None: read when a secret is first
+        # written; a run without secrets never reads it).
+        self._subject = subject
         self.fence = owned.fence
         # The steps with a record, when the caller knows them (a new run: none; a claimed run:
         # those the claim read), kept up to date here: a step without one is inserted without
@@ -68,6 +74,30 @@ class DatabaseJournal:
             .get()
         )
 
+    @functools.cached_property
+    def sealer(self) -> Sealer:
+        """Seals the run's secrets (made when the first is written)."""
+        subject = self._subject
+        return Sealer(subject_of(self.execution_id) if subject is None else subject)
+
+    def sealed(self, batch: JournalBatch) -> JournalBatch:
+        """``batch`` with its secrets sealed: those of the step's arguments and result, and of
+        the run's value. Only a batch that holds secrets is copied; routine ones are left."""
+        step = batch.step
+        if step is not None and (step.secret_arguments or step.secret_result):
+            sealer = self.sealer
+            step = dataclasses.replace(
+                step,
+                arguments=cast("JSONObject", sealer.sealed(step.arguments, step.secret_arguments)),
+                result=sealer.sealed(step.result, step.secret_result),
+            )
+            batch = dataclasses.replace(batch, step=step)
+        if batch.result_secrets and batch.result is not UNSET:
+            batch = dataclasses.replace(
+                batch, result=self.sealer.sealed(batch.result, batch.result_secrets)
+            )
+        return batch
+
     def begin(self, step: str, action: str) -> DatabaseStepTransaction:
         """Open the transaction of an atomic step's ``action`` (see :mod:`.atomic_steps`)."""
         return DatabaseStepTransaction(
@@ -86,6 +116,10 @@ class DatabaseJournal:
         note_heartbeat(self.execution_id, step, details)
 
     def commit(self, batch: JournalBatch) -> str | None:
+        if batch.result_secrets or (
+            batch.step is not None and (batch.step.secret_arguments or batch.step.secret_result)
+        ):
+            batch = self.sealed(batch)
         if (
             self.dialect.one_statement_checkpoint
             and batch.parks_quietly

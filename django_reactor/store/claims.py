@@ -75,13 +75,28 @@ def park_for_attention(
     owned: Owned, *, failure: dict[str, Any], event_kind: str, data: dict[str, Any]
 ) -> None:
     """End an owned run as needs_attention with ``failure``, releasing it; nothing else runs."""
+    end_owned(
+        owned,
+        status=ExecutionStatus.NEEDS_ATTENTION,
+        failure=failure,
+        event_kind=event_kind,
+        data=data,
+    )
+
+
+def end_owned(
+    owned: Owned, *, status: str, failure: dict[str, Any], event_kind: str, data: dict[str, Any]
+) -> None:
+    """End an owned run as ``status`` with ``failure`` and a trace entry, releasing it;
+    nothing else runs. A failed run's waiting interrupts close (a needs-attention run's stay
+    for the person who looks at it)."""
     now = timezone.now()
     with transaction.atomic(using=USING):
         updated = (
             Execution.objects.using(USING)
             .filter(pk=owned.execution_id, fence=owned.fence)
             .update(
-                status=ExecutionStatus.NEEDS_ATTENTION,
+                status=status,
                 failure=failure,
                 lease_owner=None,
                 lease_expires_at=None,
@@ -91,6 +106,8 @@ def park_for_attention(
         )
         if not updated:
             raise LeaseLost(f"execution {owned.execution_id} was taken over by another process")
+        if status == ExecutionStatus.FAILED:
+            close_waiting(owned.execution_id, stop_children=True)
         ExecutionEvent.objects.using(USING).create(
             execution_id=owned.execution_id,
             seq=last_seq(owned.execution_id) + 1,

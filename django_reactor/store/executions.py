@@ -25,6 +25,7 @@ from .dialects import dialect
 from .outbox import queue_dispatch
 from .reads import find_child, find_retry, last_seq
 from .rows import Owned
+from .secrets import Sealer
 from .sleeps import end_due_sleeps
 
 if TYPE_CHECKING:
@@ -63,12 +64,24 @@ def create_execution(
     detached: bool = False,
     wake_at: dt.datetime | None = None,
     deadline_at: dt.datetime | None = None,
+    subject: str = "",
+    has_secrets: bool = False,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
-    Raises IdempotencyConflict (and writes nothing) when the key is taken.
+    The values at ``secret_paths`` are stored sealed (with ``subject``'s key, when given; a
+    run that ``has_secrets`` makes sure its subject has a key before it starts); the digest is
+    of the inputs as given. Raises IdempotencyConflict (and writes nothing) when
+    the key is taken.
     """
     now = timezone.now()
+    digest = inputs_digest(inputs)
+    paths = [list(p) for p in secret_paths]
+    sealer = Sealer(subject)
+    if subject and (paths or has_secrets):
+        sealer.ready()
+    if paths:
+        inputs = sealer.sealed(inputs, paths)
     finished = status not in (
         ExecutionStatus.RUNNING,
         ExecutionStatus.PENDING,
@@ -79,8 +92,9 @@ def create_execution(
         definition_hash=definition_hash,
         status=status,
         inputs=inputs,
-        inputs_digest=inputs_digest(inputs),
-        secret_paths=[list(p) for p in secret_paths],
+        inputs_digest=digest,
+        secret_paths=paths,
+        subject=subject,
         current_step=current_step,
         handed_off=dispatch is not None,
         idempotency_key=idempotency_key,

@@ -17,6 +17,7 @@ import datetime as dt
 import hashlib
 import secrets
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +39,9 @@ from ..models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import EventKind, ExecutionStatus, InterruptStatus, StepStatus
 from .db import USING
 from .outbox import queue_dispatch
-from .reads import get_row, last_seq, parse_id
+from .reads import get_row, last_seq, parse_id, subject_of
 from .rows import Owned
+from .secrets import Sealer
 
 TOKEN_BYTES = 32  # 256 bits
 # Runs that may still take a payload: paused at it, or moving (another payload came first).
@@ -454,8 +456,12 @@ def claim(
     inline_owner: str | None,
     closing_status: str = InterruptStatus.RESUMED,
     ignore_expiry: bool = False,
+    secret_paths: Sequence[Sequence[str]] = (),
 ) -> PayloadClaim:
     """Accept ``payload`` for a waiting interrupt: exactly one delivery wins.
+
+    The values at ``secret_paths`` (the payload serializer's ``write_only`` fields) are stored
+    sealed, with the key of the subject of the run that paused for it.
 
     In one transaction, holding the lock of the run that paused for it (:func:`nesting`): the
     interrupt moves from ``waiting`` (and not expired) to ``closing_status`` with the payload,
@@ -466,6 +472,8 @@ def claim(
     """
     now = timezone.now()
     top = nesting(row).top_id
+    if secret_paths:
+        payload = Sealer(subject_of(row.execution_id)).sealed(payload, secret_paths)
     with transaction.atomic(using=USING):
         execution = Execution.objects.using(USING).select_for_update().get(pk=top)
         if execution.status not in MOVING:

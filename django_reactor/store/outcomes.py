@@ -19,18 +19,28 @@ from ..engine.outcomes import (
     PendingInterrupt,
     Scheduled,
 )
-from ..engine.serialization import readable
+from ..engine.sealing import payloads
+from ..engine.serialization import JSONValue, decode, readable
+from ..exceptions import StoredValueUnreadable
 from ..models import Execution
 from ..states import ExecutionStatus
 from .interrupts import path_of, waiting
+from .secrets import Marks
 
 
-def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
-    """The outcome a caller would have received for the run as stored."""
+def outcome_of(row: Execution, *, replay: bool = False, opened: bool = False) -> Outcome:
+    """The outcome a caller would have received for the run as stored.
+
+    Secrets in a completed run's value show as ``[REDACTED]`` (``[ERASED]``); with
+    ``opened``, for the run that reads a child's value (a composed child, an async unit), they
+    are opened (SubjectErased when its subject was forgotten).
+    """
     status = row.status
     common: dict[str, Any] = {"execution_id": row.id, "idempotent_replay": replay}
     if status == ExecutionStatus.COMPLETED:
-        return Completed(value=readable(row.result), **common)
+        if opened:
+            return Completed(value=_opened(row.result), **common)
+        return Completed(value=readable(row.result, Marks()), **common)
     if status in (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION) and row.failure:
         return Failed(error=ErrorInfo.from_dict(row.failure), status=status, **common)
     if status == ExecutionStatus.HALTED:
@@ -55,3 +65,15 @@ def outcome_of(row: Execution, *, replay: bool = False) -> Outcome:
     if row.handed_off and status in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING):
         return Dispatched(status=status, **common)
     return InProgress(status=status, **common)
+
+
+def _opened(value: JSONValue) -> Any:
+    """``decode(value)`` for a run that uses it, its secrets opened: a secret that cannot be
+    read raises (SubjectErased when its subject was forgotten); a value of this code cannot
+    read without one stays as stored, as a display shows it."""
+    try:
+        return decode(value)
+    except StoredValueUnreadable:
+        if next(payloads(value), None) is not None:
+            raise
+        return value

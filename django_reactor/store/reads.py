@@ -61,6 +61,16 @@ def status_of(execution_id: uuid.UUID) -> str | None:
     )
 
 
+def subject_of(execution_id: uuid.UUID) -> str:
+    """The run's subject (``Execution.subject``: whose key seals its secrets), ``""`` for none."""
+    return str(
+        Execution.objects.using(USING)
+        .filter(pk=execution_id)
+        .values_list("subject", flat=True)
+        .get()
+    )
+
+
 def execution_exists(execution_id: uuid.UUID) -> bool:
     return Execution.objects.using(USING).filter(pk=execution_id).exists()
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import transaction
 
 from django_reactor import services, store
+from django_reactor.engine.serialization import decode
 from django_reactor.exceptions import (
     ExecutionNotFound,
     ReactorError,
@@ -92,8 +95,12 @@ def test_secrets_are_redacted_on_display_and_kept_for_the_steps() -> None:
     assert handle.inputs == {"account": "acc-1", "amount": 25, "pin": "[REDACTED]"}
     assert handle.step("debit").arguments["pin"] == "[REDACTED]"
     row = Execution.objects.get(pk=outcome.execution_id)
-    assert row.inputs["pin"] == "1234"
-    assert StepRecord.objects.get(execution=row, step="debit").arguments["pin"] == "1234"
+    # Stored sealed (tests/integration/test_secrets_at_rest.py reads the raw columns), opened
+    # where the run reads them back.
+    assert decode(row.inputs["pin"]) == "1234"
+    record = StepRecord.objects.get(execution=row, step="debit")
+    assert decode(record.arguments["pin"]) == "1234"
+    assert "1234" not in json.dumps([row.inputs, record.arguments])
 
 
 def test_invalid_inputs_fail_with_field_errors_and_run_nothing() -> None:

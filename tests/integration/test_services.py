@@ -8,6 +8,7 @@ import pytest
 from rest_framework import serializers
 
 from django_reactor import Reactor, Step, arg, services, step
+from django_reactor.engine.serialization import decode
 from django_reactor.exceptions import AlreadyRetried, ExecutionBusy, InvalidTransition
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus, RollbackStatus
@@ -199,7 +200,10 @@ def test_retry_runs_a_failed_execution_again_as_a_new_linked_one() -> None:
     new = services.find(outcome.execution_id)
     assert new.retry_of == failed.execution_id
     assert new.inputs["pin"] == "[REDACTED]"
-    assert Execution.objects.get(pk=outcome.execution_id).inputs["pin"] == "1234"
+    # The retry seals its inputs again, with a token of its own; the steps got the real pin.
+    stored = Execution.objects.get(pk=outcome.execution_id).inputs["pin"]
+    assert stored != Execution.objects.get(pk=failed.execution_id).inputs["pin"]
+    assert decode(stored) == "1234"
     assert ledger.calls == [("run", "debit"), ("run", "credit"), ("run", "notify")]
     assert kinds(failed.execution_id)[-1] == ("rerun", "")
 

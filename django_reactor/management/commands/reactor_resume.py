@@ -187,6 +187,7 @@ class Command(ReactorCommand):
                 background=options["background"],
                 idempotency_key=options["idempotency_key"],
             )
+            outcome = services.shown_outcome(outcome)
         except InvalidPayload as exc:
             raise CommandError(self._invalid_payload(exc)) from exc
         except InterruptNotFound as exc:

@@ -113,6 +113,7 @@ class Command(ReactorCommand):
                 outcome = services.run_in_background(reactor, inputs, idempotency_key=key)
             else:
                 outcome = services.run(reactor, inputs, idempotency_key=key)
+            outcome = services.shown_outcome(outcome)
         except IdempotencyKeyReused as exc:
             raise CommandError(
                 f"cannot run {label}: {sentence(exc)} Nothing was started: give these inputs "

@@ -219,6 +219,8 @@ class Command(ReactorCommand):
             write(f"retry of: {handle.retry_of}")
         if handle.parent_id:
             write(f"parent: {handle.parent_id}")
+        if handle.subject:
+            write(f"subject: {handle.subject}")
         write(f"inputs: {short_json(handle.inputs, 200)}")
         if handle.status == "completed":
             value = displayable(getattr(handle.outcome, "value", None))

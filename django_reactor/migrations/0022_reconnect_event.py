@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_reactor', '0020_parked_runs_index'),
+        ('django_reactor', '0021_subject_keys'),
     ]
 
     operations = [
