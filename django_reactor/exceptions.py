@@ -33,7 +33,18 @@ class ExecutionNotFound(ReactorError, LookupError):
 
 
 class ReactorNotRegistered(ReactorError, LookupError):
-    """An execution names a reactor this process cannot find."""
+    """A name (an execution's, a caller's) names no reactor this process knows.
+
+    ``matches``: the registered names a class name shared by several reactors could mean;
+    ``suggestions``: registered names close to a misspelt one (both may be empty).
+    """
+
+    def __init__(
+        self, message: str, *, matches: tuple[str, ...] = (), suggestions: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.matches = matches
+        self.suggestions = suggestions
 
 
 class InvalidTransition(ReactorError):

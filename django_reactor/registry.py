@@ -7,8 +7,10 @@ path of the class) when it is defined. ``AppConfig.ready()`` imports each instal
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.utils.module_loading import autodiscover_modules, import_string
@@ -71,6 +73,59 @@ class _UnitReactor:
 
     def __init__(self, definition: ReactorDefinition) -> None:
         self.definition = definition
+
+
+def short_name(name: str) -> str:
+    """A registered name without its module (``Refund`` of ``shop.reactors.Refund``)."""
+    return name.rsplit(".", 1)[-1]
+
+
+def resolve(name: str) -> type[Reactor]:
+    """The reactor ``name`` names, the way every face takes a name: its registered name
+    (``Meta.name`` or the class's dotted path), a dotted path to import, or the class name of
+    exactly one registered reactor.
+
+    Raises ReactorNotRegistered otherwise: with ``matches`` when the class name is shared by
+    several reactors, and ``suggestions`` (the registered names close to it) when it names none.
+    """
+    known = all_reactors()
+    if name in known:
+        return known[name]
+    matches = tuple(sorted(n for n in known if short_name(n) == name))
+    if len(matches) == 1:
+        return known[matches[0]]
+    if matches:
+        raise ReactorNotRegistered(
+            f"{name!r} matches several reactors ({', '.join(matches)}); give the full name",
+            matches=matches,
+        )
+    try:
+        return get(name)
+    except ReactorNotRegistered:
+        pass
+    close = suggestions(name, known)
+    if close:
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
+    else:
+        hint = f"known: {', '.join(sorted(known)[:10]) or 'none'}"
+    raise ReactorNotRegistered(
+        f"no reactor named {name!r} is known to this process ({hint}); give its registered "
+        "name (Meta.name or the class's dotted path) or the class name of one registered reactor",
+        suggestions=close,
+    )
+
+
+def suggestions(name: str, known: Iterable[str] | None = None) -> tuple[str, ...]:
+    """Registered names close to ``name`` (a typo, a short name, a moved module), closest
+    first: difflib's close matches on the whole names and on the class names."""
+    names = sorted(all_reactors() if known is None else known)
+    by_short: dict[str, list[str]] = {}
+    for registered in names:
+        by_short.setdefault(short_name(registered), []).append(registered)
+    close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
+    for short in difflib.get_close_matches(short_name(name), list(by_short), n=5, cutoff=0.6):
+        close += [n for n in by_short[short] if n not in close]
+    return tuple(close[:5])
 
 
 def all_reactors() -> dict[str, type[Reactor]]:
