@@ -184,6 +184,27 @@ class OptionalSeconds(Setting[float | None]):
         )
 
 
+class ByReactor(Setting[T]):
+    """A key that may be chosen per reactor: one value for every reactor, or a dict of values
+    by registered reactor name, with ``"default"`` for the others (``RESUME_AUTH``,
+    ``WEBHOOK_SECRETS``). Check E011 reports a dict key that names no registered reactor."""
+
+    #: The dict key whose value applies to the reactors the dict does not name.
+    DEFAULT_KEY = "default"
+
+    def __init__(self, default: T, *, while_unknown: str) -> None:
+        super().__init__(default)
+        #: What a key naming no registered reactor does until it is fixed (for check E011).
+        self.while_unknown = while_unknown
+
+    @classmethod
+    def reactor_keys(cls, value: object) -> list[str]:
+        """The reactor names a configured ``value`` lists (none unless it is a dict)."""
+        if not isinstance(value, Mapping):
+            return []
+        return [str(key) for key in value if key != cls.DEFAULT_KEY]
+
+
 class ReactorSettings:
     """Attribute access to ``settings.REACTOR`` with defaults, cached until settings change.
 
@@ -254,12 +275,19 @@ class ReactorSettings:
     RESUME_TOKENS = Flag(False)
     # How the resume endpoints may be authenticated: "user" (DRF authentication plus the
     # resume_interrupt permission), "webhook" (signed webhooks) and "token" (resume tokens).
-    # A dict {"default": [...], "<reactor name>": [...]} chooses per reactor.
-    RESUME_AUTH = Setting[Sequence[str] | Mapping[str, Sequence[str]]](["user", "webhook", "token"])
+    # A dict {"default": [...], "<reactor name>": [...]} chooses per reactor (registered names;
+    # while a key names no registered reactor, the reactors it does not name accept nothing).
+    RESUME_AUTH = ByReactor[Sequence[str] | Mapping[str, Sequence[str]]](
+        ["user", "webhook", "token"],
+        while_unknown="until it is fixed, the resume endpoints accept no credential for runs "
+        "of the reactors the dict does not name",
+    )
     # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
     # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
     # reactor. Several secrets at once allow rotation.
-    WEBHOOK_SECRETS = Setting[str | Sequence[str] | Mapping[str, str | Sequence[str]]]([])
+    WEBHOOK_SECRETS = ByReactor[str | Sequence[str] | Mapping[str, str | Sequence[str]]](
+        [], while_unknown="a request signed with its secrets resumes no run"
+    )
     # Seconds a signed webhook's timestamp may differ from now (replays outside are refused).
     WEBHOOK_TOLERANCE = Seconds(300)
     # Largest request body the API reads, in bytes (larger: 413 before parsing).

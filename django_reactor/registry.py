@@ -116,16 +116,28 @@ def resolve(name: str) -> type[Reactor]:
 
 
 def suggestions(name: str, known: Iterable[str] | None = None) -> tuple[str, ...]:
-    """Registered names close to ``name`` (a typo, a short name, a moved module), closest
-    first: difflib's close matches on the whole names and on the class names."""
-    names = sorted(all_reactors() if known is None else known)
-    by_short: dict[str, list[str]] = {}
-    for registered in names:
-        by_short.setdefault(short_name(registered), []).append(registered)
-    close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
-    for short in difflib.get_close_matches(short_name(name), list(by_short), n=5, cutoff=0.6):
-        close += [n for n in by_short[short] if n not in close]
-    return tuple(close[:5])
+    """Up to three registered names close to ``name`` (a typo, a class name, a moved module),
+    closest first, and only those nearly as close as the closest. Closeness is difflib's ratio
+    of the class names, or of the whole names when that is above 0.9 (names in one module share
+    most of their letters, so a lower whole-name ratio says little)."""
+    scored: list[tuple[float, str]] = []
+    for registered in sorted(all_reactors() if known is None else known):
+        short = difflib.SequenceMatcher(None, short_name(name), short_name(registered)).ratio()
+        whole = difflib.SequenceMatcher(None, name, registered).ratio()
+        score = max(short, whole if whole > 0.9 else 0.0)
+        if score >= 0.6:
+            scored.append((score, registered))
+    if not scored:
+        return ()
+    scored.sort(key=lambda item: -item[0])
+    best = scored[0][0]
+    return tuple(registered for score, registered in scored if score >= best - 0.1)[:3]
+
+
+def unknown(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` that name no registered reactor, in their order."""
+    known = all_reactors()
+    return [name for name in names if name not in known]
 
 
 def all_reactors() -> dict[str, type[Reactor]]:

@@ -12,8 +12,9 @@ body the database could not store is a 400 before anything runs.
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -36,8 +37,8 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from .. import services, store
-from ..conf import reactor_settings
+from .. import registry, services, store
+from ..conf import ByReactor, ReactorSettings, reactor_settings
 from ..engine.outcomes import Dispatched, InProgress, Outcome, outcome_data
 from ..engine.serialization import unstorable
 from ..exceptions import (
@@ -70,6 +71,8 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
     from rest_framework.authentication import BaseAuthentication
     from rest_framework.permissions import BasePermission
+
+logger = logging.getLogger("django_reactor.api")
 
 TOKEN_HEADER = "Reactor-Resume-Token"
 # Answers a repeat of the request (same key, same body) gets again. Others (401, 403, 404, a
@@ -583,11 +586,34 @@ def _visible(request: Request, execution_id: uuid.UUID) -> bool:
 
 
 def _allowed_modes(reactor: str) -> list[str]:
+    """The credentials ``REACTOR["RESUME_AUTH"]`` accepts for runs of ``reactor``.
+
+    Fails closed: while a key of the dict names no registered reactor (a typo, a class name,
+    check E011), the reactors it does not name accept nothing, for the key may have been meant
+    for any of them, and ``"default"`` could accept more than it meant to.
+    """
     setting = reactor_settings.RESUME_AUTH
-    if isinstance(setting, dict):
-        chosen = setting.get(reactor, setting.get("default", ["user", "webhook", "token"]))
-    else:
-        chosen = setting
+    if not isinstance(setting, Mapping):
+        return [str(mode) for mode in setting or ()]
+    if reactor in setting:
+        return [str(mode) for mode in setting[reactor] or ()]
+    unknown = registry.unknown(ByReactor.reactor_keys(setting))
+    if unknown:
+        logger.error(
+            "refused to resume a run of %s: REACTOR['RESUME_AUTH'] has entries for %s, which "
+            "name no registered reactor, so no credential is accepted for the reactors it does "
+            "not name (check django_reactor.E011; key each entry by a registered name)",
+            reactor,
+            ", ".join(repr(name) for name in unknown),
+        )
+        raise ApiError(
+            401,
+            f"runs of {reactor} cannot be resumed through the API until the server's "
+            "REACTOR['RESUME_AUTH'] setting is fixed (it names a reactor that is not "
+            "registered; its operators see check django_reactor.E011)",
+            code="credential_not_accepted",
+        )
+    chosen = setting.get(ByReactor.DEFAULT_KEY, ReactorSettings.RESUME_AUTH.default)
     return [str(mode) for mode in chosen or ()]
 
 
