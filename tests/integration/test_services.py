@@ -431,7 +431,7 @@ def test_run_in_background_takes_a_reactor_by_name() -> None:
 
 def test_a_misspelt_reactor_name_is_refused_with_the_close_names_and_starts_nothing() -> None:
     before = Execution.objects.count()
-    with pytest.raises(ReactorNotRegistered, match="did you mean 'tests.services.NamedLookup'"):
+    with pytest.raises(ReactorNotRegistered, match=r"did you mean 'tests\.services\.NamedLookup'"):
         services.run("NamedLokup", {"amount": 1})
     with pytest.raises(ReactorNotRegistered) as refused:
         services.run("tests.services.NamedLookp", {"amount": 1})
