@@ -137,7 +137,7 @@ def _by_reactor_messages(raw: dict[str, Any]) -> list[CheckMessage]:
                     f"REACTOR[{key!r}] has an entry for {name!r}, which names no registered "
                     f"reactor: {setting.while_unknown}.",
                     hint=f"{guess}Key each entry by a reactor's registered name (Meta.name or "
-                    f"the class's dotted path), or \"default\". Known reactors: "
+                    f'the class\'s dotted path), or "default". Known reactors: '
                     f"{shown or 'none'}.",
                     id="django_reactor.E011",
                 )
