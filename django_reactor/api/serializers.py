@@ -164,7 +164,8 @@ class ExecutionDetailSerializer(ExecutionSerializer):
 #: the OpenAPI schema (a ``pattern``), which schema-driven clients and fuzzers read. It wants a
 #: character: a blank value never reaches validators (DRF answers it first), and for a field
 #: that may be blank drf-spectacular offers the empty string as the other branch of a oneOf.
-NO_NUL = RegexValidator(r"^[^\x00]+$", message="Null characters are not allowed.")
+NO_NUL_PATTERN = r"^[^\x00]+$"
+NO_NUL = RegexValidator(NO_NUL_PATTERN, message="Null characters are not allowed.")
 
 
 class TextField(serializers.CharField):

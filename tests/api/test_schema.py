@@ -201,6 +201,22 @@ def test_the_schema_says_what_the_validation_refuses(anonymous: APIClient) -> No
     ]
     assert page_size["schema"] == {"type": "integer", "minimum": 1}
     assert "500" in page_size["description"]
+    # An empty filter filters nothing (django-filter), and text filters take no NUL.
+    filters = {
+        p["name"]: p
+        for p in paths["/reactor/executions/"]["get"]["parameters"]
+        if p["name"] not in ("cursor", "page_size")
+    }
+    assert set(filters) == {
+        "reactor",
+        "status",
+        "correlation_id",
+        "created_after",
+        "created_before",
+    }
+    assert all(p["allowEmptyValue"] is True for p in filters.values())
+    assert filters["reactor"]["schema"]["pattern"] == filters["correlation_id"]["schema"]["pattern"]
+    assert "\\x00" in filters["reactor"]["schema"]["pattern"]
     no_nul = "^[^\\u0000]+$"
     for name in ("ResumeRequest", "CorrelationResumeRequest"):
         properties = schema["components"]["schemas"][name]["properties"]
