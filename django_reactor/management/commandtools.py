@@ -347,6 +347,7 @@ class SteeringCommand(ReactorCommand):
     to each execution id given, report each, and fail at the end if any was refused."""
 
     action = ""  # the verb, as in "cannot <action> execution ..."
+    done = ""  # its past participle, as in "2 of 3 execution(s) could not be <done>"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -414,22 +415,13 @@ class SteeringCommand(ReactorCommand):
         if options["json"]:
             self.stdout.write(dumps(results))
         if refused:
+            where = "the JSON output" if options["json"] else "the messages above"
             raise CommandError(
-                f"{refused} of {len(ids)} execution(s) could not be {self.past_tense}; see the "
-                "messages above"
-                if not options["json"]
-                else f"{refused} of {len(ids)} execution(s) could not be {self.past_tense}; see "
-                "the JSON output"
+                f"{refused} of {len(ids)} execution(s) could not be {self.done}; see {where}"
             )
         if failed and not options.get("exit_zero"):
             raise CommandError(
-                f"{failed} of {len(ids)} {self.past_tense} run(s) failed (the outcome is above); "
+                f"{failed} of {len(ids)} {self.done} run(s) failed (the outcome is above); "
                 "pass --exit-zero to exit 0 whatever the runs' outcomes",
                 returncode=1,
             )
-
-    @property
-    def past_tense(self) -> str:
-        return {"cancel": "cancelled", "undo": "undone", "retry": "retried"}.get(
-            self.action, self.action
-        )
