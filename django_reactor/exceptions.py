@@ -107,6 +107,12 @@ class LeaseLost(ReactorError):
     """This process no longer owns the run: another owner took it (fence moved on)."""
 
 
+class WrongDatabase(ReactorError):
+    """A task message was published for another database than this process's: the web
+    processes and this worker are configured with different ``DATABASES``. The message is
+    refused (never run, never taken as done); the message says which database is which."""
+
+
 class IdempotencyKeyReused(ReactorError):
     """An idempotency key was reused with different inputs."""
 

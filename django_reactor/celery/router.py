@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from celery import Task
 
 from ..conf import reactor_settings
+from ..store.identity import this_database
 from ..store.outbox import QueuedDispatch
 from . import tasks
+from .tasks import database_headers
 
 try:  # the trace context for the tasks' headers, when OpenTelemetry is installed
     from ..otel import trace_headers
@@ -23,7 +25,8 @@ except ImportError:
 
 logger = logging.getLogger("django_reactor.celery")
 
-#: The task each dispatch kind becomes; its only argument is the execution id (or the map id).
+#: The task each dispatch kind becomes; its only argument is the execution id (or the map id);
+#: its headers name the run's database (``tasks.DATABASE_HEADER``).
 TASKS = {
     "resume": tasks.resume,
     "map": tasks.map_elements,
@@ -44,8 +47,13 @@ class CeleryPublisher:
         """Send each dispatch; return the ids sent. One the broker refuses is logged and left
         unsent, for the sweeper to publish again."""
         queue = reactor_settings.CELERY_QUEUE
-        # Metadata only (W3C traceparent/tracestate): the messages stay identity-only.
-        headers = trace_headers() if trace_headers is not None else None
+        # Metadata only (the run's database, W3C traceparent/tracestate): the messages' bodies
+        # stay identity-only.
+        database = this_database()
+        headers = {
+            **(database_headers(database) if database is not None else {}),
+            **((trace_headers() or {}) if trace_headers is not None else {}),
+        }
         options: dict[str, object] = {}
         if queue:
             options["queue"] = queue

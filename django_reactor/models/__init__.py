@@ -4,6 +4,7 @@
   ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
 - ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``;
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
+- ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
 
 The database is the source of truth for every run. Rows are written by ``django_reactor.store``
@@ -21,6 +22,7 @@ from ..coordination.models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
+from .database import DatabaseIdentity
 from .maps import MapChunk, MapResult, MapRun
 from .runs import (
     STEP_RECORD_UNIQUE,
@@ -39,6 +41,7 @@ __all__ = [
     "ApiRequest",
     "CoordinationKey",
     "CoordinationLock",
+    "DatabaseIdentity",
     "Definition",
     "Dispatch",
     "Execution",
