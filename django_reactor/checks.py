@@ -9,6 +9,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from .api.signatures import configured_secrets
 from .conf import (
     DEFAULTS,
+    ByReactor,
     Count,
     FernetKeys,
     Flag,
@@ -23,8 +24,8 @@ from .coordination.coordinator import coordinated
 from .coordination.validation import settings_problems
 from .engine import timevalues
 from .engine.observers import RunObserver
-from .exceptions import InvalidTime, ReactorImproperlyConfigured
-from .registry import all_reactors
+from .exceptions import InvalidTime, ReactorImproperlyConfigured, ReactorNotRegistered
+from .registry import all_reactors, resolve, suggestions
 
 
 @register()
@@ -68,8 +69,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         elif isinstance(setting, OptionalText):
             messages.append(Error(problem, id="django_reactor.E005"))
         elif isinstance(setting, FernetKeys):
-            messages.append(Error(problem, id="django_reactor.E011"))
+            messages.append(Error(problem, id="django_reactor.E012"))
     messages += _api_messages(raw)
+    messages += _by_reactor_messages(raw)
     modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
         messages.append(
@@ -130,6 +132,45 @@ def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
         )
     messages += _middleware_messages(raw)
     return messages
+
+
+def _by_reactor_messages(raw: dict[str, Any]) -> list[CheckMessage]:
+    """``E011``: a key of a per-reactor setting that names no registered reactor (it applies
+    to no run; the message says what the setting does meanwhile)."""
+    known = sorted(all_reactors())
+    shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+    messages: list[CheckMessage] = []
+    for key, setting in ReactorSettings.declared().items():
+        if not isinstance(setting, ByReactor):
+            continue
+        for name in setting.reactor_keys(raw.get(key, setting.default)):
+            if name in known:
+                continue
+            meant = _meant(name)
+            guess = f"Did you mean {meant[0]!r}? " if len(meant) == 1 else ""
+            if len(meant) > 1:
+                guess = f"Did you mean {meant[0]!r} (or {', '.join(map(repr, meant[1:]))})? "
+            messages.append(
+                Error(
+                    f"REACTOR[{key!r}] has an entry for {name!r}, which names no registered "
+                    f"reactor: {setting.while_unknown}.",
+                    hint=f"{guess}Key each entry by a reactor's registered name (Meta.name or "
+                    f'the class\'s dotted path), or "default". Known reactors: '
+                    f"{shown or 'none'}.",
+                    id="django_reactor.E011",
+                )
+            )
+    return messages
+
+
+def _meant(name: str) -> tuple[str, ...]:
+    """The registered names a key that names no reactor was probably meant as: the reactor it
+    resolves to (a class name, the class's dotted path under another ``Meta.name``), else the
+    close names."""
+    try:
+        return (resolve(name).definition.name,)
+    except ReactorNotRegistered as exc:
+        return exc.matches or suggestions(name)
 
 
 def _middleware_messages(raw: dict[str, Any]) -> list[CheckMessage]:

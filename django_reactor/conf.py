@@ -218,6 +218,27 @@ def _is_fernet_key(text: str) -> bool:
         return False
 
 
+class ByReactor(Setting[T]):
+    """A key that may be chosen per reactor: one value for every reactor, or a dict of values
+    by registered reactor name, with ``"default"`` for the others (``RESUME_AUTH``,
+    ``WEBHOOK_SECRETS``). Check E011 reports a dict key that names no registered reactor."""
+
+    #: The dict key whose value applies to the reactors the dict does not name.
+    DEFAULT_KEY = "default"
+
+    def __init__(self, default: T, *, while_unknown: str) -> None:
+        super().__init__(default)
+        #: What a key naming no registered reactor does until it is fixed (for check E011).
+        self.while_unknown = while_unknown
+
+    @classmethod
+    def reactor_keys(cls, value: object) -> list[str]:
+        """The reactor names a configured ``value`` lists (none unless it is a dict)."""
+        if not isinstance(value, Mapping):
+            return []
+        return [str(key) for key in value if key != cls.DEFAULT_KEY]
+
+
 class ReactorSettings:
     """Attribute access to ``settings.REACTOR`` with defaults, cached until settings change.
 
@@ -292,12 +313,19 @@ class ReactorSettings:
     RESUME_TOKENS = Flag(False)
     # How the resume endpoints may be authenticated: "user" (DRF authentication plus the
     # resume_interrupt permission), "webhook" (signed webhooks) and "token" (resume tokens).
-    # A dict {"default": [...], "<reactor name>": [...]} chooses per reactor.
-    RESUME_AUTH = Setting[Sequence[str] | Mapping[str, Sequence[str]]](["user", "webhook", "token"])
+    # A dict {"default": [...], "<reactor name>": [...]} chooses per reactor (registered names;
+    # while a key names no registered reactor, the reactors it does not name accept nothing).
+    RESUME_AUTH = ByReactor[Sequence[str] | Mapping[str, Sequence[str]]](
+        ["user", "webhook", "token"],
+        while_unknown="until it is fixed, the resume endpoints accept no credential for runs "
+        "of the reactors the dict does not name",
+    )
     # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
     # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
     # reactor. Several secrets at once allow rotation.
-    WEBHOOK_SECRETS = Setting[str | Sequence[str] | Mapping[str, str | Sequence[str]]]([])
+    WEBHOOK_SECRETS = ByReactor[str | Sequence[str] | Mapping[str, str | Sequence[str]]](
+        [], while_unknown="a request signed with its secrets resumes no run"
+    )
     # The Fernet keys that seal secrets at rest (write_only inputs and the arguments made of
     # them, secret results, an interrupt payload's write_only fields, subjects' data keys),
     # newest first: new writes use the first, reads try each. Empty: keys derived (HKDF) from

@@ -40,7 +40,18 @@ class ExecutionNotFound(ReactorError, LookupError):
 
 
 class ReactorNotRegistered(ReactorError, LookupError):
-    """An execution names a reactor this process cannot find."""
+    """A name (an execution's, a caller's) names no reactor this process knows.
+
+    ``matches``: the registered names a class name shared by several reactors could mean;
+    ``suggestions``: registered names close to a misspelt one (both may be empty).
+    """
+
+    def __init__(
+        self, message: str, *, matches: tuple[str, ...] = (), suggestions: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.matches = matches
+        self.suggestions = suggestions
 
 
 class InvalidTransition(ReactorError):
@@ -101,6 +112,12 @@ class StepTimedOut(ReactorError):
 
 class LeaseLost(ReactorError):
     """This process no longer owns the run: another owner took it (fence moved on)."""
+
+
+class WrongDatabase(ReactorError):
+    """A task message was published for another database than this process's: the web
+    processes and this worker are configured with different ``DATABASES``. The message is
+    refused (never run, never taken as done); the message says which database is which."""
 
 
 class IdempotencyKeyReused(ReactorError):

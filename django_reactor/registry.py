@@ -7,8 +7,10 @@ path of the class) when it is defined. ``AppConfig.ready()`` imports each instal
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.utils.module_loading import autodiscover_modules, import_string
@@ -71,6 +73,71 @@ class _UnitReactor:
 
     def __init__(self, definition: ReactorDefinition) -> None:
         self.definition = definition
+
+
+def short_name(name: str) -> str:
+    """A registered name without its module (``Refund`` of ``shop.reactors.Refund``)."""
+    return name.rsplit(".", 1)[-1]
+
+
+def resolve(name: str) -> type[Reactor]:
+    """The reactor ``name`` names, the way every face takes a name: its registered name
+    (``Meta.name`` or the class's dotted path), a dotted path to import, or the class name of
+    exactly one registered reactor.
+
+    Raises ReactorNotRegistered otherwise: with ``matches`` when the class name is shared by
+    several reactors, and ``suggestions`` (the registered names close to it) when it names none.
+    """
+    known = all_reactors()
+    if name in known:
+        return known[name]
+    matches = tuple(sorted(n for n in known if short_name(n) == name))
+    if len(matches) == 1:
+        return known[matches[0]]
+    if matches:
+        raise ReactorNotRegistered(
+            f"{name!r} matches several reactors ({', '.join(matches)}); give the full name",
+            matches=matches,
+        )
+    try:
+        return get(name)
+    except ReactorNotRegistered:
+        pass
+    close = suggestions(name, known)
+    if close:
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
+    else:
+        hint = f"known: {', '.join(sorted(known)[:10]) or 'none'}"
+    raise ReactorNotRegistered(
+        f"no reactor named {name!r} is known to this process ({hint}); give its registered "
+        "name (Meta.name or the class's dotted path) or the class name of one registered reactor",
+        suggestions=close,
+    )
+
+
+def suggestions(name: str, known: Iterable[str] | None = None) -> tuple[str, ...]:
+    """Up to three registered names close to ``name`` (a typo, a class name, a moved module),
+    closest first, and only those nearly as close as the closest. Closeness is difflib's ratio
+    of the class names, or of the whole names when that is above 0.9 (names in one module share
+    most of their letters, so a lower whole-name ratio says little)."""
+    scored: list[tuple[float, str]] = []
+    for registered in sorted(all_reactors() if known is None else known):
+        short = difflib.SequenceMatcher(None, short_name(name), short_name(registered)).ratio()
+        whole = difflib.SequenceMatcher(None, name, registered).ratio()
+        score = max(short, whole if whole > 0.9 else 0.0)
+        if score >= 0.6:
+            scored.append((score, registered))
+    if not scored:
+        return ()
+    scored.sort(key=lambda item: -item[0])
+    best = scored[0][0]
+    return tuple(registered for score, registered in scored if score >= best - 0.1)[:3]
+
+
+def unknown(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` that name no registered reactor, in their order."""
+    known = all_reactors()
+    return [name for name in names if name not in known]
 
 
 def all_reactors() -> dict[str, type[Reactor]]:

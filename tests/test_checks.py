@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_reactor.checks import check_database, check_settings
@@ -48,8 +52,8 @@ def test_default_settings_pass() -> None:
         ({"STEP_TIMEOUT": float("inf")}, ["django_reactor.E002"]),
         ({"STEP_TIMEOUT": 1e15}, ["django_reactor.E002"]),
         ({"STEP_TIMEOUT": 3600}, []),
-        ({"ENCRYPTION_KEYS": "one-key"}, ["django_reactor.E011"]),
-        ({"ENCRYPTION_KEYS": ["not-a-fernet-key"]}, ["django_reactor.E011"]),
+        ({"ENCRYPTION_KEYS": "one-key"}, ["django_reactor.E012"]),
+        ({"ENCRYPTION_KEYS": ["not-a-fernet-key"]}, ["django_reactor.E012"]),
         ({"ENCRYPTION_KEYS": ["A" * 43 + "="]}, []),
     ],
 )
@@ -73,7 +77,10 @@ def test_a_duration_setting_no_date_can_hold_is_reported_plainly() -> None:
     )
 
 
-TYPED = sorted(n for n, s in ReactorSettings.declared().items() if type(s) is not Setting)
+# The keys whose values are coerced to a type (the others are checked where they are used).
+TYPED = sorted(
+    n for n, s in ReactorSettings.declared().items() if type(s).coerce is not Setting.coerce
+)
 
 
 @pytest.mark.parametrize("name", TYPED)
@@ -198,3 +205,51 @@ def test_middleware_entries_are_checked(settings: Any) -> None:
     assert "not a RunObserver subclass" in messages[1].msg
     settings.REACTOR = {"MIDDLEWARE": ["django_reactor.observability.LogObserver"]}
     assert check_settings() == []
+
+
+def test_a_per_reactor_key_that_names_no_registered_reactor_is_an_error(settings: Any) -> None:
+    settings.REACTOR = {
+        "RESUME_AUTH": {
+            "default": ["user"],
+            "PlaceOrder": ["token"],  # a class name
+            "testproject.example.reactors.ApproveRefnd": ["webhook"],  # a typo
+            "testproject.example.reactors.ApproveRefund": ["user", "token"],  # right
+        },
+        "WEBHOOK_SECRETS": {"default": ["one"], "shop.Restock": ["two"]},
+    }
+    found = [m for m in check_settings() if m.id == "django_reactor.E011"]
+    assert [m.level for m in found] == [checks.ERROR] * 3
+    by_key = {m.msg.split("entry for ", 1)[1].split(",", 1)[0]: m for m in found}
+    assert set(by_key) == {
+        "'PlaceOrder'",
+        "'testproject.example.reactors.ApproveRefnd'",
+        "'shop.Restock'",
+    }
+    assert by_key["'PlaceOrder'"].msg.startswith("REACTOR['RESUME_AUTH'] has an entry")
+    assert "the resume endpoints accept no credential" in by_key["'PlaceOrder'"].msg
+    assert by_key["'PlaceOrder'"].hint.startswith(
+        "Did you mean 'testproject.example.reactors.PlaceOrder'?"
+    )
+    assert by_key["'testproject.example.reactors.ApproveRefnd'"].hint.startswith(
+        "Did you mean 'testproject.example.reactors.ApproveRefund'?"
+    )
+    restock = by_key["'shop.Restock'"]
+    assert restock.msg.startswith("REACTOR['WEBHOOK_SECRETS'] has an entry")
+    assert "Did you mean 'testproject.example.reactors.RestockProduct'?" in restock.hint
+    for message in found:  # every message names the reactors this process knows
+        assert "Known reactors: " in message.hint
+        assert "testproject.example.reactors.PlaceOrder" in message.hint
+
+
+def test_per_reactor_settings_keyed_by_registered_names_pass(settings: Any) -> None:
+    settings.REACTOR = {
+        "RESUME_AUTH": {"default": ["user"], "testproject.example.reactors.PlaceOrder": ["token"]},
+        "WEBHOOK_SECRETS": {"testproject.example.reactors.RestockProduct": ["two"]},
+    }
+    assert check_settings() == []
+
+
+def test_manage_py_check_fails_on_a_misspelt_per_reactor_key(settings: Any) -> None:
+    settings.REACTOR = {**settings.REACTOR, "RESUME_AUTH": {"Checkout": ["user"]}}
+    with pytest.raises(SystemCheckError, match=r"django_reactor\.E011"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())

@@ -10,12 +10,16 @@ semi-join on the interrupts' index (no join that repeats runs, so no ``DISTINCT`
 Messages carry the value as a parameter (``%(value)s``), never inside the message itself:
 django-filter formats every message with its parameters, and a ``%`` typed by the client would
 be read as a placeholder.
+
+The OpenAPI schema says what the filters take (:class:`ExecutionFilterScheme`): an empty value
+filters nothing (``allowEmptyValue``, as django-filter reads it), and text has no NUL (which a
+text field refuses).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import django_filters
 from django import forms
@@ -26,13 +30,16 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django_filters.fields import BaseCSVField
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.contrib.django_filters import DjangoFilterExtension
 
 from ..engine import timevalues
 from ..exceptions import InvalidTime
 from ..models import Execution, Interrupt
 from ..states import ExecutionStatus
+from .serializers import NO_NUL_PATTERN
 
 if TYPE_CHECKING:
+    from drf_spectacular.openapi import AutoSchema
     from rest_framework.request import Request
 
 
@@ -136,3 +143,25 @@ class ExecutionFilterBackend(DjangoFilterBackend):
             return None
         html: str | None = super().to_html(request, queryset, view)
         return html
+
+
+class ExecutionFilterScheme(DjangoFilterExtension):
+    """The filters' parameters in the OpenAPI schema, as drf-spectacular describes a
+    django-filter backend's, and what the filters also take or refuse: an empty value (it
+    filters nothing) and, in text, no NUL."""
+
+    target_class = "django_reactor.api.filters.ExecutionFilterBackend"
+    priority = 1  # over drf-spectacular's own extension for every django-filter backend
+
+    def get_schema_operation_parameters(
+        self, auto_schema: AutoSchema, *args: object, **kwargs: object
+    ) -> list[dict[str, Any]]:
+        parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(
+            auto_schema, *args, **kwargs
+        )
+        for parameter in parameters:
+            parameter["allowEmptyValue"] = True
+            schema = parameter["schema"]
+            if schema.get("type") == "string" and "format" not in schema:
+                schema["pattern"] = NO_NUL_PATTERN
+        return parameters

@@ -26,12 +26,20 @@ if TYPE_CHECKING:
 
 
 class BodyRefused(ParseError):
-    """A 400 with ``code`` ``parse_error``: the body is not JSON, or cannot be stored."""
+    """A 400 with ``code`` ``parse_error``: the body is not JSON, or cannot be stored.
 
-    def __init__(self, message: str) -> None:
+    ``errors``: for a JSON object with members that cannot be stored, the messages of each
+    such member (``{"reason": ["..."]}``), as field errors are given.
+    """
+
+    def __init__(self, message: str, errors: dict[str, list[str]] | None = None) -> None:
         # A dict detail is answered as it is, so the body has the API's usual shape.
-        super().__init__({"detail": message, "code": "parse_error"})
+        detail: dict[str, object] = {"detail": message, "code": "parse_error"}
+        if errors:
+            detail["errors"] = errors
+        super().__init__(detail)
         self.message = message
+        self.errors = errors or {}
 
 
 class _Refused(Exception):
@@ -108,8 +116,24 @@ def load(raw: bytes, *, encoding: str | None = None, max_depth: int = MAX_DEPTH)
         )
     reason = unstorable(data)
     if reason is not None:
-        raise BodyRefused(f"the body cannot be stored: {reason}; remove it and send again")
+        raise BodyRefused(
+            f"the body cannot be stored: {reason}; remove it and send again", _members(data)
+        )
     return data
+
+
+def _members(data: JSONValue) -> dict[str, list[str]]:
+    """Why each member of an object body cannot be stored, by its name; a name that cannot
+    be stored itself is reported under ``non_field_errors`` (it is no field's name)."""
+    if not isinstance(data, dict):
+        return {}
+    errors: dict[str, list[str]] = {}
+    for name, value in data.items():
+        if unstorable(name) is not None:
+            errors.setdefault("non_field_errors", []).append(f"a member's name: {unstorable(name)}")
+        elif (why := unstorable(value)) is not None:
+            errors[name] = [why]
+    return errors
 
 
 class StorableJSONParser(JSONParser):

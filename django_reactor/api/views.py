@@ -12,8 +12,9 @@ body the database could not store is a 400 before anything runs.
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -36,8 +37,8 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from .. import services, store
-from ..conf import reactor_settings
+from .. import registry, services, store
+from ..conf import ByReactor, ReactorSettings, reactor_settings
 from ..engine.outcomes import Dispatched, InProgress, Outcome, outcome_data
 from ..engine.serialization import unstorable
 from ..exceptions import (
@@ -53,10 +54,11 @@ from ..exceptions import (
 )
 from ..models import Execution, Interrupt
 from . import signatures
+from .authentication import ApiAuthentication
 from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
 from .filters import ExecutionFilterBackend, ExecutionFilterSet
 from .parsers import BodyRefused, StorableJSONParser, load
-from .permissions import authentication_classes, permission_classes, scoped
+from .permissions import permission_classes, scoped
 from .serializers import (
     CancelRequestSerializer,
     CorrelationResumeRequestSerializer,
@@ -68,8 +70,9 @@ from .throttling import ResumeRateThrottle
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
-    from rest_framework.authentication import BaseAuthentication
     from rest_framework.permissions import BasePermission
+
+logger = logging.getLogger("django_reactor.api")
 
 TOKEN_HEADER = "Reactor-Resume-Token"
 # Answers a repeat of the request (same key, same body) gets again. Others (401, 403, 404, a
@@ -133,6 +136,31 @@ class ExecutionPagination(CursorPagination):
         except DjangoValidationError:  # a forged cursor whose position is not a date
             raise NotFound(self.invalid_cursor_message) from None
 
+    def get_page_size(self, request: Request) -> int:
+        """``page_size`` when given: a whole number of at least 1 (a 400 naming the parameter
+        otherwise, never a silent default), at most ``max_page_size``."""
+        name = self.page_size_query_param
+        raw = request.query_params.get(name)
+        if raw is None:
+            return self.page_size
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+            raise ValidationError(
+                {name: [f"must be a whole number from 1 (up to {self.max_page_size} are "
+                        f"returned), got {raw[:40]!a}"]}
+            )  # fmt: skip
+        return min(int(raw), self.max_page_size)
+
+    def get_schema_operation_parameters(self, view: object) -> list[dict[str, Any]]:
+        parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+                parameter["description"] = (
+                    f"Runs per page (default {self.page_size}); more than "
+                    f"{self.max_page_size} gives {self.max_page_size}."
+                )
+        return parameters
+
 
 def _described(description: str) -> OpenApiResponse:
     """A documented answer whose body is a JSON object."""
@@ -162,7 +190,7 @@ STEER_REFUSED = _error(
     retrieve=extend_schema(responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS}),
 )
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution]):
+class ExecutionViewSet(ApiErrorsMixin, ApiAuthentication, viewsets.ReadOnlyModelViewSet[Execution]):
     """Read executions; cancel, undo or retry one (each needs its permission)."""
 
     parser_classes = [StorableJSONParser]
@@ -173,12 +201,6 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
 
     def get_permissions(self) -> list[BasePermission]:
         return [permission() for permission in permission_classes()]
-
-    def get_authenticators(self) -> list[BaseAuthentication]:
-        configured = authentication_classes()
-        if configured is None:
-            return super().get_authenticators()
-        return [authenticator() for authenticator in configured]
 
     def get_queryset(self) -> QuerySet[Execution]:
         # The list is filtered by ExecutionFilterSet (filter_queryset); a run's detail reads its
@@ -200,7 +222,10 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
     @extend_schema(
         responses={
             200: ExecutionSerializer(many=True),
-            400: _error('A filter is wrong: code invalid, errors {"<parameter>": ["why"]}.'),
+            400: _error(
+                'A filter or page_size is wrong: code invalid, errors {"<parameter>": ["why"]}; '
+                "or the Authorization header holds a NUL (code invalid_header)."
+            ),
             **ACCESS_ANSWERS,
             404: _error("The cursor is not one the API made."),
         },
@@ -214,8 +239,10 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         responses={
             200: ExecutionDetailSerializer,
             400: _error(
-                "The body is not JSON or holds what cannot be stored (code parse_error), or "
-                'reason is not a string (code invalid, errors {"reason": ["why"]}).'
+                "The body is not JSON or holds what cannot be stored (code parse_error, with "
+                'errors {"reason": ["why"]} when the reason holds it), the body is not an '
+                'object, or reason is not a string (code invalid, errors {"reason": ["why"]}), '
+                "or the Authorization header holds a NUL (code invalid_header)."
             ),
             **ACCESS_ANSWERS,
             409: STEER_REFUSED,
@@ -227,9 +254,15 @@ class ExecutionViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Execution])
         """Stop the run without rolling anything back (a running run stops after its step)."""
         row = self.get_object()
         # The parser refused what cannot be stored (NUL, lone surrogates) already.
-        reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
-        if not isinstance(reason, str):
-            raise ValidationError({"reason": ["must be a string"]})
+        if not isinstance(request.data, dict):
+            raise ApiError(
+                400, 'the body must be a JSON object, such as {"reason": "..."}, or empty',
+                code="invalid",
+            )  # fmt: skip
+        body = CancelRequestSerializer(data=request.data)
+        if not body.is_valid():
+            raise ValidationError(body.errors)
+        reason = str(body.validated_data.get("reason", ""))
         return self._steer(lambda: services.cancel(row.id, reason=reason[:1000]), row)
 
     @extend_schema(
@@ -328,7 +361,7 @@ CREDENTIAL_PARAMETERS = [
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ResumeView(ApiErrorsMixin, APIView):
+class ResumeView(ApiErrorsMixin, ApiAuthentication, APIView):
     """Deliver a payload to an interrupt (base of the three resume endpoints)."""
 
     permission_classes: list[type[BasePermission]] = []
@@ -449,12 +482,6 @@ class ResumeView(ApiErrorsMixin, APIView):
                 raise ApiError(403, str(message), code="permission_denied")
         return Credential("user", f"user:{user.pk}")
 
-    def get_authenticators(self) -> list[BaseAuthentication]:
-        configured = authentication_classes()
-        if configured is None:
-            return super().get_authenticators()
-        return [authenticator() for authenticator in configured]
-
     def perform_authentication(self, request: Request) -> None:
         """Authenticate the user only when the user is the credential.
 
@@ -490,7 +517,8 @@ class ResumeView(ApiErrorsMixin, APIView):
             # Content-Type says, through the parser every view uses.
             parsed = load(body, max_depth=MAX_JSON_DEPTH)
         except BodyRefused as exc:
-            raise ApiError(400, exc.message, code="parse_error") from None
+            fields = {"errors": exc.errors} if exc.errors else {}
+            raise ApiError(400, exc.message, code="parse_error", **fields) from None
         if not isinstance(parsed, dict):
             raise ApiError(
                 400, 'the body must be a JSON object: {"step": ..., "payload": {...}}',
@@ -583,11 +611,34 @@ def _visible(request: Request, execution_id: uuid.UUID) -> bool:
 
 
 def _allowed_modes(reactor: str) -> list[str]:
+    """The credentials ``REACTOR["RESUME_AUTH"]`` accepts for runs of ``reactor``.
+
+    Fails closed: while a key of the dict names no registered reactor (a typo, a class name,
+    check E011), the reactors it does not name accept nothing, for the key may have been meant
+    for any of them, and ``"default"`` could accept more than it meant to.
+    """
     setting = reactor_settings.RESUME_AUTH
-    if isinstance(setting, dict):
-        chosen = setting.get(reactor, setting.get("default", ["user", "webhook", "token"]))
-    else:
-        chosen = setting
+    if not isinstance(setting, Mapping):
+        return [str(mode) for mode in setting or ()]
+    if reactor in setting:
+        return [str(mode) for mode in setting[reactor] or ()]
+    unknown = registry.unknown(ByReactor.reactor_keys(setting))
+    if unknown:
+        logger.error(
+            "refused to resume a run of %s: REACTOR['RESUME_AUTH'] has entries for %s, which "
+            "name no registered reactor, so no credential is accepted for the reactors it does "
+            "not name (check django_reactor.E011; key each entry by a registered name)",
+            reactor,
+            ", ".join(repr(name) for name in unknown),
+        )
+        raise ApiError(
+            401,
+            f"runs of {reactor} cannot be resumed through the API until the server's "
+            "REACTOR['RESUME_AUTH'] setting is fixed (it names a reactor that is not "
+            "registered; its operators see check django_reactor.E011)",
+            code="credential_not_accepted",
+        )
+    chosen = setting.get(ByReactor.DEFAULT_KEY, ReactorSettings.RESUME_AUTH.default)
     return [str(mode) for mode in chosen or ()]
 
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from celery import Task
+
 from ..conf import reactor_settings
+from ..store.identity import this_database
 from ..store.outbox import QueuedDispatch
 from . import tasks
+from .tasks import database_headers
 
 try:  # the trace context for the tasks' headers, when OpenTelemetry is installed
     from ..otel import trace_headers
@@ -21,7 +25,8 @@ except ImportError:
 
 logger = logging.getLogger("django_reactor.celery")
 
-#: The task each dispatch kind becomes; its only argument is the execution id (or the map id).
+#: The task each dispatch kind becomes; its only argument is the execution id (or the map id);
+#: its headers name the run's database (``tasks.DATABASE_HEADER``).
 TASKS = {
     "resume": tasks.resume,
     "map": tasks.map_elements,
@@ -42,59 +47,57 @@ class CeleryPublisher:
         """Send each dispatch; return the ids sent. One the broker refuses is logged and left
         unsent, for the sweeper to publish again."""
         queue = reactor_settings.CELERY_QUEUE
-        # Metadata only (W3C traceparent/tracestate): the messages stay identity-only.
-        headers = trace_headers() if trace_headers is not None else None
+        # Metadata only (the run's database, W3C traceparent/tracestate): the messages' bodies
+        # stay identity-only.
+        database = this_database()
+        headers = {
+            **(database_headers(database) if database is not None else {}),
+            **((trace_headers() or {}) if trace_headers is not None else {}),
+        }
+        options: dict[str, object] = {}
+        if queue:
+            options["queue"] = queue
+        if headers:
+            options["headers"] = headers
         together = (
             [d for d in dispatches if d.task == "resume" and d.countdown <= 0]
             if len(dispatches) > 1
             else []
         )
-        sent = self._publish_together(together, queue, headers)
+        sent: list[int] = []
+        for start in range(0, len(together), BATCH):
+            chunk = together[start : start + BATCH]
+            ids = [str(item.execution_id) for item in chunk]
+            if _send(tasks.resume_many, ids, options, f"{len(chunk)} executions"):
+                sent.extend(item.dispatch_id for item in chunk)
         alone = {id(item) for item in together}
         for item in dispatches:
             if id(item) in alone:
                 continue
-            options: dict[str, object] = {}
-            if queue:
-                options["queue"] = queue
-            if headers:
-                options["headers"] = headers
-            if item.countdown > 0:
-                options["countdown"] = item.countdown
             task = TASKS.get(item.task, tasks.resume)
             target = item.map_id if task is not tasks.resume else item.execution_id
-            try:
-                task.apply_async(args=[str(target)], **options)
-            except Exception:
-                logger.warning(
-                    "could not publish the task for execution %s; the sweeper will publish it",
-                    item.execution_id,
-                    exc_info=True,
-                )
-                continue
-            sent.append(item.dispatch_id)
+            countdown = {"countdown": item.countdown} if item.countdown > 0 else {}
+            if _send(task, str(target), {**options, **countdown}, f"execution {item.execution_id}"):
+                sent.append(item.dispatch_id)
         return sent
 
-    @staticmethod
-    def _publish_together(
-        dispatches: Sequence[QueuedDispatch], queue: str | None, headers: object
-    ) -> list[int]:
-        sent: list[int] = []
-        for start in range(0, len(dispatches), BATCH):
-            chunk = dispatches[start : start + BATCH]
-            options: dict[str, object] = {"queue": queue} if queue else {}
-            if headers:
-                options["headers"] = headers
-            try:
-                tasks.resume_many.apply_async(
-                    args=[[str(item.execution_id) for item in chunk]], **options
-                )
-            except Exception:
-                logger.warning(
-                    "could not publish the task for %d executions; the sweeper will publish it",
-                    len(chunk),
-                    exc_info=True,
-                )
-                continue
-            sent.extend(item.dispatch_id for item in chunk)
-        return sent
+
+def _send(task: Task, argument: object, options: dict[str, object], what: str) -> bool:
+    """Publish one message; False when the broker refused it.
+
+    The dispatch stays in the outbox, so the run is safe: one WARNING line says so, and the
+    traceback (kombu's, chained through its retries) goes to DEBUG.
+    """
+    try:
+        task.apply_async(args=[argument], **options)
+    except Exception as exc:
+        logger.warning(
+            "could not publish the task for %s (%s: %s); the run is safe in the database and "
+            "the sweeper will publish it again once the broker answers",
+            what,
+            type(exc).__name__,
+            (str(exc).strip().splitlines() or [""])[0][:200],
+        )
+        logger.debug("publishing the task for %s failed", what, exc_info=True)
+        return False
+    return True

@@ -1,18 +1,26 @@
-"""The Celery tasks. Their messages carry an execution id and nothing else (plus, with
-OpenTelemetry installed, the publisher's trace context in the headers)."""
+"""The Celery tasks. Their messages carry an execution id (or a map id) and nothing else; their
+headers name the database the run was written to (:data:`DATABASE_HEADER`, see
+``store.identity``) and, with OpenTelemetry installed, carry the publisher's trace context.
+
+A worker configured with another database than the message's refuses it: an ERROR naming both
+databases, and the message rejected (never run, never taken as done; the sweeper of the right
+database publishes the work again). A message without the header (an older publisher) is taken
+as before."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from celery import Task, shared_task
+from celery.exceptions import Reject
 
 from .. import services
+from ..exceptions import WrongDatabase
 from ..runtime import maps
-from ..store import refresh_connections
+from ..store import DatabaseMark, refresh_connections
 
 try:  # join the publisher's trace while the task runs, when OpenTelemetry is installed
     from ..otel import task_context
@@ -20,6 +28,44 @@ except ImportError:
     from contextlib import nullcontext as task_context  # type: ignore[assignment]
 
 logger = logging.getLogger("django_reactor.celery")
+
+#: The header naming the identity of the database a message's run was written to, and the one
+#: naming that database for people (``NAME on HOST:PORT``).
+DATABASE_HEADER = "django_reactor_database"
+DATABASE_NAME_HEADER = "django_reactor_database_name"
+
+
+def database_headers(mark: DatabaseMark) -> dict[str, str]:
+    """The headers a message for a run written to the database ``mark`` carries."""
+    return {DATABASE_HEADER: mark.identity, DATABASE_NAME_HEADER: mark.name}
+
+
+def published_for(request: Any) -> DatabaseMark | None:
+    """The database a task's message was published for (from its headers, which Celery gives
+    as the request's ``headers`` or copies onto its attributes); None without one."""
+    headers = getattr(request, "headers", None)
+
+    def header(name: str) -> object:
+        value = headers.get(name) if isinstance(headers, Mapping) else None
+        return getattr(request, name, None) if value is None else value
+
+    identity = header(DATABASE_HEADER)
+    if not isinstance(identity, str) or not identity:
+        return None
+    name = header(DATABASE_NAME_HEADER)
+    return DatabaseMark(identity, name if isinstance(name, str) and name else "(unnamed)")
+
+
+@contextlib.contextmanager
+def _refusing_other_databases() -> Iterator[None]:
+    """A message for another database is logged at ERROR and rejected: not run, and not
+    acknowledged as done (on a broker with dead-lettering, it goes there)."""
+    try:
+        yield
+    except WrongDatabase as exc:
+        logger.error("%s", exc)
+        refused = "the message is for another database (see the ERROR before)"
+        raise Reject(refused, requeue=False) from None
 
 
 @contextlib.contextmanager
@@ -46,8 +92,8 @@ def _task_connections() -> Iterator[None]:
 )
 def resume(self: Task, execution_id: str) -> None:
     """Take the run over (if nobody owns it) and execute it from its last checkpoint."""
-    with _task_connections(), task_context(self.request):
-        services.resume(execution_id)
+    with _task_connections(), task_context(self.request), _refusing_other_databases():
+        services.resume(execution_id, published_for=published_for(self.request))
 
 
 @shared_task(
@@ -61,10 +107,13 @@ def resume_many(self: Task, execution_ids: list[str]) -> None:
     """``resume`` each run, one after the other (the sweeper's wake-ups come in batches). A
     run that raises is logged and the others go on; a worker that dies leaves the rest to the
     sweeper, which publishes their dispatches again."""
-    with _task_connections(), task_context(self.request):
+    database = published_for(self.request)
+    with _task_connections(), task_context(self.request), _refusing_other_databases():
         for execution_id in execution_ids:
             try:
-                services.resume(execution_id)
+                services.resume(execution_id, published_for=database)
+            except WrongDatabase:
+                raise  # the message's runs are all in another database
             except Exception:
                 logger.exception("resuming execution %s failed", execution_id)
             refresh_connections()
@@ -79,8 +128,8 @@ def resume_many(self: Task, execution_ids: list[str]) -> None:
 )
 def map_elements(self: Task, map_id: str) -> None:
     """Run pending elements of a fanned-out map, a chunk at a time, until none is left."""
-    with _task_connections(), task_context(self.request):
-        maps.work(map_id, forward=True)
+    with _task_connections(), task_context(self.request), _refusing_other_databases():
+        maps.work(map_id, forward=True, published_for=published_for(self.request))
 
 
 @shared_task(
@@ -92,8 +141,8 @@ def map_elements(self: Task, map_id: str) -> None:
 )
 def map_rollback(self: Task, map_id: str) -> None:
     """Undo succeeded elements of a fanned-out map, highest index first, until none is left."""
-    with _task_connections(), task_context(self.request):
-        maps.work(map_id, forward=False)
+    with _task_connections(), task_context(self.request), _refusing_other_databases():
+        maps.work(map_id, forward=False, published_for=published_for(self.request))
 
 
 @shared_task(name="django_reactor.sweep", ignore_result=True)

@@ -82,26 +82,29 @@ def sentence(text: object) -> str:
 
 
 def reactor_name(name: str, option: str = "--reactor") -> str:
-    """The registered name of the reactor ``name`` names (registered name, dotted path or a
-    unique class name); CommandError otherwise."""
-    known = registry.all_reactors()
-    if name in known:
-        return name
-    matches = sorted(n for n in known if n.rsplit(".", 1)[-1] == name)
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        raise CommandError(
-            f"{option} {name!r} matches several reactors ({', '.join(matches)}); give the full name"
-        )
+    """The registered name of the reactor ``name`` names (``registry.resolve``: registered
+    name, dotted path or a unique class name); CommandError otherwise."""
     try:
-        return registry.get(name).definition.name
-    except ReactorNotRegistered:
-        listed = ", ".join(sorted(known)[:10]) or "none"
-        raise CommandError(
-            f"{option} {name!r}: no reactor of that name is known to this process (known: "
-            f"{listed}). Give the registered name (Meta.name or the class's dotted path)."
-        ) from None
+        return registry.resolve(name).definition.name
+    except ReactorNotRegistered as exc:
+        if exc.matches:
+            raise CommandError(
+                f"{option} {name!r} matches several reactors ({', '.join(exc.matches)}); give "
+                "the full name"
+            ) from None
+        raise CommandError(f"{option} {name!r}: {unknown_reactor(exc)}") from None
+
+
+def unknown_reactor(exc: ReactorNotRegistered) -> str:
+    """What a command says of a name that names no reactor: close names, else the known ones."""
+    if exc.suggestions:
+        hint = f"did you mean {' or '.join(exc.suggestions)}?"
+    else:
+        hint = f"known: {', '.join(sorted(registry.all_reactors())[:10]) or 'none'}"
+    return (
+        f"no reactor of that name is known to this process ({hint}). Give the registered name "
+        "(Meta.name or the class's dotted path) or a unique class name."
+    )
 
 
 SHORT_ID_LENGTH = 8  # what the admin and reactor_list show
@@ -357,6 +360,7 @@ class SteeringCommand(ReactorCommand):
     to each execution id given, report each, and fail at the end if any was refused."""
 
     action = ""  # the verb, as in "cannot <action> execution ..."
+    done = ""  # its past participle, as in "2 of 3 execution(s) could not be <done>"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -424,22 +428,13 @@ class SteeringCommand(ReactorCommand):
         if options["json"]:
             self.stdout.write(dumps(results))
         if refused:
+            where = "the JSON output" if options["json"] else "the messages above"
             raise CommandError(
-                f"{refused} of {len(ids)} execution(s) could not be {self.past_tense}; see the "
-                "messages above"
-                if not options["json"]
-                else f"{refused} of {len(ids)} execution(s) could not be {self.past_tense}; see "
-                "the JSON output"
+                f"{refused} of {len(ids)} execution(s) could not be {self.done}; see {where}"
             )
         if failed and not options.get("exit_zero"):
             raise CommandError(
-                f"{failed} of {len(ids)} {self.past_tense} run(s) failed (the outcome is above); "
+                f"{failed} of {len(ids)} {self.done} run(s) failed (the outcome is above); "
                 "pass --exit-zero to exit 0 whatever the runs' outcomes",
                 returncode=1,
             )
-
-    @property
-    def past_tense(self) -> str:
-        return {"cancel": "cancelled", "undo": "undone", "retry": "retried"}.get(
-            self.action, self.action
-        )

@@ -12,7 +12,9 @@ wraps as any long line does, and every cell stays whole.
 from __future__ import annotations
 
 import io
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -44,7 +46,8 @@ UNBOUNDED_WIDTH = 1_000_000
 
 
 class ReactorCommand(BaseCommand):
-    """Base of the ``reactor_*`` commands: remembers ``--force-color`` for :func:`colours`."""
+    """Base of the ``reactor_*`` commands: remembers ``--force-color`` for :func:`colours`, and
+    ends quietly when the reader of its output goes away (``reactor_list | head -1``)."""
 
     force_color = False
 
@@ -61,6 +64,19 @@ class ReactorCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> Any:
         self.force_color = bool(options.get("force_color"))
         return super().execute(*args, **options)
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """Run from the command line. When standard output is a pipe its reader closed, exit
+        1 without a word: the reader wanted no more (Python would print a traceback, and
+        another when it flushed the output at exit). Whatever the command did before its
+        output stopped is done; what it would have done after is not."""
+        try:
+            super().run_from_argv(argv)
+            sys.stdout.flush()  # inside the try: buffered output meets the closed pipe here
+        except BrokenPipeError:
+            # Nothing more can be written; flushing at exit must not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
 
 
 def colours(command: BaseCommand) -> bool:

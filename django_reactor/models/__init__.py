@@ -5,6 +5,7 @@
 - ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``;
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
+- ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
 
 The database is the source of truth for every run. Rows are written by ``django_reactor.store``
@@ -22,6 +23,7 @@ from ..coordination.models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
+from .database import DatabaseIdentity
 from .keys import SubjectKey
 from .maps import MapChunk, MapResult, MapRun
 from .runs import (
@@ -41,6 +43,7 @@ __all__ = [
     "ApiRequest",
     "CoordinationKey",
     "CoordinationLock",
+    "DatabaseIdentity",
     "Definition",
     "Dispatch",
     "Execution",

@@ -446,10 +446,17 @@ def _queryset_batches(queryset: QuerySet[Any], model_rows: bool) -> Iterator[lis
 # ---------------------------------------------------------------------------- the work
 
 
-def work(map_id: uuid.UUID | str, *, forward: bool) -> None:
-    """Entry point of the element tasks: run (or undo) elements of the map until none is left."""
+def work(
+    map_id: uuid.UUID | str, *, forward: bool, published_for: store.DatabaseMark | None = None
+) -> None:
+    """Entry point of the element tasks: run (or undo) elements of the map until none is left.
+
+    ``published_for``: the database the task's message was published for; a map this database
+    does not have raises WrongDatabase when that is another database (see ``store.identity``).
+    """
     run = store.reconnecting(lambda: store.maps.get(map_id), what=f"reading map {map_id}")
     if run is None:
+        store.refuse_foreign(published_for, f"the task for the elements of map {map_id}")
         logger.warning("map %s no longer exists; nothing to do", map_id)
         return
     spec = _spec_of(run)

@@ -1,20 +1,35 @@
-"""The checks an operation makes of its call before it changes anything: an idempotency
-key, an open transaction, a composed child steered on its own."""
+"""The checks an operation makes of its call before it changes anything: the reactor named,
+an idempotency key, an open transaction, a composed child steered on its own."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import store
+from .. import registry, store
 from ..conf import reactor_settings
 from ..engine.serialization import safe_repr, unstorable
-from ..exceptions import InvalidTransition, ReactorError, TransactionActive
+from ..exceptions import InvalidTransition, ReactorError, ReactorNotRegistered, TransactionActive
 
 if TYPE_CHECKING:
     from ..models import Execution
+    from ..reactor import Reactor
 
 
 MAX_KEY_LENGTH = 255
+
+
+def reactor_named(reactor: type[Reactor] | str) -> type[Reactor]:
+    """``reactor``, or the reactor a name names, as every face takes names
+    (``registry.resolve``: the registered name, a dotted path, the class name of one
+    registered reactor); ReactorNotRegistered, with close names, when it names none."""
+    if not isinstance(reactor, str):
+        return reactor
+    if ":" in reactor:
+        raise ReactorNotRegistered(
+            f"{reactor!r} names an async step's unit, not a reactor; run the reactor that "
+            "declares it"
+        )
+    return registry.resolve(reactor)
 
 
 def check_key(key: Any) -> None:

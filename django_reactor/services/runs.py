@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..reactor import Reactor
 
 
-from .guards import check_key, refuse_child, refuse_open_transaction
+from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
 from .handles import find
 from .interrupts import after_pause
 from .timing import Timing
@@ -54,7 +54,7 @@ logger = logging.getLogger("django_reactor.services")
 
 
 def run(
-    reactor: type[Reactor],
+    reactor: type[Reactor] | str,
     inputs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
@@ -62,7 +62,12 @@ def run(
     delay: dt.timedelta | float | None = None,
     deadline: dt.timedelta | dt.datetime | None = None,
 ) -> Outcome:
-    """Validate ``inputs`` and run ``reactor`` in this process. See ``Reactor.run``."""
+    """Validate ``inputs`` and run ``reactor`` in this process. See ``Reactor.run``.
+
+    ``reactor`` is the class or its name: the registered name, a dotted path or the class
+    name of one registered reactor (ReactorNotRegistered, with close names, otherwise).
+    """
+    reactor = reactor_named(reactor)
     return _run(
         reactor,
         inputs,
@@ -264,9 +269,10 @@ def _replay(execution_id: uuid.UUID, *, wait: bool = True) -> Outcome:
         pause = min(pause * 2, 0.25)
 
 
-def find_by_correlation_id(correlation_id: str, *, reactor: type[Reactor]) -> ExecutionHandle:
-    """The run of ``reactor`` waiting (or last waiting) under ``correlation_id``; raises
-    InterruptNotFound."""
+def find_by_correlation_id(correlation_id: str, *, reactor: type[Reactor] | str) -> ExecutionHandle:
+    """The run of ``reactor`` (the class or its name, as :func:`run` takes it) waiting (or
+    last waiting) under ``correlation_id``; raises InterruptNotFound."""
+    reactor = reactor_named(reactor)
     row = store.interrupts.find(correlation_id=correlation_id, reactor=reactor.definition.name)
     # An interrupt of a composed child: the run of ``reactor`` at the top, which paused for it.
     return find(store.interrupts.nesting(row).top_id, reactor=reactor)
@@ -310,7 +316,7 @@ def retry(execution_id: uuid.UUID | str) -> Outcome:
 
 
 def run_in_background(
-    reactor: type[Reactor],
+    reactor: type[Reactor] | str,
     inputs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
@@ -322,6 +328,8 @@ def run_in_background(
     :func:`run`. A reused ``idempotency_key`` returns the run holding it (``idempotent_replay``)
     when the inputs match, and raises IdempotencyKeyReused otherwise. Inside
     ``transaction.atomic()`` the run is created with your transaction and its task is published
-    when it commits.
+    when it commits. ``reactor`` is the class or its name, as :func:`run` takes it.
     """
-    return _run(reactor, inputs, idempotency_key=idempotency_key, all_in_background=True)
+    return _run(
+        reactor_named(reactor), inputs, idempotency_key=idempotency_key, all_in_background=True
+    )

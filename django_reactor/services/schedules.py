@@ -37,6 +37,7 @@ from ..states import CatchUp, FireOutcome, Overlap
 from ..store.schedules import Decision, FireRow, ScheduleRow
 from . import runs
 from .cadence import Cadence, check_cron, check_zone, parse_every
+from .guards import reactor_named
 
 if TYPE_CHECKING:
     from ..reactor import Reactor
@@ -325,14 +326,10 @@ def _clean(values: Mapping[str, Any], *, current: ScheduleRow | None) -> dict[st
         errors["reactor"] = ["choose the reactor to run"]
     else:
         try:
-            reactor = registry.get(name)
+            reactor = reactor_named(name)
             out["reactor"] = reactor.definition.name
-        except ReactorNotRegistered:
-            known = ", ".join(sorted(registry.all_reactors())[:10]) or "none"
-            errors["reactor"] = [
-                f"no reactor named {name!r} is known to this process (known: {known}); give "
-                "its registered name (Meta.name or the class's dotted path)"
-            ]
+        except ReactorNotRegistered as exc:
+            errors["reactor"] = [str(exc)]
 
     cron = str(values.get("cron") or "").strip()
     every = values.get("every")

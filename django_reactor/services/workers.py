@@ -46,12 +46,18 @@ DATABASE_ERROR_RETRIES = 3
 logger = logging.getLogger("django_reactor.services")
 
 
-def resume(execution_id: uuid.UUID | str) -> Outcome | None:
+def resume(
+    execution_id: uuid.UUID | str, *, published_for: store.DatabaseMark | None = None
+) -> Outcome | None:
     """Run an execution from its last checkpoint in this process (the worker's task).
 
     Takes the run only if nobody owns it: a duplicate delivery, a finished run or a retry that
     is not due yet does nothing. Completed steps are not run again; a step that was in flight
     when the previous owner died runs again (use its idempotency key for external calls).
+
+    ``published_for``: the database the task's message was published for. An execution this
+    database does not have raises WrongDatabase when that is another database (the worker is
+    configured with other ``DATABASES`` than the web processes), instead of being ignored.
 
     A broken database connection is reconnected (the claim and the run carry on from what the
     database holds); a stored run this code cannot read, and an error of the engine itself,
@@ -72,6 +78,7 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
                 "execution %s is running elsewhere, finished or not due; delivery ignored", key
             )
         else:
+            store.refuse_foreign(published_for, f"the task resuming execution {key}")
             logger.warning("resume task for unknown execution %s; ignored", key)
         return None
     row = claim.row

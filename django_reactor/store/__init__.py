@@ -3,6 +3,8 @@
 It imports nothing above the models, the engine and the settings. Split by what it stores:
 
 - ``db``: the database alias, connection repair and retries (``reconnecting``);
+- ``identity``: which database this is, for the task messages (``this_database``,
+  ``refuse_foreign``);
 - ``dialects``: the database-dependent operations, chosen once per alias (``dialect()``,
   ``dialect_for(alias)``): the generic ORM store, and PostgreSQL's in hand-written SQL;
 - ``sql``: every hand-written statement, named, and the one function that sends them
@@ -79,6 +81,7 @@ from .executions import (
     wake_now,
     wake_waiter,
 )
+from .identity import DatabaseMark, refuse_foreign, this_database
 from .lease import Heartbeat, Kept, LeaseKeeper, lease_owner_token
 from .outbox import QueuedDispatch, queue_dispatch
 from .outcomes import outcome_of
@@ -111,6 +114,7 @@ __all__ = [
     "USING",
     "ChildExists",
     "DatabaseJournal",
+    "DatabaseMark",
     "Heartbeat",
     "IdempotencyConflict",
     "Kept",
@@ -160,6 +164,7 @@ __all__ = [
     "reconnecting",
     "refence",
     "refresh_connections",
+    "refuse_foreign",
     "request_cancel",
     "request_keys",
     "rotation",
@@ -175,6 +180,7 @@ __all__ = [
     "subject_keys",
     "subject_of",
     "sweep",
+    "this_database",
     "time_in_tests",
     "unfinished_descendants",
     "wake_now",

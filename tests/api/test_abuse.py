@@ -23,6 +23,7 @@ from django_reactor import Paused, services
 from django_reactor.api import signatures
 from django_reactor.models import ApiRequest, Execution, ExecutionEvent, Interrupt
 from tests.api.conftest import (
+    OLD_SECRET,
     SECRET,
     client_for,
     make_user,
@@ -525,6 +526,76 @@ def test_a_webhook_secret_of_another_reactor_is_401(anonymous: APIClient, settin
     assert ("run", "refund") not in ledger.calls
     settings.REACTOR = {**settings.REACTOR, "WEBHOOK_SECRETS": {"tests.ApiRefund": [SECRET]}}
     assert post(anonymous, url(execution_id), raw, **signed_headers(raw)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "resume_auth",
+    [
+        {"ApiRefund": ["user"]},  # a class name, and no "default": all three, until now
+        {"default": ["user", "webhook", "token"], "tests.ApiRefnd": ["user"]},  # a typo
+    ],
+    ids=["class-name-no-default", "misspelt-with-default"],
+)
+def test_a_resume_auth_key_that_names_no_reactor_never_widens_access(
+    anonymous: APIClient,
+    operator: APIClient,
+    settings: Any,
+    resume_auth: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings.REACTOR = {**settings.REACTOR, "RESUME_AUTH": resume_auth}
+    refund = paused_run()
+    background = ApiRefundInBackground.run({}).execution_id
+    raw = resume_body(PAYLOAD)
+    with caplog.at_level(logging.ERROR, logger="django_reactor.api"):
+        answers = {
+            "token on ApiRefund": post(
+                anonymous,
+                "/reactor/resume/",
+                raw,
+                **{"Reactor-Resume-Token": services.issue_resume_token(refund, "approval")},
+            ),
+            "webhook on ApiRefund": post(anonymous, url(refund), raw, **signed_headers(raw)),
+            "user on ApiRefund": post(operator, url(refund), raw),
+            "user on another reactor": post(operator, url(background), raw),
+        }
+    for label, response in answers.items():
+        assert response.status_code == 401, (label, response.content)
+        body = response.json()
+        assert body["code"] == "credential_not_accepted", label
+        assert "REACTOR['RESUME_AUTH']" in body["detail"], label
+    assert_untouched(refund)  # a refusal is not remembered: once fixed, a retry is answered
+    assert Execution.objects.get(pk=background).status == "paused"
+    logged = [r.getMessage() for r in caplog.records if r.name == "django_reactor.api"]
+    assert len(logged) == 4
+    bad_key = next(k for k in resume_auth if k != "default")
+    assert all(repr(bad_key) in message and "E011" in message for message in logged)
+    # Keyed by the registered name, the entry applies; the others use "default" (all three).
+    settings.REACTOR = {**settings.REACTOR, "RESUME_AUTH": {"tests.ApiRefund": ["user"]}}
+    token = services.issue_resume_token(background, "approval")
+    assert (
+        post(anonymous, url(background), raw, **{"Reactor-Resume-Token": token}).status_code == 202
+    )
+    assert post(operator, url(refund), raw).status_code == 200
+
+
+def test_a_webhook_secret_under_a_key_that_names_no_reactor_resumes_nothing(
+    anonymous: APIClient, settings: Any
+) -> None:
+    settings.REACTOR = {
+        **settings.REACTOR,
+        "WEBHOOK_SECRETS": {"ApiRefund": [SECRET], "default": [OLD_SECRET]},
+    }
+    execution_id = paused_run()
+    raw = resume_body(PAYLOAD)
+    refused = post(anonymous, url(execution_id), raw, **signed_headers(raw))
+    assert refused.status_code == 401
+    assert refused.json()["code"] == "bad_signature"
+    assert Execution.objects.get(pk=execution_id).status == "paused"
+    assert ("run", "refund") not in ledger.calls
+    # The "default" secrets stay good for every reactor, as documented.
+    accepted = post(anonymous, url(execution_id), raw, **signed_headers(raw, secret=OLD_SECRET))
+    assert accepted.status_code == 200, accepted.content
 
 
 # ---------------------------------------------------------------------------- concurrency

@@ -249,10 +249,23 @@ def test_cursor_pagination_walks_every_row_once_newest_first(operator: APIClient
     assert seen == expected
     back = operator.get(page["previous"]).json()
     assert [row["id"] for row in back["results"]] == expected[3:6]
-    # A page_size that is not a positive number falls back to the default (50).
-    assert len(operator.get(f"{LIST}?page_size=0").json()["results"]) == 7
-    assert len(operator.get(f"{LIST}?page_size=abc").json()["results"]) == 7
+    # More than 500 asks for 500; no page_size, the default (50).
+    assert len(operator.get(f"{LIST}?page_size=9999").json()["results"]) == 7
+    assert len(operator.get(LIST).json()["results"]) == 7
     assert operator.get(f"{LIST}?cursor=not-a-cursor").status_code == 404
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "null", "", "1.5", " 3", "\u0663"])
+def test_a_page_size_that_is_not_a_positive_whole_number_is_400(
+    operator: APIClient, value: str
+) -> None:
+    bare_rows(2)
+    response = operator.get(LIST, {"page_size": value})
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "invalid"
+    (message,) = body["errors"]["page_size"]
+    assert message.startswith("must be a whole number from 1"), message
 
 
 def test_list_rows_carry_no_inputs_steps_or_trace(operator: APIClient) -> None:
@@ -437,11 +450,44 @@ def test_cancel_refuses_a_finished_run(operator: APIClient) -> None:
         assert Execution.objects.get(pk=execution_id).status == status
 
 
-def test_a_nul_character_in_the_cancel_reason_is_not_a_server_error() -> None:
+def test_a_nul_character_in_the_cancel_reason_is_a_400_naming_the_reason() -> None:
     execution_id = paused_run()
     client = client_for(user_with("cancel_execution"), raise_request_exception=False)
     response = client.post(action(execution_id, "cancel"), {"reason": "a\x00b"}, format="json")
-    assert response.status_code < 500
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "parse_error"
+    assert "NUL character" in response.json()["errors"]["reason"][0]
+    assert Execution.objects.get(pk=execution_id).status == "paused"
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "field"),
+    [
+        (b"[1, 2]", "invalid", None),
+        (b'"stop"', "invalid", None),
+        (b"5", "invalid", None),
+        (b"null", "invalid", None),
+        (b'{"reason": 5}', "invalid", "reason"),
+        (b'{"reason": null}', "invalid", "reason"),
+        (b'{"reason": ["a"]}', "invalid", "reason"),
+    ],
+)
+def test_a_cancel_body_that_is_not_an_object_with_a_text_reason_is_400(
+    operator: APIClient, body: bytes, code: str, field: str | None
+) -> None:
+    execution_id = paused_run()
+    response = operator.post(action(execution_id, "cancel"), body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    answer = response.json()
+    assert answer["code"] == code
+    if field is None:
+        assert "must be a JSON object" in answer["detail"]
+    else:
+        assert list(answer["errors"]) == [field]
+    assert Execution.objects.get(pk=execution_id).status == "paused"
+    empty = operator.post(action(execution_id, "cancel"), b"{}", content_type="application/json")
+    assert empty.status_code == 200, empty.content
+    assert Execution.objects.get(pk=execution_id).status == "cancelled"
 
 
 def test_undo_rolls_a_completed_run_back(operator: APIClient) -> None:

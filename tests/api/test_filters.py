@@ -71,6 +71,7 @@ def test_several_wrong_filters_are_reported_together(operator: APIClient) -> Non
 
 
 def test_empty_filters_filter_nothing(operator: APIClient) -> None:
+    # As the schema says (allowEmptyValue: true; tests/api/test_schema.py).
     Execution.objects.create(reactor="tests.ApiRefund", status="completed", definition_hash="x")
     query = "reactor=&status=&correlation_id=&created_after=&created_before="
     assert len(operator.get(f"{LIST}?{query}").json()["results"]) == 1

@@ -65,13 +65,17 @@ def post(client: APIClient, path: str, raw: bytes, **headers: Any) -> Any:
 
 
 def assert_refused(response: Any, code: str, word: str, label: str = "") -> None:
-    """A 400 with exactly the API's error shape, whose detail names the problem."""
+    """A 400 with exactly the API's error shape, whose detail names the problem; when the
+    problem is a member of the body's object, ``errors`` names that member too."""
     assert response.status_code == 400, (label, response.content[:300])
     assert response["Content-Type"] == "application/json", label
     body = response.json()
-    assert set(body) == {"detail", "code"}, (label, body)
+    assert set(body) - {"errors"} == {"detail", "code"}, (label, body)
     assert body["code"] == code, (label, body)
     assert word in body["detail"], (label, body["detail"])
+    for messages in body.get("errors", {}).values():
+        assert messages, (label, body["errors"])
+        assert all(word in m for m in messages), (label, body["errors"])
 
 
 def assert_untouched(execution_id: uuid.UUID) -> None:
@@ -155,6 +159,29 @@ def test_an_unstorable_cancel_body_is_400_and_the_run_is_not_cancelled(
     execution_id = paused_run()
     response = post(loose, f"/reactor/executions/{execution_id}/cancel/", raw)
     assert_refused(response, "parse_error", word)
+    assert_untouched(execution_id)
+
+
+UNSTORABLE_MEMBERS = {
+    "reason": (b'{"reason": "a\\u0000b"}', "reason"),
+    "step": (b'{"step": "approval\\u0000", "payload": {"approved": true}}', "step"),
+    "payload": (_payload(b'"v": "\\udc00"'), "payload"),
+    "member-name": (b'{"reason": "x", "y\\u0000": 1}', "non_field_errors"),
+}
+
+
+@pytest.mark.parametrize(("raw", "member"), UNSTORABLE_MEMBERS.values(), ids=UNSTORABLE_MEMBERS)
+def test_an_unstorable_member_is_named_as_a_field_error(
+    loose: APIClient, raw: bytes, member: str
+) -> None:
+    execution_id = paused_run()
+    action = "cancel" if b"reason" in raw else "resume"
+    response = post(loose, f"/reactor/executions/{execution_id}/{action}/", raw)
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "parse_error"
+    assert list(body["errors"]) == [member], body
+    assert "NUL character" in body["errors"][member][0] or "surrogate" in body["errors"][member][0]
     assert_untouched(execution_id)
 
 

@@ -172,7 +172,11 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
     cancel = paths["/reactor/executions/{id}/cancel/"]["post"]["requestBody"]
     assert not cancel.get("required", False)  # the body is optional
     reason = _resolve(schema, cancel["content"]["application/json"]["schema"])
-    assert reason["properties"]["reason"]["type"] == "string"
+    # A reason without a NUL, or blank.
+    assert reason["properties"]["reason"]["oneOf"] == [
+        {"type": "string", "pattern": "^[^\\u0000]+$"},
+        {"type": "string", "maxLength": 0},
+    ]
     assert not reason.get("required")
     for path in RESUME_PATHS:
         body = paths[path]["post"]["requestBody"]
@@ -187,6 +191,44 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
     correlation = paths["/reactor/correlations/{correlation_id}/resume/"]["post"]
     request = _resolve(schema, correlation["requestBody"]["content"]["application/json"]["schema"])
     assert request["properties"]["reactor"]["minLength"] == 1
+
+
+def test_the_schema_says_what_the_validation_refuses(anonymous: APIClient) -> None:
+    schema = _schema(anonymous)
+    paths = schema["paths"]
+    (page_size,) = [
+        p for p in paths["/reactor/executions/"]["get"]["parameters"] if p["name"] == "page_size"
+    ]
+    assert page_size["schema"] == {"type": "integer", "minimum": 1}
+    assert "500" in page_size["description"]
+    # An empty filter filters nothing (django-filter), and text filters take no NUL.
+    filters = {
+        p["name"]: p
+        for p in paths["/reactor/executions/"]["get"]["parameters"]
+        if p["name"] not in ("cursor", "page_size")
+    }
+    assert set(filters) == {
+        "reactor",
+        "status",
+        "correlation_id",
+        "created_after",
+        "created_before",
+    }
+    assert all(p["allowEmptyValue"] is True for p in filters.values())
+    assert filters["reactor"]["schema"]["pattern"] == filters["correlation_id"]["schema"]["pattern"]
+    assert "\\x00" in filters["reactor"]["schema"]["pattern"]
+    no_nul = "^[^\\u0000]+$"
+    for name in ("ResumeRequest", "CorrelationResumeRequest"):
+        properties = schema["components"]["schemas"][name]["properties"]
+        assert properties["step"]["pattern"] == no_nul
+    correlation = schema["components"]["schemas"]["CorrelationResumeRequest"]["properties"]
+    assert correlation["reactor"]["pattern"] == no_nul
+    # The resume endpoints document a closed interrupt's 410 (expired, cancelled, failed).
+    for path in RESUME_PATHS:
+        gone = paths[path]["post"]["responses"]["410"]
+        assert gone["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/Error"
+        }
 
 
 def test_the_resume_endpoints_answer_an_empty_step_and_a_null_payload_with_400(

@@ -246,3 +246,26 @@ def test_retry_of_invalid_inputs_is_refused() -> None:
 def test_an_id_is_required() -> None:
     with pytest.raises(CommandError, match="execution_id"):
         command("reactor_undo")
+
+
+def test_reactor_wake_says_which_runs_could_not_be_woken() -> None:
+    done = completed()
+    _, err, message = failing("reactor_wake", done)
+    assert f"cannot wake execution {done}: " in err
+    assert "1 of 1 execution(s) could not be woken; see the messages above" in message
+    assert status(done) == ExecutionStatus.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("reactor_cancel", "could not be cancelled"),
+        ("reactor_undo", "could not be undone"),
+        ("reactor_retry", "could not be retried"),
+        ("reactor_wake", "could not be woken"),
+    ],
+)
+def test_every_steering_command_words_its_refusals(name: str, words: str) -> None:
+    missing = str(uuid.uuid4())
+    _, _, message = failing(name, missing, json=True)
+    assert message == f"1 of 1 execution(s) {words}; see the JSON output"

@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import pty
 import re
+import shlex
 import subprocess
 import sys
 from io import StringIO
@@ -132,3 +133,36 @@ def test_colours_on_a_terminal_plain_through_a_pipe_or_with_no_color() -> None:
     rows = read_table(piped.splitlines())
     assert sorted(row["STATUS"] for row in rows) == ["completed", "failed", "paused"]
     assert {row["DURATION"] for row in rows} == {"221 ms"}
+
+
+ROWS_PAST_A_PIPE = 3000  # about 300 KB of table: more than a pipe holds, so head closes it first
+
+
+@pytest.mark.postgres
+def test_a_command_piped_into_head_exits_quietly(tmp_path: Path) -> None:
+    """``reactor_list | head -1`` through a real shell pipe: one line out, and the command
+    ends without a word (Python would print a BrokenPipeError traceback, twice) with status 1."""
+    Execution.objects.bulk_create(
+        Execution(reactor="tests.integration.reactors.Transfer", definition_hash="x")
+        for _ in range(ROWS_PAST_A_PIPE)
+    )
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+    }
+    listing = [
+        sys.executable, "manage.py", "reactor_list", "--skip-checks", "--no-color",
+        "--limit", str(ROWS_PAST_A_PIPE),
+    ]  # fmt: skip
+    errors, status = tmp_path / "command.err", tmp_path / "status"
+    pipeline = f"{shlex.join(listing)} 2>{errors} | head -1; echo ${{PIPESTATUS[0]}} >{status}"
+    result = subprocess.run(
+        ["bash", "-c", pipeline], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert line.split()[0] == "ID", line
+    assert errors.read_text() == ""  # no traceback, no "Exception ignored"
+    assert status.read_text().strip() == "1"

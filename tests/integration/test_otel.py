@@ -395,7 +395,8 @@ else:
     assert "pip install 'django-reactor[otel]'" in result.stdout
 
 
-def test_the_router_sends_no_headers_outside_a_span() -> None:
+@pytest.mark.django_db  # the publisher reads the database's identity for its header
+def test_the_router_sends_no_trace_headers_outside_a_span() -> None:
     sent, patches = _publish_capturing()
     item = router.QueuedDispatch(dispatch_id=0, execution_id=__import__("uuid").uuid4())
     publisher = router.CeleryPublisher()
@@ -404,8 +405,11 @@ def test_the_router_sends_no_headers_outside_a_span() -> None:
         with TRACER.start_as_current_span("request"):
             publisher.publish([item])
     (_, quiet), (_, traced) = sent
-    assert "headers" not in quiet
+    assert "traceparent" not in quiet["headers"]
     assert "traceparent" in traced["headers"]
+    assert (
+        quiet["headers"]["django_reactor_database"] == traced["headers"]["django_reactor_database"]
+    )
 
 
 @pytest.mark.django_db(transaction=True)

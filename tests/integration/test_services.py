@@ -9,7 +9,12 @@ from rest_framework import serializers
 
 from django_reactor import Reactor, Step, arg, services, step
 from django_reactor.engine.serialization import decode
-from django_reactor.exceptions import AlreadyRetried, ExecutionBusy, InvalidTransition
+from django_reactor.exceptions import (
+    AlreadyRetried,
+    ExecutionBusy,
+    InvalidTransition,
+    ReactorNotRegistered,
+)
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus, RollbackStatus
 from tests.integration.reactors import FAIL_AT, Fragile, Transfer, ledger
@@ -381,3 +386,60 @@ def test_undo_refuses_a_run_whose_steps_changed_since() -> None:
     with pytest.raises(DefinitionChanged, match="step 'debit' ran but its implementation"):
         services.undo(outcome.execution_id)
     assert ledger.calls[-1] == ("run", "notify")  # nothing was undone
+
+
+# ---------------------------------------------------------------------------- by name
+
+
+class NamedLookup(Reactor):
+    """Registered under a name of its own, not its dotted path."""
+
+    class Inputs(serializers.Serializer):
+        amount = serializers.IntegerField()
+
+    @step(amount=arg.input("amount"))
+    def double(amount: int) -> int:
+        return amount * 2
+
+    class Meta:
+        name = "tests.services.NamedLookup"
+        returns = "double"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tests.services.NamedLookup",  # the registered name
+        "tests.integration.test_services.NamedLookup",  # the class's dotted path
+        "NamedLookup",  # the class name of one registered reactor
+    ],
+)
+def test_run_takes_a_reactor_by_name_as_the_commands_do(name: str) -> None:
+    outcome = services.run(name, {"amount": 21})
+    assert outcome.status == ExecutionStatus.COMPLETED, outcome
+    assert outcome.value == 42
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.reactor == "tests.services.NamedLookup"
+    assert [(e.kind, e.step) for e in services.find(row.pk).trace] == [
+        ("start", ""),
+        ("run", "double"),
+        ("complete", ""),
+    ]
+
+
+def test_run_in_background_takes_a_reactor_by_name() -> None:
+    outcome = services.run_in_background("NamedLookup", {"amount": 1})
+    assert outcome.status == ExecutionStatus.PENDING
+    assert Execution.objects.get(pk=outcome.execution_id).reactor == "tests.services.NamedLookup"
+
+
+def test_a_misspelt_reactor_name_is_refused_with_the_close_names_and_starts_nothing() -> None:
+    before = Execution.objects.count()
+    with pytest.raises(ReactorNotRegistered, match=r"did you mean 'tests\.services\.NamedLookup'"):
+        services.run("NamedLokup", {"amount": 1})
+    with pytest.raises(ReactorNotRegistered) as refused:
+        services.run("tests.services.NamedLookp", {"amount": 1})
+    assert refused.value.suggestions[0] == "tests.services.NamedLookup"
+    with pytest.raises(ReactorNotRegistered, match="an async step's unit, not a reactor"):
+        services.run("tests.services.NamedLookup:double", {"amount": 1})
+    assert Execution.objects.count() == before

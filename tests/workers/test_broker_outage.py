@@ -1,6 +1,7 @@
 """The broker's Redis killed mid-run and restarted: a worker may exit (kombu gives up on a
 dead connection), and its supervisor starts it again; every run still completes, each
-checkpointed step ran once and every effect happened once.
+checkpointed step ran once and every effect happened once. And a publish the broker refuses
+is one WARNING line: the run is safe, its task left for the sweeper.
 
 The broker is a ``redis-server`` of the test's own; the suite's Redis is never touched.
 """
@@ -21,12 +22,17 @@ from django.conf import settings
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus
 from testproject.example.models import Effect
-from tests.private_redis import PrivateRedis
+from tests.private_redis import PrivateRedis, free_port
 from tests.workers.conftest import _process_env
 from tests.workers.harness import ROOT, Worker, start_sweeper, stop_process, wait_until
 from tests.workers.test_background import body_runs
 
 RUNS = 6
+CREATE_ONE = """
+import json
+from tests.workers.reactors import Five
+print(json.dumps(str(Five.run({}).execution_id)))
+"""
 CREATE_RUNS = f"""
 import json
 from tests.workers.reactors import Five
@@ -82,3 +88,25 @@ def test_runs_complete_across_a_broker_outage_and_a_worker_restart(
         for worker in workers:
             worker.stop()
         broker.kill()
+
+
+def test_a_publish_the_broker_refuses_is_one_warning_and_the_run_is_kept(
+    transactional_db: Any, tmp_path: Path
+) -> None:
+    """A web process whose broker is down: the run is written and its task unsent; the log has
+    one WARNING line saying so (the traceback only at DEBUG), not kombu's chained traceback."""
+    env = {**_process_env(tmp_path), "CELERY_BROKER_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    created = subprocess.run(
+        [sys.executable, "-c", "import django\ndjango.setup()\n" + CREATE_ONE],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    execution_id = json.loads(created.stdout.strip().splitlines()[-1])
+    logged = created.stderr.strip().splitlines()
+    (line,) = logged
+    assert line.startswith(f"could not publish the task for execution {execution_id} (")
+    assert "the run is safe in the database and the sweeper will publish it again" in line
+    assert "Traceback" not in created.stderr
+    row = Execution.objects.get(pk=execution_id)
+    assert row.status == ExecutionStatus.PENDING
+    assert row.dispatches.get().sent_at is None  # the sweeper publishes it again

@@ -19,6 +19,7 @@ class Command(SteeringCommand):
         "each is reported, and the command fails at the end if any could not be cancelled."
     )
     action = "cancel"
+    done = "cancelled"
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)

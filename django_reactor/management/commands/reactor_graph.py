@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import graph, registry, store
-from django_reactor.exceptions import ReactorNotRegistered
-from django_reactor.management.commandtools import ReactorCommand, expand_execution_id
+from django_reactor.management.commandtools import (
+    ReactorCommand,
+    expand_execution_id,
+    reactor_name,
+)
 from django_reactor.models import Execution, StepRecord
 
 FORMATS = ("mermaid", "dot", "svg")
@@ -118,33 +120,4 @@ class Command(ReactorCommand):
             raise CommandError(f"--execution {value}: no such execution in this database") from None
 
     def _reactor(self, name: str) -> Any:
-        known = registry.all_reactors()
-        if name in known:
-            return known[name]
-        matches = sorted(n for n in known if n.rsplit(".", 1)[-1] == name)
-        if len(matches) == 1:
-            return known[matches[0]]
-        if matches:
-            raise CommandError(
-                f"{name!r} matches several reactors ({', '.join(matches)}); give the full name"
-            )
-        try:
-            return registry.get(name)
-        except ReactorNotRegistered:
-            pass
-        short = {n.rsplit(".", 1)[-1]: n for n in known}
-        close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
-        close += [
-            short[s]
-            for s in difflib.get_close_matches(name.rsplit(".", 1)[-1], list(short), n=5)
-            if short[s] not in close
-        ]
-        hint = (
-            f" Did you mean: {', '.join(close[:5])}?"
-            if close
-            else f" Known reactors: {', '.join(sorted(known)[:10]) or 'none'}."
-        )
-        raise CommandError(
-            f"no reactor named {name!r} is known to this process.{hint} Give the registered "
-            "name (Meta.name or the class's dotted path) or a unique class name."
-        )
+        return registry.get(reactor_name(name, option="reactor"))

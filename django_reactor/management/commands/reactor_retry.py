@@ -26,6 +26,7 @@ class Command(SteeringCommand):
         "be retried or if a retried run failed."
     )
     action = "retry"
+    done = "retried"
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)

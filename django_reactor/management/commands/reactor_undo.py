@@ -17,6 +17,7 @@ class Command(SteeringCommand):
         "command fails at the end if any could not be undone."
     )
     action = "undo"
+    done = "undone"
 
     def operate(
         self, execution_id: str, options: dict[str, Any]

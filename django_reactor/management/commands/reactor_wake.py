@@ -16,6 +16,7 @@ class Command(SteeringCommand):
         "could not be woken (it waits for no time, or a worker has just taken it)."
     )
     action = "wake"
+    done = "woken"
 
     def operate(
         self, execution_id: str, options: dict[str, Any]
