@@ -51,9 +51,10 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
     is not due yet does nothing. Completed steps are not run again; a step that was in flight
     when the previous owner died runs again (use its idempotency key for external calls).
 
-    A broken database connection is reconnected (the claim and the run carry on from what the
-    database holds); a stored run this code cannot read, and an error of the engine itself,
-    park the run as ``needs_attention`` at once instead of failing every delivery.
+    A broken database connection, or one whose server no longer takes writes, is reconnected
+    (the claim and the run carry on from what the database holds); a stored run this code
+    cannot read, and an error of the engine itself, park the run as ``needs_attention`` at once
+    instead of failing every delivery.
     """
     try:
         key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
@@ -134,23 +135,26 @@ def resume(execution_id: uuid.UUID | str) -> Outcome | None:
         except LeaseLost:
             logger.warning("execution %s was taken over by another process; stopped", key)
             return None
-        except store.CONNECTION_ERRORS:
-            # The connection died, perhaps while committing. Reconnect and carry on from what
-            # the database holds: a step whose checkpoint did commit is not run again.
-            if attempt == DATABASE_ERROR_RETRIES:
-                raise
-            logger.warning(
-                "database error while running execution %s; reconnecting (attempt %d)",
-                key,
-                attempt,
-                exc_info=True,
-            )
-            connections[store.USING].close()
         except StoredValueUnreadable as exc:
             return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
         except MemoryError:
             raise  # handed back by the executor: another worker resumes the run
         except Exception as exc:
+            if store.connection_lost(exc):
+                # The connection died, perhaps while committing, or its server stopped taking
+                # writes (a primary fenced read-only for a switchover). Reconnect and carry on
+                # from what the database holds: a step whose checkpoint did commit is not run
+                # again.
+                if attempt == DATABASE_ERROR_RETRIES:
+                    raise
+                logger.warning(
+                    "database error while running execution %s; reconnecting (attempt %d)",
+                    key,
+                    attempt,
+                    exc_info=True,
+                )
+                connections[store.USING].close()
+                continue
             # Not the step's code (its exceptions are failures the executor records): the
             # engine or the database refused something. It would fail the same way on every
             # delivery, so the run is parked for a person instead of recovered in a loop.

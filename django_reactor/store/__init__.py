@@ -42,6 +42,7 @@ from .claims import (
 from .db import (
     CONNECTION_ERRORS,
     USING,
+    connection_lost,
     inside_user_transaction,
     reconnecting,
     refresh_connections,
@@ -104,6 +105,7 @@ __all__ = [
     "cancelled_while_running",
     "claim",
     "claim_for_worker",
+    "connection_lost",
     "coordination_state",
     "count_prunable",
     "create_execution",

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
+from django.db import DEFAULT_DB_ALIAS, Error, InterfaceError, OperationalError, connections
 
 from ..models import Execution
 
@@ -23,9 +23,33 @@ T = TypeVar("T")
 #: an operator terminated the backend): reconnecting may help, unlike a refused statement.
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
+#: SQLSTATE ``read_only_sql_transaction``: the server refused a write (or a row lock) because it
+#: only reads. It did nothing; the server that takes writes is another one.
+READ_ONLY_SQLSTATE = "25006"
+
 # Pauses before the attempts after the first when the connection broke (a PostgreSQL restart
 # or failover takes a moment to accept connections again).
 RECONNECT_PAUSES = (0.0, 0.2, 1.0)
+
+
+def refused_as_read_only(error: BaseException) -> bool:
+    """Whether ``error`` is the server refusing a write because it only reads: a standby (a
+    connection made without ``target_session_attrs=read-write``), or a primary fenced read-only
+    for a switchover (``default_transaction_read_only``), whose connections stay open."""
+    for raised in (error, error.__cause__):
+        # psycopg 3 says ``sqlstate``, psycopg2 ``pgcode``.
+        code = getattr(raised, "sqlstate", None) or getattr(raised, "pgcode", None)
+        if code == READ_ONLY_SQLSTATE:
+            return True
+    return False
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` means the store's connection cannot carry on: it broke
+    (``CONNECTION_ERRORS``), or its server no longer takes writes. Either way the statement may
+    be sent again on a new connection, which finds the server that takes writes (a multi-host
+    ``HOST`` with ``target_session_attrs``, or a name the failover moved)."""
+    return isinstance(error, CONNECTION_ERRORS) or refused_as_read_only(error)
 
 
 def refresh_connections() -> None:
@@ -67,7 +91,8 @@ def close_thread_connections() -> None:
 
 
 def reconnecting(operation: Callable[[], T], *, what: str) -> T:
-    """Run ``operation``; when the database connection broke, reconnect and run it again.
+    """Run ``operation``; when the database connection broke, or its server refused a write
+    because it only reads (``connection_lost``), reconnect and run it again.
 
     Only for operations that are safe to repeat (a claim by the same owner, a read, a sweep)
     and outside any transaction. After the last attempt the error is raised.
@@ -78,13 +103,20 @@ def reconnecting(operation: Callable[[], T], *, what: str) -> T:
             time.sleep(pause)
         try:
             return operation()
-        except CONNECTION_ERRORS as exc:
-            if attempt == len(RECONNECT_PAUSES) or connection.in_atomic_block:
+        except Error as exc:
+            if (
+                not connection_lost(exc)
+                or attempt == len(RECONNECT_PAUSES)
+                or connection.in_atomic_block
+            ):
                 raise
             # Expected in production (a failover, a pooler restart) and handled here: one line
             # at WARNING, the traceback only at DEBUG.
             logger.warning(
-                "database connection lost while %s (%s); reconnecting (attempt %d of %d)",
+                "%s while %s (%s); reconnecting (attempt %d of %d)",
+                "the database server refused a write as read-only"
+                if refused_as_read_only(exc)
+                else "database connection lost",
                 what,
                 str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
                 attempt + 1,
