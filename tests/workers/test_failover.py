@@ -43,6 +43,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.conf import settings
 
 from tests.workers.conftest import WorkerDatabase, _process_env, missing_service
 from tests.workers.failover_reactors import HOLD, JOURNAL
@@ -311,7 +312,7 @@ def test_runs_survive_a_failover_to_the_synchronous_standby(
     workers = [
         Worker(
             env=env,
-            queue=json.loads(env["REACTOR_SETTINGS_JSON"])["CELERY_QUEUE"],
+            queue=settings.REACTOR["CELERY_QUEUE"],
             log_dir=tmp_path,
             concurrency=4,
         )
