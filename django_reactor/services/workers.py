@@ -59,9 +59,10 @@ def resume(
     database does not have raises WrongDatabase when that is another database (the worker is
     configured with other ``DATABASES`` than the web processes), instead of being ignored.
 
-    A broken database connection is reconnected (the claim and the run carry on from what the
-    database holds); a stored run this code cannot read, and an error of the engine itself,
-    park the run as ``needs_attention`` at once instead of failing every delivery.
+    A broken database connection, or one whose server no longer takes writes, is reconnected
+    (the claim and the run carry on from what the database holds); a stored run this code
+    cannot read, and an error of the engine itself, park the run as ``needs_attention`` at
+    once instead of failing every delivery.
     """
     try:
         key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
@@ -157,22 +158,6 @@ def resume(
         except LeaseLost:
             logger.warning("execution %s was taken over by another process; stopped", key)
             return None
-        except store.CONNECTION_ERRORS:
-            # The connection died, perhaps while committing. Reconnect and carry on from what
-            # the database holds: a step whose checkpoint did commit is not run again.
-            if attempt == DATABASE_ERROR_RETRIES:
-                raise
-            # Expected in production (a failover, a pooler restart, a stalled process whose
-            # session was ended) and handled: one line, the traceback only at DEBUG.
-            logger.warning(
-                "database connection lost while running execution %s; reconnecting (attempt %d "
-                "of %d)",
-                key,
-                attempt + 1,
-                DATABASE_ERROR_RETRIES,
-            )
-            logger.debug("the lost connection's error", exc_info=True)
-            connections[store.USING].close()
         except SubjectErased as exc:
             return fail_erased(owned, row, exc)
         except StoredValueUnreadable as exc:
@@ -180,6 +165,25 @@ def resume(
         except MemoryError:
             raise  # handed back by the executor: another worker resumes the run
         except Exception as exc:
+            if store.reconnectable(exc):
+                # The connection died, perhaps while committing, or its server stopped taking
+                # writes (a primary fenced read-only for a switchover). Reconnect and carry on
+                # from what the database holds: a step whose checkpoint did commit is not run
+                # again.
+                if attempt == DATABASE_ERROR_RETRIES:
+                    raise
+                # Expected in production (a failover, a pooler restart, a stalled process whose
+                # session was ended) and handled: one line, the traceback only at DEBUG.
+                logger.warning(
+                    "database connection lost while running execution %s; reconnecting "
+                    "(attempt %d of %d)",
+                    key,
+                    attempt + 1,
+                    DATABASE_ERROR_RETRIES,
+                )
+                logger.debug("the lost connection's error", exc_info=True)
+                connections[store.USING].close()
+                continue
             # Not the step's code (its exceptions are failures the executor records): the
             # engine or the database refused something. It would fail the same way on every
             # delivery, so the run is parked for a person instead of recovered in a loop.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
+from django.db import DEFAULT_DB_ALIAS, Error, InterfaceError, OperationalError, connections
 
 from ..exceptions import ReactorError
 from ..models import Execution
@@ -29,9 +29,34 @@ T = TypeVar("T")
 #: an operator terminated the backend): reconnecting may help, unlike a refused statement.
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
+#: SQLSTATE ``read_only_sql_transaction``: the server refused a write (or a row lock) because it
+#: only reads. It did nothing; the server that takes writes is another one.
+READ_ONLY_SQLSTATE = "25006"
+
 # Pauses before the attempts after the first when the connection broke (a PostgreSQL restart
 # or failover takes a moment to accept connections again).
 RECONNECT_PAUSES = (0.0, 0.2, 1.0)
+
+
+def refused_as_read_only(error: BaseException) -> bool:
+    """Whether ``error`` is the server refusing a write because it only reads: a standby (a
+    connection made without ``target_session_attrs=read-write``), or a primary fenced read-only
+    for a switchover (``default_transaction_read_only``), whose connections stay open."""
+    for raised in (error, error.__cause__):
+        # psycopg 3 says ``sqlstate``, psycopg2 ``pgcode``.
+        code = getattr(raised, "sqlstate", None) or getattr(raised, "pgcode", None)
+        if code == READ_ONLY_SQLSTATE:
+            return True
+    return False
+
+
+def reconnectable(error: BaseException) -> bool:
+    """Whether an operation of the store's that raised ``error`` may be sent again on a new
+    connection (``reconnecting``, a worker's run): any ``CONNECTION_ERRORS``, as before, or a
+    lost connection or a write refused as read-only however it was raised
+    (:func:`connection_lost`). The new connection finds the server that takes writes (a
+    multi-host ``HOST`` with ``target_session_attrs``, or a name the failover moved)."""
+    return isinstance(error, CONNECTION_ERRORS) or connection_lost(error)
 
 
 def refresh_connections() -> None:
@@ -79,24 +104,35 @@ def connection_lost(error: BaseException) -> bool:
     says nothing about the work: the same statements may succeed on a new connection. Client-
     side errors without a SQLSTATE (``the connection is lost``, ``server closed the connection
     unexpectedly``) are connection errors too; Django's ``InterfaceError`` says it used a
-    connection already closed.
+    connection already closed; and a write refused as read-only (:func:`refused_as_read_only`)
+    says this connection's server is no longer the one that takes writes.
     """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen and len(seen) < 8:
-        seen.add(id(current))
+    for current in _chain(error):
         if isinstance(current, ReactorError):
             return False  # ours says what happened (an atomic step held its transaction too long)
         if isinstance(current, InterfaceError) or (
             psycopg is not None and isinstance(current, psycopg.InterfaceError)
         ):
             return True
+        if refused_as_read_only(current):
+            return True
         if psycopg is not None and isinstance(current, psycopg.OperationalError):
             state = current.sqlstate
             if state is None or state.startswith("08") or state in _LOST_STATES:
                 return True
-        current = current.__cause__ or current.__context__
     return False
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what it was raised from (or while handling), newest first (bounded)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < 8:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
 
 
 def reconnect_after(error: BaseException) -> bool:
@@ -106,14 +142,16 @@ def reconnect_after(error: BaseException) -> bool:
     with it: only the caller can start again), and then False is returned."""
     if not connection_lost(error):
         return False
+    # A connection to a server that only reads answers SELECT 1: it is dropped all the same.
+    read_only = any(refused_as_read_only(e) for e in _chain(error))
     for connection in connections.all(initialized_only=True):
         if connection.connection is None:
             continue
         if connection.in_atomic_block:
-            if not _usable(connection):
+            if read_only or not _usable(connection):
                 return False
             continue
-        if not _usable(connection):
+        if read_only or not _usable(connection):
             _close(connection)
     return True
 
@@ -148,7 +186,8 @@ def close_thread_connections() -> None:
 
 
 def reconnecting(operation: Callable[[], T], *, what: str) -> T:
-    """Run ``operation``; when the database connection broke, reconnect and run it again.
+    """Run ``operation``; when the database connection broke, or its server refused a write
+    because it only reads (:func:`reconnectable`), reconnect and run it again.
 
     Only for operations that are safe to repeat (a claim by the same owner, a read, a sweep)
     and outside any transaction. After the last attempt the error is raised.
@@ -159,13 +198,20 @@ def reconnecting(operation: Callable[[], T], *, what: str) -> T:
             time.sleep(pause)
         try:
             return operation()
-        except CONNECTION_ERRORS as exc:
-            if attempt == len(RECONNECT_PAUSES) or connection.in_atomic_block:
+        except Error as exc:
+            if (
+                not reconnectable(exc)
+                or attempt == len(RECONNECT_PAUSES)
+                or connection.in_atomic_block
+            ):
                 raise
             # Expected in production (a failover, a pooler restart) and handled here: one line
             # at WARNING, the traceback only at DEBUG.
             logger.warning(
-                "database connection lost while %s (%s); reconnecting (attempt %d of %d)",
+                "%s while %s (%s); reconnecting (attempt %d of %d)",
+                "the database server refused a write as read-only"
+                if refused_as_read_only(exc)
+                else "database connection lost",
                 what,
                 str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
                 attempt + 1,

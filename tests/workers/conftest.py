@@ -127,7 +127,9 @@ def _process_env(
     return env
 
 
-def _require_pgbouncer(why: str) -> NoReturn:
+def missing_service(why: str) -> NoReturn:
+    """Skip the test because a program it needs is not installed, or fail it with
+    ``REACTOR_REQUIRE_SERVICES=1``."""
     if getattr(settings, "REQUIRE_SERVICES", False):
         pytest.fail(f"REACTOR_REQUIRE_SERVICES=1 but {why}", pytrace=False)
     pytest.skip(why)
@@ -140,7 +142,7 @@ def pgbouncer(django_db_setup: Any, django_db_blocker: Any) -> Iterator[PgBounce
     Skipped when pgbouncer is not installed (failed with ``REACTOR_REQUIRE_SERVICES=1``)."""
     binary = pgbouncer_binary()
     if binary is None:
-        _require_pgbouncer(
+        missing_service(
             "needs pgbouncer: not installed (apt-get install pgbouncer, or set PGBOUNCER to "
             "its path)"
         )
@@ -159,7 +161,7 @@ def pgbouncer(django_db_setup: Any, django_db_blocker: Any) -> Iterator[PgBounce
         bouncer.start()
     except RuntimeError as exc:
         bouncer.remove()
-        _require_pgbouncer(f"pgbouncer at {binary} would not start: {exc}")
+        missing_service(f"pgbouncer at {binary} would not start: {exc}")
     yield bouncer
     backends = set()
     with contextlib.suppress(psycopg.Error):
