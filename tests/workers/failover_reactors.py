@@ -80,7 +80,7 @@ def _journaled(*after: str) -> Any:
     return step(Journaled, spec=arg.input("spec"), wait_for=list(after))
 
 
-class Chain(Reactor):
+class FailoverChain(Reactor):
     """Five journaled steps in a chain, on workers; rolled back when one fails."""
 
     s1 = _journaled()
@@ -94,7 +94,7 @@ class Chain(Reactor):
 
 
 class Decision(serializers.Serializer):
-    """The payload of ``Approval``: which delivery it is."""
+    """The payload of ``FailoverApproval``: which delivery it is."""
 
     nonce = serializers.CharField(max_length=100)
 
@@ -109,7 +109,7 @@ class Apply(Step):
         return {"applied": decision["nonce"]}
 
 
-class Approval(Reactor):
+class FailoverApproval(Reactor):
     """A journaled step, an interrupt resumed on a worker, then the step applying its payload."""
 
     first = _journaled()
@@ -133,7 +133,7 @@ class JournaledMove(Step):
         return moved
 
 
-class Transfer(Reactor):
+class FailoverTransfer(Reactor):
     """Two atomic steps on a worker: debit ``source``, then credit ``target``, 30 each."""
 
     debit = step(

@@ -147,7 +147,7 @@ def web(env: dict[str, str], code: str) -> Any:
 START_HELD = f"""
 from decimal import Decimal
 from testproject.example.models import Account
-from {REACTORS} import Approval, Chain, Transfer
+from {REACTORS} import FailoverApproval, FailoverChain, FailoverTransfer
 for i in range(3):
     Account.objects.create(name=f"source-{{i}}", balance=Decimal("100"))
     Account.objects.create(name=f"target-{{i}}", balance=Decimal("0"))
@@ -155,25 +155,25 @@ held = {{"hold": ["s3"], "pause": 0.05}}
 rollback = {{"hold": ["undo:s3"], "pause": 0.05, "fail_at": "s5"}}
 transfer = {{"source": "source-0", "target": "target-0", "spec": {{"hold": ["credit"]}}}}
 result = {{
-    "held": [str(Chain.run({{"spec": held}}).execution_id) for _ in range(2)],
-    "rollback": [str(Chain.run({{"spec": rollback}}).execution_id)],
-    "approval": [str(Approval.run({{"spec": {{"hold": ["apply"]}}}}).execution_id)],
-    "held_transfer": [str(Transfer.run(transfer).execution_id)],
+    "held": [str(FailoverChain.run({{"spec": held}}).execution_id) for _ in range(2)],
+    "rollback": [str(FailoverChain.run({{"spec": rollback}}).execution_id)],
+    "approval": [str(FailoverApproval.run({{"spec": {{"hold": ["apply"]}}}}).execution_id)],
+    "held_transfer": [str(FailoverTransfer.run(transfer).execution_id)],
 }}
 """
 
 DELIVER_AND_START_FREE = f"""
 from django_reactor import services
-from {REACTORS} import Chain, Transfer
+from {REACTORS} import FailoverChain, FailoverTransfer
 outcome = services.resume_interrupt(
     "{{approval}}", step="approval", payload={{"nonce": "first"}}, idempotency_key="delivery-1"
 )
 gated = {{"hold": ["s2"], "gate": "{FREE_GATE}", "pause": 0.1}}
-free = [str(Chain.run({{"spec": gated}}).execution_id) for _ in range(6)]
+free = [str(FailoverChain.run({{"spec": gated}}).execution_id) for _ in range(6)]
 transfers = []
 for i in (1, 2):
     inputs = {{"source": f"source-{{i}}", "target": f"target-{{i}}", "spec": {{"pause": 0.1}}}}
-    transfers.append(str(Transfer.run(inputs).execution_id))
+    transfers.append(str(FailoverTransfer.run(inputs).execution_id))
 result = {{"delivered": outcome.status, "transfers": transfers, "free": free}}
 """
 
