@@ -1341,11 +1341,21 @@ class Soak:
 
     def cut_bodies(self) -> Fault | None:
         """``pg_terminate_backend`` of one (or every) backend inside a step body now: its body
-        loses the engine's connection mid-way (polls up to 3 s for one)."""
+        loses the engine's connection mid-way (polls up to 3 s for one, 7 s when it seeks an
+        atomic step's first)."""
         assert self.db is not None
-        deadline = time.monotonic() + 3.0
+        # Half of the cuts seek an atomic step's transaction first (rarer than a plain body's
+        # query, and shorter), for up to 4 s; then any body, for up to 3 s.
+        seek_atomic = self.fault_rng.random() < 0.5
+        start = time.monotonic()
         found = self.body_sessions()
-        while not found and time.monotonic() < deadline:
+        while time.monotonic() < start + (7.0 if seek_atomic else 3.0):
+            atomic = [(pid, name) for pid, name in found if name.startswith(ATOMIC_PREFIX)]
+            if atomic and seek_atomic:
+                found = atomic
+                break
+            if found and not (seek_atomic and time.monotonic() < start + 4.0):
+                break
             self.restore_redis()
             time.sleep(0.02)
             found = self.body_sessions()
