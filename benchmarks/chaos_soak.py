@@ -37,7 +37,8 @@ the inline caller (restarted at once), and two faults inside step bodies:
   transaction, named ``reactor-atomic <execution id> <fence>``, or a plain body's marked query):
   the body must run again on a new connection;
 - ``atomic_stall``: the next atomic body to take the driver's request (a file it unlinks, so
-  exactly one does) stops its own process (``SIGSTOP``) inside its transaction, after its
+  exactly one does; the first request is for any atomic body, later ones also for a credit or
+  an undo) stops its own process (``SIGSTOP``) inside its transaction, after its
   writes, holding its row locks; the driver wakes it (``SIGCONT``) once the worker that took
   the run over has ended that session (bounded: ``LEASE_SECONDS`` + 14 s; before the settle
   phase at the latest; the soak's ``ATOMIC_STEP_TIMEOUT`` is 30 s, longer than a stall, so
@@ -1401,7 +1402,12 @@ class Soak:
         writes (:func:`tests.chaos.reactors.stall_if_requested`); note the process, its run and
         its session, for :meth:`tend_stall` to wake it after the takeover."""
         assert self.db is not None
-        request = self.stall_dir / "request"
+        # The first stall: any atomic body (the next one is almost always a run's debit); then
+        # also aimed at a credit (after the debit, in the same process) or an undo.
+        target = "any"
+        if any(fault.kind == "atomic_stall" for fault in self.faults):
+            target = self.fault_rng.choices(["any", "run-credit", "undo"], [4, 3, 3])[0]
+        request = self.stall_dir / f"request-{target}"
         with contextlib.suppress(FileExistsError):
             os.close(os.open(request, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         deadline = time.monotonic() + STALL_FIND
@@ -1455,7 +1461,9 @@ class Soak:
             self.stalls.append(self.stall)
         self.next_stall_check = 0.0
         where = f"{answer['step']}.{answer['action']} of execution {execution_id}"
-        detail = f"pid {pid} stopped in {where} (session {session}, fence {fence})"
+        detail = (
+            f"pid {pid} stopped in {where} (session {session}, fence {fence}; asked for {target})"
+        )
         return Fault("atomic_stall", stopped_at, str(answer["role"]), detail, 1)
 
     def tend_stall(self, *, now: bool = False) -> None:

@@ -353,19 +353,26 @@ def _move(step_object: Step, action: str, source: str, target: str, amount: int)
 def stall_if_requested(step_object: Step, action: str) -> None:
     """Take the driver's stall request, if there is one, and stop this process (``SIGSTOP``).
 
-    The request is a file ``request`` in ``$CHAOS_STALL_DIR``; whoever unlinks it took it
-    (exactly one body). The taker writes ``stopped-<pid>`` (JSON: pid, execution, step, action,
+    The request is a file in ``$CHAOS_STALL_DIR`` naming the bodies it is for:
+    ``request-any`` (any atomic body), ``request-run-<step>`` (that step's run) or
+    ``request-undo`` (any atomic undo). Whoever unlinks it took it (exactly one body). The
+    taker writes ``stopped-<pid>`` (JSON: pid, execution, step, action,
     role; renamed into place, so the driver never reads half of it) and stops itself, inside
     its atomic step's transaction, after its writes. The driver wakes it (``SIGCONT``) after
     the run was taken over."""
     folder = os.environ.get(STALL_DIR_ENV)
     if not folder:
         return
-    try:
-        os.unlink(os.path.join(folder, "request"))
-    except FileNotFoundError:
-        return
     context = step_object.context
+    mine = "request-undo" if action == "undo" else f"request-run-{context.step}"
+    for name in ("request-any", mine):
+        try:
+            os.unlink(os.path.join(folder, name))
+        except FileNotFoundError:
+            continue
+        break
+    else:
+        return
     pid = os.getpid()
     note = {
         "pid": pid,
