@@ -17,18 +17,40 @@ process that runs the inline and hand-off runs. Every Django process uses
 
 The runs (``tests/chaos/reactors.py``) mix fully background chains, hand-offs after and before
 a step, inline chains, a step holding a ``Lock`` (inline and on workers, on shared keys), a
-fanned-out map and interrupts resumed over HTTP (a signed webhook with an ``Idempotency-Key``,
-sent twice, then once more with another key and payload, which must be refused). Their inputs
-decide how each ends: completed, failed (a planned failure, rolled back), needs_attention (some
-undos fail) or halted (a declined payload).
+fanned-out map, interrupts resumed over HTTP (a signed webhook with an ``Idempotency-Key``,
+sent twice, then once more with another key and payload, which must be refused) and atomic
+steps that move money (on workers, inline, and handed off between them: ``debit`` moves an
+amount from the run's source account to its escrow, ``credit`` from escrow to target, each
+balance change and its ``chaos_transfer`` row written through Django's connection inside the
+step's transaction; the undo moves it back the same way). Their inputs decide how each ends:
+completed, failed (a planned failure, rolled back), needs_attention (some undos fail) or halted
+(a declined payload). Every body also runs a short query marked ``/* chaos body */`` on the
+engine's own connection, so that connection faults land inside bodies.
 
 While runs are in flight it injects, at random moments, at least ``--faults`` faults: SIGKILL of
 a worker's main process (a replacement is started at once; the orphans are killed 3 s later),
 SIGKILL of a pool child, ``pg_terminate_backend`` of backends of its own database chosen by role
-(worker, sweeper, web, caller, submitter), a kill of its Redis restarted 1-6 s later, and
-SIGKILL of the inline caller (restarted at once). It restarts a sweeper, web process or worker
-that exits by itself (as a supervisor would) and reports it. Then faults stop, every process is
-brought back, and it waits (polling the database, bounded) until every run has ended.
+(worker, sweeper, web, caller, submitter), a kill of its Redis restarted 1-6 s later, SIGKILL of
+the inline caller (restarted at once), and two faults inside step bodies:
+
+- ``body_cut``: ``pg_terminate_backend`` of backends inside a body right now (an atomic step's
+  transaction, named ``reactor-atomic <execution id> <fence>``, or a plain body's marked query):
+  the body must run again on a new connection;
+- ``atomic_stall``: the next atomic body to take the driver's request (a file it unlinks, so
+  exactly one does; the first request is for any atomic body, later ones also for a credit or
+  an undo) stops its own process (``SIGSTOP``) inside its transaction, after its
+  writes, holding its row locks; the driver wakes it (``SIGCONT``) once the worker that took
+  the run over has ended that session (bounded: ``LEASE_SECONDS`` + 14 s; before the settle
+  phase at the latest; the soak's ``ATOMIC_STEP_TIMEOUT`` is 30 s, longer than a stall, so
+  that the takeover, not the server's idle timeout, ends the session). The money must move
+  once, the run end as planned, and the woken process must not run the step again.
+
+The first faults are one of each kind, in random order (a kind that cannot be injected then is
+replaced by another; ``body_cut`` and ``atomic_stall`` are sought until one lands instead, so
+every soak of at least seven faults has both). It restarts a
+sweeper, web process or worker that exits by itself (as a supervisor would) and reports it.
+Then faults stop, every process is brought back, and it waits (polling the database, bounded)
+until every run has ended.
 
 The report: runs submitted and how they ended, faults by kind, and the invariants, each with
 the execution ids, steps, ledger rows and log lines to investigate it:
@@ -49,11 +71,21 @@ the execution ids, steps, ledger rows and log lines to investigate it:
 - stuck locks: lock keys held in Redis by a run that had ended 5 s before, at the end or in a
   sample taken every 2 s while the soak ran (a forgotten lock lapses with its ttl);
 - wrong outcomes: a run that ended otherwise than its inputs decide;
+- atomic writes doubled: an atomic step's run or undo whose transfer committed more than once,
+  committed transfers other than the run's end says (once per atomic step of a completed run;
+  in a failed run, the steps before the planned failure moved and moved back, unless their
+  undo was planned to fail; none by the failing step), or a balance the committed transfers
+  do not add up to;
+- failed by connection loss: a run that ended failed or needs_attention of a lost database
+  connection (its failure or a rollback failure), instead of running the body again;
 - task failures: Celery's ``raised unexpected`` lines, against the connection faults injected
-  (``pg_terminate_backend`` calls that hit a backend, and Redis restarts): more than one per
-  connection fault is a violation. They are grouped by the django_reactor frames of their
-  tracebacks, so the code path at fault is named;
+  (``pg_terminate_backend`` calls that hit a backend, ``body_cut``, ``atomic_stall`` and Redis
+  restarts): more than one per connection fault is a violation. They are grouped by the
+  django_reactor frames of their tracebacks, so the code path at fault is named;
 - sweeper exits: the sweeper loop died by itself.
+
+The report also lists each ``atomic_stall`` (the process, its run, when its session was ended
+and whether by the takeover, when it was woken) and counts the trace's ``reconnect`` entries.
 
 Exit status: 0 when no invariant is violated, 1 when one is, 2 when the soak could not run.
 Logs are kept (and their directory printed) when an invariant is violated or a task failed, or
@@ -101,18 +133,35 @@ FINAL = {"completed", "failed", "halted", "cancelled", "needs_attention"}
 ACTIVE = {"pending", "running", "rolling_back", "paused"}
 ROLES = ("worker", "sweeper", "web", "caller", "submitter")
 FAULT_KINDS = {  # kind: weight
-    "worker_kill": 14,
-    "child_kill": 20,
-    "pg_terminate": 36,
-    "redis_restart": 14,
-    "caller_kill": 16,
+    "worker_kill": 12,
+    "child_kill": 17,
+    "pg_terminate": 30,
+    "redis_restart": 12,
+    "caller_kill": 13,
+    "body_cut": 12,
+    "atomic_stall": 4,
 }
+#: Fault kinds that cut database connections (against which task failures are counted).
+CONNECTION_FAULTS = ("pg_terminate", "redis_restart", "body_cut", "atomic_stall")
+#: Fault kinds that find their target at work and retry when there is none (not substituted
+#: until one of the kind is in: every soak gets at least one of each).
+SOUGHT_KINDS = ("body_cut", "atomic_stall")
 TERMINATE_ROLES = {"worker": 45, "sweeper": 20, "caller": 13, "submitter": 12, "web": 10}
 RESERVE = 25.0  # seconds kept for the checks and the clean-up at the end of --seconds
 SPACING = 0.9  # seconds between two submissions, on average, when the time bound allows it
 REAP_AFTER = 3.0  # seconds the orphans of a killed worker main process live on
 STUCK_AFTER = 5.0  # seconds a lock may outlive its run's end (the release follows the end)
 BUSY_AIM = 0.75  # the share of kills and terminations aimed at a process that is at work
+BODY_MARKER = "/* chaos body */"  # the same as tests.chaos.reactors.BODY_MARKER
+ATOMIC_PREFIX = "reactor-atomic "  # an atomic step's session (store.dialects.postgresql)
+LEASE_SECONDS = 4  # REACTOR["LEASE_SECONDS"] of the soak's processes
+# Longer than a stall lasts (its lease, the takeover, the wake): the takeover, not the server's
+# idle_in_transaction_session_timeout, ends the stalled session.
+ATOMIC_STEP_TIMEOUT = 30.0
+STALL_FIND = 8.0  # seconds an atomic_stall request waits for an atomic body to take it
+STALL_MAX = LEASE_SECONDS + 14.0  # seconds a process stays stopped at most
+STALL_GRACE = 1.0  # seconds a stopped process stays stopped after its session was ended
+INITIAL_BALANCE = 1000  # of each chaos_account row
 
 
 class SoakError(RuntimeError):
@@ -324,7 +373,17 @@ STEPS = {
     "HandOffBefore": ["a", "b", "c"],
     "Inline": ["a", "b", "c"],
     "InlineLocked": ["a", "locked", "c"],
+    "AtomicBackground": ["a", "debit", "credit", "d"],
+    "AtomicInline": ["a", "debit", "credit", "d"],
+    "AtomicHandOff": ["a", "debit", "credit", "d"],
 }
+#: The atomic steps of each reactor and the accounts they move money between (run: from the
+#: first to the second; undo: back).
+ATOMIC_STEPS = {
+    reactor: {"debit": ("source", "escrow"), "credit": ("escrow", "target")}
+    for reactor in ("AtomicBackground", "AtomicInline", "AtomicHandOff")
+}
+ACCOUNTS = ("source", "escrow", "target")
 KINDS = [  # kind, reactor class, client process, weight
     ("background", "Background", "submitter", 22),
     ("background_locked", "BackgroundLocked", "submitter", 10),
@@ -335,6 +394,9 @@ KINDS = [  # kind, reactor class, client process, weight
     ("map", "FanOut", "submitter", 12),
     ("interrupt_background", "ApprovalBackground", "submitter", 12),
     ("interrupt_inline", "ApprovalInline", "submitter", 8),
+    ("atomic_background", "AtomicBackground", "submitter", 12),
+    ("atomic_inline", "AtomicInline", "caller", 7),
+    ("atomic_handoff", "AtomicHandOff", "caller", 5),
 ]
 
 
@@ -380,6 +442,11 @@ def make_plan(rng: random.Random, runs: int, spread: float, seed: int) -> list[J
             steps = STEPS[reactor]
             if "locked" in steps:
                 inputs["slot"] = rng.randrange(3)
+            if reactor in ATOMIC_STEPS:
+                # Accounts of this run only: no row lock is shared with another run.
+                inputs["accounts"] = {name: f"{seed}-{number}-{name}" for name in ACCOUNTS}
+                spec["amount"] = rng.randint(1, 100)
+                spec["atomic_pause"] = round(rng.uniform(0.02, 0.08), 3)
             draw = rng.random()
             if draw >= 0.6:
                 at_index = (
@@ -535,6 +602,24 @@ CREATE TABLE IF NOT EXISTS chaos_ledger (
     element integer,
     note text NOT NULL DEFAULT '',
     checkpointed boolean NOT NULL,
+    pid integer NOT NULL,
+    role text NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS chaos_account (
+    name text PRIMARY KEY,
+    execution_key text NOT NULL,
+    balance bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chaos_transfer (
+    id bigserial PRIMARY KEY,
+    execution_id uuid NOT NULL,
+    step text NOT NULL,
+    action text NOT NULL,
+    key text NOT NULL,
+    source text NOT NULL REFERENCES chaos_account (name),
+    target text NOT NULL REFERENCES chaos_account (name),
+    amount bigint NOT NULL,
     pid integer NOT NULL,
     role text NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp()
@@ -705,6 +790,43 @@ class Fault:
     restored_at: float | None = None
 
 
+@dataclass
+class Stall:
+    """A process the soak stopped inside an atomic step's transaction (``atomic_stall``)."""
+
+    proc: Proc
+    role: str
+    execution_id: str
+    step: str
+    action: str
+    fence: int | None  # the run's fence when it stopped (its session's application_name)
+    session: int | None  # the backend of that session
+    stopped_at: float  # epoch seconds
+    until: float  # monotonic: woken by then at the latest
+    ended_at: float | None = None  # epoch seconds: its session was gone (ended by a takeover)
+    woken_at: float | None = None
+    fence_at_wake: int | None = None
+    died: bool = False  # gone before it was woken
+
+    def summary(self) -> dict[str, Any]:
+        """What the report says about it."""
+        ended = None if self.ended_at is None else round(self.ended_at - self.stopped_at, 1)
+        woken = None if self.woken_at is None else round(self.woken_at - self.stopped_at, 1)
+        return {
+            "pid": self.proc.pid,
+            "role": self.role,
+            "execution_id": self.execution_id,
+            "step": self.step,
+            "action": self.action,
+            "fence": self.fence,
+            "fence_at_wake": self.fence_at_wake,
+            "session": self.session,
+            "session_ended_after_s": ended,
+            "woken_after_s": woken,
+            "died": self.died,
+        }
+
+
 class Soak:
     """Starts everything, runs the plan under faults, checks the invariants, cleans up."""
 
@@ -738,6 +860,12 @@ class Soak:
         self.timeline: dict[str, float] = {}
         self.next_lock_sample = 0.0
         self.lock_watch: dict[tuple[str, str], dict[str, Any]] = {}  # locks of ended runs
+        self.stall_dir = self.logs / "stall"  # atomic_stall's request and answers
+        self.stall_dir.mkdir()
+        self.stall: Stall | None = None  # the process stopped now
+        self.next_stall_check = 0.0
+        self.stalls: list[Stall] = []  # every one, for the report
+        self.sought_misses = Counter[str]()  # SOUGHT_KINDS tries that found no target
 
     # -- environment ------------------------------------------------------------------------
 
@@ -750,7 +878,8 @@ class Soak:
             "COORDINATION_REDIS": f"{redis}/1",
             "COORDINATION_KEY_PREFIX": KEY_PREFIX,
             "REDIS_URL": f"{redis}/2",
-            "LEASE_SECONDS": 4,
+            "LEASE_SECONDS": LEASE_SECONDS,
+            "ATOMIC_STEP_TIMEOUT": ATOMIC_STEP_TIMEOUT,
             "MAX_RECOVERY_ATTEMPTS": 10,
             "SWEEP_INTERVAL": 1.0,
             "REDISPATCH_AFTER": 4.0,
@@ -775,6 +904,7 @@ class Soak:
                 "REACTOR_SETTINGS_JSON": json.dumps(self.reactor_settings()),
                 "CHAOS_ROLE": role,
                 "CHAOS_LEDGER_URL": f"{PG_SERVER}/{self.database}",
+                "CHAOS_STALL_DIR": str(self.stall_dir),
                 "PYTHONPATH": str(REPO_ROOT),
                 "PYTHONUNBUFFERED": "1",
             }
@@ -1009,6 +1139,7 @@ class Soak:
                 dead.reap()
                 self.orphans.remove((deadline, dead))
         self.restore_redis()
+        self.tend_stall()
         self.sample_locks()
         for index, worker in enumerate(self.workers):
             if not worker.alive():
@@ -1037,15 +1168,26 @@ class Soak:
 
     def inject(self, kind: str) -> Fault | None:
         """Inject one fault of ``kind`` (or a substitute when it cannot be injected now)."""
-        if kind == "caller_kill" and ("caller" in self.clients_done or not self.caller_alive()):
+        if kind == "caller_kill" and (
+            "caller" in self.clients_done
+            or not self.caller_alive()
+            or self.stalled(self.clients["caller"].pid)
+        ):
             kind = "pg_terminate"
         if kind == "redis_restart" and self.redis_restart_at is not None:
             kind = "child_kill"
+        if kind == "atomic_stall" and self.stall is not None:
+            kind = "body_cut"  # one stopped process at a time
         # Most kills aim at a process that is inside a step body right now (a ledger row in the
         # last moment), the others at any process: idle ones are the easy case.
         aim = self.fault_rng.random() < BUSY_AIM
         if kind == "worker_kill":
-            indexes = [i for i, w in enumerate(self.workers) if self.ready(w)]
+            # Not the worker of a stopped process: its orphans would be reaped with it.
+            indexes = [
+                i
+                for i, w in enumerate(self.workers)
+                if self.ready(w) and not any(self.stalled(pid) for pid in children_pids(w.pid))
+            ]
             if not indexes:
                 return None
             hot = self.poll_busy(
@@ -1061,7 +1203,11 @@ class Soak:
             return Fault(kind, time.time(), worker.name, f"main pid {worker.pid} ({state})", 1)
         if kind == "child_kill":
             candidates = [
-                (w, pid) for w in self.workers if self.ready(w) for pid in children_pids(w.pid)
+                (w, pid)
+                for w in self.workers
+                if self.ready(w)
+                for pid in children_pids(w.pid)
+                if not self.stalled(pid)
             ]
             if not candidates:
                 return None
@@ -1076,6 +1222,10 @@ class Soak:
             return Fault(kind, time.time(), worker.name, f"pool child pid {pid} ({state})", 1)
         if kind == "pg_terminate":
             return self.terminate_backends()
+        if kind == "body_cut":
+            return self.cut_bodies()
+        if kind == "atomic_stall":
+            return self.stall_atomic()
         if kind == "redis_restart":
             assert self.redis is not None
             outage = round(self.fault_rng.uniform(1.0, 6.0), 2)
@@ -1169,6 +1319,200 @@ class Soak:
                 return Fault("pg_terminate", time.time(), role, detail, len(terminated))
         return None
 
+    def body_sessions(self) -> list[tuple[int, str]]:
+        """Backends of our database inside a step body now: in an atomic step's transaction
+        (its ``application_name``), or running a plain body's marked query; never the session
+        of the process stopped by ``atomic_stall``."""
+        assert self.db is not None
+        rows = self.db.rows(
+            "SELECT pid, application_name FROM pg_stat_activity WHERE datname = %s "
+            "AND pid <> pg_backend_pid() AND (starts_with(application_name, %s) "
+            "OR (state = 'active' AND strpos(query, %s) > 0))",
+            [self.database, ATOMIC_PREFIX, BODY_MARKER],
+        )
+        stall = self.stall
+        if stall is None:
+            return [(pid, name) for pid, name in rows]
+        stopped = f"{ATOMIC_PREFIX}{stall.execution_id} "
+        return [
+            (pid, name)
+            for pid, name in rows
+            if pid != stall.session and not name.startswith(stopped)
+        ]
+
+    def cut_bodies(self) -> Fault | None:
+        """``pg_terminate_backend`` of one (or every) backend inside a step body now: its body
+        loses the engine's connection mid-way (polls up to 3 s for one, 7 s when it seeks an
+        atomic step's first)."""
+        assert self.db is not None
+        # Half of the cuts seek an atomic step's transaction first (rarer than a plain body's
+        # query, and shorter), for up to 4 s; then any body, for up to 3 s.
+        seek_atomic = self.fault_rng.random() < 0.5
+        start = time.monotonic()
+        found = self.body_sessions()
+        while time.monotonic() < start + (7.0 if seek_atomic else 3.0):
+            atomic = [(pid, name) for pid, name in found if name.startswith(ATOMIC_PREFIX)]
+            if atomic and seek_atomic:
+                found = atomic
+                break
+            if found and not (seek_atomic and time.monotonic() < start + 4.0):
+                break
+            self.restore_redis()
+            time.sleep(0.02)
+            found = self.body_sessions()
+        if not found:
+            return None
+        chosen = found if self.fault_rng.random() < 0.3 else [self.fault_rng.choice(found)]
+        # Checked again in the statement itself: our database, still inside a body.
+        hit = self.db.rows(
+            "SELECT pid, application_name, pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid = ANY(%s) AND datname = %s AND pid <> pg_backend_pid() "
+            "AND (starts_with(application_name, %s) OR (state = 'active' AND strpos(query, %s) "
+            "> 0))",
+            [[pid for pid, _ in chosen], self.database, ATOMIC_PREFIX, BODY_MARKER],
+        )
+        terminated = [(pid, name) for pid, name, ok in hit if ok]
+        if not terminated:
+            return None
+        kinds = sorted(
+            {"atomic" if name.startswith(ATOMIC_PREFIX) else "plain" for _, name in terminated}
+        )
+        names = [
+            f"{pid} {'atomic' if name.startswith(ATOMIC_PREFIX) else name}"
+            for pid, name in terminated
+        ]
+        return Fault("body_cut", time.time(), "+".join(kinds), f"backends {names}", len(terminated))
+
+    # -- atomic_stall ---------------------------------------------------------------------------
+
+    def stalled(self, pid: int) -> bool:
+        """Whether ``pid`` is the process stopped by ``atomic_stall`` now."""
+        return self.stall is not None and self.stall.proc.pid == pid
+
+    def stall_answer(self) -> dict[str, Any] | None:
+        """The note of the body that took the stall request (kept in the logs), if one did."""
+        for path in sorted(self.stall_dir.glob("stopped-*")):
+            note = json.loads(path.read_text())
+            path.rename(self.logs / f"stall-{path.name}.json")
+            return dict(note)
+        return None
+
+    def stall_atomic(self) -> Fault | None:
+        """Ask the next atomic body to stop its process inside its transaction, after its
+        writes (:func:`tests.chaos.reactors.stall_if_requested`); note the process, its run and
+        its session, for :meth:`tend_stall` to wake it after the takeover."""
+        assert self.db is not None
+        # The first stall: any atomic body (the next one is almost always a run's debit); then
+        # also aimed at a credit (after the debit, in the same process) or an undo.
+        target = "any"
+        if any(fault.kind == "atomic_stall" for fault in self.faults):
+            target = self.fault_rng.choices(["any", "run-credit", "undo"], [4, 3, 3])[0]
+        request = self.stall_dir / f"request-{target}"
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(request, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        deadline = time.monotonic() + STALL_FIND
+        answer = self.stall_answer()
+        while answer is None and time.monotonic() < deadline:
+            self.restore_redis()
+            time.sleep(0.05)
+            answer = self.stall_answer()
+        if answer is None:
+            try:
+                request.unlink()
+                return None  # withdrawn: no atomic body came
+            except FileNotFoundError:  # taken just now: its answer follows at once
+                deadline = time.monotonic() + 5.0
+                while answer is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    answer = self.stall_answer()
+            if answer is None:
+                return None
+        pid = int(answer["pid"])
+        proc = Proc.of(pid)
+        deadline = time.monotonic() + 2.0
+        while proc is not None and proc.alive() and time.monotonic() < deadline:
+            state = _stat(pid)
+            if state is not None and state[0] == "T":
+                break
+            time.sleep(0.01)
+        execution_id = str(answer["execution_id"])
+        sessions = self.db.rows(
+            "SELECT pid, application_name FROM pg_stat_activity WHERE datname = %s "
+            "AND starts_with(application_name, %s)",
+            [self.database, f"{ATOMIC_PREFIX}{execution_id} "],
+        )
+        session, fence = (None, None)
+        if sessions:
+            session, name = sessions[0]
+            fence = int(name.rsplit(" ", 1)[1])
+        stopped_at = time.time()
+        if proc is not None:
+            self.stall = Stall(
+                proc=proc,
+                role=str(answer["role"]),
+                execution_id=execution_id,
+                step=str(answer["step"]),
+                action=str(answer["action"]),
+                fence=fence,
+                session=session,
+                stopped_at=stopped_at,
+                until=time.monotonic() + STALL_MAX,
+            )
+            self.stalls.append(self.stall)
+        self.next_stall_check = 0.0
+        where = f"{answer['step']}.{answer['action']} of execution {execution_id}"
+        detail = (
+            f"pid {pid} stopped in {where} (session {session}, fence {fence}; asked for {target})"
+        )
+        return Fault("atomic_stall", stopped_at, str(answer["role"]), detail, 1)
+
+    def tend_stall(self, *, now: bool = False) -> None:
+        """Wake the stopped process once its session was ended (by the worker that took its run
+        over) and a moment more, or at its bound, or ``now``."""
+        stall = self.stall
+        if stall is None:
+            return
+        if not stall.proc.alive():
+            stall.died = True
+            self.stall = None
+            return
+        tick = time.monotonic()
+        if stall.ended_at is None and tick >= self.next_stall_check:
+            self.next_stall_check = tick + 0.3
+            assert self.db is not None
+            alive = self.db.rows(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND application_name = %s",
+                [stall.session, f"{ATOMIC_PREFIX}{stall.execution_id} {stall.fence}"],
+            )
+            if stall.session is not None and not alive:
+                stall.ended_at = time.time()
+                stall.until = min(stall.until, tick + STALL_GRACE)
+        if not now and tick < stall.until:
+            return
+        assert self.db is not None
+        fences = self.db.rows(
+            "SELECT fence FROM django_reactor_execution WHERE id = %s", [stall.execution_id]
+        )
+        stall.fence_at_wake = int(fences[0][0]) if fences else None
+        stall.proc.kill(signal.SIGCONT)
+        stall.woken_at = time.time()
+        self.stall = None
+        for fault in reversed(self.faults):
+            if fault.kind == "atomic_stall" and fault.restored_at is None:
+                fault.restored_at = stall.woken_at
+        log(
+            f"atomic_stall: woke pid {stall.proc.pid} after {stall.woken_at - stall.stopped_at:.1f}"
+            f" s (session ended: {stall.ended_at is not None}; fence {stall.fence} -> "
+            f"{stall.fence_at_wake})"
+        )
+
+    def end_stall(self) -> None:
+        """Before the settle phase: wait (bounded by the stall's own bound) for the stopped
+        process's wake, so that nothing stays stopped."""
+        while self.stall is not None:
+            self.supervise()
+            time.sleep(0.1)
+
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
@@ -1193,6 +1537,7 @@ class Soak:
         )
         for role in ("submitter", "caller"):
             self.start_client(role, self.plan_path)
+        self.open_accounts()
         interrupts = [job for job in self.jobs if job.kind.startswith("interrupt")]
         self.resumer = Resumer(self, interrupts)
         self.resumer.start()
@@ -1201,6 +1546,7 @@ class Soak:
             f"{window:.0f} s, settle until {end - RESERVE - time.monotonic():.0f} s from now"
         )
         self.inject_phase(ready + 1.0, window, ready + remaining * 0.72)
+        self.end_stall()
         faults_end = time.monotonic()
         self.timeline["faults_s"] = round(faults_end - ready, 1)
         self.settle(end - RESERVE)
@@ -1209,6 +1555,21 @@ class Soak:
         self.timeline["total_s"] = round(time.monotonic() - begin, 1)
         report["timeline"] = dict(self.timeline)
         return report
+
+    def open_accounts(self) -> None:
+        """The ``chaos_account`` rows of every atomic run (its own, each INITIAL_BALANCE)."""
+        assert self.db is not None
+        rows = [
+            (name, job.key, INITIAL_BALANCE)
+            for job in self.jobs
+            for name in job.inputs.get("accounts", {}).values()
+        ]
+        if rows:
+            self.db.rows(
+                "INSERT INTO chaos_account (name, execution_key, balance) "
+                "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[])",
+                [list(column) for column in zip(*rows, strict=True)],
+            )
 
     def fault_kinds(self) -> Iterator[str]:
         """Every kind once (in random order), then kinds drawn by weight."""
@@ -1241,6 +1602,7 @@ class Soak:
                 if fault is not None:
                     self.faults.append(fault)
                     log(f"fault {len(self.faults)}: {fault.kind} {fault.target} {fault.detail}")
+                    self.sought_misses[kind] = 0
                     kind = next(kinds)
                     # Behind schedule (faults that could not be injected): catch up faster.
                     left = max(start + window - now, mean)
@@ -1248,6 +1610,13 @@ class Soak:
                     next_at = now + self.fault_rng.uniform(0.4, 1.6) * min(mean, gap)
                 else:
                     next_at = now + 0.5
+                    if kind in SOUGHT_KINDS:
+                        # Sought again until one is in; then, after two misses, another kind.
+                        self.sought_misses[kind] += 1
+                        injected = any(f.kind == kind for f in self.faults)
+                        if injected and self.sought_misses[kind] >= 2:
+                            self.sought_misses[kind] = 0
+                            kind = next(kinds)
             time.sleep(0.1)  # the supervisor's tick
 
     def settle(self, deadline: float) -> None:
@@ -1291,6 +1660,8 @@ class Soak:
         if self.resumer is not None:
             self.resumer.stop_event.set()
             self.resumer.join(timeout=35)
+        for stall in self.stalls:  # nothing stays stopped (a stopped process ignores SIGTERM)
+            stall.proc.kill(signal.SIGCONT)
         # SIGTERM every main process at once, wait for them (bounded), then SIGKILL what is
         # left of each child's session: orphans of killed workers included.
         for child in self.children:
@@ -1374,6 +1745,24 @@ def _rollback_failure(failure: dict[str, Any]) -> str:
     index = failure.get("index")
     where = failure.get("step") if index is None else f"{failure.get('step')}[{index}]"
     return f"{where}.{failure.get('action')}: {str(failure.get('message'))[:120]}"
+
+
+#: What a lost database connection says (a run must never fail of one: its body runs again).
+CONNECTION_LOSS = re.compile(
+    r"terminating connection|server closed the connection|connection is lost|"
+    r"connection (is |was )?(already )?closed|consuming input failed|connection to server|"
+    r"could not receive data|SSL SYSCALL|no connection to the server|connection was lost",
+    re.IGNORECASE,
+)
+
+
+def lost_connection(failure: dict[str, Any]) -> bool:
+    """Whether a run's failure (or one of its rollback failures) is a lost connection."""
+    cls = str(failure.get("exception_class") or "")
+    message = str(failure.get("message") or "")
+    return cls.endswith(("InterfaceError", "AdminShutdown")) or bool(
+        CONNECTION_LOSS.search(message)
+    )
 
 
 TASK_FAILURE = re.compile(r"Task (\S+)\[([0-9a-f-]+)\] raised unexpected: (.*)")
@@ -1596,7 +1985,16 @@ class Checker:
             "l.checkpointed AND l.action <> 'collect' "
             "AND NOT (l.step = 'apply' AND l.action = 'run')"
         )
-        found = [self.rerun_entry(row) for row in rows]
+        found = []
+        for row in rows:
+            entry = self.rerun_entry(row)
+            if row["action"] in ("undo", "compensate") and self.failed_rollback_resumed(row):
+                entry["problem"] = (
+                    f"its {row['action']} failed (recorded), and ran again when the rollback was "
+                    "resumed after its process was lost: rollback handlers are not to be retried "
+                    "automatically (docs/explanation/decisions.md)"
+                )
+            found.append(entry)
         twice = self.db.rows(
             # 'run' entries: event rows, and completed step records that stand for theirs.
             "SELECT execution_id::text, step, count(*) FROM ("
@@ -1619,6 +2017,28 @@ class Checker:
                 }
             )
         return found
+
+    def failed_rollback_resumed(self, row: dict[str, Any]) -> bool:
+        """Whether the trace has the ledger row's undo or compensate failed, then a ``resume``
+        (the run taken over), then failed or done again."""
+        failed, done = (
+            ("undo_failed", "undo")
+            if row["action"] == "undo"
+            else ("compensate_failed", "compensate")
+        )
+        kinds = [
+            kind
+            for (kind,) in self.db.rows(
+                "SELECT kind FROM django_reactor_executionevent WHERE execution_id = %s "
+                "AND (step = %s OR kind = 'resume') ORDER BY seq",
+                [row["execution"], row["step"]],
+            )
+        ]
+        first = kinds.index(failed) if failed in kinds else None
+        if first is None or "resume" not in kinds[first:]:
+            return False
+        after = kinds[kinds.index("resume", first) :]
+        return failed in after or done in after
 
     def rerun_before_checkpoint(self) -> dict[str, Any]:
         """Actions cut off before their checkpoint that ran again (allowed)."""
@@ -1916,6 +2336,130 @@ class Checker:
                 )
         return ""
 
+    def atomic_writes(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Atomic steps' money: each action's transfer committed at most once (exactly as the
+        run's end says: once per atomic step of a completed run; a failed run's steps before
+        the planned failure moved and moved back, unless their undo was planned to fail), and
+        every balance what the committed transfers say."""
+        committed = Counter[tuple[str, str, str]]()
+        for execution_id, step_name, action, count in self.db.rows(
+            "SELECT execution_id::text, step, action, count(*) FROM chaos_transfer GROUP BY 1, 2, 3"
+        ):
+            committed[(execution_id, step_name, action)] = count
+        balances = {
+            name: (key, balance, expected)
+            for name, key, balance, expected in self.db.rows(
+                "SELECT a.name, a.execution_key, a.balance, %s + COALESCE((SELECT sum(CASE "
+                "WHEN t.target = a.name THEN t.amount ELSE -t.amount END) FROM chaos_transfer t "
+                "WHERE a.name IN (t.source, t.target)), 0) FROM chaos_account a",
+                [INITIAL_BALANCE],
+            )
+        }
+        found = []
+        for key, job in self.jobs.items():
+            reactor = job.reactor.rsplit(".", 1)[-1]
+            run = self.runs.get(key)
+            if reactor not in ATOMIC_STEPS or run is None:
+                continue
+            problems = []
+            for step_name in ATOMIC_STEPS[reactor]:
+                done = committed[(run["id"], step_name, "run")]
+                undone = committed[(run["id"], step_name, "undo")]
+                if done > 1 or undone > 1:
+                    problems.append(f"{step_name}: {done} transfers by its run, {undone} by undo")
+                elif undone > done:
+                    problems.append(f"{step_name}: undone ({undone}) without a transfer ({done})")
+                wanted = self.transfers_wanted(job, run, step_name)
+                if wanted is not None and (done, undone) != wanted:
+                    problems.append(
+                        f"{step_name}: {done} transfer(s) by its run and {undone} by its undo "
+                        f"committed, {wanted[0]} and {wanted[1]} planned ({run['status']})"
+                    )
+            for name in job.inputs.get("accounts", {}).values():
+                _, balance, expected = balances.get(name, (key, None, None))
+                if balance is None or balance != expected:
+                    problems.append(f"account {name}: balance {balance}, transfers say {expected}")
+            if problems:
+                entry = self.describe(key)
+                entry["problem"] = "; ".join(problems)
+                entry["ledger"] = [
+                    self.show(row)
+                    for row in self.ledger_rows(
+                        "l.execution_id = %s AND l.step = ANY(%s)",
+                        [run["id"], list(ATOMIC_STEPS[reactor])],
+                    )
+                ] + [
+                    f"transfer {step_name}.{action} {source}->{target} {amount} pid {pid} "
+                    f"({role}) {at:%H:%M:%S.%f}"
+                    for step_name, action, source, target, amount, pid, role, at in self.db.rows(
+                        "SELECT step, action, source, target, amount, pid, role, at "
+                        "FROM chaos_transfer WHERE execution_id = %s ORDER BY id",
+                        [run["id"]],
+                    )
+                ]
+                found.append(entry)
+        info = {
+            "atomic_runs": sum(
+                1 for job in self.jobs.values() if job.reactor.rsplit(".", 1)[-1] in ATOMIC_STEPS
+            ),
+            "transfers_committed": sum(committed.values()),
+            "accounts": len(balances),
+        }
+        return found, info
+
+    @staticmethod
+    def transfers_wanted(job: Job, run: dict[str, Any], step_name: str) -> tuple[int, int] | None:
+        """How many transfers an atomic step's run and undo should have committed, as the
+        run's inputs decide (None when it did not end as they decide: a wrong outcome)."""
+        if run["status"] != job.expected:
+            return None
+        if job.expected == "completed":
+            return (1, 0)
+        if job.expected not in ("failed", "needs_attention") or job.expected_step is None:
+            return None
+        steps = STEPS[job.reactor.rsplit(".", 1)[-1]]
+        if steps.index(step_name) >= steps.index(job.expected_step):
+            return (0, 0)  # the failing step rolled back; those after it never ran
+        undo_fails = step_name in job.inputs["spec"].get("undo_fail", ())
+        return (1, 0 if undo_fails else 1)
+
+    def failed_by_connection_loss(self) -> list[dict[str, Any]]:
+        """Runs that ended failed or needs_attention of a lost database connection (their
+        failure, or one of their rollback failures): a body that loses its connection runs
+        again on a new one, so no run may fail of it."""
+        found = []
+        for key, run in self.runs.items():
+            if run["status"] not in ("failed", "needs_attention"):
+                continue
+            failure = run["failure"] or {}
+            losses = [failure] if lost_connection(failure) else []
+            losses += [f for f in failure.get("rollback_failures", []) if lost_connection(f)]
+            if losses:
+                entry = self.describe(key)
+                entry["problem"] = "; ".join(
+                    f"{f.get('step')}.{f.get('action', 'run')}: {f.get('exception_class')}: "
+                    f"{str(f.get('message'))[:160]}"
+                    for f in losses
+                )
+                found.append(entry)
+        return found
+
+    def stalls(self) -> list[dict[str, Any]]:
+        """Each ``atomic_stall``: the stopped process, whether the worker that took its run over
+        ended its session (its log line), and how the run ended."""
+        entries = []
+        for stall in self.soak.stalls:
+            entry = stall.summary()
+            ended = re.compile(
+                r"ended \d+ database session\(s\) of execution " + re.escape(stall.execution_id)
+            )
+            entry["ended_by_takeover"] = any(ended.search(line) for _, line in self.logs.lines)
+            key = self.by_id.get(stall.execution_id)
+            entry["job"] = key
+            entry["status"] = self.runs.get(key, {}).get("status") if key else None
+            entries.append(entry)
+        return entries
+
     def task_failures(self) -> dict[str, Any]:
         """Celery task failures in the worker logs, grouped by code path."""
         failures = []
@@ -1938,9 +2482,7 @@ class Checker:
             elif "ERROR" in line and "chaos-task" not in line:
                 other_errors[re.sub(r"^\[[^\]]*\]\s*", "", line)[:160]] += 1
         by_exception = Counter(exc.split("(")[0] for *_, exc in failures)
-        connection_faults = sum(
-            1 for f in self.soak.faults if f.kind in ("pg_terminate", "redis_restart")
-        )
+        connection_faults = sum(1 for f in self.soak.faults if f.kind in CONNECTION_FAULTS)
         samples = [
             f"{name}: {task}[{task_id}] for {hooks.get(task_id, '?')}: {exc[:200]}"
             for name, task, task_id, exc in failures[:25]
@@ -1953,6 +2495,8 @@ class Checker:
                 1 for f in self.soak.faults if f.kind == "pg_terminate" and f.target == "worker"
             ),
             "redis_restarts": sum(1 for f in self.soak.faults if f.kind == "redis_restart"),
+            "body_cuts": sum(1 for f in self.soak.faults if f.kind == "body_cut"),
+            "atomic_stalls": sum(1 for f in self.soak.faults if f.kind == "atomic_stall"),
             "by_exception": dict(by_exception.most_common()),
             "by_task": dict(Counter(task for _, task, _, _ in failures).most_common()),
             "executions": sorted({hooks[t] for _, _, t, _ in failures if t in hooks})[:50],
@@ -1975,6 +2519,8 @@ class Checker:
         overlaps, explained, lock_info = self.lock_overlaps()
         stuck = self.stuck_locks()
         wrong = self.wrong_outcomes()
+        money, atomic_info = self.atomic_writes()
+        connection_losses = self.failed_by_connection_loss()
         tasks = self.task_failures()
         sweeper_exits = [e for e in soak.exits if e["role"] == "sweeper"]
         invariants = {
@@ -1987,6 +2533,8 @@ class Checker:
             "lock_overlaps": overlaps,
             "stuck_locks": stuck,
             "wrong_outcomes": wrong,
+            "atomic_writes_doubled": money,
+            "failed_by_connection_loss": connection_losses,
             "sweeper_exits": sweeper_exits,
         }
         task_violation = tasks["count"] > tasks["connection_faults"]
@@ -2022,6 +2570,10 @@ class Checker:
                 "by_kind": dict(fault_counts.most_common()),
                 "pg_terminate_by_role": dict(by_role.most_common()),
                 "backends_terminated": sum(f.hit for f in soak.faults if f.kind == "pg_terminate"),
+                "body_cut_backends": sum(f.hit for f in soak.faults if f.kind == "body_cut"),
+                "body_cut_by_target": dict(
+                    Counter(f.target for f in soak.faults if f.kind == "body_cut").most_common()
+                ),
                 "redis_outage_s": [round(min(outages), 1), round(max(outages), 1)]
                 if outages
                 else [],
@@ -2040,6 +2592,11 @@ class Checker:
                 "lock_overlaps_explained_by_redis_restart": explained,
                 "locks": lock_info,
                 "maps": map_info,
+                "atomic": atomic_info,
+                "atomic_stalls": self.stalls(),
+                "reconnects": self.db.rows(
+                    "SELECT count(*) FROM django_reactor_executionevent WHERE kind = 'reconnect'"
+                )[0][0],
                 "resumes": resume_info,
                 "process_exits": [
                     {k: v for k, v in e.items() if k != "log_tail"}
@@ -2076,6 +2633,7 @@ def format_report(report: dict[str, Any], details: int = 8) -> str:
     lines.append(
         f"faults: {faults['total']} {faults['by_kind']}; pg_terminate by role "
         f"{faults['pg_terminate_by_role']} ({faults['backends_terminated']} backends); "
+        f"body_cut {faults['body_cut_by_target']} ({faults['body_cut_backends']} backends); "
         f"Redis outages {faults['redis_outage_s']} s"
     )
     lines.append("invariants:")
@@ -2090,6 +2648,8 @@ def format_report(report: dict[str, Any], details: int = 8) -> str:
         "lock_overlaps": "lock overlaps",
         "stuck_locks": "stuck locks",
         "wrong_outcomes": "wrong outcomes",
+        "atomic_writes_doubled": "atomic writes doubled",
+        "failed_by_connection_loss": "failed by connection loss",
         "sweeper_exits": "sweeper exits",
     }
     for name, label in labels.items():
@@ -2099,9 +2659,25 @@ def format_report(report: dict[str, Any], details: int = 8) -> str:
     lines.append(
         f"  {'task failures':.<40} {tasks['count']} for {tasks['connection_faults']} connection "
         f"faults ({tasks['pg_terminations']} pg_terminate, {tasks['redis_restarts']} Redis "
-        f"restarts)  {verdict}"
+        f"restarts, {tasks['body_cuts']} body_cut, {tasks['atomic_stalls']} atomic_stall)  "
+        f"{verdict}"
     )
     info = report["info"]
+    stalls = info["atomic_stalls"]
+    lines.append(
+        f"atomic: {info['atomic']['atomic_runs']} runs, {info['atomic']['transfers_committed']} "
+        f"transfers committed; reconnect trace entries {info['reconnects']}; stalls "
+        f"{len(stalls)} (session ended by the takeover in "
+        f"{sum(1 for st in stalls if st['ended_by_takeover'])})"
+    )
+    for stall in stalls:
+        lines.append(
+            f"  stall: pid {stall['pid']} ({stall['role']}) in {stall['step']}.{stall['action']} "
+            f"of {stall['execution_id']} ({stall['job']}, {stall['status']}): session ended "
+            f"after {stall['session_ended_after_s']} s (by the takeover: "
+            f"{stall['ended_by_takeover']}), woken after {stall['woken_after_s']} s, fence "
+            f"{stall['fence']} -> {stall['fence_at_wake']}{', died' if stall['died'] else ''}"
+        )
     lines.append(
         f"info: reruns before checkpoint (allowed) {info['reruns_before_checkpoint']['count']}; "
         f"lock entries {info['locks']}; lock overlaps explained by a Redis restart "

@@ -186,6 +186,10 @@ class RunContext(Protocol):
         """A thread that ran a step's body ends: give back what it took."""
         ...
 
+    def ensure_owned(self) -> None:
+        """Raise ``LeaseLost`` when another process has taken the run."""
+        ...
+
     def abort(
         self,
         exc: BaseException,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 from uuid import UUID
 
-from ..exceptions import ResultNotSerializable
+from ..exceptions import LeaseLost, ResultNotSerializable
 from ..states import EventKind, ExecutionStatus, RollbackStatus
 from .redaction import SecretPath
 from .serialization import JSONMapping, JSONObject, JSONValue, encode, shown_items
@@ -276,6 +276,12 @@ class Journal(Protocol):
         operators see it; never a commit of the run's."""
         ...
 
+    def ensure_owned(self) -> None:
+        """Raise ``LeaseLost`` when this process no longer owns the run (another took it over);
+        asked before a body that lost its database connection runs again: the loss may have
+        come with a stall past the lease, during which another process took the run."""
+        ...
+
     @property
     def execution_id(self) -> UUID | None:
         """The run this journal writes for."""
@@ -338,6 +344,8 @@ class MemoryJournal:
         self.batches = 0
         self.transactions: list[tuple[str, str, str]] = []
         self.heartbeats: list[tuple[str, JSONValue]] = []
+        # Set when another process took the run over: commits and ownership checks refuse.
+        self.taken_over = False
         # What the run's row would hold.
         self.current_step = ""
         self.current_attempt = 0
@@ -353,7 +361,12 @@ class MemoryJournal:
     def heartbeat(self, step: str, details: JSONValue) -> None:
         self.heartbeats.append((step, details))
 
+    def ensure_owned(self) -> None:
+        if self.taken_over:
+            raise LeaseLost(f"execution {self.execution_id} was taken over by another process")
+
     def commit(self, batch: JournalBatch) -> str | None:
+        self.ensure_owned()
         self.batches += 1
         self.events.extend(batch.events)
         if batch.step is not None:

@@ -10,6 +10,11 @@ database yet); and the body runs again on a new connection, with the same attemp
 idempotency key. Such a run again is not one of the step's attempts: its retry policy is for
 its own failures. Past ``Reconnect.within`` seconds of losses in a row, the lost connection is
 the attempt's failure, as any error is.
+
+Unless the run is no longer this process's: a connection is also lost when the process stalled
+(stopped, swapped out, cut off) past its lease and the process that took the run over ended
+its session. That process runs the step; this one stops (``LeaseLost``, from
+:meth:`~.context.RunContext.ensure_owned`) instead of running it a second time.
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ class ConnectionLosses:
         self, run: RunContext, spec: StepSpec, action: str, error: BaseException, attempt: int
     ) -> bool:
         """Whether ``error`` was a lost connection after which the body runs again: the
-        connection was repaired, the trace has a note, the pause was waited. False for any
-        other error, and for a loss past the run's ``Reconnect.within``."""
+        connection was repaired, the pause was waited, the run is still this process's, the
+        trace has a note. False for any other error, and for a loss past the run's
+        ``Reconnect.within``; ``LeaseLost`` when another process has taken the run over."""
         reconnect = run.policy.reconnect
         # Always asked, even past the bound: it drops the broken connection, so that the
         # failure that follows can be recorded.
@@ -62,6 +68,12 @@ class ConnectionLosses:
             )
             return False
         self.count += 1
+        pause = reconnect.pause(self.count)
+        if pause:
+            run.sleep(pause)
+        # Raises when the run was taken over while the connection was gone: the new owner runs
+        # the step; running it here as well would do it twice.
+        run.ensure_owned()
         message = exception_message(error)
         run.note(
             EventKind.RECONNECT,
@@ -84,7 +96,4 @@ class ConnectionLosses:
             message.splitlines()[0] if message else type(error).__name__,
         )
         logger.debug("the lost connection's error", exc_info=error)
-        pause = reconnect.pause(self.count)
-        if pause:
-            run.sleep(pause)
         return True

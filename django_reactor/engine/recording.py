@@ -175,6 +175,10 @@ class RunRecorder:
         """A thread that ran a step's body ends: the journal gives back what it took there."""
         self.journal.thread_finished()
 
+    def ensure_owned(self) -> None:
+        """Raise ``LeaseLost`` when another process has taken the run (``Journal.ensure_owned``)."""
+        self.journal.ensure_owned()
+
     def drop_held(self) -> None:
         """Roll back a held transaction that no checkpoint joined (what the body returned was
         not recorded as done after all, or the process is stopping)."""

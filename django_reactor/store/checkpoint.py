@@ -25,7 +25,7 @@ from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
 from . import dialects, trace
 from .atomic_steps import DatabaseStepTransaction
-from .db import USING, close_thread_connections
+from .db import USING, close_thread_connections, reconnecting
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
 from .lease import note_heartbeat
@@ -114,6 +114,17 @@ class DatabaseJournal:
     def heartbeat(self, step: str, details: JSONValue) -> None:
         """Kept for the run's next lease extension (see ``lease.note_heartbeat``)."""
         note_heartbeat(self.execution_id, step, details)
+
+    def ensure_owned(self) -> None:
+        """The run's fence is still this journal's, or ``LeaseLost`` (one read, reconnecting
+        when the connection is lost again)."""
+        runs = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
+        if not reconnecting(runs.exists, what=f"reading execution {self.execution_id}'s fence"):
+            raise LeaseLost(
+                f"execution {self.execution_id} was taken over by another process while this "
+                f"process's database connection was lost (fence {self.fence} was superseded); "
+                "stopping without running its step again"
+            )
 
     def commit(self, batch: JournalBatch) -> str | None:
         if batch.result_secrets or (

@@ -14,11 +14,28 @@ the action's checkpoint already existed when the body started: a checkpointed ac
 again shows as a ledger row with ``checkpointed`` true. A step holding a ``Lock`` also writes
 when it entered and left its body to ``chaos_lock`` (server clock), so the driver can find
 holders of the same key that overlapped.
+
+Every step body also works on the engine's own database connection (Django's), so that a
+connection fault can land inside it: ``Work``, its undo and compensate, ``Apply`` and the map
+element run a short ``pg_sleep`` marked :data:`BODY_MARKER`, which the driver's ``body_cut``
+fault looks for in ``pg_stat_activity``. A body that loses that connection is run again on a
+new one (a ``reconnect`` trace entry, and a second ledger row that was not checkpointed).
+
+``Transfer`` is an atomic step: inside its transaction it moves ``spec["amount"]`` between two
+of the run's ``chaos_account`` rows (created by the driver, one set per run, so that no two
+runs share a row lock) and inserts a ``chaos_transfer`` row, through Django's connection; its
+undo moves the money back the same way. Only committed transfers count: the driver checks that
+each action's transfer committed at most once and the balances agree with the committed rows.
+After its writes, a ``Transfer`` body takes the driver's stall request if there is one
+(:func:`stall_if_requested`: it stops itself with ``SIGSTOP`` inside its transaction, holding
+its row locks, for the driver to wake after the run was taken over).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import time
 from typing import Any
 
@@ -28,6 +45,12 @@ from django_reactor import Halt, Lock, Reactor, Step, arg, interrupt, map_over, 
 
 #: The libpq URL of the soak's database, for the ledger's own connection.
 LEDGER_URL_ENV = "CHAOS_LEDGER_URL"
+#: The folder of the driver's stall requests (``atomic_stall``), see :func:`stall_if_requested`.
+STALL_DIR_ENV = "CHAOS_STALL_DIR"
+#: Marks the statements a step body sends on the engine's connection (``body_cut`` finds them).
+BODY_MARKER = "/* chaos body */"
+#: Seconds of a plain body's marked query (the rest of its pause is spent outside the database).
+BODY_QUERY_SECONDS = 0.03
 #: What planned failures say (the driver tells them from failures the faults caused).
 PLANNED = "chaos: planned failure"
 PLANNED_UNDO = "chaos: planned undo failure"
@@ -145,8 +168,21 @@ def _record_context(step_object: Step, action: str, note: str = "") -> None:
     )
 
 
+def body_query(seconds: float = BODY_QUERY_SECONDS) -> None:
+    """A marked ``pg_sleep`` on the engine's connection (Django's ``default``): a body at work
+    in the database, where ``body_cut`` can cut it."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT pg_sleep(%s) {BODY_MARKER}", [seconds])
+
+
 def _pause(spec: dict[str, Any]) -> None:
-    time.sleep(float(spec.get("pause", 0.1)))
+    """Work ``spec["pause"]`` seconds: a marked query first, the rest outside the database."""
+    pause = float(spec.get("pause", 0.1))
+    query = min(pause, BODY_QUERY_SECONDS)
+    body_query(query)
+    time.sleep(pause - query)
 
 
 class Work(Step):
@@ -161,14 +197,16 @@ class Work(Step):
         return {"step": self.context.step}
 
     def undo(self, result: Any, spec: dict[str, Any]) -> None:
-        """Record; fail when this undo is planned to fail."""
+        """Record, query; fail when this undo is planned to fail."""
         _record_context(self, "undo")
+        body_query()
         if self.context.step in spec.get("undo_fail", ()):
             raise RuntimeError(f"{PLANNED_UNDO} of {self.context.step}")
 
     def compensate(self, error: Any, spec: dict[str, Any]) -> None:
-        """Record."""
+        """Record, query."""
         _record_context(self, "compensate")
+        body_query()
 
 
 class LockedWork(Work):
@@ -278,6 +316,152 @@ class BackgroundLocked(Reactor):
         background = "all"
 
 
+# ---------------------------------------------------------------------------- atomic steps
+
+
+def _move(step_object: Step, action: str, source: str, target: str, amount: int) -> None:
+    """Move ``amount`` from ``source`` to ``target`` and insert the transfer's row, through
+    Django's connection (inside the atomic step's transaction)."""
+    from django.db import connection
+
+    context = step_object.context
+    with connection.cursor() as cursor:
+        for account, delta in ((source, -amount), (target, amount)):
+            cursor.execute(
+                f"UPDATE chaos_account SET balance = balance + %s WHERE name = %s {BODY_MARKER}",
+                [delta, account],
+            )
+            if cursor.rowcount != 1:
+                raise RuntimeError(f"chaos: no account {account!r}")
+        cursor.execute(
+            "INSERT INTO chaos_transfer (execution_id, step, action, key, source, target, "
+            f"amount, pid, role) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) {BODY_MARKER}",
+            [
+                str(context.execution_id),
+                context.step,
+                action,
+                context.idempotency_key,
+                source,
+                target,
+                amount,
+                os.getpid(),
+                os.environ.get("CHAOS_ROLE", "unknown"),
+            ],
+        )
+
+
+def stall_if_requested(step_object: Step, action: str) -> None:
+    """Take the driver's stall request, if there is one, and stop this process (``SIGSTOP``).
+
+    The request is a file in ``$CHAOS_STALL_DIR`` naming the bodies it is for:
+    ``request-any`` (any atomic body), ``request-run-<step>`` (that step's run) or
+    ``request-undo`` (any atomic undo). Whoever unlinks it took it (exactly one body). The
+    taker writes ``stopped-<pid>`` (JSON: pid, execution, step, action,
+    role; renamed into place, so the driver never reads half of it) and stops itself, inside
+    its atomic step's transaction, after its writes. The driver wakes it (``SIGCONT``) after
+    the run was taken over."""
+    folder = os.environ.get(STALL_DIR_ENV)
+    if not folder:
+        return
+    context = step_object.context
+    mine = "request-undo" if action == "undo" else f"request-run-{context.step}"
+    for name in ("request-any", mine):
+        try:
+            os.unlink(os.path.join(folder, name))
+        except FileNotFoundError:
+            continue
+        break
+    else:
+        return
+    pid = os.getpid()
+    note = {
+        "pid": pid,
+        "execution_id": str(context.execution_id),
+        "step": context.step,
+        "action": action,
+        "role": os.environ.get("CHAOS_ROLE", "unknown"),
+    }
+    partial = os.path.join(folder, f".stopped-{pid}")
+    with open(partial, "w") as handle:
+        json.dump(note, handle)
+    os.rename(partial, os.path.join(folder, f"stopped-{pid}"))
+    os.kill(pid, signal.SIGSTOP)
+
+
+class Transfer(Step):
+    """An atomic step of the soak: records itself (outside the transaction), moves
+    ``spec["amount"]`` from ``accounts[route[0]]`` to ``accounts[route[1]]`` (inside it), may
+    stall, works a little in the database, fails if planned. Its undo moves the money back."""
+
+    atomic = True
+
+    def run(self, spec: dict[str, Any], accounts: dict[str, str], route: list[str]) -> Any:
+        """Record, move, maybe stall, work, fail when planned."""
+        _record_context(self, "run")
+        source, target = accounts[route[0]], accounts[route[1]]
+        _move(self, "run", source, target, int(spec["amount"]))
+        stall_if_requested(self, "run")
+        body_query(float(spec.get("atomic_pause", BODY_QUERY_SECONDS)))
+        if self.context.step == spec.get("fail_at"):
+            raise RuntimeError(f"{PLANNED} at {self.context.step}")
+        return {"step": self.context.step, "moved": int(spec["amount"])}
+
+    def undo(
+        self, result: Any, spec: dict[str, Any], accounts: dict[str, str], route: list[str]
+    ) -> None:
+        """Record, move the money back, maybe stall, work; fail when this undo is planned to."""
+        _record_context(self, "undo")
+        source, target = accounts[route[0]], accounts[route[1]]
+        _move(self, "undo", target, source, int(spec["amount"]))
+        stall_if_requested(self, "undo")
+        body_query(float(spec.get("atomic_pause", BODY_QUERY_SECONDS)))
+        if self.context.step in spec.get("undo_fail", ()):
+            raise RuntimeError(f"{PLANNED_UNDO} of {self.context.step}")
+
+
+def _transfer(route: tuple[str, str], *after: str) -> Any:
+    return step(
+        Transfer,
+        spec=arg.input("spec"),
+        accounts=arg.input("accounts"),
+        route=arg.value(list(route)),
+        wait_for=list(after),
+    )
+
+
+class AtomicBackground(Reactor):
+    """On workers: ``a``, then two atomic steps (source to escrow, escrow to target), ``d``."""
+
+    a = _work()
+    debit = _transfer(("source", "escrow"), "a")
+    credit = _transfer(("escrow", "target"), "debit")
+    d = _work("credit")
+
+    class Meta:
+        background = "all"
+
+
+class AtomicInline(Reactor):
+    """Like ``AtomicBackground``, in the caller."""
+
+    a = _work()
+    debit = _transfer(("source", "escrow"), "a")
+    credit = _transfer(("escrow", "target"), "debit")
+    d = _work("credit")
+
+
+class AtomicHandOff(Reactor):
+    """``a`` and ``debit`` in the caller, ``credit`` and ``d`` on a worker."""
+
+    a = _work()
+    debit = _transfer(("source", "escrow"), "a")
+    credit = _transfer(("escrow", "target"), "debit")
+    d = _work("credit")
+
+    class Meta:
+        background = {"after": "debit"}
+
+
 # ---------------------------------------------------------------------------- the map
 
 
@@ -302,7 +486,10 @@ class Element(Step):
     def run(self, item: int, spec: dict[str, Any]) -> int:
         """Record, work, fail when this element is planned to fail."""
         self._record("element", item)
-        time.sleep(float(spec.get("element_pause", 0.05)))
+        pause = float(spec.get("element_pause", 0.05))
+        query = min(pause, BODY_QUERY_SECONDS)
+        body_query(query)
+        time.sleep(pause - query)
         if item == spec.get("fail_element"):
             raise RuntimeError(f"{PLANNED} at element {item}")
         return item * 2
@@ -310,6 +497,7 @@ class Element(Step):
     def undo(self, result: Any, item: int, spec: dict[str, Any]) -> None:
         """Record; fail when this element's undo is planned to fail."""
         self._record("element_undo", item)
+        body_query(0.01)
         if item == spec.get("element_undo_fail"):
             raise RuntimeError(f"{PLANNED_UNDO} of element {item}")
 

@@ -1,4 +1,6 @@
-"""The short chaos soak of issue 13: 70 mixed runs under at least 24 faults, in under 3 minutes.
+"""The short chaos soak of issue 13: 70 mixed runs under at least 24 faults, in under 3 minutes,
+among them a backend cut inside a step body and a process stopped inside an atomic step's
+transaction.
 
 It runs ``benchmarks/chaos_soak.py`` as a subprocess (its own database, Redis, workers, sweeper,
 web process and callers, all stopped at the end) and asserts every invariant the driver
@@ -34,6 +36,8 @@ INVARIANTS = (
     "lock_overlaps",
     "stuck_locks",
     "wrong_outcomes",
+    "atomic_writes_doubled",
+    "failed_by_connection_loss",
     "sweeper_exits",
 )
 
@@ -59,6 +63,13 @@ def test_short_chaos_soak_keeps_every_invariant(tmp_path: Path) -> None:
 
     assert report["runs"]["planned"] == RUNS
     assert report["faults"]["total"] >= FAULTS, text
+    # Faults inside step bodies: a backend cut mid-body, a process stopped inside an atomic
+    # step's transaction whose session the worker that took its run over ended.
+    kinds = report["faults"]["by_kind"]
+    assert kinds.get("body_cut", 0) >= 1, text
+    assert kinds.get("atomic_stall", 0) >= 1, text
+    assert any(stall["ended_by_takeover"] for stall in report["info"]["atomic_stalls"]), text
+    assert report["info"]["atomic"]["transfers_committed"] > 0, text
     assert report["timeline"]["total_s"] <= SECONDS, text
     violated = {name: report["counts"][name] for name in INVARIANTS if report["counts"][name]}
     assert violated == {}, text

@@ -33,7 +33,7 @@ from django_reactor import (
     step,
     step_context,
 )
-from testproject.example.models import BodyRun, Effect
+from testproject.example.models import Account, BodyRun, Effect
 from testproject.example.reactors import move
 
 
@@ -509,6 +509,32 @@ class AtomicTransfer(Reactor):
     debit = step(AtomicMove, account=arg.input("source"), amount=arg.value("-30"))
     credit = step(
         AtomicMove, account=arg.input("target"), amount=arg.value("30"), wait_for=["debit"]
+    )
+
+    class Meta:
+        background = "all"
+
+
+class AtomicMoveThenRead(AtomicMove):
+    """``AtomicMove`` whose body reads the balance back after the fault point (a query after
+    a stall there finds the session ended if the run was taken over meanwhile)."""
+
+    def run(self, account: str, amount: str) -> Any:
+        moved = super().run(account, amount)
+        moved["balance"] = str(Account.objects.get(name=account).balance)
+        return moved
+
+
+class AtomicTransferThenRead(Reactor):
+    """``AtomicTransfer`` whose steps read the balance back after their fault point."""
+
+    class Inputs(serializers.Serializer):
+        source = serializers.CharField()
+        target = serializers.CharField()
+
+    debit = step(AtomicMoveThenRead, account=arg.input("source"), amount=arg.value("-30"))
+    credit = step(
+        AtomicMoveThenRead, account=arg.input("target"), amount=arg.value("30"), wait_for=["debit"]
     )
 
     class Meta:

@@ -23,7 +23,7 @@ from django_reactor.states import ExecutionStatus
 from testproject.example.models import Account, LedgerEntry
 from tests.workers.conftest import WORKER_REACTOR_SETTINGS
 from tests.workers.harness import Worker, process_state, wait_until
-from tests.workers.reactors import AtomicTransfer
+from tests.workers.reactors import AtomicTransfer, AtomicTransferThenRead
 from tests.workers.test_crashes import sweep_until_finished, trace
 
 
@@ -118,6 +118,38 @@ def test_a_takeover_ends_the_stalled_owner_that_holds_the_atomic_steps_locks(
     assert ledger() == [("alice", "debit", Decimal(-30)), ("bob", "credit", Decimal(30))]
     assert starts(tmp_path, row.id) == ["debit", "credit", "credit"]
     assert [s for _, s in trace(row.id) if s] == ["debit", "credit"]
+
+
+@pytest.mark.behind_pgbouncer
+def test_a_stalled_owner_whose_session_was_ended_does_not_run_its_step_again(
+    start_worker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but the stalled body queries again once woken (it reads the balance back):
+    that query finds its session ended by the takeover, a lost connection. The body is not run
+    again on a new connection (the new owner ran the step): the woken worker stops."""
+    monkeypatch.setitem(WORKER_REACTOR_SETTINGS, "ATOMIC_STEP_TIMEOUT", 600)
+    Account.objects.create(name="alice", balance=100)
+    Account.objects.create(name="bob", balance=0)
+    worker: Worker = start_worker(faults="mid_body@credit=stop:once")
+    outcome = AtomicTransferThenRead.run({"source": "alice", "target": "bob"})
+    stopped = wait_until(
+        lambda: [p for p in worker.children() if process_state(p) == "T"],
+        what="a worker process to stop inside credit's transaction",
+    )[0]
+    row = sweep_until_finished(outcome.execution_id, timeout=60)
+    assert row.status == ExecutionStatus.COMPLETED, (row.status, row.failure)
+    assert "ended 1 database session(s) of execution" in worker.log()
+    os.kill(stopped, signal.SIGCONT)
+    wait_until(
+        lambda: f"execution {row.id} was taken over by another process" in worker.log(),
+        what="the woken worker to find the run taken over and stop",
+    )
+    assert "running it again on a new connection" not in worker.log()
+    assert starts(tmp_path, row.id) == ["debit", "credit", "credit"]  # none by the woken one
+    assert Account.objects.get(name="alice").balance == 70
+    assert Account.objects.get(name="bob").balance == 30
+    assert ledger() == [("alice", "debit", Decimal(-30)), ("bob", "credit", Decimal(30))]
+    assert [kind for kind, _ in trace(row.id) if kind == "reconnect"] == []
 
 
 def test_only_sessions_of_an_older_fence_are_ended(transactional_db: Any) -> None:

@@ -247,7 +247,7 @@ class PlainStep(Construct):
             try:
                 if not losses.recovered(run, spec, action, raised, 1):
                     break
-            except INTERRUPTIONS:
+            except BaseException:  # an interruption, or the run taken over (LeaseLost)
                 if hold is not None:
                     hold.release(True)
                 raise

@@ -225,6 +225,11 @@ class FencedView:
     def heartbeat(self, step: str, details: Any) -> None:
         return None
 
+    def ensure_owned(self) -> None:
+        with self.world.changed:
+            if self.fence != self.world.fence:
+                raise LeaseLost(f"fence {self.fence} is older than {self.world.fence}")
+
 
 def batch_keys(batch: JournalBatch) -> tuple[set[Key], set[Key]]:
     """The body calls a batch records (``covers``) and ends for good (``final``)."""

@@ -12,6 +12,7 @@ from django_reactor import Reactor, Retry, Step, Success, step
 from django_reactor.engine.context import Reconnect, RunPolicy
 from django_reactor.engine.journal import MemoryJournal
 from django_reactor.engine.outcomes import Completed, Failed
+from django_reactor.exceptions import LeaseLost
 from django_reactor.states import EventKind, ExecutionStatus, RollbackStatus
 from tests.helpers import run_in_memory
 
@@ -170,3 +171,35 @@ def test_an_undo_or_compensation_that_lost_its_connection_runs_again(action: str
     note = next(e for e in journal.events if e.kind == EventKind.RECONNECT)
     assert note.data["action"] == action
     assert isinstance(journal, MemoryJournal)
+
+
+@pytest.mark.parametrize(
+    ("step_name", "action", "reactor"),
+    [("second", "run", Two), ("first", "undo", Rolls), ("boom", "compensate", Rolls)],
+)
+def test_a_body_whose_run_was_taken_over_meanwhile_is_not_run_again(
+    step_name: str, action: str, reactor: type[Reactor]
+) -> None:
+    """The connection was lost because the process stalled past its lease and the process
+    that took the run over ended its session: that process runs the step. Here the body is
+    not run again: LeaseLost stops this process, and nothing more is written."""
+    LOSSES[(step_name, action)] = 1
+    journal = MemoryJournal()
+    repairs = Repairs()
+
+    def repaired_after_a_takeover(error: BaseException) -> bool:
+        if not repairs(error):
+            return False
+        journal.taken_over = True  # another process took the run while the connection was gone
+        return True
+
+    policy = RunPolicy(reconnect=Reconnect(repaired_after_a_takeover, 30.0))
+    with pytest.raises(LeaseLost):
+        run_in_memory(reactor, journal=journal, policy=policy)
+    assert CALLS.count((step_name, action, 1)) == 1
+    assert repairs.repaired == 1
+    assert not [e for e in journal.events if e.kind == EventKind.RECONNECT]
+    if action == "run":
+        assert step_name not in journal.steps
+    else:
+        assert step_name not in journal.rollbacks
