@@ -542,8 +542,9 @@ class Executor(RunRecorder):
     def _rollback_all(self) -> list[RollbackFailure]:
         """Compensate the failed steps that started, then undo the completed ones, newest
         first, each through its construct (rules 2 to 4)."""
-        failures: list[RollbackFailure] = []
         state = self.state
+        # What the rollback this one resumes could not do: reported again, not tried again.
+        failures, state.rollback_failures = state.rollback_failures, []
         while state.pending_compensation:
             pending = state.pending_compensation[0]
             spec = self.definition.step(pending.step)

@@ -147,12 +147,6 @@ class RecordedStep:
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
 
-    @property
-    def rollback_due(self) -> bool:
-        """Whether a rollback of the run still has to roll this step back (it never was, or
-        its rollback failed and is tried again)."""
-        return self.rollback in (RollbackStatus.NONE, RollbackStatus.FAILED)
-
 
 @dataclass(frozen=True, slots=True)
 class RunRecords:

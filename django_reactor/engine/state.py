@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..states import ExecutionStatus, StepStatus
+from ..states import ExecutionStatus, RollbackStatus, StepStatus
 from .constructs import construct_for
 from .constructs.step import STEP
-from .outcomes import ErrorInfo, ErrorKind
+from .outcomes import ErrorInfo, ErrorKind, RollbackFailure
 
 if TYPE_CHECKING:
-    from .journal import RunRecords
+    from .journal import RecordedStep, RunRecords
     from .spec import ReactorDefinition
 
 
@@ -73,6 +73,11 @@ class RunState:
     # (``in_flight``), which the rollback compensates.
     abandoned: bool = False
     in_flight: list[str] = field(default_factory=list)
+    # Whether a step whose rollback failed is rolled back again: yes for an operator's undo
+    # (that is what it asks for); no when a rollback its process did not finish is resumed
+    # (handlers are not retried by themselves): its failure stays, in ``rollback_failures``.
+    retry_failed_rollbacks: bool = True
+    rollback_failures: list[RollbackFailure] = field(default_factory=list)
 
     # -- what constructs record --------------------------------------------------------------
 
@@ -98,6 +103,29 @@ class RunState:
         """Take ``step`` off the undo stack (it goes on, and records its own entry when done)."""
         self.undo_stack[:] = [entry for entry in self.undo_stack if entry.step != step]
 
+    def rolls_back(self, record: RecordedStep) -> bool:
+        """Whether a rollback of this run rolls the step of ``record`` back: it never was, or
+        its rollback failed and :attr:`retry_failed_rollbacks`. A failure that is not tried
+        again is kept in :attr:`rollback_failures` (the run's rollback reports it)."""
+        if record.rollback == RollbackStatus.NONE:
+            return True
+        if record.rollback != RollbackStatus.FAILED:
+            return False
+        if self.retry_failed_rollbacks:
+            return True
+        error = record.rollback_error or {}
+        self.rollback_failures.append(
+            RollbackFailure.from_dict(error)
+            if error.get("step") and error.get("action")
+            else RollbackFailure(
+                step=record.step,
+                action="undo",
+                exception_class=None,
+                message=str(error.get("message") or "its rollback failed"),
+            )
+        )
+        return False
+
     @property
     def rollback_due(self) -> bool:
         """Whether a rollback has anything to do."""
@@ -118,10 +146,12 @@ class RunState:
         (a composed child or a map that halted or waited) and every step that may have started
         without recording an outcome (``records`` read ``for_rollback``).
         """
+        rolling_back = records.status == ExecutionStatus.ROLLING_BACK
         state = cls(
             next_seq=records.last_seq + 1,
-            rolling_back=records.status == ExecutionStatus.ROLLING_BACK,
+            rolling_back=rolling_back,
             failure=ErrorInfo.from_dict(dict(records.failure)) if records.failure else None,
+            retry_failed_rollbacks=for_rollback or not rolling_back,
         )
         by_name = definition.by_name
         for record in records.steps:

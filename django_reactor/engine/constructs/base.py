@@ -220,9 +220,9 @@ class Construct(ABC):
         status = record.status
         if status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
             arguments = decode(record.arguments)
-            undo = status == StepStatus.COMPLETED and record.rollback_due
+            undo = status == StepStatus.COMPLETED and state.rolls_back(record)
             state.completed(record.step, arguments, decode(record.result), undo=undo)
-        elif status == StepStatus.FAILED and record.compensable and record.rollback_due:
+        elif status == StepStatus.FAILED and record.compensable and state.rolls_back(record):
             error = ErrorInfo.from_dict(record.error or {"kind": "step", "message": ""})
             state.compensation_due(record.step, decode(record.arguments), error)
 

@@ -250,7 +250,7 @@ class Compose(Construct):
         what it completed) unless that was done already."""
         if record.status == StepStatus.WAITING:
             state.waiting.add(record.step)
-            if record.compensable and record.rollback_due:
+            if record.compensable and state.rolls_back(record):
                 state.rolled_back_in_place(record.step)
             return
         super().restore(state, spec, record)
