@@ -38,19 +38,18 @@ the inline caller (restarted at once), and two faults inside step bodies:
   the body must run again on a new connection;
 - ``atomic_stall``: the next atomic body to take the driver's request (a file it unlinks, so
   exactly one does; the first request is for any atomic body, later ones also for a credit or
-  an undo) stops its own process (``SIGSTOP``) inside its transaction, after its
-  writes, holding its row locks; the driver wakes it (``SIGCONT``) once the worker that took
-  the run over has ended that session (bounded: ``LEASE_SECONDS`` + 14 s; before the settle
+  an undo) stops its own process (``SIGSTOP``) inside its transaction, after its writes,
+  holding its row locks; the driver wakes it (``SIGCONT``) once the worker that took the run
+  over has ended that session (bounded: ``LEASE_SECONDS`` + 14 s; before the settle
   phase at the latest; the soak's ``ATOMIC_STEP_TIMEOUT`` is 30 s, longer than a stall, so
   that the takeover, not the server's idle timeout, ends the session). The money must move
   once, the run end as planned, and the woken process must not run the step again.
 
 The first faults are one of each kind, in random order (a kind that cannot be injected then is
 replaced by another; ``body_cut`` and ``atomic_stall`` are sought until one lands instead, so
-every soak of at least seven faults has both). It restarts a
-sweeper, web process or worker that exits by itself (as a supervisor would) and reports it.
-Then faults stop, every process is brought back, and it waits (polling the database, bounded)
-until every run has ended.
+every soak of at least seven faults has both). It restarts a sweeper, web process or worker
+that exits by itself (as a supervisor would) and reports it. Then faults stop, every process is
+brought back, and it waits (polling the database, bounded) until every run has ended.
 
 The report: runs submitted and how they ended, faults by kind, and the invariants, each with
 the execution ids, steps, ledger rows and log lines to investigate it:
@@ -1419,7 +1418,8 @@ class Soak:
         if answer is None:
             try:
                 request.unlink()
-                return None  # withdrawn: no atomic body came
+                log(f"atomic_stall: no atomic body took the request ({target}); withdrawn")
+                return None
             except FileNotFoundError:  # taken just now: its answer follows at once
                 deadline = time.monotonic() + 5.0
                 while answer is None and time.monotonic() < deadline:
