@@ -126,7 +126,8 @@ RETURNING *,
     (SELECT COALESCE(json_agg(json_build_object(
             'step', sr.step, 'status', sr.status, 'arguments', sr.arguments,
             'result', sr.result, 'error', sr.error, 'compensable', sr.compensable,
-            'rollback', sr.rollback) ORDER BY sr.seq), '[]'::json)
+            'rollback', sr.rollback, 'rollback_error', sr.rollback_error) ORDER BY sr.seq),
+        '[]'::json)
         FROM {STEP_RECORD} sr
         WHERE sr.execution_id = {EXECUTION}.id) AS claimed_steps,
     (SELECT df.shape FROM {DEFINITION} df
