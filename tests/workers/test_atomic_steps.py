@@ -88,19 +88,18 @@ def test_an_atomic_undo_killed_midway_puts_the_money_back_once(
     ]
 
 
-@pytest.mark.behind_pgbouncer
-def test_a_takeover_ends_the_stalled_owner_that_holds_the_atomic_steps_locks(
-    start_worker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A worker stopped inside ``credit``'s transaction (after its writes: it holds bob's row
-    lock) is taken over once its lease expires; the new owner ends the stalled session instead
-    of waiting on its lock until ``ATOMIC_STEP_TIMEOUT``, which is set far beyond the wait
-    here. Woken, the stalled worker writes nothing: the money moved once."""
+def _stall_credit_and_take_over(
+    start_worker: Any, monkeypatch: pytest.MonkeyPatch, reactor: Any
+) -> tuple[Worker, Any]:
+    """Run ``reactor`` (alice pays bob 30) on a worker that stops itself inside ``credit``'s
+    transaction after its writes; sweep until another process took the run over and completed
+    it (ending the stopped session, ``ATOMIC_STEP_TIMEOUT`` being far beyond the wait); then
+    wake the stopped process. Returns the worker and the finished run's row."""
     monkeypatch.setitem(WORKER_REACTOR_SETTINGS, "ATOMIC_STEP_TIMEOUT", 600)
     Account.objects.create(name="alice", balance=100)
     Account.objects.create(name="bob", balance=0)
     worker: Worker = start_worker(faults="mid_body@credit=stop:once")
-    outcome = AtomicTransfer.run({"source": "alice", "target": "bob"})
+    outcome = reactor.run({"source": "alice", "target": "bob"})
     stopped = wait_until(
         lambda: [p for p in worker.children() if process_state(p) == "T"],
         what="a worker process to stop inside credit's transaction",
@@ -109,6 +108,18 @@ def test_a_takeover_ends_the_stalled_owner_that_holds_the_atomic_steps_locks(
     assert row.status == ExecutionStatus.COMPLETED, (row.status, row.failure)
     assert "ended 1 database session(s) of execution" in worker.log()
     os.kill(stopped, signal.SIGCONT)
+    return worker, row
+
+
+@pytest.mark.behind_pgbouncer
+def test_a_takeover_ends_the_stalled_owner_that_holds_the_atomic_steps_locks(
+    start_worker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopped inside ``credit``'s transaction (after its writes: it holds bob's row
+    lock) is taken over once its lease expires; the new owner ends the stalled session instead
+    of waiting on its lock until ``ATOMIC_STEP_TIMEOUT``, which is set far beyond the wait
+    here. Woken, the stalled worker writes nothing: the money moved once."""
+    worker, row = _stall_credit_and_take_over(start_worker, monkeypatch, AtomicTransfer)
     wait_until(
         lambda: "moved on while this process's connection was lost" in worker.log(),
         what="the woken worker to find its session ended and the run moved on",
@@ -127,19 +138,7 @@ def test_a_stalled_owner_whose_session_was_ended_does_not_run_its_step_again(
     """As above, but the stalled body queries again once woken (it reads the balance back):
     that query finds its session ended by the takeover, a lost connection. The body is not run
     again on a new connection (the new owner ran the step): the woken worker stops."""
-    monkeypatch.setitem(WORKER_REACTOR_SETTINGS, "ATOMIC_STEP_TIMEOUT", 600)
-    Account.objects.create(name="alice", balance=100)
-    Account.objects.create(name="bob", balance=0)
-    worker: Worker = start_worker(faults="mid_body@credit=stop:once")
-    outcome = AtomicTransferThenRead.run({"source": "alice", "target": "bob"})
-    stopped = wait_until(
-        lambda: [p for p in worker.children() if process_state(p) == "T"],
-        what="a worker process to stop inside credit's transaction",
-    )[0]
-    row = sweep_until_finished(outcome.execution_id, timeout=60)
-    assert row.status == ExecutionStatus.COMPLETED, (row.status, row.failure)
-    assert "ended 1 database session(s) of execution" in worker.log()
-    os.kill(stopped, signal.SIGCONT)
+    worker, row = _stall_credit_and_take_over(start_worker, monkeypatch, AtomicTransferThenRead)
     wait_until(
         lambda: f"execution {row.id} was taken over by another process" in worker.log(),
         what="the woken worker to find the run taken over and stop",
