@@ -31,6 +31,7 @@ from ..engine.constructs.map import (
     MapSpec,
     MapStopped,
 )
+from ..engine.context import Reconnect
 from ..engine.elements import (
     ElementOutcome,
     element_id,
@@ -600,6 +601,7 @@ def _run_chunk(
     failures = 0
     checked = time.monotonic()
     max_delay = reactor_settings.MAX_INLINE_RETRY_DELAY
+    recovers = reconnect()  # read once per chunk, as the retry cap: elements are many
     for slot in claimed:
         now = time.monotonic()
         if not stop and now - checked > STOP_CHECK_INTERVAL:
@@ -622,7 +624,7 @@ def _run_chunk(
             continue
         identity = element_id(map_id, slot.index)
         with running_element(map_id, slot.index):
-            outcome = _run_one(spec, shared, items[slot.index], max_delay, identity)
+            outcome = _run_one(spec, shared, items[slot.index], max_delay, recovers, identity)
         writes.append(
             store.maps.SlotWrite(
                 slot.index,
@@ -644,7 +646,12 @@ def _run_chunk(
 
 
 def _run_one(
-    spec: MapSpec, shared: Mapping[str, object], item: object, max_delay: float, identity: uuid.UUID
+    spec: MapSpec,
+    shared: Mapping[str, object],
+    item: object,
+    max_delay: float,
+    recovers: Reconnect | None,
+    identity: uuid.UUID,
 ) -> ElementOutcome:
     if isinstance(item, _Missing):
         return _failed(
@@ -659,7 +666,7 @@ def _run_one(
         inputs,
         identity=identity,
         max_retry_delay=max_delay,
-        reconnect=reconnect(),
+        reconnect=recovers,
     )
 
 
@@ -677,6 +684,7 @@ def _undo_chunk(
     items: dict[int, object],
 ) -> list[store.maps.SlotWrite]:
     writes = []
+    recovers = reconnect()  # read once per chunk: elements are many
     for slot in claimed:  # claimed highest index first
         item = items[slot.index]
         failures: list[RollbackFailure]
@@ -698,7 +706,7 @@ def _undo_chunk(
                         inputs,
                         slot.undo,
                         identity=element_id(map_id, slot.index),
-                        reconnect=reconnect(),
+                        reconnect=recovers,
                     )
             except Exception as exc:
                 failures = [
