@@ -14,6 +14,7 @@ from .engine.constructs.async_unit import async_reactor
 from .engine.constructs.compose import compose
 from .engine.constructs.interrupt import ContinueWith, interrupt
 from .engine.constructs.map import map_over
+from .engine.constructs.receive import receive
 from .engine.constructs.sleep import sleep, sleep_until
 from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
@@ -40,6 +41,7 @@ from .engine.outcomes import (
 from .engine.retry import Retry
 from .engine.step import Step, StepContext, step_context
 from .engine.templates import arg
+from .mailbox import send
 from .reactor import Reactor
 
 __all__ = [
@@ -78,6 +80,8 @@ __all__ = [
     "compose",
     "interrupt",
     "map_over",
+    "receive",
+    "send",
     "sleep",
     "sleep_until",
     "step",

@@ -208,6 +208,20 @@ class NotWaiting(InvalidTransition):
     """
 
 
+class UnknownTopic(ReactorError, LookupError):
+    """The run's reactor takes no messages on this topic (no ``receive`` of it declares it);
+    ``topics`` lists those it does."""
+
+    def __init__(self, message: str, *, topics: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.topics = topics
+
+
+class InvalidMessage(ReactorError, ValueError):
+    """A message that cannot be sent: its topic is no topic name, or its payload cannot be
+    stored (not JSON, too large). Nothing was written."""
+
+
 class InvalidPayload(ReactorError):
     """A payload failed the interrupt's serializer; nothing changed but the attempt count.
 

@@ -211,6 +211,26 @@ class EventKind(models.TextChoices):
     RECONNECT = "reconnect", _("Connection lost, attempt run again")
 
 
+class MessageStatus(models.TextChoices):
+    """Where one message of a run's mailbox stands."""
+
+    # Kept: the run has not taken it yet.
+    UNREAD = "unread", _("Unread")
+    # Taken by a step (a ``receive``, or the interrupt it was delivered to), exactly once.
+    CONSUMED = "consumed", _("Consumed")
+    # Refused by the serializer of the ``receive`` that took it; skipped, with the errors.
+    INVALID = "invalid", _("Invalid")
+
+
+class MessageKind(models.TextChoices):
+    """What a message of a run's mailbox is for."""
+
+    # Sent with ``send()`` to a topic, taken by a ``receive(topic)`` step.
+    MESSAGE = "message", _("Message")
+    # A payload delivered to an interrupt the run had not reached yet; its topic is the path.
+    DELIVERY = "delivery", _("Early delivery")
+
+
 class InterruptStatus(models.TextChoices):
     """Where one interrupt of one run stands."""
 

@@ -45,12 +45,15 @@ from ..exceptions import (
     AlreadyResumed,
     ExecutionBusy,
     ExecutionNotFound,
+    IdempotencyKeyReused,
     InterruptClosed,
+    InvalidMessage,
     InvalidPayload,
     InvalidTransition,
     NotWaiting,
     ReactorError,
     UnknownInterrupt,
+    UnknownTopic,
 )
 from ..models import Execution, Interrupt
 from . import signatures
@@ -87,6 +90,12 @@ def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
     """The HTTP answer to a service's refusal. ``quiet``: no details for outside senders."""
     if isinstance(exc, UnknownInterrupt) and not quiet:
         return ApiError(400, str(exc), code="unknown_interrupt", paths=list(exc.paths))
+    if isinstance(exc, UnknownTopic):
+        return ApiError(404, str(exc), code="unknown_topic", topics=list(exc.topics))
+    if isinstance(exc, InvalidMessage):
+        return ApiError(400, str(exc), code="invalid_message")
+    if isinstance(exc, IdempotencyKeyReused):
+        return ApiError(422, str(exc), code="idempotency_key_reused")
     if isinstance(exc, ExecutionNotFound):  # InterruptNotFound too
         return ApiError(404, "not found" if quiet else str(exc), code="not_found")
     if isinstance(exc, NotWaiting):
@@ -502,7 +511,18 @@ class ResumeView(ApiErrorsMixin, ApiAuthentication, APIView):
     ) -> Response:
         try:
             data = self._parse(body)
-            row = self._interrupt(request, data, credential, kwargs)
+            try:
+                row = self._interrupt(request, data, credential, kwargs)
+            except NotWaiting:
+                # Kept until the run reaches the interrupt: the run's reactor says who may.
+                execution = store.get_row(kwargs["execution_id"])
+                self._authorize_run(request, execution.reactor, execution.id, credential)
+                outcome = services.shown_outcome(
+                    services.keep_delivery(
+                        execution.id, data.get("step"), data["payload"], background=None
+                    )
+                )
+                return self._answer(outcome, credential)
             self._authorize(request, row, credential)
             outcome = services.shown_outcome(services.deliver(row, data["payload"]))
         except ApiError as error:
@@ -537,24 +557,33 @@ class ResumeView(ApiErrorsMixin, ApiAuthentication, APIView):
     def _authorize(self, request: Request, row: Interrupt, credential: Credential) -> None:
         # The run that resumes: for an interrupt of a composed child, the run at the top.
         where = store.interrupts.nesting(row)
-        allowed = _allowed_modes(where.reactor)
+        self._authorize_run(request, where.reactor, where.top_id, credential, also=row.reactor)
+
+    def _authorize_run(
+        self,
+        request: Request,
+        reactor: str,
+        execution_id: uuid.UUID,
+        credential: Credential,
+        *,
+        also: str = "",
+    ) -> None:
+        """Whether ``credential`` may deliver to the run ``execution_id`` of ``reactor`` (a
+        webhook may be signed for ``also``, the reactor of the composed child it names)."""
+        allowed = _allowed_modes(reactor)
         if credential.kind not in allowed:
             raise ApiError(
                 401,
-                f"runs of {where.reactor} cannot be resumed with a {credential.kind} credential "
+                f"runs of {reactor} cannot be resumed with a {credential.kind} credential "
                 f"(accepted: {', '.join(allowed) or 'none'})",
                 code="credential_not_accepted",
             )
-        if credential.kind == "user" and not _visible(request, where.top_id):
-            raise ApiError(404, f"no execution with id {where.top_id}", code="not_found")
-        if credential.kind == "webhook" and credential.group not in (
-            "default",
-            where.reactor,
-            row.reactor,
-        ):
+        if credential.kind == "user" and not _visible(request, execution_id):
+            raise ApiError(404, f"no execution with id {execution_id}", code="not_found")
+        if credential.kind == "webhook" and credential.group not in ("default", reactor, also):
             raise ApiError(
                 401,
-                f"the webhook secret that signed this request is not for {where.reactor}",
+                f"the webhook secret that signed this request is not for {reactor}",
                 code="bad_signature",
             )
 

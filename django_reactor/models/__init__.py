@@ -3,6 +3,7 @@
 - ``runs``: ``Execution``, ``Definition`` (the shapes runs started under), ``StepRecord``,
   ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
 - ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``;
+- ``messages``: ``Message`` (a run's mailbox);
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
 - ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
@@ -26,6 +27,7 @@ from ..coordination.models import (
 from .database import DatabaseIdentity
 from .keys import SubjectKey
 from .maps import MapChunk, MapResult, MapRun
+from .messages import Message
 from .runs import (
     STEP_RECORD_UNIQUE,
     ApiRequest,
@@ -52,6 +54,7 @@ __all__ = [
     "MapChunk",
     "MapResult",
     "MapRun",
+    "Message",
     "OrderedLockEntry",
     "OrderedLockState",
     "PeriodMarker",

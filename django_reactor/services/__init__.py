@@ -9,7 +9,9 @@ state. By what they do:
 - ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
 - ``workers``: ``resume`` (a worker's task) and ``sweep``;
-- ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``;
+- ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``, and
+  the payloads a run's mailbox keeps for its interrupts (``deliver_kept``);
+- ``messages``: ``send`` (a message to a run, kept until a ``receive`` takes it);
 - ``maintenance``: ``prune`` and the ordered-lock queues;
 - ``secrets``: ``forget_subject`` (erasing a subject's secrets), ``rotate_keys``,
   ``shown_outcome`` (an outcome as the faces show it);
@@ -28,12 +30,15 @@ from .handles import find
 from .interrupts import (
     after_pause,
     deliver,
+    deliver_kept,
     expire_interrupts,
     find_interrupt,
     issue_resume_token,
+    keep_delivery,
     resume_interrupt,
 )
 from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
+from .messages import send
 from .runs import find_by_correlation_id, retry, run, run_in_background
 from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
@@ -50,6 +55,7 @@ __all__ = [
     "after_pause",
     "cancel",
     "deliver",
+    "deliver_kept",
     "expire_deadlines",
     "expire_interrupts",
     "find",
@@ -57,6 +63,7 @@ __all__ = [
     "find_interrupt",
     "forget_subject",
     "issue_resume_token",
+    "keep_delivery",
     "ordered_lock",
     "prune",
     "reset_ordered_lock",
@@ -68,6 +75,7 @@ __all__ = [
     "run_in_background",
     "schedules",
     "secrets",
+    "send",
     "shown_outcome",
     "skip_ordered_run",
     "stuck_runs",

@@ -11,6 +11,7 @@ from .. import registry, store
 from ..conf import reactor_settings
 from ..engine.constructs.compose import interrupt_paths
 from ..engine.constructs.interrupt import ContinueWith
+from ..engine.constructs.receive import receive_paths
 from ..engine.outcomes import (
     Dispatched,
     ErrorInfo,
@@ -20,7 +21,7 @@ from ..engine.outcomes import (
     Paused,
     PendingInterrupt,
 )
-from ..engine.serialization import encode
+from ..engine.serialization import decode, encode
 from ..engine.state import RunState
 from ..engine.validation import summarise_errors, validate
 from ..exceptions import (
@@ -31,6 +32,7 @@ from ..exceptions import (
     InvalidPayload,
     InvalidTransition,
     LeaseLost,
+    NotWaiting,
     ReactorError,
     ReactorNotRegistered,
     ResultNotSerializable,
@@ -38,10 +40,11 @@ from ..exceptions import (
     UnknownInterrupt,
 )
 from ..runtime import executors
-from ..states import EventKind, ExecutionStatus, InterruptStatus
+from ..states import EventKind, ExecutionStatus, InterruptStatus, MessageKind
 
 if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
+    from ..engine.spec import StepSpec
     from ..models import Execution, Interrupt
 
 
@@ -109,10 +112,15 @@ def resume_interrupt(
         # The claim consumes the token: a repeat could not find the interrupt again.
         scope, target = f"resume-token:{store.interrupts.token_hash(token)}", execution_id
     else:
-        found = find_interrupt(
-            execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
-        )
-        target = store.interrupts.nesting(found).top_id
+        try:
+            found = find_interrupt(
+                execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+            )
+            target = store.interrupts.nesting(found).top_id
+        except NotWaiting:  # kept for the run (see keep_delivery): the run is the one named
+            if execution_id is None:
+                raise
+            target = store.parse_id(execution_id)
         scope = f"resume:{target}"
     reservation = store.request_keys.reserve(
         scope, idempotency_key, store.request_keys.fingerprint(step, payload)
@@ -160,9 +168,14 @@ def _resume_interrupt(
         ):
             raise InterruptNotFound("no interrupt has this resume token")
     else:
-        row = find_interrupt(
-            execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
-        )
+        try:
+            row = find_interrupt(
+                execution_id=execution_id, correlation_id=correlation_id, reactor=reactor, step=step
+            )
+        except NotWaiting:
+            if execution_id is None:
+                raise
+            return keep_delivery(execution_id, step, payload, background=background)
     return deliver(row, payload, background=background)
 
 
@@ -176,6 +189,10 @@ def deliver(row: Interrupt, payload: Any, *, background: bool | None = None) -> 
     """
     store.interrupts.refuse_closed(row)
     where = store.interrupts.nesting(row)
+    if store.messages.kept_delivery(where.top_id, where.path):
+        # A payload delivered before the run reached the interrupt came first: it wins.
+        deliver_kept(where.top_id, background=background)
+        store.interrupts.refuse_closed(store.interrupts.at(where.top_id, where.path) or row)
     definition = registry.get(row.reactor).definition
     spec = definition.by_name.get(row.step)
     if spec is None or spec.interrupt is None:
@@ -284,14 +301,20 @@ def _require_interrupt_step(execution: Execution, step: str) -> None:
         )
 
 
-def _validate_payload(serializer: type | None, payload: Any) -> tuple[Any, Any]:
-    """The payload as stored (validated data), or the field errors."""
-    if not isinstance(payload, Mapping):
+def _validate_payload(
+    serializer: type | None, payload: Any, *, any_json: bool = False
+) -> tuple[Any, Any]:
+    """The payload as stored (validated data), or the field errors. ``any_json``: without a
+    serializer, any JSON value is accepted (a message), not only an object."""
+    if serializer is None and any_json:
+        data: Any = payload
+        errors: Any = None
+    elif not isinstance(payload, Mapping):
         kind = type(payload).__name__
         return None, {"non_field_errors": [f"the payload must be a JSON object, got {kind}"]}
-    if serializer is None:
-        data: Any = dict(payload)
-        errors: Any = None
+    elif serializer is None:
+        data = dict(payload)
+        errors = None
     else:
         data, errors = validate(serializer, payload)
     if errors:
@@ -409,6 +432,10 @@ def after_pause(outcome: Outcome) -> Outcome:
         return outcome
     if store.interrupts.reopen_if_claimed(outcome.execution_id):
         return Dispatched(execution_id=outcome.execution_id)
+    if store.messages.has_unread(outcome.execution_id):
+        moved = deliver_kept(outcome.execution_id)
+        if moved is not None:
+            return moved
     tokens = {i.step: i.token for i in outcome.interrupts if i.token}
     return Paused(
         execution_id=outcome.execution_id,
@@ -502,3 +529,138 @@ def _expire(row: Interrupt) -> bool:
     except (InvalidTransition, ExecutionBusy):
         return False  # a payload moved the run meanwhile
     return True
+
+
+# ---------------------------------------------------------------------------- kept payloads
+
+
+def keep_delivery(
+    execution_id: uuid.UUID | str, step: str | None, payload: Any, *, background: bool | None
+) -> Outcome:
+    """Keep a payload for an interrupt the run has not reached yet; it is applied when the run
+    gets there (the first one kept wins), and ``InProgress`` is returned.
+
+    ``step`` may be left out when the reactor declares one interrupt. The payload is validated
+    now (InvalidPayload, not counted: nothing waits yet). Raises NotWaiting as before when the
+    interrupt cannot be told, AlreadyResumed when a payload is already kept for it.
+    """
+    execution = store.get_row(execution_id)
+    definition = registry.get(execution.reactor).definition
+    receives = {path for path, _topic in receive_paths(definition)}
+    if step is None:
+        paths = [path for path in interrupt_paths(definition) if path not in receives]
+        if len(paths) != 1:
+            raise NotWaiting(
+                f"execution {execution.id} has not reached an interrupt (yet); name the step "
+                "to have the payload kept until it does",
+                status=execution.status,
+            )
+        step = paths[0]
+    spec = spec_at(definition, step)
+    if spec is None or spec.interrupt is None or step in receives:
+        raise NotWaiting(
+            f"execution {execution.id} has not reached {step!r} (yet)"
+            + (
+                "; it is a receive(): send() a message to its topic instead"
+                if step in receives
+                else ""
+            ),
+            status=execution.status,
+        )
+    accepted, errors = _validate_payload(spec.interrupt.payload, payload)
+    if errors is not None:
+        raise InvalidPayload(
+            f"the payload for interrupt {step!r} is invalid: {summarise_errors(errors)}; "
+            "nothing was kept",
+            errors=errors,
+            attempts=0,
+            max_attempts=spec.interrupt.max_attempts,
+            run_failed=False,
+        )
+    sent = store.messages.send(
+        execution.id,
+        step,
+        accepted,
+        kind=MessageKind.DELIVERY,
+        secret_paths=spec.secret_result_paths,
+    )
+    if sent.reached is not None:  # the run reached it meanwhile
+        return deliver(sent.reached, payload, background=background)
+    return InProgress(execution_id=execution.id, status=sent.status)
+
+
+def spec_at(definition: ReactorDefinition, path: str) -> StepSpec | None:
+    """The step at ``path`` (``"approval"``, ``"checkout.approval"``) of ``definition``."""
+    head, _, rest = path.partition(".")
+    spec = definition.by_name.get(head)
+    if not rest or spec is None:
+        return spec
+    return spec_at(spec.child.definition, rest) if spec.child is not None else None
+
+
+def deliver_kept(execution_id: uuid.UUID, *, background: bool | None = None) -> Outcome | None:
+    """Give the run's waiting interrupts what its mailbox keeps for them: an early delivery,
+    or, for a ``receive``, the first unread message of its topic the serializer accepts (the
+    ones it refuses are marked invalid and skipped).
+
+    Returns how the run went on when a payload moved it (``Dispatched``, or the outcome of the
+    rest run inline per the interrupt's ``resume=``); None when nothing moved it.
+    """
+    for row in store.interrupts.waiting(execution_id):
+        spec = registry.get(row.reactor).definition.by_name.get(row.step)
+        if spec is None or spec.interrupt is None:
+            continue
+        path = store.interrupts.path_of(row)
+        topic = spec.interrupt.topic
+        if topic is None:
+            kept = store.messages.unread(execution_id, topic=path, kind=MessageKind.DELIVERY)
+        else:
+            kept = store.messages.unread(execution_id, topic=topic, kind=MessageKind.MESSAGE)
+        for message in kept:
+            if topic is None:
+                accepted = encode(decode(message.payload))  # validated when it was kept
+            else:
+                accepted, errors = _validate_payload(
+                    spec.interrupt.payload, decode(message.payload), any_json=True
+                )
+                if errors is not None:
+                    store.messages.refuse(message, errors, top_id=execution_id, step=path)
+                    continue
+            in_background = (
+                background if background is not None else row.resume_mode == "background"
+            )
+            if not in_background and store.inside_user_transaction():
+                in_background = True
+            try:
+                claim = store.messages.consume(
+                    message,
+                    row,
+                    accepted,
+                    step=path,
+                    inline_owner=None if in_background else store.lease_owner_token(),
+                    secret_paths=spec.secret_result_paths,
+                )
+            except store.messages.MessageTaken:
+                continue
+            except InvalidTransition:  # another payload won, the interrupt or the run closed
+                break
+            if claim.dispatched:
+                return Dispatched(execution_id=execution_id)
+            if claim.owned is not None:
+                top = registry.get(store.get_row(execution_id).reactor).definition
+                return _continue_inline(top, claim.owned)
+            break  # the run is moving: it records the payload when it next pauses
+    return None
+
+
+def deliver_kept_messages(limit: int | None = None) -> int:
+    """For the sweeper: give paused runs what their mailboxes keep for them (a run whose
+    process stopped between its pause and its look); return how many runs went on."""
+    moved = 0
+    for execution_id in store.messages.paused_with_unread(limit or reactor_settings.SWEEP_BATCH):
+        try:
+            if deliver_kept(execution_id, background=True) is not None:
+                moved += 1
+        except (ExecutionBusy, ReactorNotRegistered, DefinitionChanged) as exc:
+            logger.warning("could not deliver the messages kept for %s: %s", execution_id, exc)
+    return moved

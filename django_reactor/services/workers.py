@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 from .deadlines import expire_deadlines
-from .interrupts import after_pause, expire_interrupts
+from .interrupts import after_pause, deliver_kept_messages, expire_interrupts
 from .schedules import fire_due
 from .secrets import fail_erased
 
@@ -272,6 +272,7 @@ def _sweep_once() -> store.SweepReport:
         retention=reactor_settings.DISPATCH_RETENTION,
     )
     report.expired = expire_interrupts()
+    report.recovered += deliver_kept_messages()
     report.deadlines += expire_deadlines()
     report.maps = store.maps.redispatch_stalled(
         after=reactor_settings.REDISPATCH_AFTER, limit=reactor_settings.SWEEP_BATCH

@@ -20,8 +20,8 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``outbox``: dispatches and the port a publisher (Celery) registers with;
 - ``outcomes``: a stored run as the outcome its caller would have received;
 - ``sweep``, ``prune``: the sweeper's and ``reactor_prune``'s work;
-- ``maps``, ``interrupts``, ``request_keys``, ``schedules``: map element slots, interrupt rows,
-  remembered API requests, schedules and their fires;
+- ``maps``, ``interrupts``, ``messages``, ``request_keys``, ``schedules``: map element slots,
+  interrupt rows, runs' mailboxes, remembered API requests, schedules and their fires;
 - ``time_in_tests``: moving stored times forward for the ``reactor_clock`` fixture (tests only);
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
   waiting interrupts, the outbox's depth);
@@ -38,6 +38,7 @@ from . import (
     interrupts,
     keyring,
     maps,
+    messages,
     outbox,
     overview,
     request_keys,
@@ -153,6 +154,7 @@ __all__ = [
     "launched_steps",
     "lease_owner_token",
     "maps",
+    "messages",
     "outbox",
     "outcome_of",
     "overview",

@@ -378,7 +378,7 @@ def count_invalid(row: Interrupt, errors: Any) -> int:
             refuse_closed(fresh, execution.status)
         if execution.status == ExecutionStatus.PAUSED:
             # A paused run has no owner writing its trace: the sequence number is free.
-            _append_event(
+            append_unowned_event(
                 where.top_id,
                 EventKind.INVALID_PAYLOAD,
                 where.path,
@@ -418,7 +418,7 @@ def close_waiting(execution_id: uuid.UUID, *, stop_children: bool = False) -> in
     children = [child for child in below if child != execution_id]
     if stop_children and children:
         for child in children:
-            _append_event(child, EventKind.CANCEL, "", {"reason": "its parent run stopped"})
+            append_unowned_event(child, EventKind.CANCEL, "", {"reason": "its parent run stopped"})
         Execution.objects.using(USING).filter(
             pk__in=children, status=ExecutionStatus.PAUSED
         ).update(
@@ -588,7 +588,10 @@ def due(limit: int) -> list[Interrupt]:
     )
 
 
-def _append_event(execution_id: uuid.UUID, kind: str, step: str, data: dict[str, Any]) -> None:
+def append_unowned_event(
+    execution_id: uuid.UUID, kind: str, step: str, data: dict[str, Any]
+) -> None:
+    """Add a trace entry to a run nobody owns (paused, or its row locked by the caller)."""
     last = last_seq(execution_id)
     ExecutionEvent.objects.using(USING).create(
         execution_id=execution_id,

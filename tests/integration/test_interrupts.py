@@ -15,6 +15,7 @@ from django_reactor import (
     ContinueWith,
     Dispatched,
     Failed,
+    InProgress,
     Paused,
     Reactor,
     arg,
@@ -30,9 +31,9 @@ from django_reactor.exceptions import (
     InterruptClosed,
     InterruptNotFound,
     InvalidPayload,
-    NotWaiting,
+    UnknownInterrupt,
 )
-from django_reactor.models import Dispatch, Execution, Interrupt, StepRecord
+from django_reactor.models import Dispatch, Execution, Interrupt, Message, StepRecord
 from django_reactor.states import ExecutionStatus, InterruptStatus
 from tests.integration.reactors import FAIL_AT, Tracked, ledger
 
@@ -282,11 +283,19 @@ def test_concurrent_deliveries_resume_the_interrupt_once() -> None:
     assert Dispatch.objects.filter(execution_id=paused.execution_id, reason="resume").count() == 1
 
 
-def test_a_payload_before_the_run_reaches_its_interrupt_is_refused_as_retryable() -> None:
+def test_a_payload_before_the_run_reaches_its_interrupt_is_kept_by_execution_id_only() -> None:
     paused = Refund.run({"order": "E5"})
     other = Execution.objects.create(reactor=Refund.definition.name, definition_hash="x")
-    with pytest.raises(NotWaiting, match="deliver the payload again later"):
-        services.resume_interrupt(other.id, payload={"approved": True})
+    kept = services.resume_interrupt(other.id, payload={"approved": True})
+    assert kept == InProgress(execution_id=other.id, status=other.status)
+    assert list(Message.objects.values_list("kind", "topic", "status", "payload")) == [
+        ("delivery", "approval", "unread", {"approved": True, "note": ""})
+    ]
+    with pytest.raises(InvalidPayload, match="nothing was kept"):
+        services.resume_interrupt(other.id, step="approval", payload={"approved": "maybe"})
+    with pytest.raises(UnknownInterrupt):
+        services.resume_interrupt(other.id, step="request", payload={"approved": True})
+    # A correlation id names no run until the run reaches its interrupt.
     with pytest.raises(InterruptNotFound, match="deliver the payload again later"):
         services.resume_interrupt(correlation_id="refund-unknown", payload={"approved": True})
     assert Execution.objects.get(pk=paused.execution_id).status == ExecutionStatus.PAUSED

@@ -10,17 +10,23 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from django_reactor import Completed, Dispatched, Failed, Paused, services
+from django_reactor import Completed, Dispatched, Failed, InProgress, Paused, services
 from django_reactor.exceptions import (
     AlreadyResumed,
     IdempotencyKeyReused,
     InterruptClosed,
     InvalidPayload,
     InvalidTransition,
-    NotWaiting,
     UnknownInterrupt,
 )
-from django_reactor.models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
+from django_reactor.models import (
+    Dispatch,
+    Execution,
+    ExecutionEvent,
+    Interrupt,
+    Message,
+    StepRecord,
+)
 from django_reactor.states import ExecutionStatus, InterruptStatus, StepStatus
 from tests.integration.nested_reactors import (
     FiresNestedOrder,
@@ -233,12 +239,17 @@ def test_a_path_that_does_not_exist_is_refused_with_the_valid_paths(path: str) -
     assert Execution.objects.get(pk=paused.execution_id).status == ExecutionStatus.PAUSED
 
 
-def test_a_path_the_run_has_not_reached_yet_is_not_waiting() -> None:
+def test_a_path_the_run_has_not_reached_yet_is_kept_for_it() -> None:
     outcome = NestedOrderWithReview.run({"order": "15"})
     Interrupt.objects.filter(step="approval").delete()  # as if the child had not paused yet
     Execution.objects.filter(parent_id=outcome.execution_id).delete()
 
-    with pytest.raises(NotWaiting, match=r"has not reached interrupt 'checkout\.approval'"):
+    kept = services.resume_interrupt(
+        outcome.execution_id, step="checkout.approval", payload=APPROVED
+    )
+    assert isinstance(kept, InProgress)
+    assert list(Message.objects.values_list("kind", "topic")) == [("delivery", "checkout.approval")]
+    with pytest.raises(AlreadyResumed, match="already has a payload"):
         services.resume_interrupt(outcome.execution_id, step="checkout.approval", payload=APPROVED)
 
 

@@ -70,6 +70,8 @@ class InterruptSpec:
     on_timeout: str | ContinueWith
     max_attempts: int | None
     resume: str
+    # A ``receive(topic)`` step: the run's messages sent to this topic are its payloads.
+    topic: str | None = None
 
     def correlation_for(self, scope: ResolutionScope) -> str | None:
         """The correlation id for a run (``scope`` resolves templates); None without one.
