@@ -15,7 +15,7 @@ from rest_framework import serializers
 from .. import store
 from ..display import duration_seconds
 from ..handle import ExecutionHandle
-from ..models import Execution, Interrupt
+from ..models import Execution, Interrupt, Message
 from ..runtime.maps import displayable
 from ..states import StepStatus
 
@@ -80,13 +80,33 @@ class InterruptSerializer(serializers.ModelSerializer[Interrupt]):
         read_only_fields = fields
 
 
+class MessageSerializer(serializers.ModelSerializer[Message]):
+    """A message of a run's mailbox (never its payload): unread, consumed or invalid."""
+
+    class Meta:
+        model = Message
+        fields = [
+            "id",
+            "topic",
+            "kind",
+            "status",
+            "errors",
+            "consumed_by_step",
+            "created_at",
+            "consumed_at",
+        ]
+        read_only_fields = fields
+
+
 class ExecutionDetailSerializer(ExecutionSerializer):
-    """One execution with its redacted inputs, result or failure, steps, trace and interrupts."""
+    """One execution with its redacted inputs, result or failure, steps, trace, interrupts and
+    messages."""
 
     inputs = serializers.SerializerMethodField()
     steps = serializers.SerializerMethodField()
     trace = serializers.SerializerMethodField()
     interrupts = serializers.SerializerMethodField()
+    messages = serializers.SerializerMethodField()
     maps = serializers.SerializerMethodField()
 
     class Meta(ExecutionSerializer.Meta):
@@ -99,6 +119,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
             "steps",
             "trace",
             "interrupts",
+            "messages",
             "maps",
         ]
         read_only_fields = fields
@@ -139,6 +160,12 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         if waiting - {i.step for i in rows}:  # a composed child waits at interrupts of its own
             rows = store.interrupts.of_run(row.pk)
         return InterruptSerializer(rows, many=True).data
+
+    @extend_schema_field(MessageSerializer(many=True))
+    def get_messages(self, row: Execution) -> list[dict[str, object]]:
+        """The messages sent to the run, in send order: those still unread are shown with a
+        run that ended without taking them."""
+        return MessageSerializer(store.messages.of_run(row.pk), many=True).data
 
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
     def get_maps(self, row: Execution) -> list[dict[str, object]]:

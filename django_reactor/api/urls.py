@@ -9,6 +9,7 @@ from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
 from .errors import endpoint_not_found
+from .messages import MessageView
 from .views import CorrelationResumeView, ExecutionResumeView, ExecutionViewSet, TokenResumeView
 
 app_name = "django_reactor"
@@ -21,6 +22,11 @@ urlpatterns = [
         "executions/<str:execution_id>/resume/",
         ExecutionResumeView.as_view(),
         name="execution-resume",
+    ),
+    path(
+        "executions/<str:execution_id>/messages/<str:topic>/",
+        MessageView.as_view(),
+        name="execution-message",
     ),
     path(
         "correlations/<str:correlation_id>/resume/",

@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from django_reactor import Paused, services
 from django_reactor.api import signatures
-from django_reactor.models import ApiRequest, Execution, ExecutionEvent, Interrupt
+from django_reactor.models import ApiRequest, Execution, ExecutionEvent, Interrupt, Message
 from tests.api.conftest import (
     OLD_SECRET,
     SECRET,
@@ -216,17 +216,23 @@ def test_a_replayed_invalid_delivery_is_not_counted_twice(anonymous: APIClient) 
     assert Execution.objects.get(pk=execution_id).status == "paused"
 
 
-def test_a_delivery_before_the_pause_is_answered_409_and_not_remembered(
+def test_a_delivery_before_the_pause_is_kept_and_its_redelivery_replayed(
     anonymous: APIClient,
 ) -> None:
     running = Execution.objects.create(reactor=ApiRefund.definition.name, definition_hash="x")
     raw = resume_body(PAYLOAD)
     headers = signed_headers(raw, webhook_id="msg_early")
     early = post(anonymous, url(running.pk), raw, **headers)
-    assert early.status_code == 409
-    assert early.json()["code"] == "not_waiting"
-    assert early.headers["Retry-After"] == "5"
-    assert not ApiRequest.objects.exists()  # the redelivery will be answered afresh
+    assert early.status_code == 202, early.content
+    assert early.json() == {
+        "execution_id": str(running.pk),
+        "status": running.status,
+        "detail": "accepted: the run is already moving and records this payload",
+    }
+    again = post(anonymous, url(running.pk), raw, **headers)
+    assert again.status_code == 202
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert list(Message.objects.values_list("kind", "topic")) == [("delivery", "approval")]
 
 
 def test_a_webhook_redelivered_after_the_run_paused_resumes_it(anonymous: APIClient) -> None:

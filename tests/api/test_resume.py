@@ -246,12 +246,16 @@ def test_status_codes_of_refused_deliveries(operator: APIClient, settings: Any) 
     assert big.status_code == 413
 
 
-def test_a_run_that_has_not_reached_its_interrupt_is_a_retryable_409(operator: APIClient) -> None:
+def test_a_run_that_has_not_reached_its_interrupt_keeps_the_payload(operator: APIClient) -> None:
     running = Execution.objects.create(reactor=ApiRefund.definition.name, definition_hash="x")
     response = operator.post(url(running.id), {"payload": {"approved": True}}, format="json")
-    assert response.status_code == 409
-    assert response.data["code"] == "not_waiting"
-    assert response.headers["Retry-After"] == "5"
+    assert response.status_code == 202, response.content
+    assert response.data["status"] == running.status
+    second = operator.post(url(running.id), {"payload": {"approved": False}}, format="json")
+    assert second.status_code == 409
+    assert second.data["code"] == "already_resumed"
+    invalid = operator.post(url(running.id), {"payload": {"approved": "?"}}, format="json")
+    assert (invalid.status_code, invalid.data["code"]) == (400, "invalid_payload")
 
 
 def test_idempotency_key_replays_and_refuses_another_body(operator: APIClient) -> None:

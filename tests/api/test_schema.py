@@ -50,7 +50,9 @@ OPERATIONS = {
     "POST /reactor/executions/{execution_id}/resume/",
     "POST /reactor/correlations/{correlation_id}/resume/",
     "POST /reactor/resume/",
+    "POST /reactor/executions/{execution_id}/messages/{topic}/",
 }
+MESSAGE_PATH = "/reactor/executions/{execution_id}/messages/{topic}/"
 
 
 def test_the_schema_renders_as_openapi_3(anonymous: APIClient) -> None:
@@ -165,6 +167,7 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
     assert with_body == {
         ("/reactor/executions/{id}/cancel/", "post"),
         *((path, "post") for path in RESUME_PATHS),
+        (MESSAGE_PATH, "post"),
     }
     for path, method in with_body:
         content = paths[path][method]["requestBody"]["content"]
@@ -191,6 +194,12 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
     correlation = paths["/reactor/correlations/{correlation_id}/resume/"]["post"]
     request = _resolve(schema, correlation["requestBody"]["content"]["application/json"]["schema"])
     assert request["properties"]["reactor"]["minLength"] == 1
+    # A message's body is its payload, any JSON; its topic is a topic name.
+    message = paths[MESSAGE_PATH]["post"]
+    assert message["requestBody"]["content"]["application/json"]["schema"] == {}
+    (topic,) = [p for p in message["parameters"] if p["name"] == "topic"]
+    assert topic["schema"]["pattern"] == "^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+    assert topic["schema"]["maxLength"] == 255
 
 
 def test_the_schema_says_what_the_validation_refuses(anonymous: APIClient) -> None:
