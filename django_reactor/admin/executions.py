@@ -435,6 +435,14 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
             "reactor_failure": failure,
             "reactor_failure_fields": failure_fields(failure),
             "reactor_interrupts": waiting,
+            "reactor_messages": [
+                {
+                    "row": message,
+                    "payload": short_json(conceal(message.payload), 120),
+                    "errors": short_json(message.errors, 200) if message.errors else "",
+                }
+                for message in store.messages.of_run(obj.pk)
+            ],
             "reactor_can_resume": can_resume
             and obj.status == ExecutionStatus.PAUSED
             and not composed_child,

@@ -30,7 +30,8 @@ class Command(ReactorCommand):
     help = (
         "Show one stored run: status, inputs (secrets redacted), each step's status, attempts, "
         "rollback and result, the trace, the failure with its traceback, rollback failures, "
-        "the interrupts it waits at, and its parent and child runs. Reads only."
+        "the interrupts it waits at, the messages sent to it (unread ones too), and its parent "
+        "and child runs. Reads only."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -48,7 +49,7 @@ class Command(ReactorCommand):
             "--json",
             action="store_true",
             help="Print the run as one JSON object (id, reactor, status, inputs, steps, "
-            "trace, failure, interrupts, parent_id, children...).",
+            "trace, failure, interrupts, messages, parent_id, children...).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -77,6 +78,19 @@ class Command(ReactorCommand):
             .first()
         )
         times: dict[str, Any] = dict(found) if found else {}
+        self._messages: list[dict[str, Any]] = [
+            {
+                "id": message.pk,
+                "topic": message.topic,
+                "kind": message.kind,
+                "status": message.status,
+                "consumed_by_step": message.consumed_by_step,
+                "errors": message.errors,
+                "sent_at": iso(message.created_at),
+                "consumed_at": iso(message.consumed_at),
+            }
+            for message in store.messages.of_run(handle.id)
+        ]
         started_at = times.get("started_at")
         self._times = times
         children = list(
@@ -151,6 +165,7 @@ class Command(ReactorCommand):
             "failure": error.to_dict() if error is not None else None,
             "maps": handle.maps,
             "interrupts": [{**item, "expires_at": iso(item["expires_at"])} for item in interrupts],
+            "messages": self._messages,
             "children": [
                 {
                     "id": str(child["id"]),
@@ -303,6 +318,27 @@ class Command(ReactorCommand):
                 f"  resume it with: python manage.py reactor_resume {handle.id} "
                 "[--step STEP] key=value ..."
             )
+        if self._messages:
+            write("messages:")
+            write_table(
+                self,
+                ["ID", "TOPIC", "KIND", "STATUS", "TAKEN BY", "SENT"],
+                (
+                    [
+                        str(item["id"]),
+                        item["topic"],
+                        item["kind"],
+                        item["status"],
+                        item["consumed_by_step"] or "-",
+                        item["sent_at"],
+                    ]
+                    for item in self._messages
+                ),
+                indent="  ",
+            )
+            for item in self._messages:
+                if item["errors"]:
+                    write(f"  message {item['id']} refused: {short_json(item['errors'], 200)}")
         if children:
             write("children:")
             write_table(
