@@ -37,6 +37,7 @@ from django_reactor.exceptions import (
 )
 from django_reactor.models import Execution, Interrupt, Message
 from django_reactor.states import ExecutionStatus, InterruptStatus, MessageStatus
+from tests.api.reactors import GATE, Held
 from tests.integration.reactors import Tracked
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,6 +69,17 @@ class TwoApprovals(Reactor):
     finance = interrupt(after="order")
     legal = interrupt(after="finance")
     ship = step(Tracked, legal=arg.result("legal", "ok"))
+
+
+class WaitsWhileBusy(Reactor):
+    """Reaches its interrupt and its receive, then keeps running ``busy`` until the test lets
+    it go: deliveries made meanwhile find the run moving, past both."""
+
+    order = step(Tracked)
+    legal = interrupt(after="order")
+    paid = receive("payment", after="order")
+    busy = step(Held, wait_for=["order"])
+    ship = step(Tracked, legal=arg.result("legal", "ok"), paid=arg.result("paid"))
 
 
 def trace(execution_id: Any) -> list[tuple[str, str]]:
@@ -329,3 +341,78 @@ def test_messages_are_pruned_with_their_run() -> None:
     assert list(store.prune_finished(dt.datetime(2001, 1, 1, tzinfo=dt.UTC), ["cancelled"], 10))
     assert not Message.objects.exists()
     assert not Execution.objects.filter(pk=paused.execution_id).exists()
+
+
+@pytest.mark.parametrize("round_", range(8))
+def test_a_delivery_racing_the_run_reaching_its_interrupt_is_applied_exactly_once(
+    round_: int,
+) -> None:
+    paused = TwoApprovals.run({})
+    run_id = paused.execution_id
+    barrier = threading.Barrier(2, timeout=10)
+    results: dict[str, Any] = {}
+
+    def act(name: str, step_name: str, payload: dict[str, Any]) -> None:
+        try:
+            barrier.wait()
+            results[name] = services.resume_interrupt(run_id, step=step_name, payload=payload)
+        except Exception as exc:  # reported below
+            results[name] = exc
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=act, args=("arrive", "finance", {})),
+        threading.Thread(target=act, args=("deliver", "legal", {"ok": round_ % 2 == 0})),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert not any(isinstance(r, Exception) for r in results.values()), results  # no NotWaiting
+    if Execution.objects.get(pk=run_id).status == ExecutionStatus.PENDING:
+        assert Dispatched in {type(r) for r in results.values()}, results
+        services.resume(run_id)
+    row = Execution.objects.get(pk=run_id)
+    assert row.status == ExecutionStatus.COMPLETED, results
+    kinds = [(kind, s) for kind, s in trace(run_id) if s in ("legal", "ship")]
+    assert kinds == [("interrupt", "legal"), ("payload", "legal"), ("run", "ship")], kinds
+    ship = row.steps.get(step="ship").result
+    assert ship["legal"] is (round_ % 2 == 0)
+
+
+def test_deliveries_while_the_run_moves_past_its_waits_are_taken_when_it_pauses() -> None:
+    GATE.reset()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["run"] = WaitsWhileBusy.run({})
+        finally:
+            connections.close_all()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert GATE.entered.wait(timeout=20)
+    run_id = Execution.objects.get(reactor=WaitsWhileBusy.definition.name).pk
+    assert set(Interrupt.objects.filter(execution_id=run_id).values_list("step", flat=True)) == {
+        "legal",
+        "paid",
+    }
+    try:
+        legal = services.resume_interrupt(run_id, step="legal", payload={"ok": True})
+        paid = django_reactor.send(run_id, "payment", {"n": 1})
+    finally:
+        GATE.release.set()
+        runner.join(timeout=30)
+
+    assert legal == InProgress(execution_id=run_id, status=ExecutionStatus.RUNNING)
+    assert paid == InProgress(execution_id=run_id, status=ExecutionStatus.RUNNING)
+    assert isinstance(outcome["run"], Dispatched)  # it paused, found both, handed itself on
+    services.resume(run_id)
+    row = Execution.objects.get(pk=run_id)
+    assert row.status == ExecutionStatus.COMPLETED
+    assert row.steps.get(step="ship").result == {"step": "ship", "legal": True, "paid": {"n": 1}}
+    assert mailbox(run_id) == [("payment", MessageStatus.CONSUMED, "paid")]
+    assert [k for k, s in trace(run_id) if s in ("legal", "paid")].count("payload") == 2
