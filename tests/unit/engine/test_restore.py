@@ -53,6 +53,7 @@ from django_reactor import (
     compose,
     interrupt,
     map_over,
+    receive,
     sleep,
     step,
 )
@@ -247,6 +248,12 @@ class CutApproval(Reactor):
     refund = step(Tracked, approved=arg.result("approval", "approved"))
 
 
+class CutReceive(Reactor):
+    request = step(Tracked)
+    paid = receive("payment", after="request")
+    refund = step(Tracked, paid=arg.result("paid", "amount"))
+
+
 class CutCooling(Reactor):
     charge = step(Tracked)
     window = sleep(dt.timedelta(hours=1), after="charge")
@@ -417,6 +424,14 @@ SCENARIOS = [
         "A run paused at an interrupt takes the payload accepted meanwhile when it continues.",
         {("run", "refund", ""): 1},
         payloads={"approval": {"approved": True}},
+    ),
+    Scenario(
+        "receive",
+        CutReceive,
+        OK,
+        "A run paused at a receive takes the message consumed meanwhile when it continues.",
+        {("run", "refund", ""): 1},
+        payloads={"paid": {"amount": 3}},
     ),
     Scenario(
         "sleep",
