@@ -20,6 +20,7 @@ from django_reactor import (
     Paused,
     Reactor,
     arg,
+    compose,
     interrupt,
     receive,
     services,
@@ -38,6 +39,7 @@ from django_reactor.exceptions import (
 from django_reactor.models import Execution, Interrupt, Message
 from django_reactor.states import ExecutionStatus, InterruptStatus, MessageStatus
 from tests.api.reactors import GATE, Held
+from tests.integration.nested_reactors import ApprovedCheckout
 from tests.integration.reactors import Tracked
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -416,3 +418,46 @@ def test_deliveries_while_the_run_moves_past_its_waits_are_taken_when_it_pauses(
     assert row.steps.get(step="ship").result == {"step": "ship", "legal": True, "paid": {"n": 1}}
     assert mailbox(run_id) == [("payment", MessageStatus.CONSUMED, "paid")]
     assert [k for k, s in trace(run_id) if s in ("legal", "paid")].count("payload") == 2
+
+
+class GoThenCheckout(Reactor):
+    """Waits for an operator's go, then composes a child that waits at its own interrupt."""
+
+    start = step(Tracked)
+    go = interrupt(after="start")
+    checkout = compose(ApprovedCheckout, wait_for=["go"], order=arg.value("N1"))
+
+
+def test_an_early_delivery_to_a_composed_childs_interrupt_is_applied_when_it_gets_there() -> None:
+    paused = GoThenCheckout.run({})
+    kept = services.resume_interrupt(
+        paused.execution_id, step="checkout.approval", payload={"approved": True}
+    )
+    assert isinstance(kept, InProgress)
+
+    done = services.resume_interrupt(paused.execution_id, step="go", payload={})
+
+    assert isinstance(done, Completed), done
+    assert mailbox(paused.execution_id) == [
+        ("checkout.approval", MessageStatus.CONSUMED, "checkout.approval")
+    ]
+    child = Execution.objects.get(parent_id=paused.execution_id)
+    assert child.steps.get(step="ship").result["approved"] is True
+
+
+def test_the_sweeper_gives_a_paused_run_the_message_it_did_not_look_at() -> None:
+    paused = Checkout.run({})
+    services.resume_interrupt(paused.execution_id, step="go", payload={})
+    # As if the process had stopped between the pause and its look at the mailbox.
+    Message.objects.create(execution_id=paused.execution_id, topic="payment", payload={"amount": 4})
+
+    report = services.sweep()
+
+    assert report.recovered == 1
+    row = Execution.objects.get(pk=paused.execution_id)
+    assert row.status == ExecutionStatus.PENDING  # handed to a worker
+    services.resume(row.pk)
+    row = Execution.objects.get(pk=paused.execution_id)
+    assert row.status == ExecutionStatus.COMPLETED
+    assert row.steps.get(step="ship").result == {"step": "ship", "amount": 4}
+    assert services.sweep().recovered == 0
