@@ -100,6 +100,16 @@ class Operations(Protocol):
         background: bool | None,
     ) -> Outcome: ...
 
+    def send(
+        self,
+        execution: UUID,
+        topic: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None,
+        background: bool | None,
+    ) -> Outcome: ...
+
 
 _FIRST_PAUSE = 0.005
 _LONGEST_PAUSE = 0.25
@@ -313,4 +323,18 @@ class ExecutionHandle:
             payload=payload,
             idempotency_key=idempotency_key,
             background=background,
+        )
+
+    def send(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+        background: bool | None = None,
+    ) -> Outcome:
+        """Send ``payload`` to the run on ``topic``: kept until a ``receive(topic)`` step takes
+        it; see ``django_reactor.send``."""
+        return self._services.send(
+            self.id, topic, payload, idempotency_key=idempotency_key, background=background
         )

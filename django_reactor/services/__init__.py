@@ -87,13 +87,14 @@ __all__ = [
 
 class ServiceOperations:
     """The services, as the :class:`~django_reactor.handle.ExecutionHandle` steering its run
-    uses them (``refresh()``, ``cancel()``, ``undo()``, ``retry()``, ``resume()``)."""
+    uses them (``refresh()``, ``cancel()``, ``undo()``, ``retry()``, ``resume()``, ``send()``)."""
 
     find = staticmethod(find)
     cancel = staticmethod(cancel)
     undo = staticmethod(undo)
     retry = staticmethod(retry)
     resume_interrupt = staticmethod(resume_interrupt)
+    send = staticmethod(send)
 
 
 # Wired here, where every operation is known: the handles the operations return use them.

@@ -461,3 +461,12 @@ def test_the_sweeper_gives_a_paused_run_the_message_it_did_not_look_at() -> None
     assert row.status == ExecutionStatus.COMPLETED
     assert row.steps.get(step="ship").result == {"step": "ship", "amount": 4}
     assert services.sweep().recovered == 0
+
+
+def test_a_handle_sends_to_its_run() -> None:
+    paused = TwoPayments.run({})
+    handle = TwoPayments.find(paused.execution_id)
+    handle.send("payment", 1)
+    done = handle.send("payment", 2, idempotency_key="second")
+    assert isinstance(done, Completed)
+    assert done.value["ship"] == {"step": "ship", "first": 1, "second": 2}
