@@ -13,3 +13,13 @@ class Mailboxed(Reactor):
     go = interrupt(after="first", resume="background")
     paid = receive("payment", after="go", resume="background")
     ship = step(Effectful, paid=arg.result("paid"))
+
+
+class RacingOnWorkers(Reactor):
+    """Workers carry it from ``go`` to its interrupt and its receive while deliveries race."""
+
+    first = step(Effectful)
+    go = interrupt(after="first", resume="background")
+    legal = interrupt(after="go", resume="background")
+    paid = receive("payment", after="go", resume="background")
+    ship = step(Effectful, legal=arg.result("legal", "n"), paid=arg.result("paid", "n"))
