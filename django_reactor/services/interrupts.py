@@ -89,9 +89,14 @@ def resume_interrupt(
     changes nothing and returns the run's outcome with ``idempotent_replay=True``; the same key
     with another payload raises IdempotencyKeyReused.
 
+    A delivery by ``execution_id`` to a run that is still moving and has not reached the
+    interrupt yet is validated and kept until it does (see :func:`keep_delivery`), and
+    ``InProgress`` is returned; by correlation id, nothing names the run until it gets there.
+
     Raises InterruptNotFound (UnknownInterrupt, with the valid ``paths``, for a step or path
-    the reactor does not declare), NotWaiting (the run has not reached an interrupt yet:
-    deliver later), AlreadyResumed, InterruptClosed (expired, cancelled, failed) and
+    the reactor does not declare), NotWaiting (the run has not reached an interrupt yet and
+    ``step`` is left out while the reactor declares several), AlreadyResumed (another
+    delivery came first, kept or accepted), InterruptClosed (expired, cancelled, failed) and
     InvalidPayload (field errors; with ``max_attempts``, the last allowed one also fails the
     run).
     """
