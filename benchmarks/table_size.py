@@ -27,9 +27,10 @@ Then, for each of ``--rounds`` rounds, each size is measured in a process of its
 sizes alternate, and so does their order), through the project's own code:
 
 * ``claim``: ``store.claim_for_worker`` of a due pending run (each of the pool once);
-* ``checkpoint``: the per-step cost of an inline run, ``(T(10 steps) - T(1 step)) / 9``
-  (``Chain.run({})``, as ``benchmarks/step_overhead.py``), i.e. one checkpoint of a running run
-  with what the engine does around it;
+* ``checkpoint``: the per-step cost of an inline run, ``(T(10 steps) - T(1 step)) / 9`` for
+  each pair of runs, one after the other (``Chain.run({})``, as
+  ``benchmarks/step_overhead.py``), i.e. one checkpoint of a running run with what the engine
+  does around it;
 * ``sweep, nothing due`` and ``sweep, a batch due``: ``services.sweep()`` (the whole sweep:
   outbox, wake-ups, recoveries, deadlines, interrupts, maps, request keys, schedules) with
   nothing to do, and with ``SWEEP_BATCH`` sleeping runs due (set due by SQL before each sweep
@@ -477,13 +478,9 @@ def measure_checkpoints(samples: dict[str, list[float]], runs: int) -> None:
 
     one, ten = reactor_chain(1), reactor_chain(10)
     one(), ten()
-    t1, t10 = [], []
     for _ in range(runs):
-        t1.append(timed(one))
-        t10.append(timed(ten))
-    samples["checkpoint (per step of an inline run)"].append(
-        (statistics.median(t10) - statistics.median(t1)) / 9
-    )
+        t1 = timed(one)
+        samples["checkpoint (per step of an inline run)"].append((timed(ten) - t1) / 9)
     models.Execution.objects.filter(reactor__startswith="benchmarks.step_overhead.").delete()
 
 
