@@ -104,10 +104,11 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0)
 
 
-def status_case(number: str) -> str:
-    """SQL: the status of run ``number`` (an expression), by its residue modulo 100."""
+def status_case(number: str, bands: list[tuple[int, str]] = STATUS_BANDS) -> str:
+    """SQL: the status of run ``number`` (an expression), by its residue modulo 100, from
+    ``bands`` (first residue, status)."""
     parts = ["CASE"]
-    bands = [*STATUS_BANDS, (100, "")]
+    bands = [*bands, (100, "")]
     for (_start, status), (end, _) in itertools.pairwise(bands):
         parts.append(f"WHEN ({number}) % 100 < {end} THEN '{status}'")
     parts.append("END")

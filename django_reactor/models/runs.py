@@ -434,6 +434,13 @@ class Dispatch(models.Model):
             ),
             # The admin's list filtered by reason, newest first.
             models.Index(fields=["reason", "id"], name="reactor_dispatch_reason_idx"),
+            # The sweep's forgetting of dispatches sent before DISPATCH_RETENTION: without it,
+            # every sweep reads every dispatch kept (a day's traffic), whether any is old.
+            models.Index(
+                fields=["sent_at"],
+                name="reactor_dispatch_sent_idx",
+                condition=Q(sent_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -13,6 +14,9 @@ from ..engine.executor import utcnow
 from ..exceptions import InvalidTime, ReactorError
 from ..states import TERMINAL_STATUSES
 
+#: The longest wait between two batches of a prune, in seconds.
+MAX_PAUSE = 3600.0
+
 
 def prune(
     older_than_days: float,
@@ -21,6 +25,7 @@ def prune(
     dry_run: bool = False,
     *,
     on_batch: Any = None,
+    pause: float = 0.0,
 ) -> int:
     """Delete finished runs whose ``finished_at`` is more than ``older_than_days`` days ago.
 
@@ -29,8 +34,9 @@ def prune(
     needs attention) are never deleted. Only top-level runs are selected, and only when their
     whole tree (composed children, async units) has finished; children, step records, traces
     and interrupts go with them. Deletes ``batch_size`` runs per transaction, calling
-    ``on_batch(count)`` after each; returns how many top-level runs were deleted, or with
-    ``dry_run`` how many would be, deleting nothing.
+    ``on_batch(count)`` after each and waiting ``pause`` seconds before the next (outside any
+    transaction: a prune beside busy workers then leaves them the database); returns how many
+    top-level runs were deleted, or with ``dry_run`` how many would be, deleting nothing.
     """
     if isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float):
         raise InvalidTime(f"older_than_days must be a number, got {older_than_days!r}")
@@ -38,6 +44,10 @@ def prune(
         raise InvalidTime(f"older_than_days must be 0 or more, got {older_than_days}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ReactorError(f"batch_size must be a whole number of 1 or more, got {batch_size!r}")
+    if isinstance(pause, bool) or not isinstance(pause, int | float) or not 0 <= pause <= MAX_PAUSE:
+        raise ReactorError(
+            f"pause must be a number of seconds from 0 to {MAX_PAUSE}, got {pause!r}"
+        )
     chosen = sorted(TERMINAL_STATUSES) if statuses is None else [str(s) for s in statuses]
     unfinished = [s for s in chosen if s not in TERMINAL_STATUSES]
     if unfinished or not chosen:
@@ -55,6 +65,8 @@ def prune(
         total += count
         if on_batch is not None:
             on_batch(count)
+        if pause:
+            time.sleep(pause)
     return total
 
 

@@ -27,9 +27,11 @@ from ..models import (
     Dispatch,
     Execution,
     ExecutionEvent,
+    Interrupt,
     MapChunk,
     MapResult,
     MapRun,
+    Schedule,
     ScheduleFire,
     StepRecord,
 )
@@ -49,6 +51,8 @@ DEFINITION = Definition._meta.db_table
 MAP_RESULT = MapResult._meta.db_table
 MAP_RUN = MapRun._meta.db_table
 MAP_CHUNK = MapChunk._meta.db_table
+INTERRUPT = Interrupt._meta.db_table
+SCHEDULE = Schedule._meta.db_table
 SCHEDULE_FIRE = ScheduleFire._meta.db_table
 
 #: The highest trace sequence number of a run (its events, and the step records that stand for
@@ -337,6 +341,71 @@ INSERT INTO {SCHEDULE_FIRE} (schedule_id, fire_at, "until", outcome, manual, not
 VALUES (%s, %s, %s, %s, %s, '', %s)
 ON CONFLICT (schedule_id, fire_at) DO NOTHING
 RETURNING id, created_at"""
+
+
+#: One batch of ``store.prune``: the oldest top-level runs past the cutoff whose whole tree has
+#: finished (after the last batch's last run, in ``finished_at`` order, so no batch walks the
+#: index entries its predecessors deleted), locked (rows another process holds are skipped),
+#: deleted with their descendants and everything that points at them; the references other
+#: runs, schedules and fires keep to them are set to NULL, as their ``on_delete`` says. The
+#: ids go around as arrays, so that every table is reached through its index on the run (or
+#: the map), whatever its size. Returns how many top-level runs went, and the last one's
+#: ``finished_at`` and id.
+PRUNE_BATCH = f"""
+WITH picked AS (
+    SELECT r.id, r.finished_at FROM {EXECUTION} r
+    WHERE r.parent_id IS NULL AND r.status = ANY(%(statuses)s)
+        AND r.finished_at IS NOT NULL AND r.finished_at < %(cutoff)s
+        AND r.finished_at >= %(after_at)s AND (r.finished_at, r.id) > (%(after_at)s, %(after_id)s)
+        AND NOT EXISTS (
+            SELECT 1 FROM {EXECUTION} d WHERE d.root_id = r.id AND d.status <> ALL(%(finished)s)
+        )
+    ORDER BY r.finished_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+),
+tree AS (
+    SELECT array_agg(id) AS ids FROM (
+        SELECT id FROM picked
+        UNION ALL
+        SELECT d.id FROM {EXECUTION} d
+        WHERE d.root_id = ANY(ARRAY(SELECT id FROM picked))
+    ) AS t
+),
+maps AS (
+    SELECT array_agg(m.id) AS ids FROM {MAP_RUN} m
+    WHERE m.execution_id = ANY((SELECT ids FROM tree)::uuid[])
+),
+results AS (DELETE FROM {MAP_RESULT} WHERE map_run_id = ANY((SELECT ids FROM maps)::uuid[])),
+chunks AS (DELETE FROM {MAP_CHUNK} WHERE map_run_id = ANY((SELECT ids FROM maps)::uuid[])),
+dispatches AS (
+    DELETE FROM {DISPATCH}
+    WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
+        OR map_run_id = ANY((SELECT ids FROM maps)::uuid[])
+),
+map_runs AS (DELETE FROM {MAP_RUN} WHERE id = ANY((SELECT ids FROM maps)::uuid[])),
+records AS (DELETE FROM {STEP_RECORD} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
+events AS (DELETE FROM {EVENT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
+interrupts AS (DELETE FROM {INTERRUPT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
+retries AS (
+    UPDATE {EXECUTION} SET retry_of_id = NULL
+    WHERE retry_of_id = ANY((SELECT ids FROM tree)::uuid[])
+        AND NOT id = ANY((SELECT ids FROM tree)::uuid[])
+),
+schedules AS (
+    UPDATE {SCHEDULE} SET last_execution_id = NULL
+    WHERE last_execution_id = ANY((SELECT ids FROM tree)::uuid[])
+),
+fires AS (
+    UPDATE {SCHEDULE_FIRE} SET execution_id = NULL
+    WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
+),
+runs AS (DELETE FROM {EXECUTION} WHERE id = ANY((SELECT ids FROM tree)::uuid[]))
+SELECT count(*),
+    (SELECT finished_at FROM picked ORDER BY finished_at DESC, id DESC LIMIT 1),
+    (SELECT id FROM picked ORDER BY finished_at DESC, id DESC LIMIT 1)
+FROM picked
+"""
 
 
 @functools.cache

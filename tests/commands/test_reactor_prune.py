@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import threading
+from collections.abc import Iterator
 from io import StringIO
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection, transaction
+from django.db.models import signals
 from django.utils import timezone
 
-from django_reactor import Reactor, compose, services, step
+from django_reactor import Reactor, compose, services, step, store
 from django_reactor.exceptions import ReactorError
-from django_reactor.models import Execution, ExecutionEvent, StepRecord
+from django_reactor.models import (
+    Dispatch,
+    Execution,
+    ExecutionEvent,
+    Interrupt,
+    MapChunk,
+    MapResult,
+    MapRun,
+    Schedule,
+    ScheduleFire,
+    StepRecord,
+)
 from django_reactor.states import ExecutionStatus
+from django_reactor.store.dialects import generic
 from tests.integration.reactors import FAIL_AT, Tracked, Transfer
+from tests.schedules.reactors import NightlyReport
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -177,3 +196,147 @@ def test_service_refuses_bad_arguments() -> None:
         services.prune(1, statuses=["paused"])
     with pytest.raises(ReactorError, match="batch_size"):
         services.prune(1, batch_size=0)
+    for pause in (-1, float("nan"), float("inf"), True):
+        with pytest.raises(ReactorError, match="pause"):
+            services.prune(1, pause=pause)
+
+
+def test_pause_waits_between_batches_outside_any_transaction() -> None:
+    rows(5)
+    waits: list[tuple[float, bool]] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append((seconds, connection.in_atomic_block))
+
+    with mock.patch("django_reactor.services.maintenance.time.sleep", sleep):
+        data = json.loads(prune(older_than=30, batch_size=2, pause=0.25, json=True))
+    assert data["batches"] == [2, 2, 1]
+    assert waits == [(0.25, False)] * 3
+    with pytest.raises(CommandError, match="pause must be"):
+        prune(older_than=30, pause=-1)
+
+
+# ---------------------------------------------------------------------------- the batches
+
+
+@pytest.fixture(params=["statement", "collector"])
+def path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each batch as one statement (PostgreSQL's dialect) or through Django's collector."""
+    if request.param == "statement" and connection.vendor != "postgresql":
+        pytest.skip("the one-statement batch is PostgreSQL's")
+    with (
+        contextlib.nullcontext()
+        if request.param == "statement"
+        else store.dialects.forced(generic())
+    ):
+        yield request.param
+
+
+def everything_of(root: Any, *, days_ago: float = 40) -> dict[str, Any]:
+    """Test setup: an old finished run with a child, step records, trace, an interrupt, a map
+    (chunk, elements, its dispatch) and a dispatch; another run retrying it, a schedule whose
+    last run and a fire that point at it."""
+    finished = timezone.now() - dt.timedelta(days=days_ago)
+    child = Execution.objects.create(
+        reactor="x.Child",
+        definition_hash="x",
+        status="completed",
+        finished_at=finished,
+        parent_id=root,
+        root_id=root,
+        parent_step="nested",
+    )
+    for run in (root, child.pk):
+        StepRecord.objects.create(execution_id=run, step="s", seq=1, status="completed")
+        ExecutionEvent.objects.create(execution_id=run, seq=1, kind="run", step="s", at=finished)
+    Interrupt.objects.create(execution_id=root, reactor="x.Old", step="approval", status="resumed")
+    mapped = MapRun.objects.create(execution_id=child.pk, step="m", batch_size=1, chunk_size=1)
+    MapChunk.objects.create(map_run=mapped, first=0, size=1, items=[1])
+    MapResult.objects.create(map_run=mapped, index=0, status="succeeded", item=1, value=1)
+    Dispatch.objects.create(execution_id=child.pk, map_run=mapped, reason="map")
+    Dispatch.objects.create(execution_id=root, reason="start", sent_at=finished)
+    retry = Execution.objects.create(
+        reactor="x.Old", definition_hash="x", status="completed", retry_of_id=root
+    )
+    schedule = services.schedules.create(NightlyReport, every="1h", inputs={"region": "eu"})
+    Schedule.objects.filter(pk=schedule.id).update(last_execution_id=root)
+    fire = ScheduleFire.objects.create(
+        schedule_id=schedule.id, fire_at=finished, outcome="started", execution_id=root
+    )
+    return {"child": child.pk, "map": mapped.pk, "retry": retry.pk, "schedule": schedule.id,
+            "fire": fire.pk}  # fmt: skip
+
+
+def test_a_batch_deletes_the_whole_tree_and_unhooks_what_points_at_it(path: str) -> None:
+    old = rows(2)
+    kept = rows(1, days_ago=5)
+    made = everything_of(old[0])
+    StepRecord.objects.create(execution_id=kept[0], step="s", seq=1, status="completed")
+    assert json.loads(prune(older_than=30, json=True))["batches"] == [2]
+    tree = [*old, made["child"]]
+    assert not Execution.objects.filter(pk__in=tree).exists()
+    for model in (StepRecord, ExecutionEvent, Interrupt, Dispatch, MapRun):
+        assert not model.objects.filter(execution_id__in=tree).exists(), model
+    for model in (MapChunk, MapResult):
+        assert not model.objects.filter(map_run_id=made["map"]).exists(), model
+    assert Execution.objects.get(pk=made["retry"]).retry_of_id is None
+    assert Schedule.objects.get(pk=made["schedule"]).last_execution_id is None
+    assert ScheduleFire.objects.get(pk=made["fire"]).execution_id is None
+    # What was not pruned is all there.
+    assert set(Execution.objects.values_list("pk", flat=True)) == {kept[0], made["retry"]}
+    assert StepRecord.objects.filter(execution_id=kept[0]).count() == 1
+
+
+def test_batches_go_oldest_first_and_pass_over_a_run_another_process_holds(path: str) -> None:
+    runs = rows(5)
+    for days, run in enumerate(runs):
+        age(run, 100 - days)  # runs[0] is the oldest
+    held, taken, release = threading.Event(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Execution.objects.select_for_update().get(pk=runs[1])
+                taken.set()
+                release.wait(10)
+        finally:
+            connection.close()
+            held.set()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(10)
+        order: list[set[Any]] = []
+        left = set(runs)
+
+        def batch(count: int) -> None:
+            now = set(Execution.objects.filter(pk__in=runs).values_list("pk", flat=True))
+            order.append(left - now)
+            left.intersection_update(now)
+
+        assert services.prune(30, batch_size=2, on_batch=batch) == 4
+    finally:
+        release.set()
+        holder.join(10)
+    assert held.is_set()
+    # Oldest first, and the held run (the second oldest) is left, not waited for.
+    assert order == [{runs[0], runs[2]}, {runs[3], runs[4]}]
+    assert list(Execution.objects.values_list("pk", flat=True)) == [runs[1]]
+    assert services.prune(30) == 1
+
+
+def test_a_listener_to_deletions_gets_every_deleted_row() -> None:
+    old = rows(3)
+    made = everything_of(old[0])
+    deleted: list[tuple[str, Any]] = []
+
+    def listener(sender: Any, instance: Any, **kwargs: Any) -> None:
+        deleted.append((sender.__name__, instance.pk))
+
+    signals.post_delete.connect(listener, sender=Execution)
+    try:
+        assert services.prune(30) == 3
+    finally:
+        signals.post_delete.disconnect(listener, sender=Execution)
+    assert sorted(deleted) == sorted(("Execution", pk) for pk in [*old, made["child"]])

@@ -53,6 +53,14 @@ class Command(ReactorCommand):
             "locks for less time.",
         )
         parser.add_argument(
+            "--pause",
+            metavar="SECONDS",
+            type=float,
+            default=0.0,
+            help="Wait SECONDS between batches (default 0), outside any transaction: a prune "
+            "beside busy workers then leaves them the database.",
+        )
+        parser.add_argument(
             "--dry-run",
             action="store_true",
             help="Only count the runs that would be deleted; delete nothing.",
@@ -90,6 +98,7 @@ class Command(ReactorCommand):
                 batch_size=options["batch_size"],
                 dry_run=options["dry_run"],
                 on_batch=progress,
+                pause=options["pause"],
             )
         except ReactorError as exc:  # --older-than further back than any date
             raise CommandError(f"cannot prune: {exc}") from exc

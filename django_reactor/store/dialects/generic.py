@@ -245,6 +245,21 @@ class Dialect:
         False when the database cannot tell."""
         return False
 
+    # -- pruning -----------------------------------------------------------------------------------
+
+    def prune_batch(
+        self,
+        cutoff: dt.datetime,
+        statuses: Sequence[str],
+        limit: int,
+        after: tuple[dt.datetime, uuid.UUID],
+    ) -> tuple[int, tuple[dt.datetime, uuid.UUID]] | None:
+        """Delete, in one statement, at most ``limit`` of the runs ``store.prune`` would delete
+        that come after ``after`` (``finished_at`` and id), with everything that is theirs;
+        how many top-level runs, and the last one's ``finished_at`` and id. None when the
+        database has no such statement: ``store.prune`` deletes them through the ORM."""
+        return None
+
     # -- for coordination and the admin ------------------------------------------------------------
 
     @property

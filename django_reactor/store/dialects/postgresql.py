@@ -22,7 +22,7 @@ except ImportError:  # psycopg2: statements go through Django's cursor
 from ...conf import reactor_settings
 from ...engine.journal import JournalBatch, RecordedStep
 from ...models import STEP_RECORD_UNIQUE, Definition, Dispatch, Execution, ExecutionEvent
-from ...states import MOVING_STATUSES
+from ...states import MOVING_STATUSES, TERMINAL_STATUSES
 from .. import checkpoint_sql, map_sql, sql
 from ..checkpoint_sql import RecordWrite
 from ..db import USING
@@ -241,6 +241,31 @@ class PostgreSQL(Dialect):
         if psycopg is None or not isinstance(raw, psycopg.Connection):
             return False
         return bool(raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+    # -- pruning -----------------------------------------------------------------------------------
+
+    def prune_batch(
+        self,
+        cutoff: dt.datetime,
+        statuses: Sequence[str],
+        limit: int,
+        after: tuple[dt.datetime, uuid.UUID],
+    ) -> tuple[int, tuple[dt.datetime, uuid.UUID]] | None:
+        """In one statement (``sql.PRUNE_BATCH``)."""
+        row = sql.execute(
+            sql.PRUNE_BATCH,
+            {
+                "statuses": list(statuses),
+                "finished": sorted(TERMINAL_STATUSES),
+                "cutoff": cutoff,
+                "after_at": after[0],
+                "after_id": after[1],
+                "limit": limit,
+            },
+        )
+        if row is None or not row[0]:
+            return 0, after
+        return int(row[0]), (row[1], row[2])
 
     # -- for coordination and the admin ------------------------------------------------------------
 
