@@ -17,6 +17,7 @@ from ..models import (
     MapChunk,
     MapResult,
     MapRun,
+    Message,
     Schedule,
     ScheduleFire,
     StepRecord,
@@ -27,7 +28,17 @@ from .dialects import dialect
 
 #: What a prune deletes with its runs, and every foreign key into those tables that the
 #: one-statement batch (``sql.PRUNE_BATCH``) deletes or sets to NULL, as (model, field).
-_DELETED = (Execution, StepRecord, ExecutionEvent, Interrupt, Dispatch, MapRun, MapChunk, MapResult)
+_DELETED = (
+    Execution,
+    StepRecord,
+    ExecutionEvent,
+    Interrupt,
+    Message,
+    Dispatch,
+    MapRun,
+    MapChunk,
+    MapResult,
+)
 _COVERED = {
     (Execution, "parent"),
     (Execution, "root"),
@@ -35,6 +46,7 @@ _COVERED = {
     (StepRecord, "execution"),
     (ExecutionEvent, "execution"),
     (Interrupt, "execution"),
+    (Message, "execution"),
     (Dispatch, "execution"),
     (Dispatch, "map_run"),
     (MapRun, "execution"),
@@ -85,7 +97,7 @@ def prune_finished(cutoff: dt.datetime, statuses: Iterable[str], batch_size: int
     top-level runs each batch deleted.
     """
     statuses = list(statuses)
-    one_statement = _one_statement_covers()
+    one_statement = one_statement_covers()
     after = _BEGINNING
     while True:
         with transaction.atomic(using=USING):
@@ -116,7 +128,7 @@ def _collect_batch(cutoff: dt.datetime, statuses: list[str], batch_size: int) ->
     return len(ids)
 
 
-def _one_statement_covers() -> bool:
+def one_statement_covers() -> bool:
     """Whether the one-statement batch deletes what the collector would: no other model has a
     foreign key into the tables it deletes from (a project's own model pointing at a run), and
     nothing listens to their deletion signals."""

@@ -31,6 +31,7 @@ from ..models import (
     MapChunk,
     MapResult,
     MapRun,
+    Message,
     Schedule,
     ScheduleFire,
     StepRecord,
@@ -52,6 +53,7 @@ MAP_RESULT = MapResult._meta.db_table
 MAP_RUN = MapRun._meta.db_table
 MAP_CHUNK = MapChunk._meta.db_table
 INTERRUPT = Interrupt._meta.db_table
+MESSAGE = Message._meta.db_table
 SCHEDULE = Schedule._meta.db_table
 SCHEDULE_FIRE = ScheduleFire._meta.db_table
 
@@ -387,6 +389,7 @@ map_runs AS (DELETE FROM {MAP_RUN} WHERE id = ANY((SELECT ids FROM maps)::uuid[]
 records AS (DELETE FROM {STEP_RECORD} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 events AS (DELETE FROM {EVENT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 interrupts AS (DELETE FROM {INTERRUPT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
+messages AS (DELETE FROM {MESSAGE} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 retries AS (
     UPDATE {EXECUTION} SET retry_of_id = NULL
     WHERE retry_of_id = ANY((SELECT ids FROM tree)::uuid[])

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_reactor", "0023_database_identity"),
+        ("django_reactor", "0024_mailbox"),
     ]
 
     operations = [
