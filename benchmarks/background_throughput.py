@@ -99,9 +99,11 @@ from benchmarks.pgstats import COLUMNS, Delta, Probe, legend, row
 from benchmarks.workers import BenchmarkError, Worker
 
 REDIS_SERVER = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
-REACTOR_DB = "reactor_bench_bg"
-REACTOR_REDIS_DB = 12
-REACTOR_QUEUE = "django_reactor_bench_bg"
+# Scripts that drive this one's django_reactor worker with their own database, Redis database
+# and queue (benchmarks/capacity.py) set these three before importing it.
+REACTOR_DB = os.environ.get("REACTOR_BENCH_DB", "reactor_bench_bg")
+REACTOR_REDIS_DB = int(os.environ.get("REACTOR_BENCH_REDIS_DB", "12"))
+REACTOR_QUEUE = os.environ.get("REACTOR_BENCH_QUEUE", "django_reactor_bench_bg")
 ANCHOR_BROKER_DB = 13
 ANCHOR_BACKEND_DB = 14
 ANCHOR_QUEUE = "celery"  # the anchor's app uses Celery's default queue, alone in its database
