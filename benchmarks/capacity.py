@@ -265,11 +265,6 @@ def window(args: argparse.Namespace, steps: int, logs: Path, name: str) -> Windo
         polls = poller.polls - polls0 + 1  # and caller_backend()'s one transaction
         poller.close()
         delta = probe.diff(before, probe.snapshot())
-        if delta.other_xacts > 0:
-            notes.append(
-                f"{delta.other_xacts:.0f} transaction(s) ran in other databases during the window "
-                "(server-wide figures count their work)"
-            )
         runs = args.burst
         return Window(
             steps=steps,
@@ -380,6 +375,12 @@ def report(
     for w in windows:
         for note in w.notes:
             print(f"note ({w.steps} step(s)): {note}")
+    others = sum(w.stats.other_xacts * args.burst for w in windows)
+    if others:
+        print(
+            f"note: other databases ran {others:.0f} transaction(s) during the windows: the "
+            "[s] rows count their work"
+        )
     print(f"(measured in {elapsed:.0f} s; load average {os.getloadavg()[0]:.2f} at end)")
 
 
