@@ -534,20 +534,19 @@ def durable_phase(
 
 
 def dbos_phase(args: argparse.Namespace, figures: Figures, logs: Path, *, last: bool) -> None:
-    dbos = dbos_queue_anchor
     prefix = f"dbos{len(figures.dbos_per_s) + 1}"
-    caller = dbos.Caller(POLLS)
+    caller = dbos_queue_anchor.Caller(POLLS)
     window: StatWindow | None = None
     try:
         # The context stops its workers on the way out, errors and interrupts included.
-        with dbos.workers(
+        with dbos_queue_anchor.workers(
             logs,
             processes=WORKER_PROCESSES,
-            concurrency=None,
-            poll=dbos.POLL_INTERVAL,
+            concurrency=dbos_queue_anchor.WORKER_CONCURRENCY,
+            poll=dbos_queue_anchor.POLL_INTERVAL,
             prefix=prefix,
         ):
-            dbos.empty()
+            dbos_queue_anchor.empty()
             for _ in range(2):
                 caller.wait(caller.submit(args.warmup // 2 or 1)[0], pause=BURST_POLL)
             if last and args.pg_stats:

@@ -56,7 +56,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.common import PG_SERVER, ensure_database, percentile
-from benchmarks.workers import BenchmarkError, Worker
+from benchmarks.workers import BenchmarkError, Service
 
 DATABASE = "dbos_queue_bench"
 DSN = f"{PG_SERVER}/{DATABASE}"
@@ -110,43 +110,39 @@ def serve(name: str, *, concurrency: int | None, poll: float) -> None:
         polling_interval_sec=poll,
         on_conflict="always_update",
     )
-    print("ready.", flush=True)  # what benchmarks.workers.Worker waits for
+    print("ready.", flush=True)  # what benchmarks.workers.Service waits for
     stop.wait()
     DBOS.destroy(workflow_completion_timeout_sec=5)
 
 
-class DbosWorker(Worker):
-    """One DBOS worker process (``serve``), started and stopped like a Celery worker."""
-
-    def __init__(
-        self, name: str, logs: Path, *, concurrency: int | None, poll: float, env: dict[str, str]
-    ):
-        super().__init__(name, "unused", None, env, logs)
-        self.command = [
-            sys.executable, str(Path(__file__).resolve()), "worker", "--name", name,
-            "--worker-concurrency", str(concurrency or 0), "--poll", str(poll),
-        ]  # fmt: skip
+def worker(
+    name: str, logs: Path, *, concurrency: int | None, poll: float, env: dict[str, str]
+) -> Service:
+    """One DBOS worker process (:func:`serve`), started and stopped like a Celery worker."""
+    command = [
+        sys.executable, str(Path(__file__).resolve()), "worker", "--name", name,
+        "--worker-concurrency", str(concurrency or 0), "--poll", str(poll),
+    ]  # fmt: skip
+    return Service(name, command, env, logs)
 
 
 @contextlib.contextmanager
 def workers(
     logs: Path, *, processes: int, concurrency: int | None, poll: float, prefix: str = "dbos"
-) -> Iterator[list[DbosWorker]]:
+) -> Iterator[list[Service]]:
     """``processes`` DBOS workers on the system database, stopped on the way out."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    started: list[DbosWorker] = []
+    started: list[Service] = []
     try:
         for i in range(processes):
-            worker = DbosWorker(
-                f"{prefix}-{i + 1}", logs, concurrency=concurrency, poll=poll, env=env
-            )
-            started.append(worker)
-            worker.start()
+            one = worker(f"{prefix}-{i + 1}", logs, concurrency=concurrency, poll=poll, env=env)
+            started.append(one)
+            one.start()
         yield started
     finally:
-        for worker in started:
-            worker.stop()
+        for one in started:
+            one.stop()
 
 
 # ---------------------------------------------------------------------------- the caller
