@@ -5,8 +5,8 @@ Redis on 127.0.0.1:6379)::
 
     .venv/bin/python benchmarks/background_throughput.py [--rounds 3] [--burst 200]
 
-It takes about 90 s. Run it on an otherwise idle machine: it prints how many CPU seconds other
-processes used meanwhile, and warns when they skewed the figures.
+It takes about two minutes. Run it on an otherwise idle machine: it prints how many CPU seconds
+other processes used meanwhile, and warns when they skewed the figures.
 
 What it measures
 ----------------
