@@ -4,8 +4,8 @@ Run from the repository root (the servers of ``background_throughput.py``)::
 
     .venv/bin/python benchmarks/capacity.py [--rounds 3] [--burst 200]
 
-It takes about two minutes. ``docs/explanation/capacity.md`` turns its figures into how many runs
-a second one PostgreSQL sustains.
+It takes about three minutes. ``docs/explanation/capacity.md`` turns its figures into how many
+runs a second one PostgreSQL sustains.
 
 Setup: the worker of ``background_throughput.py`` (``celery -A testproject worker -P prefork
 -c 2``, the example project's settings, which keep the worker's database connection), with its
@@ -15,7 +15,11 @@ no-op step) and ``Chain10`` (ten), ``Meta.background = "all"``: the difference b
 is the cost of a step, the rest the fixed cost of a run. Each round, for each reactor: start the
 worker, warm it up (``--warmup`` runs), open a window, submit a burst of ``--burst`` runs as
 fast as this process can, wait until all are completed, close the window, stop the worker. The
-order of the two reactors flips every round; the table shows the medians of the rounds.
+order flips every round; the table shows the medians of the rounds. A third window each round
+(``--no-dbos`` leaves it out) measures the same for the DBOS queue anchor's 10-step workflow
+(``benchmarks/dbos_queue_anchor.py``: two DBOS worker processes, enqueued by a ``DBOSClient``),
+column ``DBOS 10``: its caller's backends are the ``DBOSClient``'s pool, its commits include
+its queue threads' polls (every 10 ms on each worker, read-only transactions).
 
 What a window measures, divided by the burst's runs:
 
@@ -34,7 +38,8 @@ What a window measures, divided by the burst's runs:
   records only; else ``pg_stat_wal``, server-wide).
 * **commits**: ``pg_stat_database.xact_commit`` of the database, less the polls and the probe's
   own transactions; **WAL commits**: commit records, transactions that wrote.
-* **worker CPU**: CPU time of the Celery worker's processes (its parent and children).
+* **worker CPU**: user + system CPU of the Celery worker's processes (its parent and children,
+  every thread: ``/proc/<pid>/stat``, in clock ticks, enough over a burst).
 * **caller CPU**: this process's CPU time in ``run()``.
 
 Also measured once: the commit latency, median of 200 autocommit single-row INSERTs into a
@@ -48,13 +53,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -83,17 +89,22 @@ TICK = float(os.sysconf("SC_CLK_TCK"))
 # ---------------------------------------------------------------------------- CPU
 
 
-def process_cpu(pid: int) -> float | None:
-    """CPU seconds process ``pid`` ran so far (None once it is gone).
+def backend_cpu(pid: int) -> float | None:
+    """CPU seconds PostgreSQL backend ``pid`` ran so far (None once it is gone).
 
     ``/proc/<pid>/schedstat`` (nanoseconds on the CPU) when the kernel has it: ``stat``'s
-    user + system time counts in clock ticks (10 ms), too coarse for a backend's share of a
-    200-run burst.
+    user + system time counts in clock ticks (10 ms), coarse for a backend's share of a
+    200-run burst. A backend is one thread, which is all ``schedstat`` counts.
     """
     try:
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
     except (OSError, IndexError, ValueError):
         pass
+    return process_cpu(pid)
+
+
+def process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid``, every thread of it, ended ones included."""
     try:
         rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -116,13 +127,56 @@ def group_cpu(pgid: int) -> float:
     return total
 
 
-def backends(admin: Any, oid: int) -> set[int]:
-    """Pids of the client backends connected to database ``oid``."""
+def backends(admin: Any, oid: int) -> dict[int, str]:
+    """The client backends connected to database ``oid``: pid -> ``application_name``."""
     rows = admin.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datid = %s AND backend_type = 'client backend'",
+        "SELECT pid, application_name FROM pg_stat_activity "
+        "WHERE datid = %s AND backend_type = 'client backend'",
         (oid,),
     ).fetchall()
-    return {int(pid) for (pid,) in rows}
+    return {int(pid): name for pid, name in rows}
+
+
+class Meter:
+    """CPU time over one burst: the database's backends, the worker's processes, all of PostgreSQL.
+
+    A backend is the caller's when ``is_caller(pid, application_name)`` says so, else the
+    worker's; ``skip`` (the poller's) counts for neither. Backends that join during the burst
+    count from their start; those that leave are not counted, and reported.
+    """
+
+    def __init__(
+        self,
+        admin: Any,
+        oid: int,
+        groups: list[int],
+        *,
+        is_caller: Callable[[int, str], bool],
+        skip: set[int],
+    ) -> None:
+        self.admin, self.oid, self.groups = admin, oid, groups
+        self.is_caller, self.skip = is_caller, skip
+        self.before = {p: n for p, n in backends(admin, oid).items() if p not in skip}
+        self.cpu0 = {pid: backend_cpu(pid) for pid in self.before}
+        self.server0 = bench.CpuSample.take().postgres
+        self.worker0 = sum(group_cpu(g) for g in groups)
+
+    def read(self) -> tuple[float, float, float, float, list[str]]:
+        """(worker backends, caller backends, all of PostgreSQL, worker processes) CPU seconds
+        since the start, and notes."""
+        worker = sum(group_cpu(g) for g in self.groups) - self.worker0
+        now = {p: n for p, n in backends(self.admin, self.oid).items() if p not in self.skip}
+        left = set(self.before) - set(now)
+        joined = set(now) - set(self.before)
+        spent = {pid: (backend_cpu(pid) or 0.0) - (self.cpu0.get(pid) or 0.0) for pid in now}
+        server = bench.CpuSample.take().postgres - self.server0
+        caller = sum(t for pid, t in spent.items() if self.is_caller(pid, now[pid]))
+        notes = []
+        if left:
+            notes.append(f"{len(left)} backend(s) left during the window (not counted)")
+        if joined:
+            notes.append(f"{len(joined)} backend(s) joined during the window (counted)")
+        return sum(spent.values()) - caller, caller, server, worker, notes
 
 
 # ---------------------------------------------------------------------------- one window
@@ -133,6 +187,7 @@ class Window:
     """One burst's figures, per run."""
 
     steps: int
+    system: str  # "django_reactor" or "DBOS queue"
     runs_per_s: float
     worker_backends_ms: float
     caller_backend_ms: float
@@ -221,7 +276,6 @@ def window(args: argparse.Namespace, steps: int, logs: Path, name: str) -> Windo
     )
     import psycopg
 
-    notes: list[str] = []
     poller = Poller()
     probe = Probe(PG_SERVER, DATABASE)
     admin = psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True)
@@ -235,31 +289,19 @@ def window(args: argparse.Namespace, steps: int, logs: Path, name: str) -> Windo
         before = probe.snapshot()  # waits for the worker's idle connections to flush
         polls0 = poller.polls
         caller = caller_backend()
-        watched = backends(admin, probe.oid) - {caller, poller.pid}
-        cpu0 = {pid: process_cpu(pid) for pid in watched | {caller}}
-        server0 = bench.CpuSample.take().postgres
-        worker0 = group_cpu(worker.process.pid)
+        meter = Meter(
+            admin,
+            probe.oid,
+            [worker.process.pid],
+            is_caller=lambda pid, _: pid == caller,
+            skip={poller.pid},
+        )
 
         ids, started, caller_s = submit(reactor, args.burst)
         finished = poller.wait(ids)
         bench.wait_acked(REDIS_DB)
+        worker_backends, caller_backend_s, server, worker_s, notes = meter.read()
 
-        worker_s = group_cpu(worker.process.pid) - worker0
-        now = backends(admin, probe.oid) - {poller.pid}
-        joined = now - watched - {caller}
-        left = watched - now
-        if left:
-            notes.append(f"{len(left)} worker backend(s) left during the window (not counted)")
-        if joined:
-            notes.append(f"{len(joined)} worker backend(s) joined during the window")
-        cpu1 = {pid: process_cpu(pid) for pid in now | {caller}}
-        worker_backends = sum(
-            (cpu1.get(pid) or 0.0) - (cpu0.get(pid) or 0.0)
-            for pid in (watched - left) | joined
-            if cpu1.get(pid) is not None
-        )
-        caller_backend_s = (cpu1.get(caller) or 0.0) - (cpu0.get(caller) or 0.0)
-        server = bench.CpuSample.take().postgres - server0
         worker.stop()
         connection.close()
         polls = poller.polls - polls0 + 1  # and caller_backend()'s one transaction
@@ -268,6 +310,7 @@ def window(args: argparse.Namespace, steps: int, logs: Path, name: str) -> Windo
         runs = args.burst
         return Window(
             steps=steps,
+            system="django_reactor",
             runs_per_s=runs / (finished - started),
             worker_backends_ms=worker_backends * 1000 / runs,
             caller_backend_ms=caller_backend_s * 1000 / runs,
@@ -283,6 +326,66 @@ def window(args: argparse.Namespace, steps: int, logs: Path, name: str) -> Windo
         admin.close()
         with contextlib.suppress(Exception):
             poller.close()
+
+
+def dbos_window(args: argparse.Namespace, logs: Path, name: str) -> Window:
+    """The same for the DBOS queue anchor's 10-step workflow, on its two worker processes."""
+    import psycopg
+
+    from benchmarks import dbos_queue_anchor as dbos
+
+    caller = dbos.Caller()
+    probe = Probe(PG_SERVER, dbos.DATABASE)
+    admin = psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True)
+    try:
+        with dbos.workers(
+            logs,
+            processes=bench.WORKER_PROCESSES,
+            concurrency=dbos.WORKER_CONCURRENCY,
+            poll=dbos.POLL_INTERVAL,
+            prefix=name,
+        ) as started:
+            dbos.empty()
+            for _ in range(2):
+                caller.wait(caller.submit(args.warmup // 2 or 1)[0], pause=POLL)
+            caller.close()
+            probe.calibrate()
+            before = probe.snapshot()
+            polls0 = caller.polls[dbos.DATABASE]
+            caller.client()
+            poller = int(caller.connection().execute("SELECT pg_backend_pid()").fetchone()[0])
+            meter = Meter(
+                admin,
+                probe.oid,
+                [one.process.pid for one in started if one.process is not None],
+                is_caller=lambda _, app: app == "dbos_transact_client",  # DBOSClient's pool
+                skip={poller},
+            )
+            cpu0 = time.process_time()
+            ids, t0 = caller.submit(args.burst)
+            caller_s = time.process_time() - cpu0
+            finished = caller.wait(ids, pause=POLL)
+            worker_backends, caller_backends, server, worker_s, notes = meter.read()
+        caller.close()
+        polls = caller.polls[dbos.DATABASE] - polls0 + 1  # and the pid's transaction
+        delta = probe.diff(before, probe.snapshot())
+        runs = args.burst
+        return Window(
+            steps=dbos.STEPS,
+            system="DBOS queue",
+            runs_per_s=runs / (finished - t0),
+            worker_backends_ms=worker_backends * 1000 / runs,
+            caller_backend_ms=caller_backends * 1000 / runs,
+            server_ms=server * 1000 / runs,
+            worker_ms=worker_s * 1000 / runs,
+            caller_ms=caller_s * 1000 / runs,
+            stats=replace(delta, commits=delta.commits - polls).per(runs),
+            notes=tuple(notes),
+        )
+    finally:
+        caller.close()
+        probe.close()
+        admin.close()
 
 
 def commit_latency(samples: int = 200) -> float:
@@ -318,8 +421,10 @@ ROWS: list[tuple[str, Any, str]] = [
 ]
 
 
-def median_of(windows: list[Window], steps: int, value: Any) -> float | None:
-    got = [value(w) for w in windows if w.steps == steps]
+def median_of(
+    windows: list[Window], steps: int, value: Any, system: str = "django_reactor"
+) -> float | None:
+    got = [value(w) for w in windows if w.steps == steps and w.system == system]
     got = [v for v in got if v is not None]
     return statistics.median(got) if got else None
 
@@ -343,7 +448,10 @@ def report(
         f"(synchronous_commit={sync})"
     )
     print()
+    dbos = any(w.system == "DBOS queue" for w in windows)
     head = f"{'per run':40}{'1 step':>10}{'10 steps':>10}{'per step':>10}{'fixed':>10}"
+    if dbos:
+        head += f"{'DBOS 10':>10}"
     print(head)
     print("-" * len(head))
     for label, value, fmt in ROWS:
@@ -357,10 +465,19 @@ def report(
         if one is not None and ten is not None and not label.startswith("runs/s"):
             step = (ten - one) / 9
             fixed = one - step
-        print(f"{label:40}{cell(one):>10}{cell(ten):>10}{cell(step):>10}{cell(fixed):>10}")
+        line = f"{label:40}{cell(one):>10}{cell(ten):>10}{cell(step):>10}{cell(fixed):>10}"
+        if dbos:
+            line += f"{cell(median_of(windows, 10, value, 'DBOS queue')):>10}"
+        print(line)
     print(
         "per step = (10 steps - 1 step) / 9; fixed = 1 step - per step. [s]: server-wide "
         "(other databases' work counts too)."
+        + (
+            " DBOS 10: the DBOS queue anchor's 10-step workflow on 2 worker processes; its "
+            "commits include its queue threads' polls; caller backend = its DBOSClient's."
+            if dbos
+            else ""
+        )
     )
     print(f"commit latency (autocommit 1-row INSERT, median of 200): {latency_ms:.3f} ms")
     ten_ms = median_of(windows, 10, lambda w: w.backends_ms)
@@ -374,7 +491,7 @@ def report(
             print(f"  {cores:>3} cores fully busy: {rate:,.0f} runs/s{wal}")
     for w in windows:
         for note in w.notes:
-            print(f"note ({w.steps} step(s)): {note}")
+            print(f"note ({w.system}, {w.steps} step(s)): {note}")
     others = sum(w.stats.other_xacts * args.burst for w in windows)
     if others:
         print(
@@ -393,6 +510,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--burst", type=int, default=200, help="runs per burst (200)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed runs per window (20)")
     parser.add_argument("--logs", type=Path, default=None, help="keep the workers' logs here")
+    parser.add_argument(
+        "--no-dbos",
+        dest="dbos",
+        action="store_false",
+        help="leave out the DBOS queue anchor's window (benchmarks/dbos_queue_anchor.py)",
+    )
     args = parser.parse_args(argv)
     if min(args.rounds, args.burst) < 1 or args.warmup < 0:
         parser.error("--rounds and --burst must be positive")
@@ -423,15 +546,25 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     with log_dir(args.logs) as logs:
         for round_no in range(args.rounds):
-            order = sorted(REACTORS) if round_no % 2 == 0 else sorted(REACTORS, reverse=True)
-            for steps in order:
+            phases: list[tuple[str, Callable[[], Window]]] = [
+                (
+                    f"{steps} step(s)",
+                    functools.partial(window, args, steps, logs, f"cap{round_no}-{steps}"),
+                )
+                for steps in sorted(REACTORS)
+            ]
+            if args.dbos:
+                phases.append(
+                    ("DBOS queue", functools.partial(dbos_window, args, logs, f"capdbos{round_no}"))
+                )
+            for label, measure in phases if round_no % 2 == 0 else phases[::-1]:
                 try:
-                    windows.append(window(args, steps, logs, f"capacity{round_no + 1}-{steps}"))
+                    windows.append(measure())
                     status = "done"
                 except Exception as exc:  # report the window as failed; go on with the others
-                    errors.append(f"round {round_no + 1}, {steps} step(s): {exc}")
+                    errors.append(f"round {round_no + 1}, {label}: {exc}")
                     status = "FAILED"
-                print(f"  round {round_no + 1}: {steps} step(s) {status}", flush=True)
+                print(f"  round {round_no + 1}: {label} {status}", flush=True)
     latency = commit_latency()
     report(args, windows, latency, time.perf_counter() - started)
     for error in errors:
