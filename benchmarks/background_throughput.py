@@ -5,8 +5,8 @@ Redis on 127.0.0.1:6379)::
 
     .venv/bin/python benchmarks/background_throughput.py [--rounds 3] [--burst 200]
 
-It takes about 90 s. Run it on an otherwise idle machine: it prints how many CPU seconds other
-processes used meanwhile, and warns when they skewed the figures.
+It takes about two minutes. Run it on an otherwise idle machine: it prints how many CPU seconds
+other processes used meanwhile, and warns when they skewed the figures.
 
 What it measures
 ----------------
@@ -28,20 +28,31 @@ What it measures
   ``reactor_bench_durable``, Redis broker db 15), its own worker with the same flags. A burst
   of ``--burst`` runs is submitted as fast as this process can; throughput = burst / (time until
   polling its run table sees every one completed).
+* **DBOS queue anchor** (the one users compare with, issue 28): a DBOS ``Queue`` and a 10-step
+  ``@DBOS.workflow`` (``benchmarks/dbos_queue_anchor.py``: DBOS's queue-worker pattern, the
+  caller enqueues with a ``DBOSClient``; two DBOS worker processes, as many as the prefork
+  children, on the same PostgreSQL, system database ``dbos_queue_bench``; no per-worker
+  concurrency limit, DBOS's default; queues polled every 10 ms, not DBOS's default 1 s, so
+  that polling does not bound it). A burst of ``--burst`` runs is enqueued as fast as this
+  process can; throughput = burst / (time until polling ``dbos.workflow_status`` sees every
+  one ``SUCCESS``). ``--no-dbos`` leaves it out.
 * **Latency**: with the django_reactor worker, ``--latency`` sequential runs, each timed from
   ``run()`` until the execution row reads ``completed`` (polled every ~1 ms); median and p99.
-  Measured in the last round, after its burst.
+  Measured in the last round, after its burst. The same for the DBOS queue anchor (enqueue
+  until its status row reads ``SUCCESS``), in its last round.
 
 The systems never run at the same time: each phase starts its own worker, warms it up
 (``--warmup`` runs), measures and stops it. Phases alternate for ``--rounds`` rounds (the order
 flips every round); the medians of the rounds' throughputs are compared. Targets (issue 15):
-reactors/s is at least 3.0 times chains/s and at least 0.9 times the durable anchor's runs/s.
+reactors/s is at least 3.0 times chains/s and at least 0.9 times the durable anchor's runs/s;
+(issue 28) at least the DBOS queue's runs/s, at a latency no higher than its.
 
 ``pg_stat`` figures per run (``benchmarks/pgstats.py``), for django_reactor and the durable
-anchor, from the last round: after the warm-up the probe waits until the worker's idle
-connections have flushed their statistics (about 10 s), snapshots the database, and snapshots it
-again once the worker has stopped and this process closed its connections; the window's
-figures are divided by the runs it held (the burst, plus the latency runs for django_reactor).
+and DBOS queue anchors, from the last round: after the warm-up the probe waits until the
+worker's idle connections have flushed their statistics (about 10 s), snapshots the database,
+and snapshots it again once the worker has stopped and this process closed its connections; the
+window's figures are divided by the runs it held (the burst, plus the latency runs for
+django_reactor and the DBOS queue).
 Columns: commits (``pg_stat_database.xact_commit``, less this process's polls), WAL commit
 records, WAL records and bytes (``pg_walinspect``, that database's records only; else
 ``pg_stat_wal``, server-wide), HOT share of the run table's updates (``pg_stat_user_tables``).
@@ -82,14 +93,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks import dbos_queue_anchor
 from benchmarks.common import PG_SERVER, cpu_busy, ensure_database, percentile
 from benchmarks.pgstats import COLUMNS, Delta, Probe, legend, row
 from benchmarks.workers import BenchmarkError, Worker
 
 REDIS_SERVER = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
-REACTOR_DB = "reactor_bench_bg"
-REACTOR_REDIS_DB = 12
-REACTOR_QUEUE = "django_reactor_bench_bg"
+# Scripts that drive this one's django_reactor worker with their own database, Redis database
+# and queue (benchmarks/capacity.py) set these three before importing it.
+REACTOR_DB = os.environ.get("REACTOR_BENCH_DB", "reactor_bench_bg")
+REACTOR_REDIS_DB = int(os.environ.get("REACTOR_BENCH_REDIS_DB", "12"))
+REACTOR_QUEUE = os.environ.get("REACTOR_BENCH_QUEUE", "django_reactor_bench_bg")
 ANCHOR_BROKER_DB = 13
 ANCHOR_BACKEND_DB = 14
 ANCHOR_QUEUE = "celery"  # the anchor's app uses Celery's default queue, alone in its database
@@ -99,7 +113,13 @@ DURABLE_QUEUE = "celery"  # the durable anchor's app too, alone in its broker da
 STEPS = 10
 TARGET_RATIO = 3.0  # reactors/s against the chain's chains/s
 TARGET_DURABLE_RATIO = 0.9  # reactors/s against the durable anchor's runs/s (issue 15)
-RUN_TABLES = {"django_reactor": "django_reactor_execution", "durable anchor": "durable_run"}
+TARGET_DBOS_RATIO = 1.0  # reactors/s against the DBOS queue's runs/s (issue 28)
+DBOS_DB = dbos_queue_anchor.DATABASE
+RUN_TABLES = {
+    "django_reactor": "django_reactor_execution",
+    "durable anchor": "durable_run",
+    "DBOS queue": "dbos.workflow_status",
+}
 WORKER_PROCESSES = 2
 # Seconds between two polls of the execution table while a burst runs: one poll costs the server
 # about 0.5 ms (200 ids), so polling much faster would take CPU from the worker.
@@ -232,7 +252,7 @@ def reactor_submit(count: int) -> tuple[list[uuid.UUID], float]:
 
 #: Read-only transactions this process ran against a benchmark database while it waited (the
 #: polls), by database: taken off the ``pg_stat`` commits.
-POLLS: dict[str, int] = {REACTOR_DB: 0, DURABLE_DB: 0}
+POLLS: dict[str, int] = {REACTOR_DB: 0, DURABLE_DB: 0, DBOS_DB: 0}
 
 
 def reactor_wait(ids: list[uuid.UUID], *, pause: float, limit: float = WAIT_LIMIT) -> float:
@@ -394,6 +414,8 @@ class Figures:
     submit_s: list[float] = field(default_factory=list)
     chains_per_s: list[float] = field(default_factory=list)
     durable_per_s: list[float] = field(default_factory=list)
+    dbos_per_s: list[float] = field(default_factory=list)
+    dbos_latency_s: list[float] = field(default_factory=list)
     per_run: dict[str, Delta] = field(default_factory=dict)  # pg_stat figures per run
     probes: list[Probe] = field(default_factory=list)
     latency_s: list[float] = field(default_factory=list)
@@ -511,6 +533,33 @@ def durable_phase(
         figures.notes.append(f"{name}: message(s) left in Redis after the phase: {left}")
 
 
+def dbos_phase(args: argparse.Namespace, figures: Figures, logs: Path, *, last: bool) -> None:
+    prefix = f"dbos{len(figures.dbos_per_s) + 1}"
+    caller = dbos_queue_anchor.Caller(POLLS)
+    window: StatWindow | None = None
+    try:
+        # The context stops its workers on the way out, errors and interrupts included.
+        with dbos_queue_anchor.workers(
+            logs,
+            processes=WORKER_PROCESSES,
+            concurrency=dbos_queue_anchor.WORKER_CONCURRENCY,
+            poll=dbos_queue_anchor.POLL_INTERVAL,
+            prefix=prefix,
+        ):
+            dbos_queue_anchor.empty()
+            for _ in range(2):
+                caller.wait(caller.submit(args.warmup // 2 or 1)[0], pause=BURST_POLL)
+            if last and args.pg_stats:
+                window = StatWindow(figures, "DBOS queue", DBOS_DB, caller.close)
+            figures.dbos_per_s.append(caller.burst(args.burst, pause=BURST_POLL))
+            if last:
+                figures.dbos_latency_s = caller.latency(args.latency)
+    finally:
+        caller.close()
+    if window is not None:
+        window.end(args.burst + (args.latency if last else 0))
+
+
 def measure(args: argparse.Namespace, figures: Figures, logs: Path) -> None:
     workers: list[Worker] = []
     phases: list[tuple[str, Callable[[bool], None]]] = [
@@ -518,6 +567,8 @@ def measure(args: argparse.Namespace, figures: Figures, logs: Path) -> None:
         ("chain anchor", lambda last: anchor_phase(args, figures, logs, workers)),
         ("durable anchor", lambda last: durable_phase(args, figures, logs, workers, last=last)),
     ]
+    if args.dbos:
+        phases.append(("DBOS queue", lambda last: dbos_phase(args, figures, logs, last=last)))
     try:
         for round_no in range(args.rounds):
             order = phases if round_no % 2 == 0 else phases[::-1]
@@ -664,10 +715,16 @@ def report(
     print(f"celery chain   chains/s:   {_fmt(chains)}  (rounds: {rounds(figures.chains_per_s)})")
     durable = statistics.median(figures.durable_per_s) if figures.durable_per_s else None
     print(f"durable anchor runs/s:     {_fmt(durable)}  (rounds: {rounds(figures.durable_per_s)})")
-    for label, anchor, target in (
+    dbos = statistics.median(figures.dbos_per_s) if figures.dbos_per_s else None
+    if args.dbos:
+        print(f"DBOS queue     runs/s:     {_fmt(dbos)}  (rounds: {rounds(figures.dbos_per_s)})")
+    ratios = [
         ("ratio reactors/chains:     ", chains, TARGET_RATIO),
         ("ratio reactors/durable:    ", durable, TARGET_DURABLE_RATIO),
-    ):
+    ]
+    if args.dbos:
+        ratios.append(("ratio reactors/DBOS queue: ", dbos, TARGET_DBOS_RATIO))
+    for label, anchor, target in ratios:
         if reactors is not None and anchor:
             ratio = reactors / anchor
             verdict = "PASS" if ratio >= target else "MISS"
@@ -682,6 +739,18 @@ def report(
         )
     else:
         print("latency: not measured")
+    if figures.dbos_latency_s:
+        ms = [t * 1000 for t in figures.dbos_latency_s]
+        print(
+            f"DBOS queue latency enqueue -> SUCCESS ({len(ms)} sequential runs): "
+            f"median {statistics.median(ms):.2f} ms, p99 {percentile(ms, 0.99):.2f} ms"
+        )
+        if figures.latency_s:
+            ratio = statistics.median(figures.latency_s) / statistics.median(figures.dbos_latency_s)
+            verdict = "PASS" if ratio <= 1.0 else "MISS"
+            print(
+                f"ratio latency ours/DBOS queue (medians): {ratio:.2f}   target <= 1.0   {verdict}"
+            )
     if figures.per_run:
         print()
         print("pg_stat per run (last round; caller and worker together)")
@@ -738,6 +807,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="skip the pg_stat windows of the last round (they add about 25 s)",
     )
     parser.add_argument(
+        "--no-dbos",
+        dest="dbos",
+        action="store_false",
+        help="leave the DBOS queue anchor out (it needs the bench extra's dbos package)",
+    )
+    parser.add_argument(
         "--db-reuse-max",
         type=int,
         default=None,
@@ -768,6 +843,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_database(REACTOR_DB)
     setup_django()
     setup_durable()
+    if args.dbos:
+        ensure_database(DBOS_DB)
     dropped = clean_redis()
     import testproject  # noqa: F401  (the project's Celery app: django_reactor publishes with it)
 

@@ -29,6 +29,8 @@ def _chain(name: str, steps: int) -> type[Reactor]:
 
 
 Chain10 = _chain("Chain10", STEPS)
+#: ``capacity.py``: a one-step run, whose costs less a step's are the fixed costs of a run.
+Chain1 = _chain("Chain1", 1)
 
 
 IO_STEPS = 8

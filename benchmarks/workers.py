@@ -1,4 +1,4 @@
-"""A Celery worker the benchmarks start and stop: one subprocess in its own session."""
+"""Workers the benchmarks start and stop (Celery's, DBOS's): one subprocess in its own session."""
 
 from __future__ import annotations
 
@@ -17,29 +17,14 @@ class BenchmarkError(RuntimeError):
     """A phase could not be measured (a worker did not start, a run did not complete...)."""
 
 
-class Worker:
-    """One ``celery worker`` subprocess in its own session, stopped with all its children."""
+class Service:
+    """One subprocess in its own session that logs ``ready.`` once it serves, stopped with all
+    its children."""
 
-    def __init__(
-        self,
-        name: str,
-        app: str,
-        queue: str | None,
-        env: dict[str, str],
-        logs: Path,
-        *,
-        processes: int = 2,
-    ):
+    def __init__(self, name: str, command: list[str], env: dict[str, str], logs: Path):
         self.name = name
         self.log_path = logs / f"{name}.log"
-        self.command = [
-            sys.executable, "-m", "celery", "-A", app, "worker",
-            "-P", "prefork", "-c", str(processes),
-            "-n", f"{name}-{os.getpid()}@%h",
-            "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "INFO",
-        ]  # fmt: skip
-        if queue is not None:
-            self.command += ["-Q", queue]
+        self.command = command
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -86,3 +71,27 @@ class Worker:
         with contextlib.suppress(ProcessLookupError):  # children a killed parent left behind
             os.killpg(group, signal.SIGKILL)
         self.process = None
+
+
+class Worker(Service):
+    """One ``celery worker`` subprocess."""
+
+    def __init__(
+        self,
+        name: str,
+        app: str,
+        queue: str | None,
+        env: dict[str, str],
+        logs: Path,
+        *,
+        processes: int = 2,
+    ):
+        command = [
+            sys.executable, "-m", "celery", "-A", app, "worker",
+            "-P", "prefork", "-c", str(processes),
+            "-n", f"{name}-{os.getpid()}@%h",
+            "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "INFO",
+        ]  # fmt: skip
+        if queue is not None:
+            command += ["-Q", queue]
+        super().__init__(name, command, env, logs)
