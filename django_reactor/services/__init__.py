@@ -8,7 +8,7 @@ state. By what they do:
 - ``steering``: ``cancel``, ``undo``, ``wake``;
 - ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
-- ``workers``: ``resume`` (a worker's task) and ``sweep``;
+- ``workers``: ``resume`` (a worker's task), ``sweep`` and ``next_sweep_in``;
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``;
 - ``maintenance``: ``prune`` and the ordered-lock queues;
 - ``secrets``: ``forget_subject`` (erasing a subject's secrets), ``rotate_keys``,
@@ -38,7 +38,7 @@ from .runs import find_by_correlation_id, retry, run, run_in_background
 from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
 from .stuck import StuckRun, stuck_runs
-from .workers import DATABASE_ERROR_RETRIES, resume, sweep
+from .workers import DATABASE_ERROR_RETRIES, next_sweep_in, resume, sweep
 
 __all__ = [
     "CANCELLABLE",
@@ -57,6 +57,7 @@ __all__ = [
     "find_interrupt",
     "forget_subject",
     "issue_resume_token",
+    "next_sweep_in",
     "ordered_lock",
     "prune",
     "reset_ordered_lock",
