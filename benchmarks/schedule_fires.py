@@ -28,11 +28,11 @@ figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,18 +80,21 @@ def empty() -> None:
         client.close()
 
 
-def direct(count: int) -> float:
-    """Seconds for ``count`` direct background starts."""
+def direct(count: int, counting: bool = False) -> tuple[float, int]:
+    """Seconds (and statements) for ``count`` direct background starts."""
     from benchmarks.bg_reactors import Chain10
 
-    started = time.perf_counter()
-    for _ in range(count):
-        Chain10.run({})
-    return time.perf_counter() - started
+    with Statements(counting) as sent:
+        started = time.perf_counter()
+        for _ in range(count):
+            Chain10.run({})
+        seconds = time.perf_counter() - started
+    return seconds, sent.count
 
 
-def fire(count: int) -> float:
-    """Seconds for firing ``count`` schedules due at one instant (created beforehand)."""
+def fire(count: int, counting: bool = False) -> tuple[float, int]:
+    """Seconds (and statements) for firing ``count`` schedules due at one instant (created
+    beforehand, not measured)."""
     from benchmarks.bg_reactors import Chain10
     from django_reactor import services
     from django_reactor.testing import make_schedules_due
@@ -100,43 +103,51 @@ def fire(count: int) -> float:
         services.schedules.create(Chain10, every="1h", overlap="allow", name=f"fire-{i}")
     make_schedules_due()
     fired = 0
-    started = time.perf_counter()
-    while fired < count:
-        report = services.schedules.fire_due()
-        if not report.started:
-            raise RuntimeError(f"only {fired} of {count} ticks fired")
-        fired += report.started
-    return time.perf_counter() - started
+    with Statements(counting) as sent:
+        started = time.perf_counter()
+        while fired < count:
+            report = services.schedules.fire_due()
+            if not report.started:
+                raise RuntimeError(f"only {fired} of {count} ticks fired")
+            fired += report.started
+        seconds = time.perf_counter() - started
+    return seconds, sent.count
 
 
-def statements(what: Callable[[int], float], count: int) -> int:
-    """SQL statements ``what(count)`` sends (savepoints included): those through Django's
-    cursors, and the store's own (``store.sql._execute``, which Django's wrappers do not see)."""
-    from django.db import connection
+class Statements:
+    """Counts the SQL statements sent while it is open, when ``counting`` (savepoints
+    included): those through Django's cursors, and the store's own (``store.sql._execute``,
+    which Django's wrappers do not see)."""
 
-    from django_reactor.store import sql
+    def __init__(self, counting: bool) -> None:
+        self.counting = counting
+        self.count = 0
+        self._stack = contextlib.ExitStack()
 
-    sent = 0
+    def __enter__(self) -> Statements:
+        if not self.counting:
+            return self
+        from django.db import connection
 
-    def counting(execute: Any, statement: str, params: Any, many: bool, context: Any) -> Any:
-        nonlocal sent
-        sent += 1
-        return execute(statement, params, many, context)
+        from django_reactor.store import sql
 
-    own = sql._execute
+        def wrapper(execute: Any, statement: str, params: Any, many: bool, context: Any) -> Any:
+            self.count += 1
+            return execute(statement, params, many, context)
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal sent
-        sent += 1
-        return own(*args, **kwargs)
+        own = sql._execute
 
-    sql._execute = counted  # type: ignore[assignment]
-    try:
-        with connection.execute_wrapper(counting):
-            what(count)
-    finally:
-        sql._execute = own  # type: ignore[assignment]
-    return sent
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return own(*args, **kwargs)
+
+        sql._execute = counted  # type: ignore[assignment]
+        self._stack.callback(setattr, sql, "_execute", own)
+        self._stack.enter_context(connection.execute_wrapper(wrapper))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,11 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, list[float]] = {"direct": [], "fire": []}
     for _ in range(args.rounds):
         for name, measure in (("direct", direct), ("fire", fire)):
-            timings[name].append(measure(n) / n * 1000)
+            timings[name].append(measure(n)[0] / n * 1000)
             empty()
     counted = {}
     for name, measure in (("direct", direct), ("fire", fire)):
-        counted[name] = statements(measure, n) / n
+        counted[name] = measure(n, True)[1] / n
         empty()
     d, f = statistics.median(timings["direct"]), statistics.median(timings["fire"])
     print(f"{n:,} starts of Chain10 (10 no-op steps, all on a worker), median of {args.rounds}")

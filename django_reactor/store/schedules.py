@@ -30,6 +30,7 @@ from ..models import Schedule, ScheduleFire
 from ..states import TERMINAL_STATUSES, FireOutcome
 from . import sql
 from .db import USING
+from .dialects import dialect
 
 _VALUES = (
     "id",
@@ -332,7 +333,7 @@ class Tick:
 
 def batches_ticks() -> bool:
     """Whether :func:`record_ticks` may be used (PostgreSQL); otherwise tick by tick."""
-    return bool(connections[USING].vendor == "postgresql")
+    return dialect().batches_ticks
 
 
 def record_ticks(
