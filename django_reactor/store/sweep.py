@@ -193,15 +193,21 @@ def next_wake_up(after: dt.datetime) -> dt.datetime | None:
     """The earliest wake-up time later than ``after`` of a run nobody owns (the wake-up
     index, read in order: one entry)."""
     return (
+        _waiting().filter(wake_at__gt=after).order_by("wake_at").values_list("wake_at", flat=True)
+    ).first()
+
+
+def _waiting() -> QuerySet[Execution]:
+    """Runs nobody owns that wait for their wake-up time (the sweeper's to dispatch: composed
+    children are their parent's)."""
+    return (
         Execution.objects.using(USING)
         .filter(
             status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
-            wake_at__gt=after,
+            wake_at__isnull=False,
             lease_owner__isnull=True,
         )
-        .order_by("wake_at")
-        .values_list("wake_at", flat=True)
-        .first()
+        .filter(Q(parent__isnull=True) | Q(detached=True))
     )
 
 
@@ -306,16 +312,7 @@ def _wake_due(
     with transaction.atomic(using=USING):
         due = list(
             locked(
-                Execution.objects.using(USING)
-                .filter(
-                    status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
-                    wake_at__isnull=False,
-                    wake_at__lte=now,
-                    lease_owner__isnull=True,
-                )
-                .filter(Q(parent__isnull=True) | Q(detached=True))
-                .exclude(Exists(unsent))
-                .exclude(Exists(recent))
+                _waiting().filter(wake_at__lte=now).exclude(Exists(unsent)).exclude(Exists(recent))
             )
             .order_by("wake_at")
             .values_list("id", flat=True)[:limit]
