@@ -98,14 +98,14 @@ def wake(run_id: str) -> None:
     conn.execute(FINISH, (json.dumps("noted"), run_id, claimed[0]))
 
 
-def submit(conn: Any, at: dt.datetime) -> uuid.UUID:
+def submit(conn: Any, at: dt.datetime, queue: str = QUEUE) -> uuid.UUID:
     """The caller's side of one run sleeping until ``at``: its row (one commit), then the task
     published with ``eta``."""
     run_id = uuid.uuid4()
     conn.execute(
         "INSERT INTO eta_run (id, status, wake_at) VALUES (%s, 'sleeping', %s)", (run_id, at)
     )
-    wake.apply_async(args=[str(run_id)], eta=at)
+    wake.apply_async(args=[str(run_id)], eta=at, queue=queue)
     return run_id
 
 

@@ -69,6 +69,9 @@ TARGET_SECONDS_LARGE = 60.0  # more (100,000) all resumed within
 LEAD = 3.0  # seconds between moving the times and the second every run is due
 ANCHOR_DATABASE = "reactor_bench_eta"
 ANCHOR_BROKER_DB = 10
+CALIBRATION_QUEUE = "eta_anchor_calibration"
+#: The seconds after the due second at which the runs resumed (and sleeps ended) are printed.
+MARKS = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 360)
 
 os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.bg_settings"
 os.environ["DATABASE_URL"] = f"{PG_SERVER}/{DATABASE}"
@@ -264,8 +267,17 @@ def anchor(args: argparse.Namespace, target: float) -> Woken:
         worker = Worker("eta-anchor", "benchmarks.eta_anchor", eta_anchor.QUEUE, env, Path(logs))
         worker.start()
         try:
-            # Publishing takes time: the instant is set so that the last task is out before.
-            due = timezone.now() + dt.timedelta(seconds=LEAD + args.runs / 2000)
+            # Publishing takes time: the instant is set so that the last task is out before
+            # it, from the rate of a first, throwaway round (rows written, tasks published to
+            # another queue, then deleted).
+            sample = min(500, args.runs)
+            started = time.perf_counter()
+            for _ in range(sample):
+                eta_anchor.submit(conn, timezone.now(), queue=CALIBRATION_QUEUE)
+            rate = sample / (time.perf_counter() - started)
+            client.delete(CALIBRATION_QUEUE)
+            conn.execute("TRUNCATE eta_run")
+            due = timezone.now() + dt.timedelta(seconds=LEAD + 1.5 * args.runs / rate)
             for _ in range(args.runs):
                 eta_anchor.submit(conn, due)
             late = (timezone.now() - due).total_seconds()
@@ -320,15 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             + (f" ({rate:,.0f} runs/s)" if rate else "")
             + f"; within {target:.0f} s: {woken.resumed_in_target:,} of {woken.runs:,}"
         )
-        print(
-            "  resumed by second: "
-            + ", ".join(f"{after:.0f}s {resumed:,}" for after, _, resumed in woken.timeline)
-        )
+        marks = _marks(woken)
+        print("  resumed by then: " + ", ".join(f"{s} s {r:,}" for s, _, r in marks))
         if name == "django_reactor":
-            print(
-                "  sleeps ended by second: "
-                + ", ".join(f"{after:.0f}s {ended:,}" for after, ended, _ in woken.timeline)
-            )
+            print("  sleeps ended by then: " + ", ".join(f"{s} s {e:,}" for s, e, _ in marks))
         done = woken.rate(woken.completed)
         print(
             f"  every run completed {_fmt(woken.completed)} after it"
@@ -349,6 +356,18 @@ def main(argv: list[str] | None = None) -> int:
                     + verdict
                 )
     return 0
+
+
+def _marks(woken: Woken) -> list[tuple[int, int | None, int]]:
+    """The timeline at each of ``MARKS`` it reached: the last sample taken by then."""
+    marks = []
+    for mark in MARKS:
+        taken = [sample for sample in woken.timeline if sample[0] <= mark]
+        if taken:
+            marks.append((mark, taken[-1][1], taken[-1][2]))
+        if not woken.timeline or woken.timeline[-1][0] <= mark:
+            break
+    return marks
 
 
 def _group(worker: Worker) -> list[int]:

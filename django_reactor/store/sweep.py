@@ -153,13 +153,7 @@ def sweep(
     # 2b. Wake-ups that came (sleeps, retries' backoffs past the countdown limit, scheduled
     #     starts): found through the wake-up index, the most overdue first, their dispatches
     #     written in one statement per batch.
-    def wake() -> int:
-        woken, slept = _wake_due(now, limit, redispatch_after, locked)
-        report.woken += woken
-        report.slept += slept
-        return woken
-
-    rounds.run(limit, wake)
+    rounds.run(limit, _WakeUps(now, limit, redispatch_after, locked, report).batch)
 
     # 2. Runs nobody owns that should be moving: a dead worker's run (lease expired), a retry
     #    whose wake-up time came, a pending run whose task was lost. Read in (updated_at, id)
@@ -295,35 +289,69 @@ def due_now(limit: int = 1000) -> list[uuid.UUID]:
     )
 
 
-def _wake_due(
+def _due(
     now: dt.datetime,
-    limit: int,
     redispatch_after: float,
     locked: Callable[[QuerySet[Execution]], QuerySet[Execution]],
-) -> tuple[int, int]:
-    """Queue a task for every run nobody owns whose wake-up time has come (at most ``limit``),
-    unless one is queued already or went out within ``redispatch_after``, and end their sleeps
-    that are over; how many runs, and how many sleeps."""
+) -> QuerySet[Execution]:
+    """Runs nobody owns whose wake-up time has come, unless a task for them is queued already
+    or went out within ``redispatch_after``, the most overdue first."""
     unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
     recent = Dispatch.objects.using(USING).filter(
         execution_id=OuterRef("pk"),
         sent_at__gte=now - dt.timedelta(seconds=redispatch_after),
     )
-    with transaction.atomic(using=USING):
-        due = list(
-            locked(
-                _waiting().filter(wake_at__lte=now).exclude(Exists(unsent)).exclude(Exists(recent))
-            )
-            .order_by("wake_at")
-            .values_list("id", flat=True)[:limit]
-        )
-        if not due:
-            return 0, 0
-        # Their rows are locked and nobody owns them: ending the sleeps here, in one update,
-        # spares each woken run a checkpoint of its own on the worker.
-        slept = end_due_sleeps(due, now)
-        rows = Dispatch.objects.using(USING).bulk_create(
-            [Dispatch(execution_id=e, reason=Dispatch.Reason.WAKE) for e in due]
-        )
-        publish_on_commit([QueuedDispatch(row.id, row.execution_id) for row in rows], mark=True)
-    return len(due), slept
+    due = _waiting().filter(wake_at__lte=now).exclude(Exists(unsent)).exclude(Exists(recent))
+    return locked(due).order_by("wake_at")
+
+
+class _WakeUps:
+    """The sweep's wake-ups, a batch at a time (its ``batch``).
+
+    The due runs are read ahead, ``READ_AHEAD`` batches at a time and without locks, then
+    taken a batch at a time by id: each batch's statement finds its rows by primary key
+    instead of scanning the wake-up index past the runs the sweep woke already (they stay due
+    until a worker takes them), which made a sweep of 10,000 runs due together quadratic in
+    them. Each batch checks again, under its row locks, what the read saw.
+    """
+
+    READ_AHEAD = 20
+
+    def __init__(
+        self,
+        now: dt.datetime,
+        limit: int,
+        redispatch_after: float,
+        locked: Callable[[QuerySet[Execution]], QuerySet[Execution]],
+        report: SweepReport,
+    ) -> None:
+        self.now, self.limit, self.redispatch_after = now, limit, redispatch_after
+        self.locked, self.report = locked, report
+        self.ahead: list[uuid.UUID] = []
+        self.read_all = False
+
+    def batch(self) -> int:
+        """Wake the next batch of due runs (at most ``limit``) and end their sleeps that are
+        over; how many runs were read for it (woken, or taken by another sweeper meanwhile)."""
+        if not self.ahead and not self.read_all:
+            wanted = self.limit * self.READ_AHEAD
+            due = _due(self.now, self.redispatch_after, lambda qs: qs)
+            self.ahead = list(due.values_list("id", flat=True)[:wanted])
+            self.read_all = len(self.ahead) < wanted
+        chunk, self.ahead = self.ahead[: self.limit], self.ahead[self.limit :]
+        if not chunk:
+            return 0
+        with transaction.atomic(using=USING):
+            due = _due(self.now, self.redispatch_after, self.locked)
+            ids = list(due.filter(pk__in=chunk).values_list("id", flat=True))
+            if ids:
+                # Their rows are locked and nobody owns them: ending the sleeps here, in one
+                # update, spares each woken run a checkpoint of its own on the worker.
+                self.report.slept += end_due_sleeps(ids, self.now)
+                rows = Dispatch.objects.using(USING).bulk_create(
+                    [Dispatch(execution_id=e, reason=Dispatch.Reason.WAKE) for e in ids]
+                )
+                queued = [QueuedDispatch(row.id, row.execution_id) for row in rows]
+                publish_on_commit(queued, mark=True)
+                self.report.woken += len(ids)
+        return len(chunk)
