@@ -224,35 +224,47 @@ def test_a_long_backoff_becomes_a_wake_up_time_for_the_sweeper(settings: Any) ->
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_sweepers_on_many_hosts_dispatch_each_run_once() -> None:
-    import threading
-
-    from django.db import connections
-
     runs = [InBackground.run({}).execution_id for _ in range(30)]
     Execution.objects.filter(pk__in=runs).update(
         status=ExecutionStatus.RUNNING, lease_owner="gone:1",
         lease_expires_at=timezone.now() - dt.timedelta(seconds=5),
     )  # fmt: skip
     Dispatch.objects.update(sent_at=timezone.now() - dt.timedelta(minutes=1))
-    barrier = threading.Barrier(4, timeout=20)
-    reports: list[Any] = []
+    reports = sweep_together(4)
+    assert sum(r.recovered for r in reports) == 30
+    recover = Dispatch.objects.filter(reason="recover")
+    assert recover.count() == 30
+    assert set(recover.values_list("execution_id", flat=True)) == set(runs)
+
+
+def sweep_together(count: int) -> list[store.SweepReport]:
+    """``count`` sweeps at once, each in a thread with its own connection, started together;
+    their reports (an error in one fails the test)."""
+    import threading
+
+    from django.db import connections
+
+    barrier = threading.Barrier(count, timeout=20)
+    reports: list[store.SweepReport] = []
+    errors: list[BaseException] = []
 
     def sweep() -> None:
         try:
             barrier.wait()
             reports.append(services.sweep())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=sweep) for _ in range(4)]
+    threads = [threading.Thread(target=sweep) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert sum(r.recovered for r in reports) == 30
-    recover = Dispatch.objects.filter(reason="recover")
-    assert recover.count() == 30
-    assert set(recover.values_list("execution_id", flat=True)) == set(runs)
+    assert not errors
+    assert not any(thread.is_alive() for thread in threads)
+    return reports
 
 
 class Compensated(Reactor):
@@ -494,32 +506,9 @@ def test_each_batch_is_committed_and_published_before_the_next_in_due_order(
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_sweepers_racing_through_batches_wake_each_run_once(settings: Any) -> None:
-    import threading
-
-    from django.db import connections
-
     settings.REACTOR = {**settings.REACTOR, "SWEEP_BATCH": 4}
     runs = asleep(40)
-    barrier = threading.Barrier(3, timeout=20)
-    reports: list[Any] = []
-    errors: list[BaseException] = []
-
-    def sweep() -> None:
-        try:
-            barrier.wait()
-            reports.append(services.sweep())
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=sweep) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors
-    assert not any(thread.is_alive() for thread in threads)
+    reports = sweep_together(3)
     assert sum(r.woken for r in reports) == 40
     wakes = list(Dispatch.objects.filter(reason="wake").values_list("execution_id", flat=True))
     assert sorted(wakes) == sorted(runs)
