@@ -133,7 +133,8 @@ def sweep(
             )
             mark_sent(republished)
             report.republished += len(republished)
-        return len(stale)
+        # Nothing went out (the broker is down): the next batch would fare no better.
+        return len(stale) if republished else 0
 
     rounds.run(limit, republish)
 
