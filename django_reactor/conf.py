@@ -282,8 +282,12 @@ class ReactorSettings:
     # A run waiting for a worker is dispatched again when its last task was sent this long ago
     # and nobody took it (the message was lost).
     REDISPATCH_AFTER = Seconds(60.0)
-    # Most rows one sweep handles per kind of work.
+    # Rows per batch of a sweep, per kind of work: each batch is one transaction, published
+    # once it commits; a batch that comes back full is followed at once by the next.
     SWEEP_BATCH = Count(500)
+    # Seconds a sweep keeps taking full batches before it returns (cut short: the loop and the
+    # beat task sweep again at once); every kind of work has its first batch within it.
+    SWEEP_BUDGET = Seconds(5.0)
     # A schedule's tick not fired within this many seconds of its time counts as missed and
     # follows the schedule's catch-up policy (never less than twice SWEEP_INTERVAL).
     SCHEDULE_MISSED_AFTER = Seconds(60.0)

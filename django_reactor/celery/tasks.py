@@ -18,6 +18,7 @@ from celery import Task, shared_task
 from celery.exceptions import Reject
 
 from .. import services
+from ..conf import reactor_settings
 from ..exceptions import WrongDatabase
 from ..runtime import maps
 from ..store import DatabaseMark, refresh_connections
@@ -146,8 +147,26 @@ def map_rollback(self: Task, map_id: str) -> None:
 
 
 @shared_task(name="django_reactor.sweep", ignore_result=True)
-def sweep() -> dict[str, Any]:
-    """Republish lost work: unsent dispatches, runs whose worker died, due wake-ups."""
+def sweep(follow: bool = True) -> dict[str, Any]:
+    """Republish lost work: unsent dispatches, runs whose worker died, due wake-ups.
+
+    A sweep cut short by full batches queues the next sweep at once. A sweep with ``follow``
+    (the beat's) that ends before the next wake-up or schedule tick, when that comes within
+    ``SWEEP_INTERVAL``, queues one sweep for that time, which queues none for its own next
+    (the beat's next tick does): the beat never gains more than one timed sweep per tick.
+    """
     with _task_connections():
         report = services.sweep()
+    interval = reactor_settings.SWEEP_INTERVAL
+    pause = services.next_sweep_in(report, interval)
+    if report.cut_short or (follow and pause < interval):
+        options: dict[str, Any] = {"kwargs": {"follow": follow and report.cut_short}}
+        if pause > 0:
+            options["countdown"] = pause
+        if reactor_settings.CELERY_QUEUE:
+            options["queue"] = reactor_settings.CELERY_QUEUE
+        try:
+            sweep.apply_async(**options)
+        except Exception:  # the beat's next tick sweeps anyway
+            logger.warning("could not queue the next sweep", exc_info=True)
     return report.as_dict()

@@ -8,7 +8,7 @@ state. By what they do:
 - ``steering``: ``cancel``, ``undo``, ``wake``;
 - ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
-- ``workers``: ``resume`` (a worker's task) and ``sweep``;
+- ``workers``: ``resume`` (a worker's task), ``sweep`` and ``next_sweep_in``;
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``, and
   the payloads a run's mailbox keeps for its interrupts (``deliver_kept``);
 - ``messages``: ``send`` (a message to a run, kept until a ``receive`` takes it);
@@ -43,7 +43,7 @@ from .runs import find_by_correlation_id, retry, run, run_in_background
 from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
 from .stuck import StuckRun, stuck_runs
-from .workers import DATABASE_ERROR_RETRIES, resume, sweep
+from .workers import DATABASE_ERROR_RETRIES, next_sweep_in, resume, sweep
 
 __all__ = [
     "CANCELLABLE",
@@ -64,6 +64,7 @@ __all__ = [
     "forget_subject",
     "issue_resume_token",
     "keep_delivery",
+    "next_sweep_in",
     "ordered_lock",
     "prune",
     "reset_ordered_lock",

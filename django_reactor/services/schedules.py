@@ -11,7 +11,9 @@ seconds old (nothing swept while they came: downtime, a stopped beat), which fol
 schedule's catch-up policy, and the *timely* ones, which fire. A firing tick follows the
 overlap policy when the schedule's previous run has not finished, else it starts a run on a
 worker with the idempotency key ``schedule:<id>:<fire time>``. Each tick (or range of skipped
-ticks) is one transaction in ``store.schedules``, exactly once across any number of sweepers.
+ticks) is recorded exactly once across any number of sweepers, in ``store.schedules``: the
+timely ticks of a batch of due schedules in one transaction (on PostgreSQL), the ticks of a
+catch-up one transaction each.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class FireReport:
     queued: int = 0
     skipped: int = 0
     refused: int = 0
+    # The earliest next tick of an enabled schedule after this call's time (None: none).
+    next_due_at: dt.datetime | None = None
 
     def add(self, fire: FireRow) -> None:
         outcome = fire.outcome
@@ -423,24 +427,69 @@ class _Entry:
     note: str = ""
 
 
-def fire_due(*, now: dt.datetime | None = None) -> FireReport:
+def fire_due(*, now: dt.datetime | None = None, rounds: store.Rounds | None = None) -> FireReport:
     """Fire what is due at ``now`` (default: the current time): the ticks of enabled schedules
-    whose next fire time has come, then the queued ticks whose previous run has finished.
+    whose next fire time has come, the most overdue first, then the queued ticks whose previous
+    run has finished.
 
-    At most ``SWEEP_BATCH`` schedules and ``SWEEP_BATCH`` fires per call; the rest waits for
-    the next sweep. Safe on any number of hosts at once (see ``store.schedules``).
+    ``SWEEP_BATCH`` schedules at a time, each batch of timely ticks recorded and its runs
+    started in one transaction (on PostgreSQL), published once it commits; a full batch is
+    followed at once by the next, within the time of ``rounds`` (default: ``SWEEP_BUDGET``
+    seconds from now). Safe on any number of hosts at once (see ``store.schedules``).
     """
     now = now or django_timezone.now()
-    budget = reactor_settings.SWEEP_BATCH
+    limit = reactor_settings.SWEEP_BATCH
+    rounds = rounds or store.Rounds(reactor_settings.SWEEP_BUDGET)
     report = FireReport()
-    for row in store.schedules.due(now, budget):
+    rounds.run(limit, functools.partial(_fire_batch, now, limit, report))
+    rounds.run(limit, functools.partial(_start_queued, limit, report))
+    report.next_due_at = store.schedules.next_fire_after(now)
+    if any(report.as_dict().values()):
+        logger.info("schedules fired: %s", report.as_dict())
+    return report
+
+
+def _fire_batch(now: dt.datetime, limit: int, report: FireReport) -> int:
+    """Fire the ticks of (at most) ``limit`` due schedules: one timely tick each, together;
+    catch-ups tick by tick. How many schedules were read, or 0 when none of them moved."""
+    rows = store.schedules.due(now, limit)
+    budget = limit
+    together: dict[int, tuple[_Entry, store.schedules.Tick]] = {}
+    recorded = 0
+    for row in rows:
         if budget <= 0:
             break
         try:
-            budget -= _catch_up(row, now, budget, report)
+            entries = _plan(row, now, budget)
+            if len(entries) == 1 and entries[0].fire and store.schedules.batches_ticks():
+                entry = entries[0]
+                following = cadence_of(row).after(entry.fire_at)
+                together[row.id] = (entry, store.schedules.Tick(row.id, entry.fire_at, following))
+                budget -= 1
+            else:
+                done = _catch_up(row, entries, report)
+                budget -= done
+                recorded += done
         except ValueError as exc:  # stored values no longer valid (edited in the database)
             logger.error("schedule %s (%s) cannot fire: %s", row.id, row.name, exc)
-    for row in store.schedules.queued_ready(max(budget, 0)):
+    if together:
+        fires = store.schedules.record_ticks(
+            [tick for _, tick in together.values()],
+            lambda schedule, tick: _decide(together[tick.schedule_id][0])(schedule),
+        )
+        for fire in fires.values():
+            if isinstance(fire, FireRow):
+                report.add(fire)
+            recorded += fire != store.schedules.MOVED
+    return len(rows) if recorded else 0
+
+
+def _start_queued(limit: int, report: FireReport) -> int:
+    """Start (at most) ``limit`` queued ticks whose previous run finished; how many were read,
+    or 0 when none started."""
+    rows = store.schedules.queued_ready(limit)
+    started_any = False
+    for row in rows:
         fire_id = row.queued_fire_id
         assert fire_id is not None
         assert row.queued_fire_at is not None
@@ -450,14 +499,12 @@ def fire_due(*, now: dt.datetime | None = None) -> FireReport:
         started = store.schedules.start_queued(row.id, fire_id, start)
         if started is not None:
             report.add(started)
-    if any(report.as_dict().values()):
-        logger.info("schedules fired: %s", report.as_dict())
-    return report
+            started_any = True
+    return len(rows) if started_any else 0
 
 
-def _catch_up(row: ScheduleRow, now: dt.datetime, budget: int, report: FireReport) -> int:
-    """Record the due ticks of one schedule, each in its own transaction; how many."""
-    entries = _plan(row, now, budget)
+def _catch_up(row: ScheduleRow, entries: builtins.list[_Entry], report: FireReport) -> int:
+    """Record the planned ticks of one schedule, each in its own transaction; how many."""
     recorded = 0
     for index, entry in enumerate(entries):
         if index + 1 < len(entries):

@@ -9,6 +9,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
+from django.utils import timezone
 
 from .. import registry, store
 from ..conf import reactor_settings
@@ -257,6 +258,11 @@ def _park(
 def sweep() -> store.SweepReport:
     """Queue again the work that crashes and lost messages left behind (see ``reactor_sweep``).
 
+    A phase whose batch (``SWEEP_BATCH`` rows, each batch committed and published on its own)
+    comes back full goes again at once, for up to ``SWEEP_BUDGET`` seconds; the report says
+    when the time ran out first (``cut_short``: sweep again at once) and when the next wake-up
+    or schedule tick comes (``next_due_at``).
+
     A sweep is safe to repeat: when the database connection broke (a restart, a failover, a
     pooler or an operator dropped it), it reconnects and sweeps again.
     """
@@ -264,21 +270,43 @@ def sweep() -> store.SweepReport:
     return store.reconnecting(_sweep_once, what="sweeping")
 
 
+def next_sweep_in(report: store.SweepReport, interval: float) -> float:
+    """Seconds to wait after the sweep of ``report`` before the next: none when its time ran
+    out on a full batch, until the next wake-up or schedule tick when that comes before
+    ``interval`` is over, else ``interval``."""
+    if report.cut_short:
+        return 0.0
+    if report.next_due_at is None:
+        return interval
+    return max(0.0, min(interval, (report.next_due_at - timezone.now()).total_seconds()))
+
+
 def _sweep_once() -> store.SweepReport:
+    batch = reactor_settings.SWEEP_BATCH
+    rounds = store.Rounds(reactor_settings.SWEEP_BUDGET)
     report = store.sweep(
-        limit=reactor_settings.SWEEP_BATCH,
+        limit=batch,
         grace=reactor_settings.SWEEP_INTERVAL,
         redispatch_after=reactor_settings.REDISPATCH_AFTER,
         retention=reactor_settings.DISPATCH_RETENTION,
+        rounds=rounds,
     )
-    report.expired = expire_interrupts()
-    report.recovered += deliver_kept_messages()
-    report.deadlines += expire_deadlines()
-    report.maps = store.maps.redispatch_stalled(
-        after=reactor_settings.REDISPATCH_AFTER, limit=reactor_settings.SWEEP_BATCH
+    report.expired = rounds.run(batch, functools.partial(expire_interrupts, batch))
+    report.recovered += rounds.run(batch, functools.partial(deliver_kept_messages, batch))
+    report.deadlines += rounds.run(batch, functools.partial(expire_deadlines, batch))
+    report.maps = rounds.run(
+        batch,
+        functools.partial(
+            store.maps.redispatch_stalled, after=reactor_settings.REDISPATCH_AFTER, limit=batch
+        ),
     )
-    report.deleted += store.request_keys.forget_expired(reactor_settings.SWEEP_BATCH)
-    report.fired = fire_due().started
+    report.deleted += rounds.run(batch, functools.partial(store.request_keys.forget_expired, batch))
+    fired = fire_due(rounds=rounds)
+    report.fired = fired.started
+    report.cut_short = rounds.cut_short
+    report.next_due_at = min(
+        (at for at in (report.next_due_at, fired.next_due_at) if at is not None), default=None
+    )
     if any(report.as_dict().values()):
         logger.info("sweep: %s", report.as_dict())
     return report

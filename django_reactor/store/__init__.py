@@ -108,7 +108,7 @@ from .reads import (
     unfinished_descendants,
 )
 from .rows import Owned, WorkerClaim
-from .sweep import SweepReport, due_now, paused_past_deadline, sweep
+from .sweep import Rounds, SweepReport, due_now, paused_past_deadline, sweep
 
 __all__ = [
     "CONNECTION_ERRORS",
@@ -123,6 +123,7 @@ __all__ = [
     "LeaseKeeper",
     "Owned",
     "QueuedDispatch",
+    "Rounds",
     "SweepReport",
     "WorkerClaim",
     "adopt_child",

@@ -344,6 +344,41 @@ VALUES (%s, %s, %s, %s, %s, '', %s)
 ON CONFLICT (schedule_id, fire_at) DO NOTHING
 RETURNING id, created_at"""
 
+#: Many schedules' ticks at once (``store.schedules.record_ticks``), PostgreSQL only. Their
+#: fire rows, in schedule order (two sweepers inserting overlapping batches wait for each other
+#: in one order, never in a cycle): those inserted are this sweeper's.
+INSERT_FIRES = f"""
+INSERT INTO {SCHEDULE_FIRE} (schedule_id, fire_at, "until", outcome, manual, note, created_at)
+VALUES {{rows}}
+ON CONFLICT (schedule_id, fire_at) DO NOTHING
+RETURNING id, schedule_id, created_at"""
+INSERT_FIRES_ROW = "(%s, %s, NULL, %s, false, '', %s)"
+
+#: ... their next fire times moved on, each only if still the one planned from.
+ADVANCE_SCHEDULES = f"""
+UPDATE {SCHEDULE} AS s
+SET next_fire_at = v.following, last_fire_at = v.fire_at, updated_at = %s
+FROM (VALUES {{rows}}) AS v (id, fire_at, following)
+WHERE s.id = v.id AND s.enabled AND s.next_fire_at = v.fire_at
+RETURNING s.id"""
+ADVANCE_SCHEDULES_ROW = "(%s::bigint, %s::timestamptz, %s::timestamptz)"
+
+#: ... and what each tick did: its fire's outcome, and the schedule's latest run or queued
+#: tick.
+SETTLE_FIRES = f"""
+WITH v (fire_id, schedule_id, outcome, note, execution_id, queued) AS (VALUES {{rows}}),
+fires AS (
+    UPDATE {SCHEDULE_FIRE} AS f
+    SET outcome = v.outcome, note = v.note, execution_id = v.execution_id
+    FROM v WHERE f.id = v.fire_id
+)
+UPDATE {SCHEDULE} AS s
+SET last_execution_id = COALESCE(v.execution_id, s.last_execution_id),
+    queued_fire_id = CASE WHEN v.queued THEN v.fire_id ELSE s.queued_fire_id END
+FROM v
+WHERE s.id = v.schedule_id AND (v.execution_id IS NOT NULL OR v.queued)"""
+SETTLE_FIRES_ROW = "(%s::bigint, %s::bigint, %s, %s, %s::uuid, %s::boolean)"
+
 
 #: One batch of ``store.prune``: the oldest top-level runs past the cutoff whose whole tree has
 #: finished (after the last batch's last run, in ``finished_at`` order, so no batch walks the

@@ -224,35 +224,47 @@ def test_a_long_backoff_becomes_a_wake_up_time_for_the_sweeper(settings: Any) ->
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_sweepers_on_many_hosts_dispatch_each_run_once() -> None:
-    import threading
-
-    from django.db import connections
-
     runs = [InBackground.run({}).execution_id for _ in range(30)]
     Execution.objects.filter(pk__in=runs).update(
         status=ExecutionStatus.RUNNING, lease_owner="gone:1",
         lease_expires_at=timezone.now() - dt.timedelta(seconds=5),
     )  # fmt: skip
     Dispatch.objects.update(sent_at=timezone.now() - dt.timedelta(minutes=1))
-    barrier = threading.Barrier(4, timeout=20)
-    reports: list[Any] = []
+    reports = sweep_together(4)
+    assert sum(r.recovered for r in reports) == 30
+    recover = Dispatch.objects.filter(reason="recover")
+    assert recover.count() == 30
+    assert set(recover.values_list("execution_id", flat=True)) == set(runs)
+
+
+def sweep_together(count: int) -> list[store.SweepReport]:
+    """``count`` sweeps at once, each in a thread with its own connection, started together;
+    their reports (an error in one fails the test)."""
+    import threading
+
+    from django.db import connections
+
+    barrier = threading.Barrier(count, timeout=20)
+    reports: list[store.SweepReport] = []
+    errors: list[BaseException] = []
 
     def sweep() -> None:
         try:
             barrier.wait()
             reports.append(services.sweep())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=sweep) for _ in range(4)]
+    threads = [threading.Thread(target=sweep) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert sum(r.recovered for r in reports) == 30
-    recover = Dispatch.objects.filter(reason="recover")
-    assert recover.count() == 30
-    assert set(recover.values_list("execution_id", flat=True)) == set(runs)
+    assert not errors
+    assert not any(thread.is_alive() for thread in threads)
+    return reports
 
 
 class Compensated(Reactor):
@@ -393,3 +405,201 @@ def test_a_claim_that_waited_for_a_stalled_owners_commit_sees_what_it_committed(
     assert {r.step for r in taken.records.steps if r.status == StepStatus.COMPLETED} == {"one"}
     with pytest.raises(LeaseLost):  # the stalled owner's next checkpoint writes nothing
         store.DatabaseJournal(stalled.owned).commit(JournalBatch(current_step="two"))
+
+
+# ---------------------------------------------------------------------------- sweeps in batches
+
+
+def asleep(count: int, *, due: dt.datetime | None = None) -> list[uuid.UUID]:
+    """``count`` background runs nobody owns whose wake-up time came (``due``: one second ago,
+    the first the most overdue), their start tasks sent long ago."""
+    due = due or timezone.now() - dt.timedelta(seconds=1)
+    runs = [InBackground.run({}).execution_id for _ in range(count)]
+    for index, run in enumerate(runs):
+        Execution.objects.filter(pk=run).update(wake_at=due - dt.timedelta(seconds=count - index))
+    Dispatch.objects.update(sent_at=timezone.now() - dt.timedelta(minutes=10))
+    return runs
+
+
+class Published:
+    """A publisher that records each publish: the runs, and how many wake-up dispatches were
+    committed when it was called (after the commit of its batch)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[uuid.UUID], int]] = []
+
+    def publish(self, dispatches: Any) -> list[int]:
+        from django.db import connections
+
+        with connections["default"].cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {Dispatch._meta.db_table} WHERE reason = 'wake'")
+            committed = cursor.fetchone()[0]
+        self.calls.append(([d.execution_id for d in dispatches], committed))
+        return [d.dispatch_id for d in dispatches]
+
+
+@pytest.fixture
+def published() -> Any:
+    from django_reactor.store import outbox
+
+    capture = Published()
+    previous = outbox.register_publisher(capture)  # after each commit, as in production
+    yield capture
+    outbox.register_publisher(previous[0], after_commit=previous[1])
+
+
+def test_a_sweep_whose_batch_comes_back_full_goes_again_at_once(settings: Any) -> None:
+    settings.REACTOR = {**settings.REACTOR, "SWEEP_BATCH": 3}
+    runs = asleep(7)
+    report = services.sweep()
+    assert report.woken == 7
+    assert not report.cut_short
+    wakes = Dispatch.objects.filter(reason="wake")
+    assert sorted(wakes.values_list("execution_id", flat=True)) == sorted(runs)
+    assert services.sweep().woken == 0  # each woken once
+
+
+def test_a_sweep_out_of_time_stops_after_one_full_batch_and_says_so(settings: Any) -> None:
+    settings.REACTOR = {**settings.REACTOR, "SWEEP_BATCH": 3, "SWEEP_BUDGET": 1e-9}
+    runs = asleep(7)
+    report = services.sweep()
+    assert (report.woken, report.cut_short) == (3, True)
+    assert services.next_sweep_in(report, 15.0) == 0.0  # the loop sweeps again at once
+    # The most overdue first.
+    woken = set(Dispatch.objects.filter(reason="wake").values_list("execution_id", flat=True))
+    assert woken == set(runs[:3])
+
+
+def test_the_next_sweep_comes_at_the_next_wake_up_when_that_is_sooner() -> None:
+    later = timezone.now() + dt.timedelta(seconds=5)
+    [run] = asleep(1, due=later + dt.timedelta(seconds=1))  # wakes at ``later``
+    report = services.sweep()
+    assert report.woken == 0
+    assert report.next_due_at == Execution.objects.get(pk=run).wake_at == later
+    assert 0 < services.next_sweep_in(report, 15.0) <= 5.0
+    assert services.next_sweep_in(report, 2.0) == 2.0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_each_batch_is_committed_and_published_before_the_next_in_due_order(
+    settings: Any, published: Published
+) -> None:
+    settings.REACTOR = {**settings.REACTOR, "SWEEP_BATCH": 3}
+    runs = asleep(7)
+    published.calls.clear()  # their start tasks
+    report = services.sweep()
+    assert report.woken == 7
+    # Three transactions, each published once it committed (workers start on it while the
+    # sweep goes on), oldest wake-up time first across them.
+    assert [(len(ids), committed) for ids, committed in published.calls] == [
+        (3, 3),
+        (3, 6),
+        (1, 7),
+    ]
+    assert [run for ids, _ in published.calls for run in ids] == runs
+    # Published: marked sent, not published again by the next sweep.
+    assert not Dispatch.objects.filter(reason="wake", sent_at__isnull=True).exists()
+    assert services.sweep().woken == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_sweepers_racing_through_batches_wake_each_run_once(settings: Any) -> None:
+    settings.REACTOR = {**settings.REACTOR, "SWEEP_BATCH": 4}
+    runs = asleep(40)
+    reports = sweep_together(3)
+    assert sum(r.woken for r in reports) == 40
+    wakes = list(Dispatch.objects.filter(reason="wake").values_list("execution_id", flat=True))
+    assert sorted(wakes) == sorted(runs)
+
+
+def scripted_sweeps(monkeypatch: pytest.MonkeyPatch, *reports: store.SweepReport) -> None:
+    """``services.sweep()`` returns ``reports`` in turn, then the loop is interrupted."""
+    script = iter(reports)
+
+    def sweep() -> store.SweepReport:
+        try:
+            return next(script)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    monkeypatch.setattr(services, "sweep", sweep)
+
+
+def test_the_sweep_loop_waits_for_nothing_after_a_cut_short_sweep_and_for_the_next_wake_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    soon = timezone.now() + dt.timedelta(seconds=3)
+    scripted_sweeps(
+        monkeypatch,
+        store.SweepReport(woken=500, cut_short=True),
+        store.SweepReport(woken=20, next_due_at=soon),
+        store.SweepReport(),
+    )
+    pauses: list[float] = []
+
+    def wait(self: threading.Event, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        pauses.append(timeout)
+        return False
+
+    monkeypatch.setattr(threading.Event, "wait", wait)
+    call_command("reactor_sweep", "--loop", "--interval", "15", stdout=StringIO())
+    assert pauses[0] == 0.0
+    assert 0.0 < pauses[1] <= 3.0
+    assert pauses[2] == 15.0
+    assert len(pauses) == 3
+
+
+@pytest.mark.parametrize(
+    ("report", "follow", "queued"),
+    [
+        (store.SweepReport(cut_short=True), True, [({"follow": True}, None)]),
+        (store.SweepReport(cut_short=True), False, [({"follow": False}, None)]),
+        (store.SweepReport(), True, []),
+        (store.SweepReport(), False, []),
+    ],
+)
+def test_the_beat_task_queues_the_next_sweep_when_cut_short(
+    monkeypatch: pytest.MonkeyPatch,
+    report: store.SweepReport,
+    follow: bool,
+    queued: list[Any],
+) -> None:
+    from django_reactor.celery import tasks
+
+    scripted_sweeps(monkeypatch, report)
+    calls: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(
+        tasks.sweep,
+        "apply_async",
+        lambda **options: calls.append((options["kwargs"], options.get("countdown"))),
+    )
+    tasks.sweep(follow=follow)
+    assert calls == queued
+
+
+def test_the_beat_task_queues_one_sweep_for_a_wake_up_before_its_next_tick(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from django_reactor.celery import tasks
+
+    settings.REACTOR = {**settings.REACTOR, "SWEEP_INTERVAL": 15.0}
+    soon = timezone.now() + dt.timedelta(seconds=3)
+    calls: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(
+        tasks.sweep,
+        "apply_async",
+        lambda **options: calls.append((options["kwargs"], options.get("countdown"))),
+    )
+    scripted_sweeps(monkeypatch, store.SweepReport(next_due_at=soon))
+    tasks.sweep()
+    [(kwargs, countdown)] = calls
+    assert kwargs == {"follow": False}  # which queues none for its own next wake-up
+    assert 0 < countdown <= 3.0
+    scripted_sweeps(monkeypatch, store.SweepReport(next_due_at=soon))
+    tasks.sweep(follow=False)
+    assert len(calls) == 1

@@ -17,7 +17,7 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from django_reactor import services
+from django_reactor import services, store
 from django_reactor.exceptions import InvalidSchedule, ScheduleNotFound
 from django_reactor.models import Execution, Schedule, ScheduleFire
 from django_reactor.services.schedules import idempotency_key
@@ -226,11 +226,46 @@ def test_a_reactor_gone_from_the_code_is_recorded_refused() -> None:
     assert "gone.reactors.Vanished" in fire.note
 
 
-def test_a_sweep_handles_at_most_sweep_batch_fires(settings: Any) -> None:
+def test_a_sweep_whose_time_is_up_handles_one_batch_of_fires(settings: Any) -> None:
     settings.REACTOR = {**settings.REACTOR, "SWEEP_BATCH": 3}
     schedules = [hourly(name=f"s{i}") for i in range(5)]
-    assert services.schedules.fire_due(now=T + LATE).started == 3
+    spent = store.Rounds(0)
+    assert services.schedules.fire_due(now=T + LATE, rounds=spent).started == 3
+    assert spent.cut_short
     assert services.schedules.fire_due(now=T + LATE).started == 2
+    assert all(len(runs(s)) == 1 for s in schedules)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_full_batches_of_fires_go_on_at_once_each_published_once_it_commits(
+    settings: Any,
+) -> None:
+    settings.REACTOR = {**settings.REACTOR, "SWEEP_BATCH": 3}
+    schedules = [hourly(name=f"s{i}") for i in range(7)]
+    # The most overdue first: s6's tick came a second before the others'.
+    make_schedules_due(*schedules[:6], now=T + dt.timedelta(seconds=2))
+    make_schedules_due(schedules[6], now=T + dt.timedelta(seconds=1))
+    committed: list[int] = []
+
+    class Capture:
+        def publish(self, dispatches: Any) -> list[int]:
+            # What is committed when a run's task goes out.
+            committed.append(ScheduleFire.objects.filter(execution__isnull=False).count())
+            return []
+
+    previous = outbox.register_publisher(Capture())
+    try:
+        report = services.schedules.fire_due(now=T + LATE)
+    finally:
+        outbox.register_publisher(previous[0], after_commit=previous[1])
+    assert report.started == 7
+    assert report.next_due_at == T + HOUR
+    # One transaction per batch of three schedules, its runs published once it committed,
+    # before the next batch.
+    assert committed == [3, 3, 3, 6, 6, 6, 7]
+    first = ScheduleFire.objects.order_by("id")[:3]
+    assert schedules[6].id in {f.schedule_id for f in first}
     assert all(len(runs(s)) == 1 for s in schedules)
 
 

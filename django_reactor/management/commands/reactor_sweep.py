@@ -43,8 +43,10 @@ class Command(ReactorCommand):
     help = (
         "Republish unsent dispatches, hand runs whose worker died to a new worker, and release "
         "retries whose wake-up time came. Safe to run on many hosts at once. Runs once, or "
-        "every --interval seconds with --loop (instead of the Celery beat task); the loop "
-        "survives database and broker outages, logging each failed sweep and trying again."
+        "every --interval seconds with --loop (instead of the Celery beat task): sooner when "
+        "a wake-up or a schedule's tick comes first, at once after a sweep whose batches "
+        "kept coming back full; the loop survives database and broker outages, logging each "
+        "failed sweep and trying again."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -75,9 +77,12 @@ class Command(ReactorCommand):
         stop = threading.Event()
         try:
             while True:
-                pause = interval
                 try:
-                    self._report(services.sweep().as_dict(), as_json=options["json"])
+                    report = services.sweep()
+                    self._report(report.as_dict(), as_json=options["json"])
+                    # A sweep cut short by full batches goes on at once; one that ends before
+                    # the next wake-up or tick waits for it, not for the whole interval.
+                    pause = services.next_sweep_in(report, interval)
                 except Exception as exc:
                     # The loop is the recovery of every other process: it must outlive outages.
                     pause = min(interval, ERROR_PAUSE)

@@ -61,6 +61,10 @@ class Dialect:
     #: statement each (its PostgreSQL statements: ``INSERT ... ON CONFLICT ... RETURNING`` on
     #: the server's ``clock_timestamp()``).
     one_statement_locks = False
+    #: Whether many schedules' ticks may be recorded in one transaction, each of its
+    #: statements sent once for the batch (``store.schedules.record_ticks``: ``UPDATE ...
+    #: FROM (VALUES ...) RETURNING``); otherwise tick by tick.
+    batches_ticks = False
 
     def __init__(self, alias: str) -> None:
         self.alias = alias

@@ -39,6 +39,7 @@ class PostgreSQL(Dialect):
     one_statement_checkpoint = True
     bounds_statements = True
     one_statement_locks = True
+    batches_ticks = True
 
     @property
     def prepares_statements(self) -> bool:
