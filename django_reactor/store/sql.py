@@ -510,9 +510,10 @@ def _turn_preparation_off(exc: Exception) -> None:
         )
 
 
-def execute(sql: str, params: Params) -> tuple[Any, ...] | None:
-    """Run the checkpoint statement on Django's connection; return its row."""
-    return _execute(sql, params, named=False)[1]
+def execute(sql: str, params: Params, connection: Any = None) -> tuple[Any, ...] | None:
+    """Run the checkpoint statement on Django's connection (``connection``: the caller's
+    ``connections[USING]``, when it has it at hand); return its row."""
+    return _execute(sql, params, named=False, connection=connection)[1]
 
 
 def execute_named(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] | None]:
@@ -520,7 +521,9 @@ def execute_named(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] 
     return _execute(sql, params, named=True)
 
 
-def _execute(sql: str, params: Params, *, named: bool) -> tuple[list[str], tuple[Any, ...] | None]:
+def _execute(
+    sql: str, params: Params, *, named: bool, connection: Any = None
+) -> tuple[list[str], tuple[Any, ...] | None]:
     """Send one statement on Django's connection; return its column names and first row.
 
     With psycopg 3 the statement goes through a server-binding cursor of the same connection
@@ -530,35 +533,51 @@ def _execute(sql: str, params: Params, *, named: bool) -> tuple[list[str], tuple
     poolers), so preparation is enabled around this one statement only. Django's query logging
     and execute wrappers do not see this statement.
     """
-    connection = connections[USING]
-    connection.ensure_connection()
+    if connection is None:
+        connection = connections[USING]
     raw = connection.connection
+    if raw is None:
+        connection.ensure_connection()
+        raw = connection.connection
     if psycopg is None or not isinstance(raw, psycopg.Connection):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return _names(cursor.description) if named else [], cursor.fetchone()
-    connection.validate_no_broken_transaction()
+    if connection.needs_rollback:
+        connection.validate_no_broken_transaction()  # raises, as Django's cursor would
     prepare = reactor_settings.CHECKPOINT_PREPARED_STATEMENTS and not _preparation_refused.is_set()
     with connection.wrap_database_errors:
         threshold = raw.prepare_threshold
         if prepare:
             raw.prepare_threshold = 0
         try:
-            with psycopg.Cursor(raw) as cursor:
-                try:
-                    cursor.execute(sql, params, prepare=prepare)
-                except psycopg.Error as exc:
-                    if not (prepare and _prepared_statement_refused(exc)):
-                        raise
-                    _turn_preparation_off(exc)
-                    if connection.in_atomic_block:
-                        raise  # the transaction is aborted; the caller's next try is unprepared
-                    # On its own (autocommit) the refused statement did nothing: send it again.
-                    raw.prepare_threshold = threshold
-                    cursor.execute(sql, params, prepare=False)
-                return _result_names(cursor) if named else [], cursor.fetchone()
+            cursor = _cursor_of(connection, raw)
+            try:
+                cursor.execute(sql, params, prepare=prepare)
+            except psycopg.Error as exc:
+                if not (prepare and _prepared_statement_refused(exc)):
+                    raise
+                _turn_preparation_off(exc)
+                if connection.in_atomic_block:
+                    raise  # the transaction is aborted; the caller's next try is unprepared
+                # On its own (autocommit) the refused statement did nothing: send it again.
+                raw.prepare_threshold = threshold
+                cursor.execute(sql, params, prepare=False)
+            return _result_names(cursor) if named else [], cursor.fetchone()
         finally:
             raw.prepare_threshold = threshold
+
+
+def _cursor_of(connection: Any, raw: Any) -> Any:
+    """A cursor of the psycopg connection ``raw`` (Django's ``connection``), kept on the
+    Django connection for its next statement: a cursor costs as much Python to make and close
+    as a checkpoint spends building its parameters. A new connection gets a new cursor."""
+    kept = getattr(connection, "_reactor_cursor", None)
+    if kept is not None and kept.connection is raw and not kept.closed:
+        return kept
+    cursor = psycopg.Cursor(raw)
+    connection._reactor_cursor = cursor
+    return cursor
 
 
 def _names(description: Any) -> list[str]:

@@ -170,9 +170,9 @@ def statements_sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     sent: list[str] = []
     original = sql.execute
 
-    def execute(statement: str, params: Any) -> Any:
+    def execute(statement: str, params: Any, connection: Any = None) -> Any:
         sent.append(statement)
-        return original(statement, params)
+        return original(statement, params, connection)
 
     monkeypatch.setattr(sql, "execute", execute)
     return sent

@@ -116,13 +116,14 @@ class PostgreSQL(Dialect):
         replaces it follows.
         """
         # Inside a transaction (an atomic step's, a caller's) a unique violation would end it.
-        in_transaction = connections[USING].in_atomic_block
+        connection = connections[USING]
+        in_transaction = connection.in_atomic_block
         record = RecordWrite.REPLACE
         if batch.step is not None and new_step:
             record = RecordWrite.INSERT_IF_ABSENT if in_transaction else RecordWrite.INSERT
         statement, params = checkpoint_sql.statement(execution_id, fence, batch, record)
         try:
-            row = sql.execute(statement, params)
+            row = sql.execute(statement, params, connection)
             replace = record is RecordWrite.INSERT_IF_ABSENT and row is not None and row[2] == 0
         except IntegrityError as exc:
             if not (record is RecordWrite.INSERT and _names_constraint(exc, STEP_RECORD_UNIQUE)):
@@ -131,7 +132,7 @@ class PostgreSQL(Dialect):
         if replace:
             # The step had a record after all: the statement that replaces it.
             statement, params = checkpoint_sql.statement(execution_id, fence, batch)
-            row = sql.execute(statement, params)
+            row = sql.execute(statement, params, connection)
         return None if row is None else (row[0], row[1])
 
     def end_sleeps(self, due: Sequence[tuple[int, Any]], now: dt.datetime) -> int:
