@@ -362,7 +362,7 @@ def _materialise(
     size = 0
     try:
         for batch in _batches(source, model is not None):
-            store.maps.write_items(run.pk, size, batch)
+            store.maps.write_items(run.pk, size, batch, chunk_size=run.chunk_size)
             size += len(batch)
     except MapSourceError:
         store.maps.discard(run.pk)  # nothing ran: the map step fails as if never reached

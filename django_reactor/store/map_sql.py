@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ..conf import reactor_settings
 from ..models import MapChunk
@@ -23,8 +23,19 @@ Chunk = MapChunk.Status
 
 def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
     """``maps.write_items``'s pieces as pending chunks, in one statement per batch (the ORM's
-    bulk_create costs ten times more here)."""
-    with connections[USING].cursor() as cursor:
+    bulk_create costs ten times more here).
+
+    Committed without waiting for the WAL to reach the disk (``synchronous_commit`` off for
+    this transaction only): nothing reads the chunks of a map still being read but the next
+    read, and ``maps.ready``, which makes the map runnable, commits synchronously, flushing the
+    WAL of every batch before it. A server crash in between leaves the map unread, and a map
+    found unread is read again from the start. Inside a caller's transaction the batch is
+    written in it, as it commits."""
+    connection = connections[USING]
+    own = not connection.in_atomic_block
+    with transaction.atomic(using=USING), connection.cursor() as cursor:
+        if own:
+            cursor.execute("SET LOCAL synchronous_commit TO off")
         cursor.execute(
             sql.WRITE_CHUNKS,
             [

@@ -103,14 +103,11 @@ def discard(map_id: uuid.UUID) -> None:
     MapRun.objects.using(USING).filter(pk=map_id, status=MapStatus.MATERIALISING).delete()
 
 
-def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any]) -> None:
+def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any], *, chunk_size: int) -> None:
     """Store a batch of source items in the map's pending chunks of ``chunk_size`` elements
-    (a re-read overwrites them). No element slot is written: a chunk's settle writes them."""
-    chunk_size = (
-        MapRun.objects.using(USING).filter(pk=map_id).values_list("chunk_size", flat=True).first()
-    )
-    pieces = _pieces(first, items, max(1, chunk_size or 1))
-    dialect().write_chunks(map_id, pieces)
+    (the map's own, as ``start`` returned it; a re-read overwrites them). No element slot is
+    written: a chunk's settle writes them."""
+    dialect().write_chunks(map_id, _pieces(first, items, max(1, chunk_size)))
 
 
 def _pieces(first: int, items: Sequence[Any], chunk_size: int) -> list[tuple[int, int, list[Any]]]:

@@ -240,10 +240,13 @@ ORDER BY r.index DESC
 """
 
 #: The map's counters moved by a settle (``{{counters}}``), only when the chunk was still held
-#: (``ch`` returned it): the map's progress as the settle leaves it.
+#: (``ch`` returned it): the map's progress as the settle leaves it. ``updated_at`` (indexed:
+#: the sweeper's stalled maps) moves at most once a second, so that most settles leave every
+#: indexed column as it was and update the map's row in place (HOT).
 _SETTLE_COUNTERS = f"""
 run AS (
-    UPDATE {MAP_RUN} SET {{counters}}, updated_at = %(now)s
+    UPDATE {MAP_RUN} SET {{counters}}, updated_at = CASE
+        WHEN updated_at < %(now)s - interval '1 second' THEN %(now)s ELSE updated_at END
     WHERE id = %(map)s AND EXISTS (SELECT 1 FROM ch)
     RETURNING settled, size, failed, halted, stop_reason, collected, status,
         rollback_settled, rollback_total
@@ -251,9 +254,12 @@ run AS (
 
 #: A forward settle, fenced by its claim: the chunk (only while ``token`` holds it), its
 #: elements' slots written with their outcomes (``outcomes``: a JSON array of ``[index,
-#: status, value, error, undo]``; the slot's first write: inserted, its item taken from the
-#: chunk; a slot a re-run overwrites is updated) and the map's counters; with ``{claim}`` the
-#: task's next chunk is claimed in the same statement. One row: the map's progress (NULLs
+#: status, value, error, undo]``; the slot's first write, its item taken from the chunk) and
+#: the map's counters; with ``{claim}`` the task's next chunk is claimed in the same statement.
+#: A chunk on its first claim has no slot (only the settle that holds a chunk writes its slots,
+#: or the stop of a chunk nobody will claim again), so its slots are inserted plainly: no
+#: speculative insertion, one WAL record fewer per element; a chunk claimed again (its holder
+#: died) overwrites any slot it finds. One row: the map's progress (NULLs
 #: when the claim was lost: nothing is written then) and the next chunk ``(id, first, items,
 #: attempts)`` (NULLs when none was claimed). Atomic on its own: sent in autocommit.
 SETTLE_FORWARD = f"""
@@ -268,12 +274,21 @@ v AS (
         NULLIF(o->3, 'null') AS error, NULLIF(o->4, 'null') AS undo
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
 ),
-sl AS (
-    INSERT INTO {MAP_RESULT} AS r (map_run_id, index, status, item, attempts, value, error,
-        undo, finished_at)
-    SELECT %(map)s, v.i, v.status, e.item, ch.attempts, v.value, v.error, v.undo, %(now)s
+slots AS (
+    SELECT %(map)s::uuid AS map_run_id, v.i, v.status, e.item, ch.attempts, v.value, v.error,
+        v.undo, %(now)s::timestamptz AS finished_at
     FROM ch CROSS JOIN LATERAL jsonb_array_elements(ch.items) WITH ORDINALITY AS e(item, n)
     JOIN v ON v.i = ch.first + e.n::int - 1
+),
+sl AS (
+    INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, value, error, undo,
+        finished_at)
+    SELECT * FROM slots WHERE attempts = 1
+),
+again AS (
+    INSERT INTO {MAP_RESULT} AS r (map_run_id, index, status, item, attempts, value, error,
+        undo, finished_at)
+    SELECT * FROM slots WHERE attempts > 1
     ON CONFLICT (map_run_id, index) DO UPDATE SET status = EXCLUDED.status,
         attempts = EXCLUDED.attempts, value = EXCLUDED.value, error = EXCLUDED.error,
         undo = EXCLUDED.undo, finished_at = EXCLUDED.finished_at

@@ -1,0 +1,176 @@
+"""Where a fanned-out map's database work goes: its fixed costs apart from its per-chunk costs.
+
+``map_fanout.py`` times a map through real workers; this script runs the same map
+(``benchmarks.map_reactors.Map_b100_c50``) in one process, phase by phase, with the tasks a
+worker would run called directly (``django_reactor.testing.run_reactor(background="none")``),
+and prints for each phase the statements sent (by kind), the commits and the WAL records and
+bytes of the benchmark database (``benchmarks/pgstats.py``: ``pg_stat_database`` and
+``pg_walinspect``), and the wall time:
+
+* **create**: ``run()`` up to ``Dispatched``: the run's row, the map's row, its source written as
+  chunks, its element tasks queued;
+* **elements**: the first element task, which claims and settles every chunk in turn (one task,
+  so no concurrency: the per-chunk figures are per chunk of ``chunk_size`` elements) and, with
+  the last settle, fans the map in and queues the run's wake-up;
+* **idle task**: the second element task queued at the start, which finds nothing to claim;
+* **resume**: the wake-up task, which resumes the run past the map and completes it.
+
+It also prints the durable chunks chord's statement per chunk (``chunks_anchor.store_chunk``)
+measured the same way, called directly. Database ``reactor_bench_mapcosts`` (its own); no broker
+is used::
+
+    .venv/bin/python benchmarks/map_costs.py [--elements 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.common import PG_SERVER, ensure_database
+
+DATABASE = "reactor_bench_mapcosts"
+os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.bg_settings"
+os.environ["DATABASE_URL"] = f"{PG_SERVER}/{DATABASE}"
+os.environ["CELERY_BROKER_URL"] = "memory://"
+os.environ["REACTOR_BENCH_QUEUE"] = "django_reactor_bench_mapcosts"
+os.environ["CHUNKS_DSN"] = f"{PG_SERVER}/{DATABASE}"
+
+
+def kind(sql: str) -> str:
+    """A statement's kind: its verb and first table (enough to tell the map's statements)."""
+    words = sql.replace('"', "").split()
+    head = words[0].upper() if words else "?"
+    if head in ("SAVEPOINT", "RELEASE", "ROLLBACK"):
+        return head
+    for marker in ("INTO", "UPDATE", "FROM"):
+        for at, word in enumerate(words[1:], 1):
+            if word.upper() == marker and at + 1 < len(words) and head != "UPDATE":
+                return f"{head} {words[at + 1].removeprefix('django_reactor_')}"
+    if head == "UPDATE" and len(words) > 1:
+        return f"UPDATE {words[1].removeprefix('django_reactor_')}"
+    if head == "WITH":
+        return "WITH " + " ".join(words[1:4])[:40]
+    return head
+
+
+class Phase:
+    """One phase's statements (by kind), database counters and wall time."""
+
+    def __init__(self, probe: Any, name: str) -> None:
+        self.probe = probe
+        self.name = name
+        self.kinds: Counter[str] = Counter()
+        self.seconds = 0.0
+        self.delta: Any = None
+
+    def __enter__(self) -> Phase:
+        from django.db import connection, connections
+        from django.test.utils import CaptureQueriesContext
+
+        connections.close_all()
+        self.before = self.probe.snapshot()
+        self.capture = CaptureQueriesContext(connection)
+        self.capture.__enter__()
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from django.db import connections
+
+        self.seconds = time.perf_counter() - self.started
+        self.capture.__exit__(*exc)
+        self.kinds.update(kind(q["sql"]) for q in self.capture.captured_queries)
+        connections.close_all()  # its backend flushes its counters as it exits
+        self.delta = self.probe.diff(self.before, self.probe.snapshot())
+
+    def report(self, per: int = 1, label: str = "") -> str:
+        d = self.delta
+        lines = [
+            f"{self.name}{label}: {self.seconds * 1000 / per:.2f} ms, "
+            f"{sum(self.kinds.values()) / per:.2f} statements, {d.commits / per:.2f} commits, "
+            f"{(d.db_wal_records or 0) / per:.1f} WAL records, "
+            f"{(d.db_wal_bytes or 0) / per:.0f} WAL bytes"
+        ]
+        for name, n in self.kinds.most_common():
+            lines.append(f"    {n / per:8.2f}  {name}")
+        return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--elements", type=int, default=10000)
+    args = parser.parse_args(argv)
+    ensure_database(DATABASE)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from benchmarks import chunks_anchor
+    from benchmarks.map_reactors import DEFAULT, REACTORS
+    from benchmarks.pgstats import Probe
+    from django_reactor.models import MapRun
+    from django_reactor.runtime import maps
+    from django_reactor.testing import run_reactor
+
+    reactor = REACTORS[DEFAULT]
+    n = args.elements
+    chunks = -(-n // DEFAULT[1])
+    run_reactor(reactor, {"count": 100}, background="none").drain()  # warm-up
+    with Probe(PG_SERVER, DATABASE) as probe:
+        probe.calibrate()
+        with Phase(probe, "create") as create:
+            result = run_reactor(reactor, {"count": n}, background="none")
+        queue = result._queue
+        tasks = [target for task, target in queue.pending if task == "map"]
+        queue.pending.clear()
+        map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+        with queue.capturing(), Phase(probe, "elements") as elements:
+            maps.work(map_id, forward=True)
+        with queue.capturing(), Phase(probe, "idle task") as idle:
+            for _ in tasks[1:]:
+                maps.work(map_id, forward=True)
+        with Phase(probe, "resume") as resume:
+            result.drain()
+        assert result.status == "completed", result.status
+        chunks_anchor.create_table()
+        chunks_anchor.empty_table()
+        chunks_anchor.connection().close()
+        with Phase(probe, "anchor chunks") as anchor:
+            batch = uuid.uuid4().hex
+            for start in range(0, n, chunks_anchor.CHUNK):
+                chunks_anchor.store_chunk(batch, start, min(start + chunks_anchor.CHUNK, n))
+            chunks_anchor.count_stored([], batch)
+            chunks_anchor.connection().close()
+    print(f"map of {n} elements, {chunks} chunks of {DEFAULT[1]} ({len(tasks)} element tasks)")
+    print(create.report())
+    print(elements.report())
+    print(elements.report(chunks, " per chunk"))
+    print(idle.report())
+    print(resume.report())
+    print("anchor (statements through psycopg directly, not counted):")
+    print(anchor.report(chunks, " per chunk"))
+    fixed = create.delta.commits + idle.delta.commits + resume.delta.commits
+    print(
+        f"per element: map {(fixed + elements.delta.commits) / n:.4f} commits, "
+        f"{(create.delta.db_wal_records + elements.delta.db_wal_records) / n:.2f} WAL records "
+        f"(create + elements); anchor {anchor.delta.commits / n:.4f} commits, "
+        f"{anchor.delta.db_wal_records / n:.2f} WAL records"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
