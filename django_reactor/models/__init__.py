@@ -2,7 +2,7 @@
 
 - ``runs``: ``Execution``, ``Definition`` (the shapes runs started under), ``StepRecord``,
   ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
-- ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``;
+- ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``, ``MapTally``;
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
 - ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
@@ -25,7 +25,7 @@ from ..coordination.models import (
 )
 from .database import DatabaseIdentity
 from .keys import SubjectKey
-from .maps import MapChunk, MapResult, MapRun
+from .maps import MapChunk, MapResult, MapRun, MapTally
 from .runs import (
     STEP_RECORD_UNIQUE,
     ApiRequest,
@@ -52,6 +52,7 @@ __all__ = [
     "MapChunk",
     "MapResult",
     "MapRun",
+    "MapTally",
     "OrderedLockEntry",
     "OrderedLockState",
     "PeriodMarker",

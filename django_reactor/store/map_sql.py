@@ -101,12 +101,9 @@ def settle_forward(
     claim_next: bool,
 ) -> tuple[Settled | None, ChunkClaim | None]:
     """``sql.SETTLE_FORWARD``, prepared: the map's progress (None: the chunk was taken over,
-    nothing written) and the next chunk claimed (None: none, or not asked)."""
-    sets = [f"{name} = {name} + %({name})s" for name in counters]
-    if first_failure is not None:
-        sets.append("first_failure = COALESCE(first_failure, %(first_failure)s)")
+    nothing written) and the next chunk claimed (None: none, or not asked). ``counters``
+    (settled, succeeded, failed, halted, not_started) go to the task's tally."""
     statement = sql.SETTLE_FORWARD.format(
-        counters=", ".join(sets),
         claim=sql.SETTLE_FORWARD_CLAIM if claim_next else "",
         next_chunk="claimed.id, claimed.first, claimed.items::text, claimed.attempts"
         if claim_next

@@ -30,6 +30,7 @@ from ..models import (
     MapChunk,
     MapResult,
     MapRun,
+    MapTally,
     ScheduleFire,
     StepRecord,
 )
@@ -49,6 +50,7 @@ DEFINITION = Definition._meta.db_table
 MAP_RESULT = MapResult._meta.db_table
 MAP_RUN = MapRun._meta.db_table
 MAP_CHUNK = MapChunk._meta.db_table
+MAP_TALLY = MapTally._meta.db_table
 SCHEDULE_FIRE = ScheduleFire._meta.db_table
 
 #: The highest trace sequence number of a run (its events, and the step records that stand for
@@ -255,7 +257,10 @@ run AS (
 #: A forward settle, fenced by its claim: the chunk (only while ``token`` holds it), its
 #: elements' slots written with their outcomes (``outcomes``: a JSON array of ``[index,
 #: status, value, error, undo]``; the slot's first write, its item taken from the chunk) and
-#: the map's counters; with ``{claim}`` the task's next chunk is claimed in the same statement.
+#: the task's tally (``MapTally``: the map's own row is not written, so that settles of other
+#: tasks never wait for this one's commit); with ``{claim}`` the task's next chunk is claimed
+#: in the same statement. The progress it returns is the map's counters, the other tallies (as
+#: of the statement's snapshot) and this one's.
 #: A chunk on its first claim has no slot (only the settle that holds a chunk writes its slots,
 #: or the stop of a chunk nobody will claim again), so its slots are inserted plainly: no
 #: speculative insertion, one WAL record fewer per element; a chunk claimed again (its holder
@@ -293,7 +298,31 @@ again AS (
         attempts = EXCLUDED.attempts, value = EXCLUDED.value, error = EXCLUDED.error,
         undo = EXCLUDED.undo, finished_at = EXCLUDED.finished_at
 ),
-{_SETTLE_COUNTERS}{{claim}}
+tally AS (
+    INSERT INTO {MAP_TALLY} AS t (map_run_id, token, settled, succeeded, failed, halted,
+        not_started, first_failure)
+    SELECT %(map)s, %(token)s, %(settled)s, %(succeeded)s, %(failed)s, %(halted)s,
+        %(not_started)s, %(first_failure)s
+    FROM ch
+    ON CONFLICT (map_run_id, token) DO UPDATE SET settled = t.settled + EXCLUDED.settled,
+        succeeded = t.succeeded + EXCLUDED.succeeded, failed = t.failed + EXCLUDED.failed,
+        halted = t.halted + EXCLUDED.halted,
+        not_started = t.not_started + EXCLUDED.not_started,
+        first_failure = COALESCE(t.first_failure, EXCLUDED.first_failure)
+    RETURNING settled, failed, halted
+),
+others AS (
+    SELECT COALESCE(sum(settled), 0) AS settled, COALESCE(sum(failed), 0) AS failed,
+        COALESCE(sum(halted), 0) AS halted
+    FROM {MAP_TALLY} WHERE map_run_id = %(map)s AND token <> %(token)s
+),
+run AS (
+    SELECT m.settled + others.settled + tally.settled AS settled, m.size,
+        m.failed + others.failed + tally.failed AS failed,
+        m.halted + others.halted + tally.halted AS halted, m.stop_reason, m.collected,
+        m.status, m.rollback_settled, m.rollback_total
+    FROM {MAP_RUN} AS m, tally, others WHERE m.id = %(map)s
+){{claim}}
 SELECT run.settled, run.size, run.failed, run.halted, run.stop_reason, run.collected,
     run.status, run.rollback_settled, run.rollback_total, {{next_chunk}}
 FROM (SELECT 1) AS one LEFT JOIN run ON true {{join_next}}
