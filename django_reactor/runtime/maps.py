@@ -552,7 +552,8 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
             if forward and time.monotonic() - folded > FOLD_INTERVAL:
                 # The map's counters (what the admin shows) catch up with this task's tally.
                 store.reconnecting(
-                    functools.partial(store.maps.fold, map_id), what=f"counting map {map_id}"
+                    functools.partial(store.maps.fold, map_id, token),
+                    what=f"counting map {map_id}",
                 )
                 folded = time.monotonic()
         if forward:

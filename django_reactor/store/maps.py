@@ -372,19 +372,21 @@ def finish_if_settled(map_id: uuid.UUID) -> None:
             _fan_in(map_id, run.settled, run.size)
 
 
-def fold(map_id: uuid.UUID) -> None:
-    """Add the tasks' tallies to the map's counters (a running map's counters lag its settles
-    by the time since the last fold)."""
+def fold(map_id: uuid.UUID, token: str) -> None:
+    """Add the tally of task ``token`` to the map's counters (a running map's counters lag
+    its settles by the time since the last fold). Only that task writes its tally, and it is
+    the caller: nothing waits but for the map's row."""
     with transaction.atomic(using=USING):
         MapRun.objects.using(USING).select_for_update().filter(pk=map_id).first()
-        _fold(map_id)
+        _fold(map_id, token)
 
 
-def _fold(map_id: uuid.UUID) -> bool:
-    """Move the map's tallies into its counters (the caller holds the map's row); whether
-    there were any. A settle racing with this waits for the tally's row lock, then finds its
-    row gone and starts a new one: nothing is counted twice or lost."""
-    tallies = list(MapTally.objects.using(USING).select_for_update().filter(map_run_id=map_id))
+def _fold(map_id: uuid.UUID, token: str | None = None) -> bool:
+    """Move the map's tallies (or task ``token``'s) into its counters (the caller holds the
+    map's row); whether there were any. A settle racing with this waits for the tally's row
+    lock, then finds its row gone and starts a new one: nothing is counted twice or lost."""
+    locked = MapTally.objects.using(USING).select_for_update().filter(map_run_id=map_id)
+    tallies = list(locked if token is None else locked.filter(token=token))
     if not tallies:
         return False
     MapTally.objects.using(USING).filter(pk__in=[t.pk for t in tallies]).delete()

@@ -465,6 +465,33 @@ def test_settles_that_counted_without_each_other_are_fanned_in_when_their_task_e
     assert len(resumes) == 1
 
 
+def test_a_task_folds_its_tally_into_the_map_counters_as_it_goes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The map's row (what the admin lists) catches up with a task's settles once a
+    FOLD_INTERVAL; here after every settle."""
+    from django_reactor import store
+    from django_reactor.runtime import maps
+
+    result = run_reactor_fanned([1, 2, 3, 4, 5])  # chunks of 2: [1, 2], [3, 4], [5]
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+    monkeypatch.setattr(maps, "FOLD_INTERVAL", -1.0)
+    real_fold = store.maps.fold
+    seen: list[tuple[int, int]] = []
+
+    def fold(map_id: Any, token: str) -> None:
+        real_fold(map_id, token)
+        run = MapRun.objects.get(pk=map_id)
+        seen.append((run.settled, run.succeeded))
+
+    monkeypatch.setattr(store.maps, "fold", fold)
+    with result._queue.capturing():
+        maps.work(map_id, forward=True)
+    assert seen == [(2, 2), (4, 4), (5, 5)]
+    result.drain()
+    assert result.status == ExecutionStatus.COMPLETED, result._describe()
+
+
 def run_reactor_fanned(items: list[int]) -> Any:
     from django_reactor.testing import run_reactor
 
