@@ -16,8 +16,8 @@ bytes of the benchmark database (``benchmarks/pgstats.py``: ``pg_stat_database``
 * **resume**: the wake-up task, which resumes the run past the map and completes it.
 
 It also prints the durable chunks chord's statement per chunk (``chunks_anchor.store_chunk``)
-measured the same way, called directly. Database ``reactor_bench_mapcosts`` (its own); no broker
-is used::
+measured the same way, called directly. Database ``reactor_bench_mapcosts`` (its own;
+``BENCH_MAPCOSTS_DB`` names another, to compare two trees); no broker is used::
 
     .venv/bin/python benchmarks/map_costs.py [--elements 10000]
 """
@@ -39,7 +39,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks.common import PG_SERVER, ensure_database
 
-DATABASE = "reactor_bench_mapcosts"
+DATABASE = os.environ.get("BENCH_MAPCOSTS_DB", "reactor_bench_mapcosts")
 os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.bg_settings"
 os.environ["DATABASE_URL"] = f"{PG_SERVER}/{DATABASE}"
 os.environ["CELERY_BROKER_URL"] = "memory://"
