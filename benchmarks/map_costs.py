@@ -15,7 +15,10 @@ bytes of the benchmark database (``benchmarks/pgstats.py``: ``pg_stat_database``
 * **idle task**: the second element task queued at the start, which finds nothing to claim;
 * **resume**: the wake-up task, which resumes the run past the map and completes it.
 
-It also prints the durable chunks chord's statement per chunk (``chunks_anchor.store_chunk``)
+``--contention ROUNDS`` instead times two processes claiming and settling the chunks of one map
+(no element run), against two processes each on a map of its own: whether the tasks of one map
+wait for each other. It also prints the durable chunks chord's statement per chunk
+(``chunks_anchor.store_chunk``)
 measured the same way, called directly. Database ``reactor_bench_mapcosts`` (its own;
 ``BENCH_MAPCOSTS_DB`` names another, to compare two trees); no broker is used::
 
@@ -107,9 +110,68 @@ class Phase:
         return "\n".join(lines)
 
 
+def _settle_all(map_id: uuid.UUID, barrier: Any, out: Any) -> None:
+    """A process claiming and settling chunks of ``map_id`` (every element succeeded, none
+    run) until none is left; puts ``(chunks, seconds)``."""
+    from django.db import connections
+
+    from django_reactor.store import maps as store_maps
+
+    connections.close_all()  # the parent's connection is not this process's
+    token = uuid.uuid4().hex
+    claim, _ = store_maps.claim(map_id, forward=True, token=token)
+    barrier.wait()
+    started, chunks = time.perf_counter(), 0
+    while claim is not None:
+        writes = [store_maps.SlotWrite(s.index, "succeeded", value=s.item) for s in claim.slots]
+        _, (claim, _) = store_maps.settle(
+            map_id, claim.chunk, writes, tolerated=None, token=token, claim_next=True
+        )
+        chunks += 1
+    out.put((chunks, time.perf_counter() - started))
+
+
+def contention(elements: int, rounds: int) -> None:
+    """Two processes settling chunks of one map, against two each settling a map of its own:
+    chunks per second (how much the tasks of one map slow each other down)."""
+    import multiprocessing
+
+    from django.db import connections
+
+    from benchmarks.map_reactors import DEFAULT, REACTORS
+    from django_reactor.models import MapRun
+    from django_reactor.testing import run_reactor
+
+    def new_map(count: int) -> uuid.UUID:
+        result = run_reactor(REACTORS[DEFAULT], {"count": count}, background="none")
+        return MapRun.objects.get(execution_id=result.execution_id).pk
+
+    context = multiprocessing.get_context("fork")
+    for _ in range(rounds):
+        rates = []
+        for maps in ([new_map(2 * elements)] * 2, [new_map(elements), new_map(elements)]):
+            connections.close_all()
+            barrier, out = context.Barrier(2), context.Queue()
+            workers = [context.Process(target=_settle_all, args=(m, barrier, out)) for m in maps]
+            for worker in workers:
+                worker.start()
+            done = [out.get(timeout=600) for _ in workers]
+            for worker in workers:
+                worker.join()
+            rates.append(sum(n for n, _ in done) / max(s for _, s in done))
+        print(f"chunks/s, two processes: one map {rates[0]:.0f}, a map each {rates[1]:.0f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=int, default=10000)
+    parser.add_argument(
+        "--contention",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="only time two processes settling one map against a map each, ROUNDS times",
+    )
     args = parser.parse_args(argv)
     ensure_database(DATABASE)
     import django
@@ -118,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    if args.contention:
+        contention(args.elements, args.contention)
+        return 0
     from benchmarks import chunks_anchor
     from benchmarks.map_reactors import DEFAULT, REACTORS
     from benchmarks.pgstats import Probe
