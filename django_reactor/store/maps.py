@@ -275,7 +275,7 @@ def _counts(writes: Sequence[SlotWrite]) -> dict[str, int]:
 def stop(map_id: uuid.UUID, reason: str) -> MapRun:
     """No new element starts (the run is being cancelled or undone)."""
     with transaction.atomic(using=USING):
-        run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+        run = _map_locked().get(pk=map_id)
         _fold(map_id)
         if not run.stop_reason:
             _stop_here(map_id, reason, timezone.now())
@@ -301,7 +301,7 @@ def abandon_running(map_id: uuid.UUID, message: str) -> None:
     now = timezone.now()
     error = {"kind": "interrupted", "message": message}
     with transaction.atomic(using=USING):
-        MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+        _map_locked().get(pk=map_id)
         _fold(map_id)
         run = MapRun.objects.using(USING).get(pk=map_id)
         count = 0
@@ -360,7 +360,7 @@ def finish_if_settled(map_id: uuid.UUID) -> None:
     that crossed it together, each counting the other's failures before they committed) is
     stopped instead: the stop fans it in."""
     with transaction.atomic(using=USING):
-        run = MapRun.objects.using(USING).select_for_update().filter(pk=map_id).first()
+        run = _map_locked().filter(pk=map_id).first()
         if run is None or run.status != MapStatus.RUNNING or run.collected:
             return
         if _fold(map_id):
@@ -377,8 +377,16 @@ def fold(map_id: uuid.UUID, token: str) -> None:
     its settles by the time since the last fold). Only that task writes its tally, and it is
     the caller: nothing waits but for the map's row."""
     with transaction.atomic(using=USING):
-        MapRun.objects.using(USING).select_for_update().filter(pk=map_id).first()
+        _map_locked().filter(pk=map_id).first()
         _fold(map_id, token)
+
+
+def _map_locked() -> QuerySet[MapRun]:
+    """Maps locked to fold their tallies: ``FOR NO KEY UPDATE`` where the database has it, so
+    that a settle inserting a tally row (its foreign key takes a key-share lock on the map's
+    row) does not wait for the fold while the fold waits for that settle's tally: a deadlock."""
+    maps = MapRun.objects.using(USING)
+    return maps.select_for_update(no_key=connections[USING].features.has_select_for_no_key_update)
 
 
 def _fold(map_id: uuid.UUID, token: str | None = None) -> bool:

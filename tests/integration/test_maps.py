@@ -492,6 +492,78 @@ def test_a_task_folds_its_tally_into_the_map_counters_as_it_goes(
     assert result.status == ExecutionStatus.COMPLETED, result._describe()
 
 
+def echo(item: int) -> int:
+    return item
+
+
+class ManyEchoes(Reactor):
+    class Inputs(serializers.Serializer):
+        items = serializers.ListField(child=serializers.IntegerField())
+
+    echoes = map_over(
+        arg.input("items"), echo, item=arg.element(), fan_out=True, batch_size=4, chunk_size=2
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tasks_settling_and_folding_at_once_fan_the_map_in_once_without_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two element tasks on real threads work one map to its end, again and again: a task's
+    fold (holding the map's row) and the other's settle (inserting a tally row, whose
+    foreign key locks the map's row for key share) never wait for each other (a deadlock
+    aborts one of them after a second; the database counts it)."""
+    import threading
+
+    from django.db import connection, connections
+
+    from django_reactor.runtime import maps
+    from django_reactor.testing import run_reactor
+
+    def deadlocks() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+            )
+            return int(cursor.fetchone()[0])
+
+    # Each task folds its tally after every settle, so its next settle inserts a new one.
+    monkeypatch.setattr(maps, "FOLD_INTERVAL", -1.0)
+    before = deadlocks()
+    for _ in range(8):
+        result = run_reactor(ManyEchoes, {"items": list(range(200))}, background="none")
+        map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+        queue = result._queue
+        queue.pending.clear()
+        barrier = threading.Barrier(2, timeout=30)
+        errors: list[BaseException] = []
+
+        def task(map_id: Any, barrier: threading.Barrier, errors: list[BaseException]) -> None:
+            try:
+                barrier.wait()
+                maps.work(map_id, forward=True)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        with queue.capturing():
+            threads = [
+                threading.Thread(target=task, args=(map_id, barrier, errors)) for _ in range(2)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=120)
+        assert not errors, errors
+        assert [kind for kind, _ in queue.pending] == ["resume"]  # no task handed over
+        run = MapRun.objects.get(pk=map_id)
+        assert (run.settled, run.succeeded, run.collected) == (200, 200, True)
+    # The tasks' backends are gone (each thread closed its connection): their counts are in.
+    assert deadlocks() == before
+
+
 def run_reactor_fanned(items: list[int]) -> Any:
     from django_reactor.testing import run_reactor
 
