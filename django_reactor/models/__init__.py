@@ -2,7 +2,7 @@
 
 - ``runs``: ``Execution``, ``Definition`` (the shapes runs started under), ``StepRecord``,
   ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
-- ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``;
+- ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``, ``MapTally``;
 - ``messages``: ``Message`` (a run's mailbox);
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
@@ -26,7 +26,7 @@ from ..coordination.models import (
 )
 from .database import DatabaseIdentity
 from .keys import SubjectKey
-from .maps import MapChunk, MapResult, MapRun
+from .maps import MapChunk, MapResult, MapRun, MapTally
 from .messages import Message
 from .runs import (
     STEP_RECORD_UNIQUE,
@@ -54,6 +54,7 @@ __all__ = [
     "MapChunk",
     "MapResult",
     "MapRun",
+    "MapTally",
     "Message",
     "OrderedLockEntry",
     "OrderedLockState",

@@ -20,8 +20,12 @@ from .runs import Execution
 class MapRun(models.Model):
     """One ``map_over`` step of one execution: its size, policy and progress counters.
 
-    The counters are kept under this row's lock by every element settle, so the run is
-    resumed exactly once: by the settle that brings ``settled`` to ``size``.
+    A settle on PostgreSQL counts its chunk in the tally of its task (:class:`MapTally`), not
+    here, so that tasks settling at once never wait for each other's commit on this row; the
+    tallies are added to these counters (folded) under this row's lock about once a second
+    per task, when the map stops and at the fan-in, so the counters lag a running map by
+    about a second (``store.maps.summary`` adds the tallies). The run is resumed exactly
+    once: by the fan-in that finds no chunk left unsettled and marks the map ``collected``.
     """
 
     id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
@@ -239,3 +243,35 @@ class MapResult(models.Model):
 
     def __str__(self) -> str:
         return f"element {self.index} of map {self.map_run_id} ({self.status})"
+
+
+class MapTally(models.Model):
+    """What one element task settled of a map since its counts were last added to the map's
+    counters (see :class:`MapRun`): updated by each settle of the task, in the settle's
+    statement (a row no other task writes), and deleted when it is folded."""
+
+    id = models.BigAutoField(primary_key=True)
+    map_run = models.ForeignKey(
+        MapRun,
+        verbose_name=_("map"),
+        on_delete=models.CASCADE,
+        related_name="tallies",
+        db_index=False,  # the (map, task) unique index serves it
+    )
+    token = models.CharField(_("task"), max_length=64, help_text=_("The task's claim token."))
+    settled = models.PositiveIntegerField(_("settled"), default=0)
+    succeeded = models.PositiveIntegerField(_("succeeded"), default=0)
+    failed = models.PositiveIntegerField(_("failed"), default=0)
+    halted = models.PositiveIntegerField(_("halted"), default=0)
+    not_started = models.PositiveIntegerField(_("not started"), default=0)
+    first_failure = models.PositiveIntegerField(_("first failure"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("map tally")
+        verbose_name_plural = _("map tallies")
+        constraints = [
+            models.UniqueConstraint(fields=["map_run", "token"], name="reactor_tally_task_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.settled} settled by {self.token} of map {self.map_run_id}"

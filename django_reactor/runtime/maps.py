@@ -54,6 +54,8 @@ logger = logging.getLogger("django_reactor.maps")
 STOP_CHECK_INTERVAL = 0.05
 #: Seconds an element task works before it hands the rest to a fresh task (fairness).
 TASK_BUDGET = 10.0
+#: Seconds between two folds of a task's tally into its map's counters.
+FOLD_INTERVAL = 1.0
 #: Rows read from a QuerySet source per query.
 QUERYSET_CHUNK = 1000
 
@@ -362,7 +364,7 @@ def _materialise(
     size = 0
     try:
         for batch in _batches(source, model is not None):
-            store.maps.write_items(run.pk, size, batch)
+            store.maps.write_items(run.pk, size, batch, chunk_size=run.chunk_size)
             size += len(batch)
     except MapSourceError:
         store.maps.discard(run.pk)  # nothing ran: the map step fails as if never reached
@@ -491,6 +493,8 @@ def _spec_of(run: MapRun) -> MapSpec | None:
 def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | None) -> None:
     run = store.maps.get(map_id)
     assert run is not None
+    if forward:
+        store.maps.add_tallies(run)  # the map's failures so far, folded or not
     shared = decode(run.shared)
     model = apps.get_model(run.source_model) if run.source_model else None
     # Atomic maps tolerate no failure; None below means "no limit" only for non-atomic ones.
@@ -513,6 +517,7 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
         # before it stopped the map) starts nothing more; this task's first settle stops it.
         stopped = stopped or store.maps.past_failure_line(run.failed, run.halted, tolerated)
         failed = run.failed  # the map's failures so far, as each settle leaves them
+        folded = time.monotonic()
         while claim is not None:
             claimed = claim.slots
             items = _items(claimed, model)
@@ -544,6 +549,20 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
             if out_of_time:
                 store.maps.hand_over(map_id, forward=forward)
                 return
+            if forward and time.monotonic() - folded > FOLD_INTERVAL:
+                # The map's counters (what the admin shows) catch up with this task's tally.
+                store.reconnecting(
+                    functools.partial(store.maps.fold, map_id, token),
+                    what=f"counting map {map_id}",
+                )
+                folded = time.monotonic()
+        if forward:
+            # This task's last settle, and another task's at the same moment, may each have
+            # counted without the other: whichever comes here last sees both and fans in.
+            store.reconnecting(
+                functools.partial(store.maps.finish_if_settled, map_id),
+                what=f"finishing map {map_id}",
+            )
 
 
 def _settle(

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import Sum
 
-from ..models import MapChunk, MapResult, MapRun
+from ..models import MapChunk, MapResult, MapRun, MapTally
 from ..states import ElementStatus, MapStatus
 from .db import USING
 
@@ -144,9 +144,9 @@ _SUMMARY_FIELDS = frozenset(
 
 
 def summary(map_id: uuid.UUID, run: MapRun | None = None) -> dict[str, Any]:
-    """Totals by outcome, from the map's counters, and a sample of failures (the first
-    ``FAILURE_SAMPLE`` by index, read through the index of slots with an error): a few rows
-    whatever the map's size.
+    """Totals by outcome, from the map's counters and its tasks' tallies, and a sample of
+    failures (the first ``FAILURE_SAMPLE`` by index, read through the index of slots with an
+    error): a few rows whatever the map's size.
 
     ``run``: the map's row when the caller has it already (saves reading it again).
     """
@@ -161,6 +161,8 @@ def summary(map_id: uuid.UUID, run: MapRun | None = None) -> dict[str, Any]:
             return {}
         for name, value in counters.items():
             setattr(run, name, value)
+    if run.status == MapStatus.RUNNING:
+        add_tallies(run)
     size = run.size or 0
     undoing = 0
     if run.status == MapStatus.ROLLING_BACK:
@@ -199,6 +201,18 @@ def summary(map_id: uuid.UUID, run: MapRun | None = None) -> dict[str, Any]:
         "failures": [_failure_sample(index, error) for index, error in sample[:FAILURE_SAMPLE]],
         "failures_truncated": truncated,
     }
+
+
+_TALLIED = ("settled", "succeeded", "failed", "halted", "not_started")
+
+
+def add_tallies(run: MapRun) -> None:
+    """Add to ``run``'s counters what its tasks settled since they were last folded (a few
+    rows: one per task that settled meanwhile)."""
+    tallies = MapTally.objects.using(USING).filter(map_run_id=run.pk)
+    totals = tallies.aggregate(**{name: Sum(name) for name in _TALLIED})
+    for name in _TALLIED:
+        setattr(run, name, getattr(run, name) + (totals[name] or 0))
 
 
 def _failure_sample(index: int, error: Any) -> dict[str, Any]:

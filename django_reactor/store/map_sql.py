@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ..conf import reactor_settings
 from ..models import MapChunk
@@ -23,8 +23,19 @@ Chunk = MapChunk.Status
 
 def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
     """``maps.write_items``'s pieces as pending chunks, in one statement per batch (the ORM's
-    bulk_create costs ten times more here)."""
-    with connections[USING].cursor() as cursor:
+    bulk_create costs ten times more here).
+
+    Committed without waiting for the WAL to reach the disk (``synchronous_commit`` off for
+    this transaction only): nothing reads the chunks of a map still being read but the next
+    read, and ``maps.ready``, which makes the map runnable, commits synchronously, flushing the
+    WAL of every batch before it. A server crash in between leaves the map unread, and a map
+    found unread is read again from the start. Inside a caller's transaction the batch is
+    written in it, as it commits."""
+    connection = connections[USING]
+    own = not connection.in_atomic_block
+    with transaction.atomic(using=USING), connection.cursor() as cursor:
+        if own:
+            cursor.execute("SET LOCAL synchronous_commit TO off")
         cursor.execute(
             sql.WRITE_CHUNKS,
             [
@@ -90,12 +101,9 @@ def settle_forward(
     claim_next: bool,
 ) -> tuple[Settled | None, ChunkClaim | None]:
     """``sql.SETTLE_FORWARD``, prepared: the map's progress (None: the chunk was taken over,
-    nothing written) and the next chunk claimed (None: none, or not asked)."""
-    sets = [f"{name} = {name} + %({name})s" for name in counters]
-    if first_failure is not None:
-        sets.append("first_failure = COALESCE(first_failure, %(first_failure)s)")
+    nothing written) and the next chunk claimed (None: none, or not asked). ``counters``
+    (settled, succeeded, failed, halted, not_started) go to the task's tally."""
     statement = sql.SETTLE_FORWARD.format(
-        counters=", ".join(sets),
         claim=sql.SETTLE_FORWARD_CLAIM if claim_next else "",
         next_chunk="claimed.id, claimed.first, claimed.items::text, claimed.attempts"
         if claim_next

@@ -4,11 +4,13 @@ A map's source is stored as chunks (``MapChunk``: a run of consecutive items). A
 chunk, not its slots: the chunk row takes the claim token and the lease, which the process's
 heartbeat extends while the task works; a chunk whose lease lapsed (its worker died) is claimed
 again by another task. The settle writes the chunk's element slots (``MapResult``) with their
-outcomes, their first write, only while the task still holds the chunk, moves the map's
-counters and claims the task's next chunk, in one statement that commits on its own. The
-settle that brings ``settled`` to ``size`` (checked against the chunks left) marks the map
-collected and wakes its run, so the run is resumed exactly once however often element tasks
-are delivered. The summary reads the counters, never the slots' statuses.
+outcomes, their first write, only while the task still holds the chunk, counts them in the
+task's tally (PostgreSQL; the generic store moves the map's counters) and claims the task's
+next chunk, in one statement that commits on its own. Tallies are folded into the map's
+counters under its row's lock now and then (:func:`fold`). A task that finds every chunk
+settled after its settle (checked against the chunks left) marks the map collected and wakes
+its run, so the run is resumed exactly once however often element tasks are delivered. The
+summary reads the counters and tallies, never the slots' statuses.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from typing import Any, TypeVar
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F, Model, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..conf import reactor_settings
-from ..models import Dispatch, Execution, MapChunk, MapResult, MapRun
+from ..models import Dispatch, Execution, MapChunk, MapResult, MapRun, MapTally
 from ..states import ElementStatus, ExecutionStatus, MapStatus
 from .db import USING
 from .dialects import dialect
@@ -36,6 +39,7 @@ from .map_reads import Claimed as Claimed
 from .map_reads import Progress as Progress
 from .map_reads import Settled as Settled
 from .map_reads import SlotWrite as SlotWrite
+from .map_reads import add_tallies as add_tallies
 from .map_reads import count as count
 from .map_reads import maps_of as maps_of
 from .map_reads import missing_indices as missing_indices
@@ -103,14 +107,11 @@ def discard(map_id: uuid.UUID) -> None:
     MapRun.objects.using(USING).filter(pk=map_id, status=MapStatus.MATERIALISING).delete()
 
 
-def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any]) -> None:
+def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any], *, chunk_size: int) -> None:
     """Store a batch of source items in the map's pending chunks of ``chunk_size`` elements
-    (a re-read overwrites them). No element slot is written: a chunk's settle writes them."""
-    chunk_size = (
-        MapRun.objects.using(USING).filter(pk=map_id).values_list("chunk_size", flat=True).first()
-    )
-    pieces = _pieces(first, items, max(1, chunk_size or 1))
-    dialect().write_chunks(map_id, pieces)
+    (the map's own, as ``start`` returned it; a re-read overwrites them). No element slot is
+    written: a chunk's settle writes them."""
+    dialect().write_chunks(map_id, _pieces(first, items, max(1, chunk_size)))
 
 
 def _pieces(first: int, items: Sequence[Any], chunk_size: int) -> list[tuple[int, int, list[Any]]]:
@@ -274,7 +275,8 @@ def _counts(writes: Sequence[SlotWrite]) -> dict[str, int]:
 def stop(map_id: uuid.UUID, reason: str) -> MapRun:
     """No new element starts (the run is being cancelled or undone)."""
     with transaction.atomic(using=USING):
-        run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+        run = _map_locked().get(pk=map_id)
+        _fold(map_id)
         if not run.stop_reason:
             _stop_here(map_id, reason, timezone.now())
         if run.status == MapStatus.RUNNING and run.size is not None:
@@ -299,7 +301,9 @@ def abandon_running(map_id: uuid.UUID, message: str) -> None:
     now = timezone.now()
     error = {"kind": "interrupted", "message": message}
     with transaction.atomic(using=USING):
-        run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+        _map_locked().get(pk=map_id)
+        _fold(map_id)
+        run = MapRun.objects.using(USING).get(pk=map_id)
         count = 0
         held = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.RUNNING)
         for chunk in held:
@@ -350,18 +354,60 @@ def _fan_in(map_id: uuid.UUID, settled: int, size: int) -> None:
 
 
 def finish_if_settled(map_id: uuid.UUID) -> None:
-    """Fan the map in if every element has settled (see :func:`settle`); safe at any time."""
+    """Fan the map in if every element has settled (see :func:`settle`); safe at any time.
+
+    The tallies are folded first, and a map whose totals are past its failure line (settles
+    that crossed it together, each counting the other's failures before they committed) is
+    stopped instead: the stop fans it in."""
     with transaction.atomic(using=USING):
-        row = (
-            MapRun.objects.using(USING)
-            .filter(pk=map_id)
-            .values("settled", "size", "status", "collected")
-            .first()
-        )
-        if row is None or row["status"] != MapStatus.RUNNING or row["collected"]:
+        run = _map_locked().filter(pk=map_id).first()
+        if run is None or run.status != MapStatus.RUNNING or run.collected:
             return
-        if row["size"] is not None:
-            _fan_in(map_id, row["settled"], row["size"])
+        if _fold(map_id):
+            run.refresh_from_db(using=USING)
+        tolerated = None if run.atomic else run.max_failures
+        if not run.stop_reason and past_failure_line(run.failed, run.halted, tolerated):
+            stop(map_id, "halted" if run.halted else "failed")
+        elif run.size is not None:
+            _fan_in(map_id, run.settled, run.size)
+
+
+def fold(map_id: uuid.UUID, token: str) -> None:
+    """Add the tally of task ``token`` to the map's counters (a running map's counters lag
+    its settles by the time since the last fold). Only that task writes its tally, and it is
+    the caller: nothing waits but for the map's row."""
+    with transaction.atomic(using=USING):
+        _map_locked().filter(pk=map_id).first()
+        _fold(map_id, token)
+
+
+def _map_locked() -> QuerySet[MapRun]:
+    """Maps locked to fold their tallies: ``FOR NO KEY UPDATE`` where the database has it, so
+    that a settle inserting a tally row (its foreign key takes a key-share lock on the map's
+    row) does not wait for the fold while the fold waits for that settle's tally: a deadlock."""
+    maps = MapRun.objects.using(USING)
+    return maps.select_for_update(no_key=connections[USING].features.has_select_for_no_key_update)
+
+
+def _fold(map_id: uuid.UUID, token: str | None = None) -> bool:
+    """Move the map's tallies (or task ``token``'s) into its counters (the caller holds the
+    map's row); whether there were any. A settle racing with this waits for the tally's row
+    lock, then finds its row gone and starts a new one: nothing is counted twice or lost."""
+    locked = MapTally.objects.using(USING).select_for_update().filter(map_run_id=map_id)
+    tallies = list(locked if token is None else locked.filter(token=token))
+    if not tallies:
+        return False
+    MapTally.objects.using(USING).filter(pk__in=[t.pk for t in tallies]).delete()
+    failures = [t.first_failure for t in tallies if t.first_failure is not None]
+    run = MapRun.objects.using(USING).filter(pk=map_id)
+    fields = ("settled", "succeeded", "failed", "halted", "not_started")
+    changes: dict[str, Any] = {
+        name: F(name) + sum(getattr(t, name) for t in tallies) for name in fields
+    }
+    if failures:
+        changes["first_failure"] = Coalesce(F("first_failure"), min(failures))
+    run.update(**changes, updated_at=timezone.now())
+    return True
 
 
 def start_rollback(map_id: uuid.UUID, tasks: int) -> MapRun:

@@ -17,6 +17,7 @@ from ..models import (
     MapChunk,
     MapResult,
     MapRun,
+    MapTally,
     Message,
     Schedule,
     ScheduleFire,
@@ -38,6 +39,7 @@ _DELETED = (
     MapRun,
     MapChunk,
     MapResult,
+    MapTally,
 )
 _COVERED = {
     (Execution, "parent"),
@@ -52,6 +54,7 @@ _COVERED = {
     (MapRun, "execution"),
     (MapChunk, "map_run"),
     (MapResult, "map_run"),
+    (MapTally, "map_run"),
     (Schedule, "last_execution"),
     (ScheduleFire, "execution"),
 }

@@ -31,6 +31,7 @@ from ..models import (
     MapChunk,
     MapResult,
     MapRun,
+    MapTally,
     Message,
     Schedule,
     ScheduleFire,
@@ -52,6 +53,7 @@ DEFINITION = Definition._meta.db_table
 MAP_RESULT = MapResult._meta.db_table
 MAP_RUN = MapRun._meta.db_table
 MAP_CHUNK = MapChunk._meta.db_table
+MAP_TALLY = MapTally._meta.db_table
 INTERRUPT = Interrupt._meta.db_table
 MESSAGE = Message._meta.db_table
 SCHEDULE = Schedule._meta.db_table
@@ -246,10 +248,13 @@ ORDER BY r.index DESC
 """
 
 #: The map's counters moved by a settle (``{{counters}}``), only when the chunk was still held
-#: (``ch`` returned it): the map's progress as the settle leaves it.
+#: (``ch`` returned it): the map's progress as the settle leaves it. ``updated_at`` (indexed:
+#: the sweeper's stalled maps) moves at most once a second, so that most settles leave every
+#: indexed column as it was and update the map's row in place (HOT).
 _SETTLE_COUNTERS = f"""
 run AS (
-    UPDATE {MAP_RUN} SET {{counters}}, updated_at = %(now)s
+    UPDATE {MAP_RUN} SET {{counters}}, updated_at = CASE
+        WHEN updated_at < %(now)s - interval '1 second' THEN %(now)s ELSE updated_at END
     WHERE id = %(map)s AND EXISTS (SELECT 1 FROM ch)
     RETURNING settled, size, failed, halted, stop_reason, collected, status,
         rollback_settled, rollback_total
@@ -257,9 +262,15 @@ run AS (
 
 #: A forward settle, fenced by its claim: the chunk (only while ``token`` holds it), its
 #: elements' slots written with their outcomes (``outcomes``: a JSON array of ``[index,
-#: status, value, error, undo]``; the slot's first write: inserted, its item taken from the
-#: chunk; a slot a re-run overwrites is updated) and the map's counters; with ``{claim}`` the
-#: task's next chunk is claimed in the same statement. One row: the map's progress (NULLs
+#: status, value, error, undo]``; the slot's first write, its item taken from the chunk) and
+#: the task's tally (``MapTally``: the map's own row is not written, so that settles of other
+#: tasks never wait for this one's commit); with ``{claim}`` the task's next chunk is claimed
+#: in the same statement. The progress it returns is the map's counters, the other tallies (as
+#: of the statement's snapshot) and this one's.
+#: A chunk on its first claim has no slot (only the settle that holds a chunk writes its slots,
+#: or the stop of a chunk nobody will claim again), so its slots are inserted plainly: no
+#: speculative insertion, one WAL record fewer per element; a chunk claimed again (its holder
+#: died) overwrites any slot it finds. One row: the map's progress (NULLs
 #: when the claim was lost: nothing is written then) and the next chunk ``(id, first, items,
 #: attempts)`` (NULLs when none was claimed). Atomic on its own: sent in autocommit.
 SETTLE_FORWARD = f"""
@@ -274,17 +285,50 @@ v AS (
         NULLIF(o->3, 'null') AS error, NULLIF(o->4, 'null') AS undo
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
 ),
-sl AS (
-    INSERT INTO {MAP_RESULT} AS r (map_run_id, index, status, item, attempts, value, error,
-        undo, finished_at)
-    SELECT %(map)s, v.i, v.status, e.item, ch.attempts, v.value, v.error, v.undo, %(now)s
+slots AS (
+    SELECT %(map)s::uuid AS map_run_id, v.i, v.status, e.item, ch.attempts, v.value, v.error,
+        v.undo, %(now)s::timestamptz AS finished_at
     FROM ch CROSS JOIN LATERAL jsonb_array_elements(ch.items) WITH ORDINALITY AS e(item, n)
     JOIN v ON v.i = ch.first + e.n::int - 1
+),
+sl AS (
+    INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, value, error, undo,
+        finished_at)
+    SELECT * FROM slots WHERE attempts = 1
+),
+again AS (
+    INSERT INTO {MAP_RESULT} AS r (map_run_id, index, status, item, attempts, value, error,
+        undo, finished_at)
+    SELECT * FROM slots WHERE attempts > 1
     ON CONFLICT (map_run_id, index) DO UPDATE SET status = EXCLUDED.status,
         attempts = EXCLUDED.attempts, value = EXCLUDED.value, error = EXCLUDED.error,
         undo = EXCLUDED.undo, finished_at = EXCLUDED.finished_at
 ),
-{_SETTLE_COUNTERS}{{claim}}
+tally AS (
+    INSERT INTO {MAP_TALLY} AS t (map_run_id, token, settled, succeeded, failed, halted,
+        not_started, first_failure)
+    SELECT %(map)s, %(token)s, %(settled)s, %(succeeded)s, %(failed)s, %(halted)s,
+        %(not_started)s, %(first_failure)s
+    FROM ch
+    ON CONFLICT (map_run_id, token) DO UPDATE SET settled = t.settled + EXCLUDED.settled,
+        succeeded = t.succeeded + EXCLUDED.succeeded, failed = t.failed + EXCLUDED.failed,
+        halted = t.halted + EXCLUDED.halted,
+        not_started = t.not_started + EXCLUDED.not_started,
+        first_failure = COALESCE(t.first_failure, EXCLUDED.first_failure)
+    RETURNING settled, failed, halted
+),
+others AS (
+    SELECT COALESCE(sum(settled), 0) AS settled, COALESCE(sum(failed), 0) AS failed,
+        COALESCE(sum(halted), 0) AS halted
+    FROM {MAP_TALLY} WHERE map_run_id = %(map)s AND token <> %(token)s
+),
+run AS (
+    SELECT m.settled + others.settled + tally.settled AS settled, m.size,
+        m.failed + others.failed + tally.failed AS failed,
+        m.halted + others.halted + tally.halted AS halted, m.stop_reason, m.collected,
+        m.status, m.rollback_settled, m.rollback_total
+    FROM {MAP_RUN} AS m, tally, others WHERE m.id = %(map)s
+){{claim}}
 SELECT run.settled, run.size, run.failed, run.halted, run.stop_reason, run.collected,
     run.status, run.rollback_settled, run.rollback_total, {{next_chunk}}
 FROM (SELECT 1) AS one LEFT JOIN run ON true {{join_next}}
@@ -414,6 +458,7 @@ maps AS (
     WHERE m.execution_id = ANY((SELECT ids FROM tree)::uuid[])
 ),
 results AS (DELETE FROM {MAP_RESULT} WHERE map_run_id = ANY((SELECT ids FROM maps)::uuid[])),
+tallies AS (DELETE FROM {MAP_TALLY} WHERE map_run_id = ANY((SELECT ids FROM maps)::uuid[])),
 chunks AS (DELETE FROM {MAP_CHUNK} WHERE map_run_id = ANY((SELECT ids FROM maps)::uuid[])),
 dispatches AS (
     DELETE FROM {DISPATCH}

@@ -197,10 +197,10 @@ def test_a_generator_source_is_read_lazily_in_batches(monkeypatch: pytest.Monkey
     writes: list[tuple[int, int, int]] = []
     write_items = store.maps.write_items
 
-    def recording(map_id: Any, first: int, items: Any) -> None:
+    def recording(map_id: Any, first: int, items: Any, **options: Any) -> None:
         # (first index, batch length, items the generator had produced at that moment)
         writes.append((first, len(items), len(produced)))
-        write_items(map_id, first, items)
+        write_items(map_id, first, items, **options)
 
     monkeypatch.setattr(store.maps, "write_items", recording)
 
@@ -225,6 +225,56 @@ def test_a_generator_source_is_read_lazily_in_batches(monkeypatch: pytest.Monkey
     # Each batch was written as soon as it was full: never more than a batch in memory.
     assert writes == [(0, 4, 4), (4, 4, 8), (8, 2, 10)]
     assert _items(outcome.execution_id) == [i * 3 for i in range(10)]
+
+
+def up_to(count: int) -> range:
+    return range(count)
+
+
+def double(n: int, count: int) -> int:
+    return n * 2
+
+
+class Doubled(Reactor):
+    values = map_over(up_to, double, n=arg.element(), count=arg.input("count"), collect=list)
+
+    class Meta:
+        returns = "values"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_source_batches_commit_without_waiting_for_the_disk_and_leave_the_setting_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each batch of the source is its own transaction with synchronous_commit off (the map
+    becomes runnable in a synchronous commit, which flushes them); the setting is local to
+    the batch's transaction, and a batch written inside the caller's transaction leaves the
+    caller's commit synchronous."""
+    from django.db import transaction
+
+    monkeypatch.setattr(store.maps, "MATERIALISE_BATCH", 4)
+
+    def settings_seen(queries: CaptureQueriesContext) -> list[str]:
+        return [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SET")]
+
+    with CaptureQueriesContext(connection) as own:
+        outcome = Doubled.run({"count": 10})
+    assert isinstance(outcome, Completed), outcome
+    assert outcome.value == [n * 2 for n in range(10)]
+    assert settings_seen(own) == ["SET LOCAL synchronous_commit TO off"] * 3  # 4 + 4 + 2
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+
+    # Inside a caller's transaction (run() refuses one; a test's is one) the batch goes in it.
+    map_id = _map(outcome.execution_id).pk
+    with transaction.atomic(), CaptureQueriesContext(connection) as inside:
+        store.maps.write_items(map_id, 0, [1, 2], chunk_size=4)
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+        transaction.set_rollback(True)
+    assert settings_seen(inside) == []
 
 
 def test_a_callable_source_gets_the_map_arguments_it_names() -> None:

@@ -412,7 +412,9 @@ def test_a_settle_that_died_before_its_fan_in_is_fanned_in_by_the_next_task(
     with queue.capturing(), pytest.raises(SystemExit):
         maps.work(map_id, forward=True)
     run = MapRun.objects.get(pk=map_id)
-    assert (run.settled, run.size, run.collected, run.status) == (5, 5, False, "running")
+    assert (run.size, run.collected, run.status) == (5, False, "running")
+    # Every element is settled (in the task's tally, not folded into the map's row yet).
+    assert store.maps.summary(map_id)["pending"] == 0
     assert "resume" not in [kind for kind, _ in queue.pending]
 
     monkeypatch.undo()
@@ -427,12 +429,153 @@ def test_a_settle_that_died_before_its_fan_in_is_fanned_in_by_the_next_task(
     assert len(resumes) == 1
 
 
+def test_settles_that_counted_without_each_other_are_fanned_in_when_their_task_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two tasks settling the last chunks at once each read the other's tally from before its
+    commit, so neither settle sees the map complete: the task that then finds nothing to
+    claim checks again after its commit and fans the map in, once."""
+    import dataclasses
+
+    from django_reactor import store
+    from django_reactor.runtime import maps
+
+    result = run_reactor_fanned([1, 2, 3, 4, 5])
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+    dialect = type(store.maps.dialect())
+    real_settle = dialect.settle_forward
+
+    def counted_without_the_other(self: Any, *args: Any, **kwargs: Any) -> Any:
+        row, following = real_settle(self, *args, **kwargs)
+        if row is not None:  # one element short: another task's settle not yet committed
+            row = dataclasses.replace(row, settled=row.settled - 1)
+        return row, following
+
+    monkeypatch.setattr(dialect, "settle_forward", counted_without_the_other)
+    queue = result._queue
+    with queue.capturing():
+        maps.work(map_id, forward=True)
+    monkeypatch.undo()
+    assert [kind for kind, _ in queue.pending].count("resume") == 1
+    result.drain()
+    assert result.status == ExecutionStatus.COMPLETED, result._describe()
+    run = MapRun.objects.get(pk=map_id)
+    assert (run.settled, run.succeeded, run.collected) == (5, 5, True)  # the tallies folded
+    resumes = [e for e in services.find(result.execution_id).trace if e.kind == "resume"]
+    assert len(resumes) == 1
+
+
+def test_a_task_folds_its_tally_into_the_map_counters_as_it_goes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The map's row (what the admin lists) catches up with a task's settles once a
+    FOLD_INTERVAL; here after every settle."""
+    from django_reactor import store
+    from django_reactor.runtime import maps
+
+    result = run_reactor_fanned([1, 2, 3, 4, 5])  # chunks of 2: [1, 2], [3, 4], [5]
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+    monkeypatch.setattr(maps, "FOLD_INTERVAL", -1.0)
+    real_fold = store.maps.fold
+    seen: list[tuple[int, int]] = []
+
+    def fold(map_id: Any, token: str) -> None:
+        real_fold(map_id, token)
+        run = MapRun.objects.get(pk=map_id)
+        seen.append((run.settled, run.succeeded))
+
+    monkeypatch.setattr(store.maps, "fold", fold)
+    with result._queue.capturing():
+        maps.work(map_id, forward=True)
+    assert seen == [(2, 2), (4, 4), (5, 5)]
+    result.drain()
+    assert result.status == ExecutionStatus.COMPLETED, result._describe()
+
+
+def echo(item: int) -> int:
+    return item
+
+
+class ManyEchoes(Reactor):
+    class Inputs(serializers.Serializer):
+        items = serializers.ListField(child=serializers.IntegerField())
+
+    echoes = map_over(
+        arg.input("items"), echo, item=arg.element(), fan_out=True, batch_size=4, chunk_size=2
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tasks_settling_and_folding_at_once_fan_the_map_in_once_without_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two element tasks on real threads work one map to its end, again and again: a task's
+    fold (holding the map's row) and the other's settle (inserting a tally row, whose
+    foreign key locks the map's row for key share) never wait for each other (a deadlock
+    aborts one of them after a second; the database counts it)."""
+    import threading
+
+    from django.db import connection, connections
+
+    from django_reactor.runtime import maps
+    from django_reactor.testing import run_reactor
+
+    def deadlocks() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+            )
+            return int(cursor.fetchone()[0])
+
+    # Each task folds its tally after every settle, so its next settle inserts a new one.
+    monkeypatch.setattr(maps, "FOLD_INTERVAL", -1.0)
+    before = deadlocks()
+    for _ in range(8):
+        result = run_reactor(ManyEchoes, {"items": list(range(200))}, background="none")
+        map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+        queue = result._queue
+        queue.pending.clear()
+        barrier = threading.Barrier(2, timeout=30)
+        errors: list[BaseException] = []
+
+        def task(map_id: Any, barrier: threading.Barrier, errors: list[BaseException]) -> None:
+            try:
+                barrier.wait()
+                maps.work(map_id, forward=True)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        with queue.capturing():
+            threads = [
+                threading.Thread(target=task, args=(map_id, barrier, errors)) for _ in range(2)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=120)
+        assert not errors, errors
+        assert [kind for kind, _ in queue.pending] == ["resume"]  # no task handed over
+        run = MapRun.objects.get(pk=map_id)
+        assert (run.settled, run.succeeded, run.collected) == (200, 200, True)
+    # The tasks' backends are gone (each thread closed its connection): their counts are in.
+    assert deadlocks() == before
+
+
+def run_reactor_fanned(items: list[int]) -> Any:
+    from django_reactor.testing import run_reactor
+
+    return run_reactor(FannedBasket, {"order_id": 1, "items": items}, background="none")
+
+
 def test_a_settle_that_died_before_stopping_the_map_is_stopped_by_the_next_settle(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The failure that crosses an atomic map's line is stored by the settle's statement; the
     stop follows. If the process dies in between, the next task reads the map's failures from
-    its counters: it starts no element and its settle stops the map."""
+    its counters and tallies: it starts no element and its settle stops the map."""
     from django_reactor import store
     from django_reactor.runtime import maps
     from django_reactor.testing import run_reactor
@@ -455,8 +598,8 @@ def test_a_settle_that_died_before_stopping_the_map_is_stopped_by_the_next_settl
     queue = result._queue
     with queue.capturing(), pytest.raises(SystemExit):
         maps.work(map_id, forward=True)  # chunk [1, 2]: element 0 fails, the stop dies
-    run = MapRun.objects.get(pk=map_id)
-    assert (run.failed, run.stop_reason) == (1, "")
+    assert MapRun.objects.get(pk=map_id).stop_reason == ""
+    assert store.maps.summary(map_id)["failed"] == 1  # in the dead task's tally
 
     with queue.capturing():
         maps.work(map_id, forward=True)  # the next task: starts nothing, stops the map

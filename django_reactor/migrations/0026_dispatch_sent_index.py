@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_reactor", "0024_mailbox"),
+        ("django_reactor", "0025_map_tallies"),
     ]
 
     operations = [
