@@ -53,8 +53,10 @@ from ..exceptions import (
     UnknownInterrupt,
 )
 from ..models import Execution, Interrupt
+from ..services.databases import across_databases
 from . import signatures
 from .authentication import ApiAuthentication
+from .databases import ApiDatabaseMixin
 from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
 from .filters import ExecutionFilterBackend, ExecutionFilterSet
 from .parsers import BodyRefused, StorableJSONParser, load
@@ -190,8 +192,15 @@ STEER_REFUSED = _error(
     retrieve=extend_schema(responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS}),
 )
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ExecutionViewSet(ApiErrorsMixin, ApiAuthentication, viewsets.ReadOnlyModelViewSet[Execution]):
+class ExecutionViewSet(
+    ApiDatabaseMixin,
+    ApiErrorsMixin,
+    ApiAuthentication,
+    viewsets.ReadOnlyModelViewSet[Execution],
+):
     """Read executions; cancel, undo or retry one (each needs its permission)."""
+
+    run_keyword = "pk"
 
     parser_classes = [StorableJSONParser]
     pagination_class = ExecutionPagination
@@ -361,8 +370,10 @@ CREDENTIAL_PARAMETERS = [
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ResumeView(ApiErrorsMixin, ApiAuthentication, APIView):
+class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
     """Deliver a payload to an interrupt (base of the three resume endpoints)."""
+
+    run_keyword = "execution_id"
 
     permission_classes: list[type[BasePermission]] = []
     throttle_classes = [ResumeRateThrottle]
@@ -503,8 +514,10 @@ class ResumeView(ApiErrorsMixin, ApiAuthentication, APIView):
         try:
             data = self._parse(body)
             row = self._interrupt(request, data, credential, kwargs)
-            self._authorize(request, row, credential)
-            outcome = services.shown_outcome(services.deliver(row, data["payload"]))
+            # Found by correlation id or token in whichever database holds it: work there.
+            with store.bound(store.bound_alias() or row._state.db or store.using()):
+                self._authorize(request, row, credential)
+                outcome = services.shown_outcome(services.deliver(row, data["payload"]))
         except ApiError as error:
             return error_response(error)
         except ReactorError as exc:
@@ -715,7 +728,7 @@ class TokenResumeView(ResumeView):
 
 def _by_token(credential: Credential) -> Interrupt:
     assert credential.token is not None
-    return store.interrupts.find_by_token(credential.token)
+    return across_databases(store.interrupts.find_by_token)(credential.token)
 
 
 def _names(row: Interrupt, data: dict[str, Any]) -> bool:

@@ -14,6 +14,7 @@ from ..states import (
     MapStatus,
 )
 from .choices import max_length_of
+from .routing import RoutedManager
 from .runs import Execution
 
 
@@ -97,6 +98,8 @@ class MapRun(models.Model):
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("map")
         verbose_name_plural = _("maps")
@@ -162,6 +165,8 @@ class MapChunk(models.Model):
         _("succeeded"), default=0, help_text=_("Elements of the chunk that succeeded.")
     )
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("map chunk")
         verbose_name_plural = _("map chunks")
@@ -220,6 +225,8 @@ class MapResult(models.Model):
         ),
     )
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    objects = RoutedManager()
 
     class Meta:
         verbose_name = _("map element")

@@ -12,6 +12,7 @@ from ..engine import timevalues
 from ..engine.executor import utcnow
 from ..exceptions import InvalidTime, ReactorError
 from ..states import TERMINAL_STATUSES
+from .databases import in_each_database
 
 
 def prune(
@@ -49,13 +50,17 @@ def prune(
         older_than_days * 86400, f"older_than_days={older_than_days}", now=utcnow()
     )
     if dry_run:
-        return store.count_prunable(cutoff, chosen)
-    total = 0
-    for count in store.prune_finished(cutoff, chosen, batch_size):
-        total += count
-        if on_batch is not None:
-            on_batch(count)
-    return total
+        return sum(in_each_database(lambda: store.count_prunable(cutoff, chosen)))
+
+    def prune_here() -> int:
+        total = 0
+        for count in store.prune_finished(cutoff, chosen, batch_size):
+            total += count
+            if on_batch is not None:
+                on_batch(count)
+        return total
+
+    return sum(in_each_database(prune_here))
 
 
 def ordered_lock(key: str) -> Any:

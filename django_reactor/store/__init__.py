@@ -60,14 +60,21 @@ from .claims import (
 )
 from .db import (
     CONNECTION_ERRORS,
-    USING,
+    alias_for,
+    aliases,
+    bound,
+    bound_alias,
+    check_alias,
     connection_lost,
+    default_alias,
     inside_user_transaction,
+    locate,
     reconnect_after,
     reconnectable,
     reconnecting,
     refresh_connections,
     side_by_side_limit,
+    using,
 )
 from .dialects import dialect, dialect_for
 from .executions import (
@@ -82,7 +89,7 @@ from .executions import (
     wake_now,
     wake_waiter,
 )
-from .identity import DatabaseMark, refuse_foreign, this_database
+from .identity import DatabaseMark, alias_of, refuse_foreign, this_database
 from .lease import Heartbeat, Kept, LeaseKeeper, lease_owner_token
 from .outbox import QueuedDispatch, queue_dispatch
 from .outcomes import outcome_of
@@ -112,7 +119,6 @@ from .sweep import SweepReport, due_now, paused_past_deadline, sweep
 __all__ = [
     "CONNECTION_ERRORS",
     "RESUMABLE",
-    "USING",
     "ChildExists",
     "DatabaseJournal",
     "DatabaseMark",
@@ -125,14 +131,21 @@ __all__ = [
     "SweepReport",
     "WorkerClaim",
     "adopt_child",
+    "alias_for",
+    "alias_of",
+    "aliases",
     "append_event",
+    "bound",
+    "bound_alias",
     "cancelled_while_running",
+    "check_alias",
     "claim",
     "claim_for_worker",
     "connection_lost",
     "coordination_state",
     "count_prunable",
     "create_execution",
+    "default_alias",
     "dialect",
     "dialect_for",
     "dialects",
@@ -152,6 +165,7 @@ __all__ = [
     "last_seq",
     "launched_steps",
     "lease_owner_token",
+    "locate",
     "maps",
     "outbox",
     "outcome_of",
@@ -185,6 +199,7 @@ __all__ = [
     "this_database",
     "time_in_tests",
     "unfinished_descendants",
+    "using",
     "wake_now",
     "wake_waiter",
 ]

@@ -15,7 +15,7 @@ from django.db import connections
 from ..conf import reactor_settings
 from ..models import MapChunk
 from . import sql
-from .db import USING
+from .db import using
 from .map_reads import ChunkClaim, Claimed, Settled, SlotWrite
 
 Chunk = MapChunk.Status
@@ -24,7 +24,7 @@ Chunk = MapChunk.Status
 def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
     """``maps.write_items``'s pieces as pending chunks, in one statement per batch (the ORM's
     bulk_create costs ten times more here)."""
-    with connections[USING].cursor() as cursor:
+    with connections[using()].cursor() as cursor:
         cursor.execute(
             sql.WRITE_CHUNKS,
             [
@@ -42,7 +42,7 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
     if forward:
         row = sql.execute(sql.CLAIM_CHUNK, params)
         return None if row is None else _forward_claim(*row)
-    with connections[USING].cursor() as cursor:
+    with connections[using()].cursor() as cursor:
         cursor.execute(sql.CLAIM_UNDO_CHUNK, params)
         rows = cursor.fetchall()
     if not rows:
@@ -150,7 +150,7 @@ def settle_undo(
 def never_start(map_id: uuid.UUID, now: dt.datetime) -> int:
     """``sql.NEVER_START``: the chunks never claimed of a stopped map settled ``not_started``;
     how many elements."""
-    with connections[USING].cursor() as cursor:
+    with connections[using()].cursor() as cursor:
         cursor.execute(sql.NEVER_START, {"map": map_id, "now": now})
         return int(cursor.fetchone()[0])
 

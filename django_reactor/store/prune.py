@@ -10,19 +10,19 @@ from django.db.models import Exists, OuterRef
 
 from ..models import Execution
 from ..states import TERMINAL_STATUSES
-from .db import USING
+from .db import using
 
 
 def _prunable(cutoff: dt.datetime, statuses: Iterable[str]) -> models.QuerySet[Execution]:
     """Top-level runs in ``statuses`` that finished before ``cutoff`` and whose every
     descendant (composed children, async units) has finished too."""
     unfinished_descendant = (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(root_id=OuterRef("pk"))
         .exclude(status__in=TERMINAL_STATUSES)
     )
     return (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(
             parent__isnull=True,
             status__in=list(statuses),
@@ -47,7 +47,7 @@ def prune_finished(cutoff: dt.datetime, statuses: Iterable[str], batch_size: int
     """
     statuses = list(statuses)
     while True:
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             ids = list(
                 _prunable(cutoff, statuses)
                 .select_for_update(skip_locked=True, of=("self",))
@@ -56,5 +56,5 @@ def prune_finished(cutoff: dt.datetime, statuses: Iterable[str], batch_size: int
             )
             if not ids:
                 return
-            Execution.objects.using(USING).filter(id__in=ids).delete()
+            Execution.objects.using(using()).filter(id__in=ids).delete()
         yield len(ids)

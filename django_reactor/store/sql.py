@@ -33,7 +33,7 @@ from ..models import (
     ScheduleFire,
     StepRecord,
 )
-from .db import USING, logger
+from .db import logger, using
 
 #: A statement's parameters: positional (``%s``) or named (``%(name)s``).
 Params = Sequence[Any] | Mapping[str, Any]
@@ -353,7 +353,7 @@ def insert_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], ..
 def insert_all(events: int, with_dispatch: bool, with_definition: bool = False) -> str:
     """A new run's one statement: its execution row, first events, dispatch and (unless kept
     already) its definition, each a data-modifying CTE; parameters in that order."""
-    connection = connections[USING]
+    connection = connections[using()]
     models_named: list[tuple[type[models.Model], str]] = []
     if with_definition:
         models_named.append((Definition, "df"))
@@ -423,7 +423,7 @@ def _execute(sql: str, params: Params, *, named: bool) -> tuple[list[str], tuple
     poolers), so preparation is enabled around this one statement only. Django's query logging
     and execute wrappers do not see this statement.
     """
-    connection = connections[USING]
+    connection = connections[using()]
     connection.ensure_connection()
     raw = connection.connection
     if psycopg is None or not isinstance(raw, psycopg.Connection):
@@ -478,7 +478,7 @@ def again_unprepared(function: Callable[P, T]) -> Callable[P, T]:
         try:
             return function(*args, **kwargs)
         except DatabaseError:
-            if refused or not _preparation_refused.is_set() or connections[USING].in_atomic_block:
+            if refused or not _preparation_refused.is_set() or connections[using()].in_atomic_block:
                 raise
             return function(*args, **kwargs)
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ..models import Dispatch, Execution
 from ..states import ExecutionStatus
 from .claims import RESUMABLE
-from .db import USING
+from .db import using
 from .outbox import QueuedDispatch, mark_sent, publish, publish_on_commit
 from .sleeps import end_due_sleeps
 
@@ -37,6 +37,11 @@ class SweepReport:
     deleted: int = 0
     expired: int = 0  # interrupts whose timeout passed (applied by services.sweep)
     fired: int = 0  # runs started by schedules (services.schedules.fire_due)
+
+    def add(self, other: SweepReport) -> None:
+        """Count ``other``'s work in this report too (the sweeps of several databases)."""
+        for name, value in other.as_dict().items():
+            setattr(self, name, getattr(self, name) + value)
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -61,7 +66,7 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
     """
     report = SweepReport()
     now = timezone.now()
-    skip_locked = connections[USING].features.has_select_for_update_skip_locked
+    skip_locked = connections[using()].features.has_select_for_update_skip_locked
 
     def locked(qs: QuerySet[M]) -> QuerySet[M]:
         return qs.select_for_update(skip_locked=True) if skip_locked else qs
@@ -69,10 +74,10 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
     # 1. Outbox rows no worker took within ``grace`` of their due time: the process that wrote
     #    them died before publishing, or the message was lost. Each is published again once.
     due_before = now - dt.timedelta(seconds=grace)
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         stale = list(
             locked(
-                Dispatch.objects.using(USING)
+                Dispatch.objects.using(using())
                 .filter(sent_at__isnull=True, created_at__lt=due_before)
                 .filter(Q(not_before__isnull=True) | Q(not_before__lt=due_before))
             )
@@ -99,7 +104,7 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
     #     worker that resumes them stops them there. Their wake-up time is never later than
     #     the deadline when the run parks; this catches deadlines set or moved since.
     report.deadlines = (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(
             deadline_at__lte=now,
             status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
@@ -115,11 +120,13 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
 
     # 2. Runs nobody owns that should be moving: a dead worker's run (lease expired), a retry
     #    whose wake-up time came, a pending run whose task was lost.
-    unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
-    with transaction.atomic(using=USING):
+    unsent = Dispatch.objects.using(using()).filter(
+        execution_id=OuterRef("pk"), sent_at__isnull=True
+    )
+    with transaction.atomic(using=using()):
         candidates = list(
             locked(
-                Execution.objects.using(USING)
+                Execution.objects.using(using())
                 .filter(status__in=RESUMABLE)
                 .filter(Q(parent__isnull=True) | Q(detached=True))
                 .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
@@ -132,7 +139,7 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
         )
         queued = []
         recently = set(
-            Dispatch.objects.using(USING)
+            Dispatch.objects.using(using())
             .filter(
                 execution_id__in=[c[0] for c in candidates],
                 sent_at__gte=now - dt.timedelta(seconds=redispatch_after),
@@ -151,17 +158,17 @@ def sweep(*, limit: int, grace: float, redispatch_after: float, retention: float
             else:
                 reason = Dispatch.Reason.START
                 report.redispatched += 1
-            row = Dispatch.objects.using(USING).create(execution_id=execution_id, reason=reason)
+            row = Dispatch.objects.using(using()).create(execution_id=execution_id, reason=reason)
             queued.append(QueuedDispatch(row.id, execution_id))
         publish_on_commit(queued)
 
     # 3. Forget dispatches that went out long ago (in batches: a sweep stays short).
     old = (
-        Dispatch.objects.using(USING)
+        Dispatch.objects.using(using())
         .filter(sent_at__lt=now - dt.timedelta(seconds=retention))
         .values_list("id", flat=True)[:limit]
     )
-    report.deleted, _ = Dispatch.objects.using(USING).filter(id__in=list(old)).delete()
+    report.deleted, _ = Dispatch.objects.using(using()).filter(id__in=list(old)).delete()
     return report
 
 
@@ -169,7 +176,7 @@ def paused_past_deadline(limit: int) -> list[Execution]:
     """Runs paused at an interrupt whose deadline passed (by the database's clock), oldest
     deadline first."""
     return list(
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(status=ExecutionStatus.PAUSED, deadline_at__lte=Now())
         .order_by("deadline_at")[:limit]
     )
@@ -179,7 +186,7 @@ def due_now(limit: int = 1000) -> list[uuid.UUID]:
     """Runs nobody owns that a worker would take now: waiting for a worker, or whose wake-up
     time has come (for tests that move time)."""
     return list(
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(
             status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
             lease_owner__isnull=True,
@@ -200,15 +207,17 @@ def _wake_due(
     """Queue a task for every run nobody owns whose wake-up time has come (at most ``limit``),
     unless one is queued already or went out within ``redispatch_after``, and end their sleeps
     that are over; how many runs, and how many sleeps."""
-    unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
-    recent = Dispatch.objects.using(USING).filter(
+    unsent = Dispatch.objects.using(using()).filter(
+        execution_id=OuterRef("pk"), sent_at__isnull=True
+    )
+    recent = Dispatch.objects.using(using()).filter(
         execution_id=OuterRef("pk"),
         sent_at__gte=now - dt.timedelta(seconds=redispatch_after),
     )
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         due = list(
             locked(
-                Execution.objects.using(USING)
+                Execution.objects.using(using())
                 .filter(
                     status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
                     wake_at__isnull=False,
@@ -227,7 +236,7 @@ def _wake_due(
         # Their rows are locked and nobody owns them: ending the sleeps here, in one update,
         # spares each woken run a checkpoint of its own on the worker.
         slept = end_due_sleeps(due, now)
-        rows = Dispatch.objects.using(USING).bulk_create(
+        rows = Dispatch.objects.using(using()).bulk_create(
             [Dispatch(execution_id=e, reason=Dispatch.Reason.WAKE) for e in due]
         )
         publish_on_commit([QueuedDispatch(row.id, row.execution_id) for row in rows], mark=True)
