@@ -5,7 +5,6 @@ operations, the sweeper, the API, the admin and the commands find it there."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -29,9 +28,8 @@ pytestmark = [
 
 
 @pytest.fixture(autouse=True)
-def routed(settings: Any) -> Iterator[None]:
+def routed(settings: Any) -> None:
     settings.REACTOR = {**settings.REACTOR, "DATABASE": ROUTING}
-    yield
 
 
 def rows_in(alias: str, model: Any, **lookup: Any) -> list[Any]:
@@ -67,15 +65,18 @@ def test_every_row_of_a_routed_run_is_in_its_database() -> None:
     assert set(steps) >= {"reserve", "audit", "notify", "approval", "lines", "ship"}
     assert set(steps.values()) == {"completed"}
     kinds = [e.kind for e in rows_in("shard", ExecutionEvent, execution_id=run_id)]
-    assert kinds[0] == EventKind.START and kinds[-1] == EventKind.COMPLETE
-    assert EventKind.PAUSE in kinds and EventKind.PAYLOAD in kinds
+    assert kinds[0] == EventKind.START
+    assert kinds[-1] == EventKind.COMPLETE
+    assert EventKind.PAUSE in kinds
+    assert EventKind.PAYLOAD in kinds
     for model in (StepRecord, ExecutionEvent, Interrupt):
         assert rows_in("default", model, execution_id=run_id) == []
 
 
 def test_an_unrouted_reactor_stays_in_the_default_database() -> None:
     outcome = StaysHome.run({})
-    assert isinstance(outcome, Completed) and outcome.value == "home"
+    assert isinstance(outcome, Completed)
+    assert outcome.value == "home"
     assert len(rows_in("default", Execution, pk=outcome.execution_id)) == 1
     assert rows_in("shard", Execution, pk=outcome.execution_id) == []
 
@@ -101,7 +102,8 @@ def test_a_delivery_by_correlation_id_finds_the_run_in_its_database() -> None:
 
     outcome = services.resume_interrupt(correlation_id="routed-o-7", payload={"approved": True})
 
-    assert isinstance(outcome, Completed) and outcome.execution_id == run_id
+    assert isinstance(outcome, Completed)
+    assert outcome.execution_id == run_id
 
 
 def test_an_unknown_run_is_not_found_in_any_database() -> None:
@@ -191,19 +193,22 @@ def test_the_admin_shows_each_database_and_a_runs_page_finds_it(
 
     home = operator_client.get(changelist)
     assert home.status_code == 200
-    assert home_id in home.content.decode() and run_id not in home.content.decode()
+    assert home_id in home.content.decode()
+    assert run_id not in home.content.decode()
     assert "?database=shard" in home.content.decode()  # the filter offers the other database
 
     shard = operator_client.get(changelist + "?database=shard")
     assert shard.status_code == 200
-    assert run_id in shard.content.decode() and home_id not in shard.content.decode()
+    assert run_id in shard.content.decode()
+    assert home_id not in shard.content.decode()
 
     page = operator_client.get(f"{changelist}{run_id}/change/")
     assert page.status_code == 200
     assert "approval" in page.content.decode()
 
     wrong = operator_client.get(changelist + "?database=nowhere")
-    assert wrong.status_code == 302 and "e=1" in wrong["Location"]
+    assert wrong.status_code == 302
+    assert "e=1" in wrong["Location"]
 
 
 def test_the_commands_find_routed_runs_and_take_a_database() -> None:

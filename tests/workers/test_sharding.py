@@ -31,9 +31,8 @@ def _shard_url() -> str:
 
 
 @pytest.fixture
-def routed(settings: Any) -> Iterator[None]:
+def routed(settings: Any) -> None:
     settings.REACTOR = {**settings.REACTOR, "DATABASE": ROUTING}
-    yield
 
 
 @pytest.fixture
