@@ -56,7 +56,7 @@ from ..models import Execution, Interrupt
 from ..services.databases import across_databases
 from . import signatures
 from .authentication import ApiAuthentication
-from .databases import ApiDatabaseMixin
+from .databases import DATABASE_PARAMETER, ApiDatabaseMixin
 from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
 from .filters import ExecutionFilterBackend, ExecutionFilterSet
 from .parsers import BodyRefused, StorableJSONParser, load
@@ -229,6 +229,14 @@ class ExecutionViewSet(
         return row
 
     @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                DATABASE_PARAMETER,
+                OpenApiTypes.STR,
+                description="When REACTOR['DATABASE'] routes reactors to several databases: "
+                "the one to list (default: the database of ?reactor=, else the default one).",
+            )
+        ],
         responses={
             200: ExecutionSerializer(many=True),
             400: _error(
