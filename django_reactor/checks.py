@@ -11,6 +11,7 @@ from .conf import (
     DEFAULTS,
     ByReactor,
     Count,
+    DatabaseRouting,
     FernetKeys,
     Flag,
     OptionalSeconds,
@@ -70,6 +71,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             messages.append(Error(problem, id="django_reactor.E005"))
         elif isinstance(setting, FernetKeys):
             messages.append(Error(problem, id="django_reactor.E012"))
+        elif isinstance(setting, DatabaseRouting):
+            messages.append(Error(problem, id="django_reactor.E013"))
+    messages += _database_messages(raw)
     messages += _api_messages(raw)
     messages += _by_reactor_messages(raw)
     modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])
@@ -82,6 +86,33 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+def _database_messages(raw: dict[str, Any]) -> list[CheckMessage]:
+    """``E013``: ``REACTOR["DATABASE"]`` names an alias that is not in ``DATABASES``."""
+    from django.db import connections
+
+    setting = ReactorSettings.DATABASE
+    value = raw.get("DATABASE", setting.default)
+    if setting.problem(value) is not None:
+        return []  # its shape is reported above
+    routed = {"default": value} if isinstance(value, str) else dict(value)
+    known = sorted(connections.settings)
+    return [
+        Error(
+            f"REACTOR['DATABASE'] routes {_whose(name)} to the database {alias!r}, which is "
+            "not in DATABASES.",
+            hint=f"Add {alias!r} to DATABASES (and run migrate --database {alias}), or route "
+            f"to one of: {', '.join(known)}.",
+            id="django_reactor.E013",
+        )
+        for name, alias in routed.items()
+        if alias not in connections.settings
+    ]
+
+
+def _whose(name: str) -> str:
+    return "the reactors it does not name" if name == "default" else f"runs of {name!r}"
 
 
 def _duration_problem(key: str, seconds: float | None) -> str | None:

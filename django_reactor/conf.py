@@ -239,6 +239,23 @@ class ByReactor(Setting[T]):
         return [str(key) for key in value if key != cls.DEFAULT_KEY]
 
 
+class DatabaseRouting(ByReactor[str | Mapping[str, str]]):
+    """``DATABASE``: the alias (a key of ``DATABASES``) runs are written to, or a dict of
+    aliases by registered reactor name with ``"default"`` for the others. Aliases that are not
+    in ``DATABASES`` are reported by check E013."""
+
+    expected = 'a database alias, or a dict {"default": alias, "<reactor name>": alias}'
+
+    def coerce(self, value: object) -> str | Mapping[str, str]:
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, Mapping) and all(
+            isinstance(k, str) and k and isinstance(v, str) and v for k, v in value.items()
+        ):
+            return dict(value)
+        raise self.refused(value)
+
+
 class ReactorSettings:
     """Attribute access to ``settings.REACTOR`` with defaults, cached until settings change.
 
@@ -269,6 +286,13 @@ class ReactorSettings:
     # The timeout of a step's attempt when the step declares none (None: no timeout). Past it
     # the attempt fails with StepTimedOut and the step's retry policy decides.
     STEP_TIMEOUT = OptionalSeconds(None)
+    # The database (a DATABASES alias) runs are written to: one for every reactor, or a dict
+    # {"default": alias, "<reactor name>": alias} to shard reactors across databases. A run's
+    # children, maps, trace, interrupts and dispatches live in its root run's database.
+    DATABASE = DatabaseRouting(
+        "default",
+        while_unknown="runs of the reactor it meant go to the default database meanwhile",
+    )
     # Celery queue for django_reactor's tasks (None: Celery's default queue).
     CELERY_QUEUE = OptionalText(None)
     # Times a run may lose its worker (crash, kill) before it is parked as needs_attention

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
 from . import store
@@ -25,6 +26,24 @@ from .store.secrets import Marks
 if TYPE_CHECKING:
     from .engine.journal import RecordedStep
     from .models import Execution, ExecutionEvent, StepRecord
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _in_its_database(
+    method: Callable[Concatenate[ExecutionHandle, P], T],
+) -> Callable[Concatenate[ExecutionHandle, P], T]:
+    """A handle's ``method`` run in the database its run was read from (runs may be routed to
+    several, ``REACTOR["DATABASE"]``)."""
+
+    @functools.wraps(method)
+    def in_its_database(handle: ExecutionHandle, *args: P.args, **kwargs: P.kwargs) -> T:
+        with store.bound(handle._row._state.db or store.using()):
+            return method(handle, *args, **kwargs)
+
+    return in_its_database
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +198,7 @@ class ExecutionHandle:
         return self._row.subject
 
     @property
+    @_in_its_database
     def outcome(self) -> Outcome:
         return store.outcome_of(self._row)
 
@@ -188,6 +208,7 @@ class ExecutionHandle:
 
     # -- steps and trace
     @property
+    @_in_its_database
     def steps(self) -> list[StepView]:
         """Step records in completion order."""
         if self._steps is None:
@@ -206,6 +227,7 @@ class ExecutionHandle:
         return self.step(name).result
 
     @property
+    @_in_its_database
     def trace(self) -> list[TraceEvent]:
         """The append-only trace, oldest first."""
         if self._trace is None:
@@ -217,6 +239,7 @@ class ExecutionHandle:
         """For a composed child: the execution whose step runs it."""
         return self._row.parent_id
 
+    @_in_its_database
     def child(self, step: str) -> ExecutionHandle:
         """The composed child that ``step`` ran (raises KeyError when it has none)."""
         row = store.find_child(self.id, step)
@@ -234,9 +257,11 @@ class ExecutionHandle:
             )
         return self._operations
 
+    @_in_its_database
     def refresh(self) -> ExecutionHandle:
         return self._services.find(self.id)
 
+    @_in_its_database
     def wait(self, timeout: float | None = None) -> Outcome:
         """Wait until the run stops moving by itself, and return its outcome.
 
@@ -281,16 +306,20 @@ class ExecutionHandle:
         self._steps = self._trace = None
         return self.outcome
 
+    @_in_its_database
     def cancel(self, reason: str = "") -> ExecutionHandle:
         return self._services.cancel(self.id, reason=reason)
 
+    @_in_its_database
     def undo(self) -> ExecutionHandle:
         return self._services.undo(self.id)
 
+    @_in_its_database
     def retry(self) -> Outcome:
         return self._services.retry(self.id)
 
     @property
+    @_in_its_database
     def interrupts(self) -> tuple[PendingInterrupt, ...]:
         """The interrupts this run waits at (empty unless it is paused); an interrupt of a
         composed child paused under it by its path (``"checkout.approval"``)."""
@@ -301,11 +330,13 @@ class ExecutionHandle:
         )
 
     @property
+    @_in_its_database
     def maps(self) -> list[dict[str, Any]]:
         """A summary of each ``map_over`` step this run reached (totals, sampled failures)."""
 
         return [store.maps.summary(run.pk, run) for run in store.maps.maps_of(self.id)]
 
+    @_in_its_database
     def resume(
         self,
         step: str | Sequence[str] | None = None,
@@ -325,6 +356,7 @@ class ExecutionHandle:
             background=background,
         )
 
+    @_in_its_database
     def send(
         self,
         topic: str,

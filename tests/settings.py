@@ -55,6 +55,13 @@ else:
     default["TEST"] = {"NAME": f"test_django_reactor_{os.getpid()}"}
     DATABASES = {"default": default}
 
+# A second PostgreSQL database runs can be routed to (REACTOR["DATABASE"]), for the tests of a
+# fleet sharded by reactor; created only for the tests that ask for it.
+if "PostgreSQL" not in SERVICE_PROBLEMS:
+    shard = database_from_url(POSTGRES_URL)
+    shard["TEST"] = {"NAME": f"test_django_reactor_shard_{os.getpid()}"}
+    DATABASES["shard"] = shard
+
 # A second database, so that tests can show what an atomic step refuses: a query on another
 # alias, which could not commit with the step's checkpoint.
 DATABASES["elsewhere"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}

@@ -94,6 +94,7 @@ def test_what_the_settings_object_refuses_the_check_reports(name: str) -> None:
         ["django_reactor.E004"],
         ["django_reactor.E005"],
         ["django_reactor.E012"],
+        ["django_reactor.E013"],
     )
 
 

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.admin.utils import quote
@@ -44,6 +43,7 @@ from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
 from ..store import dialect_for
+from .databases import DatabaseAdmin
 from .display import admin_url
 
 if TYPE_CHECKING:
@@ -422,7 +422,7 @@ def _labels(keyset: Keyset | None) -> tuple[str, str]:
     return str(_("previous")), str(_("next"))
 
 
-class KeysetAdmin(admin.ModelAdmin):
+class KeysetAdmin(DatabaseAdmin):
     """A model admin whose change list is a :class:`KeysetChangeList`.
 
     ``count_limit`` caps the count, and so the numbered pages. Facets are off: each would count

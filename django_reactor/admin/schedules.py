@@ -30,6 +30,7 @@ from ..exceptions import InvalidSchedule, ReactorError
 from ..models import Schedule, ScheduleFire
 from ..services.cadence import check_zone, format_every
 from ..states import FireOutcome
+from .databases import DatabaseAdmin
 from .display import APP, execution_link, short_reactor, status_badge
 from .paging import KeysetAdmin
 
@@ -168,7 +169,7 @@ class ScheduleForm(forms.ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(DatabaseAdmin):
     """Schedules: added, changed, paused, resumed, run and removed through
     ``services.schedules``."""
 

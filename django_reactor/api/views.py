@@ -56,8 +56,10 @@ from ..exceptions import (
     UnknownTopic,
 )
 from ..models import Execution, Interrupt
+from ..services.databases import across_databases
 from . import signatures
 from .authentication import ApiAuthentication
+from .databases import DATABASE_PARAMETER, ApiDatabaseMixin
 from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
 from .filters import ExecutionFilterBackend, ExecutionFilterSet
 from .parsers import BodyRefused, StorableJSONParser, load
@@ -199,8 +201,15 @@ STEER_REFUSED = _error(
     retrieve=extend_schema(responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS}),
 )
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ExecutionViewSet(ApiErrorsMixin, ApiAuthentication, viewsets.ReadOnlyModelViewSet[Execution]):
+class ExecutionViewSet(
+    ApiDatabaseMixin,
+    ApiErrorsMixin,
+    ApiAuthentication,
+    viewsets.ReadOnlyModelViewSet[Execution],
+):
     """Read executions; cancel, undo or retry one (each needs its permission)."""
+
+    run_keyword = "pk"
 
     parser_classes = [StorableJSONParser]
     pagination_class = ExecutionPagination
@@ -229,6 +238,14 @@ class ExecutionViewSet(ApiErrorsMixin, ApiAuthentication, viewsets.ReadOnlyModel
         return row
 
     @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                DATABASE_PARAMETER,
+                OpenApiTypes.STR,
+                description="When REACTOR['DATABASE'] routes reactors to several databases: "
+                "the one to list (default: the database of ?reactor=, else the default one).",
+            )
+        ],
         responses={
             200: ExecutionSerializer(many=True),
             400: _error(
@@ -370,8 +387,10 @@ CREDENTIAL_PARAMETERS = [
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ResumeView(ApiErrorsMixin, ApiAuthentication, APIView):
+class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
     """Deliver a payload to an interrupt (base of the three resume endpoints)."""
+
+    run_keyword = "execution_id"
 
     permission_classes: list[type[BasePermission]] = []
     throttle_classes = [ResumeRateThrottle]
@@ -523,8 +542,10 @@ class ResumeView(ApiErrorsMixin, ApiAuthentication, APIView):
                     )
                 )
                 return self._answer(outcome, credential)
-            self._authorize(request, row, credential)
-            outcome = services.shown_outcome(services.deliver(row, data["payload"]))
+            # Found by correlation id or token in whichever database holds it: work there.
+            with store.bound(store.bound_alias() or row._state.db or store.using()):
+                self._authorize(request, row, credential)
+                outcome = services.shown_outcome(services.deliver(row, data["payload"]))
         except ApiError as error:
             return error_response(error)
         except ReactorError as exc:
@@ -744,7 +765,7 @@ class TokenResumeView(ResumeView):
 
 def _by_token(credential: Credential) -> Interrupt:
     assert credential.token is not None
-    return store.interrupts.find_by_token(credential.token)
+    return across_databases(store.interrupts.find_by_token)(credential.token)
 
 
 def _names(row: Interrupt, data: dict[str, Any]) -> bool:

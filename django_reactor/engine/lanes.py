@@ -40,6 +40,7 @@ every step a ``launch`` entry names that has no record.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import queue
 import threading
@@ -158,7 +159,13 @@ class _Lanes:
     def submit(self, task: Callable[[], None]) -> None:
         with self.lock:
             if self.idle == 0 and len(self.threads) < self.limit:
-                thread = threading.Thread(target=self._lane, name="reactor-step", daemon=True)
+                # A lane runs steps in the caller's context (the database its run is bound to).
+                thread = threading.Thread(
+                    target=contextvars.copy_context().run,
+                    args=(self._lane,),
+                    name="reactor-step",
+                    daemon=True,
+                )
                 self.threads.append(thread)
                 thread.start()
             else:

@@ -19,6 +19,7 @@ lease's next extension), for any step that calls it.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -85,7 +86,13 @@ def supervised(
             on_thread_end()
 
     started = time.monotonic()
-    worker = threading.Thread(target=target, name=f"reactor-step-{watch.step}", daemon=True)
+    # The body runs in the caller's context (the database its run is bound to).
+    worker = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(target,),
+        name=f"reactor-step-{watch.step}",
+        daemon=True,
+    )
     worker.start()
     while True:
         now = time.monotonic()

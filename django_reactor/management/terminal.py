@@ -18,13 +18,14 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from django_reactor import store
 from django_reactor.states import ExecutionStatus
 
 # Endings by how they ended: done green, failures red, deliberate stops yellow. Runs still in
@@ -61,9 +62,29 @@ class ReactorCommand(BaseCommand):
         super().__init__(stdout, stderr, no_color, force_color)
         self.force_color = force_color
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="The database (a DATABASES alias) to work in when REACTOR['DATABASE'] routes "
+            "reactors to several; default: each run's own when the command names runs, else "
+            "the default one.",
+        )
+        return parser
+
     def execute(self, *args: Any, **options: Any) -> Any:
         self.force_color = bool(options.get("force_color"))
-        return super().execute(*args, **options)
+        alias = options.get("database")
+        if alias is None:
+            return super().execute(*args, **options)
+        if alias not in store.aliases():
+            raise CommandError(
+                f"--database {alias!r} is not a database runs are written to; "
+                f"REACTOR['DATABASE'] routes runs to: {', '.join(store.aliases())}"
+            )
+        with store.bound(alias):
+            return super().execute(*args, **options)
 
     def run_from_argv(self, argv: list[str]) -> None:
         """Run from the command line. When standard output is a pipe its reader closed, exit

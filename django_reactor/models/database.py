@@ -15,6 +15,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .routing import RoutedManager
+
 
 class DatabaseIdentity(models.Model):
     """Which database this is: a random id, drawn when django_reactor's tables were created.
@@ -27,6 +29,8 @@ class DatabaseIdentity(models.Model):
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     identity = models.UUIDField(_("identity"), unique=True, default=uuid.uuid4, editable=False)
     created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+
+    objects = RoutedManager()
 
     class Meta:
         managed = False

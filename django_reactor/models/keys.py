@@ -15,6 +15,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from .routing import RoutedManager
+
 
 class SubjectKey(models.Model):
     """One subject's data key: live (``key`` set), or forgotten (``erased_at`` set)."""
@@ -35,6 +37,8 @@ class SubjectKey(models.Model):
         blank=True,
         help_text=_("When the subject was forgotten: its key is gone, its secrets unreadable."),
     )
+
+    objects = RoutedManager()
 
     class Meta:
         verbose_name = _("subject key")

@@ -14,6 +14,7 @@ from ..states import (
     MapStatus,
 )
 from .choices import max_length_of
+from .routing import RoutedManager
 from .runs import Execution
 
 
@@ -101,6 +102,8 @@ class MapRun(models.Model):
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("map")
         verbose_name_plural = _("maps")
@@ -166,6 +169,8 @@ class MapChunk(models.Model):
         _("succeeded"), default=0, help_text=_("Elements of the chunk that succeeded.")
     )
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("map chunk")
         verbose_name_plural = _("map chunks")
@@ -225,6 +230,8 @@ class MapResult(models.Model):
     )
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("map element")
         verbose_name_plural = _("map elements")
@@ -265,6 +272,8 @@ class MapTally(models.Model):
     halted = models.PositiveIntegerField(_("halted"), default=0)
     not_started = models.PositiveIntegerField(_("not started"), default=0)
     first_failure = models.PositiveIntegerField(_("first failure"), null=True, blank=True)
+
+    objects = RoutedManager()
 
     class Meta:
         verbose_name = _("map tally")

@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..states import MessageKind, MessageStatus
 from .choices import max_length_of
+from .routing import RoutedManager
 from .runs import Execution
 
 #: The longest topic a message may be sent to (also the longest interrupt path it names).
@@ -63,6 +64,8 @@ class Message(models.Model):
     consumed_by_step = models.CharField(_("consumed by step"), max_length=255, blank=True)
     created_at = models.DateTimeField(_("sent at"), auto_now_add=True)
     consumed_at = models.DateTimeField(_("consumed at"), null=True, blank=True)
+
+    objects = RoutedManager()
 
     class Meta:
         verbose_name = _("message")

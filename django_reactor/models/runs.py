@@ -21,6 +21,7 @@ from ..states import (
     StepStatus,
 )
 from .choices import max_length_of
+from .routing import RoutedManager
 
 
 class Execution(models.Model):
@@ -175,6 +176,8 @@ class Execution(models.Model):
         ),
     )
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("execution")
         verbose_name_plural = _("executions")
@@ -278,6 +281,8 @@ class Definition(models.Model):
     )
     created_at = models.DateTimeField(_("first run at"), auto_now_add=True)
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("reactor definition")
         verbose_name_plural = _("reactor definitions")
@@ -340,6 +345,8 @@ class StepRecord(models.Model):
     )
     duration_ms = models.FloatField(_("duration (ms)"), null=True, blank=True)
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("step record")
         verbose_name_plural = _("step records")
@@ -372,6 +379,8 @@ class ExecutionEvent(models.Model):
     at = models.DateTimeField(_("at"))
     duration_ms = models.FloatField(_("duration (ms)"), null=True, blank=True)
     data = models.JSONField(_("data"), default=dict, blank=True)
+
+    objects = RoutedManager()
 
     class Meta:
         verbose_name = _("execution event")
@@ -421,6 +430,8 @@ class Dispatch(models.Model):
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
+
+    objects = RoutedManager()
 
     class Meta:
         verbose_name = _("dispatch")
@@ -488,6 +499,8 @@ class Interrupt(models.Model):
     created_at = models.DateTimeField(_("reached at"), auto_now_add=True)
     closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("interrupt")
         verbose_name_plural = _("interrupts")
@@ -547,6 +560,8 @@ class ApiRequest(models.Model):
     status_code = models.PositiveSmallIntegerField(_("response status"), default=0)
     response = models.JSONField(_("response body"), null=True, blank=True)
     created_at = models.DateTimeField(_("received at"), auto_now_add=True)
+
+    objects = RoutedManager()
 
     class Meta:
         verbose_name = _("API request")

@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..states import CatchUp, FireOutcome, Overlap
 from .choices import max_length_of
+from .routing import RoutedManager
 
 
 class Schedule(models.Model):
@@ -94,6 +95,8 @@ class Schedule(models.Model):
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
+    objects = RoutedManager()
+
     class Meta:
         verbose_name = _("schedule")
         verbose_name_plural = _("schedules")
@@ -159,6 +162,8 @@ class ScheduleFire(models.Model):
     )
     note = models.TextField(_("note"), blank=True, default="", help_text=_("Why, in words."))
     created_at = models.DateTimeField(_("recorded at"), auto_now_add=True)
+
+    objects = RoutedManager()
 
     class Meta:
         verbose_name = _("schedule fire")

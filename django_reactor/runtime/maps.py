@@ -89,6 +89,8 @@ class MapResults:
 
     def __init__(self, map_id: uuid.UUID | str) -> None:
         self.map_id = uuid.UUID(str(map_id))
+        #: The database of the map's run (made while it is bound): read there wherever read.
+        self.alias = store.using()
 
     def __reactor_encode__(self) -> tuple[str, str]:
         return "map_results", str(self.map_id)
@@ -103,7 +105,8 @@ class MapResults:
         return hash(self.map_id)
 
     def __len__(self) -> int:
-        return store.maps.count(self.map_id, [ElementStatus.SUCCEEDED, ElementStatus.UNDONE])
+        with store.bound(self.alias):
+            return store.maps.count(self.map_id, [ElementStatus.SUCCEEDED, ElementStatus.UNDONE])
 
     def __iter__(self) -> Iterator[Any]:
         for result in self._read([ElementStatus.SUCCEEDED, ElementStatus.UNDONE]):
@@ -123,14 +126,16 @@ class MapResults:
 
     def summary(self) -> dict[str, Any]:
         """Totals by outcome and up to 25 sampled failures (see ``store.maps.summary``)."""
-        return store.maps.summary(self.map_id)
+        with store.bound(self.alias):
+            return store.maps.summary(self.map_id)
 
     def _read(self, statuses: list[str] | None) -> Iterator[ElementResult]:
         after = -1
         while True:
-            rows = store.maps.page(
-                self.map_id, after=after, limit=self.page_size, statuses=statuses
-            )
+            with store.bound(self.alias):
+                rows = store.maps.page(
+                    self.map_id, after=after, limit=self.page_size, statuses=statuses
+                )
             for index, status, value, error in rows:
                 yield ElementResult(index, status, decode(value), error)
             if len(rows) < self.page_size:
@@ -452,7 +457,29 @@ def _queryset_batches(queryset: QuerySet[Any], model_rows: bool) -> Iterator[lis
 def work(
     map_id: uuid.UUID | str, *, forward: bool, published_for: store.DatabaseMark | None = None
 ) -> None:
-    """Entry point of the element tasks: run (or undo) elements of the map until none is left.
+    """Entry point of the element tasks: run (or undo) elements of the map until none is left,
+    in the database of the map's run (the one the message names when several are configured,
+    ``REACTOR["DATABASE"]``, else the one that has the map)."""
+    aliases = store.aliases()
+    alias = store.bound_alias() or (store.alias_of(published_for) if len(aliases) > 1 else None)
+    if alias is None and len(aliases) > 1:
+        alias = next(
+            (a for a in aliases if _has_map(a, map_id)),
+            store.default_alias(),
+        )
+    with store.bound(alias or aliases[0]):
+        _work_here(map_id, forward=forward, published_for=published_for)
+
+
+def _has_map(alias: str, map_id: uuid.UUID | str) -> bool:
+    with store.bound(alias):
+        return store.maps.get(map_id) is not None
+
+
+def _work_here(
+    map_id: uuid.UUID | str, *, forward: bool, published_for: store.DatabaseMark | None = None
+) -> None:
+    """Run (or undo) elements of the map until none is left, in the bound database.
 
     ``published_for``: the database the task's message was published for; a map this database
     does not have raises WrongDatabase when that is another database (see ``store.identity``).

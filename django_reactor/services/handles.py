@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .. import store
 from ..exceptions import ExecutionNotFound
 from ..handle import ExecutionHandle, Operations
+from .databases import across_databases
 
 if TYPE_CHECKING:
     from ..models import Execution
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 OPERATIONS: Operations | None = None
 
 
+@across_databases
 def find(execution_id: uuid.UUID | str, *, reactor: type[Reactor] | None = None) -> ExecutionHandle:
     """The stored execution ``execution_id`` (of ``reactor``, when given)."""
     row = store.get_row(execution_id)

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ..models import Execution, Interrupt
 
 
+from .databases import across_databases
 from .guards import check_key, refuse_open_transaction
 from .secrets import fail_erased
 
@@ -58,6 +59,7 @@ InterruptName = str | Sequence[str]
 logger = logging.getLogger("django_reactor.services")
 
 
+@across_databases
 def resume_interrupt(
     execution_id: uuid.UUID | str | None = None,
     *,
@@ -185,13 +187,19 @@ def _resume_interrupt(
 
 
 def deliver(row: Interrupt, payload: Any, *, background: bool | None = None) -> Outcome:
-    """Deliver ``payload`` to the interrupt ``row`` (from :func:`find_interrupt`).
+    """Deliver ``payload`` to the interrupt ``row`` (from :func:`find_interrupt`), in the
+    database it was read from.
 
     What :func:`resume_interrupt` does once it has found the interrupt; the API calls it with
     the interrupt its credential check found, so the interrupt is read once per request. The
     run that resumes is the one that paused for it: for an interrupt of a composed child, the
     run at the top of the composition, which continues the child.
     """
+    with store.bound(store.bound_alias() or row._state.db or store.using()):
+        return _deliver_here(row, payload, background=background)
+
+
+def _deliver_here(row: Interrupt, payload: Any, *, background: bool | None) -> Outcome:
     store.interrupts.refuse_closed(row)
     where = store.interrupts.nesting(row)
     if store.messages.kept_delivery(where.top_id, where.path):
@@ -226,6 +234,7 @@ def deliver(row: Interrupt, payload: Any, *, background: bool | None = None) -> 
     return _continue_inline(definition, claim.owned)
 
 
+@across_databases
 def find_interrupt(
     *,
     execution_id: uuid.UUID | str | None = None,
@@ -453,6 +462,7 @@ def after_pause(outcome: Outcome) -> Outcome:
     )
 
 
+@across_databases
 def issue_resume_token(execution_id: uuid.UUID | str, step: InterruptName) -> str:
     """A single-use resume token for the interrupt ``step`` of a paused run (a path such as
     ``"checkout.approval"`` for an interrupt of a composed child).

@@ -13,6 +13,7 @@ from ..engine import timevalues
 from ..engine.executor import utcnow
 from ..exceptions import InvalidTime, ReactorError
 from ..states import TERMINAL_STATUSES
+from .databases import in_each_database
 
 #: The longest wait between two batches of a prune, in seconds.
 MAX_PAUSE = 3600.0
@@ -59,15 +60,19 @@ def prune(
         older_than_days * 86400, f"older_than_days={older_than_days}", now=utcnow()
     )
     if dry_run:
-        return store.count_prunable(cutoff, chosen)
-    total = 0
-    for count in store.prune_finished(cutoff, chosen, batch_size):
-        total += count
-        if on_batch is not None:
-            on_batch(count)
-        if pause:
-            time.sleep(pause)
-    return total
+        return sum(in_each_database(lambda: store.count_prunable(cutoff, chosen)))
+
+    def prune_here() -> int:
+        total = 0
+        for count in store.prune_finished(cutoff, chosen, batch_size):
+            total += count
+            if on_batch is not None:
+                on_batch(count)
+            if pause:
+                time.sleep(pause)
+        return total
+
+    return sum(in_each_database(prune_here))
 
 
 def ordered_lock(key: str) -> Any:

@@ -11,10 +11,12 @@ from ..engine.constructs.receive import check_topic, receive_paths
 from ..engine.outcomes import InProgress, Outcome
 from ..engine.serialization import encode
 from ..exceptions import InvalidMessage, InvalidTransition, ResultNotSerializable, UnknownTopic
+from .databases import across_databases
 from .guards import check_key
 from .interrupts import deliver_kept, spec_at
 
 
+@across_databases
 def send(
     execution: Any,
     topic: str,

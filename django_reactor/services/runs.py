@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ..reactor import Reactor
 
 
+from .databases import across_databases, on_reactors_database
 from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
 from .handles import find
 from .interrupts import after_pause
@@ -85,7 +86,26 @@ def _run(
     all_in_background: bool,
     timing: Timing | None = None,
 ) -> Outcome:
-    """``run`` and ``run_in_background``: check the call, record invalid inputs, start."""
+    """``run`` and ``run_in_background``: check the call, record invalid inputs, start (in the
+    reactor's database, ``REACTOR["DATABASE"]``)."""
+    with on_reactors_database(reactor.definition.name):
+        return _run_here(
+            reactor,
+            inputs,
+            idempotency_key=idempotency_key,
+            all_in_background=all_in_background,
+            timing=timing,
+        )
+
+
+def _run_here(
+    reactor: type[Reactor],
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None,
+    all_in_background: bool,
+    timing: Timing | None,
+) -> Outcome:
     definition = reactor.definition
     method = "run_in_background" if all_in_background else "run"
     if not isinstance(inputs, Mapping):
@@ -273,11 +293,13 @@ def find_by_correlation_id(correlation_id: str, *, reactor: type[Reactor] | str)
     """The run of ``reactor`` (the class or its name, as :func:`run` takes it) waiting (or
     last waiting) under ``correlation_id``; raises InterruptNotFound."""
     reactor = reactor_named(reactor)
-    row = store.interrupts.find(correlation_id=correlation_id, reactor=reactor.definition.name)
-    # An interrupt of a composed child: the run of ``reactor`` at the top, which paused for it.
-    return find(store.interrupts.nesting(row).top_id, reactor=reactor)
+    with on_reactors_database(reactor.definition.name):
+        row = store.interrupts.find(correlation_id=correlation_id, reactor=reactor.definition.name)
+        # An interrupt of a composed child: the run of ``reactor`` at the top, which paused for it.
+        return find(store.interrupts.nesting(row).top_id, reactor=reactor)
 
 
+@across_databases
 def retry(execution_id: uuid.UUID | str) -> Outcome:
     """Run a failed execution again as a new execution linked to it (``retry_of``).
 

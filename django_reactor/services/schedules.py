@@ -39,6 +39,7 @@ from ..states import CatchUp, FireOutcome, Overlap
 from ..store.schedules import Decision, FireRow, ScheduleRow
 from . import runs
 from .cadence import Cadence, check_cron, check_zone, parse_every
+from .databases import on_reactors_database
 from .guards import reactor_named
 
 if TYPE_CHECKING:
@@ -214,7 +215,9 @@ def create(
     now = django_timezone.now()
     next_fire_at = cadence.after(now) if fields["enabled"] else None
     try:
-        return store.schedules.create(**fields, next_fire_at=next_fire_at)
+        # In the database of the reactor's runs (``REACTOR["DATABASE"]``), where its fires go.
+        with on_reactors_database(reactor_name):
+            return store.schedules.create(**fields, next_fire_at=next_fire_at)
     except store.schedules.NameTaken:
         raise InvalidSchedule({"name": [_name_taken(fields["name"])]}) from None
 

@@ -13,6 +13,7 @@ from ..engine.outcomes import Completed, ErrorInfo, ErrorKind, Failed, Outcome
 from ..engine.redaction import redact
 from ..exceptions import ReactorError, ReactorNotRegistered, SubjectErased
 from ..states import EventKind, ExecutionStatus
+from .databases import in_each_database
 
 if TYPE_CHECKING:
     from ..models import Execution
@@ -31,7 +32,15 @@ def forget_subject(subject: str) -> store.subject_keys.Forgotten:
     if not isinstance(subject, str) or not subject.strip():
         raise ReactorError("name the subject to forget: the value of its runs' Meta.subject")
     store.subject_keys.check_subject(subject, "the subject to forget")
-    forgotten = store.subject_keys.forget(subject)
+    # A subject's runs may be in several databases, each with the subject's key of its own.
+    each = in_each_database(lambda: store.subject_keys.forget(subject))
+    erased_at = [f.erased_at for f in each if f.erased_at is not None]
+    forgotten = store.subject_keys.Forgotten(
+        subject=subject,
+        erased=sum(f.erased for f in each),
+        erased_at=min(erased_at) if erased_at else None,
+        runs=sum(f.runs for f in each),
+    )
     if forgotten.erased:
         logger.info("subject %r forgotten: its secrets are erased", subject)
     return forgotten
@@ -42,10 +51,19 @@ def rotate_keys(
 ) -> store.rotation.Progress:
     """Seal again, with the first of ``REACTOR["ENCRYPTION_KEYS"]``, every stored secret
     sealed with another key, and seal the secrets stored in clear (rows written before secrets
-    were sealed); the subjects' data keys are encrypted again too. See ``store.rotation``."""
+    were sealed); the subjects' data keys are encrypted again too, in every database runs are
+    written to. See ``store.rotation``."""
     if batch_size < 1:
         raise ReactorError(f"the batch size must be at least 1, got {batch_size}")
-    return store.rotation.rotate(batch_size=batch_size, progress=progress)
+    done = in_each_database(lambda: store.rotation.rotate(batch_size=batch_size, progress=progress))
+    if len(done) == 1:
+        return done[0]
+    total = store.rotation.Progress(table=done[-1].table)
+    for part in done:
+        for field in dataclasses.fields(part):
+            if field.name != "table":
+                setattr(total, field.name, getattr(total, field.name) + getattr(part, field.name))
+    return total
 
 
 def shown_outcome(outcome: Outcome) -> Outcome:

@@ -19,6 +19,7 @@ from ..exceptions import (
 from ..handle import ExecutionHandle
 from ..runtime import executors
 from ..states import ExecutionStatus, sources_of
+from .databases import across_databases
 from .guards import refuse_child, refuse_open_transaction
 from .handles import find, handle_of
 
@@ -29,6 +30,7 @@ CANCELLABLE = tuple(sorted(sources_of(ExecutionStatus.CANCELLED)))
 logger = logging.getLogger("django_reactor.services")
 
 
+@across_databases
 def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandle:
     """Stop a run without rolling anything back (use :func:`undo` to roll back).
 
@@ -67,6 +69,7 @@ def _cancel_descendants(execution_id: uuid.UUID, reason: str) -> None:
             store.maps.stop_all(child_id, "cancelled")
 
 
+@across_databases
 def wake(execution_id: uuid.UUID | str) -> ExecutionHandle:
     """ "Wake now": end a run's sleep now, or start a scheduled run now (a worker takes it).
 
@@ -96,6 +99,7 @@ def wake(execution_id: uuid.UUID | str) -> ExecutionHandle:
 UNDOABLE = tuple(sorted(sources_of(ExecutionStatus.ROLLING_BACK)))
 
 
+@across_databases
 def undo(execution_id: uuid.UUID | str) -> ExecutionHandle:
     """Roll back every completed step of a finished run, newest first; then it is cancelled.
 

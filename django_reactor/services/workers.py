@@ -50,6 +50,19 @@ logger = logging.getLogger("django_reactor.services")
 def resume(
     execution_id: uuid.UUID | str, *, published_for: store.DatabaseMark | None = None
 ) -> Outcome | None:
+    """Run an execution from its last checkpoint in this process (the worker's task), in the
+    database that holds it: the one the message names when several are configured
+    (``REACTOR["DATABASE"]``), else the one it is found in."""
+    if store.bound_alias() is not None:
+        return _resume_here(execution_id, published_for=published_for)
+    alias = store.alias_of(published_for) if len(store.aliases()) > 1 else None
+    with store.bound(alias or store.locate(execution_id) or store.default_alias()):
+        return _resume_here(execution_id, published_for=published_for)
+
+
+def _resume_here(
+    execution_id: uuid.UUID | str, *, published_for: store.DatabaseMark | None = None
+) -> Outcome | None:
     """Run an execution from its last checkpoint in this process (the worker's task).
 
     Takes the run only if nobody owns it: a duplicate delivery, a finished run or a retry that
@@ -183,7 +196,7 @@ def resume(
                     DATABASE_ERROR_RETRIES,
                 )
                 logger.debug("the lost connection's error", exc_info=True)
-                connections[store.USING].close()
+                connections[store.using()].close()
                 continue
             # Not the step's code (its exceptions are failures the executor records): the
             # engine or the database refused something. It would fail the same way on every
@@ -256,7 +269,9 @@ def _park(
 
 
 def sweep() -> store.SweepReport:
-    """Queue again the work that crashes and lost messages left behind (see ``reactor_sweep``).
+    """Queue again the work that crashes and lost messages left behind (see ``reactor_sweep``),
+    in every database runs are written to (``REACTOR["DATABASE"]``), one after the other; the
+    report adds them up.
 
     A phase whose batch (``SWEEP_BATCH`` rows, each batch committed and published on its own)
     comes back full goes again at once, for up to ``SWEEP_BUDGET`` seconds; the report says
@@ -267,7 +282,12 @@ def sweep() -> store.SweepReport:
     pooler or an operator dropped it), it reconnects and sweeps again.
     """
     store.refresh_connections()
-    return store.reconnecting(_sweep_once, what="sweeping")
+    bound = store.bound_alias()
+    report = store.SweepReport()
+    for alias in (bound,) if bound is not None else store.aliases():
+        with store.bound(alias):
+            report.add(store.reconnecting(_sweep_once, what=f"sweeping the database {alias!r}"))
+    return report
 
 
 def next_sweep_in(report: store.SweepReport, interval: float) -> float:

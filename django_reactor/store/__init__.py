@@ -61,14 +61,21 @@ from .claims import (
 )
 from .db import (
     CONNECTION_ERRORS,
-    USING,
+    alias_for,
+    aliases,
+    bound,
+    bound_alias,
+    check_alias,
     connection_lost,
+    default_alias,
     inside_user_transaction,
+    locate,
     reconnect_after,
     reconnectable,
     reconnecting,
     refresh_connections,
     side_by_side_limit,
+    using,
 )
 from .dialects import dialect, dialect_for
 from .executions import (
@@ -83,7 +90,7 @@ from .executions import (
     wake_now,
     wake_waiter,
 )
-from .identity import DatabaseMark, refuse_foreign, this_database
+from .identity import DatabaseMark, alias_of, refuse_foreign, this_database
 from .lease import Heartbeat, Kept, LeaseKeeper, lease_owner_token
 from .outbox import QueuedDispatch, queue_dispatch
 from .outcomes import outcome_of
@@ -113,7 +120,6 @@ from .sweep import Rounds, SweepReport, due_now, paused_past_deadline, sweep
 __all__ = [
     "CONNECTION_ERRORS",
     "RESUMABLE",
-    "USING",
     "ChildExists",
     "DatabaseJournal",
     "DatabaseMark",
@@ -127,14 +133,21 @@ __all__ = [
     "SweepReport",
     "WorkerClaim",
     "adopt_child",
+    "alias_for",
+    "alias_of",
+    "aliases",
     "append_event",
+    "bound",
+    "bound_alias",
     "cancelled_while_running",
+    "check_alias",
     "claim",
     "claim_for_worker",
     "connection_lost",
     "coordination_state",
     "count_prunable",
     "create_execution",
+    "default_alias",
     "dialect",
     "dialect_for",
     "dialects",
@@ -154,6 +167,7 @@ __all__ = [
     "last_seq",
     "launched_steps",
     "lease_owner_token",
+    "locate",
     "maps",
     "messages",
     "outbox",
@@ -188,6 +202,7 @@ __all__ = [
     "this_database",
     "time_in_tests",
     "unfinished_descendants",
+    "using",
     "wake_now",
     "wake_waiter",
 ]

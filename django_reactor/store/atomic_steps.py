@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - psycopg is a dependency; others: Djang
 
 from ..conf import reactor_settings
 from ..exceptions import AtomicStepError, AtomicStepTimeout
-from .db import USING, connection_lost
+from .db import connection_lost, using
 from .dialects import Dialect
 from .dialects import dialect as store_dialect
 from .rows import Owned
@@ -61,16 +61,16 @@ class DatabaseStepTransaction:
         self.action = action
         self.owned = owned
         self.bound = reactor_settings.ATOMIC_STEP_TIMEOUT
-        self.connection = connections[USING]
+        self.connection = connections[using()]
         self.dialect = store_dialect() if dialect is None else dialect
         self.queried = False
         self.open = True
         self._guards = contextlib.ExitStack()
-        self._atomic = transaction.atomic(using=USING)
+        self._atomic = transaction.atomic(using=using())
         self._atomic.__enter__()
         try:
             for alias in connections:
-                if alias != USING:
+                if alias != using():
                     self._guards.enter_context(connections[alias].execute_wrapper(self._elsewhere))
             self._guards.enter_context(self.connection.execute_wrapper(self._here))
         except BaseException:
@@ -87,7 +87,7 @@ class DatabaseStepTransaction:
         alias = context["connection"].alias
         raise AtomicStepError(
             f"step {self.step!r} is atomic (its {self.action} runs inside a transaction on the "
-            f"database {USING!r}), so it cannot query the database {alias!r}: that write could "
+            f"database {using()!r}), so it cannot query the database {alias!r}: that write could "
             "not commit or roll back with the step. Its writes were rolled back. Move the work "
             f"on {alias!r} to a step that is not atomic"
         )

@@ -25,7 +25,7 @@ from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
 from . import dialects, trace
 from .atomic_steps import DatabaseStepTransaction
-from .db import USING, close_thread_connections, reconnecting
+from .db import close_thread_connections, reconnecting, using
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
 from .lease import note_heartbeat
@@ -68,7 +68,7 @@ class DatabaseJournal:
     def reactor(self) -> str:
         """The run's reactor name (read once, for the rare writes that need it)."""
         return str(
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=self.execution_id)
             .values_list("reactor", flat=True)
             .get()
@@ -118,7 +118,7 @@ class DatabaseJournal:
     def ensure_owned(self) -> None:
         """The run's fence is still this journal's, or ``LeaseLost`` (one read, reconnecting
         when the connection is lost again)."""
-        runs = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
+        runs = Execution.objects.using(using()).filter(pk=self.execution_id, fence=self.fence)
         if not reconnecting(runs.exists, what=f"reading execution {self.execution_id}'s fence"):
             raise LeaseLost(
                 f"execution {self.execution_id} was taken over by another process while this "
@@ -202,20 +202,20 @@ class DatabaseJournal:
     def _write_step(self, step: str, values: dict[str, Any]) -> None:
         """Insert the step's record, or replace it; a replaced record that stood for a trace
         entry leaves that entry as an event row first (the trace stays append-only)."""
-        records = StepRecord.objects.using(USING)
+        records = StepRecord.objects.using(using())
         record = records.filter(execution_id=self.execution_id, step=step).first()
         if record is None:
             records.create(execution_id=self.execution_id, step=step, **values)
             return
         if record.traced:
-            trace.entry_of(record).save(using=USING, force_insert=True)
+            trace.entry_of(record).save(using=using(), force_insert=True)
         for name, value in values.items():
             setattr(record, name, value)
-        record.save(using=USING, update_fields=list(values))
+        record.save(using=using(), update_fields=list(values))
 
     def _commit_orm_fields(self, batch: JournalBatch, fields: dict[str, Any]) -> str | None:
-        with transaction.atomic(using=USING):
-            owned = Execution.objects.using(USING).filter(pk=self.execution_id, fence=self.fence)
+        with transaction.atomic(using=using()):
+            owned = Execution.objects.using(using()).filter(pk=self.execution_id, fence=self.fence)
             if not owned.update(**fields):
                 raise LeaseLost(
                     f"execution {self.execution_id} is no longer owned by this process "
@@ -248,7 +248,7 @@ class DatabaseJournal:
                 close_waiting(self.execution_id, stop_children=batch.finished)
             reached = batch.interrupt
             if reached is not None:
-                Interrupt.objects.using(USING).create(
+                Interrupt.objects.using(using()).create(
                     execution_id=self.execution_id,
                     reactor=self.reactor,
                     step=reached.step,
@@ -260,7 +260,7 @@ class DatabaseJournal:
                 )
             rollback = batch.rollback
             if rollback is not None:
-                StepRecord.objects.using(USING).filter(
+                StepRecord.objects.using(using()).filter(
                     execution_id=self.execution_id, step=rollback.step
                 ).update(
                     rollback=rollback.status,
@@ -268,7 +268,7 @@ class DatabaseJournal:
                     rolled_back_at=rollback.at,
                 )
             if events:
-                ExecutionEvent.objects.using(USING).bulk_create(
+                ExecutionEvent.objects.using(using()).bulk_create(
                     new_event_rows(self.execution_id, events)
                 )
             if batch.dispatch is not None:
@@ -277,7 +277,7 @@ class DatabaseJournal:
                 wake_parent(self.wakes)
                 announce_finished(self.execution_id, str(batch.status or ""))
             requested_at, reason = (
-                Execution.objects.using(USING)
+                Execution.objects.using(using())
                 .filter(pk=self.execution_id)
                 .values_list("cancel_requested_at", "cancel_reason")
                 .get()

@@ -20,7 +20,7 @@ from ..conf import reactor_settings
 from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
 from ..models import Execution, ExecutionEvent
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus
-from .db import USING
+from .db import using
 from .dialects import dialect
 from .executions import wake_parent
 from .interrupts import close_waiting
@@ -50,9 +50,9 @@ def refence(owned: Owned, owner: str) -> Owned | None:
     process's (that checkpoint released it, or another process took it over).
     """
     now = timezone.now()
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         updated = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=owned.execution_id, fence=owned.fence, lease_owner=owner)
             .update(
                 fence=F("fence") + 1,
@@ -63,7 +63,7 @@ def refence(owned: Owned, owner: str) -> Owned | None:
         if not updated:
             return None
         fence = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=owned.execution_id)
             .values_list("fence", flat=True)
             .get()
@@ -91,9 +91,9 @@ def end_owned(
     nothing else runs. A failed run's waiting interrupts close (a needs-attention run's stay
     for the person who looks at it)."""
     now = timezone.now()
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         updated = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=owned.execution_id, fence=owned.fence)
             .update(
                 status=status,
@@ -108,7 +108,7 @@ def end_owned(
             raise LeaseLost(f"execution {owned.execution_id} was taken over by another process")
         if status == ExecutionStatus.FAILED:
             close_waiting(owned.execution_id, stop_children=True)
-        ExecutionEvent.objects.using(USING).create(
+        ExecutionEvent.objects.using(using()).create(
             execution_id=owned.execution_id,
             seq=last_seq(owned.execution_id) + 1,
             kind=event_kind,
@@ -116,7 +116,7 @@ def end_owned(
             data=data,
         )
         parent = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=owned.execution_id, detached=True)
             .values_list("parent_id", flat=True)
             .first()
@@ -135,9 +135,9 @@ def claim(
     """
     allowed = list(allowed)
     now = timezone.now()
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         updated = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=execution_id, status__in=allowed)
             .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
             .update(
@@ -151,7 +151,7 @@ def claim(
         )
         if updated:
             fence = (
-                Execution.objects.using(USING)
+                Execution.objects.using(using())
                 .filter(pk=execution_id)
                 .values_list("fence", flat=True)
                 .get()
@@ -180,8 +180,8 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
     """
     now = timezone.now()
     cancellable = list(cancellable)
-    with transaction.atomic(using=USING):
-        row = Execution.objects.using(USING).select_for_update().filter(pk=execution_id).first()
+    with transaction.atomic(using=using()):
+        row = Execution.objects.using(using()).select_for_update().filter(pk=execution_id).first()
         if row is None:
             raise ExecutionNotFound(f"no execution with id {execution_id}")
         previous = row.status
@@ -215,7 +215,7 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
         row.save()
         close_waiting(execution_id, stop_children=True)
         last = last_seq(execution_id)
-        ExecutionEvent.objects.using(USING).create(
+        ExecutionEvent.objects.using(using()).create(
             execution_id=execution_id,
             seq=last + 1,
             kind=EventKind.CANCEL,

@@ -5,21 +5,69 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, Error, InterfaceError, OperationalError, connections
 
+from ..conf import ReactorImproperlyConfigured, reactor_settings
 from ..exceptions import ReactorError
 from ..models import Execution
+from ..models.routing import bound as bound
+from ..models.routing import bound_alias
 
 try:
     import psycopg
 except ImportError:  # pragma: no cover - psycopg is a dependency; others: Django's errors only
     psycopg = None  # type: ignore[assignment]
 
-#: The database alias every store module writes to.
-USING = DEFAULT_DB_ALIAS
+
+def using() -> str:
+    """The database alias the store reads and writes in this context: the one bound by
+    :func:`bound` (a run's, while an entry point works on it), else the default database of
+    ``REACTOR["DATABASE"]``."""
+    return bound_alias() or default_alias()
+
+
+def default_alias() -> str:
+    """The database of reactors ``REACTOR["DATABASE"]`` does not name (Django's ``default``
+    unless it says otherwise)."""
+    return _database_setting()[0]
+
+
+def alias_for(reactor_name: str) -> str:
+    """The database the runs of the reactor registered as ``reactor_name`` are written to."""
+    default, by_reactor = _database_setting()
+    return by_reactor.get(reactor_name, default)
+
+
+def aliases() -> tuple[str, ...]:
+    """Every database runs are written to: the default first, then the others as configured
+    (the sweeper sweeps each; a run found by its id is looked for in each)."""
+    default, by_reactor = _database_setting()
+    return tuple(dict.fromkeys([default, *by_reactor.values()]))
+
+
+def _database_setting() -> tuple[str, dict[str, str]]:
+    """``REACTOR["DATABASE"]`` as (the default alias, the alias of each reactor named)."""
+    raw = reactor_settings.DATABASE
+    if isinstance(raw, str):
+        return raw, {}
+    assert isinstance(raw, Mapping)  # validated by the setting
+    by_reactor = {str(name): str(alias) for name, alias in raw.items() if name != "default"}
+    return str(raw.get("default", DEFAULT_DB_ALIAS)), by_reactor
+
+
+def check_alias(alias: str, where: str) -> str:
+    """``alias`` when it is one of ``DATABASES``; ReactorImproperlyConfigured otherwise."""
+    if alias not in connections.settings:
+        known = ", ".join(sorted(connections.settings)) or "none"
+        raise ReactorImproperlyConfigured(
+            f"{where} names the database {alias!r}, which is not in DATABASES (its aliases: "
+            f"{known}); add it to DATABASES or route the reactor to one of them"
+        )
+    return alias
+
 
 logger = logging.getLogger("django_reactor.store")
 
@@ -192,7 +240,7 @@ def reconnecting(operation: Callable[[], T], *, what: str) -> T:
     Only for operations that are safe to repeat (a claim by the same owner, a read, a sweep)
     and outside any transaction. After the last attempt the error is raised.
     """
-    connection = connections[USING]
+    connection = connections[using()]
     for attempt, pause in enumerate(RECONNECT_PAUSES, start=1):
         if pause:
             time.sleep(pause)
@@ -222,22 +270,45 @@ def reconnecting(operation: Callable[[], T], *, what: str) -> T:
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def inside_user_transaction(using: str = USING) -> bool:
-    """True inside an ``atomic()`` block the caller opened (test-case wrappers do not count)."""
-    connection = connections[using]
-    if not connection.in_atomic_block:
-        return False
-    return not all(getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+def inside_user_transaction(alias: str | None = None) -> bool:
+    """True inside an ``atomic()`` block the caller opened (test-case wrappers do not count),
+    on ``alias`` (default: the store's database, and Django's ``default`` too when runs are
+    routed elsewhere: step bodies write there)."""
+    for checked in dict.fromkeys([alias or using(), DEFAULT_DB_ALIAS]):
+        if checked not in connections.settings:
+            continue
+        connection = connections[checked]
+        if connection.in_atomic_block and not all(
+            getattr(block, "_from_testcase", False) for block in connection.atomic_blocks
+        ):
+            return True
+    return False
 
 
-def side_by_side_limit(using: str = USING) -> int | None:
+def side_by_side_limit(alias: str | None = None) -> int | None:
     """1 inside the transaction of a test case (``django.test.TestCase``, pytest-django's
     ``db``): steps in other threads could not see its rows, so they run one after another
     there. None elsewhere: the reactor's own ``Meta.max_concurrency``."""
-    connection = connections[using]
+    connection = connections[alias or using()]
     return 1 if connection.in_atomic_block else None
 
 
 def db_id(execution_id: uuid.UUID) -> Any:
     """An execution id as the database stores it (raw SQL skips the field's conversion)."""
-    return Execution._meta.pk.get_db_prep_value(execution_id, connections[USING])
+    return Execution._meta.pk.get_db_prep_value(execution_id, connections[using()])
+
+
+def locate(execution_id: uuid.UUID | str) -> str | None:
+    """The database that holds the run ``execution_id`` (one query per database tried, none
+    when only one is configured); None when no database has it or the id is not one."""
+    known = aliases()
+    if len(known) == 1:
+        return known[0]
+    try:
+        key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
+    except ValueError:
+        return None
+    for alias in known:
+        if Execution.objects.using(alias).filter(pk=key).exists():
+            return alias
+    return None

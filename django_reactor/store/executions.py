@@ -20,7 +20,7 @@ from ..exceptions import AlreadyRetried
 from ..models import Definition, Dispatch, Execution, ExecutionEvent, StepRecord
 from ..states import ExecutionStatus, StepStatus
 from . import sql
-from .db import USING
+from .db import using
 from .dialects import dialect
 from .outbox import queue_dispatch
 from .reads import find_child, find_retry, last_seq
@@ -135,7 +135,7 @@ def create_execution(
         if idempotency_key is None:
             raise
         holder = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(reactor=reactor, idempotency_key=idempotency_key)
             .values_list("id", flat=True)
             .first()
@@ -175,14 +175,14 @@ def wake_parent(parent_id: uuid.UUID) -> None:
     worker resumes (the root, or a detached unit).
     """
     row = (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(pk=parent_id)
         .values("status", "parent_id", "detached")
         .first()
     )
     if row is None or row["status"] != ExecutionStatus.PENDING:
         return
-    Execution.objects.using(USING).filter(pk=parent_id).update(wake_at=None)
+    Execution.objects.using(using()).filter(pk=parent_id).update(wake_at=None)
     if row["parent_id"] is not None and not row["detached"]:
         wake_parent(row["parent_id"])
     else:
@@ -193,11 +193,11 @@ def wake_now(execution_id: uuid.UUID) -> bool:
     """Make a pending run that waits for its wake-up time (a retry's backoff, a park) due now;
     whether it was waiting. For tests, where time passes at once; a sleeping run (``sleep()``)
     is left asleep: its time is part of what a test checks (``end_sleep`` wakes it)."""
-    sleeping = StepRecord.objects.using(USING).filter(
+    sleeping = StepRecord.objects.using(using()).filter(
         execution_id=OuterRef("pk"), status=StepStatus.SLEEPING
     )
     return bool(
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(
             pk=execution_id,
             status=ExecutionStatus.PENDING,
@@ -213,9 +213,9 @@ def start_now(execution_id: uuid.UUID) -> bool:
     """A run that waits for a time (scheduled to start, or sleeping) is due now: a sleep ends
     now, a scheduled run starts now, and a task is queued for it. Whether it was waiting."""
     now = timezone.now()
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         woken = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(
                 pk=execution_id,
                 status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
@@ -225,7 +225,7 @@ def start_now(execution_id: uuid.UUID) -> bool:
         )
         if not woken:
             return False
-        StepRecord.objects.using(USING).filter(
+        StepRecord.objects.using(using()).filter(
             execution_id=execution_id, status=StepStatus.SLEEPING
         ).update(result=now.isoformat())
         end_due_sleeps([execution_id], now)
@@ -240,35 +240,38 @@ def adopt_child(execution_id: uuid.UUID, *, continuing: bool = False) -> Owned:
     ``continuing``: the parent continues the child; a child paused at an interrupt (whose
     payload came) is running again.
     """
-    with transaction.atomic(using=USING):
-        Execution.objects.using(USING).filter(pk=execution_id).update(
+    with transaction.atomic(using=using()):
+        Execution.objects.using(using()).filter(pk=execution_id).update(
             fence=F("fence") + 1, updated_at=timezone.now()
         )
         if continuing:
-            Execution.objects.using(USING).filter(
+            Execution.objects.using(using()).filter(
                 pk=execution_id, status=ExecutionStatus.PAUSED
             ).update(status=ExecutionStatus.RUNNING)
         fence = (
-            Execution.objects.using(USING).filter(pk=execution_id).values_list("fence", flat=True)
+            Execution.objects.using(using()).filter(pk=execution_id).values_list("fence", flat=True)
         ).get()
     return Owned(execution_id, fence)
 
 
 def append_event(execution_id: uuid.UUID, kind: str, data: JSONMapping) -> None:
     """Add an operator-level entry to a run's trace (not tied to an owner)."""
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         # Lock the execution row so concurrent appends cannot pick the same sequence number.
         list(
-            Execution.objects.using(USING).select_for_update().filter(pk=execution_id).values("pk")
+            Execution.objects.using(using())
+            .select_for_update()
+            .filter(pk=execution_id)
+            .values("pk")
         )
         last = last_seq(execution_id)
-        ExecutionEvent.objects.using(USING).create(
+        ExecutionEvent.objects.using(using()).create(
             execution_id=execution_id, seq=last + 1, kind=kind, at=timezone.now(), data=data
         )
 
 
 def save_coordination_state(execution_id: uuid.UUID, state: dict[str, Any]) -> None:
-    Execution.objects.using(USING).filter(pk=execution_id).update(coordination=state)
+    Execution.objects.using(using()).filter(pk=execution_id).update(coordination=state)
 
 
 def wake_waiter(key: str) -> uuid.UUID | None:
@@ -277,9 +280,9 @@ def wake_waiter(key: str) -> uuid.UUID | None:
     The run goes on at once instead of at its wake-up time; if it loses the race again it is
     rescheduled again. One run: a released lock (or slot) lets one more through.
     """
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         waiting = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(
                 status=ExecutionStatus.PENDING,
                 lease_owner__isnull=True,
@@ -288,11 +291,11 @@ def wake_waiter(key: str) -> uuid.UUID | None:
             )
             .order_by("updated_at")
         )
-        if connections[USING].features.has_select_for_update_skip_locked:
+        if connections[using()].features.has_select_for_update_skip_locked:
             waiting = waiting.select_for_update(skip_locked=True)
         found = waiting.values_list("id", flat=True).first()
         if found is None:
             return None
-        Execution.objects.using(USING).filter(pk=found).update(wake_at=None)
+        Execution.objects.using(using()).filter(pk=found).update(wake_at=None)
         queue_dispatch(found, Dispatch.Reason.WAKE)
     return found

@@ -22,7 +22,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..exceptions import WrongDatabase
 from ..models import DatabaseIdentity
-from .db import USING
+from .db import aliases, bound, using
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,29 +40,29 @@ _known: dict[str, DatabaseMark] = {}
 def this_database(*, fresh: bool = False) -> DatabaseMark | None:
     """This process's database: read once per process (again with ``fresh``); None when its
     identity cannot be read (the migration that writes it has not run)."""
-    if not fresh and USING in _known:
-        return _known[USING]
-    connection = connections[USING]
+    if not fresh and using() in _known:
+        return _known[using()]
+    connection = connections[using()]
     # Inside a transaction (the sweeper's) a failed read must not break it: a savepoint.
-    guard = transaction.atomic(using=USING) if connection.in_atomic_block else None
+    guard = transaction.atomic(using=using()) if connection.in_atomic_block else None
     try:
         with guard or contextlib.nullcontext():
             identity = (
-                DatabaseIdentity.objects.using(USING).values_list("identity", flat=True).first()
+                DatabaseIdentity.objects.using(using()).values_list("identity", flat=True).first()
             )
     except DatabaseError:
         return None
     if identity is None:
         return None
     mark = DatabaseMark(str(identity), database_name())
-    _known[USING] = mark
+    _known[using()] = mark
     return mark
 
 
 def database_name() -> str:
     """``NAME on HOST:PORT`` of this process's database, as its settings give it (``NAME``
     alone without a host: SQLite, a local socket)."""
-    settings = connections[USING].settings_dict
+    settings = connections[using()].settings_dict
     where = ":".join(str(part) for part in (settings.get("HOST"), settings.get("PORT")) if part)
     return f"{settings.get('NAME')} on {where}" if where else str(settings.get("NAME"))
 
@@ -86,3 +86,16 @@ def refuse_foreign(mark: DatabaseMark | None, what: str) -> None:
         "next sweep, then every REACTOR['REDISPATCH_AFTER'] seconds while no worker takes "
         "it). Point this worker's DATABASES at the database of the web processes."
     )
+
+
+def alias_of(mark: DatabaseMark | None) -> str | None:
+    """The configured database whose identity ``mark`` names (each database's identity read
+    once per process); None without a mark, or when no configured database has it."""
+    if mark is None:
+        return None
+    for alias in aliases():
+        with bound(alias):
+            here = this_database()
+        if here is not None and here.identity == mark.identity:
+            return alias
+    return None

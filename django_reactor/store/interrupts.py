@@ -37,7 +37,7 @@ from ..exceptions import (
 )
 from ..models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import EventKind, ExecutionStatus, InterruptStatus, StepStatus
-from .db import USING
+from .db import using
 from .outbox import queue_dispatch
 from .reads import get_row, last_seq, parse_id, subject_of
 from .rows import Owned
@@ -82,7 +82,7 @@ def above(execution_id: uuid.UUID, step: str, *, reactor: str = "") -> Nesting:
     current = execution_id
     while True:
         found = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=current)
             .values_list("reactor", "parent_id", "parent_step", "detached")
             .first()
@@ -109,7 +109,7 @@ def paused_below(execution_id: uuid.UUID) -> dict[uuid.UUID, str]:
     level = [execution_id]
     while level:
         rows = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(parent_id__in=level, detached=False, status=ExecutionStatus.PAUSED)
             .values_list("id", "parent_id", "parent_step")
         )
@@ -128,7 +128,7 @@ def locate(execution_id: uuid.UUID, path: str) -> tuple[uuid.UUID | None, str]:
     current: uuid.UUID | None = execution_id
     for step in steps:
         current = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(parent_id=current, parent_step=step, detached=False)
             .values_list("id", flat=True)
             .first()
@@ -144,7 +144,7 @@ def at(execution_id: uuid.UUID, path: str) -> Interrupt | None:
     owner, leaf = locate(execution_id, path)
     if owner is None:
         return None
-    row = Interrupt.objects.using(USING).filter(execution_id=owner, step=leaf).first()
+    row = Interrupt.objects.using(using()).filter(execution_id=owner, step=leaf).first()
     if row is not None:
         row.listed_path = path
     return row
@@ -162,7 +162,7 @@ def accepted_below(execution_id: uuid.UUID) -> list[str]:
     prefixes = paused_below(execution_id)
     return [
         prefixes[owner] + step
-        for owner, step in StepRecord.objects.using(USING)
+        for owner, step in StepRecord.objects.using(using())
         .filter(execution_id__in=list(prefixes), status=StepStatus.RESUMED)
         .order_by("seq")
         .values_list("execution_id", "step")
@@ -175,7 +175,7 @@ def accepted_below(execution_id: uuid.UUID) -> list[str]:
 def waiting_for_correlation(reactor: str, correlation_id: str) -> uuid.UUID | None:
     """The run of ``reactor`` waiting under ``correlation_id``, if any."""
     return (
-        Interrupt.objects.using(USING)
+        Interrupt.objects.using(using())
         .filter(reactor=reactor, correlation_id=correlation_id, status=InterruptStatus.WAITING)
         .values_list("execution_id", flat=True)
         .first()
@@ -201,20 +201,20 @@ def find(
         key = parse_id(execution_id)  # ExecutionNotFound for a malformed id
         if step is not None and "." in step:
             owner, leaf = locate(key, step)
-            candidates = Interrupt.objects.using(USING).none()
+            candidates = Interrupt.objects.using(using()).none()
             if owner is not None:
-                candidates = Interrupt.objects.using(USING).filter(execution_id=owner, step=leaf)
+                candidates = Interrupt.objects.using(using()).filter(execution_id=owner, step=leaf)
                 prefixes[owner] = step.rpartition(".")[0] + "."
         elif step is not None:
-            candidates = Interrupt.objects.using(USING).filter(execution_id=key, step=step)
+            candidates = Interrupt.objects.using(using()).filter(execution_id=key, step=step)
         else:
             prefixes = paused_below(key)
-            candidates = Interrupt.objects.using(USING).filter(execution_id__in=list(prefixes))
+            candidates = Interrupt.objects.using(using()).filter(execution_id__in=list(prefixes))
         where = f"execution {key}"
     elif correlation_id is not None:
         if not isinstance(correlation_id, str) or not correlation_id or "\x00" in correlation_id:
             raise InterruptNotFound(f"no run waits under correlation id {correlation_id!r}")
-        candidates = Interrupt.objects.using(USING).filter(correlation_id=correlation_id)
+        candidates = Interrupt.objects.using(using()).filter(correlation_id=correlation_id)
         if reactor:
             # Its own interrupts, and those of children composed (one or two levels) below it.
             candidates = candidates.filter(
@@ -280,7 +280,7 @@ def find_by_token(token: str) -> Interrupt:
     """The waiting interrupt a resume token was issued for; InterruptNotFound otherwise."""
     if not isinstance(token, str) or not 20 <= len(token) <= 200:
         raise InterruptNotFound("no interrupt has this resume token")
-    row = Interrupt.objects.using(USING).filter(token_hash=token_hash(token)).first()
+    row = Interrupt.objects.using(using()).filter(token_hash=token_hash(token)).first()
     if row is None:
         raise InterruptNotFound("no interrupt has this resume token")
     return row
@@ -292,7 +292,7 @@ def waiting(execution_id: uuid.UUID) -> list[Interrupt]:
     prefixes = paused_below(execution_id)
     return _listed(
         list(
-            Interrupt.objects.using(USING)
+            Interrupt.objects.using(using())
             .filter(execution_id__in=list(prefixes), status=InterruptStatus.WAITING)
             .order_by("id")
         ),
@@ -305,7 +305,9 @@ def of_run(execution_id: uuid.UUID, *, paused: bool = True) -> list[Interrupt]:
     paused under it (:func:`path_of` gives each one's path), in the order they were reached."""
     prefixes = paused_below(execution_id) if paused else {execution_id: ""}
     return _listed(
-        list(Interrupt.objects.using(USING).filter(execution_id__in=list(prefixes)).order_by("id")),
+        list(
+            Interrupt.objects.using(using()).filter(execution_id__in=list(prefixes)).order_by("id")
+        ),
         prefixes,
     )
 
@@ -361,19 +363,19 @@ def count_invalid(row: Interrupt, errors: Any) -> int:
     waiting meanwhile.
     """
     where = nesting(row)
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         execution = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .select_for_update()
             .only("id", "status")
             .get(pk=where.top_id)
         )
         updated = (
-            Interrupt.objects.using(USING)
+            Interrupt.objects.using(using())
             .filter(pk=row.pk, status=InterruptStatus.WAITING)
             .update(invalid_attempts=F("invalid_attempts") + 1)
         )
-        fresh = Interrupt.objects.using(USING).get(pk=row.pk)
+        fresh = Interrupt.objects.using(using()).get(pk=row.pk)
         if not updated:
             refuse_closed(fresh, execution.status)
         if execution.status == ExecutionStatus.PAUSED:
@@ -395,7 +397,7 @@ def mark(row: Interrupt, status: str, *, closed: bool = False) -> None:
     allowed = [InterruptStatus.WAITING]
     if closed:
         allowed.append(InterruptStatus.CANCELLED)
-    Interrupt.objects.using(USING).filter(pk=row.pk, status__in=allowed).update(
+    Interrupt.objects.using(using()).filter(pk=row.pk, status__in=allowed).update(
         status=status, closed_at=timezone.now(), token_hash=None
     )
 
@@ -411,7 +413,7 @@ def close_waiting(execution_id: uuid.UUID, *, stop_children: bool = False) -> in
     below = paused_below(execution_id)
     now = timezone.now()
     closed = (
-        Interrupt.objects.using(USING)
+        Interrupt.objects.using(using())
         .filter(execution_id__in=list(below), status=InterruptStatus.WAITING)
         .update(status=InterruptStatus.CANCELLED, closed_at=now, token_hash=None)
     )
@@ -419,7 +421,7 @@ def close_waiting(execution_id: uuid.UUID, *, stop_children: bool = False) -> in
     if stop_children and children:
         for child in children:
             append_unowned_event(child, EventKind.CANCEL, "", {"reason": "its parent run stopped"})
-        Execution.objects.using(USING).filter(
+        Execution.objects.using(using()).filter(
             pk__in=children, status=ExecutionStatus.PAUSED
         ).update(
             status=ExecutionStatus.CANCELLED,
@@ -474,12 +476,12 @@ def claim(
     top = nesting(row).top_id
     if secret_paths:
         payload = Sealer(subject_of(row.execution_id)).sealed(payload, secret_paths)
-    with transaction.atomic(using=USING):
-        execution = Execution.objects.using(USING).select_for_update().get(pk=top)
+    with transaction.atomic(using=using()):
+        execution = Execution.objects.using(using()).select_for_update().get(pk=top)
         if execution.status not in MOVING:
             # A delivery that lost the race to one whose run has finished since: it was
             # already resumed (409), not closed.
-            current = Interrupt.objects.using(USING).get(pk=row.pk)
+            current = Interrupt.objects.using(using()).get(pk=row.pk)
             if current.status != InterruptStatus.WAITING:
                 refuse_closed(current, execution.status)
             raise InterruptClosed(
@@ -487,20 +489,22 @@ def claim(
                 reason="cancelled" if execution.status == ExecutionStatus.CANCELLED else "closed",
                 status=execution.status,
             )
-        open_rows = Interrupt.objects.using(USING).filter(pk=row.pk, status=InterruptStatus.WAITING)
+        open_rows = Interrupt.objects.using(using()).filter(
+            pk=row.pk, status=InterruptStatus.WAITING
+        )
         if not ignore_expiry:
             open_rows = open_rows.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
         won = open_rows.update(
             status=closing_status, payload=payload, closed_at=now, token_hash=None
         )
         if not won:
-            refuse_closed(Interrupt.objects.using(USING).get(pk=row.pk), execution.status)
+            refuse_closed(Interrupt.objects.using(using()).get(pk=row.pk), execution.status)
             raise InterruptClosed(  # waiting but expired by the database's clock
                 f"{named(row)} expired; the payload came too late",
                 reason="expired",
                 status=execution.status,
             )
-        StepRecord.objects.using(USING).filter(
+        StepRecord.objects.using(using()).filter(
             execution_id=row.execution_id, step=row.step, status=StepStatus.WAITING
         ).update(status=StepStatus.RESUMED, result=payload)
         fresh = row
@@ -508,7 +512,7 @@ def claim(
             return PayloadClaim(fresh, execution.status)
         if inline_owner is not None:
             fence = execution.fence + 1
-            Execution.objects.using(USING).filter(pk=execution.pk).update(
+            Execution.objects.using(using()).filter(pk=execution.pk).update(
                 status=ExecutionStatus.RUNNING,
                 lease_owner=inline_owner,
                 lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
@@ -521,7 +525,7 @@ def claim(
 
 
 def _to_worker(execution_id: uuid.UUID, now: dt.datetime) -> None:
-    Execution.objects.using(USING).filter(pk=execution_id).update(
+    Execution.objects.using(using()).filter(pk=execution_id).update(
         status=ExecutionStatus.PENDING, handed_off=True, updated_at=now
     )
     queue_dispatch(execution_id, Dispatch.Reason.RESUME)
@@ -534,9 +538,9 @@ def reopen_if_claimed(execution_id: uuid.UUID) -> bool:
     A payload accepted while the run was still moving is recorded by the run when it continues;
     this closes the window between the run's last look and its pause.
     """
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         execution = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .select_for_update()
             .only("id", "status")
             .filter(pk=execution_id)
@@ -545,7 +549,7 @@ def reopen_if_claimed(execution_id: uuid.UUID) -> bool:
         if execution is None or execution.status != ExecutionStatus.PAUSED:
             return False
         if (
-            not StepRecord.objects.using(USING)
+            not StepRecord.objects.using(using())
             .filter(execution_id__in=list(paused_below(execution_id)), status=StepStatus.RESUMED)
             .exists()
         ):
@@ -567,7 +571,7 @@ def issue_token(execution_id: uuid.UUID | str, step: str) -> str:
         refuse_closed(row, get_row(nesting(row).top_id).status)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     updated = (
-        Interrupt.objects.using(USING)
+        Interrupt.objects.using(using())
         .filter(pk=row.pk, status=InterruptStatus.WAITING)
         .update(token_hash=token_hash(token))
     )
@@ -582,7 +586,7 @@ def issue_token(execution_id: uuid.UUID | str, step: str) -> str:
 def due(limit: int) -> list[Interrupt]:
     """Waiting interrupts whose timeout passed (by the database's clock), oldest first."""
     return list(
-        Interrupt.objects.using(USING)
+        Interrupt.objects.using(using())
         .filter(status=InterruptStatus.WAITING, expires_at__lte=Now())
         .order_by("expires_at")[:limit]
     )
@@ -593,7 +597,7 @@ def append_unowned_event(
 ) -> None:
     """Add a trace entry to a run nobody owns (paused, or its row locked by the caller)."""
     last = last_seq(execution_id)
-    ExecutionEvent.objects.using(USING).create(
+    ExecutionEvent.objects.using(using()).create(
         execution_id=execution_id,
         seq=last + 1,
         kind=kind,

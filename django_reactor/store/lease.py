@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..models import Execution
-from .db import USING, logger
+from .db import bound, logger, using
 from .rows import Owned
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class Kept:
         self.interval = interval if interval is not None else max(lease / 3, 0.05)
         self.lost = False  # set when an extension found it taken: the holder must stop
         self.due = 0.0  # monotonic time of the next extension, set by the heartbeat
+        self.alias = using()  # the database it is kept in: the heartbeat extends it there
 
     @property
     def label(self) -> str:
@@ -124,6 +125,10 @@ class Heartbeat:
                 connected = False
 
     def _beat(self, keeper: Kept) -> None:
+        with bound(keeper.alias):
+            self._extend(keeper)
+
+    def _extend(self, keeper: Kept) -> None:
         try:
             extended = keeper.extend()
         except Exception:
@@ -134,7 +139,7 @@ class Heartbeat:
                 keeper.interval,
                 exc_info=True,
             )
-            connections[USING].close()
+            connections[using()].close()
             extended = True
         with self.changed:
             if not extended:
@@ -187,7 +192,7 @@ class LeaseKeeper(Kept):
         if beat is not None:
             fields["heartbeat"] = beat
         return bool(
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=self.owned.execution_id, fence=self.owned.fence)
             .update(**fields)
         )

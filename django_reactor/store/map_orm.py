@@ -16,7 +16,7 @@ from django.utils import timezone
 from ..conf import reactor_settings
 from ..models import MapChunk, MapResult, MapRun
 from ..states import ElementStatus
-from .db import USING
+from .db import using
 from .map_reads import ChunkClaim, Claimed, Settled, SlotWrite
 from .outbox import mark_taken
 
@@ -29,7 +29,7 @@ def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) ->
     """``maps.write_items``'s pieces (``(first index, size, items)``) as pending chunks; a
     piece that starts inside a chunk keeps the chunk's items before it."""
     for start, size, piece in pieces:
-        chunk, created = MapChunk.objects.using(USING).get_or_create(
+        chunk, created = MapChunk.objects.using(using()).get_or_create(
             map_run_id=map_id, first=start, defaults={"size": size, "items": piece}
         )
         if not created:
@@ -44,7 +44,7 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
     now = timezone.now()
     fresh, taken = (Chunk.PENDING, Chunk.RUNNING) if forward else (Chunk.SETTLED, Chunk.UNDOING)
     order = "first" if forward else "-first"
-    chunks = MapChunk.objects.using(USING).filter(map_run_id=map_id)
+    chunks = MapChunk.objects.using(using()).filter(map_run_id=map_id)
     candidates = chunks.filter(status=fresh)
     if not forward:
         candidates = candidates.filter(succeeded__gt=0)
@@ -61,7 +61,7 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
     chunk.save(update_fields=["status", "claimed_by", "lease_until", "attempts"])
     if not forward:
         rows = (
-            MapResult.objects.using(USING)
+            MapResult.objects.using(using())
             .filter(
                 map_run_id=map_id,
                 index__gte=chunk.first,
@@ -98,7 +98,7 @@ def settle_chunk(
     if held == Chunk.RUNNING:
         chunk_values["succeeded"] = counters.get("succeeded", 0)
     taken = (
-        MapChunk.objects.using(USING)
+        MapChunk.objects.using(using())
         .filter(pk=chunk, claimed_by=token, status=held)
         .update(**chunk_values)
     )
@@ -106,9 +106,9 @@ def settle_chunk(
         return None
     if held == Chunk.RUNNING:
         # The slots' first write: inserted (a slot a re-run overwrites is updated).
-        row = MapChunk.objects.using(USING).values("first", "items", "attempts").get(pk=chunk)
+        row = MapChunk.objects.using(using()).values("first", "items", "attempts").get(pk=chunk)
         items = row["items"]
-        MapResult.objects.using(USING).bulk_create(
+        MapResult.objects.using(using()).bulk_create(
             [
                 MapResult(
                     map_run_id=map_id,
@@ -129,10 +129,10 @@ def settle_chunk(
         )
     else:
         for w in writes:
-            MapResult.objects.using(USING).filter(map_run_id=map_id, index=w.index).update(
+            MapResult.objects.using(using()).filter(map_run_id=map_id, index=w.index).update(
                 status=w.status, rollback_error=w.error, finished_at=now
             )
-    run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+    run = MapRun.objects.using(using()).select_for_update().get(pk=map_id)
     for name, value in counters.items():
         setattr(run, name, getattr(run, name) + value)
     if first_failure is not None and run.first_failure is None:
@@ -155,7 +155,7 @@ def never_start(map_id: uuid.UUID, now: dt.datetime) -> int:
     """Settle every chunk never claimed of a stopped map as ``not_started`` (the caller holds
     the map's row); how many elements."""
     never = 0
-    chunks = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.PENDING)
+    chunks = MapChunk.objects.using(using()).filter(map_run_id=map_id, status=Chunk.PENDING)
     for chunk in chunks:
         write_slots(map_id, chunk, ElementStatus.NOT_STARTED, now)
         never += chunk.size
@@ -173,7 +173,7 @@ def write_slots(
 ) -> None:
     """Write every slot of ``chunk`` with one outcome, through the ORM (the settle of a chunk
     no task will settle)."""
-    MapResult.objects.using(USING).bulk_create(
+    MapResult.objects.using(using()).bulk_create(
         [
             MapResult(
                 map_run_id=map_id,
@@ -193,6 +193,6 @@ def write_slots(
 
 
 def _locked(qs: QuerySet[M]) -> QuerySet[M]:
-    if connections[USING].features.has_select_for_update_skip_locked:
+    if connections[using()].features.has_select_for_update_skip_locked:
         return qs.select_for_update(skip_locked=True)
     return qs

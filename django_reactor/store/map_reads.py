@@ -14,7 +14,7 @@ from django.db.models import Sum
 
 from ..models import MapChunk, MapResult, MapRun, MapTally
 from ..states import ElementStatus, MapStatus
-from .db import USING
+from .db import using
 
 FAILURE_SAMPLE = 25
 TRACEBACK_FRAMES = 10
@@ -82,7 +82,7 @@ class Progress:
 def rollback_errors(map_id: uuid.UUID) -> Iterator[tuple[int, Any]]:
     """``(index, rollback error)`` of every element whose undo failed, by index."""
     yield from (
-        MapResult.objects.using(USING)
+        MapResult.objects.using(using())
         .filter(map_run_id=map_id, status=ElementStatus.UNDO_FAILED)
         .order_by("index")
         .values_list("index", "rollback_error")
@@ -92,7 +92,7 @@ def rollback_errors(map_id: uuid.UUID) -> Iterator[tuple[int, Any]]:
 
 def missing_indices(map_id: uuid.UUID, size: int) -> list[int]:
     """Indices below ``size`` that have no slot row (deleted by hand or by other code)."""
-    slots = MapResult.objects.using(USING).filter(map_run_id=map_id)
+    slots = MapResult.objects.using(using()).filter(map_run_id=map_id)
     if slots.count() >= size:
         return []
     present = set(slots.values_list("index", flat=True).iterator(chunk_size=5000))
@@ -100,7 +100,7 @@ def missing_indices(map_id: uuid.UUID, size: int) -> list[int]:
 
 
 def slot(map_id: uuid.UUID, index: int) -> MapResult | None:
-    return MapResult.objects.using(USING).filter(map_run_id=map_id, index=index).first()
+    return MapResult.objects.using(using()).filter(map_run_id=map_id, index=index).first()
 
 
 # Statuses whose slots always hold an error: read through the index of slots with one.
@@ -113,7 +113,7 @@ def page(
     """Slots after index ``after``, in index order: ``(index, status, value, error)``.
 
     Only elements whose chunk a task claimed have a slot (every element of a settled map)."""
-    qs = MapResult.objects.using(USING).filter(map_run_id=map_id, index__gt=after)
+    qs = MapResult.objects.using(using()).filter(map_run_id=map_id, index__gt=after)
     if statuses is not None:
         wanted = set(statuses)
         qs = qs.filter(status__in=list(wanted))
@@ -124,14 +124,16 @@ def page(
 
 def count(map_id: uuid.UUID, statuses: Iterable[str]) -> int:
     return (
-        MapResult.objects.using(USING).filter(map_run_id=map_id, status__in=list(statuses)).count()
+        MapResult.objects.using(using())
+        .filter(map_run_id=map_id, status__in=list(statuses))
+        .count()
     )
 
 
 def running_chunks(map_id: uuid.UUID) -> bool:
     """Whether a task (or a process that died) holds one of the map's chunks."""
     return (
-        MapChunk.objects.using(USING)
+        MapChunk.objects.using(using())
         .filter(map_run_id=map_id, status__in=[Chunk.RUNNING, Chunk.UNDOING])
         .exists()
     )
@@ -151,12 +153,12 @@ def summary(map_id: uuid.UUID, run: MapRun | None = None) -> dict[str, Any]:
     ``run``: the map's row when the caller has it already (saves reading it again).
     """
     if run is None:
-        run = MapRun.objects.using(USING).filter(pk=map_id).defer("shared").first()
+        run = MapRun.objects.using(using()).filter(pk=map_id).defer("shared").first()
     if run is None:
         return {}
     deferred = run.get_deferred_fields() & _SUMMARY_FIELDS
     if deferred:  # a row read with .only(): its counters in one query, not one per field
-        counters = MapRun.objects.using(USING).filter(pk=map_id).values(*deferred).first()
+        counters = MapRun.objects.using(using()).filter(pk=map_id).values(*deferred).first()
         if counters is None:
             return {}
         for name, value in counters.items():
@@ -168,7 +170,7 @@ def summary(map_id: uuid.UUID, run: MapRun | None = None) -> dict[str, Any]:
     if run.status == MapStatus.ROLLING_BACK:
         # Succeeded elements of the chunks being undone right now (a few chunk rows).
         undoing = (
-            MapChunk.objects.using(USING)
+            MapChunk.objects.using(using())
             .filter(map_run_id=map_id, status=Chunk.UNDOING)
             .aggregate(n=Sum("succeeded"))["n"]
             or 0
@@ -185,7 +187,7 @@ def summary(map_id: uuid.UUID, run: MapRun | None = None) -> dict[str, Any]:
         "undo_failed": run.undo_failed,
     }
     sample = list(
-        MapResult.objects.using(USING)
+        MapResult.objects.using(using())
         .filter(map_run_id=map_id, error__isnull=False, status=ElementStatus.FAILED)
         .order_by("index")
         .values_list("index", "error")[: FAILURE_SAMPLE + 1]
@@ -209,7 +211,7 @@ _TALLIED = ("settled", "succeeded", "failed", "halted", "not_started")
 def add_tallies(run: MapRun) -> None:
     """Add to ``run``'s counters what its tasks settled since they were last folded (a few
     rows: one per task that settled meanwhile)."""
-    tallies = MapTally.objects.using(USING).filter(map_run_id=run.pk)
+    tallies = MapTally.objects.using(using()).filter(map_run_id=run.pk)
     totals = tallies.aggregate(**{name: Sum(name) for name in _TALLIED})
     for name in _TALLIED:
         setattr(run, name, getattr(run, name) + (totals[name] or 0))
@@ -241,7 +243,7 @@ def _last_frames(lines: list[str]) -> list[str]:
 
 def maps_of(execution_id: uuid.UUID) -> list[MapRun]:
     return list(
-        MapRun.objects.using(USING)
+        MapRun.objects.using(using())
         .filter(execution_id=execution_id)
         .defer("shared")
         .order_by("created_at")

@@ -15,7 +15,7 @@ from django.db import connections, transaction
 from ..conf import reactor_settings
 from ..models import MapChunk
 from . import sql
-from .db import USING
+from .db import using
 from .map_reads import ChunkClaim, Claimed, Settled, SlotWrite
 
 Chunk = MapChunk.Status
@@ -31,9 +31,9 @@ def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) ->
     WAL of every batch before it. A server crash in between leaves the map unread, and a map
     found unread is read again from the start. Inside a caller's transaction the batch is
     written in it, as it commits."""
-    connection = connections[USING]
+    connection = connections[using()]
     own = not connection.in_atomic_block
-    with transaction.atomic(using=USING), connection.cursor() as cursor:
+    with transaction.atomic(using=using()), connection.cursor() as cursor:
         if own:
             cursor.execute("SET LOCAL synchronous_commit TO off")
         cursor.execute(
@@ -53,7 +53,7 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
     if forward:
         row = sql.execute(sql.CLAIM_CHUNK, params)
         return None if row is None else _forward_claim(*row)
-    with connections[USING].cursor() as cursor:
+    with connections[using()].cursor() as cursor:
         cursor.execute(sql.CLAIM_UNDO_CHUNK, params)
         rows = cursor.fetchall()
     if not rows:
@@ -158,7 +158,7 @@ def settle_undo(
 def never_start(map_id: uuid.UUID, now: dt.datetime) -> int:
     """``sql.NEVER_START``: the chunks never claimed of a stopped map settled ``not_started``;
     how many elements."""
-    with connections[USING].cursor() as cursor:
+    with connections[using()].cursor() as cursor:
         cursor.execute(sql.NEVER_START, {"map": map_id, "now": now})
         return int(cursor.fetchone()[0])
 

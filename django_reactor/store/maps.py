@@ -28,7 +28,7 @@ from django.utils import timezone
 from ..conf import reactor_settings
 from ..models import Dispatch, Execution, MapChunk, MapResult, MapRun, MapTally
 from ..states import ElementStatus, ExecutionStatus, MapStatus
-from .db import USING
+from .db import using
 from .dialects import dialect
 from .lease import Kept
 from .map_orm import write_slots
@@ -57,7 +57,7 @@ Chunk = MapChunk.Status
 
 
 def find(execution_id: uuid.UUID, step: str) -> MapRun | None:
-    return MapRun.objects.using(USING).filter(execution_id=execution_id, step=step).first()
+    return MapRun.objects.using(using()).filter(execution_id=execution_id, step=step).first()
 
 
 def get(map_id: uuid.UUID | str) -> MapRun | None:
@@ -66,7 +66,7 @@ def get(map_id: uuid.UUID | str) -> MapRun | None:
         key = map_id if isinstance(map_id, uuid.UUID) else uuid.UUID(str(map_id))
     except ValueError:
         return None
-    return MapRun.objects.using(USING).select_related("execution").filter(pk=key).first()
+    return MapRun.objects.using(using()).select_related("execution").filter(pk=key).first()
 
 
 def start(
@@ -85,8 +85,8 @@ def start(
     if existing is not None:
         return existing
     try:
-        with transaction.atomic(using=USING):
-            return MapRun.objects.using(USING).create(
+        with transaction.atomic(using=using()):
+            return MapRun.objects.using(using()).create(
                 execution_id=execution_id,
                 step=step,
                 fan_out=fan_out,
@@ -104,7 +104,7 @@ def start(
 
 def discard(map_id: uuid.UUID) -> None:
     """Forget a map whose source could not be read (its elements never ran)."""
-    MapRun.objects.using(USING).filter(pk=map_id, status=MapStatus.MATERIALISING).delete()
+    MapRun.objects.using(using()).filter(pk=map_id, status=MapStatus.MATERIALISING).delete()
 
 
 def write_items(map_id: uuid.UUID, first: int, items: Sequence[Any], *, chunk_size: int) -> None:
@@ -130,11 +130,11 @@ def _pieces(first: int, items: Sequence[Any], chunk_size: int) -> list[tuple[int
 
 def ready(map_id: uuid.UUID, size: int, max_failures: int | None) -> MapRun:
     """Every item is stored: the map runs, with its element tasks queued (fan-out)."""
-    with transaction.atomic(using=USING):
-        run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+    with transaction.atomic(using=using()):
+        run = MapRun.objects.using(using()).select_for_update().get(pk=map_id)
         # A re-read that found fewer items: chunks (and slots) past the end go.
-        MapChunk.objects.using(USING).filter(map_run_id=map_id, first__gte=size).delete()
-        MapResult.objects.using(USING).filter(map_run_id=map_id, index__gte=size).delete()
+        MapChunk.objects.using(using()).filter(map_run_id=map_id, first__gte=size).delete()
+        MapResult.objects.using(using()).filter(map_run_id=map_id, index__gte=size).delete()
         run.size = size
         run.max_failures = max_failures
         run.status = MapStatus.RUNNING
@@ -154,7 +154,7 @@ def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> tuple[ChunkClaim |
     marked sent in the same statement (this task took their work). Also says whether the map
     has stopped (no chunk is left unclaimed then: a stopped map only hands out lapsed chunks,
     to settle them)."""
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         stopped = forward and stopped_map(map_id)
         return dialect().claim_chunk(map_id, forward=forward, token=token), stopped
 
@@ -176,7 +176,7 @@ class SlotKeeper(Kept):
 
     def extend(self) -> bool:
         return bool(
-            MapChunk.objects.using(USING)
+            MapChunk.objects.using(using())
             .filter(
                 map_run_id=self.map_id,
                 claimed_by=self.token,
@@ -191,7 +191,7 @@ def give_back(map_id: uuid.UUID, token: str, *, forward: bool) -> int:
     instead of when its lease lapses: a claim whose reply a broken connection lost."""
     taken, fresh = (Chunk.RUNNING, Chunk.PENDING) if forward else (Chunk.UNDOING, Chunk.SETTLED)
     return (
-        MapChunk.objects.using(USING)
+        MapChunk.objects.using(using())
         .filter(map_run_id=map_id, claimed_by=token, status=taken)
         .update(
             status=fresh,
@@ -203,7 +203,7 @@ def give_back(map_id: uuid.UUID, token: str, *, forward: bool) -> int:
 
 
 def stopped_map(map_id: uuid.UUID) -> bool:
-    return MapRun.objects.using(USING).filter(pk=map_id).exclude(stop_reason="").exists()
+    return MapRun.objects.using(using()).filter(pk=map_id).exclude(stop_reason="").exists()
 
 
 def settle(
@@ -240,7 +240,7 @@ def settle(
         map_id, chunk, writes, token, counters, first_failure, now, claim_next
     )
     if row is None:  # the chunk was taken over: this task wrote nothing
-        current = MapRun.objects.using(USING).values("failed", "stop_reason").get(pk=map_id)
+        current = MapRun.objects.using(using()).values("failed", "stop_reason").get(pk=map_id)
         progress = Progress(current["failed"], current["stop_reason"], written=False)
     else:
         stop_reason = row.stop_reason
@@ -274,21 +274,21 @@ def _counts(writes: Sequence[SlotWrite]) -> dict[str, int]:
 
 def stop(map_id: uuid.UUID, reason: str) -> MapRun:
     """No new element starts (the run is being cancelled or undone)."""
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         run = _map_locked().get(pk=map_id)
         _fold(map_id)
         if not run.stop_reason:
             _stop_here(map_id, reason, timezone.now())
         if run.status == MapStatus.RUNNING and run.size is not None:
-            run.refresh_from_db(using=USING)
+            run.refresh_from_db(using=using())
             _fan_in(map_id, run.settled, run.size)
-        run.refresh_from_db(using=USING)
+        run.refresh_from_db(using=using())
     return run
 
 
 def stop_all(execution_id: uuid.UUID, reason: str) -> None:
     """No new element of any of the run's maps starts (the run was cancelled)."""
-    running = MapRun.objects.using(USING).filter(
+    running = MapRun.objects.using(using()).filter(
         execution_id=execution_id, status=MapStatus.RUNNING
     )
     for map_id in running.values_list("id", flat=True):
@@ -300,17 +300,17 @@ def abandon_running(map_id: uuid.UUID, message: str) -> None:
     as failed (part of their work may be done, and nothing records how to undo it)."""
     now = timezone.now()
     error = {"kind": "interrupted", "message": message}
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         _map_locked().get(pk=map_id)
         _fold(map_id)
-        run = MapRun.objects.using(USING).get(pk=map_id)
+        run = MapRun.objects.using(using()).get(pk=map_id)
         count = 0
-        held = MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.RUNNING)
+        held = MapChunk.objects.using(using()).filter(map_run_id=map_id, status=Chunk.RUNNING)
         for chunk in held:
             write_slots(map_id, chunk, ElementStatus.FAILED, now, error=error)
             count += chunk.size
         held.update(status=Chunk.SETTLED, claimed_by="", lease_until=None, succeeded=0)
-        MapRun.objects.using(USING).filter(pk=map_id).update(
+        MapRun.objects.using(using()).filter(pk=map_id).update(
             settled=F("settled") + count, failed=F("failed") + count, updated_at=now
         )
         if run.size is not None:
@@ -321,7 +321,7 @@ def _stop_here(map_id: uuid.UUID, reason: str, now: dt.datetime) -> int:
     """Record why the map stopped (the caller holds the map's row) and settle every chunk
     never claimed as ``not_started``; return how many elements that settled."""
     never = dialect().never_start(map_id, now)
-    MapRun.objects.using(USING).filter(pk=map_id).update(
+    MapRun.objects.using(using()).filter(pk=map_id).update(
         stop_reason=reason,
         settled=F("settled") + never,
         not_started=F("not_started") + never,
@@ -337,18 +337,18 @@ def _fan_in(map_id: uuid.UUID, settled: int, size: int) -> None:
     if settled < size:
         return
     unsettled = (
-        MapChunk.objects.using(USING)
+        MapChunk.objects.using(using())
         .filter(map_run_id=map_id, status__in=[Chunk.PENDING, Chunk.RUNNING])
         .exists()
     )
     if unsettled:
         return
     updated = (
-        MapRun.objects.using(USING)
+        MapRun.objects.using(using())
         .filter(pk=map_id, collected=False, status=MapStatus.RUNNING)
         .update(collected=True, status=MapStatus.SETTLED, updated_at=timezone.now())
     )
-    row = MapRun.objects.using(USING).values("fan_out", "execution_id").get(pk=map_id)
+    row = MapRun.objects.using(using()).values("fan_out", "execution_id").get(pk=map_id)
     if updated and row["fan_out"]:
         wake_run(row["execution_id"])
 
@@ -359,12 +359,12 @@ def finish_if_settled(map_id: uuid.UUID) -> None:
     The tallies are folded first, and a map whose totals are past its failure line (settles
     that crossed it together, each counting the other's failures before they committed) is
     stopped instead: the stop fans it in."""
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         run = _map_locked().filter(pk=map_id).first()
         if run is None or run.status != MapStatus.RUNNING or run.collected:
             return
         if _fold(map_id):
-            run.refresh_from_db(using=USING)
+            run.refresh_from_db(using=using())
         tolerated = None if run.atomic else run.max_failures
         if not run.stop_reason and past_failure_line(run.failed, run.halted, tolerated):
             stop(map_id, "halted" if run.halted else "failed")
@@ -376,7 +376,7 @@ def fold(map_id: uuid.UUID, token: str) -> None:
     """Add the tally of task ``token`` to the map's counters (a running map's counters lag
     its settles by the time since the last fold). Only that task writes its tally, and it is
     the caller: nothing waits but for the map's row."""
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         _map_locked().filter(pk=map_id).first()
         _fold(map_id, token)
 
@@ -385,21 +385,21 @@ def _map_locked() -> QuerySet[MapRun]:
     """Maps locked to fold their tallies: ``FOR NO KEY UPDATE`` where the database has it, so
     that a settle inserting a tally row (its foreign key takes a key-share lock on the map's
     row) does not wait for the fold while the fold waits for that settle's tally: a deadlock."""
-    maps = MapRun.objects.using(USING)
-    return maps.select_for_update(no_key=connections[USING].features.has_select_for_no_key_update)
+    maps = MapRun.objects.using(using())
+    return maps.select_for_update(no_key=connections[using()].features.has_select_for_no_key_update)
 
 
 def _fold(map_id: uuid.UUID, token: str | None = None) -> bool:
     """Move the map's tallies (or task ``token``'s) into its counters (the caller holds the
     map's row); whether there were any. A settle racing with this waits for the tally's row
     lock, then finds its row gone and starts a new one: nothing is counted twice or lost."""
-    locked = MapTally.objects.using(USING).select_for_update().filter(map_run_id=map_id)
+    locked = MapTally.objects.using(using()).select_for_update().filter(map_run_id=map_id)
     tallies = list(locked if token is None else locked.filter(token=token))
     if not tallies:
         return False
-    MapTally.objects.using(USING).filter(pk__in=[t.pk for t in tallies]).delete()
+    MapTally.objects.using(using()).filter(pk__in=[t.pk for t in tallies]).delete()
     failures = [t.first_failure for t in tallies if t.first_failure is not None]
-    run = MapRun.objects.using(USING).filter(pk=map_id)
+    run = MapRun.objects.using(using()).filter(pk=map_id)
     fields = ("settled", "succeeded", "failed", "halted", "not_started")
     changes: dict[str, Any] = {
         name: F(name) + sum(getattr(t, name) for t in tallies) for name in fields
@@ -412,13 +412,13 @@ def _fold(map_id: uuid.UUID, token: str | None = None) -> bool:
 
 def start_rollback(map_id: uuid.UUID, tasks: int) -> MapRun:
     """Begin undoing the succeeded elements (once; a second call finds it started)."""
-    with transaction.atomic(using=USING):
-        run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+    with transaction.atomic(using=using()):
+        run = MapRun.objects.using(using()).select_for_update().get(pk=map_id)
         if run.status in (MapStatus.ROLLING_BACK, MapStatus.ROLLED_BACK):
             return run
         # Counted, not taken from the counters: a slot deleted by hand has nothing to undo.
         run.rollback_total = (
-            MapResult.objects.using(USING)
+            MapResult.objects.using(using())
             .filter(map_run_id=map_id, status=ElementStatus.SUCCEEDED)
             .count()
         )
@@ -461,19 +461,19 @@ def finish_if_undone(map_id: uuid.UUID) -> None:
     """Mark a map rolled back, once, when no chunk is left to undo, and wake its run (fan-out).
     Safe to call at any time (a task that finds nothing to undo
     calls it: the settle that undid the last chunk may have died before it did)."""
-    with transaction.atomic(using=USING):
-        left = MapChunk.objects.using(USING).filter(map_run_id=map_id)
+    with transaction.atomic(using=using()):
+        left = MapChunk.objects.using(using()).filter(map_run_id=map_id)
         if left.filter(status=Chunk.UNDOING).exists():
             return
         if left.filter(status=Chunk.SETTLED, succeeded__gt=0).exists():
             return
         updated = (
-            MapRun.objects.using(USING)
+            MapRun.objects.using(using())
             .filter(pk=map_id, status=MapStatus.ROLLING_BACK)
             .update(status=MapStatus.ROLLED_BACK, updated_at=timezone.now())
         )
         if updated:
-            mine = MapRun.objects.using(USING).values("fan_out", "execution_id").get(pk=map_id)
+            mine = MapRun.objects.using(using()).values("fan_out", "execution_id").get(pk=map_id)
             if mine["fan_out"]:
                 wake_run(mine["execution_id"])
 
@@ -482,14 +482,14 @@ def mark_all_undone(map_id: uuid.UUID, error: list[dict[str, Any]] | None) -> No
     """``undo_all`` ran once for every succeeded element (``error``: its rollback failure, in
     the list form every failed undo is stored in)."""
     status = ElementStatus.UNDO_FAILED if error else ElementStatus.UNDONE
-    with transaction.atomic(using=USING):
-        run = MapRun.objects.using(USING).select_for_update().get(pk=map_id)
+    with transaction.atomic(using=using()):
+        run = MapRun.objects.using(using()).select_for_update().get(pk=map_id)
         count = (
-            MapResult.objects.using(USING)
+            MapResult.objects.using(using())
             .filter(map_run_id=map_id, status=ElementStatus.SUCCEEDED)
             .update(status=status, rollback_error=error, finished_at=timezone.now())
         )
-        MapChunk.objects.using(USING).filter(map_run_id=map_id, status=Chunk.SETTLED).update(
+        MapChunk.objects.using(using()).filter(map_run_id=map_id, status=Chunk.SETTLED).update(
             status=Chunk.UNDONE
         )
         run.rollback_total = run.rollback_settled = count
@@ -515,7 +515,7 @@ def wake_run(execution_id: uuid.UUID) -> None:
     resumes, for a composed child). A run still working (its lease held) is not woken: it
     checks the map itself right after it parks."""
     row = (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(pk=execution_id)
         .values("status", "parent_id", "detached", "lease_owner")
         .first()
@@ -528,7 +528,7 @@ def wake_run(execution_id: uuid.UUID) -> None:
     waiting = (ExecutionStatus.PENDING, ExecutionStatus.ROLLING_BACK)
     if row["status"] not in waiting or row["lease_owner"] is not None:
         return
-    Execution.objects.using(USING).filter(pk=execution_id).update(wake_at=None)
+    Execution.objects.using(using()).filter(pk=execution_id).update(wake_at=None)
     queue_dispatch(execution_id, Dispatch.Reason.WAKE)
 
 
@@ -537,10 +537,10 @@ def redispatch_stalled(*, after: float, limit: int) -> int:
     tasks were lost, or their worker died holding slots whose lease has since lapsed."""
     now = timezone.now()
     queued = 0
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         runs = list(
             _locked(
-                MapRun.objects.using(USING).filter(
+                MapRun.objects.using(using()).filter(
                     fan_out=True,
                     status__in=[MapStatus.RUNNING, MapStatus.ROLLING_BACK],
                     updated_at__lt=now - dt.timedelta(seconds=after),
@@ -551,15 +551,15 @@ def redispatch_stalled(*, after: float, limit: int) -> int:
             forward = run.status == MapStatus.RUNNING
             reason = Dispatch.Reason.MAP if forward else Dispatch.Reason.MAP_UNDO
             _queue(run, reason, tasks_for(run))
-            MapRun.objects.using(USING).filter(pk=run.pk).update(updated_at=now)
+            MapRun.objects.using(using()).filter(pk=run.pk).update(updated_at=now)
             queued += 1
     return queued
 
 
 def hand_over(map_id: uuid.UUID, *, forward: bool) -> None:
     """A task used its time budget: queue a fresh one to go on (other work gets a turn)."""
-    run = MapRun.objects.using(USING).get(pk=map_id)
-    with transaction.atomic(using=USING):
+    run = MapRun.objects.using(using()).get(pk=map_id)
+    with transaction.atomic(using=using()):
         _queue(run, Dispatch.Reason.MAP if forward else Dispatch.Reason.MAP_UNDO, 1)
 
 
@@ -570,7 +570,7 @@ def tasks_for(run: MapRun) -> int:
 
 
 def _queue(run: MapRun, reason: str, tasks: int) -> None:
-    rows = Dispatch.objects.using(USING).bulk_create(
+    rows = Dispatch.objects.using(using()).bulk_create(
         [Dispatch(execution_id=run.execution_id, reason=reason, map_run=run) for _ in range(tasks)]
     )
     publish_on_commit(
@@ -579,6 +579,6 @@ def _queue(run: MapRun, reason: str, tasks: int) -> None:
 
 
 def _locked(qs: QuerySet[M]) -> QuerySet[M]:
-    if connections[USING].features.has_select_for_update_skip_locked:
+    if connections[using()].features.has_select_for_update_skip_locked:
         return qs.select_for_update(skip_locked=True)
     return qs

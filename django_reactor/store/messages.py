@@ -23,7 +23,7 @@ from ..engine.serialization import decode, encode
 from ..exceptions import AlreadyResumed, IdempotencyKeyReused, InvalidTransition
 from ..models import Execution, Interrupt, Message
 from ..states import EventKind, ExecutionStatus, InterruptStatus, MessageKind, MessageStatus
-from .db import USING
+from .db import using
 from .interrupts import MOVING, PayloadClaim, append_unowned_event, at, claim
 from .reads import subject_of
 from .secrets import Sealer
@@ -66,9 +66,9 @@ def send(
     """
     if secret_paths:
         payload = Sealer(subject_of(execution_id)).sealed(payload, secret_paths)
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         status = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .select_for_update()
             .filter(pk=execution_id)
             .values_list("status", flat=True)
@@ -79,7 +79,7 @@ def send(
                 f"execution {execution_id} is {status}: it takes no messages any more",
                 status=status,
             )
-        mailbox = Message.objects.using(USING).filter(execution_id=execution_id)
+        mailbox = Message.objects.using(using()).filter(execution_id=execution_id)
         if idempotency_key is not None:
             earlier = mailbox.filter(idempotency_key=idempotency_key).first()
             if earlier is not None:
@@ -100,7 +100,7 @@ def send(
                     "kept until the run reaches it; nothing changed",
                     status=status,
                 )
-        message = Message.objects.using(USING).create(
+        message = Message.objects.using(using()).create(
             execution_id=execution_id,
             kind=kind,
             topic=topic,
@@ -119,7 +119,7 @@ def unread(
     execution_id: uuid.UUID, *, topic: str | None = None, kind: str | None = None
 ) -> list[Message]:
     """The run's unread messages, in send order (of one topic and kind, if given)."""
-    rows = Message.objects.using(USING).filter(
+    rows = Message.objects.using(using()).filter(
         execution_id=execution_id, status=MessageStatus.UNREAD
     )
     if topic is not None:
@@ -132,7 +132,7 @@ def unread(
 def kept_delivery(execution_id: uuid.UUID, path: str) -> bool:
     """Whether an early delivery for the interrupt at ``path`` waits, unread."""
     return (
-        Message.objects.using(USING)
+        Message.objects.using(using())
         .filter(
             execution_id=execution_id,
             kind=MessageKind.DELIVERY,
@@ -146,7 +146,7 @@ def kept_delivery(execution_id: uuid.UUID, path: str) -> bool:
 def has_unread(execution_id: uuid.UUID) -> bool:
     """Whether any message of the run is unread."""
     return (
-        Message.objects.using(USING)
+        Message.objects.using(using())
         .filter(execution_id=execution_id, status=MessageStatus.UNREAD)
         .exists()
     )
@@ -154,7 +154,7 @@ def has_unread(execution_id: uuid.UUID) -> bool:
 
 def of_run(execution_id: uuid.UUID) -> list[Message]:
     """Every message sent to the run, in send order."""
-    return list(Message.objects.using(USING).filter(execution_id=execution_id).order_by("id"))
+    return list(Message.objects.using(using()).filter(execution_id=execution_id).order_by("id"))
 
 
 def consume(
@@ -172,10 +172,10 @@ def consume(
     Raises what :func:`~.interrupts.claim` raises when the interrupt took another payload or
     closed, and MessageTaken when the message was consumed meanwhile.
     """
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         taken = claim(row, payload, inline_owner=inline_owner, secret_paths=secret_paths)
         updated = (
-            Message.objects.using(USING)
+            Message.objects.using(using())
             .filter(pk=message.pk, status=MessageStatus.UNREAD)
             .update(
                 status=MessageStatus.CONSUMED, consumed_by_step=step, consumed_at=timezone.now()
@@ -192,16 +192,16 @@ def refuse(message: Message, errors: Any, *, top_id: uuid.UUID, step: str) -> bo
 
     False when the message was consumed or refused meanwhile.
     """
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         status = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .select_for_update()
             .filter(pk=top_id)
             .values_list("status", flat=True)
             .first()
         )
         updated = (
-            Message.objects.using(USING)
+            Message.objects.using(using())
             .filter(pk=message.pk, status=MessageStatus.UNREAD)
             .update(
                 status=MessageStatus.INVALID,
@@ -223,11 +223,11 @@ def refuse(message: Message, errors: Any, *, top_id: uuid.UUID, step: str) -> bo
 def paused_with_unread(limit: int) -> list[uuid.UUID]:
     """Paused runs that wait at an interrupt and have unread messages (a run whose process
     stopped between its pause and its look at its mailbox)."""
-    waits = Interrupt.objects.using(USING).filter(
+    waits = Interrupt.objects.using(using()).filter(
         execution_id=OuterRef("execution_id"), status=InterruptStatus.WAITING
     )
     return list(
-        Message.objects.using(USING)
+        Message.objects.using(using())
         .filter(status=MessageStatus.UNREAD, execution__status=ExecutionStatus.PAUSED)
         .filter(Exists(waits))
         .order_by("execution_id")

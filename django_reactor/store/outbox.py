@@ -30,7 +30,7 @@ from ..conf import reactor_settings
 from ..engine import probes
 from ..models import Dispatch
 from . import sql
-from .db import USING, logger
+from .db import logger, using
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +86,7 @@ def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> 
     if delay > reactor_settings.RETRY_COUNTDOWN_LIMIT:
         return
     not_before = timezone.now() + dt.timedelta(seconds=delay) if delay > 0 else None
-    row = Dispatch.objects.using(USING).create(
+    row = Dispatch.objects.using(using()).create(
         execution_id=execution_id, reason=reason, not_before=not_before
     )
     publish_on_commit([QueuedDispatch(row.id, execution_id, delay)])
@@ -111,7 +111,7 @@ def publish_on_commit(dispatches: Sequence[QueuedDispatch], *, mark: bool = Fals
     if not _registered.after_commit:
         send()
         return
-    transaction.on_commit(send, using=USING, robust=True)
+    transaction.on_commit(send, using=using(), robust=True)
 
 
 def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
@@ -137,7 +137,7 @@ def mark_taken(*, execution_id: uuid.UUID | None = None, map_id: uuid.UUID | Non
     """A task took its work: the run's (or the map's) unsent dispatches are sent, and the
     sweeper leaves them. On PostgreSQL the claims do this in their own statement
     (``sql.CLAIM_FOR_WORKER``, ``sql.CLAIM_CHUNK``)."""
-    unsent = Dispatch.objects.using(USING).filter(sent_at__isnull=True)
+    unsent = Dispatch.objects.using(using()).filter(sent_at__isnull=True)
     if map_id is not None:
         unsent = unsent.filter(map_run_id=map_id)
     elif execution_id is not None:
@@ -151,7 +151,7 @@ def mark_sent(dispatch_ids: Sequence[int]) -> None:
     """Record that these dispatches went out (the sweeper's republish, its wake-ups)."""
     if not dispatch_ids:
         return
-    connection = connections[USING]
+    connection = connections[using()]
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
         cursor.execute(
@@ -171,5 +171,5 @@ def announce_finished(execution_id: uuid.UUID, status: str) -> None:
     """Tell the listeners, once the transaction recording it commits, that a unit finished."""
     for listener in list(_finished):
         transaction.on_commit(
-            functools.partial(listener, execution_id, status), using=USING, robust=True
+            functools.partial(listener, execution_id, status), using=using(), robust=True
         )

@@ -28,7 +28,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 
 from ..models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import ExecutionStatus, InterruptStatus
-from .db import USING
+from .db import using
 
 #: Rows a count reads at most (beyond, it says "more than"), as the admin's lists count.
 COUNT_CAP = 1_000
@@ -63,15 +63,15 @@ class Capped:
 
 
 def _runs() -> QuerySet[Execution]:
-    return Execution.objects.using(USING)
+    return Execution.objects.using(using())
 
 
 def _waiting() -> QuerySet[Interrupt]:
-    return Interrupt.objects.using(USING).filter(status=InterruptStatus.WAITING)
+    return Interrupt.objects.using(using()).filter(status=InterruptStatus.WAITING)
 
 
 def _unsent() -> QuerySet[Dispatch]:
-    return Dispatch.objects.using(USING).filter(sent_at__isnull=True)
+    return Dispatch.objects.using(using()).filter(sent_at__isnull=True)
 
 
 def _lease_expired(now: dt.datetime) -> QuerySet[Execution]:
@@ -101,11 +101,11 @@ def counts(now: dt.datetime, statuses: Iterable[str], cap: int | None = None) ->
     parts["lease_expired"] = (_lease_expired(now), "lease_expires_at")
     parts["waiting"] = (_waiting(), "status")
     parts["unsent"] = (_unsent(), "created_at")
-    connection = connections[USING]
+    connection = connections[using()]
     selects, params = [], []
     for index, (queryset, column) in enumerate(parts.values()):
         query = queryset.order_by().values(column)[: cap + 1].query
-        sql, values = query.get_compiler(using=USING).as_sql()
+        sql, values = query.get_compiler(using=using()).as_sql()
         selects.append(f"(SELECT COUNT(*) FROM ({sql}) {connection.ops.quote_name(f'c{index}')})")
         params.extend(values)
     with connection.cursor() as cursor:
@@ -300,7 +300,7 @@ def in_flight_since(execution_ids: Iterable[Any]) -> dict[Any, dt.datetime]:
         return {}
     since: dict[Any, dt.datetime] = {}
     for execution_id, at in (
-        ExecutionEvent.objects.using(USING)
+        ExecutionEvent.objects.using(using())
         .filter(execution_id__in=ids)
         .values("execution_id")
         .annotate(at=Max("at"))
@@ -308,7 +308,7 @@ def in_flight_since(execution_ids: Iterable[Any]) -> dict[Any, dt.datetime]:
     ):
         since[execution_id] = at
     for execution_id, at in (
-        StepRecord.objects.using(USING)
+        StepRecord.objects.using(using())
         .filter(execution_id__in=ids, traced=True)
         .values("execution_id")
         .annotate(at=Max("finished_at"))

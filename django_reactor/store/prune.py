@@ -24,7 +24,7 @@ from ..models import (
     StepRecord,
 )
 from ..states import TERMINAL_STATUSES
-from .db import USING
+from .db import using
 from .dialects import dialect
 
 #: What a prune deletes with its runs, and every foreign key into those tables that the
@@ -65,12 +65,12 @@ def _prunable(cutoff: dt.datetime, statuses: Iterable[str]) -> models.QuerySet[E
     """Top-level runs in ``statuses`` that finished before ``cutoff`` and whose every
     descendant (composed children, async units) has finished too."""
     unfinished_descendant = (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(root_id=OuterRef("pk"))
         .exclude(status__in=TERMINAL_STATUSES)
     )
     return (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(
             parent__isnull=True,
             status__in=list(statuses),
@@ -103,7 +103,7 @@ def prune_finished(cutoff: dt.datetime, statuses: Iterable[str], batch_size: int
     one_statement = one_statement_covers()
     after = _BEGINNING
     while True:
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             done = (
                 dialect().prune_batch(cutoff, statuses, batch_size, after)
                 if one_statement
@@ -127,7 +127,7 @@ def _collect_batch(cutoff: dt.datetime, statuses: list[str], batch_size: int) ->
         .values_list("id", flat=True)[:batch_size]
     )
     if ids:
-        Execution.objects.using(USING).filter(id__in=ids).delete()
+        Execution.objects.using(using()).filter(id__in=ids).delete()
     return len(ids)
 
 

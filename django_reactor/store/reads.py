@@ -15,7 +15,7 @@ from ..exceptions import ExecutionNotFound, StoredValueUnreadable
 from ..models import Definition, Execution, ExecutionEvent, MapRun, StepRecord
 from ..states import EventKind, ExecutionStatus
 from . import sql
-from .db import USING, db_id
+from .db import db_id, using
 
 
 def parse_id(execution_id: uuid.UUID | str) -> uuid.UUID:
@@ -35,7 +35,7 @@ def ids_starting_with(prefix: str, *, limit: int = 2) -> list[uuid.UUID]:
     low = uuid.UUID(prefix.ljust(32, "0"))
     high = uuid.UUID(prefix.ljust(32, "f"))
     return list(
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(pk__gte=low, pk__lte=high)
         .order_by("pk")
         .values_list("pk", flat=True)[:limit]
@@ -46,7 +46,7 @@ def get_row(execution_id: uuid.UUID | str) -> Execution:
     """The execution row; raises ExecutionNotFound with the id in the message."""
     key = parse_id(execution_id)
     try:
-        return Execution.objects.using(USING).get(pk=key)
+        return Execution.objects.using(using()).get(pk=key)
     except Execution.DoesNotExist:
         raise ExecutionNotFound(f"no execution with id {key}") from None
 
@@ -54,7 +54,7 @@ def get_row(execution_id: uuid.UUID | str) -> Execution:
 def status_of(execution_id: uuid.UUID) -> str | None:
     """The run's status (one primary-key read), or None when there is no such run."""
     return (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(pk=execution_id)
         .values_list("status", flat=True)
         .first()
@@ -64,7 +64,7 @@ def status_of(execution_id: uuid.UUID) -> str | None:
 def subject_of(execution_id: uuid.UUID) -> str:
     """The run's subject (``Execution.subject``: whose key seals its secrets), ``""`` for none."""
     return str(
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(pk=execution_id)
         .values_list("subject", flat=True)
         .get()
@@ -72,17 +72,17 @@ def subject_of(execution_id: uuid.UUID) -> str:
 
 
 def execution_exists(execution_id: uuid.UUID) -> bool:
-    return Execution.objects.using(USING).filter(pk=execution_id).exists()
+    return Execution.objects.using(using()).filter(pk=execution_id).exists()
 
 
 def find_child(parent_id: uuid.UUID, step: str) -> Execution | None:
     """The composed child a parent's step started, if any."""
-    return Execution.objects.using(USING).filter(parent_id=parent_id, parent_step=step).first()
+    return Execution.objects.using(using()).filter(parent_id=parent_id, parent_step=step).first()
 
 
 def find_retry(execution_id: uuid.UUID) -> uuid.UUID | None:
     return (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(retry_of_id=execution_id)
         .values_list("id", flat=True)
         .first()
@@ -91,7 +91,7 @@ def find_retry(execution_id: uuid.UUID) -> uuid.UUID | None:
 
 def step_rows(execution_id: uuid.UUID) -> list[RecordedStep]:
     """A run's step records in completion order (raw SQL: this runs on every resume)."""
-    records = StepRecord.objects.using(USING).raw(sql.STEP_ROWS, [db_id(execution_id)])
+    records = StepRecord.objects.using(using()).raw(sql.STEP_ROWS, [db_id(execution_id)])
     return [recorded_step(record) for record in records]
 
 
@@ -116,12 +116,12 @@ def recorded_step(record: StepRecord) -> RecordedStep:
 
 def event_rows(execution_id: uuid.UUID) -> list[ExecutionEvent]:
     """A run's trace in sequence order (with the entries its step records stand for)."""
-    return list(ExecutionEvent.objects.using(USING).raw(sql.TRACE, {"id": db_id(execution_id)}))
+    return list(ExecutionEvent.objects.using(using()).raw(sql.TRACE, {"id": db_id(execution_id)}))
 
 
 def last_seq(execution_id: uuid.UUID) -> int:
     """The highest trace sequence number of a run (0 for none)."""
-    with connections[USING].cursor() as cursor:
+    with connections[using()].cursor() as cursor:
         cursor.execute(sql.LAST_SEQ, {"id": db_id(execution_id)})
         row = cursor.fetchone()
     return int(row[0] or 0)
@@ -175,8 +175,8 @@ def run_records(
 def nested_work_started(execution_id: uuid.UUID, step: str) -> bool:
     """Whether the run's ``step`` started work of its own: a composed child or a map."""
     return (
-        Execution.objects.using(USING).filter(parent_id=execution_id, parent_step=step).exists()
-        or MapRun.objects.using(USING).filter(execution_id=execution_id, step=step).exists()
+        Execution.objects.using(using()).filter(parent_id=execution_id, parent_step=step).exists()
+        or MapRun.objects.using(using()).filter(execution_id=execution_id, step=step).exists()
     )
 
 
@@ -184,7 +184,7 @@ def retry_attempts(execution_id: uuid.UUID) -> dict[str, int]:
     """The attempts each step of a run made so far, as its retry entries recorded them."""
     attempts: dict[str, int] = {}
     rows = (
-        ExecutionEvent.objects.using(USING)
+        ExecutionEvent.objects.using(using())
         .filter(execution_id=execution_id, kind=EventKind.RETRY)
         .values_list("step", "attempt")
     )
@@ -197,7 +197,7 @@ def launched_steps(execution_id: uuid.UUID) -> list[str]:
     """Every step a ``launch`` entry of the run names (steps started side by side)."""
     names: list[str] = []
     for data in (
-        ExecutionEvent.objects.using(USING)
+        ExecutionEvent.objects.using(using())
         .filter(execution_id=execution_id, kind=EventKind.LAUNCH)
         .order_by("seq")
         .values_list("data", flat=True)
@@ -248,7 +248,7 @@ def _checked_shape(shape: Any) -> dict[str, dict[str, Any]]:
 def _kept_shape(row: Execution) -> Any:
     """The shape kept under the run's definition hash."""
     return (
-        Definition.objects.using(USING)
+        Definition.objects.using(using())
         .filter(hash=row.definition_hash)
         .values_list("shape", flat=True)
         .first()
@@ -258,7 +258,7 @@ def _kept_shape(row: Execution) -> Any:
 def coordination_state(execution_id: uuid.UUID) -> dict[str, Any]:
     """The run's coordination bookkeeping (see ``Execution.coordination``)."""
     found = (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(pk=execution_id)
         .values_list("coordination", flat=True)
         .first()
@@ -269,7 +269,7 @@ def coordination_state(execution_id: uuid.UUID) -> dict[str, Any]:
 def cancelled_while_running(execution_id: uuid.UUID) -> bool:
     """Whether the run's last cancellation abandoned it while running (its process gone)."""
     data = (
-        ExecutionEvent.objects.using(USING)
+        ExecutionEvent.objects.using(using())
         .filter(execution_id=execution_id, kind=EventKind.CANCEL)
         .order_by("-seq")
         .values_list("data", flat=True)
@@ -294,7 +294,7 @@ def unfinished_descendants(execution_id: uuid.UUID) -> list[uuid.UUID]:
     level = [execution_id]
     while level:
         rows = list(
-            Execution.objects.using(USING).filter(parent_id__in=level).values_list("id", "status")
+            Execution.objects.using(using()).filter(parent_id__in=level).values_list("id", "status")
         )
         found.extend(i for i, status in rows if status in unfinished)
         level = [i for i, _ in rows]

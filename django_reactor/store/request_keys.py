@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..models import ApiRequest
-from .db import USING, reconnecting
+from .db import reconnecting, using
 from .lease import Kept
 
 logger = logging.getLogger("django_reactor.api")
@@ -68,14 +68,14 @@ def reserve(scope: str, key: str, body_fingerprint: str) -> Reservation:
     now = timezone.now()
     for _ in range(2):
         try:
-            with transaction.atomic(using=USING):
-                row = ApiRequest.objects.using(USING).create(
+            with transaction.atomic(using=using()):
+                row = ApiRequest.objects.using(using()).create(
                     scope=scope[:255], key=key[:255], fingerprint=body_fingerprint
                 )
             return Reservation("new", row.pk)
         except IntegrityError:
             existing = (
-                ApiRequest.objects.using(USING).filter(scope=scope[:255], key=key[:255]).first()
+                ApiRequest.objects.using(using()).filter(scope=scope[:255], key=key[:255]).first()
             )
             if existing is None:
                 continue  # released meanwhile: try again
@@ -85,7 +85,7 @@ def reserve(scope: str, key: str, body_fingerprint: str) -> Reservation:
                 # stopped): a new request may take the key. Taking over is safe: what the
                 # request does is guarded on its own (an interrupt takes one payload). Only
                 # the row as read is deleted: one its keeper extended meanwhile is alive.
-                ApiRequest.objects.using(USING).filter(
+                ApiRequest.objects.using(using()).filter(
                     pk=existing.pk,
                     created_at=existing.created_at,
                     status_code=existing.status_code,
@@ -114,7 +114,7 @@ class ReservationKeeper(Kept):
     def extend(self) -> bool:
         """Mark the reservation alive now; False once it was answered, released or taken."""
         return bool(
-            ApiRequest.objects.using(USING)
+            ApiRequest.objects.using(using())
             .filter(pk=self.row_id, status_code=0)
             .update(created_at=timezone.now())
         )
@@ -133,7 +133,7 @@ def kept(row_id: int) -> Iterator[ReservationKeeper]:
 
 def finish(row_id: int, status_code: int, response: Any) -> None:
     """Store the response a reserved key's request got."""
-    ApiRequest.objects.using(USING).filter(pk=row_id).update(
+    ApiRequest.objects.using(using()).filter(pk=row_id).update(
         status_code=status_code, response=response
     )
 
@@ -147,7 +147,7 @@ def release(row_id: int) -> None:
     """
     try:
         reconnecting(
-            ApiRequest.objects.using(USING).filter(pk=row_id).delete,
+            ApiRequest.objects.using(using()).filter(pk=row_id).delete,
             what=f"releasing remembered request {row_id}",
         )
     except DatabaseError:
@@ -162,9 +162,9 @@ def forget_expired(limit: int) -> int:
     """Delete up to ``limit`` remembered requests older than the TTL; return how many."""
     cutoff = timezone.now() - dt.timedelta(seconds=reactor_settings.API_IDEMPOTENCY_TTL)
     old = list(
-        ApiRequest.objects.using(USING)
+        ApiRequest.objects.using(using())
         .filter(created_at__lt=cutoff)
         .values_list("pk", flat=True)[:limit]
     )
-    deleted, _ = ApiRequest.objects.using(USING).filter(pk__in=old).delete()
+    deleted, _ = ApiRequest.objects.using(using()).filter(pk__in=old).delete()
     return int(deleted)

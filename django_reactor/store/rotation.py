@@ -25,7 +25,7 @@ from ..engine.serialization import JSONObject, JSONValue, replace_sealed
 from ..exceptions import StoredValueUnreadable
 from ..models import Execution, Interrupt, StepRecord, SubjectKey
 from . import keyring
-from .db import USING
+from .db import using
 from .secrets import Sealer
 
 
@@ -180,7 +180,7 @@ def _write(
     for name, (old, _) in columns.items():
         condition &= Q(**{f"{name}__isnull": True}) if old is None else Q(**{name: old})
     updated = (
-        model._default_manager.using(USING)
+        model._default_manager.using(using())
         .filter(condition)
         .update(**{name: new for name, (_, new) in columns.items()})
     )
@@ -196,7 +196,7 @@ def _batches(
     """The rows of ``model`` in primary-key order, ``size`` at a time (keyset pages)."""
     last: Any = None
     while True:
-        rows = model._default_manager.using(USING).all()
+        rows = model._default_manager.using(using()).all()
         if where is not None:
             rows = rows.filter(where)
         if last is not None:

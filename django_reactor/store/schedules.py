@@ -29,7 +29,7 @@ from django.utils import timezone
 from ..models import Schedule, ScheduleFire
 from ..states import TERMINAL_STATUSES, FireOutcome
 from . import sql
-from .db import USING
+from .db import using
 from .dialects import dialect
 
 _VALUES = (
@@ -150,7 +150,7 @@ def _fire(fire: ScheduleFire) -> FireRow:
 
 
 def _schedules() -> Any:
-    return Schedule.objects.using(USING)
+    return Schedule.objects.using(using())
 
 
 # ---------------------------------------------------------------------------- reads
@@ -182,7 +182,7 @@ def name_taken(name: str, *, exclude: int | None = None) -> bool:
 
 def recent_fires(schedule_id: int, limit: int) -> list[FireRow]:
     """The schedule's latest fires, newest first (the unique index, read backwards)."""
-    fires = ScheduleFire.objects.using(USING).filter(schedule_id=schedule_id)
+    fires = ScheduleFire.objects.using(using()).filter(schedule_id=schedule_id)
     return [_fire(f) for f in fires.order_by("-fire_at")[:limit]]
 
 
@@ -217,7 +217,7 @@ def queued_ready(limit: int) -> list[ScheduleRow]:
 def create(**fields: Any) -> ScheduleRow:
     """Insert a schedule; NameTaken when its name is."""
     try:
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             schedule = _schedules().create(**fields)
     except IntegrityError:
         if name_taken(fields["name"]):
@@ -232,7 +232,7 @@ def update(schedule_id: int, **fields: Any) -> ScheduleRow | None:
     """Change a schedule's fields; None when it is gone, NameTaken when the name is."""
     fields["updated_at"] = timezone.now()
     try:
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             changed = _schedules().filter(pk=schedule_id).update(**fields)
     except IntegrityError:
         if "name" in fields and name_taken(fields["name"], exclude=schedule_id):
@@ -243,7 +243,7 @@ def update(schedule_id: int, **fields: Any) -> ScheduleRow | None:
 
 def pause(schedule_id: int, note: str) -> ScheduleRow | None:
     """Disable a schedule: no next fire, and a queued tick is recorded skipped (``note``)."""
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         queued = _schedules().filter(pk=schedule_id).values_list("queued_fire_id", flat=True)
         queued_id = queued.first()
         changed = (
@@ -252,7 +252,7 @@ def pause(schedule_id: int, note: str) -> ScheduleRow | None:
             .update(enabled=False, next_fire_at=None, queued_fire=None, updated_at=timezone.now())
         )
         if queued_id is not None:
-            ScheduleFire.objects.using(USING).filter(
+            ScheduleFire.objects.using(using()).filter(
                 pk=queued_id, outcome=FireOutcome.QUEUED
             ).update(outcome=FireOutcome.SKIPPED, note=note)
     return get(schedule_id) if changed else None
@@ -260,7 +260,7 @@ def pause(schedule_id: int, note: str) -> ScheduleRow | None:
 
 def delete(schedule_id: int) -> bool:
     """Delete a schedule and its fires (the runs stay); False when it was gone."""
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         # The schedule points at one of its fires: let go of it first.
         _schedules().filter(pk=schedule_id).update(queued_fire=None)
         deleted, _ = _schedules().filter(pk=schedule_id).delete()
@@ -307,7 +307,7 @@ def record_tick(
     :data:`MOVED` or :data:`PASSED`.
     """
     try:
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             fire = _insert_fire(schedule_id, fire_at, until, manual=False)
             if fire is None:
                 # The tick is recorded: by a sweeper that won it (and moved the next fire on,
@@ -350,10 +350,10 @@ def record_ticks(
     ordered = sorted(ticks, key=lambda t: t.schedule_id)
     if not ordered:
         return {}
-    connection = connections[USING]
+    connection = connections[using()]
     adapt = connection.ops.adapt_datetimefield_value
     now = timezone.now()
-    with transaction.atomic(using=USING), connection.cursor() as cursor:
+    with transaction.atomic(using=using()), connection.cursor() as cursor:
         cursor.execute(
             sql.INSERT_FIRES.format(rows=", ".join([sql.INSERT_FIRES_ROW] * len(ordered))),
             [
@@ -388,7 +388,7 @@ def record_ticks(
                 moved.append(inserted.pop(t.schedule_id)[0])
                 outcome[t.schedule_id] = MOVED
         if moved:
-            ScheduleFire.objects.using(USING).filter(pk__in=moved).delete()
+            ScheduleFire.objects.using(using()).filter(pk__in=moved).delete()
         if not inserted:
             return outcome
         rows = {
@@ -447,7 +447,7 @@ def _insert_fire(
     schedule_id: int, fire_at: dt.datetime, until: dt.datetime | None, *, manual: bool
 ) -> FireRow | None:
     """Insert a fire row (outcome to be settled); None when the tick has one already."""
-    connection = connections[USING]
+    connection = connections[using()]
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         cursor.execute(
@@ -486,7 +486,7 @@ def record_manual(
     """Record a fire asked for by an operator (run now) at ``fire_at``; None when the
     schedule is gone or the moment is taken (call again with a later one)."""
     try:
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             if not _schedules().filter(pk=schedule_id).update(updated_at=timezone.now()):
                 return None
             fire = _insert_fire(schedule_id, fire_at, None, manual=True)
@@ -503,7 +503,7 @@ def start_queued(
     """Take the schedule's queued tick ``fire_id`` and let ``decide`` start it, in one
     transaction; None when another sweeper took it, or the previous run is moving again."""
     try:
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             taken = (
                 _schedules()
                 .filter(pk=schedule_id, queued_fire_id=fire_id)
@@ -511,7 +511,7 @@ def start_queued(
             )
             if not taken:
                 return None
-            fire = _fire(ScheduleFire.objects.using(USING).get(pk=fire_id))
+            fire = _fire(ScheduleFire.objects.using(using()).get(pk=fire_id))
             return _settle(fire, schedule_id, decide, queued=True)
     except _Changed:
         return None
@@ -528,7 +528,7 @@ def _settle(
     if row is None or (queued and row.previous_running):
         raise _Changed
     decision = decide(row)
-    ScheduleFire.objects.using(USING).filter(pk=fire.id).update(
+    ScheduleFire.objects.using(using()).filter(pk=fire.id).update(
         outcome=decision.outcome, note=decision.note, execution_id=decision.execution_id
     )
     changes: dict[str, Any] = {}

@@ -11,7 +11,7 @@ from ..engine.serialization import decode
 from ..exceptions import StoredValueUnreadable
 from ..models import StepRecord
 from ..states import StepStatus
-from .db import USING, logger
+from .db import logger, using
 from .dialects import dialect
 
 
@@ -32,7 +32,7 @@ def _over(execution_ids: list[Any], now: dt.datetime) -> list[tuple[int, Any]]:
     worker, and so is one whose time does not read (the worker parks that run for a person):
     one bad row must not stop the sweep for every run."""
     records = (
-        StepRecord.objects.using(USING)
+        StepRecord.objects.using(using())
         .filter(execution_id__in=execution_ids, status=StepStatus.SLEEPING, traced=False)
         .order_by("execution_id", "seq")
         .values_list("id", "execution_id", "result")

@@ -37,7 +37,7 @@ from ..models import (
     ScheduleFire,
     StepRecord,
 )
-from .db import USING, logger
+from .db import logger, using
 
 #: A statement's parameters: positional (``%s``) or named (``%(name)s``).
 Params = Sequence[Any] | Mapping[str, Any]
@@ -505,7 +505,7 @@ def insert_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], ..
 def insert_all(events: int, with_dispatch: bool, with_definition: bool = False) -> str:
     """A new run's one statement: its execution row, first events, dispatch and (unless kept
     already) its definition, each a data-modifying CTE; parameters in that order."""
-    connection = connections[USING]
+    connection = connections[using()]
     models_named: list[tuple[type[models.Model], str]] = []
     if with_definition:
         models_named.append((Definition, "df"))
@@ -557,7 +557,7 @@ def _turn_preparation_off(exc: Exception) -> None:
 
 def execute(sql: str, params: Params, connection: Any = None) -> tuple[Any, ...] | None:
     """Run the checkpoint statement on Django's connection (``connection``: the caller's
-    ``connections[USING]``, when it has it at hand); return its row."""
+    ``connections[using()]``, when it has it at hand); return its row."""
     return _execute(sql, params, named=False, connection=connection)[1]
 
 
@@ -579,7 +579,7 @@ def _execute(
     and execute wrappers do not see this statement.
     """
     if connection is None:
-        connection = connections[USING]
+        connection = connections[using()]
     raw = connection.connection
     if raw is None:
         connection.ensure_connection()
@@ -649,7 +649,7 @@ def again_unprepared(function: Callable[P, T]) -> Callable[P, T]:
         try:
             return function(*args, **kwargs)
         except DatabaseError:
-            if refused or not _preparation_refused.is_set() or connections[USING].in_atomic_block:
+            if refused or not _preparation_refused.is_set() or connections[using()].in_atomic_block:
                 raise
             return function(*args, **kwargs)
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from ..exceptions import ReactorError, SubjectErased
 from ..models import Execution, SubjectKey
 from . import keyring
-from .db import USING
+from .db import using
 
 #: Longest subject (``SubjectKey.subject``, ``Execution.subject``).
 MAX_SUBJECT = 255
@@ -40,7 +40,7 @@ def live_key(subject: str) -> tuple[uuid.UUID, Fernet]:
     Fernet that seals with it."""
     for _ in range(3):
         row = (
-            SubjectKey.objects.using(USING)
+            SubjectKey.objects.using(using())
             .filter(subject=subject, erased_at__isnull=True)
             .values_list("id", "key")
             .first()
@@ -48,8 +48,8 @@ def live_key(subject: str) -> tuple[uuid.UUID, Fernet]:
         if row is not None and row[1] is not None:
             return row[0], _fernet(row[1], subject)
         try:
-            with transaction.atomic(using=USING):
-                made = SubjectKey.objects.using(USING).create(
+            with transaction.atomic(using=using()):
+                made = SubjectKey.objects.using(using()).create(
                     subject=subject, key=keyring.encrypt(Fernet.generate_key())
                 )
         except IntegrityError:
@@ -63,7 +63,7 @@ def key_by_id(key_id: str) -> Fernet:
     """The data key an envelope names; SubjectErased when its subject was forgotten."""
     pk = _uuid(key_id)
     row = (
-        SubjectKey.objects.using(USING)
+        SubjectKey.objects.using(using())
         .filter(pk=pk)
         .values_list("subject", "key", "erased_at")
         .first()
@@ -98,7 +98,7 @@ def erased_ids(key_ids: set[str]) -> set[str]:
     ids = {i: _uuid(i) for i in key_ids}
     live = {
         str(pk)
-        for pk in SubjectKey.objects.using(USING)
+        for pk in SubjectKey.objects.using(using())
         .filter(pk__in=[u for u in ids.values() if u is not None], erased_at__isnull=True)
         .values_list("pk", flat=True)
     }
@@ -120,25 +120,27 @@ def forget(subject: str) -> Forgotten:
     """Erase the subject's live key (its secrets become unreadable); idempotent."""
     now = timezone.now()
     erased = (
-        SubjectKey.objects.using(USING)
+        SubjectKey.objects.using(using())
         .filter(subject=subject, erased_at__isnull=True)
         .update(key=None, erased_at=now)
     )
     first = (
-        SubjectKey.objects.using(USING)
+        SubjectKey.objects.using(using())
         .filter(subject=subject, erased_at__isnull=False)
         .order_by("erased_at")
         .values_list("erased_at", flat=True)
         .first()
     )
-    runs = Execution.objects.using(USING).filter(subject=subject).count()
+    runs = Execution.objects.using(using()).filter(subject=subject).count()
     return Forgotten(subject, erased, first, runs)
 
 
 def state_of(subject: str) -> str:
     """``"live"``, ``"erased"`` or ``"none"`` (no key was ever made for the subject)."""
     states = set(
-        SubjectKey.objects.using(USING).filter(subject=subject).values_list("erased_at", flat=True)
+        SubjectKey.objects.using(using())
+        .filter(subject=subject)
+        .values_list("erased_at", flat=True)
     )
     if not states:
         return "none"

@@ -17,7 +17,7 @@ from django.utils import timezone
 from ..models import Dispatch, Execution
 from ..states import ExecutionStatus
 from .claims import RESUMABLE
-from .db import USING
+from .db import using
 from .outbox import QueuedDispatch, mark_sent, publish, publish_on_commit
 from .sleeps import end_due_sleeps
 
@@ -43,6 +43,16 @@ class SweepReport:
     # The earliest wake-up (or schedule tick) after this sweep's time: sweep again then, if
     # that comes before the interval is over. None: nothing waits for a time.
     next_due_at: dt.datetime | None = None
+
+    def add(self, other: SweepReport) -> None:
+        """Count ``other``'s work in this report too (the sweeps of several databases)."""
+        for name, value in other.as_dict().items():
+            setattr(self, name, getattr(self, name) + value)
+        self.cut_short = self.cut_short or other.cut_short
+        if other.next_due_at is not None and (
+            self.next_due_at is None or other.next_due_at < self.next_due_at
+        ):
+            self.next_due_at = other.next_due_at
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -95,7 +105,7 @@ def sweep(
     """
     report = SweepReport()
     now = timezone.now()
-    skip_locked = connections[USING].features.has_select_for_update_skip_locked
+    skip_locked = connections[using()].features.has_select_for_update_skip_locked
 
     def locked(qs: QuerySet[M]) -> QuerySet[M]:
         return qs.select_for_update(skip_locked=True) if skip_locked else qs
@@ -106,10 +116,10 @@ def sweep(
     after_id = [0]
 
     def republish() -> int:
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             stale = list(
                 locked(
-                    Dispatch.objects.using(USING)
+                    Dispatch.objects.using(using())
                     .filter(sent_at__isnull=True, created_at__lt=due_before, id__gt=after_id[0])
                     .filter(Q(not_before__isnull=True) | Q(not_before__lt=due_before))
                 )
@@ -142,7 +152,7 @@ def sweep(
     #     worker that resumes them stops them there. Their wake-up time is never later than
     #     the deadline when the run parks; this catches deadlines set or moved since.
     report.deadlines = (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(
             deadline_at__lte=now,
             status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
@@ -171,11 +181,11 @@ def sweep(
     # 3. Forget dispatches that went out long ago (in batches: each transaction stays short).
     def forget() -> int:
         old = (
-            Dispatch.objects.using(USING)
+            Dispatch.objects.using(using())
             .filter(sent_at__lt=now - dt.timedelta(seconds=retention))
             .values_list("id", flat=True)[:limit]
         )
-        deleted, _ = Dispatch.objects.using(USING).filter(id__in=list(old)).delete()
+        deleted, _ = Dispatch.objects.using(using()).filter(id__in=list(old)).delete()
         report.deleted += deleted
         return deleted
 
@@ -196,7 +206,7 @@ def _waiting() -> QuerySet[Execution]:
     """Runs nobody owns that wait for their wake-up time (the sweeper's to dispatch: composed
     children are their parent's)."""
     return (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(
             status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
             wake_at__isnull=False,
@@ -216,9 +226,11 @@ def _recover(
 ) -> tuple[int, tuple[dt.datetime, uuid.UUID] | None]:
     """One batch of the runs to recover (or wake, or start again) read after ``after``; how
     many runs were read, and where the batch stopped."""
-    unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
+    unsent = Dispatch.objects.using(using()).filter(
+        execution_id=OuterRef("pk"), sent_at__isnull=True
+    )
     runs = (
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(status__in=RESUMABLE)
         .filter(Q(parent__isnull=True) | Q(detached=True))
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
@@ -228,7 +240,7 @@ def _recover(
     )
     if after is not None:
         runs = runs.filter(Q(updated_at__gt=after[0]) | Q(updated_at=after[0], id__gt=after[1]))
-    with transaction.atomic(using=USING):
+    with transaction.atomic(using=using()):
         candidates = list(
             locked(runs)
             .order_by("updated_at", "id")
@@ -238,7 +250,7 @@ def _recover(
             return 0, after
         queued = []
         recently = set(
-            Dispatch.objects.using(USING)
+            Dispatch.objects.using(using())
             .filter(
                 execution_id__in=[c[0] for c in candidates],
                 sent_at__gte=now - dt.timedelta(seconds=redispatch_after),
@@ -257,7 +269,7 @@ def _recover(
             else:
                 reason = Dispatch.Reason.START
                 report.redispatched += 1
-            row = Dispatch.objects.using(USING).create(execution_id=execution_id, reason=reason)
+            row = Dispatch.objects.using(using()).create(execution_id=execution_id, reason=reason)
             queued.append(QueuedDispatch(row.id, execution_id))
         publish_on_commit(queued)
     last = candidates[-1]
@@ -268,7 +280,7 @@ def paused_past_deadline(limit: int) -> list[Execution]:
     """Runs paused at an interrupt whose deadline passed (by the database's clock), oldest
     deadline first."""
     return list(
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(status=ExecutionStatus.PAUSED, deadline_at__lte=Now())
         .order_by("deadline_at")[:limit]
     )
@@ -278,7 +290,7 @@ def due_now(limit: int = 1000) -> list[uuid.UUID]:
     """Runs nobody owns that a worker would take now: waiting for a worker, or whose wake-up
     time has come (for tests that move time)."""
     return list(
-        Execution.objects.using(USING)
+        Execution.objects.using(using())
         .filter(
             status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
             lease_owner__isnull=True,
@@ -297,8 +309,10 @@ def _due(
 ) -> QuerySet[Execution]:
     """Runs nobody owns whose wake-up time has come, unless a task for them is queued already
     or went out within ``redispatch_after``."""
-    unsent = Dispatch.objects.using(USING).filter(execution_id=OuterRef("pk"), sent_at__isnull=True)
-    recent = Dispatch.objects.using(USING).filter(
+    unsent = Dispatch.objects.using(using()).filter(
+        execution_id=OuterRef("pk"), sent_at__isnull=True
+    )
+    recent = Dispatch.objects.using(using()).filter(
         execution_id=OuterRef("pk"),
         sent_at__gte=now - dt.timedelta(seconds=redispatch_after),
     )
@@ -343,7 +357,7 @@ class _WakeUps:
         chunk, self.ahead = self.ahead[: self.limit], self.ahead[self.limit :]
         if not chunk:
             return 0
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             # By primary key, in no order: ordered by wake-up time, the statement would scan the
             # wake-up index past every run still due (100,000 runs due together: seconds a
             # batch). The batch keeps the order of the read.
@@ -354,7 +368,7 @@ class _WakeUps:
                 # Their rows are locked and nobody owns them: ending the sleeps here, in one
                 # update, spares each woken run a checkpoint of its own on the worker.
                 self.report.slept += end_due_sleeps(ids, self.now)
-                rows = Dispatch.objects.using(USING).bulk_create(
+                rows = Dispatch.objects.using(using()).bulk_create(
                     [Dispatch(execution_id=e, reason=Dispatch.Reason.WAKE) for e in ids]
                 )
                 queued = [QueuedDispatch(row.id, row.execution_id) for row in rows]

@@ -18,7 +18,7 @@ from django.db.models import F
 
 from ..models import Execution, Interrupt, Schedule
 from ..states import InterruptStatus
-from .db import USING
+from .db import using
 from .dialects import dialect
 
 _shifts: list[Callable[[dt.timedelta], None]] = []
@@ -32,14 +32,14 @@ def register(shift: Callable[[dt.timedelta], None]) -> None:
 
 def shift_due_times(delta: dt.timedelta) -> None:
     """Move every stored time that runs wait for back by ``delta`` (in one transaction)."""
-    with transaction.atomic(using=USING):
-        executions = Execution.objects.using(USING)
+    with transaction.atomic(using=using()):
+        executions = Execution.objects.using(using())
         executions.filter(wake_at__isnull=False).update(wake_at=F("wake_at") - delta)
         executions.filter(deadline_at__isnull=False).update(deadline_at=F("deadline_at") - delta)
-        Interrupt.objects.using(USING).filter(
+        Interrupt.objects.using(using()).filter(
             status=InterruptStatus.WAITING, expires_at__isnull=False
         ).update(expires_at=F("expires_at") - delta)
-        Schedule.objects.using(USING).filter(next_fire_at__isnull=False).update(
+        Schedule.objects.using(using()).filter(next_fire_at__isnull=False).update(
             next_fire_at=F("next_fire_at") - delta
         )
         dialect().shift_sleeps(delta)  # the time each sleep waits until, in its record

@@ -43,7 +43,9 @@ class ReactorClock:
             raise TypeError("advance() takes a timedelta or units such as days=3, not both")
         if delta < dt.timedelta():
             raise ValueError(f"time only moves forward: advance() got {delta}")
-        store.time_in_tests.shift_due_times(delta)
+        for alias in store.aliases():  # every database runs are routed to
+            with store.bound(alias):
+                store.time_in_tests.shift_due_times(delta)
         self.moved += delta
         if not run:
             return []
@@ -55,8 +57,10 @@ class ReactorClock:
 
         services.sweep()
         outcomes = []
-        for execution_id in store.due_now():
-            outcome = services.resume(execution_id)
-            if outcome is not None:
-                outcomes.append(outcome)
+        for alias in store.aliases():
+            with store.bound(alias):
+                for execution_id in store.due_now():
+                    outcome = services.resume(execution_id)
+                    if outcome is not None:
+                        outcomes.append(outcome)
         return outcomes

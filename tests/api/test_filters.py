@@ -80,7 +80,9 @@ def test_empty_filters_filter_nothing(operator: APIClient) -> None:
 def test_the_schema_shows_every_filter_with_its_description(anonymous: APIClient) -> None:
     schema = anonymous.get("/api/schema/", {"format": "json"}).json()
     parameters = {p["name"]: p for p in schema["paths"][LIST]["get"]["parameters"]}
-    assert set(FILTERS) | {"cursor", "page_size"} == set(parameters)
+    # Besides the filters, the page and the database (routing: REACTOR["DATABASE"]).
+    assert set(FILTERS) | {"cursor", "page_size", "database"} == set(parameters)
+    assert "REACTOR['DATABASE']" in parameters["database"]["description"]
     for name in FILTERS:
         assert parameters[name]["in"] == "query"
         assert parameters[name]["description"], name

@@ -14,9 +14,9 @@ from django_reactor.store.dialects import Dialect, PostgreSQL
 
 def test_the_store_picks_its_dialect_once_from_the_vendor() -> None:
     chosen = store.dialect()
-    assert chosen is store.dialect() is store.dialect_for(store.USING)
+    assert chosen is store.dialect() is store.dialect_for(store.using())
     assert type(chosen) is (PostgreSQL if connection.vendor == "postgresql" else Dialect)
-    assert (chosen.alias, chosen.name) == (store.USING, connection.vendor)
+    assert (chosen.alias, chosen.name) == (store.using(), connection.vendor)
 
 
 def test_another_alias_gets_a_dialect_of_its_own() -> None:

@@ -19,6 +19,9 @@ DATABASES = {
         **json.loads(os.environ.get("REACTOR_DATABASE_JSON") or "{}"),
     }
 }
+# The second database runs may be routed to, when the test process has one.
+if os.environ.get("SHARD_DATABASE_URL"):
+    DATABASES["shard"] = database_from_url(os.environ["SHARD_DATABASE_URL"])
 REACTOR = json.loads(os.environ.get("REACTOR_SETTINGS_JSON", "{}"))
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 LOGGING = {

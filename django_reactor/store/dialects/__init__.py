@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from django.db import connections
 
-from ..db import USING
+from ..db import using
 from .generic import Dialect
 from .postgresql import PostgreSQL
 
@@ -40,17 +40,17 @@ def dialect_for(alias: str) -> Dialect:
 
 
 def dialect() -> Dialect:
-    """The store's dialect (``db.USING``), which the store's operations go through."""
+    """The store's dialect (``db.using()``), which the store's operations go through."""
     try:
-        return _chosen[USING]
+        return _chosen[using()]
     except KeyError:
-        return dialect_for(USING)
+        return dialect_for(using())
 
 
-def generic(alias: str = USING) -> Dialect:
+def generic(alias: str | None = None) -> Dialect:
     """The generic ORM store on ``alias``, whatever its database: for tests that compare it
     with PostgreSQL's on one database (with :func:`forced`, or ``DatabaseJournal(dialect=)``)."""
-    return Dialect(alias)
+    return Dialect(alias or using())
 
 
 @contextmanager

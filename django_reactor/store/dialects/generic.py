@@ -23,7 +23,7 @@ from ...engine.journal import JournalBatch
 from ...models import Definition, Execution, ExecutionEvent, MapChunk, StepRecord
 from ...states import MOVING_STATUSES, ExecutionStatus, StepStatus
 from .. import map_orm
-from ..db import USING
+from ..db import using
 from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import mark_taken, queue_dispatch
 from ..reads import get_row, last_seq, run_records
@@ -46,7 +46,7 @@ class Dialect:
     """The generic ORM store of one database alias (:func:`~.dialect_for` picks it once).
 
     The store's operations (runs, claims, checkpoints, sleeps, map chunks) are called on the
-    store's own dialect (``store.dialect()``, alias ``db.USING``) and write there, as the rest
+    store's own dialect (``store.dialect()``, alias ``db.using()``) and write there, as the rest
     of the store does; the capabilities, the clock and the row estimate answer for the
     dialect's alias, which coordination's database backend and the admin may choose.
     """
@@ -93,11 +93,11 @@ class Dialect:
         """Insert a new run with its first events, its dispatch (published ``delay`` seconds
         on) and its definition (unless kept already), all or nothing; an ``IntegrityError``
         when a unique key is taken (``executions.create_execution``)."""
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             if definition is not None:
-                Definition.objects.using(USING).bulk_create([definition], ignore_conflicts=True)
-            execution.save(force_insert=True, using=USING)
-            ExecutionEvent.objects.using(USING).bulk_create(events)
+                Definition.objects.using(using()).bulk_create([definition], ignore_conflicts=True)
+            execution.save(force_insert=True, using=using())
+            ExecutionEvent.objects.using(using()).bulk_create(events)
             if dispatch is not None:
                 queue_dispatch(execution.id, dispatch, delay)
 
@@ -106,7 +106,7 @@ class Dialect:
         taken, and the row read back."""
         now = timezone.now()
         claimed = (
-            Execution.objects.using(USING)
+            Execution.objects.using(using())
             .filter(pk=execution_id, status__in=MOVING_STATUSES)  # claims.RESUMABLE
             .filter(Q(parent__isnull=True) | Q(detached=True))
             .filter(
@@ -155,7 +155,7 @@ class Dialect:
         ended = 0
         for record_id, execution_id in due:
             ended += (
-                StepRecord.objects.using(USING)
+                StepRecord.objects.using(using())
                 .filter(pk=record_id, status=StepStatus.SLEEPING, traced=False)
                 .update(
                     status=StepStatus.COMPLETED,
@@ -172,10 +172,10 @@ class Dialect:
     def shift_sleeps(self, delta: dt.timedelta) -> None:
         """Bring the time every sleep waits until ``delta`` closer (test time:
         ``time_in_tests.shift_due_times``, in its transaction)."""
-        for record in StepRecord.objects.using(USING).filter(status=StepStatus.SLEEPING):
+        for record in StepRecord.objects.using(using()).filter(status=StepStatus.SLEEPING):
             due = dt.datetime.fromisoformat(str(record.result))
             record.result = (due - delta).isoformat()
-            record.save(using=USING, update_fields=["result"])
+            record.save(using=using(), update_fields=["result"])
 
     # -- map chunks (``store.maps``) ---------------------------------------------------------------
 
@@ -200,7 +200,7 @@ class Dialect:
     ) -> tuple[Settled | None, ChunkClaim | None]:
         """Settle a chunk ``token`` holds (``maps.settle``): the map's progress (None: the
         chunk was taken over, nothing written) and, with ``claim_next``, the next chunk."""
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             row = map_orm.settle_chunk(
                 map_id, chunk, writes, token, Chunk.RUNNING, Chunk.SETTLED, counters,
                 first_failure, now,
@@ -219,7 +219,7 @@ class Dialect:
     ) -> Settled | None:
         """Write what undoing a chunk did if ``token`` still holds it (``maps.settle_rollback``):
         the map's progress, or None (nothing written)."""
-        with transaction.atomic(using=USING):
+        with transaction.atomic(using=using()):
             return map_orm.settle_chunk(
                 map_id, chunk, writes, token, Chunk.UNDOING, Chunk.UNDONE, counters, None, now
             )

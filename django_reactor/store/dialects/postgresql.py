@@ -25,7 +25,7 @@ from ...models import STEP_RECORD_UNIQUE, Definition, Dispatch, Execution, Execu
 from ...states import MOVING_STATUSES, TERMINAL_STATUSES
 from .. import checkpoint_sql, map_sql, sql
 from ..checkpoint_sql import RecordWrite
-from ..db import USING
+from ..db import using
 from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import QueuedDispatch, publish_on_commit
 from ..reads import run_records
@@ -67,8 +67,8 @@ class PostgreSQL(Dialect):
         # One statement commits on its own, without BEGIN and COMMIT round trips around it;
         # inside the caller's transaction a savepoint keeps a refused insert from ending that
         # transaction.
-        in_transaction = connections[USING].in_atomic_block
-        with transaction.atomic(using=USING) if in_transaction else contextlib.nullcontext():
+        in_transaction = connections[using()].in_atomic_block
+        with transaction.atomic(using=using()) if in_transaction else contextlib.nullcontext():
             _insert_all(execution, events, dispatch, definition)
 
     def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
@@ -116,7 +116,7 @@ class PostgreSQL(Dialect):
         replaces it follows.
         """
         # Inside a transaction (an atomic step's, a caller's) a unique violation would end it.
-        connection = connections[USING]
+        connection = connections[using()]
         in_transaction = connection.in_atomic_block
         record = RecordWrite.REPLACE
         if batch.step is not None and new_step:
@@ -142,7 +142,7 @@ class PostgreSQL(Dialect):
 
     def shift_sleeps(self, delta: dt.timedelta) -> None:
         """In one update (``sql.SHIFT_SLEEPS``)."""
-        with connections[USING].cursor() as cursor:
+        with connections[using()].cursor() as cursor:
             cursor.execute(sql.SHIFT_SLEEPS, {"seconds": delta.total_seconds()})
 
     # -- map chunks: one statement each (``store.map_sql``) ----------------------------------------
@@ -304,7 +304,7 @@ def _insert_all(
     statement's text depends only on how many events there are, and it is sent prepared like
     the checkpoint.
     """
-    connection = connections[USING]
+    connection = connections[using()]
     rows: list[models.Model] = [execution, *events]
     if definition is not None:
         rows.insert(0, definition)
@@ -333,13 +333,13 @@ def _json(value: Any) -> Any:
 def _execution_from_columns(columns: dict[str, Any]) -> Execution:
     """The ``Execution`` a ``RETURNING *`` row describes, its values converted as the ORM
     converts them."""
-    connection = connections[USING]
+    connection = connections[using()]
     converters, attnames = _execution_fields()
     values = []
     for column, from_db in converters:
         value = columns[column]
         values.append(from_db(value, None, connection) if from_db is not None else value)
-    return Execution.from_db(USING, attnames, values)
+    return Execution.from_db(using(), attnames, values)
 
 
 @functools.cache
