@@ -52,10 +52,10 @@ def across_databases(operation: Callable[P, T]) -> Callable[P, T]:
 
 
 def on_reactors_database(reactor_name: str) -> AbstractContextManager[str]:
-    """A context binding the database the runs of ``reactor_name`` are written to, unless one
-    is bound already (a composed child runs in its parent's database)."""
-    bound = store.bound_alias()
-    return store.bound(bound if bound is not None else store.alias_for(reactor_name))
+    """A context binding the database the runs of ``reactor_name`` are written to, whatever is
+    bound now (a step body that starts another reactor's run starts it there; a composed child
+    is created by its parent's run, in its parent's database, and never comes here)."""
+    return store.bound(store.alias_for(reactor_name))
 
 
 def in_each_database(operation: Callable[[], T]) -> list[T]:

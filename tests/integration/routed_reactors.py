@@ -92,10 +92,26 @@ class StaysHome(Reactor):
         returns = "only"
 
 
+class StartHome(Step):
+    def run(self) -> str:
+        return str(StaysHome.run({}).execution_id)
+
+
+class StartsElsewhere(Reactor):
+    """Routed to the shard; its step starts a run of an unrouted reactor."""
+
+    start = step(StartHome)
+
+    class Meta:
+        name = "tests.StartsElsewhere"
+        returns = "start"
+
+
 #: The routing the tests configure.
 ROUTING = {
     "default": "default",
     "tests.RoutedOrder": "shard",
     "tests.RoutedNap": "shard",
     "tests.RoutedMailbox": "shard",
+    "tests.StartsElsewhere": "shard",
 }

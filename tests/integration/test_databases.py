@@ -26,6 +26,7 @@ from tests.integration.routed_reactors import (
     RoutedMailbox,
     RoutedNap,
     RoutedOrder,
+    StartsElsewhere,
     StaysHome,
 )
 
@@ -271,3 +272,13 @@ def test_messages_to_a_routed_run_are_kept_and_taken_in_its_database(
     )
     assert response.status_code == 200, response.content
     assert rows_in("shard", Execution, pk=second)[0].status == ExecutionStatus.COMPLETED
+
+
+def test_a_step_that_starts_another_reactors_run_starts_it_in_that_reactors_database() -> None:
+    outcome = StartsElsewhere.run({})
+
+    assert isinstance(outcome, Completed)
+    started = outcome.value
+    assert rows_in("shard", Execution, pk=started) == []
+    assert [r.reactor for r in rows_in("default", Execution, pk=started)] == ["tests.StaysHome"]
+    assert len(rows_in("shard", Execution, pk=outcome.execution_id)) == 1
