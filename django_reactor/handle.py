@@ -40,7 +40,7 @@ def _in_its_database(
 
     @functools.wraps(method)
     def in_its_database(handle: ExecutionHandle, *args: P.args, **kwargs: P.kwargs) -> T:
-        with store.bound(handle._row._state.db or store.using()):
+        with store.bound_to(handle._row):
             return method(handle, *args, **kwargs)
 
     return in_its_database

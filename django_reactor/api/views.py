@@ -543,7 +543,7 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
                 )
                 return self._answer(outcome, credential)
             # Found by correlation id or token in whichever database holds it: work there.
-            with store.bound(store.bound_alias() or row._state.db or store.using()):
+            with store.bound_to(row):
                 self._authorize(request, row, credential)
                 outcome = services.shown_outcome(services.deliver(row, data["payload"]))
         except ApiError as error:

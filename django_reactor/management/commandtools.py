@@ -65,13 +65,6 @@ EXIT_ZERO_HELP = (
 )
 
 
-class IntermixedCommandParser(CommandParser):
-    """Allows ``key=value`` pairs after options (``Refund --background order=42``)."""
-
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        return self.parse_intermixed_args(args, namespace)
-
-
 # ---------------------------------------------------------------------- arguments
 
 

@@ -46,11 +46,20 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 UNBOUNDED_WIDTH = 1_000_000
 
 
+class IntermixedCommandParser(CommandParser):
+    """Allows ``key=value`` pairs after options (``Refund --background order=42``)."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        return self.parse_intermixed_args(args, namespace)
+
+
 class ReactorCommand(BaseCommand):
     """Base of the ``reactor_*`` commands: remembers ``--force-color`` for :func:`colours`, and
     ends quietly when the reader of its output goes away (``reactor_list | head -1``)."""
 
     force_color = False
+    #: Whether positional ``key=value`` pairs may come after options (IntermixedCommandParser).
+    intermixed_arguments = False
 
     def __init__(
         self,
@@ -64,6 +73,8 @@ class ReactorCommand(BaseCommand):
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
+        if self.intermixed_arguments:
+            parser.__class__ = IntermixedCommandParser
         parser.add_argument(
             "--database",
             default=None,

@@ -460,20 +460,9 @@ def work(
     """Entry point of the element tasks: run (or undo) elements of the map until none is left,
     in the database of the map's run (the one the message names when several are configured,
     ``REACTOR["DATABASE"]``, else the one that has the map)."""
-    aliases = store.aliases()
-    alias = store.bound_alias() or (store.alias_of(published_for) if len(aliases) > 1 else None)
-    if alias is None and len(aliases) > 1:
-        alias = next(
-            (a for a in aliases if _has_map(a, map_id)),
-            store.default_alias(),
-        )
-    with store.bound(alias or aliases[0]):
-        _work_here(map_id, forward=forward, published_for=published_for)
-
-
-def _has_map(alias: str, map_id: uuid.UUID | str) -> bool:
+    alias = store.database_of_message(published_for, lambda: store.maps.get(map_id) is not None)
     with store.bound(alias):
-        return store.maps.get(map_id) is not None
+        _work_here(map_id, forward=forward, published_for=published_for)
 
 
 def _work_here(

@@ -195,7 +195,7 @@ def deliver(row: Interrupt, payload: Any, *, background: bool | None = None) -> 
     run that resumes is the one that paused for it: for an interrupt of a composed child, the
     run at the top of the composition, which continues the child.
     """
-    with store.bound(store.bound_alias() or row._state.db or store.using()):
+    with store.bound_to(row):
         return _deliver_here(row, payload, background=background)
 
 

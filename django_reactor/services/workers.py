@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..models import Execution
 
 
+from .databases import in_each_database
 from .deadlines import expire_deadlines
 from .interrupts import after_pause, deliver_kept_messages, expire_interrupts
 from .schedules import fire_due
@@ -53,10 +54,9 @@ def resume(
     """Run an execution from its last checkpoint in this process (the worker's task), in the
     database that holds it: the one the message names when several are configured
     (``REACTOR["DATABASE"]``), else the one it is found in."""
-    if store.bound_alias() is not None:
-        return _resume_here(execution_id, published_for=published_for)
-    alias = store.alias_of(published_for) if len(store.aliases()) > 1 else None
-    with store.bound(alias or store.locate(execution_id) or store.default_alias()):
+    with store.bound(
+        store.database_of_message(published_for, lambda: store.holds_run(execution_id))
+    ):
         return _resume_here(execution_id, published_for=published_for)
 
 
@@ -282,11 +282,11 @@ def sweep() -> store.SweepReport:
     pooler or an operator dropped it), it reconnects and sweeps again.
     """
     store.refresh_connections()
-    bound = store.bound_alias()
     report = store.SweepReport()
-    for alias in (bound,) if bound is not None else store.aliases():
-        with store.bound(alias):
-            report.add(store.reconnecting(_sweep_once, what=f"sweeping the database {alias!r}"))
+    for swept in in_each_database(
+        lambda: store.reconnecting(_sweep_once, what=f"sweeping the database {store.using()!r}")
+    ):
+        report.add(swept)
     return report
 
 

@@ -65,9 +65,10 @@ from .db import (
     aliases,
     bound,
     bound_alias,
-    check_alias,
+    bound_to,
     connection_lost,
     default_alias,
+    holds_run,
     inside_user_transaction,
     locate,
     reconnect_after,
@@ -90,7 +91,13 @@ from .executions import (
     wake_now,
     wake_waiter,
 )
-from .identity import DatabaseMark, alias_of, refuse_foreign, this_database
+from .identity import (
+    DatabaseMark,
+    alias_of,
+    database_of_message,
+    refuse_foreign,
+    this_database,
+)
 from .lease import Heartbeat, Kept, LeaseKeeper, lease_owner_token
 from .outbox import QueuedDispatch, queue_dispatch
 from .outcomes import outcome_of
@@ -139,14 +146,15 @@ __all__ = [
     "append_event",
     "bound",
     "bound_alias",
+    "bound_to",
     "cancelled_while_running",
-    "check_alias",
     "claim",
     "claim_for_worker",
     "connection_lost",
     "coordination_state",
     "count_prunable",
     "create_execution",
+    "database_of_message",
     "default_alias",
     "dialect",
     "dialect_for",
@@ -159,6 +167,7 @@ __all__ = [
     "find_child",
     "find_retry",
     "get_row",
+    "holds_run",
     "ids_starting_with",
     "inputs_digest",
     "inside_user_transaction",

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, Error, InterfaceError, OperationalError, connections
+from django.db.models import Model
 
-from ..conf import ReactorImproperlyConfigured, reactor_settings
+from ..conf import reactor_settings
 from ..exceptions import ReactorError
 from ..models import Execution
 from ..models.routing import bound as bound
@@ -20,53 +22,6 @@ try:
     import psycopg
 except ImportError:  # pragma: no cover - psycopg is a dependency; others: Django's errors only
     psycopg = None  # type: ignore[assignment]
-
-
-def using() -> str:
-    """The database alias the store reads and writes in this context: the one bound by
-    :func:`bound` (a run's, while an entry point works on it), else the default database of
-    ``REACTOR["DATABASE"]``."""
-    return bound_alias() or default_alias()
-
-
-def default_alias() -> str:
-    """The database of reactors ``REACTOR["DATABASE"]`` does not name (Django's ``default``
-    unless it says otherwise)."""
-    return _database_setting()[0]
-
-
-def alias_for(reactor_name: str) -> str:
-    """The database the runs of the reactor registered as ``reactor_name`` are written to."""
-    default, by_reactor = _database_setting()
-    return by_reactor.get(reactor_name, default)
-
-
-def aliases() -> tuple[str, ...]:
-    """Every database runs are written to: the default first, then the others as configured
-    (the sweeper sweeps each; a run found by its id is looked for in each)."""
-    default, by_reactor = _database_setting()
-    return tuple(dict.fromkeys([default, *by_reactor.values()]))
-
-
-def _database_setting() -> tuple[str, dict[str, str]]:
-    """``REACTOR["DATABASE"]`` as (the default alias, the alias of each reactor named)."""
-    raw = reactor_settings.DATABASE
-    if isinstance(raw, str):
-        return raw, {}
-    assert isinstance(raw, Mapping)  # validated by the setting
-    by_reactor = {str(name): str(alias) for name, alias in raw.items() if name != "default"}
-    return str(raw.get("default", DEFAULT_DB_ALIAS)), by_reactor
-
-
-def check_alias(alias: str, where: str) -> str:
-    """``alias`` when it is one of ``DATABASES``; ReactorImproperlyConfigured otherwise."""
-    if alias not in connections.settings:
-        known = ", ".join(sorted(connections.settings)) or "none"
-        raise ReactorImproperlyConfigured(
-            f"{where} names the database {alias!r}, which is not in DATABASES (its aliases: "
-            f"{known}); add it to DATABASES or route the reactor to one of them"
-        )
-    return alias
 
 
 logger = logging.getLogger("django_reactor.store")
@@ -84,6 +39,44 @@ READ_ONLY_SQLSTATE = "25006"
 # Pauses before the attempts after the first when the connection broke (a PostgreSQL restart
 # or failover takes a moment to accept connections again).
 RECONNECT_PAUSES = (0.0, 0.2, 1.0)
+
+
+def using() -> str:
+    """The database alias the store reads and writes in this context: the one bound by
+    :func:`bound` (a run's, while an entry point works on it), else the default database of
+    ``REACTOR["DATABASE"]``."""
+    return bound_alias() or default_alias()
+
+
+def bound_to(row: Model) -> AbstractContextManager[str]:
+    """Bind the database ``row`` was read from (a handle's run, an interrupt found in whichever
+    database has it), so that what follows reads and writes beside it."""
+    return bound(row._state.db or using())
+
+
+def default_alias() -> str:
+    """The database of reactors ``REACTOR["DATABASE"]`` does not name (Django's ``default``
+    unless it says otherwise). Read on every statement: no more than a lookup."""
+    routing = reactor_settings.DATABASE
+    return routing if isinstance(routing, str) else routing.get("default", DEFAULT_DB_ALIAS)
+
+
+def alias_for(reactor_name: str) -> str:
+    """The database the runs of the reactor registered as ``reactor_name`` are written to."""
+    routing = reactor_settings.DATABASE
+    if isinstance(routing, str):
+        return routing
+    return routing.get(reactor_name) or routing.get("default", DEFAULT_DB_ALIAS)
+
+
+def aliases() -> tuple[str, ...]:
+    """Every database runs are written to: the default first, then the others as configured
+    (the sweeper sweeps each; a run found by its id is looked for in each)."""
+    routing = reactor_settings.DATABASE
+    if isinstance(routing, str):
+        return (routing,)
+    named = (alias for name, alias in routing.items() if name != "default")
+    return tuple(dict.fromkeys([default_alias(), *named]))
 
 
 def refused_as_read_only(error: BaseException) -> bool:
@@ -304,11 +297,23 @@ def locate(execution_id: uuid.UUID | str) -> str | None:
     known = aliases()
     if len(known) == 1:
         return known[0]
+    return first_holding(lambda: holds_run(execution_id))
+
+
+def holds_run(execution_id: uuid.UUID | str) -> bool:
+    """Whether the bound database has the run ``execution_id`` (False for what is not an id)."""
     try:
         key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
     except ValueError:
-        return None
-    for alias in known:
-        if Execution.objects.using(alias).filter(pk=key).exists():
-            return alias
+        return False
+    return Execution.objects.using(using()).filter(pk=key).exists()
+
+
+def first_holding(holds: Callable[[], bool]) -> str | None:
+    """The first database runs are written to (the default first) where ``holds()``, asked
+    with that database bound, is true; None when none."""
+    for alias in aliases():
+        with bound(alias):
+            if holds():
+                return alias
     return None

@@ -16,13 +16,14 @@ writes it ran) is taken as before.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import DatabaseError, connections, transaction
 
 from ..exceptions import WrongDatabase
 from ..models import DatabaseIdentity
-from .db import aliases, bound, using
+from .db import aliases, bound, bound_alias, default_alias, first_holding, using
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +100,16 @@ def alias_of(mark: DatabaseMark | None) -> str | None:
         if here is not None and here.identity == mark.identity:
             return alias
     return None
+
+
+def database_of_message(mark: DatabaseMark | None, holds: Callable[[], bool]) -> str:
+    """The database a task message's work is in: the one bound already (a nested call), the
+    only one configured, the one the message's identity names, else the first that
+    ``holds()`` it (asked bound to each, ``db.first_holding``), else the default."""
+    already = bound_alias()
+    if already is not None:
+        return already
+    known = aliases()
+    if len(known) == 1:
+        return known[0]
+    return alias_of(mark) or first_holding(holds) or default_alias()

@@ -38,7 +38,6 @@ from django_reactor.exceptions import (
     TransactionActive,
 )
 from django_reactor.management.commandtools import (
-    IntermixedCommandParser,
     ReactorCommand,
     describe_interrupt,
     dumps,
@@ -64,10 +63,7 @@ class Command(ReactorCommand):
     # call_command("reactor_resume", ..., payload_file="-", stdin=StringIO(...)) in tests.
     stealth_options = ("stdin",)
 
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.__class__ = IntermixedCommandParser
-        return parser
+    intermixed_arguments = True
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

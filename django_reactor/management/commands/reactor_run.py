@@ -18,7 +18,6 @@ from django_reactor.exceptions import (
 from django_reactor.management.commandtools import (
     EXIT_ZERO_HELP,
     FAILED_STATUSES,
-    IntermixedCommandParser,
     ReactorCommand,
     dumps,
     outcome_lines,
@@ -44,10 +43,7 @@ class Command(ReactorCommand):
     # call_command("reactor_run", ..., inputs_file="-", stdin=StringIO(...)) in tests.
     stealth_options = ("stdin",)
 
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.__class__ = IntermixedCommandParser
-        return parser
+    intermixed_arguments = True
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

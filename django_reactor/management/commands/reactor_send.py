@@ -20,7 +20,6 @@ from django_reactor.exceptions import (
     UnknownTopic,
 )
 from django_reactor.management.commandtools import (
-    IntermixedCommandParser,
     ReactorCommand,
     dumps,
     expand_execution_id,
@@ -41,10 +40,7 @@ class Command(ReactorCommand):
         "key=value pairs."
     )
 
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.__class__ = IntermixedCommandParser
-        return parser
+    intermixed_arguments = True
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
