@@ -363,6 +363,12 @@ class _WakeUps:
             # batch). The batch keeps the order of the read.
             due = _due(self.now, self.redispatch_after, self.locked)
             taken = set(due.filter(pk__in=chunk).values_list("id", flat=True))
+            if taken:
+                # Locked now. A sweeper that woke one of them committed before the lock was
+                # granted; this statement's snapshot (one a statement) sees its dispatch, which
+                # the locking statement's older one did not: woken once, not twice.
+                again = _due(self.now, self.redispatch_after, lambda qs: qs).filter(pk__in=taken)
+                taken = set(again.values_list("id", flat=True))
             ids = [run for run in chunk if run in taken]
             if ids:
                 # Their rows are locked and nobody owns them: ending the sleeps here, in one
