@@ -79,6 +79,21 @@ def _identity(database: WorkerDatabase) -> str:
     return str(row[0])
 
 
+def _refusals(log: str, key: Any) -> list[str]:
+    """The worker's ERROR lines refusing the message of execution ``key``."""
+    return [
+        line
+        for line in log.splitlines()
+        if "ERROR/" in line and "was published for the" in line and str(key) in line
+    ]
+
+
+def _refused(log: str, key: Any) -> bool:
+    """Whether the worker refused ``key``'s message and then rejected it."""
+    lines = _refusals(log, key)
+    return bool(lines) and "reject requeue=False" in log.split(lines[0], 1)[1]
+
+
 def test_a_worker_on_another_database_refuses_the_task_and_the_sweeper_republishes_it(
     other_database: WorkerDatabase, start_worker: Any, tmp_path: Path
 ) -> None:
@@ -95,18 +110,15 @@ def test_a_worker_on_another_database_refuses_the_task_and_the_sweeper_republish
         outcome = Five.run({})
         assert isinstance(outcome, Dispatched)
         key = outcome.execution_id
-        wait_until(lambda: "reject requeue=False" in wrong.log(), what="the message rejected")
+        # This run's refusal and the rejection after it: a message another test left in the
+        # queue may be refused (and rejected) first.
+        wait_until(lambda: _refused(wrong.log(), key), what="this run's message rejected")
         log = wrong.log()
     finally:
         wrong.stop()
     # One ERROR (the worker's log shows it at ERROR, and bare through the test settings'
     # handler), then Celery's WARNING that it rejected the message.
-    # This run's refusal (a message another test left in the queue may be refused too).
-    (line,) = [
-        e
-        for e in log.splitlines()
-        if "ERROR/" in e and "was published for the" in e and str(key) in e
-    ]
+    (line,) = _refusals(log, key)
     assert f"the task resuming execution {key}" in line
     assert f"{here.name} (identity {here.identity})" in line  # the message's database
     assert f"(identity {elsewhere})" in line  # and the worker's
