@@ -127,24 +127,47 @@ def _duration_problem(key: str, seconds: float | None) -> str | None:
 
 
 RESUME_MODES = ("user", "webhook", "token")
+START_MODES = ("user", "webhook")
+
+
+def _credential_messages(
+    raw: dict[str, Any], key: str, modes: tuple[str, ...], *, hint: str, id: str
+) -> tuple[list[Any], list[CheckMessage]]:
+    """The entries of a credentials setting (``RESUME_AUTH``, ``START_AUTH``), and an error
+    for each that is not a list of ``modes``."""
+    auth = raw.get(key, DEFAULTS[key])
+    choices = list(auth.values()) if isinstance(auth, dict) else [auth]
+    messages: list[CheckMessage] = [
+        Error(
+            f"REACTOR[{key!r}] has {chosen!r}; each entry must be a list of {', '.join(modes)}.",
+            hint=hint,
+            id=id,
+        )
+        for chosen in choices
+        if not isinstance(chosen, list | tuple) or not set(chosen) <= set(modes)
+    ]
+    return choices, messages
 
 
 def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
     """The interrupt and API settings: credentials, secrets, limits."""
-    messages: list[CheckMessage] = []
-    auth = raw.get("RESUME_AUTH", DEFAULTS["RESUME_AUTH"])
-    choices = auth.values() if isinstance(auth, dict) else [auth]
-    for chosen in choices:
-        if not isinstance(chosen, list | tuple) or not set(chosen) <= set(RESUME_MODES):
-            messages.append(
-                Error(
-                    f"REACTOR['RESUME_AUTH'] has {chosen!r}; each entry must be a list of "
-                    f"{', '.join(RESUME_MODES)}.",
-                    hint='For example ["webhook", "token"], or {"default": ["user"], '
-                    '"app.reactors.Refund": ["webhook"]}.',
-                    id="django_reactor.E006",
-                )
-            )
+    choices, messages = _credential_messages(
+        raw,
+        "RESUME_AUTH",
+        RESUME_MODES,
+        hint='For example ["webhook", "token"], or {"default": ["user"], '
+        '"app.reactors.Refund": ["webhook"]}.',
+        id="django_reactor.E006",
+    )
+    start_choices, start_messages = _credential_messages(
+        raw,
+        "START_AUTH",
+        START_MODES,
+        hint='For example {"default": [], "app.reactors.Checkout": ["user", "webhook"]}.',
+        id="django_reactor.E014",
+    )
+    messages += start_messages
+    choices = [*choices, *start_choices]
     try:
         secrets = configured_secrets()
     except ReactorImproperlyConfigured as exc:
@@ -157,7 +180,8 @@ def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
         messages.append(
             Warning(
                 "REACTOR['WEBHOOK_SECRETS'] is set but empty: signed webhooks are refused.",
-                hint="Add a secret (whsec_<base64>), or drop 'webhook' from RESUME_AUTH.",
+                hint="Add a secret (whsec_<base64>), or drop 'webhook' from RESUME_AUTH and "
+                "START_AUTH.",
                 id="django_reactor.W004",
             )
         )

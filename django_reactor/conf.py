@@ -348,6 +348,15 @@ class ReactorSettings:
         while_unknown="until it is fixed, the resume endpoints accept no credential for runs "
         "of the reactors the dict does not name",
     )
+    # The credentials POST /reactors/{name}/runs/ accepts to start runs: "user" (a user with
+    # the start_execution permission) and "webhook" (signed with WEBHOOK_SECRETS for the reactor
+    # or "default"). Empty (the default): no reactor is started over HTTP until a project says
+    # which, such as {"default": [], "<reactor name>": ["user", "webhook"]}.
+    START_AUTH = ByReactor[Sequence[str] | Mapping[str, Sequence[str]]](
+        [],
+        while_unknown="until it is fixed, POST /reactors/{name}/runs/ starts no runs of the "
+        "reactors the dict does not name",
+    )
     # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
     # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
     # reactor. Several secrets at once allow rotation.

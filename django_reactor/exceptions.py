@@ -245,6 +245,16 @@ class InvalidPayload(ReactorError):
         self.run_failed = run_failed
 
 
+class InvalidInputs(ReactorError, ValueError):
+    """The inputs of a run failed its reactor's ``Inputs`` serializer, and the caller asked for
+    a refusal rather than a recorded failed run (``services.start``): nothing was written.
+    ``errors`` holds the field errors."""
+
+    def __init__(self, message: str, *, errors: Any) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
 class InvalidSchedule(ReactorError, ValueError):
     """A schedule was refused (nothing was written): ``errors`` maps each field (``reactor``,
     ``cron``, ``every``, ``timezone``, ``inputs``, ``name``, ...) to its messages."""

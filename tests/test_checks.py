@@ -194,6 +194,14 @@ def test_api_settings_are_checked(settings: Any) -> None:
     assert ids == ["django_reactor.E002", "django_reactor.E006", "django_reactor.E007"]
     settings.REACTOR = {"WEBHOOK_SECRETS": []}
     assert [m.id for m in check_settings()] == ["django_reactor.W004"]
+    settings.REACTOR = {"START_AUTH": {"default": ["user", "token"]}}
+    (start,) = check_settings()
+    assert start.id == "django_reactor.E014"
+    assert start.msg == (
+        "REACTOR['START_AUTH'] has ['user', 'token']; each entry must be a list of user, webhook."
+    )
+    settings.REACTOR = {"START_AUTH": ["webhook"], "WEBHOOK_SECRETS": []}
+    assert [m.id for m in check_settings()] == ["django_reactor.W004"]
 
 
 def test_middleware_entries_are_checked(settings: Any) -> None:

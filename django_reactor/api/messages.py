@@ -21,11 +21,9 @@ from ..engine.constructs.receive import TOPIC_MAX_LENGTH, TOPIC_PATTERN
 from ..engine.outcomes import InProgress
 from ..exceptions import ReactorError
 from .errors import ApiError, error_response
-from .parsers import BodyRefused, load
 from .views import (
     CREDENTIAL_PARAMETERS,
     IDEMPOTENCY_HEADER,
-    MAX_JSON_DEPTH,
     RESUME_RESPONSES,
     Credential,
     ResumeView,
@@ -78,14 +76,8 @@ class MessageView(ResumeView):
         self, request: Request, body: bytes, credential: Credential, kwargs: dict[str, Any]
     ) -> Response:
         try:
-            payload = self._payload(body)
-            if credential.kind == "token":
-                raise ApiError(
-                    401,
-                    "a resume token names one interrupt; send messages with a user or a signed "
-                    "webhook credential",
-                    code="credential_not_accepted",
-                )
+            payload = self._load(body)
+            self._refuse_token(credential, "send messages")
             execution_id = _execution_id(kwargs["execution_id"])
             row = store.get_row(execution_id)
             self._authorize_run(request, row.reactor, row.id, credential)
@@ -107,10 +99,3 @@ class MessageView(ResumeView):
                 status=status.HTTP_202_ACCEPTED,
             )
         return self._answer(outcome, credential)
-
-    def _payload(self, body: bytes) -> Any:
-        try:
-            return load(body, max_depth=MAX_JSON_DEPTH)
-        except BodyRefused as exc:
-            fields = {"errors": exc.errors} if exc.errors else {}
-            raise ApiError(400, exc.message, code="parse_error", **fields) from None

@@ -24,6 +24,7 @@ ACTION_PERMISSIONS = {
     "undo": "django_reactor.undo_execution",
     "retry": "django_reactor.retry_execution",
     "resume": "django_reactor.resume_interrupt",
+    "start": "django_reactor.start_execution",
 }
 
 

@@ -10,6 +10,7 @@ from rest_framework.routers import SimpleRouter
 
 from .errors import endpoint_not_found
 from .messages import MessageView
+from .starts import StartView
 from .views import CorrelationResumeView, ExecutionResumeView, ExecutionViewSet, TokenResumeView
 
 app_name = "django_reactor"
@@ -34,6 +35,7 @@ urlpatterns = [
         name="correlation-resume",
     ),
     path("resume/", TokenResumeView.as_view(), name="token-resume"),
+    path("reactors/<str:name>/runs/", StartView.as_view(), name="reactor-runs"),
     *router.urls,
     # Last: any other path under the API's prefix is a JSON 404.
     re_path(r"^(?P<path>.*)$", endpoint_not_found, name="not-found"),

@@ -47,11 +47,13 @@ from ..exceptions import (
     ExecutionNotFound,
     IdempotencyKeyReused,
     InterruptClosed,
+    InvalidInputs,
     InvalidMessage,
     InvalidPayload,
     InvalidTransition,
     NotWaiting,
     ReactorError,
+    ReactorNotRegistered,
     UnknownInterrupt,
     UnknownTopic,
 )
@@ -96,6 +98,10 @@ def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
         return ApiError(404, str(exc), code="unknown_topic", topics=list(exc.topics))
     if isinstance(exc, InvalidMessage):
         return ApiError(400, str(exc), code="invalid_message")
+    if isinstance(exc, InvalidInputs):
+        return ApiError(400, str(exc), code="invalid_inputs", errors=exc.errors)
+    if isinstance(exc, ReactorNotRegistered):
+        return ApiError(404, str(exc), code="unknown_reactor")
     if isinstance(exc, IdempotencyKeyReused):
         return ApiError(422, str(exc), code="idempotency_key_reused")
     if isinstance(exc, ExecutionNotFound):  # InterruptNotFound too
@@ -552,14 +558,27 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
             return error_response(api_error_for(exc, quiet=credential.kind == "token"))
         return self._answer(outcome, credential)
 
-    def _parse(self, body: bytes) -> dict[str, Any]:
+    def _load(self, body: bytes) -> Any:
+        """The body's JSON: the raw body (its signature was checked over these bytes),
+        whatever the Content-Type says, through the parser every view uses."""
         try:
-            # The raw body (its signature was checked over these bytes), whatever the
-            # Content-Type says, through the parser every view uses.
-            parsed = load(body, max_depth=MAX_JSON_DEPTH)
+            return load(body, max_depth=MAX_JSON_DEPTH)
         except BodyRefused as exc:
             fields = {"errors": exc.errors} if exc.errors else {}
             raise ApiError(400, exc.message, code="parse_error", **fields) from None
+
+    def _refuse_token(self, credential: Credential, action: str) -> None:
+        """Refuse a resume token where it does not apply: it names one interrupt."""
+        if credential.kind == "token":
+            raise ApiError(
+                401,
+                f"a resume token names one interrupt; {action} with a user or a signed "
+                "webhook credential",
+                code="credential_not_accepted",
+            )
+
+    def _parse(self, body: bytes) -> dict[str, Any]:
+        parsed = self._load(body)
         if not isinstance(parsed, dict):
             raise ApiError(
                 400, 'the body must be a JSON object: {"step": ..., "payload": {...}}',
@@ -660,14 +679,17 @@ def _visible(request: Request, execution_id: uuid.UUID) -> bool:
     return bool(scoped(request, Execution.objects.filter(pk=execution_id)).exists())
 
 
-def _allowed_modes(reactor: str) -> list[str]:
-    """The credentials ``REACTOR["RESUME_AUTH"]`` accepts for runs of ``reactor``.
+def _allowed_modes(
+    reactor: str, key: str = "RESUME_AUTH", verb: str = "resume", done: str = "resumed"
+) -> list[str]:
+    """The credentials ``REACTOR[key]`` (``RESUME_AUTH``, ``START_AUTH``) accepts for runs
+    of ``reactor``.
 
     Fails closed: while a key of the dict names no registered reactor (a typo, a class name,
     check E011), the reactors it does not name accept nothing, for the key may have been meant
     for any of them, and ``"default"`` could accept more than it meant to.
     """
-    setting = reactor_settings.RESUME_AUTH
+    setting = getattr(reactor_settings, key)
     if not isinstance(setting, Mapping):
         return [str(mode) for mode in setting or ()]
     if reactor in setting:
@@ -675,20 +697,22 @@ def _allowed_modes(reactor: str) -> list[str]:
     unknown = registry.unknown(ByReactor.reactor_keys(setting))
     if unknown:
         logger.error(
-            "refused to resume a run of %s: REACTOR['RESUME_AUTH'] has entries for %s, which "
-            "name no registered reactor, so no credential is accepted for the reactors it does "
-            "not name (check django_reactor.E011; key each entry by a registered name)",
+            "refused to %s a run of %s: REACTOR[%r] has entries for %s, which name no "
+            "registered reactor, so no credential is accepted for the reactors it does not "
+            "name (check django_reactor.E011; key each entry by a registered name)",
+            verb,
             reactor,
+            key,
             ", ".join(repr(name) for name in unknown),
         )
         raise ApiError(
             401,
-            f"runs of {reactor} cannot be resumed through the API until the server's "
-            "REACTOR['RESUME_AUTH'] setting is fixed (it names a reactor that is not "
+            f"runs of {reactor} cannot be {done} through the API until the server's "
+            f"REACTOR[{key!r}] setting is fixed (it names a reactor that is not "
             "registered; its operators see check django_reactor.E011)",
             code="credential_not_accepted",
         )
-    chosen = setting.get(ByReactor.DEFAULT_KEY, ReactorSettings.RESUME_AUTH.default)
+    chosen = setting.get(ByReactor.DEFAULT_KEY, getattr(ReactorSettings, key).default)
     return [str(mode) for mode in chosen or ()]
 
 

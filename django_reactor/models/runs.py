@@ -187,6 +187,7 @@ class Execution(models.Model):
             ("cancel_execution", _("Can cancel an execution")),
             ("undo_execution", _("Can undo an execution")),
             ("retry_execution", _("Can retry an execution")),
+            ("start_execution", _("Can start an execution over the API")),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -4,7 +4,7 @@ The statuses each operation accepts are derived from ``states.TRANSITIONS``, and
 run's lease (or asks its live owner) before changing it: no other module changes an execution's
 state. By what they do:
 
-- ``runs``: ``run``, ``run_in_background``, ``find_by_correlation_id``, ``retry``;
+- ``runs``: ``run``, ``run_in_background``, ``start``, ``find_by_correlation_id``, ``retry``;
 - ``steering``: ``cancel``, ``undo``, ``wake``;
 - ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
@@ -39,7 +39,7 @@ from .interrupts import (
 )
 from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
 from .messages import send
-from .runs import find_by_correlation_id, retry, run, run_in_background
+from .runs import find_by_correlation_id, retry, run, run_in_background, start
 from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
 from .stuck import StuckRun, stuck_runs
@@ -79,6 +79,7 @@ __all__ = [
     "send",
     "shown_outcome",
     "skip_ordered_run",
+    "start",
     "stuck_runs",
     "sweep",
     "undo",

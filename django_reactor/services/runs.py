@@ -31,6 +31,7 @@ from ..engine.validation import summarise_errors, validate
 from ..exceptions import (
     AlreadyRetried,
     IdempotencyKeyReused,
+    InvalidInputs,
     InvalidTransition,
     LeaseLost,
     ReactorError,
@@ -335,6 +336,41 @@ def retry(execution_id: uuid.UUID | str) -> Outcome:
     outcome = _start(reactor.definition, store.secrets.opened(row.inputs), retry_of=row.id)
     store.append_event(row.id, EventKind.RERUN, {"retried_as": str(outcome.execution_id)})
     return outcome
+
+
+def start(
+    reactor: type[Reactor] | str,
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+) -> Outcome:
+    """Hand a run of ``reactor`` to a worker for a caller outside the project (the API's
+    ``POST /reactors/{name}/runs/``); returns ``Dispatched`` at once.
+
+    Unlike :func:`run_in_background`, inputs that fail the reactor's ``Inputs`` serializer
+    raise InvalidInputs (with the field errors) and write nothing: the caller corrects and
+    sends again. A reused ``idempotency_key`` returns the run holding it (``idempotent_replay``)
+    when the inputs match, and raises IdempotencyKeyReused otherwise.
+    """
+    chosen = reactor_named(reactor)
+    if not isinstance(inputs, Mapping):
+        raise InvalidInputs(
+            f"the inputs of {chosen.__qualname__} are a JSON object of its inputs, got "
+            f"{type(inputs).__name__}",
+            errors={"non_field_errors": ["expected an object of the reactor's inputs"]},
+        )
+    stored_inputs, error = _validate_inputs(chosen.definition, inputs)
+    if error is not None:
+        raise InvalidInputs(error.message, errors=error.field_errors)
+    if idempotency_key is not None:
+        check_key(idempotency_key)
+    with on_reactors_database(chosen.definition.name):
+        return _start(
+            chosen.definition,
+            stored_inputs,
+            idempotency_key=idempotency_key,
+            all_in_background=True,
+        )
 
 
 def run_in_background(

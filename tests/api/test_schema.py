@@ -52,6 +52,7 @@ OPERATIONS = {
     "POST /reactor/resume/",
     "POST /reactor/executions/{execution_id}/messages/{topic}/",
 }
+START_PATH = "/reactor/reactors/{name}/runs/"
 MESSAGE_PATH = "/reactor/executions/{execution_id}/messages/{topic}/"
 
 
@@ -168,6 +169,7 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
         ("/reactor/executions/{id}/cancel/", "post"),
         *((path, "post") for path in RESUME_PATHS),
         (MESSAGE_PATH, "post"),
+        (START_PATH, "post"),
     }
     for path, method in with_body:
         content = paths[path][method]["requestBody"]["content"]
@@ -200,6 +202,10 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
     (topic,) = [p for p in message["parameters"] if p["name"] == "topic"]
     assert topic["schema"]["pattern"] == "^[A-Za-z0-9][A-Za-z0-9._:-]*$"
     assert topic["schema"]["maxLength"] == 255
+    # A run's inputs: one of the registered reactors' Inputs serializers.
+    start = paths[START_PATH]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    inputs = _resolve(schema, start)
+    assert inputs["oneOf"], inputs
 
 
 def test_the_schema_says_what_the_validation_refuses(anonymous: APIClient) -> None:
