@@ -11,6 +11,7 @@ summary and its URL (also in ``Location``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -23,18 +24,17 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import services, store
+from .. import services
 from ..exceptions import ReactorError
 from ..registry import all_reactors
 from ..services.guards import reactor_named
+from .credentials import Credential, allowed_modes, check_signed_for
 from .errors import ApiError, error_response
 from .views import (
     CREDENTIAL_PARAMETERS,
     IDEMPOTENCY_HEADER,
     RESUME_RESPONSES,
-    Credential,
     ResumeView,
-    _allowed_modes,
     _described,
     _error,
     api_error_for,
@@ -68,30 +68,23 @@ class _StartSchema(AutoSchema):
     (reactors register as their modules load, after this module)."""
 
     def get_request_serializer(self) -> Any:
-        named = {
-            name: _inputs_for_schema(reactor) for name, reactor in sorted(all_reactors().items())
-        }
         return PolymorphicProxySerializer(
             component_name="ReactorInputs",
-            serializers=list(named.values()),
+            serializers=[
+                _inputs_for_schema(reactor) for _name, reactor in sorted(all_reactors().items())
+            ],
             resource_type_field_name=None,
         )
 
 
-_SCHEMA_INPUTS: dict[str, type] = {}
-
-
+@functools.cache
 def _inputs_for_schema(reactor: type[Reactor]) -> type:
     """The reactor's ``Inputs`` serializer under a name of its own (``CheckoutInputs``), so that
     reactors whose serializers share a class name get a component each."""
     name = reactor.definition.name
-    if name not in _SCHEMA_INPUTS:
-        inputs = reactor.definition.inputs_serializer or serializers.Serializer
-        component = "".join(part[:1].upper() + part[1:] for part in name.split(".")) + "Inputs"
-        _SCHEMA_INPUTS[name] = type(
-            component.replace("_", ""), (inputs,), {"__module__": inputs.__module__}
-        )
-    return _SCHEMA_INPUTS[name]
+    inputs = reactor.definition.inputs_serializer or serializers.Serializer
+    component = "".join(part[:1].upper() + part[1:] for part in name.split(".")) + "Inputs"
+    return type(component.replace("_", ""), (inputs,), {"__module__": inputs.__module__})
 
 
 @extend_schema(
@@ -139,12 +132,11 @@ class StartView(ResumeView):
             return error_response(api_error_for(exc))
         assert outcome.execution_id is not None  # a started run has its id
         url = request.build_absolute_uri(_execution_path(request, outcome.execution_id))
-        row = store.get_row(outcome.execution_id)
         return Response(
             {
                 "execution_id": str(outcome.execution_id),
                 "reactor": name,
-                "status": row.status,
+                "status": outcome.status,
                 "url": url,
                 "idempotent_replay": outcome.idempotent_replay,
             },
@@ -153,7 +145,7 @@ class StartView(ResumeView):
         )
 
     def _authorize_start(self, reactor: str, credential: Credential) -> None:
-        allowed = _allowed_modes(reactor, "START_AUTH", "start", "started")
+        allowed = allowed_modes(reactor, "START_AUTH", "start", "started")
         if credential.kind not in allowed:
             raise ApiError(
                 403 if credential.kind == "user" and not allowed else 401,
@@ -162,12 +154,7 @@ class StartView(ResumeView):
                 "REACTOR['START_AUTH'] setting says which reactors may be started and how",
                 code="credential_not_accepted",
             )
-        if credential.kind == "webhook" and credential.group not in ("default", reactor):
-            raise ApiError(
-                401,
-                f"the webhook secret that signed this request is not for {reactor}",
-                code="bad_signature",
-            )
+        check_signed_for(credential, reactor)
 
 
 def _run_key(credential: Credential, key: str) -> str:

@@ -12,9 +12,8 @@ body the database could not store is a 400 before anything runs.
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -37,8 +36,8 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from .. import registry, services, store
-from ..conf import ByReactor, ReactorSettings, reactor_settings
+from .. import services, store
+from ..conf import reactor_settings
 from ..engine.outcomes import Dispatched, InProgress, Outcome, outcome_data
 from ..engine.serialization import unstorable
 from ..exceptions import (
@@ -61,6 +60,7 @@ from ..models import Execution, Interrupt
 from ..services.databases import across_databases
 from . import signatures
 from .authentication import ApiAuthentication
+from .credentials import Credential, allowed_modes, check_signed_for
 from .databases import DATABASE_PARAMETER, ApiDatabaseMixin
 from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
 from .filters import ExecutionFilterBackend, ExecutionFilterSet
@@ -79,7 +79,6 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
     from rest_framework.permissions import BasePermission
 
-logger = logging.getLogger("django_reactor.api")
 
 TOKEN_HEADER = "Reactor-Resume-Token"
 # Answers a repeat of the request (same key, same body) gets again. Others (401, 403, 404, a
@@ -351,18 +350,6 @@ def _execution_id(text: str) -> uuid.UUID:
 # ---------------------------------------------------------------------------- resume
 
 
-class Credential:
-    """Who is resuming: its kind (user, webhook, token), its scope for idempotency keys."""
-
-    def __init__(self, kind: str, scope: str, *, token: str | None = None, group: str = "",
-                 webhook_id: str | None = None) -> None:  # fmt: skip
-        self.kind = kind
-        self.scope = scope
-        self.token = token
-        self.group = group
-        self.webhook_id = webhook_id
-
-
 RESUME_RESPONSES = {
     200: _described("Resumed inline: the run's outcome."),
     202: _described("Accepted: a worker runs the rest."),
@@ -610,7 +597,7 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
     ) -> None:
         """Whether ``credential`` may deliver to the run ``execution_id`` of ``reactor`` (a
         webhook may be signed for ``also``, the reactor of the composed child it names)."""
-        allowed = _allowed_modes(reactor)
+        allowed = allowed_modes(reactor)
         if credential.kind not in allowed:
             raise ApiError(
                 401,
@@ -620,12 +607,7 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
             )
         if credential.kind == "user" and not _visible(request, execution_id):
             raise ApiError(404, f"no execution with id {execution_id}", code="not_found")
-        if credential.kind == "webhook" and credential.group not in ("default", reactor, also):
-            raise ApiError(
-                401,
-                f"the webhook secret that signed this request is not for {reactor}",
-                code="bad_signature",
-            )
+        check_signed_for(credential, reactor, also=also)
 
     def _answer(self, outcome: Outcome, credential: Credential) -> Response:
         if isinstance(outcome, Dispatched):
@@ -677,43 +659,6 @@ def _check_header(name: str, value: str, *, max_length: int | None = 255) -> Non
 
 def _visible(request: Request, execution_id: uuid.UUID) -> bool:
     return bool(scoped(request, Execution.objects.filter(pk=execution_id)).exists())
-
-
-def _allowed_modes(
-    reactor: str, key: str = "RESUME_AUTH", verb: str = "resume", done: str = "resumed"
-) -> list[str]:
-    """The credentials ``REACTOR[key]`` (``RESUME_AUTH``, ``START_AUTH``) accepts for runs
-    of ``reactor``.
-
-    Fails closed: while a key of the dict names no registered reactor (a typo, a class name,
-    check E011), the reactors it does not name accept nothing, for the key may have been meant
-    for any of them, and ``"default"`` could accept more than it meant to.
-    """
-    setting = getattr(reactor_settings, key)
-    if not isinstance(setting, Mapping):
-        return [str(mode) for mode in setting or ()]
-    if reactor in setting:
-        return [str(mode) for mode in setting[reactor] or ()]
-    unknown = registry.unknown(ByReactor.reactor_keys(setting))
-    if unknown:
-        logger.error(
-            "refused to %s a run of %s: REACTOR[%r] has entries for %s, which name no "
-            "registered reactor, so no credential is accepted for the reactors it does not "
-            "name (check django_reactor.E011; key each entry by a registered name)",
-            verb,
-            reactor,
-            key,
-            ", ".join(repr(name) for name in unknown),
-        )
-        raise ApiError(
-            401,
-            f"runs of {reactor} cannot be {done} through the API until the server's "
-            f"REACTOR[{key!r}] setting is fixed (it names a reactor that is not "
-            "registered; its operators see check django_reactor.E011)",
-            code="credential_not_accepted",
-        )
-    chosen = setting.get(ByReactor.DEFAULT_KEY, getattr(ReactorSettings, key).default)
-    return [str(mode) for mode in chosen or ()]
 
 
 @extend_schema(

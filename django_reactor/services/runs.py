@@ -86,9 +86,11 @@ def _run(
     idempotency_key: str | None,
     all_in_background: bool,
     timing: Timing | None = None,
+    refuse_invalid: bool = False,
 ) -> Outcome:
-    """``run`` and ``run_in_background``: check the call, record invalid inputs, start (in the
-    reactor's database, ``REACTOR["DATABASE"]``)."""
+    """``run``, ``run_in_background`` and ``start``: check the call, record invalid inputs (or,
+    with ``refuse_invalid``, raise InvalidInputs and write nothing), start (in the reactor's
+    database, ``REACTOR["DATABASE"]``)."""
     with on_reactors_database(reactor.definition.name):
         return _run_here(
             reactor,
@@ -96,6 +98,7 @@ def _run(
             idempotency_key=idempotency_key,
             all_in_background=all_in_background,
             timing=timing,
+            refuse_invalid=refuse_invalid,
         )
 
 
@@ -106,6 +109,7 @@ def _run_here(
     idempotency_key: str | None,
     all_in_background: bool,
     timing: Timing | None,
+    refuse_invalid: bool,
 ) -> Outcome:
     definition = reactor.definition
     method = "run_in_background" if all_in_background else "run"
@@ -126,6 +130,8 @@ def _run_here(
         refuse_open_transaction(f"run {reactor.__qualname__}")
 
     stored_inputs, error = _validate_inputs(definition, inputs)
+    if error is not None and refuse_invalid:
+        raise InvalidInputs(error.message, errors=error.field_errors)
     if error is not None:
         # Recorded for operators, without the idempotency key: a corrected call may reuse it.
         created = store.create_execution(
@@ -352,25 +358,13 @@ def start(
     sends again. A reused ``idempotency_key`` returns the run holding it (``idempotent_replay``)
     when the inputs match, and raises IdempotencyKeyReused otherwise.
     """
-    chosen = reactor_named(reactor)
-    if not isinstance(inputs, Mapping):
-        raise InvalidInputs(
-            f"the inputs of {chosen.__qualname__} are a JSON object of its inputs, got "
-            f"{type(inputs).__name__}",
-            errors={"non_field_errors": ["expected an object of the reactor's inputs"]},
-        )
-    stored_inputs, error = _validate_inputs(chosen.definition, inputs)
-    if error is not None:
-        raise InvalidInputs(error.message, errors=error.field_errors)
-    if idempotency_key is not None:
-        check_key(idempotency_key)
-    with on_reactors_database(chosen.definition.name):
-        return _start(
-            chosen.definition,
-            stored_inputs,
-            idempotency_key=idempotency_key,
-            all_in_background=True,
-        )
+    return _run(
+        reactor_named(reactor),
+        inputs,
+        idempotency_key=idempotency_key,
+        all_in_background=True,
+        refuse_invalid=True,
+    )
 
 
 def run_in_background(
