@@ -864,7 +864,7 @@ class Soak:
         self.stall: Stall | None = None  # the process stopped now
         self.next_stall_check = 0.0
         self.stalls: list[Stall] = []  # every one, for the report
-        self.sought_misses = Counter[str]()  # SOUGHT_KINDS tries that found no target
+        self.sought_misses = Counter[str]()  # tries of a kind that found no target
 
     # -- environment ------------------------------------------------------------------------
 
@@ -1545,7 +1545,7 @@ class Soak:
             f"{args.runs} runs over {spread:.0f} s, at least {args.faults} faults over "
             f"{window:.0f} s, settle until {end - RESERVE - time.monotonic():.0f} s from now"
         )
-        self.inject_phase(ready + 1.0, window, ready + remaining * 0.72)
+        self.inject_phase(ready + 1.0, window, ready + remaining * 0.78)
         self.end_stall()
         faults_end = time.monotonic()
         self.timeline["faults_s"] = round(faults_end - ready, 1)
@@ -1610,13 +1610,15 @@ class Soak:
                     next_at = now + self.fault_rng.uniform(0.4, 1.6) * min(mean, gap)
                 else:
                     next_at = now + 0.5
-                    if kind in SOUGHT_KINDS:
-                        # Sought again until one is in; then, after two misses, another kind.
-                        self.sought_misses[kind] += 1
-                        injected = any(f.kind == kind for f in self.faults)
-                        if injected and self.sought_misses[kind] >= 2:
-                            self.sought_misses[kind] = 0
-                            kind = next(kinds)
+                    # A kind with no target now (workers still booting after a kill, no
+                    # backend of the role) gives way to another after two misses, so that a
+                    # busy machine does not spend the window retrying it. A sought kind is
+                    # sought until one is in.
+                    self.sought_misses[kind] += 1
+                    injected = kind not in SOUGHT_KINDS or any(f.kind == kind for f in self.faults)
+                    if injected and self.sought_misses[kind] >= 2:
+                        self.sought_misses[kind] = 0
+                        kind = next(kinds)
             time.sleep(0.1)  # the supervisor's tick
 
     def settle(self, deadline: float) -> None:
