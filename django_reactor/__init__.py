@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 from .engine.constructs.async_unit import async_reactor
 from .engine.constructs.compose import compose
+from .engine.constructs.events import EmittedEvent, on_event, wait_for_event
 from .engine.constructs.interrupt import ContinueWith, interrupt
 from .engine.constructs.map import map_over
 from .engine.constructs.receive import receive
@@ -41,6 +42,7 @@ from .engine.outcomes import (
 from .engine.retry import Retry
 from .engine.step import Step, StepContext, step_context
 from .engine.templates import arg
+from .events import emit
 from .mailbox import send
 from .reactor import Reactor
 
@@ -50,6 +52,7 @@ __all__ = [
     "Completed",
     "ContinueWith",
     "Dispatched",
+    "EmittedEvent",
     "ErrorInfo",
     "Failed",
     "Failure",
@@ -78,12 +81,15 @@ __all__ = [
     "async_reactor",
     "async_step",
     "compose",
+    "emit",
     "interrupt",
     "map_over",
+    "on_event",
     "receive",
     "send",
     "sleep",
     "sleep_until",
     "step",
     "step_context",
+    "wait_for_event",
 ]

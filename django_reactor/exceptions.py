@@ -222,6 +222,21 @@ class InvalidMessage(ReactorError, ValueError):
     stored (not JSON, too large). Nothing was written."""
 
 
+class UnknownEvent(ReactorError, LookupError):
+    """No registered reactor waits for, starts on or cancels on an event of this name;
+    ``known`` lists the names they do."""
+
+    def __init__(self, message: str, *, known: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.known = known
+
+
+class InvalidEvent(ReactorError, ValueError):
+    """An event that cannot be emitted: no event name, a key or event id that is no short
+    text, a payload that cannot be stored (not JSON, too large), or an event id already used
+    for another payload. Nothing was written."""
+
+
 class InvalidPayload(ReactorError):
     """A payload failed the interrupt's serializer; nothing changed but the attempt count.
 

@@ -229,6 +229,9 @@ class MessageKind(models.TextChoices):
     MESSAGE = "message", _("Message")
     # A payload delivered to an interrupt the run had not reached yet; its topic is the path.
     DELIVERY = "delivery", _("Early delivery")
+    # An event emitted with ``emit()`` that a ``wait_for_event`` of the run matched; its topic
+    # is the waiting step's path.
+    EVENT = "event", _("Event")
 
 
 class InterruptStatus(models.TextChoices):

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from ..exceptions import DefinitionError
 from . import planner, timevalues
 from .constructs.compose import ComposeStep
+from .constructs.events import check_cancel_on, check_triggers
 from .constructs.interrupt import InterruptStep
 from .constructs.map import MapSpec, MapStep, unsupported_in_element
 from .coordination import OrderedLock, check_declarations
@@ -36,6 +37,8 @@ META_OPTIONS = frozenset(
         "deadline",
         "on_deadline",
         "subject",
+        "triggers",
+        "cancel_on",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -148,6 +151,8 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         )
     coordination = check_declarations(meta.get("coordination"), f"{reactor}.Meta.coordination")
     subject = _subject(reactor, meta.get("subject"), input_fields)
+    triggers = check_triggers(meta.get("triggers"), reactor)
+    cancel_on = check_cancel_on(meta.get("cancel_on"), reactor, input_fields)
     deadline = _duration(meta.get("deadline"), f"{reactor}.Meta.deadline")
     on_deadline = meta.get("on_deadline", "rollback")
     if on_deadline not in ON_DEADLINE:
@@ -172,6 +177,8 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         deadline=deadline,
         on_deadline=on_deadline,
         subject=subject,
+        triggers=triggers,
+        cancel_on=cancel_on,
     )
 
 

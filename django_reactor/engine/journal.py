@@ -123,6 +123,18 @@ class InterruptWrite:
     max_attempts: int | None
     resume_mode: str
     token_hash: str | None = None
+    # A ``wait_for_event``: what it matches, written with the interrupt's row.
+    event: EventWaitWrite | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventWaitWrite:
+    """The event a ``wait_for_event`` reached waits for: its name, the key it matches (any,
+    when None), and the moment from which events emitted earlier count (its look back)."""
+
+    name: str
+    key: str | None
+    since: dt.datetime
 
 
 # ---------------------------------------------------------------------------- the read half

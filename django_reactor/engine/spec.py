@@ -20,6 +20,7 @@ from .step import Signature, Step
 from .templates import ResolutionScope, Template
 
 if TYPE_CHECKING:
+    from .constructs.events import EventRule
     from .constructs.map import MapSpec
     from .definition import ReactorBase
     from .serialization import JSONValue
@@ -123,6 +124,10 @@ class ReactorDefinition:
     # Meta.subject: whose secrets the run holds (``arg.input(...)``); they are sealed with that
     # subject's own key, which ``reactor_forget_subject`` deletes.
     subject: Template | None = None
+    # Meta.triggers: a run starts for each event of these rules' names (``on_event``).
+    triggers: tuple[EventRule, ...] = ()
+    # Meta.cancel_on: events that cancel a run in flight whose input matches their key.
+    cancel_on: tuple[EventRule, ...] = ()
 
     # Secret paths into the run's value (``Execution.result``): the returned step's, or,
     # without ``Meta.returns``, each step's under its name. Worked out once, with the next.

@@ -4,6 +4,7 @@
   ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
 - ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``, ``MapTally``;
 - ``messages``: ``Message`` (a run's mailbox);
+- ``events``: ``Event`` (emitted, matched across runs), ``CancelSubscription``;
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
 - ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
@@ -25,6 +26,7 @@ from ..coordination.models import (
     SemaphoreHolder,
 )
 from .database import DatabaseIdentity
+from .events import CancelSubscription, Event
 from .keys import SubjectKey
 from .maps import MapChunk, MapResult, MapRun, MapTally
 from .messages import Message
@@ -43,11 +45,13 @@ from .schedules import Schedule, ScheduleFire
 __all__ = [
     "STEP_RECORD_UNIQUE",
     "ApiRequest",
+    "CancelSubscription",
     "CoordinationKey",
     "CoordinationLock",
     "DatabaseIdentity",
     "Definition",
     "Dispatch",
+    "Event",
     "Execution",
     "ExecutionEvent",
     "Interrupt",

@@ -411,6 +411,7 @@ class Dispatch(models.Model):
         RESUME = "resume", _("Resume after a payload")
         MAP = "map", _("Run map elements")
         MAP_UNDO = "map_undo", _("Undo map elements")
+        ROLLBACK = "rollback", _("Roll back a run an event cancelled")
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(
@@ -497,6 +498,9 @@ class Interrupt(models.Model):
     token_hash = models.CharField(
         _("resume token hash"), max_length=64, null=True, blank=True, editable=False
     )
+    # A ``wait_for_event`` step: the event's name and the key an event must carry to match.
+    event_name = models.CharField(_("event"), max_length=255, null=True, blank=True)
+    event_key = models.CharField(_("event key"), max_length=255, null=True, blank=True)
     created_at = models.DateTimeField(_("reached at"), auto_now_add=True)
     closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
 
@@ -526,6 +530,12 @@ class Interrupt(models.Model):
                 condition=Q(status="waiting", expires_at__isnull=False),
             ),
             models.Index(fields=["correlation_id"], name="reactor_interrupt_corr_idx"),
+            # An event emitted finds the runs waiting for it by name and key.
+            models.Index(
+                fields=["event_name", "event_key"],
+                name="reactor_interrupt_event_idx",
+                condition=Q(status="waiting", event_name__isnull=False),
+            ),
             # The admin's list, newest first: whole, by status, by reactor.
             models.Index(fields=["created_at", "id"], name="reactor_interrupt_created_idx"),
             models.Index(

@@ -12,6 +12,8 @@ state. By what they do:
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``, and
   the payloads a run's mailbox keeps for its interrupts (``deliver_kept``);
 - ``messages``: ``send`` (a message to a run, kept until a ``receive`` takes it);
+- ``events``: ``emit`` (an event, given to the runs waiting for it, starting and cancelling
+  runs) and ``finish_events`` (the sweeper's part);
 - ``maintenance``: ``prune`` and the ordered-lock queues;
 - ``secrets``: ``forget_subject`` (erasing a subject's secrets), ``rotate_keys``,
   ``shown_outcome`` (an outcome as the faces show it);
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from . import handles, schedules, secrets
 from .deadlines import expire_deadlines
+from .events import Emitted, emit, finish_events
 from .guards import MAX_KEY_LENGTH
 from .handles import find
 from .interrupts import (
@@ -50,17 +53,20 @@ __all__ = [
     "DATABASE_ERROR_RETRIES",
     "MAX_KEY_LENGTH",
     "UNDOABLE",
+    "Emitted",
     "ServiceOperations",
     "StuckRun",
     "after_pause",
     "cancel",
     "deliver",
     "deliver_kept",
+    "emit",
     "expire_deadlines",
     "expire_interrupts",
     "find",
     "find_by_correlation_id",
     "find_interrupt",
+    "finish_events",
     "forget_subject",
     "issue_resume_token",
     "keep_delivery",

@@ -615,8 +615,8 @@ def spec_at(definition: ReactorDefinition, path: str) -> StepSpec | None:
 
 def deliver_kept(execution_id: uuid.UUID, *, background: bool | None = None) -> Outcome | None:
     """Give the run's waiting interrupts what its mailbox keeps for them: an early delivery,
-    or, for a ``receive``, the first unread message of its topic the serializer accepts (the
-    ones it refuses are marked invalid and skipped).
+    or, for a ``receive`` (a ``wait_for_event``), the first unread message of its topic (event
+    given to it) the serializer accepts (the ones it refuses are marked invalid and skipped).
 
     Returns how the run went on when a payload moved it (``Dispatched``, or the outcome of the
     rest run inline per the interrupt's ``resume=``); None when nothing moved it.
@@ -627,12 +627,15 @@ def deliver_kept(execution_id: uuid.UUID, *, background: bool | None = None) -> 
             continue
         path = store.interrupts.path_of(row)
         topic = spec.interrupt.topic
-        if topic is None:
+        delivered = topic is None and spec.interrupt.event is None
+        if spec.interrupt.event is not None:  # the events given to this wait
+            kept = store.messages.unread(execution_id, topic=path, kind=MessageKind.EVENT)
+        elif topic is None:
             kept = store.messages.unread(execution_id, topic=path, kind=MessageKind.DELIVERY)
         else:
             kept = store.messages.unread(execution_id, topic=topic, kind=MessageKind.MESSAGE)
         for message in kept:
-            if topic is None:
+            if delivered:
                 accepted = encode(decode(message.payload))  # validated when it was kept
             else:
                 accepted, errors = _validate_payload(

@@ -14,6 +14,7 @@ from .. import registry, store
 from ..conf import reactor_settings
 from ..coordination import coordinator as run_coordination
 from ..coordination.exceptions import CoordinationUnavailable
+from ..engine.constructs.events import cancel_keys
 from ..engine.executor import utcnow
 from ..engine.journal import Event
 from ..engine.outcomes import (
@@ -27,6 +28,7 @@ from ..engine.outcomes import (
 )
 from ..engine.redaction import redact
 from ..engine.serialization import decode, encode, printable, shown
+from ..engine.templates import ResolutionScope
 from ..engine.validation import summarise_errors, validate
 from ..exceptions import (
     AlreadyRetried,
@@ -203,6 +205,9 @@ def _start(
             deadline_at=timing.deadline_at,
             idempotency_key=idempotency_key,
             retry_of=retry_of,
+            cancel_keys=cancel_keys(definition.cancel_on, ResolutionScope(inputs, {}))
+            if definition.cancel_on
+            else (),
             current_step=first.name if first is not None else "",
             events=[
                 Event(

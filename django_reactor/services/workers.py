@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 from .databases import in_each_database
 from .deadlines import expire_deadlines
+from .events import finish_events
 from .interrupts import after_pause, deliver_kept_messages, expire_interrupts
 from .schedules import fire_due
 from .secrets import fail_erased
@@ -314,6 +315,7 @@ def _sweep_once() -> store.SweepReport:
     report.expired = rounds.run(batch, functools.partial(expire_interrupts, batch))
     report.recovered += rounds.run(batch, functools.partial(deliver_kept_messages, batch))
     report.deadlines += rounds.run(batch, functools.partial(expire_deadlines, batch))
+    report.events = rounds.run(batch, functools.partial(finish_events, batch))
     report.maps = rounds.run(
         batch,
         functools.partial(

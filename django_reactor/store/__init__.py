@@ -22,6 +22,7 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``sweep``, ``prune``: the sweeper's and ``reactor_prune``'s work;
 - ``maps``, ``interrupts``, ``messages``, ``request_keys``, ``schedules``: map element slots,
   interrupt rows, runs' mailboxes, remembered API requests, schedules and their fires;
+- ``events``: events emitted, what they match (waits, cancel subscriptions);
 - ``time_in_tests``: moving stored times forward for the ``reactor_clock`` fixture (tests only);
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
   waiting interrupts, the outbox's depth);
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 from . import (
     dialects,
+    events,
     interrupts,
     keyring,
     maps,
@@ -58,6 +60,7 @@ from .claims import (
     park_for_attention,
     refence,
     request_cancel,
+    roll_back_on_worker,
 )
 from .db import (
     CONNECTION_ERRORS,
@@ -163,6 +166,7 @@ __all__ = [
     "end_owned",
     "end_stalled_owners",
     "event_rows",
+    "events",
     "execution_exists",
     "find_child",
     "find_retry",
@@ -195,6 +199,7 @@ __all__ = [
     "refuse_foreign",
     "request_cancel",
     "request_keys",
+    "roll_back_on_worker",
     "rotation",
     "run_records",
     "save_coordination_state",

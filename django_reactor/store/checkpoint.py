@@ -24,6 +24,7 @@ from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import RollbackStatus
 from . import dialects, trace
+from . import events as event_rows
 from .atomic_steps import DatabaseStepTransaction
 from .db import close_thread_connections, reconnecting, using
 from .executions import new_event_rows, wake_parent
@@ -248,6 +249,8 @@ class DatabaseJournal:
                 close_waiting(self.execution_id, stop_children=batch.finished)
             reached = batch.interrupt
             if reached is not None:
+                if reached.event is not None:
+                    event_rows.reach(self.execution_id, reached.step, reached.event)
                 Interrupt.objects.using(using()).create(
                     execution_id=self.execution_id,
                     reactor=self.reactor,
@@ -257,6 +260,8 @@ class DatabaseJournal:
                     max_attempts=reached.max_attempts,
                     resume_mode=reached.resume_mode,
                     token_hash=reached.token_hash,
+                    event_name=reached.event.name if reached.event is not None else None,
+                    event_key=reached.event.key if reached.event is not None else None,
                 )
             rollback = batch.rollback
             if rollback is not None:

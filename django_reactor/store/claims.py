@@ -24,6 +24,7 @@ from .db import using
 from .dialects import dialect
 from .executions import wake_parent
 from .interrupts import close_waiting
+from .outbox import queue_dispatch
 from .reads import get_row, last_seq
 from .rows import Owned, WorkerClaim
 
@@ -170,6 +171,47 @@ def claim(
         f"cannot {action} execution {execution_id}: {row.lease_owner} is working on it "
         f"(lease until {row.lease_expires_at:%Y-%m-%d %H:%M:%S %Z}); try again when it stops"
     )
+
+
+def roll_back_on_worker(
+    execution_id: uuid.UUID, *, reason: str, allowed: Iterable[str], data: dict[str, Any]
+) -> bool:
+    """Cancel a run that no live process owns and have a worker roll it back (the rollback
+    rule: completed steps undone, newest first), in one transaction: its status becomes
+    ``rolling_back`` (fence moved on), its waits close, the trace gets a ``cancel`` entry with
+    ``data`` and the worker's task is queued. False (nothing changed) when the run is not in
+    ``allowed`` or a live process owns it.
+    """
+    now = timezone.now()
+    with transaction.atomic(using=using()):
+        updated = (
+            Execution.objects.using(using())
+            .filter(pk=execution_id, status__in=list(allowed))
+            .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+            .update(
+                status=ExecutionStatus.ROLLING_BACK,
+                lease_owner=None,
+                lease_expires_at=None,
+                fence=F("fence") + 1,
+                cancel_requested_at=now,
+                cancel_reason=reason,
+                finished_at=None,
+                wake_at=None,
+                updated_at=now,
+            )
+        )
+        if not updated:
+            return False
+        close_waiting(execution_id)
+        ExecutionEvent.objects.using(using()).create(
+            execution_id=execution_id,
+            seq=last_seq(execution_id) + 1,
+            kind=EventKind.CANCEL,
+            at=now,
+            data={"reason": reason, "rollback": True, **data},
+        )
+        queue_dispatch(execution_id, "rollback")
+    return True
 
 
 def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterable[str]) -> str:

@@ -3,11 +3,12 @@ coordination bookkeeping, adopting a composed child, waking a parked parent."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
@@ -22,6 +23,7 @@ from ..states import ExecutionStatus, StepStatus
 from . import sql
 from .db import using
 from .dialects import dialect
+from .events import subscribe_cancels
 from .outbox import queue_dispatch
 from .reads import find_child, find_retry, last_seq
 from .rows import Owned
@@ -66,13 +68,15 @@ def create_execution(
     deadline_at: dt.datetime | None = None,
     subject: str = "",
     has_secrets: bool = False,
+    cancel_keys: Sequence[tuple[str, str]] = (),
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
     The values at ``secret_paths`` are stored sealed (with ``subject``'s key, when given; a
     run that ``has_secrets`` makes sure its subject has a key before it starts); the digest is
     of the inputs as given. Raises IdempotencyConflict (and writes nothing) when
-    the key is taken.
+    the key is taken. ``cancel_keys`` (event name, key) subscribe the run to the events that
+    cancel it (``Meta.cancel_on``), in the same transaction.
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -121,9 +125,12 @@ def create_execution(
         Definition(hash=definition_hash, shape=definition_shape) if definition_shape else None
     )
     try:
-        dialect().insert_run(
-            execution, new_event_rows(execution.id, events), dispatch, definition, delay
-        )
+        with transaction.atomic(using=using()) if cancel_keys else contextlib.nullcontext():
+            dialect().insert_run(
+                execution, new_event_rows(execution.id, events), dispatch, definition, delay
+            )
+            if cancel_keys:
+                subscribe_cancels(execution.id, cancel_keys)
     except IntegrityError:
         if parent is not None and find_child(parent[0], parent[2]) is not None:
             raise ChildExists(parent[2]) from None

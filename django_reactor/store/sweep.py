@@ -38,6 +38,7 @@ class SweepReport:
     deleted: int = 0
     expired: int = 0  # interrupts whose timeout passed (applied by services.sweep)
     fired: int = 0  # runs started by schedules (services.schedules.fire_due)
+    events: int = 0  # events an emitter left unhandled, runs an event cancelled rolled back
     # A phase's last batch came back full when the sweep's time ran out: sweep again at once.
     cut_short: bool = False
     # The earliest wake-up (or schedule tick) after this sweep's time: sweep again then, if
@@ -66,6 +67,7 @@ class SweepReport:
             "deleted": self.deleted,
             "expired": self.expired,
             "fired": self.fired,
+            "events": self.events,
         }
 
 

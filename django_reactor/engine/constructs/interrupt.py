@@ -34,7 +34,14 @@ from ...exceptions import CorrelationIdTaken, DefinitionError
 from ...states import EventKind, ExecutionStatus, StepStatus
 from .. import timevalues
 from ..declarations import StepDeclaration
-from ..journal import Event, InterruptWrite, JournalBatch, RecordedStep, StepWrite
+from ..journal import (
+    Event,
+    EventWaitWrite,
+    InterruptWrite,
+    JournalBatch,
+    RecordedStep,
+    StepWrite,
+)
 from ..outcomes import ErrorKind, Outcome, Paused, PendingInterrupt, exception_message
 from ..serialization import decode, encode, safe_repr, unstorable
 from ..step import Step
@@ -73,31 +80,54 @@ class InterruptSpec:
     # A ``receive(topic)`` step: the run's messages sent to this topic are its payloads.
     topic: str | None = None
 
+    # A ``wait_for_event(name)`` step: the events emitted with this name are its payloads.
+    event: EventWait | None = None
+
     def correlation_for(self, scope: ResolutionScope) -> str | None:
         """The correlation id for a run (``scope`` resolves templates); None without one.
 
         Raises ValueError with a plain reason when the callable fails or returns no string.
         """
-        source = self.correlation_id
-        if source is None:
-            return None
-        try:
-            value = source.resolve(scope) if isinstance(source, Template) else source(scope)
-        except Exception as exc:
-            raise ValueError(
-                f"correlation_id raised {type(exc).__name__}: {exception_message(exc)}"
-            ) from exc
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
-        if not isinstance(value, str) or not value or len(value) > 255:
-            raise ValueError(
-                "correlation_id must give a non-empty string of at most 255 characters, got "
-                f"{safe_repr(value)}"
-            )
-        problem = unstorable(value)
-        if problem is not None:
-            raise ValueError(f"correlation_id gave text the database cannot store: {problem}")
-        return value
+        return key_for(self.correlation_id, scope, "correlation_id")
+
+
+@dataclass(frozen=True, slots=True)
+class EventWait:
+    """What a ``wait_for_event`` waits for: events named ``name`` whose key is the value of
+    ``match`` for the run (any key, without one), emitted since ``lookback`` seconds before
+    the run reached the step."""
+
+    name: str
+    match: Callable[[ResolutionScope], object] | Template | None
+    lookback: float
+
+
+def key_for(
+    source: Callable[[ResolutionScope], object] | Template | None,
+    scope: ResolutionScope,
+    what: str,
+) -> str | None:
+    """The key ``source`` (a template, or ``callable(run)``) gives for a run: a correlation
+    id, an event's match value; None without a source.
+
+    Raises ValueError with a plain reason when the callable fails or gives no string.
+    """
+    if source is None:
+        return None
+    try:
+        value = source.resolve(scope) if isinstance(source, Template) else source(scope)
+    except Exception as exc:
+        raise ValueError(f"{what} raised {type(exc).__name__}: {exception_message(exc)}") from exc
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value or len(value) > 255:
+        raise ValueError(
+            f"{what} must give a non-empty string of at most 255 characters, got {safe_repr(value)}"
+        )
+    problem = unstorable(value)
+    if problem is not None:
+        raise ValueError(f"{what} gave text the database cannot store: {problem}")
+    return value
 
 
 class InterruptStep(Step):
@@ -185,14 +215,17 @@ class InterruptConstruct(Construct):
         """Record that the run waits at ``spec`` for a payload; other ready steps go on."""
         interrupt = spec.interrupt
         assert interrupt is not None
+        waits_for = interrupt.event
         try:
             correlation = interrupt.correlation_for(run.scope)
+            event_key = (
+                key_for(waits_for.match, run.scope, "match") if waits_for is not None else None
+            )
         except ValueError as exc:
             return _correlation_failure(run, spec, f"interrupt {spec.name!r}: {exc}")
+        now = run.clock()
         expires_at = (
-            run.clock() + dt.timedelta(seconds=interrupt.timeout)
-            if interrupt.timeout is not None
-            else None
+            now + dt.timedelta(seconds=interrupt.timeout) if interrupt.timeout is not None else None
         )
         token = secrets.token_urlsafe(32) if run.policy.issue_tokens else None
         event = interrupt_event(run, spec.name, correlation, expires_at)
@@ -207,6 +240,11 @@ class InterruptConstruct(Construct):
                 interrupt.max_attempts,
                 interrupt.resume,
                 hashlib.sha256(token.encode()).hexdigest() if token else None,
+                event=None
+                if waits_for is None
+                else EventWaitWrite(
+                    waits_for.name, event_key, now - dt.timedelta(seconds=waits_for.lookback)
+                ),
             ),
         )
         try:

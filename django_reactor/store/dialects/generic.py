@@ -177,6 +177,15 @@ class Dialect:
             record.result = (due - delta).isoformat()
             record.save(using=using(), update_fields=["result"])
 
+    # -- events (``store.events``) -----------------------------------------------------------------
+
+    def lock_event_keys(self, keys: Sequence[str], *, shared: bool) -> None:
+        """Hold ``keys`` until the transaction ends: an emit (``shared``) and a wait reaching
+        its step (exclusive) of one event key take turns, so that each sees the other's row.
+
+        Nothing to do here: SQLite lets one transaction write at a time, and both write
+        before they read."""
+
     # -- map chunks (``store.maps``) ---------------------------------------------------------------
 
     def write_chunks(self, map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:

@@ -145,6 +145,17 @@ class PostgreSQL(Dialect):
         with connections[using()].cursor() as cursor:
             cursor.execute(sql.SHIFT_SLEEPS, {"seconds": delta.total_seconds()})
 
+    # -- events ------------------------------------------------------------------------------------
+
+    def lock_event_keys(self, keys: Sequence[str], *, shared: bool) -> None:
+        """Transaction-level advisory locks on the keys' 64-bit hashes (one statement)."""
+        lock = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        with connections[using()].cursor() as cursor:
+            cursor.execute(
+                f"SELECT {lock}(hashtextextended(k, 0)) FROM unnest(%s::text[]) AS k",
+                [sorted(set(keys))],
+            )
+
     # -- map chunks: one statement each (``store.map_sql``) ----------------------------------------
 
     def write_chunks(self, map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
