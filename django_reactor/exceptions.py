@@ -237,6 +237,11 @@ class InvalidEvent(ReactorError, ValueError):
     for another payload. Nothing was written."""
 
 
+class PublishError(ReactorError, ValueError):
+    """``context.publish(key, value)`` refused: the key is no short name, or the value cannot
+    be stored or is too large. The step's attempt fails with it."""
+
+
 class InvalidPayload(ReactorError):
     """A payload failed the interrupt's serializer; nothing changed but the attempt count.
 

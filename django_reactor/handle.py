@@ -18,7 +18,7 @@ from .engine.outcomes import (
     PendingInterrupt,
 )
 from .engine.redaction import redact
-from .engine.serialization import readable
+from .engine.serialization import decode, readable
 from .exceptions import ExecutionNotFound, ReactorError, TransactionActive, WaitTimedOut
 from .states import MOVING_STATUSES
 from .store.secrets import Marks
@@ -201,6 +201,13 @@ class ExecutionHandle:
     @_in_its_database
     def outcome(self) -> Outcome:
         return store.outcome_of(self._row)
+
+    @property
+    def published(self) -> dict[str, Any]:
+        """What the run's steps published with ``self.context.publish(key, value)``, the
+        latest value of each key (written with the checkpoint of the step that published it)."""
+        published = decode(self._row.published) if self._row.published else {}
+        return dict(published) if isinstance(published, dict) else {}
 
     @property
     def error(self) -> ErrorInfo | None:

@@ -9,18 +9,21 @@ custom permission, and each change is recorded as an admin ``LogEntry``.
   (``coordination``);
 - ``timeline``: a run's trace as a Gantt chart, on its page;
 - ``records``: read-only lists of interrupts, dispatches, maps and map elements;
+- ``events``: the read-only list of events emitted;
 - ``schedules``: schedules (through ``services.schedules``) and their fires;
 - ``display`` and ``forms``: what those pages share.
 """
 
 from __future__ import annotations
 
+from .events import EventAdmin
 from .executions import ExecutionAdmin
 from .records import DispatchAdmin, InterruptAdmin, MapResultAdmin, MapRunAdmin
 from .schedules import ScheduleAdmin, ScheduleFireAdmin
 
 __all__ = [
     "DispatchAdmin",
+    "EventAdmin",
     "ExecutionAdmin",
     "InterruptAdmin",
     "MapResultAdmin",

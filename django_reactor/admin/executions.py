@@ -88,7 +88,7 @@ class ExecutionChangeList(KeysetChangeList):
         return (
             super()
             .get_queryset(request, exclude_parameters)
-            .defer("inputs", "result", "failure", "secret_paths", "coordination")
+            .defer("inputs", "result", "failure", "published", "secret_paths", "coordination")
         )
 
 
@@ -130,6 +130,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         "current_attempt",
         "redacted_inputs",
         "result_json",
+        "published_json",
         "idempotency_key",
         "correlation_id",
         "definition_hash",
@@ -160,6 +161,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
                     "current_attempt",
                     "redacted_inputs",
                     "result_json",
+                    "published_json",
                 )
             },
         ),
@@ -245,6 +247,11 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         if obj.result is None:
             return "-"
         return json_block(conceal(obj.result, store.secrets.Marks()))
+
+    @admin.display(description=_("published"))
+    def published_json(self, obj: Execution) -> SafeString | str:
+        published = ExecutionHandle(obj).published
+        return json_block(published) if published else "-"
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, object] | None = None

@@ -44,7 +44,7 @@ from .paging import KeysetAdmin, KeysetChangeList
 SHORT_ERROR = 160
 
 
-class _ReadOnlyAdmin(KeysetAdmin):
+class ReadOnlyAdmin(KeysetAdmin):
     """A read-only list with a capped count and keyset pages (``paging``)."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -58,7 +58,7 @@ class _ReadOnlyAdmin(KeysetAdmin):
 
 
 @admin.register(Interrupt)
-class InterruptAdmin(_ReadOnlyAdmin):
+class InterruptAdmin(ReadOnlyAdmin):
     """Interrupts runs reached, read-only (resume a run from its execution page)."""
 
     list_display = (
@@ -135,7 +135,7 @@ class SentFilter(admin.SimpleListFilter):
 
 
 @admin.register(Dispatch)
-class DispatchAdmin(_ReadOnlyAdmin):
+class DispatchAdmin(ReadOnlyAdmin):
     """The outbox of Celery tasks, read-only: unsent rows show what a crash left behind."""
 
     list_display = ("id", "run", "reason", "not_before", "created_at", "sent_at")
@@ -175,7 +175,7 @@ def _uuid(term: str) -> uuid.UUID | None:
 
 
 @admin.register(MapRun)
-class MapRunAdmin(_ReadOnlyAdmin):
+class MapRunAdmin(ReadOnlyAdmin):
     """The map steps runs reached, with their counters (a run's page has their summary)."""
 
     list_display = (
@@ -323,7 +323,7 @@ class MapResultChangeList(KeysetChangeList):
 
 
 @admin.register(MapResult)
-class MapResultAdmin(_ReadOnlyAdmin):
+class MapResultAdmin(ReadOnlyAdmin):
     """The elements of a map, by index: status, error message, attempts (read-only)."""
 
     list_display = ("index", "status_badge", "error_message", "attempts", "finished_at", "map")

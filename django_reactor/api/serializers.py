@@ -99,10 +99,11 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
 
 
 class ExecutionDetailSerializer(ExecutionSerializer):
-    """One execution with its redacted inputs, result or failure, steps, trace, interrupts and
-    messages."""
+    """One execution with its redacted inputs, result or failure, what it published, steps,
+    trace, interrupts and messages."""
 
     inputs = serializers.SerializerMethodField()
+    published = serializers.SerializerMethodField()
     steps = serializers.SerializerMethodField()
     trace = serializers.SerializerMethodField()
     interrupts = serializers.SerializerMethodField()
@@ -116,6 +117,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
             "inputs",
             "result",
             "failure",
+            "published",
             "steps",
             "trace",
             "interrupts",
@@ -133,6 +135,11 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     # drf-spectacular reads these methods' return types for the schema: Any is "any JSON".
     def get_inputs(self, row: Execution) -> Any:
         return self._handle(row).inputs
+
+    @extend_schema_field(serializers.DictField())
+    def get_published(self, row: Execution) -> dict[str, Any]:
+        """What the run's steps published (``context.publish``), the latest value by key."""
+        return {key: displayable(value) for key, value in self._handle(row).published.items()}
 
     def get_steps(self, row: Execution) -> list[dict[str, Any]]:
         return [

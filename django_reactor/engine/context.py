@@ -80,6 +80,8 @@ class RunPolicy:
     max_concurrency: int | None = None
     #: The timeout of a step's attempt that declares none (``REACTOR["STEP_TIMEOUT"]``).
     step_timeout: float | None = None
+    #: The largest value a step may publish, in bytes of JSON (``REACTOR["PUBLISH_MAX_BYTES"]``).
+    publish_max_bytes: int = 16384
     #: Past it no step starts: the run rolls back or halts (``Meta.on_deadline``).
     deadline: dt.datetime | None = None
     #: What a step's body's lost database connection does (None: it fails the attempt).

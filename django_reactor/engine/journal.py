@@ -213,6 +213,8 @@ class JournalBatch:
     # The process is stopping mid-run (a worker interrupted): end the lease now, keeping its
     # owner, so another process takes the run over at once and counts a recovery.
     expire_lease: bool = False
+    # Values the step published (``context.publish``), by key: merged into the run's.
+    published: Mapping[str, JSONValue] | None = None
 
     @property
     def parks_quietly(self) -> bool:
@@ -224,6 +226,7 @@ class JournalBatch:
             or self.interrupt is not None
             or self.close_interrupts
             or self.expire_lease
+            or self.published
         )
 
     @property
@@ -350,6 +353,8 @@ class MemoryJournal:
         self.batches = 0
         self.transactions: list[tuple[str, str, str]] = []
         self.heartbeats: list[tuple[str, JSONValue]] = []
+        # What the run published (``context.publish``), by key: the latest value of each.
+        self.published: dict[str, JSONValue] = {}
         # Set when another process took the run over: commits and ownership checks refuse.
         self.taken_over = False
         # What the run's row would hold.
@@ -387,6 +392,8 @@ class MemoryJournal:
             self.result = batch.result
         if batch.failure is not UNSET:
             self.failure = batch.failure
+        if batch.published:
+            self.published.update(batch.published)
         if batch.dispatch is not None:
             self.dispatches.append((batch.dispatch, batch.dispatch_delay))
         if batch.interrupt is not None:

@@ -219,6 +219,7 @@ class RunRecorder:
             or (dict(self.coordinator.fences) if self.coordinator is not None else {}),
             atomic=spec.atomic,
             watch=Watch(self.journal, spec.name) if action == "run" else None,
+            publish_limit=self.policy.publish_max_bytes,
         )
 
     def next_after(self, spec: StepSpec) -> StepSpec | None:
@@ -484,6 +485,7 @@ class RunRecorder:
                     spec, status, event, done.attempts, arguments, started_at, result=stored
                 ),
                 current_step=current_step,
+                published=done.published or None,
             )
             state = self.state  # as state.completed(), without the call: a map's hot path
             state.results[spec.name] = value

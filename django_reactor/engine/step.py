@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -11,17 +13,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
-from ..exceptions import AtomicStepError, ReactorError
+from ..exceptions import AtomicStepError, PublishError, ReactorError, ResultNotSerializable
 from .retry import Retry
+from .serialization import encode, safe_repr
 
 if TYPE_CHECKING:
     import datetime as dt
     from collections.abc import Sequence
 
     from .coordination import Declaration
+    from .serialization import JSONValue
     from .supervision import Watch
 
 F = TypeVar("F", bound=Callable[..., object])
+
+#: A key ``publish()`` takes: letters, digits and ``._:-``, starting with a letter or a digit.
+PUBLISH_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+#: How many keys one step may publish.
+MAX_PUBLISHED_KEYS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +55,10 @@ class StepContext:
     atomic: bool = False
     # Where heartbeat() reports (the run's watch of this attempt), when anything listens.
     watch: Watch | None = field(default=None, repr=False, compare=False)
+    # The largest value publish() takes, in bytes of JSON (``REACTOR["PUBLISH_MAX_BYTES"]``).
+    publish_limit: int = 16384
+    # What this action published, kept for its checkpoint (stored JSON, by key).
+    published: dict[str, JSONValue] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -63,6 +76,38 @@ class StepContext:
         that often, or its attempt counts as lost."""
         if self.watch is not None:
             self.watch.beat(details)
+
+    def publish(self, key: str, value: object) -> None:
+        """Publish ``value`` (anything JSON can hold) under ``key`` for whoever follows the run:
+        ``handle.published``, the API (``GET /executions/{id}/`` and its stream) and the admin.
+
+        It is written with this step's checkpoint (a failed attempt publishes nothing), and a
+        later value of the key replaces the earlier one. Raises PublishError (the attempt fails)
+        for a key that is no short name, a value JSON cannot hold or one larger than
+        ``REACTOR["PUBLISH_MAX_BYTES"]``, or more than MAX_PUBLISHED_KEYS keys in one step.
+        """
+        if not (isinstance(key, str) and len(key) <= 255 and PUBLISH_KEY.fullmatch(key)):
+            raise PublishError(
+                "publish(key, ...) takes a key of at most 255 letters, digits and '._:-', "
+                f"starting with a letter or a digit (such as 'progress'), got {safe_repr(key)}"
+            )
+        try:
+            stored = encode(value)
+        except ResultNotSerializable as exc:
+            raise PublishError(f"publish({key!r}, ...) cannot store the value: {exc}") from None
+        size = len(json.dumps(stored, separators=(",", ":")).encode())
+        if size > self.publish_limit:
+            raise PublishError(
+                f"publish({key!r}, ...) got {size} bytes of JSON, more than "
+                f'{self.publish_limit} (REACTOR["PUBLISH_MAX_BYTES"]): publish a summary, or a '
+                "reference to where the data is"
+            )
+        if key not in self.published and len(self.published) >= MAX_PUBLISHED_KEYS:
+            raise PublishError(
+                f"a step publishes at most {MAX_PUBLISHED_KEYS} keys; publish fewer, larger "
+                "values (a dict under one key)"
+            )
+        self.published[key] = stored
 
     def should_stop(self) -> bool:
         """Whether this attempt was abandoned (it ran past its timeout or its heartbeat

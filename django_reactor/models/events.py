@@ -66,7 +66,7 @@ class Event(models.Model):
                 fields=["id"], name="reactor_event_unhandled_idx", condition=Q(handled_at=None)
             ),
             # The admin's list and pruning, oldest first.
-            models.Index(fields=["created_at"], name="reactor_event_created_idx"),
+            models.Index(fields=["created_at", "id"], name="reactor_event_created_idx"),
         ]
 
     def __str__(self) -> str:

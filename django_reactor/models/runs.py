@@ -143,6 +143,12 @@ class Execution(models.Model):
     )
     result = models.JSONField(_("result"), null=True, blank=True)
     failure = models.JSONField(_("failure"), null=True, blank=True)
+    published = models.JSONField(
+        _("published"),
+        null=True,
+        blank=True,
+        help_text=_("What its steps published (context.publish), the latest value by key."),
+    )
     lease_owner = models.CharField(_("lease owner"), max_length=255, null=True, blank=True)
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     fence = models.PositiveBigIntegerField(

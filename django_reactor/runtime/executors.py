@@ -93,6 +93,7 @@ def for_worker(
         issue_tokens=reactor_settings.RESUME_TOKENS,
         hand_back_on_interruption=True,
         step_timeout=reactor_settings.STEP_TIMEOUT,
+        publish_max_bytes=reactor_settings.PUBLISH_MAX_BYTES,
         deadline=run.deadline_at,
     )
     return _for_stored(definition, owned, run, state, policy, in_worker=True)
@@ -108,7 +109,14 @@ def for_operation(
 ) -> Executor:
     """The executor of an operation on a stopped run this process took (an undo, failing a
     paused run; ``deadline``: stopping it at its deadline)."""
-    return _for_stored(definition, owned, run, state, RunPolicy(deadline=deadline), in_worker=False)
+    return _for_stored(
+        definition,
+        owned,
+        run,
+        state,
+        RunPolicy(deadline=deadline, publish_max_bytes=reactor_settings.PUBLISH_MAX_BYTES),
+        in_worker=False,
+    )
 
 
 def for_child(
@@ -130,6 +138,7 @@ def for_child(
         park_poll=reactor_settings.REDISPATCH_AFTER,
         issue_tokens=reactor_settings.RESUME_TOKENS,
         step_timeout=reactor_settings.STEP_TIMEOUT,
+        publish_max_bytes=reactor_settings.PUBLISH_MAX_BYTES,
         deadline=deadline,
     )
     if in_worker:  # it parks with its parent, as the worker's run does
@@ -161,6 +170,7 @@ def _inline_policy(deadline: dt.datetime | None, *, hand_off: bool) -> RunPolicy
         max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
         max_concurrency=store.side_by_side_limit(),
         step_timeout=reactor_settings.STEP_TIMEOUT,
+        publish_max_bytes=reactor_settings.PUBLISH_MAX_BYTES,
         deadline=deadline,
     )
 

@@ -38,6 +38,7 @@ def prune(
     ``on_batch(count)`` after each and waiting ``pause`` seconds before the next (outside any
     transaction: a prune beside busy workers then leaves them the database); returns how many
     top-level runs were deleted, or with ``dry_run`` how many would be, deleting nothing.
+    Handled events (``emit``) emitted before the cutoff are deleted too.
     """
     if isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float):
         raise InvalidTime(f"older_than_days must be a number, got {older_than_days!r}")
@@ -70,6 +71,7 @@ def prune(
                 on_batch(count)
             if pause:
                 time.sleep(pause)
+        store.events.prune_before(cutoff, batch_size)
         return total
 
     return sum(in_each_database(prune_here))

@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import functools
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import IntegrityError, transaction
@@ -214,6 +215,12 @@ class DatabaseJournal:
             setattr(record, name, value)
         record.save(using=using(), update_fields=list(values))
 
+    def _merge_published(self, published: Mapping[str, Any]) -> None:
+        """Merge a step's published values into the run's (its row is locked by the update)."""
+        row = Execution.objects.using(using()).filter(pk=self.execution_id)
+        current = row.values_list("published", flat=True).get() or {}
+        row.update(published={**current, **published})
+
     def _commit_orm_fields(self, batch: JournalBatch, fields: dict[str, Any]) -> str | None:
         with transaction.atomic(using=using()):
             owned = Execution.objects.using(using()).filter(pk=self.execution_id, fence=self.fence)
@@ -245,6 +252,8 @@ class DatabaseJournal:
                         "duration_ms": entry.duration_ms if entry is not None else None,
                     },
                 )
+            if batch.published:
+                self._merge_published(batch.published)
             if batch.close_interrupts:
                 close_waiting(self.execution_id, stop_children=batch.finished)
             reached = batch.interrupt

@@ -201,6 +201,25 @@ def unhandled(limit: int, *, older_than: float) -> list[Event]:
     )
 
 
+def prune_before(cutoff: dt.datetime, batch_size: int) -> int:
+    """Delete the handled events emitted before ``cutoff``, ``batch_size`` per transaction;
+    how many (with the runs ``reactor_prune`` deletes: a look back never reaches that far)."""
+    deleted = 0
+    while True:
+        with transaction.atomic(using=using()):
+            ids = list(
+                Event.objects.using(using())
+                .filter(created_at__lt=cutoff, handled_at__isnull=False)
+                .order_by("id")
+                .values_list("id", flat=True)[:batch_size]
+            )
+            if ids:
+                Event.objects.using(using()).filter(id__in=ids).delete()
+        deleted += len(ids)
+        if len(ids) < batch_size:
+            return deleted
+
+
 def get(name: str, event_id: str) -> Event | None:
     """The event ``event_id`` of ``name``, if it was emitted."""
     return Event.objects.using(using()).filter(name=name, event_id=event_id).first()

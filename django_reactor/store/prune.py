@@ -10,6 +10,7 @@ from django.db import models, transaction
 from django.db.models import Exists, OuterRef, signals
 
 from ..models import (
+    CancelSubscription,
     Dispatch,
     Execution,
     ExecutionEvent,
@@ -35,6 +36,7 @@ _DELETED = (
     ExecutionEvent,
     Interrupt,
     Message,
+    CancelSubscription,
     Dispatch,
     MapRun,
     MapChunk,
@@ -49,6 +51,7 @@ _COVERED = {
     (ExecutionEvent, "execution"),
     (Interrupt, "execution"),
     (Message, "execution"),
+    (CancelSubscription, "execution"),
     (Dispatch, "execution"),
     (Dispatch, "map_run"),
     (MapRun, "execution"),

@@ -23,6 +23,7 @@ except ImportError:  # psycopg2 or another driver: statements go through Django'
 
 from ..conf import reactor_settings
 from ..models import (
+    CancelSubscription,
     Definition,
     Dispatch,
     Execution,
@@ -56,6 +57,7 @@ MAP_CHUNK = MapChunk._meta.db_table
 MAP_TALLY = MapTally._meta.db_table
 INTERRUPT = Interrupt._meta.db_table
 MESSAGE = Message._meta.db_table
+CANCEL_SUBSCRIPTION = CancelSubscription._meta.db_table
 SCHEDULE = Schedule._meta.db_table
 SCHEDULE_FIRE = ScheduleFire._meta.db_table
 
@@ -470,6 +472,9 @@ records AS (DELETE FROM {STEP_RECORD} WHERE execution_id = ANY((SELECT ids FROM 
 events AS (DELETE FROM {EVENT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 interrupts AS (DELETE FROM {INTERRUPT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 messages AS (DELETE FROM {MESSAGE} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
+cancels AS (
+    DELETE FROM {CANCEL_SUBSCRIPTION} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
+),
 retries AS (
     UPDATE {EXECUTION} SET retry_of_id = NULL
     WHERE retry_of_id = ANY((SELECT ids FROM tree)::uuid[])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -30,7 +31,7 @@ from ...exceptions import ArgumentResolutionError
 from ...states import EventKind, RollbackStatus, StepStatus
 from ..journal import JournalBatch, RecordedStep, RollbackWrite
 from ..outcomes import ErrorInfo, ErrorKind, Outcome, RollbackFailure
-from ..serialization import JSONObject, decode, unstorable
+from ..serialization import JSONObject, JSONValue, decode, unstorable
 
 if TYPE_CHECKING:
     from ..context import RunContext
@@ -57,6 +58,8 @@ class StepDone:
     attempts: int
     duration_ms: float
     skipped: bool = False
+    # What the step published (``context.publish``), stored with its record.
+    published: Mapping[str, JSONValue] | None = None
 
 
 @dataclass(frozen=True, slots=True)

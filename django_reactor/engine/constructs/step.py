@@ -116,6 +116,7 @@ class PlainStep(Construct):
                     attempts=attempt,
                     duration_ms=duration,
                     skipped=isinstance(outcome, Skip),
+                    published=context.published,
                 )
             if isinstance(outcome, Halt):
                 return StepHalted(outcome.reason, attempts=attempt, duration_ms=duration)

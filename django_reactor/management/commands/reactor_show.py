@@ -29,7 +29,8 @@ from django_reactor.runtime.maps import displayable
 class Command(ReactorCommand):
     help = (
         "Show one stored run: status, inputs (secrets redacted), each step's status, attempts, "
-        "rollback and result, the trace, the failure with its traceback, rollback failures, "
+        "rollback and result, what it published, the trace, the failure with its traceback, "
+        "rollback failures, "
         "the interrupts it waits at, the messages sent to it (unread ones too), and its parent "
         "and child runs. Reads only."
     )
@@ -163,6 +164,7 @@ class Command(ReactorCommand):
                 for view in handle.steps
             ],
             "failure": error.to_dict() if error is not None else None,
+            "published": {key: displayable(value) for key, value in handle.published.items()},
             "maps": handle.maps,
             "interrupts": [{**item, "expires_at": iso(item["expires_at"])} for item in interrupts],
             "messages": self._messages,
@@ -305,6 +307,10 @@ class Command(ReactorCommand):
                 for failure in error.rollback_failures:
                     write(f"  could not {failure.action} {failure.step}: {failure.message}")
 
+        if handle.published:
+            write("published:")
+            for key, value in handle.published.items():
+                write(f"  {key}: {short_json(displayable(value), 200)}")
         if interrupts:
             write("waiting at:")
             for item in interrupts:
