@@ -42,6 +42,7 @@ class DjangoReactorConfig(AppConfig):
         # The adapters plug into the store's outbox: finished async units wake their waiters,
         # and Celery (when installed) sends the dispatches.
         outbox.on_finished(wakeups.announce)
+        outbox.on_progress(wakeups.announce_progress)
         if importlib.util.find_spec("celery") is not None:
             from .celery.router import CeleryPublisher  # registers the shared tasks too
 

@@ -9,6 +9,7 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from .api.signatures import configured_secrets
 from .conf import (
     DEFAULTS,
+    ByEvent,
     ByReactor,
     Count,
     DatabaseRouting,
@@ -27,6 +28,7 @@ from .engine import timevalues
 from .engine.observers import RunObserver
 from .exceptions import InvalidTime, ReactorImproperlyConfigured, ReactorNotRegistered
 from .registry import all_reactors, resolve, suggestions
+from .services.events import event_names
 
 
 @register()
@@ -128,13 +130,14 @@ def _duration_problem(key: str, seconds: float | None) -> str | None:
 
 RESUME_MODES = ("user", "webhook", "token")
 START_MODES = ("user", "webhook")
+EVENT_MODES = ("webhook",)
 
 
 def _credential_messages(
     raw: dict[str, Any], key: str, modes: tuple[str, ...], *, hint: str, id: str
 ) -> tuple[list[Any], list[CheckMessage]]:
-    """The entries of a credentials setting (``RESUME_AUTH``, ``START_AUTH``), and an error
-    for each that is not a list of ``modes``."""
+    """The entries of a credentials setting (``RESUME_AUTH``, ``START_AUTH``, ``EVENT_AUTH``),
+    and an error for each that is not a list of ``modes``."""
     auth = raw.get(key, DEFAULTS[key])
     choices = list(auth.values()) if isinstance(auth, dict) else [auth]
     messages: list[CheckMessage] = [
@@ -167,7 +170,16 @@ def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
         id="django_reactor.E014",
     )
     messages += start_messages
-    choices = [*choices, *start_choices]
+    event_choices, event_messages = _credential_messages(
+        raw,
+        "EVENT_AUTH",
+        EVENT_MODES,
+        hint='For example {"default": [], "charge.refunded": ["webhook"]}: events are emitted '
+        "over HTTP by signed webhooks only.",
+        id="django_reactor.E015",
+    )
+    messages += event_messages + _event_key_messages(raw)
+    choices = [*choices, *start_choices, *event_choices]
     try:
         secrets = configured_secrets()
     except ReactorImproperlyConfigured as exc:
@@ -180,13 +192,34 @@ def _api_messages(raw: dict[str, Any]) -> list[CheckMessage]:
         messages.append(
             Warning(
                 "REACTOR['WEBHOOK_SECRETS'] is set but empty: signed webhooks are refused.",
-                hint="Add a secret (whsec_<base64>), or drop 'webhook' from RESUME_AUTH and "
-                "START_AUTH.",
+                hint="Add a secret (whsec_<base64>), or drop 'webhook' from RESUME_AUTH, "
+                "START_AUTH and EVENT_AUTH.",
                 id="django_reactor.W004",
             )
         )
     messages += _middleware_messages(raw)
     return messages
+
+
+def _event_key_messages(raw: dict[str, Any]) -> list[CheckMessage]:
+    """``E015``: a key of ``EVENT_AUTH`` that no registered reactor waits for, starts on or
+    cancels on (a typo, or a reactor not loaded). Until it is fixed, the events the dict does
+    not name are refused, for the entry may have been meant for any of them."""
+    auth = raw.get("EVENT_AUTH", DEFAULTS["EVENT_AUTH"])
+    known = sorted(event_names())
+    shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+    return [
+        Error(
+            f"REACTOR['EVENT_AUTH'] has an entry for {name!r}, which no registered reactor "
+            "waits for, starts on or cancels on: until it is fixed, POST /events/{name}/ "
+            "accepts no event the dict does not name.",
+            hint="Key each entry by an event name a reactor declares (wait_for_event, "
+            f'Meta.triggers, Meta.cancel_on), or "default". Known events: {shown or "none"}.',
+            id="django_reactor.E015",
+        )
+        for name in ByEvent.event_keys(auth)
+        if name not in known
+    ]
 
 
 def _by_reactor_messages(raw: dict[str, Any]) -> list[CheckMessage]:

@@ -239,6 +239,22 @@ class ByReactor(Setting[T]):
         return [str(key) for key in value if key != cls.DEFAULT_KEY]
 
 
+class ByEvent(Setting[T]):
+    """A key that may be chosen per event name: one value for every event, or a dict of values
+    by event name, with ``"default"`` for the others (``EVENT_AUTH``). Check E015 reports a dict
+    key that no registered reactor waits for, starts on or cancels on."""
+
+    #: The dict key whose value applies to the events the dict does not name.
+    DEFAULT_KEY = "default"
+
+    @classmethod
+    def event_keys(cls, value: object) -> list[str]:
+        """The event names a configured ``value`` lists (none unless it is a dict)."""
+        if not isinstance(value, Mapping):
+            return []
+        return [str(key) for key in value if key != cls.DEFAULT_KEY]
+
+
 class DatabaseRouting(ByReactor[str | Mapping[str, str]]):
     """``DATABASE``: the alias (a key of ``DATABASES``) runs are written to, or a dict of
     aliases by registered reactor name with ``"default"`` for the others. Aliases that are not
@@ -357,6 +373,11 @@ class ReactorSettings:
         while_unknown="until it is fixed, POST /reactors/{name}/runs/ starts no runs of the "
         "reactors the dict does not name",
     )
+    # The credentials POST /events/{name}/ accepts to emit events: "webhook" only (a request
+    # signed with the WEBHOOK_SECRETS under "default"). A dict {"default": [...], "<event
+    # name>": [...]} chooses per event name. Empty (the default): no event is emitted over HTTP
+    # until a project says which, such as {"charge.refunded": ["webhook"]}.
+    EVENT_AUTH = ByEvent[Sequence[str] | Mapping[str, Sequence[str]]]([])
     # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
     # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
     # reactor. Several secrets at once allow rotation.
@@ -372,6 +393,14 @@ class ReactorSettings:
     WEBHOOK_TOLERANCE = Seconds(300)
     # Largest request body the API reads, in bytes (larger: 413 before parsing).
     API_MAX_BODY_BYTES = Count(65536)
+    # The largest value a step may publish with self.context.publish(key, value), in bytes of
+    # JSON: published values are read by every poll of the run, so keep them small.
+    PUBLISH_MAX_BYTES = Count(16384)
+    # A run's stream (GET /executions/{id}/stream/) reads the run again at least this often
+    # (at once when Redis announces progress), and ends after STREAM_MAX_SECONDS with a
+    # "timeout" event: the client reconnects with Last-Event-ID and goes on from there.
+    STREAM_POLL_SECONDS = Seconds(0.5)
+    STREAM_MAX_SECONDS = Seconds(300.0)
     # Resume requests allowed per client (the user, else the client's address) and period:
     # "N/s|m|h|d". None: no limit.
     API_RESUME_RATE = OptionalText("120/m")

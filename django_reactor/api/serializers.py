@@ -14,7 +14,7 @@ from rest_framework import serializers
 
 from .. import store
 from ..display import duration_seconds
-from ..handle import ExecutionHandle
+from ..handle import ExecutionHandle, TraceEvent
 from ..models import Execution, Interrupt, Message
 from ..runtime.maps import displayable
 from ..states import StepStatus
@@ -180,18 +180,20 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         return self._handle(row).maps
 
     def get_trace(self, row: Execution) -> list[dict[str, Any]]:
-        return [
-            {
-                "seq": e.seq,
-                "kind": e.kind,
-                "step": e.step,
-                "attempt": e.attempt,
-                "at": e.at,
-                "duration_ms": e.duration_ms,
-                "data": e.data,
-            }
-            for e in self._handle(row).trace
-        ]
+        return [trace_entry(e) for e in self._handle(row).trace]
+
+
+def trace_entry(entry: TraceEvent) -> dict[str, Any]:
+    """One trace entry as the API shows it (a run's detail, its stream)."""
+    return {
+        "seq": entry.seq,
+        "kind": entry.kind,
+        "step": entry.step,
+        "attempt": entry.attempt,
+        "at": entry.at,
+        "duration_ms": entry.duration_ms,
+        "data": entry.data,
+    }
 
 
 #: Text the database can store: no NUL. DRF's CharField refuses one already; this says so in

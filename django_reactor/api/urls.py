@@ -9,8 +9,10 @@ from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
 from .errors import endpoint_not_found
+from .events import EventView
 from .messages import MessageView
 from .starts import StartView
+from .stream import ExecutionStreamView
 from .views import CorrelationResumeView, ExecutionResumeView, ExecutionViewSet, TokenResumeView
 
 app_name = "django_reactor"
@@ -30,12 +32,18 @@ urlpatterns = [
         name="execution-message",
     ),
     path(
+        "executions/<str:execution_id>/stream/",
+        ExecutionStreamView.as_view(),
+        name="execution-stream",
+    ),
+    path(
         "correlations/<str:correlation_id>/resume/",
         CorrelationResumeView.as_view(),
         name="correlation-resume",
     ),
     path("resume/", TokenResumeView.as_view(), name="token-resume"),
     path("reactors/<str:name>/runs/", StartView.as_view(), name="reactor-runs"),
+    path("events/<str:name>/", EventView.as_view(), name="event-emit"),
     *router.urls,
     # Last: any other path under the API's prefix is a JSON 404.
     re_path(r"^(?P<path>.*)$", endpoint_not_found, name="not-found"),

@@ -26,6 +26,11 @@ def channel(execution_id: uuid.UUID) -> str:
     return f"django_reactor:done:{execution_id}"
 
 
+def progress_channel(execution_id: uuid.UUID) -> str:
+    """Where a run's progress is announced (values published, a pause): its stream listens."""
+    return f"django_reactor:progress:{execution_id}"
+
+
 def redis_client() -> Any | None:
     """``REACTOR["REDIS_URL"]``, else django-redis' default cache, else None (poll only).
 
@@ -51,6 +56,53 @@ def announce(execution_id: uuid.UUID, status: str) -> None:
         client.publish(channel(execution_id), status)
     except Exception:
         logger.warning("could not publish the completion of %s", execution_id, exc_info=True)
+
+
+def announce_progress(execution_id: uuid.UUID) -> None:
+    """Tell whoever follows ``execution_id``'s stream that it moved (an outbox listener).
+    Only a hint: the stream reads the database anyway."""
+    client = redis_client()
+    if client is None:
+        return
+    try:
+        client.publish(progress_channel(execution_id), "progress")
+    except Exception:
+        logger.debug("could not announce the progress of %s", execution_id, exc_info=True)
+
+
+class Follower:
+    """Waits for news of a run: a progress or completion announcement over Redis pub/sub, or
+    the end of a poll interval when none comes (or Redis is unavailable)."""
+
+    def __init__(self, execution_id: uuid.UUID) -> None:
+        self.pubsub: Any = None
+        client = redis_client()
+        if client is None:
+            return
+        try:
+            self.pubsub = client.pubsub(ignore_subscribe_messages=True)
+            self.pubsub.subscribe(progress_channel(execution_id), channel(execution_id))
+        except Exception:
+            logger.warning("progress signals unavailable; polling the database", exc_info=True)
+            self.pubsub = None
+
+    def wait(self, seconds: float) -> None:
+        """Return when news comes or ``seconds`` have passed."""
+        if self.pubsub is not None:
+            try:
+                self.pubsub.get_message(timeout=seconds)
+                return
+            except Exception:
+                self.pubsub = None
+        time.sleep(seconds)  # the bounded poll interval when no signal can come
+
+    def close(self) -> None:
+        if self.pubsub is not None:
+            try:
+                self.pubsub.close()
+            except Exception:
+                logger.debug("closing the progress subscription failed", exc_info=True)
+            self.pubsub = None
 
 
 def wait(

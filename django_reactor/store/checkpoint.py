@@ -23,7 +23,7 @@ from django.utils import timezone
 from ..engine.journal import UNSET, JournalBatch, RunRecords
 from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
-from ..states import RollbackStatus
+from ..states import ExecutionStatus, RollbackStatus
 from . import dialects, trace
 from . import events as event_rows
 from .atomic_steps import DatabaseStepTransaction
@@ -31,7 +31,7 @@ from .db import close_thread_connections, reconnecting, using
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
 from .lease import note_heartbeat
-from .outbox import announce_finished, queue_dispatch
+from .outbox import announce_finished, announce_progress, queue_dispatch
 from .reads import get_row, run_records, subject_of
 from .rows import Owned
 from .secrets import Sealer
@@ -254,6 +254,8 @@ class DatabaseJournal:
                 )
             if batch.published:
                 self._merge_published(batch.published)
+            if batch.published or batch.status == ExecutionStatus.PAUSED:
+                announce_progress(self.execution_id)  # to whoever follows the run's stream
             if batch.close_interrupts:
                 close_waiting(self.execution_id, stop_children=batch.finished)
             reached = batch.interrupt

@@ -61,6 +61,7 @@ class _Registration:
 
 _registered = _Registration()
 _finished: list[Callable[[uuid.UUID, str], None]] = []
+_progress: list[Callable[[uuid.UUID], None]] = []
 
 
 def register_publisher(
@@ -165,6 +166,19 @@ def on_finished(listener: Callable[[uuid.UUID, str], None]) -> None:
     listener, however often it is registered)."""
     if listener not in _finished:
         _finished.append(listener)
+
+
+def on_progress(listener: Callable[[uuid.UUID], None]) -> None:
+    """Call ``listener(execution_id)`` after a commit that someone following the run wants
+    at once (a step published values, the run paused)."""
+    if listener not in _progress:
+        _progress.append(listener)
+
+
+def announce_progress(execution_id: uuid.UUID) -> None:
+    """Tell the progress listeners about the run once the transaction commits."""
+    for listener in list(_progress):
+        transaction.on_commit(functools.partial(listener, execution_id), using=using(), robust=True)
 
 
 def announce_finished(execution_id: uuid.UUID, status: str) -> None:

@@ -37,6 +37,10 @@ def _api_settings(settings: Any) -> None:
         **settings.REACTOR,
         "WEBHOOK_SECRETS": [SECRET, OLD_SECRET],
         "API_RESUME_RATE": None,
+        # A paused run's stream ends (timeout) within a second: the schema's fuzzer reads
+        # whole answers.
+        "STREAM_MAX_SECONDS": 1.0,
+        "STREAM_POLL_SECONDS": 0.1,
     }
     # Only this run's keys: a FLUSHDB would wipe what parallel test runs keep in the same
     # Redis database (their keys carry other prefixes).

@@ -51,9 +51,11 @@ OPERATIONS = {
     "POST /reactor/correlations/{correlation_id}/resume/",
     "POST /reactor/resume/",
     "POST /reactor/executions/{execution_id}/messages/{topic}/",
+    "POST /reactor/events/{name}/",
 }
 START_PATH = "/reactor/reactors/{name}/runs/"
 MESSAGE_PATH = "/reactor/executions/{execution_id}/messages/{topic}/"
+EVENT_PATH = "/reactor/events/{name}/"
 
 
 def test_the_schema_renders_as_openapi_3(anonymous: APIClient) -> None:
@@ -170,6 +172,7 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
         *((path, "post") for path in RESUME_PATHS),
         (MESSAGE_PATH, "post"),
         (START_PATH, "post"),
+        (EVENT_PATH, "post"),
     }
     for path, method in with_body:
         content = paths[path][method]["requestBody"]["content"]
