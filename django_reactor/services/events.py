@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,7 +286,9 @@ def _definitions() -> Iterable[tuple[str, ReactorDefinition]]:
             yield reactor_name, definition
 
 
-def _rules(rules_of: Any, name: str) -> Iterable[tuple[str, EventRule]]:
+def _rules(
+    rules_of: Callable[[ReactorDefinition], Iterable[EventRule]], name: str
+) -> Iterable[tuple[str, EventRule]]:
     for reactor_name, definition in _definitions():
         for rule in rules_of(definition):
             if rule.name == name:
