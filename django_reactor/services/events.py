@@ -36,9 +36,9 @@ from ..exceptions import (
     UnknownEvent,
 )
 from ..models import Event
-from ..states import TERMINAL_STATUSES, ExecutionStatus, MessageKind
+from ..states import TERMINAL_STATUSES, ExecutionStatus
 from .databases import in_each_database
-from .interrupts import deliver_kept
+from .interrupts import give_event
 from .runs import start
 
 logger = logging.getLogger("django_reactor.services")
@@ -107,15 +107,16 @@ def emit(
             f"the payload of event {name!r} is larger than {limit} bytes "
             '(REACTOR["API_MAX_BODY_BYTES"]); emit a reference to the data instead'
         )
-    known = event_names()
-    if name not in known:
+    uses = event_uses()
+    if name not in uses:
+        known = set(uses)
         raise UnknownEvent(
             f"no registered reactor waits for, starts on or cancels on event {name!r} (the "
             f"events they do: {', '.join(sorted(known)) or 'none'}); declare "
             f"wait_for_event({name!r}) or on_event({name!r}) in a reactor",
             known=tuple(sorted(known)),
         )
-    emitted = in_each_database(lambda: _emit_here(name, stored, key, event_id, source))
+    emitted = in_each_database(lambda: _emit_here(name, stored, key, event_id, source, uses[name]))
     return Emitted(
         name,
         event_id,
@@ -141,8 +142,18 @@ def _short_text(value: object, what: str, name: str) -> str | None:
     return value
 
 
-def _emit_here(name: str, stored: Any, key: str | None, event_id: str, source: str) -> Emitted:
-    recorded = store.events.record(name, stored, key=key, event_id=event_id, source=source)
+def _emit_here(
+    name: str, stored: Any, key: str | None, event_id: str, source: str, uses: Uses
+) -> Emitted:
+    recorded = store.events.record(
+        name,
+        stored,
+        key=key,
+        event_id=event_id,
+        source=source,
+        waits=uses.waited,
+        cancels=uses.cancels,
+    )
     if recorded.replay and recorded.event.handled_at is not None:
         return Emitted(name, event_id, replay=True)
     handled = handle(recorded.event, recorded.waits, recorded.cancels)
@@ -187,6 +198,8 @@ def trigger_key(name: str, event_id: str) -> str:
 
 
 def _start_triggered(event: Event, errors: list[str]) -> list[uuid.UUID]:
+    if not event_uses().get(event.name, Uses()).triggers:
+        return []
     seen = EmittedEvent(event.name, event.key, event.event_id, event.payload)
     started: list[uuid.UUID] = []
     here = store.bound_alias()
@@ -214,30 +227,24 @@ def _start_triggered(event: Event, errors: list[str]) -> list[uuid.UUID]:
 
 
 def _give(event: Event, waits: Iterable[Any]) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
-    """Give ``event`` to each waiting interrupt in ``waits`` (a message of its run's mailbox);
-    the runs given it and those it moved on."""
+    """Give ``event`` to each waiting interrupt in ``waits`` (a message of its run's mailbox,
+    taken by the wait in the same transaction); the runs given it and those it moved on."""
     given: list[uuid.UUID] = []
     resumed: list[uuid.UUID] = []
+    key = store.events.message_key(event.pk)
     for row in waits:
-        where = store.interrupts.nesting(row)
         try:
-            store.messages.send(
-                where.top_id,
-                where.path,
-                event.payload,
-                kind=MessageKind.EVENT,
-                idempotency_key=store.events.message_key(event.pk),
-            )
+            run_id, moved = give_event(row, event.payload, key)
         except (InvalidTransition, ExecutionNotFound):
             continue  # the run ended meanwhile
-        given.append(where.top_id)
-        try:
-            moved = deliver_kept(where.top_id)
         except ReactorError as exc:  # the run is busy or its definition changed
-            logger.warning("event %s for %s: %s", event.event_id, where.top_id, exc)
+            logger.warning("event %s for %s: %s", event.event_id, row.execution_id, exc)
             continue
+        if run_id is None:
+            continue
+        given.append(run_id)
         if moved is not None and not isinstance(moved, InProgress):
-            resumed.append(where.top_id)
+            resumed.append(run_id)
     return given, resumed
 
 
@@ -303,10 +310,41 @@ def _waited_names(definition: ReactorDefinition) -> Iterable[str]:
             yield from _waited_names(spec.child.definition)
 
 
+@dataclass(frozen=True, slots=True)
+class Uses:
+    """What the registered reactors do with the events of one name."""
+
+    waited: bool = False  # a wait_for_event waits for it
+    triggers: bool = False  # Meta.triggers start runs on it
+    cancels: bool = False  # Meta.cancel_on cancels runs on it
+
+
+_uses_cache: dict[tuple[tuple[str, int], ...], dict[str, Uses]] = {}
+
+
+def event_uses() -> dict[str, Uses]:
+    """By event name, what the registered reactors do with it (worked out once for each set
+    of registered reactor classes: an emit asks for every event)."""
+    reactors = tuple((name, id(reactor)) for name, reactor in registry.all_reactors().items())
+    found = _uses_cache.get(reactors)
+    if found is not None:
+        return found
+    waited: set[str] = set()
+    triggered: set[str] = set()
+    cancelled: set[str] = set()
+    for _reactor, definition in _definitions():
+        waited.update(_waited_names(definition))
+        triggered.update(rule.name for rule in definition.triggers)
+        cancelled.update(rule.name for rule in definition.cancel_on)
+    found = {
+        name: Uses(name in waited, name in triggered, name in cancelled)
+        for name in waited | triggered | cancelled
+    }
+    _uses_cache.clear()  # only the registry as it is now
+    _uses_cache[reactors] = found
+    return found
+
+
 def event_names() -> set[str]:
     """Every event name a registered reactor waits for, starts on or cancels on."""
-    names: set[str] = set()
-    for _reactor, definition in _definitions():
-        names.update(_waited_names(definition))
-        names.update(rule.name for rule in (*definition.triggers, *definition.cancel_on))
-    return names
+    return set(event_uses())

@@ -671,6 +671,52 @@ def deliver_kept(execution_id: uuid.UUID, *, background: bool | None = None) -> 
     return None
 
 
+def give_event(
+    row: Interrupt, payload: Any, idempotency_key: str, *, background: bool | None = None
+) -> tuple[uuid.UUID | None, Outcome | None]:
+    """Give an event's ``payload`` (stored JSON) to the ``wait_for_event`` waiting at ``row``:
+    kept in its run's mailbox as taken by the step, and the step's payload, in one transaction
+    (a payload its serializer refuses is kept in the mailbox and refused there, as
+    :func:`deliver_kept` does). Returns the run given it (None: it ended, or had the event
+    already) and how it went on (None: it was moving, and takes it when it next pauses).
+    """
+    where = store.interrupts.nesting(row)
+    definition = registry.get(where.reactor).definition
+    spec = spec_at(definition, where.path)
+    if spec is None or spec.interrupt is None:
+        return None, None
+    accepted, errors = _validate_payload(spec.interrupt.payload, decode(payload), any_json=True)
+    if errors is not None:
+        sent = store.messages.send(
+            where.top_id,
+            where.path,
+            payload,
+            kind=MessageKind.EVENT,
+            idempotency_key=idempotency_key,
+        )
+        return (None, None) if sent.replay else (where.top_id, deliver_kept(where.top_id))
+    in_background = background if background is not None else row.resume_mode == "background"
+    if not in_background and store.inside_user_transaction():
+        in_background = True
+    taken = store.messages.give(
+        row,
+        where.top_id,
+        where.path,
+        accepted,
+        kind=MessageKind.EVENT,
+        idempotency_key=idempotency_key,
+        inline_owner=None if in_background else store.lease_owner_token(),
+        secret_paths=spec.secret_result_paths,
+    )
+    if taken is None:
+        return None, None
+    if taken.dispatched:
+        return where.top_id, Dispatched(execution_id=where.top_id)
+    if taken.owned is not None:
+        return where.top_id, _continue_inline(definition, taken.owned)
+    return where.top_id, None
+
+
 def deliver_kept_messages(limit: int | None = None) -> int:
     """For the sweeper: give paused runs what their mailboxes keep for them (a run whose
     process stopped between its pause and its look); return how many runs went on."""

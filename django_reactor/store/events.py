@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -59,33 +59,46 @@ def _lock_keys(name: str, key: str | None) -> list[str]:
 
 
 def record(
-    name: str, payload: Any, *, key: str | None, event_id: str, source: str = ""
+    name: str,
+    payload: Any,
+    *,
+    key: str | None,
+    event_id: str,
+    source: str = "",
+    waits: bool = True,
+    cancels: bool = True,
 ) -> Recorded:
     """Keep the event (``payload`` stored JSON) once per ``(name, event_id)`` and read what it
-    matches, in one transaction.
+    matches (``waits``, ``cancels``: whether any reactor waits for or cancels on the name), in
+    one transaction.
 
     A repeat of ``event_id`` with the same key and payload keeps nothing new (``replay``; its
     matches are read again if it was not handled yet); with another, InvalidEvent.
     """
+    events = Event.objects.using(using())
     with transaction.atomic(using=using()):
-        dialect().lock_event_keys(_lock_keys(name, key), shared=True)
-        try:
-            with transaction.atomic(using=using()):
-                event = Event.objects.using(using()).create(
-                    name=name, key=key, event_id=event_id, payload=payload, source=source
-                )
-            replay = False
-        except IntegrityError:
-            event = Event.objects.using(using()).get(name=name, event_id=event_id)
+        if waits or cancels:  # a wait's arrival and a run's subscription take turns with it
+            dialect().lock_event_keys(_lock_keys(name, key), shared=True)
+        # One statement whether the id is new or not (no savepoint): the row is read back.
+        kept = Event(name=name, key=key, event_id=event_id, payload=payload, source=source)
+        events.bulk_create([kept], ignore_conflicts=True)
+        event = events.get(name=name, event_id=event_id)
+        # Ours when it carries the time this insert gave it (auto_now_add, to the microsecond).
+        replay = event.created_at != kept.created_at
+        if replay:
             if event.key != key or encode(event.payload) != encode(payload):
                 raise InvalidEvent(
                     f"event id {event_id!r} of {name!r} was first emitted with another key or "
                     "payload; an event id names one event: give a new one for another event"
-                ) from None
+                )
             if event.handled_at is not None:
                 return Recorded(event, replay=True)
-            replay = True
-        return Recorded(event, replay, waits_for(event), cancels_for(event))
+        return Recorded(
+            event,
+            replay,
+            waits_for(event) if waits else [],
+            cancels_for(event) if cancels else [],
+        )
 
 
 def waits_for(event: Event) -> list[Interrupt]:
@@ -185,9 +198,12 @@ def message_key(event_pk: int) -> str:
 def mark_handled(event: Event, errors: list[str] | None = None) -> None:
     """The event's waits, triggers and cancellations were seen to (``errors``: what could not
     be done, such as a trigger's inputs its reactor refused)."""
-    Event.objects.using(using()).filter(pk=event.pk, handled_at__isnull=True).update(
-        handled_at=timezone.now(), errors=errors or None
-    )
+    with transaction.atomic(using=using()):
+        # Durable with the next durable commit; lost in a crash, the event is handled again.
+        dialect().commit_lazily()
+        Event.objects.using(using()).filter(pk=event.pk, handled_at__isnull=True).update(
+            handled_at=timezone.now(), errors=errors or None
+        )
 
 
 def unhandled(limit: int, *, older_than: float) -> list[Event]:

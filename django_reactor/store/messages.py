@@ -24,6 +24,7 @@ from ..exceptions import AlreadyResumed, IdempotencyKeyReused, InvalidTransition
 from ..models import Execution, Interrupt, Message
 from ..states import EventKind, ExecutionStatus, InterruptStatus, MessageKind, MessageStatus
 from .db import using
+from .dialects import dialect
 from .interrupts import MOVING, PayloadClaim, append_unowned_event, at, claim
 from .reads import subject_of
 from .secrets import Sealer
@@ -183,6 +184,60 @@ def consume(
         )
         if not updated:
             raise MessageTaken(f"message {message.pk} was consumed meanwhile")
+    return taken
+
+
+def give(
+    row: Interrupt,
+    top_id: uuid.UUID,
+    path: str,
+    payload: Any,
+    *,
+    kind: str,
+    idempotency_key: str,
+    inline_owner: str | None,
+    secret_paths: Sequence[Sequence[str]] = (),
+) -> PayloadClaim | None:
+    """Give the waiting interrupt ``row`` (at ``path`` of the run ``top_id``) a validated
+    ``payload`` that its run's mailbox has not had yet, in one transaction: the message is
+    kept consumed by the step and the interrupt takes the payload (:func:`~.interrupts.claim`).
+
+    None when nothing was taken: the run ended, or it had this message before (its
+    ``idempotency_key``). When the interrupt took another payload or closed meanwhile, the
+    message is kept unread (as :func:`send` would) and None is returned.
+    """
+    with transaction.atomic(using=using()):
+        # Lost in a crash, the event is still unhandled, and handed out again.
+        dialect().commit_lazily()
+        status = (
+            Execution.objects.using(using())
+            .select_for_update()
+            .filter(pk=top_id)
+            .values_list("status", flat=True)
+            .first()
+        )
+        mailbox = Message.objects.using(using())
+        if (
+            status not in MOVING
+            or mailbox.filter(execution_id=top_id, idempotency_key=idempotency_key).exists()
+        ):
+            return None
+        message = Message(
+            execution_id=top_id,
+            kind=kind,
+            topic=path,
+            payload=payload,
+            idempotency_key=idempotency_key,
+        )
+        try:
+            taken = claim(row, payload, inline_owner=inline_owner, secret_paths=secret_paths)
+        except InvalidTransition:  # another payload won, or the interrupt closed
+            message.save(using=using(), force_insert=True)
+            return None
+        message.status = MessageStatus.CONSUMED
+        message.consumed_by_step = path
+        message.consumed_at = timezone.now()
+        message.save(using=using(), force_insert=True)
     return taken
 
 

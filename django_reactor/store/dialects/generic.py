@@ -186,6 +186,13 @@ class Dialect:
         Nothing to do here: SQLite lets one transaction write at a time, and both write
         before they read."""
 
+    def commit_lazily(self) -> None:
+        """Let the current transaction commit without waiting for its flush to disk: for
+        writes a later step redoes if a crash loses them (an event given to its waits, the
+        event marked handled: the sweeper hands an unhandled event out again).
+
+        Nothing to do here: other databases commit as they are configured."""
+
     # -- map chunks (``store.maps``) ---------------------------------------------------------------
 
     def write_chunks(self, map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:

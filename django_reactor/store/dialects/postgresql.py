@@ -156,6 +156,13 @@ class PostgreSQL(Dialect):
                 [sorted(set(keys))],
             )
 
+    def commit_lazily(self) -> None:
+        """``synchronous_commit = off`` for this transaction only. The WAL is flushed in order,
+        so a later durable commit (the run's next checkpoint, the event marked handled) makes
+        this one durable first: a crash can lose it only together with what comes after it."""
+        with connections[using()].cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+
     # -- map chunks: one statement each (``store.map_sql``) ----------------------------------------
 
     def write_chunks(self, map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) -> None:
