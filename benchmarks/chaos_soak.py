@@ -17,15 +17,34 @@ process that runs the inline and hand-off runs. Every Django process uses
 
 The runs (``tests/chaos/reactors.py``) mix fully background chains, hand-offs after and before
 a step, inline chains, a step holding a ``Lock`` (inline and on workers, on shared keys), a
-fanned-out map, interrupts resumed over HTTP (a signed webhook with an ``Idempotency-Key``,
-sent twice, then once more with another key and payload, which must be refused) and atomic
-steps that move money (on workers, inline, and handed off between them: ``debit`` moves an
-amount from the run's source account to its escrow, ``credit`` from escrow to target, each
-balance change and its ``chaos_transfer`` row written through Django's connection inside the
-step's transaction; the undo moves it back the same way). Their inputs decide how each ends:
+fanned-out map, interrupts resumed over HTTP once paused (a signed webhook with an
+``Idempotency-Key``, sent twice, then once more with another key and payload, which must be
+refused), deliveries racing the run to its wait (below) and atomic steps that move money
+(on workers, inline, and handed off between them: ``debit`` moves an amount from the run's
+source account to its escrow, ``credit`` from escrow to target, each balance change and its
+``chaos_transfer`` row written through Django's connection inside the step's transaction; the
+undo moves it back the same way). Their inputs decide how each ends:
 completed, failed (a planned failure, rolled back), needs_attention (some undos fail) or halted
 (a declined payload). Every body also runs a short query marked ``/* chaos body */`` on the
 engine's own connection, so that connection faults land inside bodies.
+
+Three kinds race their deliveries against the run (``a`` on a worker, then the wait, then
+``apply`` on a worker; always approved): the *resumer* thread delivers at a random moment up to
+3 s after it saw the run's row (a third at once, a third within 0.8 s, a third later), so
+before the run parks, while it parks or after, each run's three deliveries in a thread of their
+own:
+
+- ``early_interrupt`` (``EarlyApproval``): ``POST .../resume/`` naming ``approval``, which the
+  product keeps until the run gets there; the same again (a replay); another payload with
+  another key, which must be refused;
+- ``message_background`` (``MessageBackground``, a ``receive("chaos.decision")``):
+  ``POST .../messages/chaos.decision/`` with key A, the same again (a replay), then another
+  message with key B, which is kept (202) and must never be applied: the receive takes one;
+- ``event_background`` (``EventBackground``, a ``wait_for_event("chaos.decision",
+  match=arg.input("order"), lookback=10 minutes)``): ``POST /events/chaos.decision/`` with the
+  run's key and event id ``<key>-A`` (for some runs at the run's planned start, whether its row
+  exists yet or not: the wait looks back), the same again (a replay), then event ``<key>-B``
+  with the same key, emitted (202) and never applied: the wait takes the earliest one.
 
 While runs are in flight it injects, at random moments, at least ``--faults`` faults: SIGKILL of
 a worker's main process (a replacement is started at once; the orphans are killed 3 s later),
@@ -63,8 +82,18 @@ the execution ids, steps, ledger rows and log lines to investigate it:
 - fan-ins done twice: the map's ``collect`` run after the map step was checkpointed, the map step
   checkpointed twice, or more elements settled than the map has;
 - payloads applied twice: more than one accepted payload, the apply step run after its
-  checkpoint, or a second delivery (another key) accepted; and Idempotency-Key replays that did
-  not replay;
+  checkpoint or with two payloads, a second delivery (another key) to an interrupt accepted, or
+  a mailbox that gave its run two messages; and Idempotency-Key replays that did not replay
+  (the repeat of each first delivery must get its answer again, ``Idempotent-Replayed``);
+- deliveries lost or mishandled: for every run delivered to, a delivery left without a final
+  answer (a 5xx or no answer after 90 s of retries), a first delivery refused (or an event's
+  first emit answered as a replay; a retry after a try whose answer was lost, a 5xx, is
+  answered afresh, as documented: an interrupt's ``already_resumed``, an event's replay), a
+  second one answered otherwise than documented (an
+  interrupt's refused with a 4xx; a message kept, 202, or 409 once the run ended; an event
+  emitted, 202 with replay false), not exactly one ``payload`` trace entry, the apply step run
+  with any payload but the first (nonce ``<key>-A``: 0 lost, 0 doubled), or a mailbox whose
+  consumed messages are not just the first;
 - lock overlaps: two runs inside the same lock at once (an overlap that a Redis restart
   explains, which the docs allow, is shown apart);
 - stuck locks: lock keys held in Redis by a run that had ended 5 s before, at the end or in a
@@ -393,10 +422,31 @@ KINDS = [  # kind, reactor class, client process, weight
     ("map", "FanOut", "submitter", 12),
     ("interrupt_background", "ApprovalBackground", "submitter", 12),
     ("interrupt_inline", "ApprovalInline", "submitter", 8),
+    ("early_interrupt", "EarlyApproval", "submitter", 6),
+    ("message_background", "MessageBackground", "submitter", 6),
+    ("event_background", "EventBackground", "submitter", 6),
     ("atomic_background", "AtomicBackground", "submitter", 12),
     ("atomic_inline", "AtomicInline", "caller", 7),
     ("atomic_handoff", "AtomicHandOff", "caller", 5),
 ]
+
+#: Job kinds whose run waits for an interrupt the Resumer delivers to once it is paused.
+PAUSED_KINDS = ("interrupt_background", "interrupt_inline")
+#: Interrupt kinds: a second delivery with another key must be refused.
+INTERRUPT_KINDS = (*PAUSED_KINDS, "early_interrupt")
+#: Kinds whose run takes a message (``receive``) or an event (``wait_for_event``): a second one
+#: with another key is accepted and must never be applied.
+MAILBOX_KINDS = ("message_background", "event_background")
+#: Kinds delivered to at a random moment, not once paused (the run may not have parked yet).
+RACING_KINDS = ("early_interrupt", *MAILBOX_KINDS)
+#: Every kind the Resumer delivers to.
+DELIVERED_KINDS = (*PAUSED_KINDS, *RACING_KINDS)
+DECISION = "chaos.decision"  # the same as tests.chaos.reactors.DECISION
+#: When a racing delivery goes out after the run's row was seen (seconds, drawn from one of
+#: these spans, each as likely): at once (the run has not parked yet), while ``a`` runs and the
+#: run parks, after it parked.
+RACE_DELAYS = ((0.0, 0.15), (0.15, 0.8), (0.8, 3.0))
+EARLY_EVENTS = 0.3  # the share of events emitted at the run's planned start, row or not
 
 
 @dataclass
@@ -476,7 +526,11 @@ def make_plan(rng: random.Random, runs: int, spread: float, seed: int) -> list[J
                         spec["undo_fail"] = ["a"]
                         job.expected_rollback_failures = 2
                     job.expected = "needs_attention"
-        else:  # an interrupt
+        elif kind in RACING_KINDS:  # delivered to at a random moment: always approved
+            job.approve = True
+            if kind == "event_background":
+                inputs["order"] = job.key  # what the event's key must equal
+        else:  # an interrupt resumed once paused
             job.approve = rng.random() < 0.75
             job.expected = "completed" if job.approve else "halted"
         jobs.append(job)
@@ -651,18 +705,25 @@ class Exchange:
     replayed: bool
     at: float
     detail: str = ""
+    retry_after: bool = False  # the answer said to try again (Retry-After)
+    replay: bool | None = None  # events: the body's "replay"
+    outcome: str = ""  # what the answer says happened: kept, dispatched, given, resumed...
 
 
 @dataclass
 class ResumeRecord:
-    """What the resumer did for one interrupt run."""
+    """What the resumer did for one run it delivers to."""
 
     key: str
+    kind: str = ""
     execution_id: str = ""
     exchanges: list[Exchange] = field(default_factory=list)
     first: Exchange | None = None
     repeat: Exchange | None = None
     other: Exchange | None = None
+    fire_at: float | None = None  # racing kinds: epoch seconds of the first delivery
+    status_seen: str = ""  # the run's status when its first delivery went out ('' : no row)
+    started: bool = False
     done: bool = False
     problem: str = ""
 
@@ -671,66 +732,122 @@ FINAL_ANSWERS = {200, 202, 400, 410, 413, 422}
 
 
 class Resumer(threading.Thread):
-    """Resumes every interrupt run over HTTP once it is paused, as a partner's system would."""
+    """Delivers to every interrupt, receive and event wait over HTTP, as a partner's system
+    would: to an interrupt run once it is paused; to the racing kinds at a random moment once
+    its row exists (an event even before, at the run's planned start), each run's deliveries
+    in a thread of their own so that one run's retries do not hold up another's."""
 
-    def __init__(self, soak: Soak, jobs: list[Job]) -> None:
+    def __init__(self, soak: Soak, jobs: list[Job], t0: float) -> None:
         super().__init__(name="resumer", daemon=True)
         self.soak = soak
-        self.jobs = jobs
-        self.records = {job.key: ResumeRecord(job.key) for job in jobs}
+        self.jobs = {job.key: job for job in jobs}
+        self.records = {job.key: ResumeRecord(job.key, job.kind) for job in jobs}
+        self.rng = random.Random(soak.args.seed + 2)
+        for job in jobs:
+            if job.kind == "event_background" and self.rng.random() < EARLY_EVENTS:
+                self.records[job.key].fire_at = t0 + job.at + self.rng.uniform(0.0, 0.3)
         self.stop_event = threading.Event()
         self.db = Db(soak.database)
+        self.threads: list[threading.Thread] = []
         self.error = ""
 
     def pending(self) -> int:
-        """How many interrupt runs still wait for their deliveries."""
+        """How many runs still wait for their deliveries."""
         return sum(1 for record in self.records.values() if not record.done)
 
     def run(self) -> None:
-        """Poll for paused interrupt runs and deliver their payloads."""
+        """Poll for the runs' rows and statuses; start each run's deliveries when due."""
         try:
             while not self.stop_event.is_set() and self.pending():
-                keys = [key for key, record in self.records.items() if not record.done]
+                keys = [key for key, record in self.records.items() if not record.started]
                 rows = self.db.rows(
                     "SELECT idempotency_key, id, status FROM django_reactor_execution "
                     "WHERE parent_id IS NULL AND idempotency_key = ANY(%s)",
                     [keys],
                 )
-                for key, execution_id, status in rows:
-                    record = self.records[key]
-                    record.execution_id = str(execution_id)
-                    if status == "paused":
-                        job = next(j for j in self.jobs if j.key == key)
-                        self.deliver(job, record)
+                found = {key: (str(execution_id), status) for key, execution_id, status in rows}
+                now = time.time()
+                for key in keys:
+                    record, job = self.records[key], self.jobs[key]
+                    execution_id, status = found.get(key, ("", ""))
+                    record.execution_id = execution_id or record.execution_id
+                    if job.kind in RACING_KINDS:
+                        if record.fire_at is None and execution_id:
+                            record.fire_at = now + self.rng.uniform(*self.rng.choice(RACE_DELAYS))
+                        due = record.fire_at is not None and now >= record.fire_at
+                        # A message or an interrupt delivery names the run: its row must exist.
+                        if due and (execution_id or job.kind == "event_background"):
+                            self.start_delivery(job, record, status)
+                    elif status == "paused":
+                        self.start_delivery(job, record, status)
                     elif status in FINAL:
-                        record.done = True
+                        record.started = record.done = True
                         record.problem = f"the run ended {status} without a delivery"
                     if self.stop_event.is_set():
                         return
-                self.stop_event.wait(0.3)  # the polling period of a client, not a barrier
+                self.stop_event.wait(0.1)  # the polling period of a client, not a barrier
         except Exception:
             self.error = traceback.format_exc()
         finally:
             self.db.close()
 
+    def join_all(self, timeout: float) -> None:
+        """Wait (bounded) for the poller and every delivery thread."""
+        deadline = time.monotonic() + timeout
+        self.join(timeout=timeout)
+        for thread in self.threads:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.1))
+
+    def start_delivery(self, job: Job, record: ResumeRecord, status: str) -> None:
+        """Start the run's three deliveries in a thread of their own."""
+        record.started = True
+        record.status_seen = status
+        thread = threading.Thread(
+            target=self.deliver, args=(job, record), name=f"deliver-{job.key}", daemon=True
+        )
+        self.threads.append(thread)
+        thread.start()
+
     def deliver(self, job: Job, record: ResumeRecord) -> None:
         """The three deliveries: the payload, the same again (a replay), another payload."""
-        url = f"{self.soak.web_url}/reactor/executions/{record.execution_id}/resume/"
-        first = {"step": "approval", "payload": {"approved": job.approve, "nonce": f"{job.key}-A"}}
-        other = {"step": "approval", "payload": {"approved": job.approve, "nonce": f"{job.key}-B"}}
+        try:
+            self._deliver(job, record)
+        except Exception:
+            record.problem = "the delivery raised: " + traceback.format_exc()[-600:]
+        finally:
+            record.done = True
+
+    def _deliver(self, job: Job, record: ResumeRecord) -> None:
+        base = self.soak.web_url + "/reactor"
+        payloads: list[dict[str, Any]] = [
+            {"approved": job.approve, "nonce": f"{job.key}-{n}"} for n in "AB"
+        ]
+        first: dict[str, Any]
+        other: dict[str, Any]
+        if job.kind == "event_background":
+            url = f"{base}/events/{DECISION}/"
+            first, other = (
+                {"payload": p, "key": job.key, "event_id": p["nonce"]} for p in payloads
+            )
+        elif job.kind == "message_background":
+            url = f"{base}/executions/{record.execution_id}/messages/{DECISION}/"
+            first, other = payloads
+        else:
+            url = f"{base}/executions/{record.execution_id}/resume/"
+            first, other = ({"step": "approval", "payload": p} for p in payloads)
         record.first = self.until_final(record, "first", url, first, f"{job.key}-A")
         if record.first is None:
             record.problem = "no final answer to the first delivery"
-            record.done = True
             return
         record.repeat = self.until_final(record, "repeat", url, first, f"{job.key}-A")
         record.other = self.until_final(record, "other", url, other, f"{job.key}-B")
-        record.done = True
 
     def until_final(
         self, record: ResumeRecord, label: str, url: str, body: dict[str, Any], key: str
     ) -> Exchange | None:
-        """POST one delivery until it gets a final answer (bounded, 90 s), as a client retries."""
+        """POST one delivery until it gets a final answer (bounded, 90 s), as a client retries:
+        a 409 without Retry-After is final (the product stores it for replays), one with it
+        (busy, not waiting yet, in flight) is not."""
         from django_reactor.api.signatures import sign
         from tests.chaos import WEBHOOK_SECRET
 
@@ -754,7 +871,7 @@ class Resumer(threading.Thread):
                 exchange = Exchange(label, key, 0, "", False, time.time(), repr(error)[:200])
             record.exchanges.append(exchange)
             final = exchange.status in FINAL_ANSWERS or (
-                exchange.status == 409 and exchange.code == "already_resumed"
+                exchange.status == 409 and not exchange.retry_after
             )
             if final:
                 return exchange
@@ -768,10 +885,33 @@ class Resumer(threading.Thread):
             payload = json.loads(raw or b"{}")
         except ValueError:
             payload = {}
-        code = payload.get("code", "") if isinstance(payload, dict) else ""
+        if not isinstance(payload, dict):
+            payload = {}
+        code = payload.get("code", "")
         replayed = response.headers.get("Idempotent-Replayed") == "true"
         detail = raw[:200].decode(errors="replace") if status >= 300 else ""
-        return Exchange(label, key, status, str(code), replayed, time.time(), detail)
+        outcome = ""
+        if "replay" in payload:  # an event: what it did
+            parts = [name for name in ("given", "resumed") if payload.get(name)]
+            outcome = "+".join(parts) or "taken by none"
+        elif "kept" in str(payload.get("detail", "")) or "records this payload" in str(
+            payload.get("detail", "")
+        ):
+            outcome = "kept"
+        elif "a worker runs" in str(payload.get("detail", "")):
+            outcome = "dispatched"
+        return Exchange(
+            label,
+            key,
+            status,
+            str(code),
+            replayed,
+            time.time(),
+            detail,
+            retry_after=bool(response.headers.get("Retry-After")),
+            replay=payload.get("replay") if isinstance(payload.get("replay"), bool) else None,
+            outcome=outcome,
+        )
 
 
 # ---------------------------------------------------------------------------- the soak
@@ -854,6 +994,7 @@ class Soak:
         self.counter = Counter[str]()
         self.jobs: list[Job] = []
         self.resumer: Resumer | None = None
+        self.t0 = 0.0  # epoch seconds: the plan's start of submissions
         self.db: Db | None = None
         self.database_created = False
         self.timeline: dict[str, float] = {}
@@ -1532,14 +1673,15 @@ class Soak:
         spread = window * 0.85
         self.jobs = make_plan(self.rng, args.runs, spread, args.seed)
         t0 = time.time() + 1.0
+        self.t0 = t0
         self.plan_path.write_text(
             json.dumps({"t0": t0, "jobs": [asdict(job) for job in self.jobs]}, indent=1)
         )
         for role in ("submitter", "caller"):
             self.start_client(role, self.plan_path)
         self.open_accounts()
-        interrupts = [job for job in self.jobs if job.kind.startswith("interrupt")]
-        self.resumer = Resumer(self, interrupts)
+        delivered = [job for job in self.jobs if job.kind in DELIVERED_KINDS]
+        self.resumer = Resumer(self, delivered, t0)
         self.resumer.start()
         log(
             f"{args.runs} runs over {spread:.0f} s, at least {args.faults} faults over "
@@ -1633,7 +1775,7 @@ class Soak:
             log("settle deadline reached with runs still going")
         if self.resumer is not None:
             self.resumer.stop_event.set()
-            self.resumer.join(timeout=35)
+            self.resumer.join_all(timeout=35)
 
     def all_ended(self) -> bool:
         """Whether every job's run exists and has ended, and every delivery was made."""
@@ -1661,7 +1803,7 @@ class Soak:
         """Stop every process this soak started (by PID) and drop its database."""
         if self.resumer is not None:
             self.resumer.stop_event.set()
-            self.resumer.join(timeout=35)
+            self.resumer.join_all(timeout=35)
         for stall in self.stalls:  # nothing stays stopped (a stopped process ignores SIGTERM)
             stall.proc.kill(signal.SIGCONT)
         # SIGTERM every main process at once, wait for them (bounded), then SIGKILL what is
@@ -1894,11 +2036,18 @@ class Checker:
         record = resumer.records.get(key) if resumer is not None else None
         if record is None:
             return []
-        return [
-            f"{e.label} key={e.key} -> {e.status} {e.code}{' replayed' if e.replayed else ''}"
-            f"{' ' + e.detail[:120] if e.detail else ''}"
-            for e in record.exchanges
-        ] + ([f"resumer: {record.problem}"] if record.problem else [])
+        seen = f"first delivery while {record.status_seen or 'no row yet'}"
+        return (
+            [
+                f"{time.strftime('%H:%M:%S', time.localtime(e.at))}.{int(e.at % 1 * 1000):03d}"
+                f" {e.label} key={e.key} -> {e.status} {e.code}"
+                f"{' replayed' if e.replayed else ''}{' replay' if e.replay else ''}"
+                f"{' ' + e.outcome if e.outcome else ''}{' ' + e.detail[:120] if e.detail else ''}"
+                for e in record.exchanges
+            ]
+            + [seen]
+            + ([f"resumer: {record.problem}"] if record.problem else [])
+        )
 
     # -- invariants -----------------------------------------------------------------------
 
@@ -2136,7 +2285,9 @@ class Checker:
         resumer = self.soak.resumer
         records = resumer.records if resumer is not None else {}
         statuses = Counter[str]()
+        by_kind: dict[str, Counter[str]] = {}
         for key, record in records.items():
+            job = self.jobs[key]
             for exchange in record.exchanges:
                 code = f"/{exchange.code}" if exchange.code else ""
                 statuses[f"{exchange.label}:{exchange.status}{code}"] += 1
@@ -2145,11 +2296,7 @@ class Checker:
                 continue
             execution_id = run["id"]
             problems = []
-            payloads = self.db.rows(
-                "SELECT count(*) FROM django_reactor_executionevent WHERE execution_id = %s "
-                "AND kind = 'payload'",
-                [execution_id],
-            )[0][0]
+            payloads = self.payload_entries(execution_id)
             if payloads > 1:
                 problems.append(f"{payloads} payloads accepted ('payload' trace entries)")
             applies = self.ledger_rows("l.execution_id = %s AND l.step = 'apply'", [execution_id])
@@ -2158,10 +2305,27 @@ class Checker:
             nonces = {row["note"] for row in applies}
             if len(nonces) > 1:
                 problems.append(f"the apply step saw {len(nonces)} payloads: {sorted(nonces)}")
-            if record.other is not None and 200 <= record.other.status < 300:
+            if (
+                job.kind in INTERRUPT_KINDS
+                and record.other is not None
+                and 200 <= record.other.status < 300
+            ):
                 problems.append(
                     f"a second delivery with another key was accepted ({record.other.status})"
                 )
+            mailbox = self.mailbox(execution_id) if job.kind in MAILBOX_KINDS else []
+            consumed = [m for m in mailbox if m["status"] == "consumed"]
+            if len(consumed) > 1:
+                problems.append(f"the mailbox gave the run {len(consumed)} messages: {mailbox}")
+            if job.kind in RACING_KINDS:
+                tally = by_kind.setdefault(job.kind, Counter())
+                tally["runs"] += 1
+                tally[f"first while {record.status_seen or 'no row yet'}"] += 1
+                if record.first is not None and record.first.outcome:
+                    tally[f"first {record.first.outcome}"] += 1
+                tally[f"applied {len(applies)}x"] += 1
+                for message in mailbox:
+                    tally[f"mailbox {message['nonce'][-1:]} {message['status']}"] += 1
             exchanges = self.exchanges(key)
             if problems:
                 entry = self.describe(key)
@@ -2172,16 +2336,22 @@ class Checker:
                 )
                 twice.append(entry)
             if record.first is not None and record.repeat is not None:
-                same = record.repeat.status == record.first.status and record.repeat.replayed
-                if not same:
+                repeat = record.repeat
+                # An event's repeat (the same Idempotency-Key) is replayed by the key; an emit
+                # of the same event id says replay in its body.
+                replayed = repeat.replayed or (
+                    job.kind == "event_background" and repeat.status == 202 and repeat.replay
+                )
+                if not (repeat.status == record.first.status and replayed):
                     dedup.append(
                         {
                             "execution_id": execution_id,
                             "job": key,
+                            "kind": job.kind,
                             "problem": (
                                 f"the repeat of {record.first.status} {record.first.code} got "
-                                f"{record.repeat.status} {record.repeat.code} "
-                                f"(replayed={record.repeat.replayed})"
+                                f"{repeat.status} {repeat.code} "
+                                f"(replayed={repeat.replayed}, replay={repeat.replay})"
                             ),
                             "exchanges": exchanges,
                             "log": self.logs.about([execution_id, f"{key}-A"]),
@@ -2189,9 +2359,124 @@ class Checker:
                     )
         info = {
             "answers": dict(sorted(statuses.items())),
+            "first_retried_after_a_lost_answer": sum(
+                1 for record in records.values() if self.answer_lost(record)
+            ),
+            "racing": {kind: dict(sorted(t.items())) for kind, t in sorted(by_kind.items())},
             "resumer_error": resumer.error if resumer else "",
         }
         return twice, dedup, info
+
+    def payload_entries(self, execution_id: str) -> int:
+        """How many ``payload`` trace entries the run has (each an accepted payload)."""
+        return int(
+            self.db.rows(
+                "SELECT count(*) FROM django_reactor_executionevent WHERE execution_id = %s "
+                "AND kind = 'payload'",
+                [execution_id],
+            )[0][0]
+        )
+
+    def mailbox(self, execution_id: str) -> list[dict[str, Any]]:
+        """The run's mailbox: each message's kind, topic, status and nonce, in send order."""
+        rows = self.db.rows(
+            "SELECT kind, topic, status, COALESCE(payload->>'nonce', '') "
+            "FROM django_reactor_message WHERE execution_id = %s ORDER BY id",
+            [execution_id],
+        )
+        names = ("kind", "topic", "status", "nonce")
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    @staticmethod
+    def answer_lost(record: ResumeRecord) -> bool:
+        """Whether a try of the first delivery went without an answer (no answer, a 5xx)."""
+        return any(
+            e.label == "first" and (e.status == 0 or e.status >= 500) for e in record.exchanges
+        )
+
+    def deliveries_mishandled(self) -> list[dict[str, Any]]:
+        """Deliveries lost or answered otherwise than the product documents.
+
+        For every run delivered to: each of the three exchanges got a final answer (no 5xx or
+        lost connection left after the retries); the first was accepted (200 or 202; an
+        event's 202 says ``replay`` false unless an earlier try of it went unanswered); the
+        run took exactly one payload (one ``payload`` trace entry) and applied the first
+        delivery (every apply ledger row has nonce ``<key>-A``). The second delivery with
+        another key: an interrupt refuses it (a 4xx); a message is kept (202; 409 when the run
+        had ended) and an event emitted (202, replay false), and neither is ever applied: the
+        mailbox holds one consumed message, the first.
+        """
+        found = []
+        resumer = self.soak.resumer
+        records = resumer.records if resumer is not None else {}
+        for key, record in records.items():
+            job = self.jobs[key]
+            run = self.runs.get(key)
+            if run is None or run["status"] not in FINAL:
+                continue  # counted as lost
+            execution_id = run["id"]
+            problems = []
+            if record.problem:
+                problems.append(record.problem)
+            for label in ("first", "repeat", "other"):
+                exchange = getattr(record, label)
+                if exchange is None:
+                    if not record.problem:
+                        problems.append(f"no final answer to the {label} delivery")
+                elif exchange.status >= 500 or exchange.status == 0:
+                    problems.append(f"the {label} delivery was answered {exchange.status}")
+            first, other = record.first, record.other
+            # A try whose answer was lost (a 5xx: the payload was taken, storing the answer
+            # failed) is answered afresh on its retry, as documented: an interrupt that took the
+            # payload says already_resumed (the apply's nonce shows whose), an event replay.
+            afresh = first is not None and self.answer_lost(record)
+            taken = (
+                first is not None
+                and job.kind in INTERRUPT_KINDS
+                and (first.status, first.code) == (409, "already_resumed")
+            )
+            if first is not None and first.status not in (200, 202) and not (afresh and taken):
+                problems.append(f"the first delivery was refused: {first.status} {first.code}")
+            if job.kind == "event_background" and first is not None and first.replay and not afresh:
+                problems.append("the first emit of the event was answered as a replay")
+            if other is not None:
+                # (accepted: counted as a payload accepted twice)
+                if job.kind in INTERRUPT_KINDS and not 200 <= other.status < 500:
+                    problems.append(f"the other delivery was answered {other.status}")
+                if job.kind == "message_background" and not (
+                    other.status == 202
+                    or (other.status == 409 and other.code == "invalid_transition")
+                ):
+                    problems.append(f"the other message was answered {other.status} {other.code}")
+                if job.kind == "event_background" and (other.status != 202 or other.replay):
+                    problems.append(
+                        f"the other event was answered {other.status} (replay={other.replay})"
+                    )
+            if run["status"] in ("completed", "halted"):
+                payloads = self.payload_entries(execution_id)
+                if payloads != 1:
+                    problems.append(f"{payloads} 'payload' trace entries, not 1")
+                applies = self.ledger_rows(
+                    "l.execution_id = %s AND l.step = 'apply'", [execution_id]
+                )
+                nonces = sorted({row["note"] for row in applies})
+                if nonces != [f"{key}-A"]:
+                    problems.append(f"the apply step saw {nonces or 'nothing'}, not {key}-A")
+            if job.kind in MAILBOX_KINDS and run["status"] == "completed":
+                mailbox = self.mailbox(execution_id)
+                consumed = [m["nonce"] for m in mailbox if m["status"] == "consumed"]
+                if consumed != [f"{key}-A"]:
+                    problems.append(f"the mailbox's consumed messages are {consumed}: {mailbox}")
+                invalid = [m for m in mailbox if m["status"] == "invalid"]
+                if invalid:
+                    problems.append(f"messages refused as invalid: {invalid}")
+            if problems:
+                entry = self.describe(key)
+                entry["problem"] = "; ".join(problems)
+                if job.kind in MAILBOX_KINDS:
+                    entry["mailbox"] = self.mailbox(execution_id)
+                found.append(entry)
+        return found
 
     def lock_overlaps(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
         """Two runs inside the same lock at once (apart: overlaps a Redis restart explains)."""
@@ -2518,6 +2803,7 @@ class Checker:
         doubled = self.effects_doubled()
         fan_ins, map_info = self.fan_ins_twice()
         payloads, dedup, resume_info = self.payloads_twice()
+        mishandled = self.deliveries_mishandled()
         overlaps, explained, lock_info = self.lock_overlaps()
         stuck = self.stuck_locks()
         wrong = self.wrong_outcomes()
@@ -2532,6 +2818,7 @@ class Checker:
             "fan_ins_done_twice": fan_ins,
             "payloads_applied_twice": payloads,
             "idempotency_replays_broken": dedup,
+            "deliveries_mishandled": mishandled,
             "lock_overlaps": overlaps,
             "stuck_locks": stuck,
             "wrong_outcomes": wrong,
@@ -2647,6 +2934,7 @@ def format_report(report: dict[str, Any], details: int = 8) -> str:
         "fan_ins_done_twice": "fan-ins done twice",
         "payloads_applied_twice": "payloads applied twice",
         "idempotency_replays_broken": "Idempotency-Key replays broken",
+        "deliveries_mishandled": "deliveries lost or mishandled",
         "lock_overlaps": "lock overlaps",
         "stuck_locks": "stuck locks",
         "wrong_outcomes": "wrong outcomes",
@@ -2686,6 +2974,10 @@ def format_report(report: dict[str, Any], details: int = 8) -> str:
         f"{len(info['lock_overlaps_explained_by_redis_restart'])}; maps {info['maps']}"
     )
     lines.append(f"  resume answers {info['resumes']['answers']}")
+    for kind, tally in info["resumes"].get("racing", {}).items():
+        lines.append(f"  {kind}: {tally}")
+    lost_answers = info["resumes"].get("first_retried_after_a_lost_answer", 0)
+    lines.append(f"  first deliveries retried after a lost answer (5xx, none): {lost_answers}")
     if info["resumes"].get("resumer_error"):
         lines.append(f"  resumer error: {info['resumes']['resumer_error']}")
     if tasks["count"] or tasks["worker_lost_lines"]:

@@ -710,10 +710,14 @@ def give_event(
     )
     if taken is None:
         return None, None
-    if taken.dispatched:
+    if taken.kept:  # behind earlier events for the step: the earliest first
+        return where.top_id, deliver_kept(where.top_id, background=background)
+    claim = taken.claim
+    assert claim is not None
+    if claim.dispatched:
         return where.top_id, Dispatched(execution_id=where.top_id)
-    if taken.owned is not None:
-        return where.top_id, _continue_inline(definition, taken.owned)
+    if claim.owned is not None:
+        return where.top_id, _continue_inline(definition, claim.owned)
     return where.top_id, None
 
 

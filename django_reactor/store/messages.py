@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from ..engine.serialization import decode, encode
@@ -197,14 +197,15 @@ def give(
     idempotency_key: str,
     inline_owner: str | None,
     secret_paths: Sequence[Sequence[str]] = (),
-) -> PayloadClaim | None:
+) -> Given | None:
     """Give the waiting interrupt ``row`` (at ``path`` of the run ``top_id``) a validated
     ``payload`` that its run's mailbox has not had yet, in one transaction: the message is
     kept consumed by the step and the interrupt takes the payload (:func:`~.interrupts.claim`).
 
-    None when nothing was taken: the run ended, or it had this message before (its
+    None when nothing was given: the run ended, or it had this message before (its
     ``idempotency_key``). When the interrupt took another payload or closed meanwhile, the
-    message is kept unread (as :func:`send` would) and None is returned.
+    message is kept unread (as :func:`send` would) and None is returned; when earlier
+    messages for the step wait unread, it is kept behind them (``Given.kept``).
     """
     with transaction.atomic(using=using()):
         # Lost in a crash, the event is still unhandled, and handed out again.
@@ -216,11 +217,20 @@ def give(
             .values_list("status", flat=True)
             .first()
         )
-        mailbox = Message.objects.using(using())
-        if (
-            status not in MOVING
-            or mailbox.filter(execution_id=top_id, idempotency_key=idempotency_key).exists()
-        ):
+        if status not in MOVING:
+            return None
+        # The message given before, or earlier ones for this step not taken yet (given while
+        # the run moved, or by its look back): they come first.
+        found = set(
+            Message.objects.using(using())
+            .filter(execution_id=top_id)
+            .filter(
+                Q(idempotency_key=idempotency_key)
+                | Q(kind=kind, topic=path, status=MessageStatus.UNREAD)
+            )
+            .values_list("idempotency_key", flat=True)[:2]
+        )
+        if idempotency_key in found:
             return None
         message = Message(
             execution_id=top_id,
@@ -229,6 +239,9 @@ def give(
             payload=payload,
             idempotency_key=idempotency_key,
         )
+        if found:
+            message.save(using=using(), force_insert=True)
+            return Given(kept=True)
         try:
             taken = claim(row, payload, inline_owner=inline_owner, secret_paths=secret_paths)
         except InvalidTransition:  # another payload won, or the interrupt closed
@@ -238,7 +251,16 @@ def give(
         message.consumed_by_step = path
         message.consumed_at = timezone.now()
         message.save(using=using(), force_insert=True)
-    return taken
+    return Given(claim=taken)
+
+
+@dataclass(frozen=True, slots=True)
+class Given:
+    """What :func:`give` did: ``claim``, the step took the payload; ``kept``, the message was
+    kept unread behind earlier ones for the step (give them in order: ``deliver_kept``)."""
+
+    claim: PayloadClaim | None = None
+    kept: bool = False
 
 
 def refuse(message: Message, errors: Any, *, top_id: uuid.UUID, step: str) -> bool:

@@ -33,6 +33,7 @@ its row locks, for the driver to wake after the run was taken over).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -41,7 +42,18 @@ from typing import Any
 
 from rest_framework import serializers
 
-from django_reactor import Halt, Lock, Reactor, Step, arg, interrupt, map_over, step
+from django_reactor import (
+    Halt,
+    Lock,
+    Reactor,
+    Step,
+    arg,
+    interrupt,
+    map_over,
+    receive,
+    step,
+    wait_for_event,
+)
 
 #: The libpq URL of the soak's database, for the ledger's own connection.
 LEDGER_URL_ENV = "CHAOS_LEDGER_URL"
@@ -51,6 +63,8 @@ STALL_DIR_ENV = "CHAOS_STALL_DIR"
 BODY_MARKER = "/* chaos body */"
 #: Seconds of a plain body's marked query (the rest of its pause is spent outside the database).
 BODY_QUERY_SECONDS = 0.03
+#: The topic of ``MessageBackground``'s receive and the event ``EventBackground`` waits for.
+DECISION = "chaos.decision"
 #: What planned failures say (the driver tells them from failures the faults caused).
 PLANNED = "chaos: planned failure"
 PLANNED_UNDO = "chaos: planned undo failure"
@@ -569,6 +583,51 @@ class ApprovalInline(Reactor):
     a = _work()
     approval = interrupt(after=["a"], payload=Decision, resume="inline")
     apply = step(Apply, spec=arg.input("spec"), decision=arg.result("approval"))
+
+    class Meta:
+        background = "all"
+
+
+class EarlyApproval(Reactor):
+    """Like ``ApprovalBackground``; the driver delivers to ``approval`` as soon as the run's row
+    exists (before it parks, while it parks or after): an early delivery is kept until the run
+    gets there."""
+
+    a = _work()
+    approval = interrupt(after=["a"], payload=Decision, resume="background")
+    apply = step(Apply, spec=arg.input("spec"), decision=arg.result("approval"))
+
+    class Meta:
+        background = "all"
+
+
+class MessageBackground(Reactor):
+    """``a``, then a receive of :data:`DECISION` (a message the driver sends over HTTP at any
+    moment after the run's row exists); a worker applies the one message it takes."""
+
+    a = _work()
+    decision = receive(DECISION, after=["a"], serializer=Decision, resume="background")
+    apply = step(Apply, spec=arg.input("spec"), decision=arg.result("decision"))
+
+    class Meta:
+        background = "all"
+
+
+class EventBackground(Reactor):
+    """``a``, then a wait for the event :data:`DECISION` keyed by ``inputs["order"]`` (emitted
+    over HTTP at any moment, even before the run exists: the wait looks back 10 minutes); a
+    worker applies the earliest matching event, the only one the wait takes."""
+
+    a = _work()
+    decision = wait_for_event(
+        DECISION,
+        match=arg.input("order"),
+        after=["a"],
+        serializer=Decision,
+        lookback=dt.timedelta(minutes=10),
+        resume="background",
+    )
+    apply = step(Apply, spec=arg.input("spec"), decision=arg.result("decision"))
 
     class Meta:
         background = "all"

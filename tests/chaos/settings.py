@@ -9,8 +9,13 @@ leases) and the role of the process (``CHAOS_ROLE``: ``worker``, ``sweeper``, ``
 
 The workers find ``tests.chaos.reactors`` the way the worker tests find
 ``tests.workers.reactors``: a stored run names its reactor by dotted path, and the registry
-imports it on first use. ``CELERY_IMPORTS`` loads the soak's Celery hooks (task start and
-failure lines naming the execution id) when a worker starts.
+imports it on first use. ``tests.chaos`` is also an installed app (no models), so that every
+process imports ``tests.chaos.reactors`` at start: the web process must know the event
+``chaos.decision`` a reactor waits for before any run of it exists (``POST /events/{name}/``
+answers 404 for an event no registered reactor declares), and ``EVENT_AUTH`` opens that event to
+signed webhooks (check E015 wants its reactor registered in every process). ``CELERY_IMPORTS``
+loads the soak's Celery hooks (task start and failure lines naming the execution id) when a
+worker starts.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ import json
 import os
 
 from testproject.settings import *  # noqa: F403
-from testproject.settings import database_from_url
+from testproject.settings import INSTALLED_APPS, database_from_url
 from tests.chaos import WEBHOOK_SECRET
 
 #: The role of this process, as the driver started it.
 CHAOS_ROLE = os.environ.get("CHAOS_ROLE", "unknown")
 
 DEBUG = False
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.chaos"]
 _database = database_from_url(os.environ["DATABASE_URL"])
 _database["OPTIONS"] = {"application_name": f"chaos_{CHAOS_ROLE}", "connect_timeout": 5}
 DATABASES = {"default": _database}
@@ -34,6 +40,7 @@ CELERY_IMPORTS = ["tests.chaos.hooks"]
 REACTOR = {
     "WEBHOOK_SECRETS": [WEBHOOK_SECRET],
     "API_RESUME_RATE": "100000/m",
+    "EVENT_AUTH": {"chaos.decision": ["webhook"]},
     **json.loads(os.environ.get("REACTOR_SETTINGS_JSON", "{}")),
 }
 

@@ -33,6 +33,7 @@ INVARIANTS = (
     "fan_ins_done_twice",
     "payloads_applied_twice",
     "idempotency_replays_broken",
+    "deliveries_mishandled",
     "lock_overlaps",
     "stuck_locks",
     "wrong_outcomes",

@@ -468,3 +468,26 @@ def test_prune_deletes_handled_events_older_than_its_cutoff() -> None:
     services.prune(older_than_days=30)
 
     assert sorted(Event.objects.values_list("event_id", flat=True)) == ["new", "unhandled"]
+
+
+def test_a_later_event_never_overtakes_one_the_look_back_gave_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    django_reactor.emit("charge.refunded", {"amount": 1}, event_id="earlier")
+    # The window between the wait's checkpoint (its look back gives it "earlier", unread) and
+    # the look at its mailbox after the pause: a slower process, or one killed there.
+    monkeypatch.setattr(store.messages, "has_unread", lambda *args, **kwargs: False)
+    outcome = AwaitAnyRefund.run({})
+    monkeypatch.undo()
+    assert event_messages(outcome.execution_id) == [("refunded", MessageStatus.UNREAD)]
+
+    django_reactor.emit("charge.refunded", {"amount": 2}, event_id="later")
+
+    services.resume(outcome.execution_id)  # the worker the wait hands the run to
+    row = Execution.objects.get(pk=outcome.execution_id)
+    assert row.status == ExecutionStatus.COMPLETED
+    assert row.steps.get(step="refunded").result == {"amount": 1}
+    assert event_messages(outcome.execution_id) == [
+        ("refunded", MessageStatus.CONSUMED),
+        ("refunded", MessageStatus.UNREAD),
+    ]
