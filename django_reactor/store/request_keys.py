@@ -132,10 +132,25 @@ def kept(row_id: int) -> Iterator[ReservationKeeper]:
 
 
 def finish(row_id: int, status_code: int, response: Any) -> None:
-    """Store the response a reserved key's request got."""
-    ApiRequest.objects.using(using()).filter(pk=row_id).update(
-        status_code=status_code, response=response
-    )
+    """Store the response a reserved key's request got.
+
+    The request's work is committed by now: on a broken connection this reconnects and stores
+    it, and if the database stays unreachable the caller still gets its answer (a repeat is
+    handled afresh once the reservation's lease ends) instead of an error for work done.
+    """
+    remembered = ApiRequest.objects.using(using()).filter(pk=row_id)
+    try:
+        reconnecting(
+            lambda: remembered.update(status_code=status_code, response=response),
+            what=f"remembering the answer of request {row_id}",
+        )
+    except DatabaseError:
+        logger.warning(
+            "could not remember the answer of request %s; a repeat is handled afresh after the "
+            "lease",
+            row_id,
+            exc_info=True,
+        )
 
 
 def release(row_id: int) -> None:

@@ -212,3 +212,20 @@ def test_kept_registers_the_keeper_with_the_heartbeat_only_while_the_request_run
     with pytest.raises(RuntimeError), store.request_keys.kept(reservation.row_id) as failing:
         raise RuntimeError("the request failed")
     assert failing not in heartbeat.keepers
+
+
+def test_an_answer_that_cannot_be_remembered_still_reaches_the_caller(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.db import DatabaseError
+
+    from django_reactor.store import request_keys
+
+    def unreachable(operation: Any, *, what: str) -> Any:
+        raise DatabaseError(f"{what}: the server is gone")
+
+    monkeypatch.setattr(request_keys, "reconnecting", unreachable)
+
+    request_keys.finish(12345, 202, {"execution_id": "x"})  # the work is done: no error
+
+    assert "could not remember the answer of request 12345" in caplog.text
