@@ -319,6 +319,9 @@ class ReactorSettings:
     RETRY_COUNTDOWN_LIMIT = Seconds(300.0)
     # Seconds between sweeper runs when scheduled with celery.beat_schedule() or --loop.
     SWEEP_INTERVAL = Seconds(15.0)
+    # Seconds between a worker's heartbeats (its row in ProcessHeartbeat): a worker unseen
+    # for three of them counts as gone in the admin's health strip and reactor_health.
+    HEARTBEAT_INTERVAL = Seconds(10.0)
     # A run waiting for a worker is dispatched again when its last task was sent this long ago
     # and nobody took it (the message was lost).
     REDISPATCH_AFTER = Seconds(60.0)

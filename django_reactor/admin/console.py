@@ -16,6 +16,7 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
 from .coordination import coordination_context
+from .health import health_context
 from .overview import WINDOWS, overview_context
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ class ConsoleViews(admin.ModelAdmin):
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         """Runs by status over the last hour or day, throughput, failure rate, stuck runs,
-        runs needing attention, waiting interrupts and the outbox's depth."""
+        runs needing attention, waiting interrupts, the outbox's depth, and the fleet's health
+        (workers, sweeper, late work, each reactor's last hour)."""
         window = request.GET.get("window", "hour")
         if window not in WINDOWS:
             window = "hour"
@@ -57,7 +59,7 @@ class ConsoleViews(admin.ModelAdmin):
             request,
             "admin/django_reactor/execution/overview.html",
             _("Overview"),
-            overview_context(window),
+            {**overview_context(window), **health_context()},
         )
 
     def coordination_view(self, request: HttpRequest) -> HttpResponse:

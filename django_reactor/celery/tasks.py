@@ -22,6 +22,7 @@ from ..conf import reactor_settings
 from ..exceptions import WrongDatabase
 from ..runtime import maps
 from ..store import DatabaseMark, refresh_connections
+from . import heartbeats  # noqa: F401  (workers' heartbeats: connects Celery's signals)
 
 try:  # join the publisher's trace while the task runs, when OpenTelemetry is installed
     from ..otel import task_context

@@ -8,6 +8,7 @@
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
 - ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
+- ``health``: ``ProcessHeartbeat`` (workers' and sweepers' heartbeats);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
 
 The database is the source of truth for every run. Rows are written by ``django_reactor.store``
@@ -27,6 +28,7 @@ from ..coordination.models import (
 )
 from .database import DatabaseIdentity
 from .events import CancelSubscription, Event
+from .health import ProcessHeartbeat, ProcessRole
 from .keys import SubjectKey
 from .maps import MapChunk, MapResult, MapRun, MapTally
 from .messages import Message
@@ -63,6 +65,8 @@ __all__ = [
     "OrderedLockEntry",
     "OrderedLockState",
     "PeriodMarker",
+    "ProcessHeartbeat",
+    "ProcessRole",
     "RateLimitEvent",
     "Schedule",
     "ScheduleFire",

@@ -9,6 +9,8 @@ state. By what they do:
 - ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
 - ``workers``: ``resume`` (a worker's task), ``sweep`` and ``next_sweep_in``;
+- ``health``: ``fleet_health`` (workers' and sweepers' heartbeats, late work, per-reactor figures)
+  and the heartbeats' writes;
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``, and
   the payloads a run's mailbox keeps for its interrupts (``deliver_kept``);
 - ``messages``: ``send`` (a message to a run, kept until a ``receive`` takes it);
@@ -30,6 +32,7 @@ from .deadlines import expire_deadlines
 from .events import Emitted, emit, finish_events
 from .guards import MAX_KEY_LENGTH
 from .handles import find
+from .health import Health, fleet_health
 from .interrupts import (
     after_pause,
     deliver,
@@ -54,6 +57,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "UNDOABLE",
     "Emitted",
+    "Health",
     "ServiceOperations",
     "StuckRun",
     "after_pause",
@@ -67,6 +71,7 @@ __all__ = [
     "find_by_correlation_id",
     "find_interrupt",
     "finish_events",
+    "fleet_health",
     "forget_subject",
     "issue_resume_token",
     "keep_delivery",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 from .databases import in_each_database
 from .deadlines import expire_deadlines
 from .events import finish_events
+from .health import record_sweep
 from .interrupts import after_pause, deliver_kept_messages, expire_interrupts
 from .schedules import fire_due
 from .secrets import fail_erased
@@ -272,7 +274,8 @@ def _park(
 def sweep() -> store.SweepReport:
     """Queue again the work that crashes and lost messages left behind (see ``reactor_sweep``),
     in every database runs are written to (``REACTOR["DATABASE"]``), one after the other; the
-    report adds them up.
+    report adds them up. Then it records this process's sweeper heartbeat
+    (``services.health.record_sweep``).
 
     A phase whose batch (``SWEEP_BATCH`` rows, each batch committed and published on its own)
     comes back full goes again at once, for up to ``SWEEP_BUDGET`` seconds; the report says
@@ -283,11 +286,13 @@ def sweep() -> store.SweepReport:
     pooler or an operator dropped it), it reconnects and sweeps again.
     """
     store.refresh_connections()
+    began = time.monotonic()
     report = store.SweepReport()
     for swept in in_each_database(
         lambda: store.reconnecting(_sweep_once, what=f"sweeping the database {store.using()!r}")
     ):
         report.add(swept)
+    record_sweep(report.as_dict(), time.monotonic() - began)
     return report
 
 

@@ -26,6 +26,8 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``time_in_tests``: moving stored times forward for the ``reactor_clock`` fixture (tests only);
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
   waiting interrupts, the outbox's depth);
+- ``health``: processes' heartbeats, overdue wake-ups, dispatches not taken, per-reactor
+  figures of a recent window (``services.fleet_health``);
 - ``secrets``, ``keyring``, ``subject_keys``, ``rotation``: secrets sealed at rest (opened where
   a run decodes them), the configured keys, subjects' data keys (erasure), re-encryption.
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 from . import (
     dialects,
     events,
+    health,
     interrupts,
     keyring,
     maps,
@@ -171,6 +174,7 @@ __all__ = [
     "find_child",
     "find_retry",
     "get_row",
+    "health",
     "holds_run",
     "ids_starting_with",
     "inputs_digest",

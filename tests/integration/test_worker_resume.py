@@ -139,7 +139,7 @@ def test_the_sweeper_recovers_a_dead_run_and_releases_due_wake_ups(settings: Any
     # A second sweep right away queues nothing more: those dispatches are on their way.
     assert services.sweep().as_dict() == {
         "republished": 0, "recovered": 0, "woken": 0, "slept": 0, "redispatched": 0, "deleted": 0,
-        "expired": 0, "fired": 0,
+        "expired": 0, "fired": 0, "events": 0,
         "maps": 0,
         "deadlines": 0,
     }  # fmt: skip
@@ -158,7 +158,7 @@ def test_reactor_sweep_command_prints_the_report() -> None:
     call_command("reactor_sweep", "--json", stdout=out)
     assert json.loads(out.getvalue()) == {
         "republished": 0, "recovered": 0, "woken": 0, "slept": 0, "redispatched": 0, "deleted": 0,
-        "expired": 0, "fired": 0,
+        "expired": 0, "fired": 0, "events": 0,
         "maps": 0,
         "deadlines": 0,
     }  # fmt: skip

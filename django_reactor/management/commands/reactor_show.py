@@ -24,6 +24,7 @@ from django_reactor.management.commandtools import (
 )
 from django_reactor.models import Execution
 from django_reactor.runtime.maps import displayable
+from django_reactor.services.health import waiting_warnings
 
 
 class Command(ReactorCommand):
@@ -220,6 +221,10 @@ class Command(ReactorCommand):
         write = self.stdout.write
         write(f"{handle.reactor}  execution {handle.id}")
         write("status: " + styled(self, handle.status))
+        for warning in waiting_warnings(
+            handle.status, wakes=self._times.get("wake_at") is not None
+        ):
+            write("warning: " + warning)
         if handle.current_step:
             write(f"current step: {handle.current_step}")
         times = f"created {iso(handle.created_at)}"

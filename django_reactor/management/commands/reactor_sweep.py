@@ -16,6 +16,7 @@ from django_reactor.conf import reactor_settings
 from django_reactor.engine import timevalues
 from django_reactor.exceptions import InvalidTime
 from django_reactor.management.commandtools import ReactorCommand
+from django_reactor.services.health import sweeping_every
 
 logger = logging.getLogger("django_reactor.sweeper")
 
@@ -78,7 +79,8 @@ class Command(ReactorCommand):
         try:
             while True:
                 try:
-                    report = services.sweep()
+                    with sweeping_every(interval):  # what its heartbeats promise
+                        report = services.sweep()
                     self._report(report.as_dict(), as_json=options["json"])
                     # A sweep cut short by full batches goes on at once; one that ends before
                     # the next wake-up or tick waits for it, not for the whole interval.
