@@ -136,15 +136,21 @@ def _hex(digits: str) -> bool:
     return all(c in "0123456789abcdef" for c in digits)
 
 
-def parse_object(text: str, source: str, example: str = EXAMPLE) -> dict[str, Any]:
-    """``text`` as a JSON object; CommandError naming ``source`` otherwise."""
+def parse_json(text: str, source: str, example: str = EXAMPLE, *, wanted: str = "JSON") -> Any:
+    """``text`` as JSON (any value); CommandError naming ``source`` (and ``wanted``, what to
+    pass instead) otherwise."""
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CommandError(
             f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-            f"pass a JSON object such as {example}"
+            f"pass {wanted} such as {example}"
         ) from None
+
+
+def parse_object(text: str, source: str, example: str = EXAMPLE) -> dict[str, Any]:
+    """``text`` as a JSON object; CommandError naming ``source`` otherwise."""
+    value = parse_json(text, source, example, wanted="a JSON object")
     if not isinstance(value, dict):
         raise CommandError(
             f"{source} must be a JSON object ({{...}}), got {json_type(value)}; pass a JSON "
@@ -173,20 +179,27 @@ def parse_pairs(
     return payload
 
 
-def read_object_file(path: str, what: str, stdin: IO[str] | None = None) -> dict[str, Any]:
-    """The JSON object in the file ``path`` (``-``: standard input)."""
+def read_input(
+    path: str, stdin: IO[str] | None, *, what: str, option: str | None = None
+) -> tuple[str, str]:
+    """The text of the file ``path`` (``-``: standard input) and how errors name it: ``what``
+    it holds (``"the payload"``) and, when an option named the file, that option."""
     if path == "-":
-        stream = stdin or sys.stdin
-        return parse_object(stream.read(), f"{what} read from standard input")
+        return (stdin or sys.stdin).read(), f"{what} read from standard input"
+    label = f"{what} file {path}" if option else f"the file {path}"
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        return Path(path).read_text(encoding="utf-8-sig"), label
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        dash = f"{option} -" if option else "-"
         raise CommandError(
-            f"cannot read the file {path}: {reason}. Check the path, or pass - to read "
-            "standard input."
+            f"cannot read {label}: {reason}. Check the path, or pass {dash} to read standard input."
         ) from None
-    return parse_object(text, f"the file {path}")
+
+
+def read_object_file(path: str, what: str, stdin: IO[str] | None = None) -> dict[str, Any]:
+    """The JSON object in the file ``path`` (``-``: standard input)."""
+    return parse_object(*read_input(path, stdin, what=what))
 
 
 def json_type(value: Any) -> str:

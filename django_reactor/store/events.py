@@ -235,7 +235,3 @@ def prune_before(cutoff: dt.datetime, batch_size: int) -> int:
         if len(ids) < batch_size:
             return deleted
 
-
-def get(name: str, event_id: str) -> Event | None:
-    """The event ``event_id`` of ``name``, if it was emitted."""
-    return Event.objects.using(using()).filter(name=name, event_id=event_id).first()

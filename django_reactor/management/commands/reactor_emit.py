@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -18,7 +15,14 @@ from django_reactor.exceptions import (
     TransactionActive,
     UnknownEvent,
 )
-from django_reactor.management.commandtools import ReactorCommand, dumps, parse_pairs, sentence
+from django_reactor.management.commandtools import (
+    ReactorCommand,
+    dumps,
+    parse_json,
+    parse_pairs,
+    read_input,
+    sentence,
+)
 
 EXAMPLE = """'{"amount": 5}'"""
 
@@ -150,22 +154,14 @@ class Command(ReactorCommand):
         if fields:
             return parse_pairs(fields, example="amount=5 note=hello")
         if options["payload"] is not None:
-            return _json(options["payload"], "--payload")
+            return parse_json(options["payload"], "--payload", EXAMPLE)
         path = options["payload_file"]
         if path is None:
             return None  # an event may be its name and key alone
-        if path == "-":
-            stream = options.get("stdin") or sys.stdin
-            return _json(stream.read(), "the payload read from standard input")
-        try:
-            text = Path(path).read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise CommandError(
-                f"cannot read the payload file {path}: {reason}. Check the path, or pass "
-                "--payload-file - to read standard input."
-            ) from None
-        return _json(text, f"the payload file {path}")
+        text, source = read_input(
+            path, options.get("stdin"), what="the payload", option="--payload-file"
+        )
+        return parse_json(text, source, EXAMPLE)
 
     # ------------------------------------------------------------------ output
 
@@ -193,14 +189,3 @@ class Command(ReactorCommand):
                 "  no run waited for it, started on it or was cancelled by it; it is kept for "
                 "the waits that look back"
             )
-
-
-def _json(text: str, source: str) -> Any:
-    """``text`` as JSON (any value); CommandError naming ``source`` otherwise."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(
-            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-            f"pass JSON such as {EXAMPLE}"
-        ) from None

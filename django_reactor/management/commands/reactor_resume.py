@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -45,6 +43,7 @@ from django_reactor.management.commandtools import (
     parse_object,
     parse_pairs,
     reactor_name,
+    read_input,
     sentence,
     status_style,
 )
@@ -260,19 +259,13 @@ class Command(ReactorCommand):
             return parse_pairs(fields, example="approved=true note=hello")
         if options["payload"] is not None:
             return parse_object(options["payload"], "--payload", EXAMPLE)
-        path = options["payload_file"]
-        if path == "-":
-            stream = options.get("stdin") or sys.stdin
-            return parse_object(stream.read(), "the payload read from standard input", EXAMPLE)
-        try:
-            text = Path(path).read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise CommandError(
-                f"cannot read the payload file {path}: {reason}. Check the path, or pass "
-                "--payload-file - to read standard input."
-            ) from None
-        return parse_object(text, f"the payload file {path}", EXAMPLE)
+        text, source = read_input(
+            options["payload_file"],
+            options.get("stdin"),
+            what="the payload",
+            option="--payload-file",
+        )
+        return parse_object(text, source, EXAMPLE)
 
     # ------------------------------------------------------------------ output
 
