@@ -322,6 +322,9 @@ class ReactorSettings:
     # Seconds between a worker's heartbeats (its row in ProcessHeartbeat): a worker unseen
     # for three of them counts as gone in the admin's health strip and reactor_health.
     HEARTBEAT_INTERVAL = Seconds(10.0)
+    # Runs a second an unpaused reactor releases (its suspended runs, oldest first): the first
+    # second's worth at once, the rest at wake-up times the sweeper keeps.
+    UNPAUSE_RATE = Count(50)
     # A run waiting for a worker is dispatched again when its last task was sent this long ago
     # and nobody took it (the message was lost).
     REDISPATCH_AFTER = Seconds(60.0)

@@ -38,6 +38,9 @@ _RUN_LINES: dict[str, str] = {
     EventKind.CANCEL: "run cancelled",
     EventKind.ROLLBACK: "rollback started",
     EventKind.RERUN: "retried as a new execution",
+    EventKind.SUSPEND: "suspended by a pause",
+    EventKind.UNPAUSE: "unpaused",
+    EventKind.FORK: "forked as a new execution",
 }
 
 
@@ -115,6 +118,8 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
                     line += f" (alongside {', '.join(event.data['alongside'])})"
             elif event.data.get("reason"):
                 line += f" ({event.data['reason']})"
+            if event.kind == EventKind.SUSPEND and event.data.get("reactor_paused"):
+                line += " [its reactor is paused]"
         if event.duration_ms is not None:
             line += f"  [{format_duration(event.duration_ms / 1000)}]"
         lines.append(line)

@@ -74,6 +74,22 @@ class AlreadyRetried(InvalidTransition):
         self.retry_id = retry_id
 
 
+class InvalidFork(ReactorError, ValueError):
+    """A fork cannot be made as asked: the step names none of the reactor's steps, a step of
+    the abandoned branch is gone from the code (it could not be undone), or its inputs or
+    secrets cannot go with it. Nothing was written."""
+
+
+class ForkNeedsUndo(InvalidTransition):
+    """Forking the run abandons completed steps whose effects stand: they must be undone
+    (newest first) before the fork runs. ``plan`` says which; fork again with
+    ``undo_abandoned=True`` to do it. Nothing was written."""
+
+    def __init__(self, message: str, *, plan: Any, status: str = "") -> None:
+        super().__init__(message, status=status)
+        self.plan = plan
+
+
 class WaitTimedOut(ReactorError, TimeoutError):
     """``ExecutionHandle.wait`` gave up: the run was still moving when its timeout passed."""
 

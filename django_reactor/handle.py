@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 from uuid import UUID
@@ -109,6 +109,19 @@ class Operations(Protocol):
 
     def retry(self, execution_id: UUID) -> Outcome: ...
 
+    def pause(self, execution_id: UUID, *, reason: str = "") -> ExecutionHandle: ...
+
+    def fork(
+        self,
+        execution_id: UUID,
+        from_step: str,
+        *,
+        inputs: Mapping[str, Any] | None = None,
+        undo_abandoned: bool = False,
+    ) -> Outcome: ...
+
+    def unpause(self, execution_id: UUID) -> ExecutionHandle: ...
+
     def resume_interrupt(
         self,
         execution_id: UUID,
@@ -184,7 +197,28 @@ class ExecutionHandle:
 
     @property
     def retry_of(self) -> UUID | None:
+        """The run this one re-runs (a retry, or a fork: see :attr:`fork_step`)."""
         return self._row.retry_of_id
+
+    @property
+    def fork_step(self) -> str:
+        """For a fork, the step it ran again from (the steps before it were carried from
+        :attr:`retry_of`); ``""`` otherwise."""
+        return self._row.fork_step
+
+    @property
+    @_in_its_database
+    def pause_info(self) -> dict[str, Any] | None:
+        """The operator's pause that holds the run (its own, else its reactor's): ``reason``,
+        ``by`` and ``reactor_paused``; None when nothing pauses it."""
+        asked = store.pauses.pause_for(self.reactor, self.id, parent_id=self._row.parent_id)
+        if asked is None:
+            return None
+        return {
+            "reason": asked.reason,
+            "by": asked.data.get("by", ""),
+            "reactor_paused": bool(asked.data.get("reactor_paused")),
+        }
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -324,6 +358,32 @@ class ExecutionHandle:
     @_in_its_database
     def retry(self) -> Outcome:
         return self._services.retry(self.id)
+
+    @_in_its_database
+    def fork(
+        self,
+        from_step: str,
+        *,
+        inputs: Mapping[str, Any] | None = None,
+        undo_abandoned: bool = False,
+    ) -> Outcome:
+        """Run this stopped run again from ``from_step`` as a new run that reuses the results
+        of the steps it completed before (their bodies do not run again), with the code
+        deployed now. Completed steps past ``from_step`` whose effects stand are undone first,
+        newest first, when ``undo_abandoned`` is true (``ForkNeedsUndo`` says which
+        otherwise). See ``services.fork``."""
+        return self._services.fork(self.id, from_step, inputs=inputs, undo_abandoned=undo_abandoned)
+
+    @_in_its_database
+    def pause(self, reason: str = "") -> ExecutionHandle:
+        """Pause the run: it stops at its next step boundary (at once when nobody runs it) and
+        is ``suspended``, holding no worker, until :meth:`unpause`."""
+        return self._services.pause(self.id, reason=reason)
+
+    @_in_its_database
+    def unpause(self) -> ExecutionHandle:
+        """Let a paused run go on where it stopped (a worker takes it)."""
+        return self._services.unpause(self.id)
 
     @property
     @_in_its_database

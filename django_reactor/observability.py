@@ -85,6 +85,9 @@ class LogObserver(RunObserver):
     def execution_paused(self, event: RunEvent) -> None:
         self._log("paused", event)
 
+    def execution_suspended(self, event: RunEvent) -> None:
+        self._log("suspended", event)
+
     def execution_handed_off(self, event: RunEvent) -> None:
         self._log("handed_off", event)
 

@@ -145,6 +145,9 @@ class OpenTelemetryMiddleware(RunObserver):
             reactor__waiting_for=list(event.waiting_for) or None,
         )
 
+    def execution_suspended(self, event: RunEvent) -> None:
+        self._end(event, "suspend", reactor__reason=event.reason)
+
     def execution_handed_off(self, event: RunEvent) -> None:
         self._end(event, "handoff", reactor__next_step=event.step)
 

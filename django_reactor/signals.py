@@ -26,6 +26,7 @@ execution_failed = Signal()
 execution_halted = Signal()
 execution_cancelled = Signal()
 execution_paused = Signal()
+execution_suspended = Signal()
 execution_handed_off = Signal()
 execution_parked = Signal()
 step_started = Signal()
@@ -67,6 +68,9 @@ class SignalObserver(RunObserver):
 
     def execution_paused(self, event: RunEvent) -> None:
         self._send(execution_paused, event)
+
+    def execution_suspended(self, event: RunEvent) -> None:
+        self._send(execution_suspended, event)
 
     def execution_handed_off(self, event: RunEvent) -> None:
         self._send(execution_handed_off, event)

@@ -31,6 +31,10 @@ class ExecutionStatus(models.TextChoices):
     ROLLING_BACK = "rolling_back", _("Rolling back")
     # A poison run or a rollback that failed: a person must look at it.
     NEEDS_ATTENTION = "needs_attention", _("Needs attention")
+    # Stopped between steps by an operator's pause (of the run or of its reactor): it holds
+    # no worker and goes on where it stopped when it is unpaused. ("Paused" has meant waiting
+    # at an interrupt since the first release.)
+    SUSPENDED = "suspended", _("Suspended")
 
 
 #: Statuses a run leaves by itself: a worker (or the sweeper) takes it further.
@@ -63,6 +67,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             ExecutionStatus.FAILED,
             ExecutionStatus.HALTED,
             ExecutionStatus.NEEDS_ATTENTION,
+            # Paused before it started.
+            ExecutionStatus.SUSPENDED,
         }
     ),
     ExecutionStatus.PENDING: frozenset(
@@ -72,6 +78,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             ExecutionStatus.CANCELLED,
             # The reactor class is gone or its definition changed under the run.
             ExecutionStatus.NEEDS_ATTENTION,
+            # Paused while nobody ran it (waiting for a worker, a wake-up, a retry's backoff).
+            ExecutionStatus.SUSPENDED,
         }
     ),
     ExecutionStatus.RUNNING: frozenset(
@@ -87,6 +95,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             ExecutionStatus.ABORTED,
             ExecutionStatus.ROLLING_BACK,
             ExecutionStatus.NEEDS_ATTENTION,
+            # A pause found at a step boundary.
+            ExecutionStatus.SUSPENDED,
         }
     ),
     ExecutionStatus.PAUSED: frozenset(
@@ -114,6 +124,16 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     ),
     ExecutionStatus.NEEDS_ATTENTION: frozenset(
         {ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED}
+    ),
+    ExecutionStatus.SUSPENDED: frozenset(
+        {
+            # Unpaused: a worker takes it (at its wake-up time, when it has one).
+            ExecutionStatus.PENDING,
+            ExecutionStatus.CANCELLED,
+            # Undone, or stopped at its deadline.
+            ExecutionStatus.ROLLING_BACK,
+            ExecutionStatus.RUNNING,
+        }
     ),
     ExecutionStatus.FAILED: frozenset(),
     ExecutionStatus.CANCELLED: frozenset({ExecutionStatus.ROLLING_BACK}),
@@ -169,6 +189,9 @@ class RollbackStatus(models.TextChoices):
     NO_HANDLER = "no_handler", _("No handler")
     # undo() or compensate() raised or returned Failure; see the rollback error.
     FAILED = "failed", _("Rollback failed")
+    # A fork of the run took the step over (its result carried, its undo the fork's): this
+    # run never undoes it.
+    CARRIED = "carried", _("Carried into a fork")
 
 
 class EventKind(models.TextChoices):
@@ -209,6 +232,9 @@ class EventKind(models.TextChoices):
     DEADLINE = "deadline", _("Deadline passed")
     TIMEOUT = "timeout", _("Step attempt timed out")
     RECONNECT = "reconnect", _("Connection lost, attempt run again")
+    SUSPEND = "suspend", _("Suspended by a pause")
+    UNPAUSE = "unpause", _("Unpaused")
+    FORK = "fork", _("Forked as a new run")
 
 
 class MessageStatus(models.TextChoices):

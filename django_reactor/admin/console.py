@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 from .coordination import coordination_context
 from .health import health_context
 from .overview import WINDOWS, overview_context
+from .pauses import paused_banner
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -55,11 +56,18 @@ class ConsoleViews(admin.ModelAdmin):
         window = request.GET.get("window", "hour")
         if window not in WINDOWS:
             window = "hour"
+        paused = paused_banner(request)
         return self._console(
             request,
             "admin/django_reactor/execution/overview.html",
             _("Overview"),
-            {**overview_context(window), **health_context()},
+            {
+                **overview_context(window),
+                **health_context(),
+                "reactor_paused": paused,
+                "health_paused": {p["reactor"] for p in paused},
+                "health_may_pause": request.user.has_perm("django_reactor.pause_execution"),
+            },
         )
 
     def coordination_view(self, request: HttpRequest) -> HttpResponse:

@@ -31,6 +31,7 @@ from ..exceptions import ReactorNotRegistered
 from ..graph import render_svg, step_states
 from ..handle import ExecutionHandle, StepView
 from ..models import Execution, Interrupt
+from ..services.pausing import SUSPENDABLE
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from . import timeline
 from .console import REFRESH_SECONDS, ConsoleViews
@@ -50,6 +51,7 @@ from .display import (
 from .maps import map_sections
 from .operations import ExecutionOperations
 from .paging import KeysetAdmin, KeysetChangeList
+from .pauses import PauseViews, paused_banner
 from .time import time_facts, waits_for_time
 
 # ---------------------------------------------------------------------------- filters
@@ -93,7 +95,7 @@ class ExecutionChangeList(KeysetChangeList):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
+class ExecutionAdmin(KeysetAdmin, ExecutionOperations, PauseViews, ConsoleViews):
     """Runs, read-only; cancel, undo, retry and resume through ``services``.
 
     The list is newest first, counted up to ``count_limit`` runs, numbered that far and paged
@@ -259,6 +261,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         # A list of moving runs reads itself again, as a moving run's page does.
         if request.GET.get("status__exact") in MOVING_STATUSES:
             extra_context = {**(extra_context or {}), "reactor_refresh_seconds": REFRESH_SECONDS}
+        extra_context = {**(extra_context or {}), "reactor_paused": paused_banner(request)}
         return super().changelist_view(request, extra_context)
 
     def get_search_results(
@@ -430,8 +433,28 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
             and self.has_retry_execution_permission(request, obj)
         ):
             buttons.append(("retry", _("Retry"), _("Run it again as a new execution.")))
+        own_pause = store.pauses.run_pause(obj.pk)
+        reactor_pause = store.pauses.reactor_pause(obj.reactor)
+        if obj.parent_id is None and self.has_pause_execution_permission(request, obj):
+            if own_pause is None and obj.status in (*SUSPENDABLE, ExecutionStatus.PAUSED):
+                buttons.append(
+                    ("pause", _("Pause"), _("Stop at the next step boundary until unpaused."))
+                )
+            elif own_pause is not None or (
+                obj.status == ExecutionStatus.SUSPENDED and reactor_pause is None
+            ):
+                buttons.append(("unpause", _("Unpause"), _("Go on where it stopped.")))
         failure = ErrorInfo.from_dict(obj.failure) if obj.failure else None
         return {
+            "reactor_paused": paused_banner(request, obj.reactor),
+            # The run's own pause (its reactor's is the banner).
+            "reactor_pause": {
+                "reason": own_pause.reason,
+                "by": own_pause.paused_by,
+                "suspended": obj.status == ExecutionStatus.SUSPENDED,
+            }
+            if own_pause is not None
+            else None,
             "reactor_maps": map_sections(request, obj),
             "reactor_graph": graph,
             "reactor_graph_problem": graph_problem,
@@ -484,10 +507,23 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
             path("parked/", wrap(self.parked_view), name=f"{name}_parked"),
             path("overview/", wrap(self.overview_view), name=f"{name}_overview"),
             path("coordination/", wrap(self.coordination_view), name=f"{name}_coordination"),
+            # Before the run's own URLs, whose id is a path.
+            path(
+                "reactors/<str:name>/pause/",
+                wrap(self.pause_reactor_view),
+                name=f"{name}_pause_reactor",
+            ),
+            path(
+                "reactors/<str:name>/unpause/",
+                wrap(self.unpause_reactor_view),
+                name=f"{name}_unpause_reactor",
+            ),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
             path("<path:object_id>/undo/", wrap(self.undo_view), name=f"{name}_undo"),
             path("<path:object_id>/retry/", wrap(self.retry_view), name=f"{name}_retry"),
             path("<path:object_id>/wake/", wrap(self.wake_view), name=f"{name}_wake"),
+            path("<path:object_id>/pause/", wrap(self.pause_view), name=f"{name}_pause"),
+            path("<path:object_id>/unpause/", wrap(self.unpause_view), name=f"{name}_unpause"),
             path(
                 "<path:object_id>/resume/<str:step>/",
                 wrap(self.resume_view),

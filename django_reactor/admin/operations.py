@@ -219,6 +219,16 @@ class ExecutionOperations(admin.ModelAdmin):
             elif operation == "wake":
                 handle = services.wake(row.id)
                 message = f"Woken: {handle.status}, a worker takes it now"
+            elif operation == "pause":
+                handle = services.pause(row.id, reason=reason)
+                message = (
+                    "Paused: suspended"
+                    if handle.status == ExecutionStatus.SUSPENDED
+                    else "Pause requested: it stops at its next step boundary"
+                )
+            elif operation == "unpause":
+                handle = services.unpause(row.id)
+                message = f"Unpaused: {handle.status}"
             else:  # pragma: no cover - the URLs name only these
                 raise ValueError(operation)
         except (ReactorError, LookupError) as exc:
@@ -341,6 +351,14 @@ class ExecutionOperations(admin.ModelAdmin):
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         allowed = self.has_retry_execution_permission(request)
         return self._single(request, object_id, "retry", allowed)
+
+    def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        allowed = request.user.has_perm(f"{APP}.pause_execution")
+        return self._single(request, object_id, "pause", allowed)
+
+    def unpause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        allowed = request.user.has_perm(f"{APP}.pause_execution")
+        return self._single(request, object_id, "unpause", allowed)
 
     def wake_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """ "Wake now": end a sleep, or start a scheduled run, at once (as cancelling, it

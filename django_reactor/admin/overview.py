@@ -39,6 +39,7 @@ IN_FLIGHT = (
     ExecutionStatus.PENDING,
     ExecutionStatus.RUNNING,
     ExecutionStatus.PAUSED,
+    ExecutionStatus.SUSPENDED,
     ExecutionStatus.ROLLING_BACK,
 )
 #: Statuses counted as failures in the failure rate.

@@ -23,6 +23,8 @@ ACTION_PERMISSIONS = {
     "cancel": "django_reactor.cancel_execution",
     "undo": "django_reactor.undo_execution",
     "retry": "django_reactor.retry_execution",
+    "pause": "django_reactor.pause_execution",
+    "unpause": "django_reactor.pause_execution",
     "resume": "django_reactor.resume_interrupt",
     "start": "django_reactor.start_execution",
 }

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.validators import RegexValidator
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from .. import store
@@ -34,6 +34,7 @@ class ExecutionSerializer(serializers.ModelSerializer[Execution]):
             "current_step",
             "parent",
             "retry_of",
+            "fork_step",
             "created_at",
             "started_at",
             "updated_at",
@@ -109,10 +110,12 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     interrupts = serializers.SerializerMethodField()
     messages = serializers.SerializerMethodField()
     maps = serializers.SerializerMethodField()
+    pause = serializers.SerializerMethodField()
 
     class Meta(ExecutionSerializer.Meta):
         fields = [
             *ExecutionSerializer.Meta.fields,
+            "pause",
             "idempotency_key",
             "inputs",
             "result",
@@ -135,6 +138,21 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     # drf-spectacular reads these methods' return types for the schema: Any is "any JSON".
     def get_inputs(self, row: Execution) -> Any:
         return self._handle(row).inputs
+
+    @extend_schema_field(
+        inline_serializer(
+            "ExecutionPause",
+            {
+                "reason": serializers.CharField(),
+                "by": serializers.CharField(),
+                "reactor_paused": serializers.BooleanField(),
+            },
+            allow_null=True,
+        )
+    )
+    def get_pause(self, row: Execution) -> dict[str, Any] | None:
+        """The operator's pause that holds the run (its own, else its reactor's), or null."""
+        return self._handle(row).pause_info
 
     @extend_schema_field(serializers.DictField())
     def get_published(self, row: Execution) -> dict[str, Any]:
@@ -248,10 +266,11 @@ class CorrelationResumeRequestSerializer(ResumeRequestSerializer):
 
 
 class CancelRequestSerializer(serializers.Serializer[dict[str, object]]):
-    """The optional body of a cancel request."""
+    """The optional body of a cancel or a pause request."""
 
     reason = TextField(
         required=False,
         allow_blank=True,
-        help_text="Why the run is cancelled, stored with it; the first 1000 characters are kept.",
+        help_text="Why, stored with the run and shown in its trace; the first 1000 characters "
+        "are kept.",
     )

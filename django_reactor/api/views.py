@@ -201,6 +201,21 @@ STEER_REFUSED = _error(
 )
 
 
+# The answers of a steering action whose optional body gives a reason (cancel, pause).
+REASON_ANSWERS = {
+    200: ExecutionDetailSerializer,
+    400: _error(
+        "The body is not JSON or holds what cannot be stored (code parse_error, with "
+        'errors {"reason": ["why"]} when the reason holds it), the body is not an '
+        'object, or reason is not a string (code invalid, errors {"reason": ["why"]}), '
+        "or the Authorization header holds a NUL (code invalid_header)."
+    ),
+    **ACCESS_ANSWERS,
+    409: STEER_REFUSED,
+    415: _error("The body is not application/json (code unsupported_media_type)."),
+}
+
+
 @extend_schema(tags=["executions"])
 @extend_schema_view(
     retrieve=extend_schema(responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS}),
@@ -265,36 +280,13 @@ class ExecutionViewSet(
         """Executions, newest first (cursor pagination), filtered by the query parameters."""
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(
-        request=CancelRequestSerializer,
-        responses={
-            200: ExecutionDetailSerializer,
-            400: _error(
-                "The body is not JSON or holds what cannot be stored (code parse_error, with "
-                'errors {"reason": ["why"]} when the reason holds it), the body is not an '
-                'object, or reason is not a string (code invalid, errors {"reason": ["why"]}), '
-                "or the Authorization header holds a NUL (code invalid_header)."
-            ),
-            **ACCESS_ANSWERS,
-            409: STEER_REFUSED,
-            415: _error("The body is not application/json (code unsupported_media_type)."),
-        },
-    )
+    @extend_schema(request=CancelRequestSerializer, responses=REASON_ANSWERS)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Stop the run without rolling anything back (a running run stops after its step)."""
         row = self.get_object()
-        # The parser refused what cannot be stored (NUL, lone surrogates) already.
-        if not isinstance(request.data, dict):
-            raise ApiError(
-                400, 'the body must be a JSON object, such as {"reason": "..."}, or empty',
-                code="invalid",
-            )  # fmt: skip
-        body = CancelRequestSerializer(data=request.data)
-        if not body.is_valid():
-            raise ValidationError(body.errors)
-        reason = str(body.validated_data.get("reason", ""))
-        return self._steer(lambda: services.cancel(row.id, reason=reason[:1000]), row)
+        reason = _reason(request)
+        return self._steer(lambda: services.cancel(row.id, reason=reason), row)
 
     @extend_schema(
         request=None,
@@ -326,6 +318,25 @@ class ExecutionViewSet(
         code = 202 if isinstance(outcome, Dispatched) else 200
         return Response(outcome_data(outcome), status=code)
 
+    @extend_schema(request=CancelRequestSerializer, responses=REASON_ANSWERS)
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str | None = None) -> Response:
+        """Pause the run: it stops at its next step boundary and waits, suspended, until
+        unpaused (body: an optional reason)."""
+        row = self.get_object()
+        reason = _reason(request)
+        return self._steer(lambda: services.pause(row.id, reason=reason), row)
+
+    @extend_schema(
+        request=None,
+        responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS, 409: STEER_REFUSED},
+    )
+    @action(detail=True, methods=["post"])
+    def unpause(self, request: Request, pk: str | None = None) -> Response:
+        """Let a paused run go on where it stopped (a worker takes it)."""
+        row = self.get_object()
+        return self._steer(lambda: services.unpause(row.id), row)
+
     def _steer(self, operation: Callable[[], object], row: Execution) -> Response:
         try:
             operation()
@@ -335,6 +346,21 @@ class ExecutionViewSet(
         return Response(
             ExecutionDetailSerializer(fresh, context=self.get_serializer_context()).data
         )
+
+
+def _reason(request: Request) -> str:
+    """The reason of a steering request's optional body ``{"reason": "..."}`` (its first 1000
+    characters); 400 for any other body."""
+    # The parser refused what cannot be stored (NUL, lone surrogates) already.
+    if not isinstance(request.data, dict):
+        raise ApiError(
+            400, 'the body must be a JSON object, such as {"reason": "..."}, or empty',
+            code="invalid",
+        )  # fmt: skip
+    body = CancelRequestSerializer(data=request.data)
+    if not body.is_valid():
+        raise ValidationError(body.errors)
+    return str(body.validated_data.get("reason", ""))[:1000]
 
 
 def _execution_id(text: str) -> uuid.UUID:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from .constructs.compose import ChildRunner
     from .holds import RunHolds
-    from .journal import Event, JournalBatch, StepTransaction, StepWrite
+    from .journal import Event, JournalBatch, StepTransaction, StepWrite, StopRequest
     from .notices import Notices
     from .outcomes import ErrorInfo, Rescheduled
     from .serialization import JSONMapping, JSONObject
@@ -150,8 +150,9 @@ class RunContext(Protocol):
         """A trace entry written with the next checkpoint."""
         ...
 
-    def commit(self, batch: JournalBatch) -> str | None:
-        """Write ``batch``; the reason, when an operator asked to cancel the run."""
+    def commit(self, batch: JournalBatch) -> StopRequest | None:
+        """Write ``batch``; what an operator asked of the run (cancel it, pause it), if
+        anything."""
         ...
 
     def park(

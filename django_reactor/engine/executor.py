@@ -47,7 +47,7 @@ from .constructs.compose import ChildRunner
 from .context import Reconnect, RunPolicy
 from .coordination import Coordinator
 from .holds import RunHolds
-from .journal import Journal, JournalBatch
+from .journal import Journal, JournalBatch, StopRequest
 from .lanes import SideBySide
 from .observers import RunObserver
 from .outcomes import (
@@ -61,6 +61,7 @@ from .outcomes import (
     Outcome,
     Rescheduled,
     RollbackFailure,
+    Suspended,
 )
 from .recording import RunRecorder
 from .serialization import JSONObject, shown
@@ -469,7 +470,7 @@ class Executor(RunRecorder):
             current_step=following.name if following is not None else spec.name,
             completes=last,
         )
-        cancel = recorded.wait()
+        asked = recorded.wait()
         # What the loop does once the step's outcome is recorded.
         if recorded.kind == "failed":
             assert recorded.error is not None
@@ -481,9 +482,10 @@ class Executor(RunRecorder):
             if self.notices.observer is not None:
                 self.notices.completed()
             return Completed(execution_id=self.execution_id, value=recorded.value)
-        if cancel is not None:
-            # Cancellation takes effect between steps; after the last one the run is complete.
-            return self.cancelled(cancel, last_step=spec.name)
+        if asked is not None:
+            # A cancel or a pause takes effect between steps; after the last one the run is
+            # complete.
+            return self.stop_as_asked(asked, last_step=spec.name)
         point = self.hand_off_point
         if (
             point is not None
@@ -600,6 +602,26 @@ class Executor(RunRecorder):
         self.commit(batch)
         self.notices.completed()
         return Completed(execution_id=self.execution_id, value=value)
+
+    def stop_as_asked(self, asked: StopRequest, *, last_step: str) -> Cancelled | Suspended:
+        """Do what an operator asked, found after ``last_step``: cancel the run, or suspend
+        it."""
+        if asked.kind == "cancel":
+            return self.cancelled(asked.reason, last_step=last_step)
+        return self.suspend(asked)
+
+    def suspend(self, asked: StopRequest) -> Suspended:
+        """Stop between steps for an operator's pause: the run is suspended, holds no worker,
+        and goes on from its cursor when it is unpaused."""
+        self.commit(
+            JournalBatch(
+                events=[self.event(EventKind.SUSPEND, data={"reason": asked.reason, **asked.data})],
+                status=ExecutionStatus.SUSPENDED,
+                release=True,
+            )
+        )
+        self.notices.suspended(reason=asked.reason)
+        return Suspended(execution_id=self.execution_id, reason=asked.reason)
 
     def cancelled(self, reason: str, *, last_step: str) -> Cancelled:
         """End the run cancelled (an operator asked), after ``last_step``."""

@@ -19,7 +19,7 @@ import datetime as dt
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 from uuid import UUID
 
 from ..exceptions import LeaseLost, ResultNotSerializable
@@ -135,6 +135,18 @@ class EventWaitWrite:
     name: str
     key: str | None
     since: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    """What an operator asked of a running run, found when one of its batches committed:
+    ``cancel`` it (it ends cancelled), or ``pause`` it (it is suspended, holding no worker,
+    until it is unpaused). Either takes effect between steps; ``data`` goes into the trace
+    entry that says so (who asked, whether its reactor was paused)."""
+
+    kind: Literal["cancel", "pause"]
+    reason: str
+    data: JSONMapping = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- the read half
@@ -296,8 +308,9 @@ class Journal(Protocol):
         """The run this journal writes for."""
         ...
 
-    def commit(self, batch: JournalBatch) -> str | None:
-        """Write ``batch`` atomically. Return the reason when an operator asked to cancel the run.
+    def commit(self, batch: JournalBatch) -> StopRequest | None:
+        """Write ``batch`` atomically. Return what an operator asked of the run (cancel it,
+        pause it), if anything.
 
         Raises ``LeaseLost`` when this process no longer owns the run, and ``CorrelationIdTaken``
         when the batch's interrupt uses a correlation id another waiting run holds; nothing is
@@ -347,7 +360,9 @@ class MemoryJournal:
         self.statuses: list[str] = []
         self.result: JSONValue | Unset = UNSET
         self.failure: JSONObject | None = None
+        # What an operator asked: the run is cancelled (the reason), or paused, after a step.
         self.cancel_requested: str | None = None
+        self.pause_requested: str | None = None
         self.dispatches: list[tuple[str, float]] = []
         self.interrupts: list[InterruptWrite] = []
         self.batches = 0
@@ -376,7 +391,7 @@ class MemoryJournal:
         if self.taken_over:
             raise LeaseLost(f"execution {self.execution_id} was taken over by another process")
 
-    def commit(self, batch: JournalBatch) -> str | None:
+    def commit(self, batch: JournalBatch) -> StopRequest | None:
         self.ensure_owned()
         self.batches += 1
         self.events.extend(batch.events)
@@ -405,7 +420,11 @@ class MemoryJournal:
             self.current_attempt = 0
         elif batch.current_attempt is not None:
             self.current_attempt = batch.current_attempt
-        return self.cancel_requested
+        if self.cancel_requested is not None:
+            return StopRequest("cancel", str(self.cancel_requested))
+        if self.pause_requested is not None:
+            return StopRequest("pause", self.pause_requested)
+        return None
 
     def read(self, *, for_rollback: bool = False) -> RunRecords:
         """What the journal holds, as the store would read it back."""

@@ -52,7 +52,7 @@ from ..states import EventKind
 from .constructs import construct_for
 from .constructs.base import INTERRUPTIONS, Postponed, StepDone, StepFailed, StepHalted, StepResult
 from .constructs.step import STEP
-from .journal import Journal, JournalBatch
+from .journal import Journal, JournalBatch, StopRequest
 from .outcomes import ErrorInfo, Halted, Outcome, Rescheduled
 from .serialization import shown
 
@@ -66,9 +66,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class _Settled:
-    """The step was recorded done (or skipped); ``cancel``: an operator asked to cancel."""
+    """The step was recorded done (or skipped); ``asked``: what an operator asked of the run
+    (cancel it, pause it), found with its checkpoint."""
 
-    cancel: str | None
+    asked: StopRequest | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,22 +99,22 @@ class _Write:
     def __init__(self, batch: JournalBatch) -> None:
         self.batch = batch
         self.done = threading.Event()
-        self.cancel: str | None = None
+        self.asked: StopRequest | None = None
         self.error: BaseException | None = None
 
     def answer(self, journal: Journal) -> None:
         try:
-            self.cancel = journal.commit(self.batch)
+            self.asked = journal.commit(self.batch)
         except BaseException as exc:  # raised in the lane that asked
             self.error = exc
         finally:
             self.done.set()
 
-    def wait(self) -> str | None:
+    def wait(self) -> StopRequest | None:
         self.done.wait()
         if self.error is not None:
             raise self.error
-        return self.cancel
+        return self.asked
 
 
 @dataclass
@@ -122,7 +123,8 @@ class _Stop:
 
     failure: tuple[str, ErrorInfo] | None = None
     halt: tuple[str, object] | None = None
-    cancel: tuple[str, str] | None = None
+    # An operator's cancel or pause, and the step after which it was found.
+    asked: tuple[str, StopRequest] | None = None
     hand_off: str | None = None  # the step the hand-off comes before (or after)
     waits: dict[str, _Waits] = field(default_factory=dict)
     crash: BaseException | None = None
@@ -133,7 +135,7 @@ class _Stop:
         return bool(
             self.failure
             or self.halt
-            or self.cancel
+            or self.asked
             or self.hand_off
             or self.waits
             or self.crash
@@ -296,11 +298,11 @@ class SideBySide:
         data: dict[str, JSONData] = {"steps": names}
         if running:
             data["alongside"] = running
-        cancel = run.commit(
+        asked = run.commit(
             JournalBatch(events=[run.event(EventKind.LAUNCH, data=data)], current_step=names[0])
         )
-        if cancel is not None:
-            stop.cancel = (self.in_flight[-1] if self.in_flight else "", cancel)
+        if asked is not None:
+            stop.asked = (self.in_flight[-1] if self.in_flight else "", asked)
             return
         for spec, arguments in chosen:
             self.in_flight.append(spec.name)
@@ -330,7 +332,7 @@ class SideBySide:
 
         return task
 
-    def _write(self, batch: JournalBatch) -> Callable[[], str | None]:
+    def _write(self, batch: JournalBatch) -> Callable[[], StopRequest | None]:
         """Hand ``batch`` to the run's thread to commit (a lane's commits, in the order sent);
         the function returned waits for it."""
         request = _Write(batch)
@@ -364,9 +366,9 @@ class SideBySide:
                 and point.step == spec.name
             ):
                 self.handing_off = True
-        cancel = recorded.wait()
+        asked = recorded.wait()
         if recorded.kind == "done":
-            return _Settled(cancel)
+            return _Settled(asked)
         if recorded.kind == "failed":
             assert recorded.error is not None
             return _Failed(recorded.error)
@@ -379,8 +381,8 @@ class SideBySide:
         if isinstance(said, BaseException):
             stop.crash = said
         elif isinstance(said, _Settled):
-            if said.cancel is not None and stop.cancel is None:
-                stop.cancel = (name, said.cancel)
+            if said.asked is not None and stop.asked is None:
+                stop.asked = (name, said.asked)
             point = self.execution.hand_off_point
             if point is not None and point.mode == "after" and point.step == name:
                 stop.hand_off = name  # the rest goes to a worker once the others settle
@@ -404,9 +406,9 @@ class SideBySide:
             self._waits_failed(stop)
             step, error = stop.failure
             return run.roll_back_failed(step, error)
-        if stop.cancel is not None:
-            step, reason = stop.cancel
-            return run.cancelled(reason, last_step=step)
+        if stop.asked is not None:
+            step, asked = stop.asked
+            return run.stop_as_asked(asked, last_step=step)
         if stop.deadline is not None:
             self._waits_failed(stop)
             return run.deadline_passed(stop.deadline)

@@ -123,6 +123,12 @@ class Notices:
                 self.run_event(ExecutionStatus.CANCELLED, failure=failure, **fields)
             )
 
+    def suspended(self, *, reason: str) -> None:
+        if self.observer is not None:
+            self.observer.execution_suspended(
+                self.run_event(ExecutionStatus.SUSPENDED, reason=reason)
+            )
+
     def paused(self, *, step: str, waiting_for: tuple[str, ...]) -> None:
         if self.observer is not None:
             self.observer.execution_paused(

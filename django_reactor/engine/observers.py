@@ -132,6 +132,10 @@ class RunObserver:
     def execution_paused(self, event: RunEvent) -> None:
         """The run waits at one or more interrupts for their payload."""
 
+    def execution_suspended(self, event: RunEvent) -> None:
+        """An operator's pause stopped the run between steps (``reason``); it goes on when
+        unpaused."""
+
     def execution_handed_off(self, event: RunEvent) -> None:
         """The caller handed the rest of the run to a Celery worker (``Meta.background``)."""
 
@@ -228,6 +232,9 @@ class CompositeObserver(RunObserver):
 
     def execution_paused(self, event: RunEvent) -> None:
         self._notify("execution_paused", event)
+
+    def execution_suspended(self, event: RunEvent) -> None:
+        self._notify("execution_suspended", event)
 
     def execution_handed_off(self, event: RunEvent) -> None:
         self._notify("execution_handed_off", event)

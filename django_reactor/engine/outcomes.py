@@ -385,6 +385,15 @@ class Rescheduled(Outcome):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Suspended(Outcome):
+    """An operator paused the run (or its reactor): it stopped between steps, holds no worker,
+    and goes on where it stopped when it is unpaused (``handle.unpause()``)."""
+
+    reason: str = ""
+    status: str = ExecutionStatus.SUSPENDED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InProgress(Outcome):
     """The run has not finished: another caller or process is still working on it."""
 
@@ -416,7 +425,7 @@ def outcome_data(outcome: Outcome) -> JSONObject:
     elif isinstance(outcome, Halted):
         data["step"] = outcome.step
         data["reason"] = encode(outcome.reason)
-    elif isinstance(outcome, Cancelled):
+    elif isinstance(outcome, Cancelled | Suspended):
         data["reason"] = outcome.reason
     elif isinstance(outcome, Paused):
         data["interrupts"] = [

@@ -26,7 +26,7 @@ from .constructs import construct_for
 from .constructs.base import StepDone, StepFailed, StepHalted
 from .context import RunPolicy
 from .coordination import Coordinator
-from .journal import Event, Journal, JournalBatch, StepTransaction, StepWrite
+from .journal import Event, Journal, JournalBatch, StepTransaction, StepWrite, StopRequest
 from .notices import SILENT, Notices
 from .observers import RunObserver, composite
 from .outcomes import ErrorInfo, ErrorKind, Rescheduled, qualified_class_name
@@ -49,7 +49,7 @@ class Recorded:
     thread): :meth:`wait` until it is written."""
 
     kind: str
-    wait: Callable[[], str | None]
+    wait: Callable[[], StopRequest | None]
     error: ErrorInfo | None = None
     reason: object = None
     #: The run's value, when the step's checkpoint also completed the run.
@@ -112,14 +112,15 @@ class RunRecorder:
         """
         self._notes.append(self.event(kind, step=step, data=data))
 
-    def commit(self, batch: JournalBatch) -> str | None:
-        """Write ``batch`` with the pending notes; return a cancellation's reason, if asked.
+    def commit(self, batch: JournalBatch) -> StopRequest | None:
+        """Write ``batch`` with the pending notes; return what an operator asked of the run
+        (cancel it, pause it), if anything.
 
         After :meth:`hold`, the batch joins the atomic action's transaction and commits with it.
         """
         return self.send(batch)()
 
-    def send(self, batch: JournalBatch) -> Callable[[], str | None]:
+    def send(self, batch: JournalBatch) -> Callable[[], StopRequest | None]:
         """Start writing ``batch`` (see :meth:`commit`); the function returned waits until it is
         written and returns what :meth:`commit` would. A lane's batches are written by the
         run's thread in the order they were sent; others are written before this returns."""
@@ -156,7 +157,7 @@ class RunRecorder:
         return lambda: cancel
 
     def write_through(
-        self, write: Callable[[JournalBatch], Callable[[], str | None]] | None
+        self, write: Callable[[JournalBatch], Callable[[], StopRequest | None]] | None
     ) -> None:
         """Send this thread's batches (but those that join an atomic step's transaction,
         which is this thread's) through ``write``; None: to the journal again."""
@@ -499,7 +500,7 @@ class RunRecorder:
         if self.notices.observer is None and probes.active is None:
             return Recorded("done", written, value=run_value)  # a map's element: nothing to tell
 
-        def wait() -> str | None:
+        def wait() -> StopRequest | None:
             cancel = written()
             self.notices.step_completed(spec.name, status, done.attempts, done.duration_ms)
             if probes.active is not None:
@@ -535,7 +536,7 @@ class RunRecorder:
             if failed.started:
                 self.state.compensation_due(spec.name, arguments, error)
 
-        def wait() -> str | None:
+        def wait() -> StopRequest | None:
             cancel = written()
             self.notices.step_failed(spec.name, error, failed.attempts)
             return cancel

@@ -354,6 +354,13 @@ def iso(moment: dt.datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
+def local_time(moment: dt.datetime | None) -> str:
+    """A moment as the commands print it: local time, to the second, with its zone."""
+    if moment is None:
+        return "-"
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
 def short_reactor(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 

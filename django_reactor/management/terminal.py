@@ -38,6 +38,7 @@ STATUS_STYLES: dict[str, str] = {
     ExecutionStatus.HALTED: "bold yellow",
     ExecutionStatus.CANCELLED: "bold yellow",
     ExecutionStatus.PAUSED: "bold cyan",
+    ExecutionStatus.SUSPENDED: "bold yellow",
 }
 IN_FLIGHT_STYLE = "cyan"
 #: Control characters in a cell (a tab, an escape) would break the columns or the terminal.

@@ -9,6 +9,7 @@
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
 - ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
 - ``health``: ``ProcessHeartbeat`` (workers' and sweepers' heartbeats);
+- ``pauses``: ``Pause`` (operators' pauses of reactors and runs);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
 
 The database is the source of truth for every run. Rows are written by ``django_reactor.store``
@@ -32,6 +33,7 @@ from .health import ProcessHeartbeat, ProcessRole
 from .keys import SubjectKey
 from .maps import MapChunk, MapResult, MapRun, MapTally
 from .messages import Message
+from .pauses import Pause
 from .runs import (
     STEP_RECORD_UNIQUE,
     ApiRequest,
@@ -64,6 +66,7 @@ __all__ = [
     "Message",
     "OrderedLockEntry",
     "OrderedLockState",
+    "Pause",
     "PeriodMarker",
     "ProcessHeartbeat",
     "ProcessRole",

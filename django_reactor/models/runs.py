@@ -117,7 +117,21 @@ class Execution(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="retried_as",
-        help_text=_("The failed execution this one re-runs."),
+        help_text=_(
+            "The execution this one re-runs: a retry, from the first step, or a fork, from "
+            "its fork step. A run is re-run at most once (re-run the new one to go again)."
+        ),
+    )
+    fork_step = models.CharField(
+        _("forked from step"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "For a fork: the step it ran again from, the steps before it carried from the run "
+            "it re-runs (their results reused, their bodies not run again). Empty for a retry."
+        ),
     )
     correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
@@ -193,6 +207,7 @@ class Execution(models.Model):
             ("cancel_execution", _("Can cancel an execution")),
             ("undo_execution", _("Can undo an execution")),
             ("retry_execution", _("Can retry an execution")),
+            ("pause_execution", _("Can pause and unpause executions and reactors")),
             ("start_execution", _("Can start an execution over the API")),
         ]
         constraints = [
@@ -418,6 +433,7 @@ class Dispatch(models.Model):
         MAP = "map", _("Run map elements")
         MAP_UNDO = "map_undo", _("Undo map elements")
         ROLLBACK = "rollback", _("Roll back a run an event cancelled")
+        UNPAUSE = "unpause", _("Go on after a pause")
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(

@@ -6,6 +6,9 @@ state. By what they do:
 
 - ``runs``: ``run``, ``run_in_background``, ``start``, ``find_by_correlation_id``, ``retry``;
 - ``steering``: ``cancel``, ``undo``, ``wake``;
+- ``forks``: ``fork`` (a run again from a step, its earlier steps carried), ``fork_plan``;
+- ``pausing``: ``pause``, ``unpause`` (a run), ``pause_reactor``, ``unpause_reactor``,
+  ``paused_reactors`` (every run of a reactor);
 - ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
 - ``workers``: ``resume`` (a worker's task), ``sweep`` and ``next_sweep_in``;
@@ -30,6 +33,7 @@ from __future__ import annotations
 from . import handles, schedules, secrets
 from .deadlines import expire_deadlines
 from .events import Emitted, emit, finish_events
+from .forks import FORKABLE, fork, fork_plan
 from .guards import MAX_KEY_LENGTH
 from .handles import find
 from .health import Health, fleet_health
@@ -45,6 +49,15 @@ from .interrupts import (
 )
 from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
 from .messages import send
+from .pausing import (
+    ReactorPause,
+    Unpaused,
+    pause,
+    pause_reactor,
+    paused_reactors,
+    unpause,
+    unpause_reactor,
+)
 from .runs import find_by_correlation_id, retry, run, run_in_background, start
 from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
@@ -54,12 +67,15 @@ from .workers import DATABASE_ERROR_RETRIES, next_sweep_in, resume, sweep
 __all__ = [
     "CANCELLABLE",
     "DATABASE_ERROR_RETRIES",
+    "FORKABLE",
     "MAX_KEY_LENGTH",
     "UNDOABLE",
     "Emitted",
     "Health",
+    "ReactorPause",
     "ServiceOperations",
     "StuckRun",
+    "Unpaused",
     "after_pause",
     "cancel",
     "deliver",
@@ -73,10 +89,15 @@ __all__ = [
     "finish_events",
     "fleet_health",
     "forget_subject",
+    "fork",
+    "fork_plan",
     "issue_resume_token",
     "keep_delivery",
     "next_sweep_in",
     "ordered_lock",
+    "pause",
+    "pause_reactor",
+    "paused_reactors",
     "prune",
     "reset_ordered_lock",
     "resume",
@@ -94,6 +115,8 @@ __all__ = [
     "stuck_runs",
     "sweep",
     "undo",
+    "unpause",
+    "unpause_reactor",
     "wake",
 ]
 
@@ -106,6 +129,9 @@ class ServiceOperations:
     cancel = staticmethod(cancel)
     undo = staticmethod(undo)
     retry = staticmethod(retry)
+    pause = staticmethod(pause)
+    fork = staticmethod(fork)
+    unpause = staticmethod(unpause)
     resume_interrupt = staticmethod(resume_interrupt)
     send = staticmethod(send)
 

@@ -427,9 +427,12 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
         executor = executors.for_deliverer(definition, owned, row, state)
     except SubjectErased as exc:
         return fail_erased(owned, row, exc)
+    # Paused (the run, or its reactor) while it waited: the payload is kept (its record says
+    # so), and the run stops before its next step.
+    asked = store.pauses.pause_for(row.reactor, row.id, parent_id=row.parent_id)
     try:
         with store.LeaseKeeper(owned):
-            outcome = executor.run()
+            outcome = executor.suspend(asked) if asked is not None else executor.run()
     except LeaseLost:
         logger.warning("execution %s was taken over by another process", owned.execution_id)
         return store.outcome_of(store.get_row(owned.execution_id))

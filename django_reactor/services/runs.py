@@ -25,6 +25,7 @@ from ..engine.outcomes import (
     InProgress,
     Outcome,
     Scheduled,
+    Suspended,
 )
 from ..engine.redaction import redact
 from ..engine.serialization import decode, encode, printable, shown
@@ -131,7 +132,7 @@ def _run_here(
         # commits (or rolls back) with the caller's work, and its task is published on commit.
         refuse_open_transaction(f"run {reactor.__qualname__}")
 
-    stored_inputs, error = _validate_inputs(definition, inputs)
+    stored_inputs, error = validated_inputs(definition, inputs)
     if error is not None and refuse_invalid:
         raise InvalidInputs(error.message, errors=error.field_errors)
     if error is not None:
@@ -177,6 +178,9 @@ def _start(
     background = all_in_background or (
         definition.background is not None and definition.background.mode == "all"
     )
+    # A run of a paused reactor is stored and not started (a worker's claim stops a background
+    # run the same way; one run inline asks here, before its first step).
+    paused = None if background else store.pauses.reactor_pause(definition.name)
     inputs = decode(stored_inputs)
     subject = store.subject_keys.check_subject(
         definition.subject_of(inputs), f"this run of {definition.name}"
@@ -197,9 +201,11 @@ def _start(
                 if timing.start_at is not None
                 else ExecutionStatus.PENDING
                 if background
+                else ExecutionStatus.SUSPENDED
+                if paused is not None
                 else ExecutionStatus.RUNNING
             ),
-            owner=None if background else store.lease_owner_token(),
+            owner=None if background or paused is not None else store.lease_owner_token(),
             dispatch="start" if background else None,
             wake_at=timing.start_at,
             deadline_at=timing.deadline_at,
@@ -215,7 +221,8 @@ def _start(
                     EventKind.START,
                     utcnow(),
                     data={"retry_of": str(retry_of)} if retry_of else {},
-                )
+                ),
+                *([] if paused is None else [store.pauses.suspended_at_start(paused, 2)]),
             ],
         )
     except store.IdempotencyConflict as conflict:
@@ -238,6 +245,10 @@ def _start(
         return Scheduled(execution_id=owned.execution_id, start_at=timing.start_at)
     if background:
         return Dispatched(execution_id=owned.execution_id)
+    if paused is not None:
+        return Suspended(
+            execution_id=owned.execution_id, reason=paused.reason or store.pauses.NO_REASON
+        )
     executor = executors.for_caller(
         definition, owned, inputs, deadline=timing.deadline_at, subject=subject
     )
@@ -252,7 +263,7 @@ def _start(
         return store.outcome_of(store.get_row(owned.execution_id))
 
 
-def _validate_inputs(
+def validated_inputs(
     definition: ReactorDefinition, inputs: Mapping[str, Any]
 ) -> tuple[Any, ErrorInfo | None]:
     serializer_class = definition.inputs_serializer

@@ -406,7 +406,7 @@ def _input_problems(reactor: type[Reactor], inputs: dict[str, Any]) -> Sequence[
         json.dumps(inputs, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return [f"the inputs cannot be stored as JSON: {exc}"]
-    _, error = runs._validate_inputs(reactor.definition, inputs)
+    _, error = runs.validated_inputs(reactor.definition, inputs)
     if error is None:
         return []
     if error.field_errors:
@@ -620,7 +620,7 @@ def _start_run(row: ScheduleRow, fire_at: dt.datetime, note: str) -> Decision:
     if not isinstance(row.inputs, Mapping):
         return Decision(FireOutcome.REFUSED, "the stored inputs are not a JSON object")
     try:
-        stored, error = runs._validate_inputs(definition, row.inputs)
+        stored, error = runs.validated_inputs(definition, row.inputs)
     except Exception as exc:  # a serializer that raises must not stop the other schedules
         logger.exception("schedule %s: the Inputs serializer of %s raised", row.id, row.reactor)
         return Decision(

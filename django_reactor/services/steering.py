@@ -8,19 +8,17 @@ import uuid
 
 from .. import registry, store
 from ..engine.constructs.map import MapRollbackPending
-from ..engine.serialization import safe_repr, unstorable
 from ..engine.state import RunState
 from ..exceptions import (
     DefinitionChanged,
     ExecutionBusy,
     InvalidTransition,
-    ReactorError,
 )
 from ..handle import ExecutionHandle
 from ..runtime import executors
 from ..states import ExecutionStatus, sources_of
 from .databases import across_databases
-from .guards import refuse_child, refuse_open_transaction
+from .guards import check_reason, refuse_child, refuse_open_transaction
 from .handles import find, handle_of
 
 # A running run qualifies only once its process is gone (lease expired); a live one is asked
@@ -37,15 +35,14 @@ def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandl
     A run that a live process is executing is asked to stop after its current step.
     ``reason`` (shown in the trace, the admin and the API) must be text the database can store.
     """
-    if not isinstance(reason, str) or (why := unstorable(reason)) is not None:
-        detail = "it is not a string" if not isinstance(reason, str) else why
-        raise ReactorError(f"cannot cancel with the reason {safe_repr(reason)}: {detail}")
+    check_reason(reason, "cancel")
     row = store.get_row(execution_id)
     refuse_child(row, "cancel")
     store.request_cancel(row.id, reason=reason or "cancelled", cancellable=CANCELLABLE)
     handle = find(row.id)
     if handle.status == ExecutionStatus.CANCELLED:
         store.maps.stop_all(row.id, "cancelled")  # its fanned-out elements not started never start
+        store.pauses.forget_run_pause(row.id)  # it will not go on
     _cancel_descendants(row.id, reason or "cancelled")
     return handle
 

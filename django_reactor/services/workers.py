@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 from .databases import in_each_database
 from .deadlines import expire_deadlines
 from .events import finish_events
+from .forks import release_waiting_forks
 from .health import record_sweep
 from .interrupts import after_pause, deliver_kept_messages, expire_interrupts
 from .schedules import fire_due
@@ -237,6 +238,9 @@ def _run_claimed(
         with contextlib.suppress(MapRollbackPending):  # parked again: still undoing
             executor.finish_rollback("rollback resumed")
         return store.outcome_of(store.get_row(row.id))
+    if claim.pause is not None and first:
+        # Paused (the run, or its reactor) while it waited: it stops before its next step.
+        return executor.suspend(claim.pause)
     return after_pause(executor.run())
 
 
@@ -319,6 +323,8 @@ def _sweep_once() -> store.SweepReport:
     )
     report.expired = rounds.run(batch, functools.partial(expire_interrupts, batch))
     report.recovered += rounds.run(batch, functools.partial(deliver_kept_messages, batch))
+    # Forks whose original ended its undo after the process that forked them stopped.
+    report.recovered += rounds.run(batch, functools.partial(release_waiting_forks, batch))
     report.deadlines += rounds.run(batch, functools.partial(expire_deadlines, batch))
     report.events = rounds.run(batch, functools.partial(finish_events, batch))
     report.maps = rounds.run(

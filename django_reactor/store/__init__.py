@@ -26,6 +26,9 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``time_in_tests``: moving stored times forward for the ``reactor_clock`` fixture (tests only);
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
   waiting interrupts, the outbox's depth);
+- ``forks``: a fork's one transaction (the original's carried records marked, the fork with
+  their copies, the original taken for the undo of its abandoned branch);
+- ``pauses``: operators' pauses of reactors and runs, runs suspended and released;
 - ``health``: processes' heartbeats, overdue wake-ups, dispatches not taken, per-reactor
   figures of a recent window (``services.fleet_health``);
 - ``secrets``, ``keyring``, ``subject_keys``, ``rotation``: secrets sealed at rest (opened where
@@ -39,6 +42,7 @@ from __future__ import annotations
 from . import (
     dialects,
     events,
+    forks,
     health,
     interrupts,
     keyring,
@@ -46,6 +50,7 @@ from . import (
     messages,
     outbox,
     overview,
+    pauses,
     request_keys,
     rotation,
     schedules,
@@ -173,6 +178,7 @@ __all__ = [
     "execution_exists",
     "find_child",
     "find_retry",
+    "forks",
     "get_row",
     "health",
     "holds_run",
@@ -193,6 +199,7 @@ __all__ = [
     "park_for_attention",
     "parse_id",
     "paused_past_deadline",
+    "pauses",
     "prune_finished",
     "queue_dispatch",
     "reconnect_after",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..engine.journal import UNSET, JournalBatch, RunRecords
+from ..engine.journal import UNSET, JournalBatch, RunRecords, StopRequest
 from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import ExecutionStatus, RollbackStatus
@@ -32,6 +32,7 @@ from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
 from .lease import note_heartbeat
 from .outbox import announce_finished, announce_progress, queue_dispatch
+from .pauses import pause_for, pause_request
 from .reads import get_row, run_records, subject_of
 from .rows import Owned
 from .secrets import Sealer
@@ -128,7 +129,7 @@ class DatabaseJournal:
                 "stopping without running its step again"
             )
 
-    def commit(self, batch: JournalBatch) -> str | None:
+    def commit(self, batch: JournalBatch) -> StopRequest | None:
         if batch.result_secrets or (
             batch.step is not None and (batch.step.secret_arguments or batch.step.secret_result)
         ):
@@ -138,16 +139,16 @@ class DatabaseJournal:
             and batch.parks_quietly
             and not (self.wakes and batch.finished)
         ):
-            reason = self._commit_one_statement(batch)
+            asked = self._commit_one_statement(batch)
         else:
-            reason = self._commit_orm(batch)
+            asked = self._commit_orm(batch)
         if batch.step is not None and self.recorded is not None:
             self.recorded.add(batch.step.step)
-        return reason
+        return asked
 
     # -- one statement, where the dialect has it ---------------------------------------------------
 
-    def _commit_one_statement(self, batch: JournalBatch) -> str | None:
+    def _commit_one_statement(self, batch: JournalBatch) -> StopRequest | None:
         step = batch.step
         new_step = step is not None and self.recorded is not None and step.step not in self.recorded
         row = self.dialect.checkpoint(self.execution_id, self.fence, batch, new_step=new_step)
@@ -156,11 +157,11 @@ class DatabaseJournal:
                 f"execution {self.execution_id} is no longer owned by this process "
                 f"(fence {self.fence} was superseded); stopping without writing"
             )
-        return _cancel_reason(row[0], row[1])
+        return _asked(row[0], row[1]) or pause_request(row[2])
 
     # -- any database: the ORM ---------------------------------------------------------------------
 
-    def _commit_orm(self, batch: JournalBatch) -> str | None:
+    def _commit_orm(self, batch: JournalBatch) -> StopRequest | None:
         now = timezone.now()
         fields: dict[str, Any] = {"updated_at": now}
         if batch.finished:
@@ -221,7 +222,7 @@ class DatabaseJournal:
         current = row.values_list("published", flat=True).get() or {}
         row.update(published={**current, **published})
 
-    def _commit_orm_fields(self, batch: JournalBatch, fields: dict[str, Any]) -> str | None:
+    def _commit_orm_fields(self, batch: JournalBatch, fields: dict[str, Any]) -> StopRequest | None:
         with transaction.atomic(using=using()):
             owned = Execution.objects.using(using()).filter(pk=self.execution_id, fence=self.fence)
             if not owned.update(**fields):
@@ -292,16 +293,20 @@ class DatabaseJournal:
             if self.wakes is not None and batch.finished:
                 wake_parent(self.wakes)
                 announce_finished(self.execution_id, str(batch.status or ""))
-            requested_at, reason = (
+            requested_at, reason, parent_id, reactor = (
                 Execution.objects.using(using())
                 .filter(pk=self.execution_id)
-                .values_list("cancel_requested_at", "cancel_reason")
+                .values_list("cancel_requested_at", "cancel_reason", "parent_id", "reactor")
                 .get()
             )
-        return _cancel_reason(requested_at, reason)
+            asked = _asked(requested_at, reason)
+            if asked is None:
+                asked = pause_for(reactor, self.execution_id, parent_id=parent_id)
+        return asked
 
 
-def _cancel_reason(requested_at: Any, reason: str) -> str | None:
+def _asked(requested_at: Any, reason: str) -> StopRequest | None:
+    """An operator's cancel request, as the engine's request, or None."""
     if requested_at is None:
         return None
-    return reason or "cancelled by an operator"
+    return StopRequest("cancel", reason or "cancelled by an operator")

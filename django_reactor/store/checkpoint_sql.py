@@ -2,7 +2,8 @@
 
 The run's update (conditional on its fence), the step's record, the rollback's update and the
 trace events, as data-modifying CTEs of one statement: one round trip. The statement returns
-``cancel_requested_at, cancel_reason`` of the run, or no row when the fence moved on. The ORM
+``cancel_requested_at, cancel_reason`` of the run and the pause that applies to it (see
+``sql.PAUSE_OF_RUN``), or no row when the fence moved on. The ORM
 path (``checkpoint.DatabaseJournal``) writes the same rows
 (``tests/integration/test_checkpoint_paths.py``).
 
@@ -25,7 +26,7 @@ from django.utils import timezone
 
 from ..engine.journal import UNSET, Event, JournalBatch, RollbackWrite, StepWrite
 from . import trace
-from .sql import ENTRY_KIND, EVENT, EXECUTION, STEP_RECORD
+from .sql import ENTRY_KIND, EVENT, EXECUTION, PAUSE_OF_RUN, STEP_RECORD
 
 
 class RecordWrite(enum.Enum):
@@ -44,7 +45,7 @@ class RecordWrite(enum.Enum):
 #: The run's update; ``{sets}``: what the batch changes.
 _UPDATE_RUN = (
     f"ex AS (UPDATE {EXECUTION} SET {{sets}} WHERE id = %s AND fence = %s "
-    "RETURNING id, cancel_requested_at, cancel_reason)"
+    "RETURNING id, reactor, parent_id, cancel_requested_at, cancel_reason)"
 )
 
 #: The step's values, named once for whichever write takes them.
@@ -156,7 +157,7 @@ def _text(sets: tuple[str, ...], record: RecordWrite | None, rollback: bool, eve
         pieces.append(_ROLLBACK)
     if events:
         pieces.append(_EVENTS.format(rows=", ".join([_EVENT_ROW] * events)))
-    returned = "cancel_requested_at, cancel_reason"
+    returned = f"cancel_requested_at, cancel_reason, {PAUSE_OF_RUN.format(run='ex')}"
     if record is RecordWrite.INSERT_IF_ABSENT:
         returned += ", (SELECT count(*) FROM st)"
     return "WITH " + ", ".join(pieces) + f" SELECT {returned} FROM ex"

@@ -69,6 +69,7 @@ def create_execution(
     subject: str = "",
     has_secrets: bool = False,
     cancel_keys: Sequence[tuple[str, str]] = (),
+    fork_step: str = "",
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -90,6 +91,7 @@ def create_execution(
         ExecutionStatus.RUNNING,
         ExecutionStatus.PENDING,
         ExecutionStatus.SCHEDULED,
+        ExecutionStatus.SUSPENDED,
     )
     execution = Execution(
         reactor=reactor,
@@ -104,6 +106,7 @@ def create_execution(
         idempotency_key=idempotency_key,
         failure=failure,
         retry_of_id=retry_of,
+        fork_step=fork_step,
         parent_id=parent[0] if parent else None,
         root_id=parent[1] if parent else None,
         parent_step=parent[2] if parent else "",

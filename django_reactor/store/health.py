@@ -200,6 +200,7 @@ IN_FLIGHT = (
     ExecutionStatus.SCHEDULED,
     ExecutionStatus.RUNNING,
     ExecutionStatus.PAUSED,
+    ExecutionStatus.SUSPENDED,
     ExecutionStatus.ROLLING_BACK,
 )
 #: Statuses counted as failed.

@@ -18,6 +18,7 @@ from ..engine.outcomes import (
     Paused,
     PendingInterrupt,
     Scheduled,
+    Suspended,
 )
 from ..engine.sealing import payloads
 from ..engine.serialization import JSONValue, decode, readable
@@ -25,6 +26,7 @@ from ..exceptions import StoredValueUnreadable
 from ..models import Execution
 from ..states import ExecutionStatus
 from .interrupts import path_of, waiting
+from .pauses import pause_for
 from .secrets import Marks
 
 
@@ -60,6 +62,9 @@ def outcome_of(row: Execution, *, replay: bool = False, opened: bool = False) ->
             ),
             **common,
         )
+    if status == ExecutionStatus.SUSPENDED:
+        asked = pause_for(row.reactor, row.id, parent_id=row.parent_id)
+        return Suspended(reason=asked.reason if asked is not None else "", **common)
     if status == ExecutionStatus.SCHEDULED:
         return Scheduled(start_at=row.wake_at, **common)
     if row.handed_off and status in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING):

@@ -20,6 +20,7 @@ from ..models import (
     MapRun,
     MapTally,
     Message,
+    Pause,
     Schedule,
     ScheduleFire,
     StepRecord,
@@ -42,6 +43,7 @@ _DELETED = (
     MapChunk,
     MapResult,
     MapTally,
+    Pause,
 )
 _COVERED = {
     (Execution, "parent"),
@@ -60,6 +62,8 @@ _COVERED = {
     (MapTally, "map_run"),
     (Schedule, "last_execution"),
     (ScheduleFire, "execution"),
+    (Pause, "execution"),
+    (Pause, "waits_for"),
 }
 _BEGINNING = (dt.datetime(1, 1, 1, tzinfo=dt.UTC), uuid.UUID(int=0))
 

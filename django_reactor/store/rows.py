@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.journal import RunRecords
+from ..engine.journal import RunRecords, StopRequest
 from ..models import Execution
 
 
@@ -21,13 +21,15 @@ class Owned:
 @dataclass(frozen=True, slots=True)
 class WorkerClaim:
     """A run a worker took over: its fence, the row as the claim left it, what its journal
-    holds (read by the same statement) and the definition shape it started under, as stored
-    (None: none was kept)."""
+    holds (read by the same statement), the definition shape it started under, as stored
+    (None: none was kept), and the pause that applies to it (the worker suspends it instead of
+    running it)."""
 
     owned: Owned
     row: Execution
     records: RunRecords
     shape: Any = None
+    pause: StopRequest | None = None
 
     @property
     def recovery_attempts(self) -> int:

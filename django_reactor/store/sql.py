@@ -34,6 +34,7 @@ from ..models import (
     MapRun,
     MapTally,
     Message,
+    Pause,
     Schedule,
     ScheduleFire,
     StepRecord,
@@ -58,6 +59,17 @@ MAP_TALLY = MapTally._meta.db_table
 INTERRUPT = Interrupt._meta.db_table
 MESSAGE = Message._meta.db_table
 CANCEL_SUBSCRIPTION = CancelSubscription._meta.db_table
+PAUSE = Pause._meta.db_table
+
+#: The pause that applies to run ``{run}`` (a relation with ``id``, ``reactor``, ``parent_id``):
+#: its own, else its reactor's, as ``[reason, paused_by, of the reactor]``; NULL when none (or
+#: for a child run, which goes on with its parent).
+PAUSE_OF_RUN = (
+    "(SELECT json_build_array(p.reason, p.paused_by, p.execution_id IS NULL) "
+    f"FROM {PAUSE} AS p WHERE {{run}}.parent_id IS NULL AND p.reactor = {{run}}.reactor "
+    "AND (p.execution_id IS NULL OR p.execution_id = {run}.id) "
+    "ORDER BY p.execution_id NULLS LAST LIMIT 1)"
+)
 SCHEDULE = Schedule._meta.db_table
 SCHEDULE_FIRE = ScheduleFire._meta.db_table
 
@@ -141,7 +153,8 @@ RETURNING *,
         FROM {STEP_RECORD} sr
         WHERE sr.execution_id = {EXECUTION}.id) AS claimed_steps,
     (SELECT df.shape FROM {DEFINITION} df
-        WHERE df.hash = {EXECUTION}.definition_hash) AS claimed_shape
+        WHERE df.hash = {EXECUTION}.definition_hash) AS claimed_shape,
+    {PAUSE_OF_RUN.format(run=EXECUTION)} AS claimed_pause
 """
 
 
@@ -474,6 +487,11 @@ interrupts AS (DELETE FROM {INTERRUPT} WHERE execution_id = ANY((SELECT ids FROM
 messages AS (DELETE FROM {MESSAGE} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 cancels AS (
     DELETE FROM {CANCEL_SUBSCRIPTION} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
+),
+pauses AS (
+    DELETE FROM {PAUSE}
+    WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
+        OR waits_for_id = ANY((SELECT ids FROM tree)::uuid[])
 ),
 retries AS (
     UPDATE {EXECUTION} SET retry_of_id = NULL

@@ -279,11 +279,14 @@ def _recover(
 
 
 def paused_past_deadline(limit: int) -> list[Execution]:
-    """Runs paused at an interrupt whose deadline passed (by the database's clock), oldest
-    deadline first."""
+    """Runs paused at an interrupt, or suspended by a pause, whose deadline passed (by the
+    database's clock), oldest deadline first."""
     return list(
         Execution.objects.using(using())
-        .filter(status=ExecutionStatus.PAUSED, deadline_at__lte=Now())
+        .filter(
+            status__in=[ExecutionStatus.PAUSED, ExecutionStatus.SUSPENDED],
+            deadline_at__lte=Now(),
+        )
         .order_by("deadline_at")[:limit]
     )
 

@@ -117,13 +117,19 @@ def test_a_window_busier_than_the_cap_is_counted_back_from_now_and_says_so(
 
 
 def test_runs_in_flight_are_counted_by_status_with_links(client_operator: Client) -> None:
-    for status in ("pending", "pending", "running", "paused", "rolling_back"):
+    for status in ("pending", "pending", "running", "paused", "suspended", "rolling_back"):
         run_row(status)
 
     html = page(client_operator)
 
     flight = dict(re.findall(r'<tr data-status="([a-z_]+)">.*?reactor-figure">([^<]*)<', html))
-    assert flight == {"pending": "2", "running": "1", "paused": "1", "rolling_back": "1"}
+    assert flight == {
+        "pending": "2",
+        "running": "1",
+        "paused": "1",
+        "suspended": "1",
+        "rolling_back": "1",
+    }
     assert f"{reverse('admin:django_reactor_execution_changelist')}?status__exact=pending" in html
 
 

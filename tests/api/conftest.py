@@ -18,13 +18,14 @@ from django_reactor.api.signatures import sign
 SECRET = "whsec_" + "c2VjcmV0LWtleS1mb3ItdGVzdHMtMDEyMzQ1Njc4OQ=="
 OLD_SECRET = "old-plain-secret"
 
-# Every permission of the API (read, resume, cancel, undo, retry).
+# Every permission of the API (read, resume, cancel, undo, retry, pause).
 ALL_PERMISSIONS = (
     "view_execution",
     "resume_interrupt",
     "cancel_execution",
     "undo_execution",
     "retry_execution",
+    "pause_execution",
 )
 # REACTOR["API_SCOPE"] of the scoping tests (see tenant_scope).
 TENANT_SCOPE = "tests.api.conftest.tenant_scope"

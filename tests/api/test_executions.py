@@ -278,6 +278,7 @@ def test_list_rows_carry_no_inputs_steps_or_trace(operator: APIClient) -> None:
         "current_step",
         "parent",
         "retry_of",
+        "fork_step",
         "created_at",
         "started_at",
         "updated_at",
@@ -403,9 +404,9 @@ def test_the_detail_uses_a_bounded_number_of_queries(
     operator.get(detail(small))  # permissions cached
     counts = []
     for execution_id in (small, big):
-        # The run, its interrupts, its messages, its steps, its trace, its maps: whatever
-        # their number.
-        with django_assert_max_num_queries(6):
+        # The run, its interrupts, its messages, its steps, its trace, its maps, the pause
+        # that holds it: whatever their number.
+        with django_assert_max_num_queries(7):
             operator.get(detail(execution_id))
         counts.append(_count(operator, detail(execution_id)))
     assert counts[0] == counts[1]

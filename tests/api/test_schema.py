@@ -47,6 +47,8 @@ OPERATIONS = {
     "POST /reactor/executions/{id}/cancel/",
     "POST /reactor/executions/{id}/undo/",
     "POST /reactor/executions/{id}/retry/",
+    "POST /reactor/executions/{id}/pause/",
+    "POST /reactor/executions/{id}/unpause/",
     "POST /reactor/executions/{execution_id}/resume/",
     "POST /reactor/correlations/{correlation_id}/resume/",
     "POST /reactor/resume/",
@@ -124,6 +126,10 @@ EXECUTION_RESPONSES = {
     ("/reactor/executions/{id}/retry/", "post"): {
         "200", "202", "401", "403", "404", "405", "409",
     },
+    ("/reactor/executions/{id}/pause/", "post"): {
+        "200", "400", "401", "403", "404", "405", "409", "415",
+    },
+    ("/reactor/executions/{id}/unpause/", "post"): {"200", "401", "403", "404", "405", "409"},
 }  # fmt: skip
 
 
@@ -169,6 +175,7 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
     }
     assert with_body == {
         ("/reactor/executions/{id}/cancel/", "post"),
+        ("/reactor/executions/{id}/pause/", "post"),
         *((path, "post") for path in RESUME_PATHS),
         (MESSAGE_PATH, "post"),
         (START_PATH, "post"),

@@ -9,10 +9,10 @@ import pytest
 from django.db import connection
 
 from django_reactor import Reactor, step, store
-from django_reactor.engine.journal import Event, JournalBatch, RollbackWrite, StepWrite
+from django_reactor.engine.journal import Event, JournalBatch, RollbackWrite, StepWrite, StopRequest
 from django_reactor.engine.state import RunState
 from django_reactor.exceptions import LeaseLost
-from django_reactor.models import Execution, ExecutionEvent, StepRecord
+from django_reactor.models import Execution, ExecutionEvent, Pause, StepRecord
 from django_reactor.states import ExecutionStatus, StepStatus
 from django_reactor.store.dialects import Dialect
 
@@ -138,18 +138,32 @@ def test_result_and_cancel_flag(journal_path: Dialect) -> None:
     Execution.objects.filter(pk=owned.execution_id).update(
         cancel_requested_at=NOW, cancel_reason="customer called"
     )
-    assert (
-        journal.commit(
-            JournalBatch(
-                events=[Event(2, "complete", NOW)],
-                status=ExecutionStatus.COMPLETED,
-                result=[1, "two"],
-                finished=True,
-            )
+    assert journal.commit(
+        JournalBatch(
+            events=[Event(2, "complete", NOW)],
+            status=ExecutionStatus.COMPLETED,
+            result=[1, "two"],
+            finished=True,
         )
-        == "customer called"
-    )
+    ) == StopRequest("cancel", "customer called")
     assert Execution.objects.get(pk=owned.execution_id).result == [1, "two"]
+
+
+def test_a_checkpoint_says_when_the_run_or_its_reactor_is_paused(journal_path: Dialect) -> None:
+    owned = new_run()
+    journal = store.DatabaseJournal(owned, dialect=journal_path)
+    row = Execution.objects.get(pk=owned.execution_id)
+    assert journal.commit(step_batch("a", 2)) is None
+    Pause.objects.create(reactor=row.reactor, reason="outage", paused_by="ops")
+    assert journal.commit(step_batch("b", 3)) == StopRequest(
+        "pause", "outage", {"by": "ops", "reactor_paused": True}
+    )
+    # The run's own pause comes first.
+    Pause.objects.create(reactor=row.reactor, execution_id=row.id, reason="this one")
+    assert journal.commit(step_batch("c", 4)) == StopRequest("pause", "this one", {})
+    # A cancel request wins over a pause.
+    Execution.objects.filter(pk=row.id).update(cancel_requested_at=NOW, cancel_reason="no")
+    assert journal.commit(step_batch("d", 5)) == StopRequest("cancel", "no")
 
 
 def test_a_checkpoint_replaces_an_existing_record_of_the_step(journal_path: Dialect) -> None:

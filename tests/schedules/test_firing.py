@@ -600,7 +600,7 @@ def test_a_schedule_that_cannot_fire_does_not_stop_the_others(
 def test_an_inputs_serializer_that_raises_is_recorded_refused() -> None:
     schedule = hourly()
     with mock.patch(
-        "django_reactor.services.runs._validate_inputs", side_effect=RuntimeError("boom")
+        "django_reactor.services.runs.validated_inputs", side_effect=RuntimeError("boom")
     ):
         assert services.schedules.fire_due(now=T + LATE).refused == 1
     [fire] = ScheduleFire.objects.filter(schedule_id=schedule.id)

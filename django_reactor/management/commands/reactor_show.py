@@ -146,6 +146,8 @@ class Command(ReactorCommand):
             "duration_seconds": duration_seconds(started_at, handle.finished_at),
             "idempotency_key": handle.idempotency_key,
             "retry_of": str(handle.retry_of) if handle.retry_of else None,
+            "fork_step": handle.fork_step or None,
+            "pause": handle.pause_info,
             "parent_id": str(handle.parent_id) if handle.parent_id else None,
             "inputs": handle.inputs,
             "steps": [
@@ -225,6 +227,21 @@ class Command(ReactorCommand):
             handle.status, wakes=self._times.get("wake_at") is not None
         ):
             write("warning: " + warning)
+        pause = handle.pause_info
+        if pause is not None:
+            by = f" by {pause['by']}" if pause["by"] else ""
+            if pause["reactor_paused"]:
+                write(f"paused: every run of {handle.reactor} is paused{by}: {pause['reason']}")
+                how = f"reactor_unpause --reactor {handle.reactor}"
+            else:
+                write(f"paused: this run is paused{by}: {pause['reason']}")
+                how = f"reactor_unpause {handle.id}"
+            stops = (
+                "it waits, holding no worker"
+                if handle.status == "suspended"
+                else "it stops at its next step boundary"
+            )
+            write(f"  {stops}; {how} lets it go on")
         if handle.current_step:
             write(f"current step: {handle.current_step}")
         times = f"created {iso(handle.created_at)}"
@@ -238,7 +255,10 @@ class Command(ReactorCommand):
         if handle.idempotency_key:
             write(f"idempotency key: {handle.idempotency_key}")
         if handle.retry_of:
-            write(f"retry of: {handle.retry_of}")
+            if handle.fork_step:
+                write(f"fork of: {handle.retry_of}, from step {handle.fork_step}")
+            else:
+                write(f"retry of: {handle.retry_of}")
         if handle.parent_id:
             write(f"parent: {handle.parent_id}")
         if handle.subject:

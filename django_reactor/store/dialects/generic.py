@@ -26,6 +26,7 @@ from .. import map_orm
 from ..db import using
 from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import mark_taken, queue_dispatch
+from ..pauses import pause_for
 from ..reads import get_row, last_seq, run_records
 from ..rows import Owned, WorkerClaim
 
@@ -141,11 +142,16 @@ class Dialect:
         row = get_row(execution_id)
         if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
             return None
-        return WorkerClaim(Owned(execution_id, row.fence), row, run_records(row))
+        return WorkerClaim(
+            Owned(execution_id, row.fence),
+            row,
+            run_records(row),
+            pause=pause_for(row.reactor, row.id, parent_id=row.parent_id),
+        )
 
     def checkpoint(
         self, execution_id: uuid.UUID, fence: int, batch: JournalBatch, *, new_step: bool
-    ) -> tuple[Any, str] | None:
+    ) -> tuple[Any, str, Any] | None:
         """A routine checkpoint in one statement, where :attr:`one_statement_checkpoint`."""
         raise NotImplementedError(f"{self!r} writes checkpoints through the ORM")
 

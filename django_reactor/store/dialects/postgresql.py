@@ -28,6 +28,7 @@ from ..checkpoint_sql import RecordWrite
 from ..db import using
 from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import QueuedDispatch, publish_on_commit
+from ..pauses import pause_request
 from ..reads import run_records
 from ..rows import Owned, WorkerClaim
 from .generic import Dialect
@@ -93,22 +94,25 @@ class PostgreSQL(Dialect):
         if values is None:
             return None
         columns = dict(zip(names, values, strict=True))
-        steps, seq, shape = (
+        steps, seq, shape, pause = (
             columns.pop("claimed_steps"),
             columns.pop("claimed_last_seq"),
             columns.pop("claimed_shape"),
+            columns.pop("claimed_pause"),
         )
         row = _execution_from_columns(columns)
         records = run_records(
             row, steps=[RecordedStep(**item) for item in _json(steps)], seq=int(seq)
         )
-        return WorkerClaim(Owned(execution_id, row.fence), row, records, _json(shape))
+        return WorkerClaim(
+            Owned(execution_id, row.fence), row, records, _json(shape), pause_request(_json(pause))
+        )
 
     def checkpoint(
         self, execution_id: uuid.UUID, fence: int, batch: JournalBatch, *, new_step: bool
-    ) -> tuple[Any, str] | None:
+    ) -> tuple[Any, str, Any] | None:
         """Send ``checkpoint_sql.statement``: the run's ``(cancel_requested_at,
-        cancel_reason)``, or None when the fence moved on.
+        cancel_reason, pause)``, or None when the fence moved on.
 
         ``new_step``: the caller believes the step has no record yet, so the record is
         inserted without first looking for one to replace; when the belief was wrong (a unique
@@ -124,7 +128,7 @@ class PostgreSQL(Dialect):
         statement, params = checkpoint_sql.statement(execution_id, fence, batch, record)
         try:
             row = sql.execute(statement, params, connection)
-            replace = record is RecordWrite.INSERT_IF_ABSENT and row is not None and row[2] == 0
+            replace = record is RecordWrite.INSERT_IF_ABSENT and row is not None and row[3] == 0
         except IntegrityError as exc:
             if not (record is RecordWrite.INSERT and _names_constraint(exc, STEP_RECORD_UNIQUE)):
                 raise
@@ -133,7 +137,7 @@ class PostgreSQL(Dialect):
             # The step had a record after all: the statement that replaces it.
             statement, params = checkpoint_sql.statement(execution_id, fence, batch)
             row = sql.execute(statement, params, connection)
-        return None if row is None else (row[0], row[1])
+        return None if row is None else (row[0], row[1], row[2])
 
     def end_sleeps(self, due: Sequence[tuple[int, Any]], now: dt.datetime) -> int:
         """In one update (``sql.END_SLEEPS``)."""

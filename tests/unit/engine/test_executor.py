@@ -559,6 +559,29 @@ def test_cancel_request_stops_after_the_current_step() -> None:
     assert ledger.calls == [("run", "a")]
 
 
+def test_pause_request_suspends_after_the_current_step_and_a_cancel_wins() -> None:
+    from django_reactor.engine.journal import MemoryJournal
+
+    class Saga(Reactor):
+        a = step(Recording)
+        b = step(Recording, wait_for=["a"])
+
+    journal = MemoryJournal()
+    journal.pause_requested = "hold on"
+    outcome, _ = run_in_memory(Saga, journal=journal)
+    assert (outcome.status, outcome.reason) == (ExecutionStatus.SUSPENDED, "hold on")
+    assert ledger.calls == [("run", "a")]
+    assert journal.statuses == [ExecutionStatus.SUSPENDED]
+    assert journal.current_step == "b"  # where it goes on when unpaused
+
+    ledger.clear()
+    journal = MemoryJournal()
+    journal.pause_requested = "hold on"
+    journal.cancel_requested = "no, stop"
+    outcome, _ = run_in_memory(Saga, journal=journal)
+    assert outcome.status == ExecutionStatus.CANCELLED
+
+
 def test_step_context_has_a_stable_idempotency_key_per_action() -> None:
     keys: list[str] = []
 

@@ -338,6 +338,33 @@ def test_a_cancellation_takes_effect_once_the_steps_in_flight_settle() -> None:
     assert ("run", "later") not in ledger.calls
 
 
+def test_a_pause_takes_effect_once_the_steps_in_flight_settle() -> None:
+    journal = MemoryJournal()
+
+    class Pausing(Step):
+        def run(self) -> Any:
+            journal.pause_requested = "partner outage"
+            return "asked"
+
+    class Pauses(Reactor):
+        asks = step(Pausing)
+        b = acts()
+        c = acts()
+        later = step(Acts, how=arg.value({}), wait_for=["asks", "b", "c"])
+
+        class Meta:
+            max_concurrency = 3
+
+    outcome, _ = run_in_memory(Pauses, journal=journal)
+    assert outcome.status == ExecutionStatus.SUSPENDED
+    assert journal.statuses[-1] == ExecutionStatus.SUSPENDED
+    assert journal.events[-1].kind == "suspend"
+    assert journal.events[-1].data["reason"] == "partner outage"
+    # What was in flight settled and was recorded; nothing started after the pause.
+    assert {"asks", "b", "c"} <= set(journal.steps)
+    assert ("run", "later") not in ledger.calls
+
+
 def test_hand_off_after_a_step_waits_for_the_others() -> None:
     class Hands(Reactor):
         a = acts(set=["a"])
