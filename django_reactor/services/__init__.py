@@ -32,7 +32,7 @@ from .deadlines import expire_deadlines
 from .events import Emitted, emit, finish_events
 from .guards import MAX_KEY_LENGTH
 from .handles import find
-from .health import Health, fleet_health
+from .health import Health, fleet_health, waiting_warnings
 from .interrupts import (
     after_pause,
     deliver,
@@ -100,7 +100,8 @@ __all__ = [
 
 class ServiceOperations:
     """The services, as the :class:`~django_reactor.handle.ExecutionHandle` steering its run
-    uses them (``refresh()``, ``cancel()``, ``undo()``, ``retry()``, ``resume()``, ``send()``)."""
+    uses them (``refresh()``, ``cancel()``, ``undo()``, ``retry()``, ``resume()``, ``send()``;
+    ``wait()`` asks ``waiting_warnings`` why a run it gave up on may not move)."""
 
     find = staticmethod(find)
     cancel = staticmethod(cancel)
@@ -108,6 +109,7 @@ class ServiceOperations:
     retry = staticmethod(retry)
     resume_interrupt = staticmethod(resume_interrupt)
     send = staticmethod(send)
+    waiting_warnings = staticmethod(waiting_warnings)
 
 
 # Wired here, where every operation is known: the handles the operations return use them.
