@@ -10,7 +10,8 @@ state. By what they do:
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
 - ``workers``: ``resume`` (a worker's task), ``sweep`` and ``next_sweep_in``;
 - ``health``: ``fleet_health`` (workers' and sweepers' heartbeats, late work, per-reactor figures)
-  and the heartbeats' writes;
+  and the heartbeats' writes; ``figures``: ``fleet_figures`` (the same in each database, with
+  runs by status: the Prometheus metrics);
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``, and
   the payloads a run's mailbox keeps for its interrupts (``deliver_kept``);
 - ``messages``: ``send`` (a message to a run, kept until a ``receive`` takes it);
@@ -30,6 +31,7 @@ from __future__ import annotations
 from . import handles, schedules, secrets
 from .deadlines import expire_deadlines
 from .events import Emitted, emit, finish_events
+from .figures import DatabaseFigures, fleet_figures
 from .guards import MAX_KEY_LENGTH
 from .handles import find
 from .health import Health, fleet_health, waiting_warnings
@@ -56,6 +58,7 @@ __all__ = [
     "DATABASE_ERROR_RETRIES",
     "MAX_KEY_LENGTH",
     "UNDOABLE",
+    "DatabaseFigures",
     "Emitted",
     "Health",
     "ServiceOperations",
@@ -71,6 +74,7 @@ __all__ = [
     "find_by_correlation_id",
     "find_interrupt",
     "finish_events",
+    "fleet_figures",
     "fleet_health",
     "forget_subject",
     "issue_resume_token",
