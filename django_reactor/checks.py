@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
+from .api.metrics import INSTALL, MetricsView, auth_problems, prometheus
 from .api.signatures import configured_secrets
 from .conf import (
     DEFAULTS,
@@ -77,6 +78,19 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             messages.append(Error(problem, id="django_reactor.E013"))
     messages += _database_messages(raw)
     messages += _api_messages(raw)
+    messages += [
+        Error(
+            problem,
+            hint='For example "METRICS_AUTH": ["token"] with "METRICS_TOKENS": '
+            '[os.environ["REACTOR_METRICS_TOKEN"]] (secrets.token_urlsafe(32) makes one), '
+            '["user"], or ["open"] for a scrape on a private network.',
+            id="django_reactor.E016",
+        )
+        for problem in auth_problems(
+            raw.get("METRICS_AUTH", DEFAULTS["METRICS_AUTH"]),
+            raw.get("METRICS_TOKENS", DEFAULTS["METRICS_TOKENS"]),
+        )
+    ]
     messages += _by_reactor_messages(raw)
     modules = raw.get("AUTODISCOVER_MODULES", DEFAULTS["AUTODISCOVER_MODULES"])
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
@@ -295,6 +309,48 @@ def _middleware_messages(raw: dict[str, Any]) -> list[CheckMessage]:
                 )
             )
     return messages
+
+
+@register(Tags.urls)
+def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``W006``: the metrics are routed and opened (``METRICS_AUTH``), but ``prometheus_client``
+    is not installed, so every scrape answers 501. Metrics nobody may read (the default) need
+    nothing: the API's URLs route them for every project that includes the API."""
+    from django.conf import settings
+
+    raw = getattr(settings, "REACTOR", None)
+    auth = raw.get("METRICS_AUTH", DEFAULTS["METRICS_AUTH"]) if isinstance(raw, dict) else None
+    if not auth or not isinstance(auth, list | tuple) or prometheus() is not None:
+        return []
+    if not getattr(settings, "ROOT_URLCONF", None) or not _routes(MetricsView):
+        return []
+    return [
+        Warning(
+            f"The metrics are routed and REACTOR['METRICS_AUTH'] opens them, but {INSTALL}; "
+            "until then every scrape answers 501.",
+            hint="Install the metrics extra where the web processes run, or set "
+            "REACTOR['METRICS_AUTH'] = [] to close the metrics.",
+            id="django_reactor.W006",
+        )
+    ]
+
+
+def _routes(view_class: type) -> bool:
+    """Whether the project's URLs route a view of ``view_class``."""
+    from django.urls import URLResolver, get_resolver
+
+    def routed(patterns: Any) -> bool:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                if routed(pattern.url_patterns):
+                    return True
+                continue
+            found = getattr(pattern.callback, "view_class", None)
+            if isinstance(found, type) and issubclass(found, view_class):
+                return True
+        return False
+
+    return routed(get_resolver().url_patterns)
 
 
 @register()

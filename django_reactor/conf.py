@@ -384,6 +384,14 @@ class ReactorSettings:
     # name>": [...]} chooses per event name. Empty (the default): no event is emitted over HTTP
     # until a project says which, such as {"charge.refunded": ["webhook"]}.
     EVENT_AUTH = ByEvent[Sequence[str] | Mapping[str, Sequence[str]]]([])
+    # Who may read the Prometheus metrics (GET <API prefix>/metrics/): "token" (an
+    # "Authorization: Bearer <token>" header holding one of METRICS_TOKENS), "user" (a signed-in
+    # user with the view_execution permission) or "open" alone (anyone: a scrape on a private
+    # network). Empty (the default): the metrics answer 403 until a project says how.
+    METRICS_AUTH = Setting[Sequence[str]]([])
+    # The bearer tokens METRICS_AUTH's "token" accepts, each at least 16 characters (several at
+    # once allow rotation). Keep them out of the source: read them from the environment.
+    METRICS_TOKENS = Setting[Sequence[str]]([])
     # Webhook signing secrets (Standard Webhooks, "whsec_<base64>" or raw strings). A list is
     # accepted for every reactor; a dict {"default": [...], "<reactor name>": [...]} chooses per
     # reactor. Several secrets at once allow rotation.

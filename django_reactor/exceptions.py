@@ -7,6 +7,7 @@ malformed reactor fails at import time, naming the reactor and the step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -91,12 +92,23 @@ class ForkNeedsUndo(InvalidTransition):
 
 
 class WaitTimedOut(ReactorError, TimeoutError):
-    """``ExecutionHandle.wait`` gave up: the run was still moving when its timeout passed."""
+    """``ExecutionHandle.wait`` gave up: the run was still moving when its timeout passed.
 
-    def __init__(self, message: str, *, execution_id: Any, status: str) -> None:
+    ``warnings``: why it may not move (no worker alive to take it, no sweeper to wake it), in
+    the words of the message; empty when nothing says it is held up."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        execution_id: Any,
+        status: str,
+        warnings: Sequence[str] = (),
+    ) -> None:
         super().__init__(message)
         self.execution_id = execution_id
         self.status = status
+        self.warnings = tuple(warnings)
 
 
 class TransactionActive(ReactorError):

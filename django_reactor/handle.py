@@ -20,7 +20,7 @@ from .engine.outcomes import (
 from .engine.redaction import redact
 from .engine.serialization import decode, readable
 from .exceptions import ExecutionNotFound, ReactorError, TransactionActive, WaitTimedOut
-from .states import MOVING_STATUSES
+from .states import MOVING_STATUSES, ExecutionStatus
 from .store.secrets import Marks
 
 if TYPE_CHECKING:
@@ -142,6 +142,12 @@ class Operations(Protocol):
         background: bool | None,
     ) -> Outcome: ...
 
+    def waiting_warnings(self, status: str, *, wakes: bool) -> list[str]: ...
+
+
+#: Statuses of a run that waits for a worker or for the sweeper's wake-up (a sleep, a backoff,
+#: a scheduled start): a timed-out wait asks whether one is alive.
+WAITING_STATUSES = (ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED)
 
 _FIRST_PAUSE = 0.005
 _LONGEST_PAUSE = 0.25
@@ -334,18 +340,29 @@ class ExecutionHandle:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise WaitTimedOut(
-                        f"execution {self.id} is still {status} after {timeout:g} s; wait "
-                        "again, or look at it with reactor_show",
-                        execution_id=self.id,
-                        status=status,
-                    )
+                    assert timeout is not None  # a deadline is set only with one
+                    raise self._timed_out(status, timeout)
                 pause = min(pause, left)
             time.sleep(pause)
             pause = min(pause * 2, _LONGEST_PAUSE)
         self._row = store.get_row(self.id)
         self._steps = self._trace = None
         return self.outcome
+
+    def _timed_out(self, status: str, timeout: float) -> WaitTimedOut:
+        """The error of a wait that gave up on a run still in ``status``: it says so, and, for a
+        run that waits for a worker or a wake-up when none is alive to take it, why it does not
+        move and what to start (the verdict ``reactor_show`` gives, from the heartbeats)."""
+        warnings: list[str] = []
+        if self._operations is not None and status in WAITING_STATUSES:
+            wakes = store.get_row(self.id).wake_at is not None
+            warnings = self._operations.waiting_warnings(status, wakes=wakes)
+        said = f"execution {self.id} is still {status} after {timeout:g} s"
+        if warnings:
+            said += "".join(f". {w[:1].upper()}{w[1:]}" for w in warnings) + "."
+        else:
+            said += "; wait again, or look at it with reactor_show"
+        return WaitTimedOut(said, execution_id=self.id, status=status, warnings=warnings)
 
     @_in_its_database
     def cancel(self, reason: str = "") -> ExecutionHandle:

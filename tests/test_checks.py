@@ -55,6 +55,14 @@ def test_default_settings_pass() -> None:
         ({"ENCRYPTION_KEYS": "one-key"}, ["django_reactor.E012"]),
         ({"ENCRYPTION_KEYS": ["not-a-fernet-key"]}, ["django_reactor.E012"]),
         ({"ENCRYPTION_KEYS": ["A" * 43 + "="]}, []),
+        ({"METRICS_AUTH": "open"}, ["django_reactor.E016"]),
+        ({"METRICS_AUTH": ["bearer"]}, ["django_reactor.E016"]),
+        ({"METRICS_AUTH": ["open", "user"]}, ["django_reactor.E016"]),
+        ({"METRICS_AUTH": ["token"]}, ["django_reactor.E016"]),
+        ({"METRICS_AUTH": ["token"], "METRICS_TOKENS": ["short"]}, ["django_reactor.E016"]),
+        ({"METRICS_TOKENS": "a-single-token-not-a-list"}, ["django_reactor.E016"]),
+        ({"METRICS_AUTH": ["token", "user"], "METRICS_TOKENS": ["t" * 16]}, []),
+        ({"METRICS_AUTH": ["open"]}, []),
     ],
 )
 def test_bad_settings_are_reported(value: Any, expected: list[str]) -> None:

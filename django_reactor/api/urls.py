@@ -1,4 +1,5 @@
-"""URLs of the API. Include them with a prefix of your choice::
+"""URLs of the API, and the Prometheus metrics (``metrics/``, closed until
+``REACTOR["METRICS_AUTH"]`` opens them). Include them with a prefix of your choice::
 
 path("reactor/", include("django_reactor.api.urls")),
 """
@@ -11,6 +12,7 @@ from rest_framework.routers import SimpleRouter
 from .errors import endpoint_not_found
 from .events import EventView
 from .messages import MessageView
+from .metrics import MetricsView
 from .starts import StartView
 from .stream import ExecutionStreamView
 from .views import CorrelationResumeView, ExecutionResumeView, ExecutionViewSet, TokenResumeView
@@ -44,6 +46,7 @@ urlpatterns = [
     path("resume/", TokenResumeView.as_view(), name="token-resume"),
     path("reactors/<str:name>/runs/", StartView.as_view(), name="reactor-runs"),
     path("events/<str:name>/", EventView.as_view(), name="event-emit"),
+    path("metrics/", MetricsView.as_view(), name="metrics"),
     *router.urls,
     # Last: any other path under the API's prefix is a JSON 404.
     re_path(r"^(?P<path>.*)$", endpoint_not_found, name="not-found"),

@@ -13,7 +13,8 @@ state. By what they do:
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
 - ``workers``: ``resume`` (a worker's task), ``sweep`` and ``next_sweep_in``;
 - ``health``: ``fleet_health`` (workers' and sweepers' heartbeats, late work, per-reactor figures)
-  and the heartbeats' writes;
+  and the heartbeats' writes; ``figures``: ``fleet_figures`` (the same in each database, with
+  runs by status: the Prometheus metrics);
 - ``interrupts``: ``resume_interrupt``, ``issue_resume_token``, ``expire_interrupts``, and
   the payloads a run's mailbox keeps for its interrupts (``deliver_kept``);
 - ``messages``: ``send`` (a message to a run, kept until a ``receive`` takes it);
@@ -33,10 +34,11 @@ from __future__ import annotations
 from . import handles, schedules, secrets
 from .deadlines import expire_deadlines
 from .events import Emitted, emit, finish_events
+from .figures import DatabaseFigures, fleet_figures
 from .forks import FORKABLE, fork, fork_plan
 from .guards import MAX_KEY_LENGTH
 from .handles import find
-from .health import Health, fleet_health
+from .health import Health, fleet_health, waiting_warnings
 from .interrupts import (
     after_pause,
     deliver,
@@ -70,6 +72,7 @@ __all__ = [
     "FORKABLE",
     "MAX_KEY_LENGTH",
     "UNDOABLE",
+    "DatabaseFigures",
     "Emitted",
     "Health",
     "ReactorPause",
@@ -87,6 +90,7 @@ __all__ = [
     "find_by_correlation_id",
     "find_interrupt",
     "finish_events",
+    "fleet_figures",
     "fleet_health",
     "forget_subject",
     "fork",
@@ -123,7 +127,8 @@ __all__ = [
 
 class ServiceOperations:
     """The services, as the :class:`~django_reactor.handle.ExecutionHandle` steering its run
-    uses them (``refresh()``, ``cancel()``, ``undo()``, ``retry()``, ``resume()``, ``send()``)."""
+    uses them (``refresh()``, ``cancel()``, ``undo()``, ``retry()``, ``resume()``, ``send()``;
+    ``wait()`` asks ``waiting_warnings`` why a run it gave up on may not move)."""
 
     find = staticmethod(find)
     cancel = staticmethod(cancel)
@@ -134,6 +139,7 @@ class ServiceOperations:
     unpause = staticmethod(unpause)
     resume_interrupt = staticmethod(resume_interrupt)
     send = staticmethod(send)
+    waiting_warnings = staticmethod(waiting_warnings)
 
 
 # Wired here, where every operation is known: the handles the operations return use them.

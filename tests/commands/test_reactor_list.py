@@ -155,3 +155,27 @@ def test_errors(options: dict[str, Any], message: str) -> None:
 def test_argument_errors(args: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         listing(*args)
+
+
+def test_stuck_says_when_no_sweeper_or_worker_is_alive_to_move_runs() -> None:
+    from django_reactor import services
+    from django_reactor.services.health import beat_worker
+
+    text = listing("--stuck")
+    lines = text.splitlines()
+    assert lines[0].startswith("warning: no sweeper has run in the last day: start ")
+    assert lines[1].startswith("warning: no worker has reported in the last day: start ")
+    assert lines[2] == (
+        "no run holds an expired lease or a step past its timeout, but runs that wait for a "
+        "worker or a wake-up do not move until the problems above are fixed"
+    )
+    assert "no stuck runs" not in text
+    # Beside JSON, the warnings go to standard error.
+    out, err = StringIO(), StringIO()
+    call_command("reactor_list", "--stuck", "--json", stdout=out, stderr=err, no_color=True)
+    assert json.loads(out.getvalue()) == []
+    assert err.getvalue().count("warning: ") == 2
+
+    beat_worker(name="w", queues=["q"], concurrency=1, tasks_done=0, started_at=timezone.now())
+    services.sweep()
+    assert listing("--stuck") == "no stuck runs\n"

@@ -92,7 +92,9 @@ class Command(ReactorCommand):
             action="store_true",
             help="Only runs that should be moving and are not: their lease expired (their "
             "process is gone), or the step they run has been in flight longer than its "
-            "timeout. Shows why, and ignores the other filters.",
+            "timeout. Shows why, and ignores the other filters. Warns first when no worker or "
+            "sweeper is alive, or wake-ups and dispatches are late (as reactor_health does): "
+            "runs that wait for them do not move either.",
         )
         parser.add_argument(
             "--json",
@@ -159,6 +161,14 @@ class Command(ReactorCommand):
 
     def _stuck(self, options: dict[str, Any]) -> None:
         stuck = services.stuck_runs(options["limit"])
+        # Runs that wait for a worker or a wake-up are not stuck by a lease or a timeout, yet
+        # do not move while no worker or sweeper is alive: the fleet's problems say so.
+        problems = services.fleet_health(reactors=False).problems
+        for problem in problems:
+            # Beside a JSON array on standard output, the warnings go to standard error.
+            (self.stderr if options["json"] else self.stdout).write(
+                self.style.WARNING(f"warning: {problem}")
+            )
         if options["json"]:
             self.stdout.write(
                 dumps(
@@ -177,7 +187,12 @@ class Command(ReactorCommand):
             )
             return
         if not stuck:
-            self.stdout.write("no stuck runs")
+            self.stdout.write(
+                "no run holds an expired lease or a step past its timeout, but runs that wait "
+                "for a worker or a wake-up do not move until the problems above are fixed"
+                if problems
+                else "no stuck runs"
+            )
             return
         write_table(
             self,
