@@ -23,6 +23,25 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from ..exceptions import (
+    AlreadyResumed,
+    ExecutionBusy,
+    ExecutionNotFound,
+    ForkNeedsUndo,
+    IdempotencyKeyReused,
+    InterruptClosed,
+    InvalidFork,
+    InvalidInputs,
+    InvalidMessage,
+    InvalidPayload,
+    InvalidTransition,
+    NotWaiting,
+    ReactorError,
+    ReactorNotRegistered,
+    UnknownInterrupt,
+    UnknownTopic,
+)
+
 #: The challenge of a 401 when no authentication class offers one (session login).
 SESSION_CHALLENGE = 'Session realm="django_reactor"'
 
@@ -134,3 +153,56 @@ class ApiErrorsMixin:
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, object]], Response | None]:
         return exception_handler
+
+
+#: Seconds a refusal that will not last (busy, not waiting yet) asks a caller to wait.
+RETRY_AFTER_SECONDS = "5"
+
+
+def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
+    """The HTTP answer to a service's refusal. ``quiet``: no details for outside senders."""
+    if isinstance(exc, UnknownInterrupt) and not quiet:
+        return ApiError(400, str(exc), code="unknown_interrupt", paths=list(exc.paths))
+    if isinstance(exc, UnknownTopic):
+        return ApiError(404, str(exc), code="unknown_topic", topics=list(exc.topics))
+    if isinstance(exc, InvalidMessage):
+        return ApiError(400, str(exc), code="invalid_message")
+    if isinstance(exc, InvalidInputs):
+        return ApiError(400, str(exc), code="invalid_inputs", errors=exc.errors)
+    if isinstance(exc, ReactorNotRegistered):
+        return ApiError(404, str(exc), code="unknown_reactor")
+    if isinstance(exc, IdempotencyKeyReused):
+        return ApiError(422, str(exc), code="idempotency_key_reused")
+    if isinstance(exc, ExecutionNotFound):  # InterruptNotFound too
+        return ApiError(404, "not found" if quiet else str(exc), code="not_found")
+    if isinstance(exc, NotWaiting):
+        error = ApiError(409, str(exc), code="not_waiting", retryable=True)
+        error.headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return error
+    if isinstance(exc, AlreadyResumed):
+        return ApiError(409, str(exc), code="already_resumed")
+    if isinstance(exc, InterruptClosed):
+        return ApiError(410, str(exc), code=exc.reason)
+    if isinstance(exc, InvalidPayload):
+        return ApiError(
+            400,
+            str(exc),
+            code="invalid_payload",
+            errors=exc.errors,
+            attempts=exc.attempts,
+            max_attempts=exc.max_attempts,
+            run_failed=exc.run_failed,
+        )
+    if isinstance(exc, ExecutionBusy):
+        error = ApiError(409, str(exc), code="busy", retryable=True)
+        error.headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return error
+    if isinstance(exc, InvalidFork):
+        return ApiError(400, str(exc), code="invalid_fork")
+    if isinstance(exc, ForkNeedsUndo):
+        return ApiError(
+            409, str(exc), code="fork_needs_undo", status=exc.status, plan=exc.plan.as_dict()
+        )
+    if isinstance(exc, InvalidTransition):
+        return ApiError(409, str(exc), code="invalid_transition", status=exc.status)
+    return ApiError(409, str(exc), code="refused")

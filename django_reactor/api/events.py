@@ -39,16 +39,14 @@ from ..engine.constructs.events import check_event_name
 from ..engine.constructs.receive import TOPIC_MAX_LENGTH, TOPIC_PATTERN
 from ..exceptions import InvalidEvent, ReactorError, UnknownEvent
 from ..services.events import event_names
+from .answers import described, error_answer
 from .credentials import Credential
-from .errors import ApiError, error_response
+from .errors import ApiError, api_error_for, error_response
 from .views import (
     CREDENTIAL_PARAMETERS,
     RESUME_RESPONSES,
     ResumeView,
     _credential_kind,
-    _described,
-    _error,
-    api_error_for,
 )
 
 logger = logging.getLogger("django_reactor.api")
@@ -60,31 +58,31 @@ EVENT_MEMBERS = ("payload", "key", "event_id")
 SOURCE = "webhook"
 
 EVENT_RESPONSES = {
-    202: _described(
+    202: described(
         "Emitted (or emitted before with this event id: replay true): event_id, replay, and "
         "the ids of the runs it started, was given to, resumed and cancelled, with errors "
         "(what could not be done, such as a trigger's refused inputs)."
     ),
-    400: _error(
+    400: error_answer(
         "The body is not JSON or cannot be stored (parse_error), is not an object of payload, "
         "key and event_id (invalid, with errors), a header is malformed (invalid_header), or "
         "the event cannot be emitted: a name that is no event name, a key or event id that is "
         "no short text, a payload too large, an event id first emitted with another key or "
         "payload (invalid_event)."
     ),
-    401: _error(
+    401: error_answer(
         "Not a signed webhook (not_authenticated, credential_not_accepted), a signature that "
         "does not verify or a webhook-timestamp outside REACTOR['WEBHOOK_TOLERANCE'] "
         "(bad_signature), or an event REACTOR['EVENT_AUTH'] does not open "
         "(credential_not_accepted)."
     ),
-    404: _error(
+    404: error_answer(
         "No registered reactor waits for, starts on or cancels on the event (unknown_event, "
         "with events: the names they do)."
     ),
-    409: _error("A request with this webhook id is still being answered (in_flight)."),
+    409: error_answer("A request with this webhook id is still being answered (in_flight)."),
     413: RESUME_RESPONSES[413],
-    422: _error("The webhook id was used for another body (idempotency_key_reused)."),
+    422: error_answer("The webhook id was used for another body (idempotency_key_reused)."),
     429: RESUME_RESPONSES[429],
 }
 

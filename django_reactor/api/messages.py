@@ -20,36 +20,34 @@ from .. import services, store
 from ..engine.constructs.receive import TOPIC_MAX_LENGTH, TOPIC_PATTERN
 from ..engine.outcomes import InProgress
 from ..exceptions import ReactorError
-from .errors import ApiError, error_response
+from .answers import described, error_answer
+from .errors import ApiError, api_error_for, error_response
 from .views import (
     CREDENTIAL_PARAMETERS,
     IDEMPOTENCY_HEADER,
     RESUME_RESPONSES,
     Credential,
     ResumeView,
-    _described,
-    _error,
     _execution_id,
-    api_error_for,
 )
 
 MESSAGE_RESPONSES = {
     **RESUME_RESPONSES,
-    200: _described("The run was paused at a receive of the topic and went on inline."),
-    202: _described(
+    200: described("The run was paused at a receive of the topic and went on inline."),
+    202: described(
         "Kept: the run takes it at a receive of the topic (status, detail), or a worker runs "
         "the rest of the run."
     ),
-    400: _error(
+    400: error_answer(
         "The body is not JSON or cannot be stored (parse_error), a header is malformed "
         "(invalid_header), or the topic is no topic name (invalid_message)."
     ),
-    404: _error(
+    404: error_answer(
         "No such run (not_found), or its reactor receives nothing on the topic "
         "(unknown_topic, with its topics)."
     ),
-    409: _error("The run ended (invalid_transition), or it is a composed child."),
-    422: _error("Idempotency key reused for another message."),
+    409: error_answer("The run ended (invalid_transition), or it is a composed child."),
+    422: error_answer("Idempotency key reused for another message."),
 }
 
 

@@ -25,6 +25,7 @@ ACTION_PERMISSIONS = {
     "retry": "django_reactor.retry_execution",
     "pause": "django_reactor.pause_execution",
     "unpause": "django_reactor.pause_execution",
+    "fork": "django_reactor.retry_execution",
     "resume": "django_reactor.resume_interrupt",
     "start": "django_reactor.start_execution",
 }

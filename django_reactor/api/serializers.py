@@ -265,6 +265,28 @@ class CorrelationResumeRequestSerializer(ResumeRequestSerializer):
     )
 
 
+class ForkRequestSerializer(serializers.Serializer[dict[str, object]]):
+    """The body of a fork request."""
+
+    from_step = TextField(
+        max_length=255,
+        help_text="The step the fork runs again from (the earlier ones are carried).",
+    )
+    inputs = serializers.DictField(
+        required=False,
+        help_text="The fork's inputs (validated by the reactor's Inputs); default: the run's.",
+    )
+    undo_abandoned = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Undo the abandoned branch (completed steps past from_step whose effects "
+        "stand), newest first, before the fork runs; without it such a fork is refused (409).",
+    )
+    dry_run = serializers.BooleanField(
+        required=False, default=False, help_text="Only answer the plan; change nothing."
+    )
+
+
 class CancelRequestSerializer(serializers.Serializer[dict[str, object]]):
     """The optional body of a cancel or a pause request."""
 

@@ -28,37 +28,37 @@ from .. import services
 from ..exceptions import ReactorError
 from ..registry import all_reactors
 from ..services.guards import reactor_named
+from .answers import described, error_answer
 from .credentials import Credential, allowed_modes, check_signed_for
-from .errors import ApiError, error_response
+from .errors import ApiError, api_error_for, error_response
 from .views import (
     CREDENTIAL_PARAMETERS,
     IDEMPOTENCY_HEADER,
     RESUME_RESPONSES,
     ResumeView,
-    _described,
-    _error,
-    api_error_for,
 )
 
 if TYPE_CHECKING:
     from ..reactor import Reactor
 
 START_RESPONSES = {
-    202: _described(
+    202: described(
         "Started on a worker (or, for a repeated Idempotency-Key, the run it started): "
         "execution_id, reactor, status, url (also in the Location header)."
     ),
-    400: _error(
+    400: error_answer(
         "The body is not a JSON object or cannot be stored (parse_error, invalid), a header is "
         "malformed (invalid_header), or the inputs fail the reactor's Inputs serializer "
         '(invalid_inputs, with errors {"<field>": ["why"]}).'
     ),
     401: RESUME_RESPONSES[401],
-    403: _error("The user lacks start_execution (code permission_denied)."),
-    404: _error("No reactor has this name (unknown_reactor, with close names in the detail)."),
-    409: _error("A request with this key is still being answered (in_flight)."),
+    403: error_answer("The user lacks start_execution (code permission_denied)."),
+    404: error_answer(
+        "No reactor has this name (unknown_reactor, with close names in the detail)."
+    ),
+    409: error_answer("A request with this key is still being answered (in_flight)."),
     413: RESUME_RESPONSES[413],
-    422: _error("Idempotency key reused for other inputs (idempotency_key_reused)."),
+    422: error_answer("Idempotency key reused for other inputs (idempotency_key_reused)."),
     429: RESUME_RESPONSES[429],
 }
 

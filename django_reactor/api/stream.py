@@ -38,12 +38,12 @@ from ..models import Execution
 from ..runtime.maps import displayable
 from ..runtime.wakeups import Follower
 from ..states import TERMINAL_STATUSES
+from .answers import ACCESS_ANSWERS
 from .authentication import ApiAuthentication
 from .databases import ApiDatabaseMixin
 from .errors import ApiError, ApiErrorsMixin, ErrorSerializer
 from .permissions import permission_classes, scoped
 from .serializers import trace_entry
-from .views import ACCESS_ANSWERS
 
 #: Seconds between the comments that keep an idle connection open through proxies.
 KEEP_ALIVE_SECONDS = 15.0

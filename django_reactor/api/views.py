@@ -13,7 +13,6 @@ body the database could not store is a 400 before anything runs.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -23,12 +22,10 @@ from django.utils.decorators import method_decorator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
-    OpenApiResponse,
     extend_schema,
     extend_schema_view,
 )
 from rest_framework import status, viewsets
-from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
@@ -41,38 +38,27 @@ from ..conf import reactor_settings
 from ..engine.outcomes import Dispatched, InProgress, Outcome, outcome_data
 from ..engine.serialization import unstorable
 from ..exceptions import (
-    AlreadyResumed,
-    ExecutionBusy,
-    ExecutionNotFound,
-    IdempotencyKeyReused,
-    InterruptClosed,
-    InvalidInputs,
-    InvalidMessage,
-    InvalidPayload,
-    InvalidTransition,
     NotWaiting,
     ReactorError,
-    ReactorNotRegistered,
-    UnknownInterrupt,
-    UnknownTopic,
 )
 from ..models import Execution, Interrupt
 from ..services.databases import across_databases
 from . import signatures
+from .answers import ACCESS_ANSWERS, described, error_answer
 from .authentication import ApiAuthentication
 from .credentials import Credential, allowed_modes, check_signed_for
 from .databases import DATABASE_PARAMETER, ApiDatabaseMixin
-from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
+from .errors import ApiError, ApiErrorsMixin, api_error_for, error_response
 from .filters import ExecutionFilterBackend, ExecutionFilterSet
 from .parsers import BodyRefused, StorableJSONParser, load
 from .permissions import permission_classes, scoped
 from .serializers import (
-    CancelRequestSerializer,
     CorrelationResumeRequestSerializer,
     ExecutionDetailSerializer,
     ExecutionSerializer,
     ResumeRequestSerializer,
 )
+from .steering import ExecutionSteering
 from .throttling import ResumeRateThrottle
 
 if TYPE_CHECKING:
@@ -86,52 +72,6 @@ TOKEN_HEADER = "Reactor-Resume-Token"
 FINAL_ANSWERS = frozenset({200, 202, 400, 409, 410, 413})
 MAX_JSON_DEPTH = 32
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-RETRY_AFTER_SECONDS = "5"
-
-
-def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
-    """The HTTP answer to a service's refusal. ``quiet``: no details for outside senders."""
-    if isinstance(exc, UnknownInterrupt) and not quiet:
-        return ApiError(400, str(exc), code="unknown_interrupt", paths=list(exc.paths))
-    if isinstance(exc, UnknownTopic):
-        return ApiError(404, str(exc), code="unknown_topic", topics=list(exc.topics))
-    if isinstance(exc, InvalidMessage):
-        return ApiError(400, str(exc), code="invalid_message")
-    if isinstance(exc, InvalidInputs):
-        return ApiError(400, str(exc), code="invalid_inputs", errors=exc.errors)
-    if isinstance(exc, ReactorNotRegistered):
-        return ApiError(404, str(exc), code="unknown_reactor")
-    if isinstance(exc, IdempotencyKeyReused):
-        return ApiError(422, str(exc), code="idempotency_key_reused")
-    if isinstance(exc, ExecutionNotFound):  # InterruptNotFound too
-        return ApiError(404, "not found" if quiet else str(exc), code="not_found")
-    if isinstance(exc, NotWaiting):
-        error = ApiError(409, str(exc), code="not_waiting", retryable=True)
-        error.headers["Retry-After"] = RETRY_AFTER_SECONDS
-        return error
-    if isinstance(exc, AlreadyResumed):
-        return ApiError(409, str(exc), code="already_resumed")
-    if isinstance(exc, InterruptClosed):
-        return ApiError(410, str(exc), code=exc.reason)
-    if isinstance(exc, InvalidPayload):
-        return ApiError(
-            400,
-            str(exc),
-            code="invalid_payload",
-            errors=exc.errors,
-            attempts=exc.attempts,
-            max_attempts=exc.max_attempts,
-            run_failed=exc.run_failed,
-        )
-    if isinstance(exc, ExecutionBusy):
-        error = ApiError(409, str(exc), code="busy", retryable=True)
-        error.headers["Retry-After"] = RETRY_AFTER_SECONDS
-        return error
-    if isinstance(exc, InvalidTransition):
-        return ApiError(409, str(exc), code="invalid_transition", status=exc.status)
-    return ApiError(409, str(exc), code="refused")
-
-
 # ---------------------------------------------------------------------------- executions
 
 
@@ -178,56 +118,20 @@ class ExecutionPagination(CursorPagination):
         return parameters
 
 
-def _described(description: str) -> OpenApiResponse:
-    """A documented answer whose body is a JSON object."""
-    return OpenApiResponse(OpenApiTypes.OBJECT, description=description)
-
-
-def _error(description: str) -> OpenApiResponse:
-    """A documented error answer: ``{"detail", "code", ...}`` (see ``api.errors``)."""
-    return OpenApiResponse(ErrorSerializer, description=description)
-
-
-# The refusals every executions endpoint can answer (DRF's authentication and permissions).
-ACCESS_ANSWERS = {
-    401: _error("No credential, or a wrong one (code not_authenticated or authentication_failed)."),
-    403: _error("The user lacks the action's permission (code permission_denied)."),
-    404: _error("No such run, a malformed id, or a run outside the user's API_SCOPE."),
-    405: _error("The method is not one the endpoint takes (code method_not_allowed)."),
-}
-STEER_REFUSED = _error(
-    "The run's status does not allow it (code invalid_transition, with its status), another "
-    "process holds the run (busy, Retry-After), or another refusal (refused)."
-)
-
-
-# The answers of a steering action whose optional body gives a reason (cancel, pause).
-REASON_ANSWERS = {
-    200: ExecutionDetailSerializer,
-    400: _error(
-        "The body is not JSON or holds what cannot be stored (code parse_error, with "
-        'errors {"reason": ["why"]} when the reason holds it), the body is not an '
-        'object, or reason is not a string (code invalid, errors {"reason": ["why"]}), '
-        "or the Authorization header holds a NUL (code invalid_header)."
-    ),
-    **ACCESS_ANSWERS,
-    409: STEER_REFUSED,
-    415: _error("The body is not application/json (code unsupported_media_type)."),
-}
-
-
 @extend_schema(tags=["executions"])
 @extend_schema_view(
     retrieve=extend_schema(responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS}),
 )
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ExecutionViewSet(
+    ExecutionSteering,
     ApiDatabaseMixin,
     ApiErrorsMixin,
     ApiAuthentication,
     viewsets.ReadOnlyModelViewSet[Execution],
 ):
-    """Read executions; cancel, undo or retry one (each needs its permission)."""
+    """Read executions; cancel, undo, retry, pause, unpause or fork one (each needs its
+    permission)."""
 
     run_keyword = "pk"
 
@@ -268,99 +172,17 @@ class ExecutionViewSet(
         ],
         responses={
             200: ExecutionSerializer(many=True),
-            400: _error(
+            400: error_answer(
                 'A filter or page_size is wrong: code invalid, errors {"<parameter>": ["why"]}; '
                 "or the Authorization header holds a NUL (code invalid_header)."
             ),
             **ACCESS_ANSWERS,
-            404: _error("The cursor is not one the API made."),
+            404: error_answer("The cursor is not one the API made."),
         },
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Executions, newest first (cursor pagination), filtered by the query parameters."""
         return super().list(request, *args, **kwargs)
-
-    @extend_schema(request=CancelRequestSerializer, responses=REASON_ANSWERS)
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
-        """Stop the run without rolling anything back (a running run stops after its step)."""
-        row = self.get_object()
-        reason = _reason(request)
-        return self._steer(lambda: services.cancel(row.id, reason=reason), row)
-
-    @extend_schema(
-        request=None,
-        responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS, 409: STEER_REFUSED},
-    )
-    @action(detail=True, methods=["post"])
-    def undo(self, request: Request, pk: str | None = None) -> Response:
-        """Roll back every completed step, newest first."""
-        row = self.get_object()
-        return self._steer(lambda: services.undo(row.id), row)
-
-    @extend_schema(
-        request=None,
-        responses={
-            200: _described("The new run's outcome (it ran in this process)."),
-            202: _described("The new run went to a worker."),
-            **ACCESS_ANSWERS,
-            409: STEER_REFUSED,
-        },
-    )
-    @action(detail=True, methods=["post"])
-    def retry(self, request: Request, pk: str | None = None) -> Response:
-        """Run a failed execution again as a new execution."""
-        row = self.get_object()
-        try:
-            outcome = services.shown_outcome(services.retry(row.id))
-        except ReactorError as exc:
-            return error_response(api_error_for(exc))
-        code = 202 if isinstance(outcome, Dispatched) else 200
-        return Response(outcome_data(outcome), status=code)
-
-    @extend_schema(request=CancelRequestSerializer, responses=REASON_ANSWERS)
-    @action(detail=True, methods=["post"])
-    def pause(self, request: Request, pk: str | None = None) -> Response:
-        """Pause the run: it stops at its next step boundary and waits, suspended, until
-        unpaused (body: an optional reason)."""
-        row = self.get_object()
-        reason = _reason(request)
-        return self._steer(lambda: services.pause(row.id, reason=reason), row)
-
-    @extend_schema(
-        request=None,
-        responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS, 409: STEER_REFUSED},
-    )
-    @action(detail=True, methods=["post"])
-    def unpause(self, request: Request, pk: str | None = None) -> Response:
-        """Let a paused run go on where it stopped (a worker takes it)."""
-        row = self.get_object()
-        return self._steer(lambda: services.unpause(row.id), row)
-
-    def _steer(self, operation: Callable[[], object], row: Execution) -> Response:
-        try:
-            operation()
-        except ReactorError as exc:
-            return error_response(api_error_for(exc))
-        fresh = self.get_queryset().get(pk=row.pk)
-        return Response(
-            ExecutionDetailSerializer(fresh, context=self.get_serializer_context()).data
-        )
-
-
-def _reason(request: Request) -> str:
-    """The reason of a steering request's optional body ``{"reason": "..."}`` (its first 1000
-    characters); 400 for any other body."""
-    # The parser refused what cannot be stored (NUL, lone surrogates) already.
-    if not isinstance(request.data, dict):
-        raise ApiError(
-            400, 'the body must be a JSON object, such as {"reason": "..."}, or empty',
-            code="invalid",
-        )  # fmt: skip
-    body = CancelRequestSerializer(data=request.data)
-    if not body.is_valid():
-        raise ValidationError(body.errors)
-    return str(body.validated_data.get("reason", ""))[:1000]
 
 
 def _execution_id(text: str) -> uuid.UUID:
@@ -377,24 +199,24 @@ def _execution_id(text: str) -> uuid.UUID:
 
 
 RESUME_RESPONSES = {
-    200: _described("Resumed inline: the run's outcome."),
-    202: _described("Accepted: a worker runs the rest."),
-    400: _error(
+    200: described("Resumed inline: the run's outcome."),
+    202: described("Accepted: a worker runs the rest."),
+    400: error_answer(
         "The body is not JSON or cannot be stored (parse_error), the request is "
         "invalid (invalid), a header is malformed (invalid_header), the step names no "
         "interrupt of the run's reactor (unknown_interrupt, with the valid paths), or the "
         "payload is invalid (invalid_payload, with field errors).",
     ),
-    401: _error("No credential, or a wrong one (with a WWW-Authenticate challenge)."),
-    403: _error(
+    401: error_answer("No credential, or a wrong one (with a WWW-Authenticate challenge)."),
+    403: error_answer(
         "The user lacks resume_interrupt (code permission_denied).",
     ),
-    404: _error("No such run, interrupt or token."),
-    409: _error("Already resumed, or not waiting yet."),
-    410: _error("Expired or cancelled."),
-    413: _error("Body too large."),
-    422: _error("Idempotency key reused."),
-    429: _error("Too many requests."),
+    404: error_answer("No such run, interrupt or token."),
+    409: error_answer("Already resumed, or not waiting yet."),
+    410: error_answer("Expired or cancelled."),
+    413: error_answer("Body too large."),
+    422: error_answer("Idempotency key reused."),
+    429: error_answer("Too many requests."),
 }
 CREDENTIAL_PARAMETERS = [
     OpenApiParameter(TOKEN_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER),

@@ -206,7 +206,7 @@ class Execution(models.Model):
             ("resume_interrupt", _("Can resume a paused execution")),
             ("cancel_execution", _("Can cancel an execution")),
             ("undo_execution", _("Can undo an execution")),
-            ("retry_execution", _("Can retry an execution")),
+            ("retry_execution", _("Can retry or fork an execution")),
             ("pause_execution", _("Can pause and unpause executions and reactors")),
             ("start_execution", _("Can start an execution over the API")),
         ]

@@ -49,6 +49,7 @@ OPERATIONS = {
     "POST /reactor/executions/{id}/retry/",
     "POST /reactor/executions/{id}/pause/",
     "POST /reactor/executions/{id}/unpause/",
+    "POST /reactor/executions/{id}/fork/",
     "POST /reactor/executions/{execution_id}/resume/",
     "POST /reactor/correlations/{correlation_id}/resume/",
     "POST /reactor/resume/",
@@ -130,6 +131,9 @@ EXECUTION_RESPONSES = {
         "200", "400", "401", "403", "404", "405", "409", "415",
     },
     ("/reactor/executions/{id}/unpause/", "post"): {"200", "401", "403", "404", "405", "409"},
+    ("/reactor/executions/{id}/fork/", "post"): {
+        "200", "202", "400", "401", "403", "404", "405", "409", "415",
+    },
 }  # fmt: skip
 
 
@@ -176,6 +180,7 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
     assert with_body == {
         ("/reactor/executions/{id}/cancel/", "post"),
         ("/reactor/executions/{id}/pause/", "post"),
+        ("/reactor/executions/{id}/fork/", "post"),
         *((path, "post") for path in RESUME_PATHS),
         (MESSAGE_PATH, "post"),
         (START_PATH, "post"),
