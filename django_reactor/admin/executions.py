@@ -48,6 +48,7 @@ from .display import (
     status_badge,
     status_badge_of,
 )
+from .forks import ForkViews
 from .maps import map_sections
 from .operations import ExecutionOperations
 from .paging import KeysetAdmin, KeysetChangeList
@@ -95,7 +96,7 @@ class ExecutionChangeList(KeysetChangeList):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(KeysetAdmin, ExecutionOperations, PauseViews, ConsoleViews):
+class ExecutionAdmin(KeysetAdmin, ExecutionOperations, PauseViews, ForkViews, ConsoleViews):
     """Runs, read-only; cancel, undo, retry and resume through ``services``.
 
     The list is newest first, counted up to ``count_limit`` runs, numbered that far and paged
@@ -433,6 +434,15 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, PauseViews, ConsoleViews)
             and self.has_retry_execution_permission(request, obj)
         ):
             buttons.append(("retry", _("Retry"), _("Run it again as a new execution.")))
+        if (
+            obj.status in services.FORKABLE
+            and obj.parent_id is None
+            and retried_as is None
+            and self.has_retry_execution_permission(request, obj)
+        ):
+            buttons.append(
+                ("fork", _("Fork…"), _("Run it again from a step, reusing the steps before it."))
+            )
         own_pause = store.pauses.run_pause(obj.pk)
         reactor_pause = store.pauses.reactor_pause(obj.reactor)
         if obj.parent_id is None and self.has_pause_execution_permission(request, obj):
@@ -523,6 +533,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, PauseViews, ConsoleViews)
             path("<path:object_id>/retry/", wrap(self.retry_view), name=f"{name}_retry"),
             path("<path:object_id>/wake/", wrap(self.wake_view), name=f"{name}_wake"),
             path("<path:object_id>/pause/", wrap(self.pause_view), name=f"{name}_pause"),
+            path("<path:object_id>/fork/", wrap(self.fork_view), name=f"{name}_fork"),
             path("<path:object_id>/unpause/", wrap(self.unpause_view), name=f"{name}_unpause"),
             path(
                 "<path:object_id>/resume/<str:step>/",
