@@ -8,6 +8,7 @@ queued (and the sweeper the ones a crash left unsent), and marks sent the ones i
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 
 from celery import Task
@@ -80,6 +81,17 @@ class CeleryPublisher:
             if _send(task, str(target), {**options, **countdown}, f"execution {item.execution_id}"):
                 sent.append(item.dispatch_id)
         return sent
+
+
+    def publish_operation(self, operation_id: uuid.UUID) -> bool:
+        """Send a bulk operation's task (``django_reactor.bulk``); False when the broker
+        refused it (the sweeper sends it again)."""
+        queue = reactor_settings.CELERY_QUEUE
+        database = this_database()
+        options: dict[str, object] = {"queue": queue} if queue else {}
+        if database is not None:
+            options["headers"] = database_headers(database)
+        return _send(tasks.bulk, str(operation_id), options, f"bulk operation {operation_id}")
 
 
 def _send(task: Task, argument: object, options: dict[str, object], what: str) -> bool:

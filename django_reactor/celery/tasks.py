@@ -147,6 +147,20 @@ def map_rollback(self: Task, map_id: str) -> None:
         maps.work(map_id, forward=False, published_for=published_for(self.request))
 
 
+@shared_task(
+    name="django_reactor.bulk",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def bulk(self: Task, operation_id: str) -> None:
+    """Work through a bulk operation's items (if no live process holds it) until none is
+    left, it is stopped, or this worker stops (the sweeper hands the rest on)."""
+    with _task_connections(), task_context(self.request), _refusing_other_databases():
+        services.run_bulk(operation_id, published_for=published_for(self.request))
+
+
 @shared_task(name="django_reactor.sweep", ignore_result=True)
 def sweep(follow: bool = True) -> dict[str, Any]:
     """Republish lost work: unsent dispatches, runs whose worker died, due wake-ups.

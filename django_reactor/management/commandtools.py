@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.utils import dateparse, timezone
+from django.utils import timezone
 
 from django_reactor import registry, store
 from django_reactor.display import short_json
@@ -51,6 +51,7 @@ from django_reactor.management.terminal import (  # noqa: F401 - the commands' o
     table_lines,
     write_table,
 )
+from django_reactor.services.run_filters import moment_from_text
 from django_reactor.states import ExecutionStatus
 
 EXAMPLE = """'{"amount": 5}'"""
@@ -259,22 +260,7 @@ def positive_int(value: str) -> int:
 def parse_moment(text: str, option: str = "--since") -> dt.datetime:
     """An ISO 8601 date or date-time; naive values are in the current time zone."""
     try:
-        moment = dateparse.parse_datetime(text)
-        if moment is None:
-            day = dateparse.parse_date(text)
-            if day is not None:
-                moment = dt.datetime.combine(day, dt.time.min)
-    except ValueError:
-        moment = None
-    if moment is None:
-        raise CommandError(
-            f"{option} {text!r} is not an ISO 8601 date or date-time; write it like "
-            "2024-05-01 or 2024-05-01T12:30:00+00:00"
-        )
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment)
-    try:
-        return timevalues.instant(moment, option)
+        return moment_from_text(text, option)
     except InvalidTime as exc:
         raise CommandError(str(exc)) from None
 

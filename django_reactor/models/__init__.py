@@ -8,6 +8,7 @@
 - ``schedules``: ``Schedule``, ``ScheduleFire``;
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
 - ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
+- ``bulk``: ``BulkOperation``, ``BulkItem`` (an action applied to every run a filter matched);
 - ``health``: ``ProcessHeartbeat`` (workers' and sweepers' heartbeats);
 - ``pauses``: ``Pause`` (operators' pauses of reactors and runs);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
@@ -27,6 +28,7 @@ from ..coordination.models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
+from .bulk import BulkItem, BulkOperation, BulkStatus, ItemStatus
 from .database import DatabaseIdentity
 from .events import CancelSubscription, Event
 from .health import ProcessHeartbeat, ProcessRole
@@ -49,6 +51,9 @@ from .schedules import Schedule, ScheduleFire
 __all__ = [
     "STEP_RECORD_UNIQUE",
     "ApiRequest",
+    "BulkItem",
+    "BulkOperation",
+    "BulkStatus",
     "CancelSubscription",
     "CoordinationKey",
     "CoordinationLock",
@@ -59,6 +64,7 @@ __all__ = [
     "Execution",
     "ExecutionEvent",
     "Interrupt",
+    "ItemStatus",
     "MapChunk",
     "MapResult",
     "MapRun",

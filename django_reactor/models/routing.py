@@ -38,6 +38,17 @@ def bound(alias: str) -> Iterator[str]:
         _bound.reset(token)
 
 
+@contextlib.contextmanager
+def unbound() -> Iterator[None]:
+    """Within the block, no database is bound: each operation finds its own (a bulk
+    operation, kept in one database, steering runs of several)."""
+    token = _bound.set(None)
+    try:
+        yield
+    finally:
+        _bound.reset(token)
+
+
 class RoutedQuerySet(models.QuerySet[M], Generic[M]):
     """A queryset that, unless told ``using``, goes to the database bound in its context."""
 

@@ -6,6 +6,8 @@ state. By what they do:
 
 - ``runs``: ``run``, ``run_in_background``, ``start``, ``find_by_correlation_id``, ``retry``;
 - ``steering``: ``cancel``, ``undo``, ``wake``;
+- ``bulk``: ``preview_bulk``, ``start_bulk``, ``run_bulk``, ``stop_bulk``, ``bulk_progress``
+  (one action on every run a ``RunFilter`` matches, durable);
 - ``forks``: ``fork`` (a run again from a step, its earlier steps carried), ``fork_plan``;
 - ``pausing``: ``pause``, ``unpause`` (a run), ``pause_reactor``, ``unpause_reactor``,
   ``paused_reactors`` (every run of a reactor);
@@ -32,6 +34,15 @@ state. By what they do:
 from __future__ import annotations
 
 from . import handles, schedules, secrets
+from .bulk import (
+    BulkPreview,
+    BulkProgress,
+    bulk_progress,
+    preview_bulk,
+    run_bulk,
+    start_bulk,
+    stop_bulk,
+)
 from .deadlines import expire_deadlines
 from .events import Emitted, emit, finish_events
 from .figures import DatabaseFigures, fleet_figures
@@ -60,6 +71,7 @@ from .pausing import (
     unpause,
     unpause_reactor,
 )
+from .run_filters import InvalidFilter, RunFilter
 from .runs import find_by_correlation_id, retry, run, run_in_background, start
 from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
@@ -72,14 +84,19 @@ __all__ = [
     "FORKABLE",
     "MAX_KEY_LENGTH",
     "UNDOABLE",
+    "BulkPreview",
+    "BulkProgress",
     "DatabaseFigures",
     "Emitted",
     "Health",
+    "InvalidFilter",
     "ReactorPause",
+    "RunFilter",
     "ServiceOperations",
     "StuckRun",
     "Unpaused",
     "after_pause",
+    "bulk_progress",
     "cancel",
     "deliver",
     "deliver_kept",
@@ -102,6 +119,7 @@ __all__ = [
     "pause",
     "pause_reactor",
     "paused_reactors",
+    "preview_bulk",
     "prune",
     "reset_ordered_lock",
     "resume",
@@ -109,6 +127,7 @@ __all__ = [
     "retry",
     "rotate_keys",
     "run",
+    "run_bulk",
     "run_in_background",
     "schedules",
     "secrets",
@@ -116,6 +135,8 @@ __all__ = [
     "shown_outcome",
     "skip_ordered_run",
     "start",
+    "start_bulk",
+    "stop_bulk",
     "stuck_runs",
     "sweep",
     "undo",

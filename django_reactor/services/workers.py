@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 from .databases import in_each_database
 from .deadlines import expire_deadlines
 from .events import finish_events
+from .bulk import republish_stalled
 from .forks import release_waiting_forks
 from .health import record_sweep
 from .interrupts import after_pause, deliver_kept_messages, expire_interrupts
@@ -325,6 +326,8 @@ def _sweep_once() -> store.SweepReport:
     report.recovered += rounds.run(batch, functools.partial(deliver_kept_messages, batch))
     # Forks whose original ended its undo after the process that forked them stopped.
     report.recovered += rounds.run(batch, functools.partial(release_waiting_forks, batch))
+    # Bulk operations nobody holds (their task lost, their worker gone): to a worker again.
+    report.recovered += republish_stalled(batch, reactor_settings.REDISPATCH_AFTER)
     report.deadlines += rounds.run(batch, functools.partial(expire_deadlines, batch))
     report.events = rounds.run(batch, functools.partial(finish_events, batch))
     report.maps = rounds.run(

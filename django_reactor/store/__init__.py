@@ -40,6 +40,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 from __future__ import annotations
 
 from . import (
+    bulk,
     dialects,
     events,
     forks,
@@ -87,6 +88,7 @@ from .db import (
     reconnecting,
     refresh_connections,
     side_by_side_limit,
+    unbound,
     using,
 )
 from .dialects import dialect, dialect_for
@@ -158,6 +160,7 @@ __all__ = [
     "bound",
     "bound_alias",
     "bound_to",
+    "bulk",
     "cancelled_while_running",
     "claim",
     "claim_for_worker",
@@ -226,6 +229,7 @@ __all__ = [
     "sweep",
     "this_database",
     "time_in_tests",
+    "unbound",
     "unfinished_descendants",
     "using",
     "wake_now",

@@ -17,6 +17,7 @@ from ..exceptions import ReactorError
 from ..models import Execution
 from ..models.routing import bound as bound
 from ..models.routing import bound_alias
+from ..models.routing import unbound as unbound
 
 try:
     import psycopg

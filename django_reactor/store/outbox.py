@@ -134,6 +134,28 @@ def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
     return publisher.publish(dispatches)
 
 
+def publish_operation_on_commit(operation_id: uuid.UUID) -> None:
+    """Send a bulk operation's task once the current transaction commits, through the
+    registered publisher's ``publish_operation`` (a publisher without one, or a refusal,
+    leaves it to the sweeper, which hands operations nobody took to a worker again)."""
+
+    def send() -> None:
+        send_operation = getattr(_registered.publisher, "publish_operation", None)
+        if send_operation is None:
+            logger.warning(
+                "no task publisher takes bulk operations (is Celery installed?): operation %s "
+                "waits for the sweeper or reactor_bulk --continue",
+                operation_id,
+            )
+            return
+        send_operation(operation_id)
+
+    if not _registered.after_commit:
+        send()
+        return
+    transaction.on_commit(send, using=using(), robust=True)
+
+
 def mark_taken(*, execution_id: uuid.UUID | None = None, map_id: uuid.UUID | None = None) -> None:
     """A task took its work: the run's (or the map's) unsent dispatches are sent, and the
     sweeper leaves them. On PostgreSQL the claims do this in their own statement
