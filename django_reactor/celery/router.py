@@ -82,7 +82,6 @@ class CeleryPublisher:
                 sent.append(item.dispatch_id)
         return sent
 
-
     def publish_operation(self, operation_id: uuid.UUID) -> bool:
         """Send a bulk operation's task (``django_reactor.bulk``); False when the broker
         refused it (the sweeper sends it again)."""

@@ -355,9 +355,7 @@ def run_bulk(
     Returns where it stands, or None when another process holds it or it is gone."""
     key = _id(operation_id)
     with store.bound(
-        store.database_of_message(
-            published_for, lambda: store.bulk.get_operation(key) is not None
-        )
+        store.database_of_message(published_for, lambda: store.bulk.get_operation(key) is not None)
     ):
         owner = store.lease_owner_token()
         row = store.bulk.take(key, owner)

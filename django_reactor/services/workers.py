@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from ..models import Execution
 
 
+from .bulk import republish_stalled
 from .databases import in_each_database
 from .deadlines import expire_deadlines
 from .events import finish_events
-from .bulk import republish_stalled
 from .forks import release_waiting_forks
 from .health import record_sweep
 from .interrupts import after_pause, deliver_kept_messages, expire_interrupts

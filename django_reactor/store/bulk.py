@@ -73,9 +73,7 @@ def take(operation_id: uuid.UUID, owner: str) -> BulkOperation | None:
     taken = (
         BulkOperation.objects.using(using())
         .filter(pk=operation_id, status__in=[BulkStatus.PENDING, BulkStatus.RUNNING])
-        .filter(
-            Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner)
-        )
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
         .update(
             status=BulkStatus.RUNNING,
             lease_owner=owner,
@@ -150,9 +148,11 @@ def finish(operation_id: uuid.UUID, owner: str) -> bool:
     """Mark the operation done once no item is pending; False when some are (or it is not
     this process's any more)."""
     with transaction.atomic(using=using()):
-        if BulkItem.objects.using(using()).filter(
-            operation_id=operation_id, status=ItemStatus.PENDING
-        ).exists():
+        if (
+            BulkItem.objects.using(using())
+            .filter(operation_id=operation_id, status=ItemStatus.PENDING)
+            .exists()
+        ):
             return False
         return bool(
             BulkOperation.objects.using(using())
@@ -221,9 +221,7 @@ def matching_ids(runs: QuerySet[Execution], batch: int = INSERT_BATCH) -> Iterab
     while True:
         page = runs.order_by("created_at", "id")
         if after is not None:
-            page = page.filter(
-                Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1])
-            )
+            page = page.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
         rows = list(page.values_list("created_at", "id")[:batch])
         if not rows:
             return

@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 
 from django_reactor import Reactor, interrupt, services, step, store
-from django_reactor.exceptions import ExecutionNotFound
+from django_reactor.exceptions import ExecutionNotFound, ReactorError
 from django_reactor.models import BulkItem, BulkOperation, Execution, Pause
-from django_reactor.services import InvalidFilter, RunFilter
+from django_reactor.services import RunFilter
 from django_reactor.states import ExecutionStatus
 from tests.integration.reactors import FAIL_AT, Tracked, ledger
 
@@ -56,9 +56,7 @@ def test_a_preview_counts_samples_and_writes_nothing() -> None:
     undo = services.preview_bulk(
         "undo", RunFilter.parse({"reactor": "Order", "status": "completed"})
     )
-    assert [(s.execution_id, s.undo) for s in undo.sample] == [
-        (completed, ("charge", "reserve"))
-    ]
+    assert [(s.execution_id, s.undo) for s in undo.sample] == [(completed, ("charge", "reserve"))]
     assert not BulkOperation.objects.exists()
     assert Execution.objects.count() == 4
 
@@ -180,9 +178,8 @@ def test_bad_requests_are_refused_before_anything_is_written() -> None:
         (lambda: services.start_bulk("cancel", FAILED, {"reason": "\x00"}), "reason"),
     ]
     for call, message in cases:
-        with pytest.raises(Exception, match=message) as caught:
+        with pytest.raises(ReactorError, match=message):
             call()
-        assert isinstance(caught.value, InvalidFilter | services.InvalidFilter) or "reason" in message
     with pytest.raises(ExecutionNotFound):
         services.bulk_progress("not-an-id")
     assert not BulkOperation.objects.exists()

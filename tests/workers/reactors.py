@@ -744,3 +744,55 @@ class CancelsATree(Reactor):
 
     class Meta:
         background = "all"
+
+
+# ---------------------------------------------------------------------------- fleet steering
+
+
+class Lookup(Step):
+    """Records its body run and needs no undo (it reads): its result stands after a failure."""
+
+    def run(self, **arguments: Any) -> Any:
+        BodyRun.objects.create(
+            execution_id=self.context.execution_id, step=self.context.step, pid=os.getpid()
+        )
+        return Success({"step": self.context.step})
+
+
+class Breakable(Effectful):
+    """An ``Effectful`` step that fails while a ``broken-<step>`` effect row exists (a bug a
+    deploy fixes: the test deletes the row)."""
+
+    def run(self, **arguments: Any) -> Any:
+        if Effect.objects.filter(key=f"broken-{self.context.step}").exists():
+            BodyRun.objects.create(
+                execution_id=self.context.execution_id, step=self.context.step, pid=os.getpid()
+            )
+            raise RuntimeError(f"{self.context.step} has a bug")
+        return super().run(**arguments)
+
+
+class EightSteps(Reactor):
+    """Four lookups, then four steps with effects, in the background."""
+
+    s1 = step(Lookup)
+    s2 = step(Lookup, wait_for=["s1"])
+    s3 = step(Lookup, wait_for=["s2"])
+    s4 = step(Lookup, wait_for=["s3"])
+    s5 = step(Breakable, wait_for=["s4"])
+    s6 = step(Breakable, wait_for=["s5"])
+    s7 = step(Breakable, wait_for=["s6"])
+    s8 = step(Breakable, wait_for=["s7"])
+
+    class Meta:
+        background = "all"
+
+
+class Checkout(Reactor):
+    """A run the bulk tests fail (``broken-c2``) and retry."""
+
+    c1 = step(Lookup)
+    c2 = step(Breakable, wait_for=["c1"])
+
+    class Meta:
+        background = "all"
