@@ -75,6 +75,12 @@ class AlreadyRetried(InvalidTransition):
         self.retry_id = retry_id
 
 
+class InvalidFilter(ReactorError, ValueError):
+    """A filter of runs (a bulk operation's) or a bulk request that cannot be used: an unknown
+    key, a bad value, no filter at all, an unknown action or a parameter it does not take.
+    Nothing was written."""
+
+
 class InvalidFork(ReactorError, ValueError):
     """A fork cannot be made as asked: the step names none of the reactor's steps, a step of
     the abandoned branch is gone from the code (it could not be undone), or its inputs or

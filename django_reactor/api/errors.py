@@ -30,6 +30,7 @@ from ..exceptions import (
     ForkNeedsUndo,
     IdempotencyKeyReused,
     InterruptClosed,
+    InvalidFilter,
     InvalidFork,
     InvalidInputs,
     InvalidMessage,
@@ -197,6 +198,8 @@ def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
         error = ApiError(409, str(exc), code="busy", retryable=True)
         error.headers["Retry-After"] = RETRY_AFTER_SECONDS
         return error
+    if isinstance(exc, InvalidFilter):
+        return ApiError(400, str(exc), code="invalid_filter")
     if isinstance(exc, InvalidFork):
         return ApiError(400, str(exc), code="invalid_fork")
     if isinstance(exc, ForkNeedsUndo):

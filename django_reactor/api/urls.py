@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
+from .bulk import BulkDetailView, BulkStopView, BulkView
 from .errors import endpoint_not_found
 from .events import EventView
 from .messages import MessageView
@@ -46,6 +47,9 @@ urlpatterns = [
     path("resume/", TokenResumeView.as_view(), name="token-resume"),
     path("reactors/<str:name>/runs/", StartView.as_view(), name="reactor-runs"),
     path("events/<str:name>/", EventView.as_view(), name="event-emit"),
+    path("bulk/", BulkView.as_view(), name="bulk"),
+    path("bulk/<str:operation_id>/", BulkDetailView.as_view(), name="bulk-detail"),
+    path("bulk/<str:operation_id>/stop/", BulkStopView.as_view(), name="bulk-stop"),
     path("metrics/", MetricsView.as_view(), name="metrics"),
     *router.urls,
     # Last: any other path under the API's prefix is a JSON 404.

@@ -33,6 +33,7 @@ state. By what they do:
 
 from __future__ import annotations
 
+from ..exceptions import InvalidFilter
 from . import handles, schedules, secrets
 from .bulk import (
     BulkPreview,
@@ -71,7 +72,7 @@ from .pausing import (
     unpause,
     unpause_reactor,
 )
-from .run_filters import InvalidFilter, RunFilter
+from .run_filters import RunFilter
 from .runs import find_by_correlation_id, retry, run, run_in_background, start
 from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake

@@ -24,14 +24,14 @@ from django.db.models import Count
 
 from .. import registry, store
 from ..engine.forks import plan_fork
-from ..exceptions import ExecutionNotFound, ReactorError
+from ..exceptions import ExecutionNotFound, InvalidFilter, ReactorError
 from ..models import BulkOperation, BulkStatus, ItemStatus
 from .databases import across_databases
 from .forks import fork
 from .guards import check_reason
 from .interrupts import resume_interrupt
 from .pausing import pause, unpause
-from .run_filters import InvalidFilter, RunFilter
+from .run_filters import RunFilter
 from .runs import retry
 from .steering import cancel, undo, wake
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,16 +21,12 @@ from django.utils import dateparse, timezone
 
 from .. import registry, store
 from ..engine import timevalues
-from ..exceptions import InvalidTime, ReactorError, ReactorNotRegistered
+from ..exceptions import InvalidFilter, InvalidTime, ReactorNotRegistered
 from ..models import Execution
 from ..states import ExecutionStatus
 
 #: The keys a filter takes.
 KEYS = ("reactor", "status", "step", "error", "created_after", "created_before", "id")
-
-
-class InvalidFilter(ReactorError, ValueError):
-    """A filter of runs that cannot be used: an unknown key, a bad value, or none at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +40,12 @@ class RunFilter:
     created_after: dt.datetime | None = None
     created_before: dt.datetime | None = None
     ids: tuple[uuid.UUID, ...] = ()
-    #: Business attributes (``attr.<key>=<value>``), when the project's store has them.
+    #: Business attributes (``attr.<key>=<value>``).
     attributes: Mapping[str, str] = field(default_factory=dict)
+    #: A face's own narrowing (the API's ``API_SCOPE``), applied at choosing time; not stored.
+    narrow: Callable[[QuerySet[Execution]], QuerySet[Execution]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @classmethod
     def parse(cls, pairs: Mapping[str, Any]) -> RunFilter:
@@ -139,6 +139,8 @@ class RunFilter:
             runs = runs.filter(pk__in=self.ids)
         if self.attributes:
             runs = store.with_attributes(runs, dict(self.attributes))
+        if self.narrow is not None:
+            runs = self.narrow(runs)
         return runs
 
     def databases(self) -> list[str]:

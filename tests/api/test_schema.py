@@ -55,6 +55,9 @@ OPERATIONS = {
     "POST /reactor/resume/",
     "POST /reactor/executions/{execution_id}/messages/{topic}/",
     "POST /reactor/events/{name}/",
+    "POST /reactor/bulk/",
+    "GET /reactor/bulk/{operation_id}/",
+    "POST /reactor/bulk/{operation_id}/stop/",
 }
 START_PATH = "/reactor/reactors/{name}/runs/"
 MESSAGE_PATH = "/reactor/executions/{execution_id}/messages/{topic}/"
@@ -185,6 +188,7 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
         (MESSAGE_PATH, "post"),
         (START_PATH, "post"),
         (EVENT_PATH, "post"),
+        ("/reactor/bulk/", "post"),
     }
     for path, method in with_body:
         content = paths[path][method]["requestBody"]["content"]
