@@ -38,11 +38,13 @@ from .display import (
     APP,
     FAILURE_EVENTS,
     ROLLBACK_EVENTS,
+    MomentsAdmin,
     breakable,
     execution_link,
     failure_fields,
     json_block,
     moment,
+    rollback_badge,
     short_reactor,
     status_badge,
     status_badge_of,
@@ -93,7 +95,7 @@ class ExecutionChangeList(KeysetChangeList):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
+class ExecutionAdmin(MomentsAdmin, KeysetAdmin, ExecutionOperations, ConsoleViews):
     """Runs, read-only; cancel, undo, retry and resume through ``services``.
 
     The list is newest first, counted up to ``count_limit`` runs, numbered that far and paged
@@ -344,7 +346,11 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
                 {
                     "view": view,
                     "badge": status_badge(view.status, step_labels.get(view.status)),
-                    "rollback_label": rollback_labels.get(view.rollback, view.rollback),
+                    "rollback_badge": rollback_badge(
+                        view.rollback, rollback_labels.get(view.rollback, view.rollback)
+                    )
+                    if view.rollback
+                    else "",
                     "arguments": short_json(view.arguments, 120),
                     "result": "" if view.result is None else short_json(view.result, 120),
                     "error": str(view.error) if view.error else "",

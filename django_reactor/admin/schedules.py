@@ -31,7 +31,7 @@ from ..models import Schedule, ScheduleFire
 from ..services.cadence import check_zone, format_every
 from ..states import FireOutcome
 from .databases import DatabaseAdmin
-from .display import APP, execution_link, short_reactor, status_badge
+from .display import APP, MomentsAdmin, execution_link, moment, short_reactor, status_badge
 from .paging import KeysetAdmin
 
 if TYPE_CHECKING:
@@ -60,19 +60,21 @@ FORM_FIELDS = (
 )
 
 
-def in_zone(moment: dt.datetime | None, zone: str) -> str:
-    """A fire time in the schedule's time zone, ``2025-05-02 02:30 CEST``; ``-`` for none."""
-    if moment is None:
-        return "-"
+def in_zone(value: dt.datetime | None, zone: str) -> SafeString:
+    """A fire time as the admin writes times (:func:`~.display.moment`), in the schedule's time
+    zone and followed by its name: ``2025-05-02 02:30:00 CEST``; ``-`` for none."""
     try:
-        local = moment.astimezone(check_zone(zone))
+        tz: dt.tzinfo = check_zone(zone)
     except ValueError:
-        local = moment.astimezone(dt.UTC)
-    return local.strftime("%Y-%m-%d %H:%M:%S %Z").replace(":00 ", " ", 1)
+        tz = dt.UTC
+    return moment(value, tz)
 
 
-def nowrap(text: str) -> SafeString:
-    return format_html('<span style="white-space: nowrap">{}</span>', text)
+def fire_time(moment_at: dt.datetime, until: dt.datetime | None, zone: str) -> SafeString:
+    """When a fire's tick was, and the last tick it stood for (a catch-up of several)."""
+    if until is None:
+        return in_zone(moment_at, zone)
+    return format_html("{} .. {}", in_zone(moment_at, zone), in_zone(until, zone))
 
 
 def outcome_badge(outcome: str) -> SafeString:
@@ -169,7 +171,7 @@ class ScheduleForm(forms.ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(DatabaseAdmin):
+class ScheduleAdmin(MomentsAdmin, DatabaseAdmin):
     """Schedules: added, changed, paused, resumed, run and removed through
     ``services.schedules``."""
 
@@ -246,11 +248,11 @@ class ScheduleAdmin(DatabaseAdmin):
     def next_fire(self, obj: Schedule) -> SafeString:
         if obj.pk and not obj.enabled:
             return format_html("{}", _("paused"))
-        return nowrap(in_zone(obj.next_fire_at, obj.timezone))
+        return in_zone(obj.next_fire_at, obj.timezone)
 
     @admin.display(description=_("last fire"), ordering="last_fire_at")
     def last_fire(self, obj: Schedule) -> SafeString:
-        return nowrap(in_zone(obj.last_fire_at, obj.timezone))
+        return in_zone(obj.last_fire_at, obj.timezone)
 
     @admin.display(description=_("policies"))
     def policies(self, obj: Schedule) -> SafeString:
@@ -266,7 +268,7 @@ class ScheduleAdmin(DatabaseAdmin):
         return execution_link(obj.last_execution_id) if obj.last_execution_id else "-"
 
     @admin.display(description=_("queued tick"))
-    def queued(self, obj: Schedule) -> str:
+    def queued(self, obj: Schedule) -> SafeString | str:
         if obj.queued_fire_id is None:
             return "-"
         fire = ScheduleFire.objects.filter(pk=obj.queued_fire_id).values("fire_at").first()
@@ -284,9 +286,11 @@ class ScheduleAdmin(DatabaseAdmin):
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
-                    in_zone(f.fire_at, obj.timezone)
-                    + (f" .. {in_zone(f.until, obj.timezone)}" if f.until else "")
-                    + (" (run now)" if f.manual else ""),
+                    format_html(
+                        "{}{}",
+                        fire_time(f.fire_at, f.until, obj.timezone),
+                        _(" (run now)") if f.manual else "",
+                    ),
                     outcome_badge(f.outcome),
                     execution_link(f.execution_id) if f.execution_id else "-",
                     f.note,
@@ -414,7 +418,7 @@ class ScheduleAdmin(DatabaseAdmin):
 
 
 @admin.register(ScheduleFire)
-class ScheduleFireAdmin(KeysetAdmin):
+class ScheduleFireAdmin(MomentsAdmin, KeysetAdmin):
     """What became of schedules' ticks, read-only, newest first."""
 
     list_display = ("fire_time", "schedule", "outcome_badge", "manual", "run", "note")
@@ -433,9 +437,8 @@ class ScheduleFireAdmin(KeysetAdmin):
         return False
 
     @admin.display(description=_("fire time"), ordering="fire_at")
-    def fire_time(self, obj: ScheduleFire) -> str:
-        shown = in_zone(obj.fire_at, obj.schedule.timezone)
-        return shown + (f" .. {in_zone(obj.until, obj.schedule.timezone)}" if obj.until else "")
+    def fire_time(self, obj: ScheduleFire) -> SafeString:
+        return fire_time(obj.fire_at, obj.until, obj.schedule.timezone)
 
     @admin.display(description=_("outcome"))
     def outcome_badge(self, obj: ScheduleFire) -> SafeString:
