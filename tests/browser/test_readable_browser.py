@@ -9,6 +9,7 @@ Drives Debian's Chromium (``/usr/bin/chromium``) with Playwright against pytest-
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import uuid
 from typing import Any
 
@@ -23,9 +24,11 @@ from django.utils import timezone  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
 from django_reactor import services  # noqa: E402
-from django_reactor.models import Execution, Interrupt, MapRun  # noqa: E402
-from tests.admin.reactors import TRIGGERS, Booking  # noqa: E402
+from django_reactor.models import Execution, ExecutionEvent, Interrupt, MapRun  # noqa: E402
+from django_reactor.states import EventKind, ExecutionStatus  # noqa: E402
+from tests.admin.reactors import TRIGGERS, Booking, Payment  # noqa: E402
 from tests.browser.test_admin_browser import reddish, rgb  # noqa: E402
+from tests.shapes import keep_shape  # noqa: E402
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 
@@ -165,3 +168,82 @@ def test_rollback_has_colours_of_its_own(admin_page: Any, live_server: Any) -> N
     assert reddish(rollback_failed["border"], margin=60), rollback_failed
     # Undone and a rollback that failed share the rollback's hue: only the red tells them apart.
     assert rollback_failed["bg"] == undone["bg"]
+
+
+def a_run_paused_for_two_days() -> Execution:
+    """A run whose step took milliseconds before and after a pause of two days and four hours
+    (its timeline cuts the pause): written as its worker would have written it."""
+    keep_shape(Payment.definition)
+    t0 = timezone.now() - dt.timedelta(days=3)
+    row = Execution.objects.create(
+        reactor=Payment.definition.name,
+        definition_hash=Payment.definition.definition_hash,
+        status=ExecutionStatus.COMPLETED,
+        inputs={},
+        current_step="ship",
+        started_at=t0,
+        finished_at=t0 + dt.timedelta(days=2, hours=4, seconds=1),
+    )
+    pause = 2 * 86400 + 4 * 3600
+    trace = [
+        (EventKind.START, "", 0.0, None, 0),
+        (EventKind.RUN, "hold", 0.004, 3.1, 1),
+        (EventKind.RUN, "pay", 0.012, 6.5, 1),
+        (EventKind.PARK, "", 0.013, None, 0),
+        (EventKind.RESUME, "", pause, None, 0),
+        (EventKind.RUN, "ship", pause + 0.009, 8.2, 1),
+        (EventKind.COMPLETE, "", pause + 0.010, None, 0),
+    ]
+    for seq, (kind, step, at, duration, attempt) in enumerate(trace, start=1):
+        ExecutionEvent.objects.create(
+            execution=row,
+            seq=seq,
+            kind=kind,
+            step=step,
+            attempt=attempt,
+            at=t0 + dt.timedelta(seconds=at),
+            duration_ms=duration,
+            data={},
+        )
+    return row
+
+
+@pytest.mark.parametrize("width", [1280, 900])
+def test_the_timeline_axis_labels_neither_repeat_nor_get_cut_off(
+    browser: Any, live_server: Any, operator: Any, width: int
+) -> None:
+    run = a_run_paused_for_two_days()
+    context = browser.new_context(viewport={"width": width, "height": 900}, locale="en-US")
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url)
+        page.goto(live_server.url + detail(run.pk))
+        svg = page.locator("#reactor-timeline svg.reactor-timeline")
+        expect(svg).to_be_visible()
+        labels = svg.evaluate(
+            """svg => {
+                const box = svg.viewBox.baseVal;
+                const selector = 'text.reactor-tl-tick, .reactor-tl-cut text';
+                const texts = [...svg.querySelectorAll(selector)];
+                return {
+                    width: box.width,
+                    labels: texts.map(t => {
+                        const b = t.getBBox();
+                        return {text: t.textContent, left: b.x, right: b.x + b.width};
+                    }),
+                };
+            }"""
+        )
+        texts = [label["text"] for label in labels["labels"]]
+        assert "2 d 04 h" in texts, texts  # the cut pause, with its length
+        assert len(texts) >= 3, texts
+        assert len(set(texts)) == len(texts), texts
+        ordered = sorted(labels["labels"], key=lambda label: label["left"])
+        for label in ordered:
+            assert label["left"] >= 0, label
+            assert label["right"] <= labels["width"], (label, labels["width"])
+        for before, after in itertools.pairwise(ordered):
+            assert before["right"] <= after["left"], (before, after)
+    finally:
+        context.close()
