@@ -38,6 +38,7 @@ STATES: tuple[str, ...] = (
     "failed",
     "undone",
     "compensated",
+    "rollback_failed",
 )
 PENDING = "pending"
 
@@ -53,6 +54,8 @@ _LIGHT: dict[str, tuple[str, str]] = {
     "failed": ("#fee2e2", "#dc2626"),
     "undone": ("#e2e8f0", "#475569"),
     "compensated": ("#e2e8f0", "#475569"),
+    # A completed step whose undo failed: neither done nor taken back.
+    "rollback_failed": ("#e2e8f0", "#dc2626"),
 }
 _DARK: dict[str, tuple[str, str]] = {
     "pending": ("#1e293b", "#64748b"),
@@ -65,6 +68,7 @@ _DARK: dict[str, tuple[str, str]] = {
     "failed": ("#7f1d1d", "#f87171"),
     "undone": ("#334155", "#94a3b8"),
     "compensated": ("#334155", "#94a3b8"),
+    "rollback_failed": ("#334155", "#f87171"),
 }
 _LIGHT_TEXT = "#1f2937"
 _DARK_TEXT = "#e5e7eb"
@@ -373,7 +377,7 @@ def _style(scope: str) -> str:
         f".{scope} .edge{{fill:none;stroke:currentColor;stroke-opacity:.55;stroke-width:1.4}}",
         f".{scope} .arrow{{fill:currentColor;fill-opacity:.7}}",
         f".{scope} .step rect{{stroke-width:1.6}}",
-        f".{scope} .step-failed rect{{stroke-width:2.4}}",
+        f".{scope} .step-failed rect,.{scope} .step-rollback_failed rect{{stroke-width:2.4}}",
         f".{scope} .step-running rect{{stroke-width:2.2}}",
         f".{scope} .step-pending rect{{stroke-dasharray:4 3}}",
     ]
@@ -521,9 +525,9 @@ def _record_state(record: Any) -> str:
     status = str(record.status)
     rollback = str(getattr(record, "rollback", "") or "")
     if status == "completed":
-        if rollback == "undone":
-            return "undone"
-        return "compensated" if rollback == "compensated" else "completed"
+        if rollback in ("undone", "compensated"):
+            return rollback
+        return "rollback_failed" if rollback == "failed" else "completed"
     if status == "failed":
         return "compensated" if rollback == "compensated" else "failed"
     if status in ("skipped", "halted"):

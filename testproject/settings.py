@@ -103,8 +103,7 @@ REACTOR: dict[str, object] = {
 }
 
 # The secret a partner signs its webhooks with (Standard Webhooks, "whsec_..."), read from the
-# environment: the supplier of the tutorial "Workers, webhooks and the admin" signs deliveries
-# for RestockProduct with it.
+# environment: the supplier signs its deliveries for RestockProduct with it.
 if os.environ.get("REACTOR_WEBHOOK_SECRET"):
     REACTOR["WEBHOOK_SECRETS"] = {
         "testproject.example.reactors.RestockProduct": [os.environ["REACTOR_WEBHOOK_SECRET"]],

@@ -22,3 +22,14 @@ def test_every_check_id_is_documented() -> None:
     text = (DOCS / "reference" / "checks.md").read_text()
     assert ids
     assert sorted(i for i in ids if i not in text) == []
+
+
+def test_every_page_reads_as_plain_markdown_in_a_checkout() -> None:
+    """No page includes another file (mkdocs' snippets, ``--8<--``): what a page shows is on
+    the page, for a reader of the checkout as for the site (the tutorials' code is run as
+    written by ``tests/docs/test_tutorials.py``)."""
+    include = re.compile(r"^\s*-{1,2}8\s*<\s*-{1,2}", re.M)
+    pages = sorted(DOCS.rglob("*.md"))
+    assert len(pages) > 20
+    assert [str(p.relative_to(DOCS)) for p in pages if include.search(p.read_text())] == []
+    assert "snippets" not in (DOCS.parent / "mkdocs.yml").read_text()

@@ -28,7 +28,7 @@ from ..exceptions import ReactorError
 from ..models import BulkItem, BulkOperation, ItemStatus
 from ..services.bulk import ACTIONS, BulkPreview
 from .console import REFRESH_SECONDS
-from .display import APP, moment
+from .display import APP, MomentsAdmin, moment
 
 #: The executions list's query parameters, as a bulk filter's keys.
 LIST_PARAMETERS = {
@@ -61,7 +61,7 @@ def filter_of_list(query: QueryDict) -> dict[str, str]:
 
 
 @admin.register(BulkOperation)
-class BulkOperationAdmin(admin.ModelAdmin):
+class BulkOperationAdmin(MomentsAdmin):
     """Bulk operations: read-only, newest first; started from the executions list."""
 
     list_display = (

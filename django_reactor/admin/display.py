@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import DateTimeField, Model
+from django.http import HttpRequest
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -16,7 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..display import short_json
 from ..models import Execution
-from ..states import EventKind
+from ..states import EventKind, RollbackStatus
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -59,6 +63,13 @@ def status_badge(status: str, label: object = None) -> SafeString:
     return format_html(
         '<span class="reactor-badge reactor-badge-{}">{}</span>', status, label or status
     )
+
+
+def rollback_badge(rollback: str, label: object = None) -> SafeString:
+    """A step's rollback as a badge: ``undone``, ``compensated``, ``no_handler``, and a rollback
+    call that failed as ``rollback_failed`` (its own colour, not a failed step's)."""
+    css = "rollback_failed" if rollback == RollbackStatus.FAILED else rollback
+    return status_badge(css, label or rollback)
 
 
 # The status labels of each model, by its label: lazy translations, translated when rendered.
@@ -229,20 +240,93 @@ def json_block(value: object) -> SafeString:
     )
 
 
-def moment(value: dt.datetime | None) -> SafeString:
-    """A time as ``2026-12-03`` over ``10:04:05`` (a narrow column); the full time, to the
-    millisecond, as its title."""
+def moment(value: dt.datetime | None, zone: dt.tzinfo | None = None) -> SafeString:
+    """A time as the admin writes every time: ``2026-12-03 10:04:05``, in the current time zone,
+    or in ``zone`` followed by its name (a schedule's times, read in its own zone). The full
+    time, to the millisecond and with its zone, is its title; in a list the date stands over
+    the time (a narrow column)."""
     if value is None:
         return format_html("{}", "-")
-    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    if zone is not None:
+        local = value.astimezone(zone)
+    else:
+        local = timezone.localtime(value) if timezone.is_aware(value) else value
+    clock = local.strftime("%H:%M:%S")
+    if zone is not None:
+        clock += local.strftime(" %Z")
     return format_html(
         '<time class="reactor-moment" datetime="{}" title="{}"><span>{}</span> <span>{}</span>'
         "</time>",
         value.isoformat(),
-        local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+        local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + local.strftime(" %Z").rstrip(),
         local.strftime("%Y-%m-%d"),
-        local.strftime("%H:%M:%S"),
+        clock,
     )
+
+
+#: The column of each model's date-time field, by (model label, field name): one object, so
+#: that the admin finds it again in its lists of fields.
+_moment_columns: dict[tuple[str, str], Callable[[Any], SafeString]] = {}
+
+
+def moment_column(model: type[Model], name: str) -> Callable[[Any], SafeString] | None:
+    """A list column or read-only field showing ``model``'s date-time field ``name`` as
+    :func:`moment` (named as the field, so its cells keep the ``field-<name>`` class); None
+    when ``name`` is no date-time field of ``model``."""
+    key = (model._meta.label, name)
+    column = _moment_columns.get(key)
+    if column is not None:
+        return column
+    try:
+        field = model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return None
+    if not isinstance(field, DateTimeField):
+        return None
+
+    def shown(obj: Any) -> SafeString:
+        return moment(getattr(obj, name))
+
+    shown.__name__ = name
+    shown.short_description = field.verbose_name  # type: ignore[attr-defined]
+    shown.admin_order_field = name  # type: ignore[attr-defined]
+    return _moment_columns.setdefault(key, shown)
+
+
+class MomentsAdmin(admin.ModelAdmin):
+    """A model admin whose lists and read-only fields show date-time fields as :func:`moment`,
+    as every time of django_reactor's admin is written (Django would write them in the
+    locale's format, ``Dec. 3, 2026, 10:04 a.m.``). Editable date-time fields stay inputs."""
+
+    def _moment(self, name: Any) -> Any:
+        if isinstance(name, list | tuple):  # fields of a fieldset shown on one line
+            return type(name)(self._moment(n) for n in name)
+        return (moment_column(self.model, name) or name) if isinstance(name, str) else name
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        return [self._moment(name) for name in super().get_list_display(request)]
+
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        sortable = list(super().get_sortable_by(request))
+        return [*sortable, *(self._moment(name) for name in sortable)]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [self._moment(name) for name in super().get_readonly_fields(request, obj)]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Read-only: the declared read-only fields, and every field of a page nobody may change.
+        everything = obj is not None and not self.has_change_permission(request, obj)
+        readonly = set(super().get_readonly_fields(request, obj))
+
+        def shown(name: Any) -> Any:
+            if isinstance(name, list | tuple):
+                return type(name)(shown(n) for n in name)
+            return self._moment(name) if everything or name in readonly else name
+
+        return [
+            (title, {**options, "fields": [shown(name) for name in options["fields"]]})
+            for title, options in super().get_fieldsets(request, obj)
+        ]
 
 
 def breakable(name: str) -> SafeString:

@@ -4,7 +4,6 @@ through ``django_reactor.services`` and is recorded as an admin ``LogEntry``."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -24,18 +23,11 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .. import registry, services, store
-from ..engine.validation import error_messages
-from ..exceptions import (
-    AlreadyResumed,
-    InterruptClosed,
-    InvalidPayload,
-    NotWaiting,
-    ReactorError,
-    ReactorNotRegistered,
-)
+from .. import registry, services
+from ..exceptions import ReactorError
 from ..models import Execution, ExecutionEvent, Interrupt
 from ..states import ExecutionStatus, InterruptStatus
+from . import resume
 from .display import (
     APP,
     execution_link,
@@ -43,7 +35,6 @@ from .display import (
     status_badge_of,
     waits_for,
 )
-from .forms import ResumeForm, serializer_example, serializer_help
 from .maps import parked_maps, waiting_since
 from .paging import CappedPaginator
 
@@ -367,114 +358,8 @@ class ExecutionOperations(admin.ModelAdmin):
         return self._single(request, object_id, "wake", allowed)
 
     def resume_view(self, request: HttpRequest, object_id: str, step: str) -> HttpResponse:
-        if not self.has_resume_interrupt_permission(request):
-            raise PermissionDenied
-        if request.method not in ("GET", "POST"):
-            return HttpResponseNotAllowed(["GET", "POST"])
-        row = self._get_run(request, object_id)
-        change_url = reverse(f"admin:{APP}_execution_change", args=[quote(str(row.pk))])
-        if row.parent_id is not None and not row.detached:
-            # A composed child's interrupts are resumed through the run at the top, by path.
-            try:
-                services.find_interrupt(execution_id=row.pk, step=step)
-            except ReactorError as exc:
-                self.message_user(request, str(exc), messages.ERROR)
-            return redirect(change_url)
-        # ``step`` may be a path through composed children (checkout.approval).
-        interrupt = store.interrupts.at(row.pk, step)
-        if interrupt is None:
-            raise Http404(f"execution {row.id} has no interrupt {step!r}")
-        serializer_class = None
-        definition_problem = ""
-        try:
-            spec = registry.get(interrupt.reactor).definition.by_name.get(interrupt.step)
-            if spec is not None and spec.interrupt is not None:
-                serializer_class = spec.interrupt.payload
-            else:
-                definition_problem = f"{step!r} is no longer an interrupt of {interrupt.reactor}"
-        except ReactorNotRegistered as exc:
-            definition_problem = str(exc)
-        example = serializer_example(serializer_class()) if serializer_class else {}
-        initial = {
-            "payload": json.dumps(example, indent=2),
-            "background": interrupt.resume_mode == "background",
-        }
-        payload_errors: list[tuple[str, str]] = []
-        if request.method == "POST":
-            form = ResumeForm(request.POST, initial=initial)
-            if form.is_valid():
-                try:
-                    services.resume_interrupt(
-                        row.id,
-                        step=step,
-                        payload=form.cleaned_data["payload"],
-                        background=form.cleaned_data["background"],
-                    )
-                except InvalidPayload as exc:
-                    payload_errors = error_messages(exc.errors)
-                    for field_path, message in payload_errors:
-                        form.add_error(
-                            "payload", f"{field_path}: {message}" if field_path else message
-                        )
-                    limit = f" of {exc.max_attempts}" if exc.max_attempts else ""
-                    self.log_change(
-                        request,
-                        row,
-                        f"Invalid payload for interrupt {step!r} (attempt {exc.attempts}{limit})",
-                    )
-                    if exc.run_failed:
-                        self.message_user(request, str(exc), messages.ERROR)
-                        return redirect(change_url)
-                    self.message_user(
-                        request,
-                        _(
-                            "The payload was refused (invalid payload %(attempts)s%(limit)s); "
-                            "the run stays paused."
-                        )
-                        % {"attempts": exc.attempts, "limit": limit},
-                        messages.WARNING,
-                    )
-                    interrupt.refresh_from_db()
-                except AlreadyResumed as exc:
-                    self.message_user(request, str(exc), messages.WARNING)
-                    return redirect(change_url)
-                except (InterruptClosed, NotWaiting, ReactorError, LookupError) as exc:
-                    self.message_user(request, str(exc), messages.ERROR)
-                    return redirect(change_url)
-                else:
-                    status = (
-                        Execution.objects.filter(pk=row.pk).values_list("status", flat=True).get()
-                    )
-                    label = dict(ExecutionStatus.choices).get(status, status)
-                    self.log_change(request, row, f"Resumed interrupt {step!r}")
-                    self.message_user(
-                        request,
-                        _("Payload accepted for %(step)s; the run is now %(status)s.")
-                        % {"step": step, "status": str(label).lower()},
-                        messages.SUCCESS,
-                    )
-                    return redirect(change_url)
-        else:
-            form = ResumeForm(initial=initial)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Resume %(step)s") % {"step": step},
-            "opts": self.model._meta,
-            "original": row,
-            "change_url": change_url,
-            "interrupt": interrupt,
-            "interrupt_path": step,
-            "interrupt_badge": status_badge_of(interrupt),
-            "waiting": interrupt.status == InterruptStatus.WAITING,
-            "form": form,
-            "payload_errors": payload_errors,
-            "fields": serializer_help(serializer_class),
-            "serializer_name": serializer_class.__name__ if serializer_class else "",
-            "definition_problem": definition_problem,
-            "status_badge": status_badge_of(row),
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/django_reactor/execution/resume.html", context)
+        """An interrupt's resume page (``admin.resume``)."""
+        return resume.resume_view(self, request, object_id, step)
 
     def parked_view(self, request: HttpRequest) -> HttpResponse:
         """Runs waiting: at interrupts, and pending until a wake-up (retry backoff, async unit)."""

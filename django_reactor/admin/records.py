@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import store
 from ..engine.serialization import conceal
 from ..models import Dispatch, Interrupt, MapResult, MapRun
-from ..states import ElementStatus, MapStatus
+from ..states import ElementStatus, InterruptStatus, MapStatus
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -30,9 +30,12 @@ if TYPE_CHECKING:
     from ..engine.serialization import JSONValue
 from .display import (
     APP,
+    MomentsAdmin,
     admin_url,
+    breakable,
     execution_link,
     json_block,
+    moment,
     short_reactor,
     status_badge,
     status_badge_of,
@@ -44,7 +47,7 @@ from .paging import KeysetAdmin, KeysetChangeList
 SHORT_ERROR = 160
 
 
-class ReadOnlyAdmin(KeysetAdmin):
+class ReadOnlyAdmin(MomentsAdmin, KeysetAdmin):
     """A read-only list with a capped count and keyset pages (``paging``)."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -62,18 +65,17 @@ class InterruptAdmin(ReadOnlyAdmin):
     """Interrupts runs reached, read-only (resume a run from its execution page)."""
 
     list_display = (
-        "step",
+        "step_name",
         "run",
         "reactor_name",
         "status_badge",
         "correlation_id",
         "attempts",
-        "expires_at",
         "created_at",
-        "closed_at",
+        "closed_or_expires",
     )
-    # No date_hierarchy (a DISTINCT over every row's date); the reactor filter offers the
-    # registered reactors (a DISTINCT over the rows would read them all).
+    # No date_hierarchy (a DISTINCT over every row's date); the reactor filter reads the
+    # reactors through the (reactor, created_at, id) index, one seek each.
     list_filter = ("status", ReactorListFilter, "created_at")
     search_fields = ("=correlation_id",)
     search_help_text = _("A correlation id (exact).")
@@ -82,6 +84,10 @@ class InterruptAdmin(ReadOnlyAdmin):
     # The payload shows with its secret fields redacted (sealed in the row), never as stored.
     exclude = ("token_hash", "payload")
     readonly_fields = ("shown_payload",)
+
+    @admin.display(description=_("step"))
+    def step_name(self, obj: Interrupt) -> SafeString:
+        return breakable(obj.step)
 
     @admin.display(description=_("execution"))
     def run(self, obj: Interrupt) -> SafeString:
@@ -110,6 +116,18 @@ class InterruptAdmin(ReadOnlyAdmin):
         if obj.payload is None:
             return "-"
         return _pre(conceal(obj.payload, store.secrets.Marks()))
+
+    @admin.display(description=_("closed (or expires) at"))
+    def closed_or_expires(self, obj: Interrupt) -> SafeString:
+        # One column for two times, for the list's width: when an interrupt closed, and when
+        # a waiting one will expire (muted: it has not happened).
+        if obj.closed_at is not None or obj.status != InterruptStatus.WAITING:
+            return moment(obj.closed_at)
+        if obj.expires_at is None:
+            return format_html('<span class="reactor-muted">{}</span>', _("never expires"))
+        return format_html(
+            '<span class="reactor-muted" title="{}">{}</span>', _("expires"), moment(obj.expires_at)
+        )
 
     @admin.display(description=_("invalid payloads"))
     def attempts(self, obj: Interrupt) -> str:
@@ -178,18 +196,7 @@ def _uuid(term: str) -> uuid.UUID | None:
 class MapRunAdmin(ReadOnlyAdmin):
     """The map steps runs reached, with their counters (a run's page has their summary)."""
 
-    list_display = (
-        "step",
-        "run",
-        "status_badge",
-        "mode",
-        "size",
-        "settled",
-        "succeeded",
-        "failed",
-        "elements",
-        "created_at",
-    )
+    list_display = ("step_name", "run", "status_badge", "mode", "progress", "created_at")
     list_filter = ("status", "fan_out", "created_at")
     search_fields = ("=execution__id",)
     search_help_text = _("An execution id (exact).")
@@ -201,6 +208,10 @@ class MapRunAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[MapRun]:
         return super().get_queryset(request).defer("shared")
+
+    @admin.display(description=_("step"))
+    def step_name(self, obj: MapRun) -> SafeString:
+        return breakable(obj.step)
 
     @admin.display(description=_("execution"))
     def run(self, obj: MapRun) -> SafeString:
@@ -216,10 +227,30 @@ class MapRunAdmin(ReadOnlyAdmin):
         return f"{where}, {_('atomic') if obj.atomic else _('tolerant')}"
 
     @admin.display(description=_("elements"))
-    def elements(self, obj: MapRun) -> SafeString:
+    def progress(self, obj: MapRun) -> SafeString:
+        """How many elements settled of how many, the failed ones, linked to their list."""
         url = admin_url(f"admin:{APP}_mapresult_changelist")
+        if obj.size is None:
+            settled = _("%(settled)s settled, size not known yet") % {"settled": f"{obj.settled:,}"}
+        else:
+            settled = _("%(settled)s of %(size)s settled") % {
+                "settled": f"{obj.settled:,}",
+                "size": f"{obj.size:,}",
+            }
+        failed = (
+            format_html(
+                '<br><span class="reactor-error">{}</span>',
+                _("%(failed)s failed") % {"failed": f"{obj.failed:,}"},
+            )
+            if obj.failed
+            else ""
+        )
         return format_html(
-            '<a href="{}?{}">{}</a>', url, urlencode({"map_run__id__exact": str(obj.pk)}), _("list")
+            '<a href="{}?{}">{}</a>{}',
+            url,
+            urlencode({"map_run__id__exact": str(obj.pk)}),
+            settled,
+            failed,
         )
 
     @admin.display(description=_("shared arguments"))
@@ -326,7 +357,14 @@ class MapResultChangeList(KeysetChangeList):
 class MapResultAdmin(ReadOnlyAdmin):
     """The elements of a map, by index: status, error message, attempts (read-only)."""
 
-    list_display = ("index", "status_badge", "error_message", "attempts", "finished_at", "map")
+    list_display = (
+        "index",
+        "status_badge",
+        "error_message",
+        "element_attempts",
+        "element_finished_at",
+        "map",
+    )
     list_display_links = ("index",)
     list_filter = (MapFilter, ElementStatusFilter)
     list_per_page = 100
@@ -338,8 +376,8 @@ class MapResultAdmin(ReadOnlyAdmin):
         "map_link",
         "index",
         "status_badge",
-        "attempts",
-        "finished_at",
+        "element_attempts",
+        "element_finished_at",
         "item_json",
         "value_json",
         "error_json",
@@ -385,6 +423,20 @@ class MapResultAdmin(ReadOnlyAdmin):
     @admin.display(description=_("status"))
     def status_badge(self, obj: MapResult) -> SafeString:
         return status_badge_of(obj)
+
+    @admin.display(description=_("attempts"))
+    def element_attempts(self, obj: MapResult) -> str:
+        # An element that never started was only written down as such when its map stopped:
+        # it had no attempt and did not finish.
+        if obj.status == ElementStatus.NOT_STARTED:
+            return "-"
+        return str(obj.attempts)
+
+    @admin.display(description=_("finished at"))
+    def element_finished_at(self, obj: MapResult) -> SafeString:
+        if obj.status == ElementStatus.NOT_STARTED:
+            return moment(None)
+        return moment(obj.finished_at)
 
     @admin.display(description=_("error"))
     def error_message(self, obj: MapResult) -> str:

@@ -1,6 +1,7 @@
 """Admin pages for schedules: the list (next and last fire, policies), the form (every field
 checked by ``services.schedules``, each problem under its field), the actions pause, resume and
-run now, and each schedule's latest fires with links to their runs.
+run now, and each schedule's page: its next fires, a "Run now" button (after a confirmation)
+and its latest fires with links to their runs.
 
 Nothing here writes a row: adding, changing and deleting a schedule go through
 ``services.schedules`` like the actions, and each change is recorded as an admin ``LogEntry``.
@@ -14,10 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.forms.utils import ErrorList
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone as django_timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
@@ -26,12 +31,13 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from .. import registry, services
+from ..display import short_json
 from ..exceptions import InvalidSchedule, ReactorError
 from ..models import Schedule, ScheduleFire
 from ..services.cadence import check_zone, format_every
 from ..states import FireOutcome
 from .databases import DatabaseAdmin
-from .display import APP, execution_link, short_reactor, status_badge
+from .display import APP, MomentsAdmin, execution_link, moment, short_reactor, status_badge
 from .paging import KeysetAdmin
 
 if TYPE_CHECKING:
@@ -39,6 +45,8 @@ if TYPE_CHECKING:
 
 #: Fires listed on a schedule's page (the fires list has them all).
 RECENT_FIRES = 20
+#: Fires to come listed on a schedule's page.
+UPCOMING_FIRES = 10
 #: How each outcome's badge is coloured (the execution statuses' colours).
 OUTCOME_COLOURS: dict[str, str] = {
     FireOutcome.STARTED: "completed",
@@ -60,19 +68,21 @@ FORM_FIELDS = (
 )
 
 
-def in_zone(moment: dt.datetime | None, zone: str) -> str:
-    """A fire time in the schedule's time zone, ``2025-05-02 02:30 CEST``; ``-`` for none."""
-    if moment is None:
-        return "-"
+def in_zone(value: dt.datetime | None, zone: str) -> SafeString:
+    """A fire time as the admin writes times (:func:`~.display.moment`), in the schedule's time
+    zone and followed by its name: ``2025-05-02 02:30:00 CEST``; ``-`` for none."""
     try:
-        local = moment.astimezone(check_zone(zone))
+        tz: dt.tzinfo = check_zone(zone)
     except ValueError:
-        local = moment.astimezone(dt.UTC)
-    return local.strftime("%Y-%m-%d %H:%M:%S %Z").replace(":00 ", " ", 1)
+        tz = dt.UTC
+    return moment(value, tz)
 
 
-def nowrap(text: str) -> SafeString:
-    return format_html('<span style="white-space: nowrap">{}</span>', text)
+def fire_time(moment_at: dt.datetime, until: dt.datetime | None, zone: str) -> SafeString:
+    """When a fire's tick was, and the last tick it stood for (a catch-up of several)."""
+    if until is None:
+        return in_zone(moment_at, zone)
+    return format_html("{} .. {}", in_zone(moment_at, zone), in_zone(until, zone))
 
 
 def outcome_badge(outcome: str) -> SafeString:
@@ -126,7 +136,8 @@ class ScheduleForm(forms.ModelForm):
         reactor.choices = [("", "---------")] + [
             (n, f"{n.rsplit('.', 1)[-1]} ({n})") for n in names
         ]
-        self.fields["timezone"].initial = self.fields["timezone"].initial or "UTC"
+        if "timezone" in self.fields:  # not on the read-only page of a viewer
+            self.fields["timezone"].initial = self.fields["timezone"].initial or "UTC"
         if self.instance.pk:
             row = services.schedules.get(self.instance.pk)
             self.initial["inputs"] = services.schedules.shown_inputs(row)
@@ -169,7 +180,7 @@ class ScheduleForm(forms.ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(DatabaseAdmin):
+class ScheduleAdmin(MomentsAdmin, DatabaseAdmin):
     """Schedules: added, changed, paused, resumed, run and removed through
     ``services.schedules``."""
 
@@ -190,6 +201,7 @@ class ScheduleAdmin(DatabaseAdmin):
     actions = ("pause_selected", "resume_selected", "run_now_selected")
     readonly_fields = (
         "next_fire",
+        "upcoming_fires",
         "last_fire",
         "last_run",
         "queued",
@@ -215,6 +227,7 @@ class ScheduleAdmin(DatabaseAdmin):
             {
                 "fields": (
                     "next_fire",
+                    "upcoming_fires",
                     "last_fire",
                     "last_run",
                     "queued",
@@ -246,11 +259,11 @@ class ScheduleAdmin(DatabaseAdmin):
     def next_fire(self, obj: Schedule) -> SafeString:
         if obj.pk and not obj.enabled:
             return format_html("{}", _("paused"))
-        return nowrap(in_zone(obj.next_fire_at, obj.timezone))
+        return in_zone(obj.next_fire_at, obj.timezone)
 
     @admin.display(description=_("last fire"), ordering="last_fire_at")
     def last_fire(self, obj: Schedule) -> SafeString:
-        return nowrap(in_zone(obj.last_fire_at, obj.timezone))
+        return in_zone(obj.last_fire_at, obj.timezone)
 
     @admin.display(description=_("policies"))
     def policies(self, obj: Schedule) -> SafeString:
@@ -266,11 +279,28 @@ class ScheduleAdmin(DatabaseAdmin):
         return execution_link(obj.last_execution_id) if obj.last_execution_id else "-"
 
     @admin.display(description=_("queued tick"))
-    def queued(self, obj: Schedule) -> str:
+    def queued(self, obj: Schedule) -> SafeString | str:
         if obj.queued_fire_id is None:
             return "-"
         fire = ScheduleFire.objects.filter(pk=obj.queued_fire_id).values("fire_at").first()
         return in_zone(fire["fire_at"] if fire else None, obj.timezone)
+
+    @admin.display(description=_("fires to come"))
+    def upcoming_fires(self, obj: Schedule) -> SafeString:
+        if not obj.pk:
+            return format_html("{}", "-")
+        if not obj.enabled:
+            return format_html(
+                "{}",
+                _("None while it is paused: resumed, it fires from the first tick after then."),
+            )
+        fires = services.schedules.upcoming(obj.pk, UPCOMING_FIRES)
+        if not fires:
+            return format_html("{}", _("None (its cadence gives no time a date can hold)."))
+        return format_html(
+            '<ol class="reactor-upcoming" id="reactor-upcoming">{}</ol>',
+            format_html_join("", "<li>{}</li>", ((in_zone(f, obj.timezone),) for f in fires)),
+        )
 
     @admin.display(description=_("latest fires"))
     def recent_fires(self, obj: Schedule) -> SafeString | str:
@@ -284,9 +314,11 @@ class ScheduleAdmin(DatabaseAdmin):
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
-                    in_zone(f.fire_at, obj.timezone)
-                    + (f" .. {in_zone(f.until, obj.timezone)}" if f.until else "")
-                    + (" (run now)" if f.manual else ""),
+                    format_html(
+                        "{}{}",
+                        fire_time(f.fire_at, f.until, obj.timezone),
+                        _(" (run now)") if f.manual else "",
+                    ),
                     outcome_badge(f.outcome),
                     execution_link(f.execution_id) if f.execution_id else "-",
                     f.note,
@@ -374,25 +406,65 @@ class ScheduleAdmin(DatabaseAdmin):
     @admin.action(description=_("Run the selected schedules now"), permissions=["change"])
     def run_now_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         for obj in queryset.order_by("name"):
-            try:
-                fire = services.schedules.run_now(obj.pk)
-            except ReactorError as exc:
-                self.message_user(request, f"{obj.name}: {exc}", messages.ERROR)
-                continue
-            if fire.execution_id is None:
-                self.message_user(
-                    request,
-                    format_html("{}: {} ({})", obj.name, _("no run started"), fire.note),
-                    messages.ERROR,
-                )
-                continue
-            self.log_change(request, obj, f"Ran now: execution {fire.execution_id}")
+            self._run_now(request, obj)
+
+    # -- the page's "Run now" button
+
+    def get_urls(self) -> list[URLPattern]:
+        run_now = self.admin_site.admin_view(self.run_now_view)
+        name = f"{APP}_schedule_run_now"
+        return [path("<path:object_id>/run-now/", run_now, name=name), *super().get_urls()]
+
+    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: what running the schedule now does, and a button; POST: run it
+        (``services.schedules.run_now``), then back to its page with a link to the run."""
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(f"no schedule with the id {object_id!r}")
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        change_url = reverse(f"admin:{APP}_schedule_change", args=[obj.pk])
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            self._run_now(request, obj)
+            return redirect(change_url)
+        if request.method not in ("GET", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Run %(name)s now?") % {"name": obj.name},
+            "opts": self.model._meta,
+            "original": obj,
+            "reactor": obj.reactor,
+            "inputs": short_json(services.schedules.shown_inputs(services.schedules.get(obj.pk))),
+            "next_fire": in_zone(obj.next_fire_at, obj.timezone) if obj.enabled else None,
+            "change_url": change_url,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request, "admin/django_reactor/schedule/run_now_confirmation.html", context
+        )
+
+    def _run_now(self, request: HttpRequest, obj: Schedule) -> bool:
+        """Run one schedule now, log it and say what happened; whether a run started."""
+        try:
+            fire = services.schedules.run_now(obj.pk)
+        except ReactorError as exc:
+            self.message_user(request, f"{obj.name}: {exc}", messages.ERROR)
+            return False
+        if fire.execution_id is None:
             self.message_user(
                 request,
-                format_html(
-                    "{}: {} {}", obj.name, _("started run"), execution_link(fire.execution_id)
-                ),
+                format_html("{}: {} ({})", obj.name, _("no run started"), fire.note),
+                messages.ERROR,
             )
+            return False
+        self.log_change(request, obj, f"Ran now: execution {fire.execution_id}")
+        self.message_user(
+            request,
+            format_html("{}: {} {}", obj.name, _("started run"), execution_link(fire.execution_id)),
+        )
+        return True
 
     def _each(
         self,
@@ -414,7 +486,7 @@ class ScheduleAdmin(DatabaseAdmin):
 
 
 @admin.register(ScheduleFire)
-class ScheduleFireAdmin(KeysetAdmin):
+class ScheduleFireAdmin(MomentsAdmin, KeysetAdmin):
     """What became of schedules' ticks, read-only, newest first."""
 
     list_display = ("fire_time", "schedule", "outcome_badge", "manual", "run", "note")
@@ -433,9 +505,8 @@ class ScheduleFireAdmin(KeysetAdmin):
         return False
 
     @admin.display(description=_("fire time"), ordering="fire_at")
-    def fire_time(self, obj: ScheduleFire) -> str:
-        shown = in_zone(obj.fire_at, obj.schedule.timezone)
-        return shown + (f" .. {in_zone(obj.until, obj.schedule.timezone)}" if obj.until else "")
+    def fire_time(self, obj: ScheduleFire) -> SafeString:
+        return fire_time(obj.fire_at, obj.until, obj.schedule.timezone)
 
     @admin.display(description=_("outcome"))
     def outcome_badge(self, obj: ScheduleFire) -> SafeString:

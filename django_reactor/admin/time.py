@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from ..display import format_duration, short_json
 from ..models import Execution
 from ..states import ExecutionStatus, StepStatus
+from .display import moment
 
 
 def waits_for_time(row: Execution, records: Sequence[Any]) -> dict[str, Any] | None:
@@ -43,32 +46,29 @@ def waits_for_time(row: Execution, records: Sequence[Any]) -> dict[str, Any] | N
     }
 
 
-def time_facts(row: Execution, waits: dict[str, Any] | None) -> list[tuple[str, str]]:
+def time_facts(row: Execution, waits: dict[str, Any] | None) -> list[tuple[str, SafeString]]:
     """Rows of the page's Time section (empty when the run has nothing to say about time)."""
     now = timezone.now()
-    facts: list[tuple[str, str]] = []
+    facts: list[tuple[str, SafeString]] = []
     if waits is not None:
-        text = f"{_when(waits['until'])} ({_from_now(waits['until'], now)})"
+        text = format_html("{} ({})", moment(waits["until"]), _from_now(waits["until"], now))
         if waits.get("step"):
-            text += " · " + _("step %(step)s") % {"step": waits["step"]}
+            text = format_html("{} · {}", text, _("step %(step)s") % {"step": waits["step"]})
         facts.append((str(waits["label"]), text))
     if row.deadline_at is not None:
-        text = f"{_when(row.deadline_at)} ({_from_now(row.deadline_at, now)})"
+        text = format_html("{} ({})", moment(row.deadline_at), _from_now(row.deadline_at, now))
         facts.append((_("Deadline"), text))
     beat = row.heartbeat
     if isinstance(beat, dict) and row.status in (ExecutionStatus.RUNNING, ExecutionStatus.PENDING):
         at = _parse(beat.get("at"))
-        text = f"{beat.get('step', '')} · {_when(at) if at else beat.get('at', '')}"
         if at is not None:
-            text += f" ({_from_now(at, now)})"
+            text = format_html("{} · {} ({})", beat.get("step", ""), moment(at), _from_now(at, now))
+        else:
+            text = format_html("{} · {}", beat.get("step", ""), beat.get("at", ""))
         if beat.get("details") is not None:
-            text += " · " + short_json(beat["details"], 200)
+            text = format_html("{} · {}", text, short_json(beat["details"], 200))
         facts.append((_("Last heartbeat"), text))
     return facts
-
-
-def _when(moment: dt.datetime) -> str:
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _from_now(moment: dt.datetime, now: dt.datetime) -> str:

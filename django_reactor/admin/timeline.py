@@ -76,8 +76,15 @@ LABEL_W, PLOT_W, ROW_H, AXIS_H, GAP_W, MIN_BAR = 170, 780, 24, 26, 44, 3.0
 #: the longest bar and than a fifth of the run: a backoff of seconds between millisecond steps
 #: is cut, the milliseconds between two steps' commits never are.
 MIN_CUT = 0.1
-#: The least room between two labels of the time axis (px).
-TICK_ROOM = 48
+#: The least room between two labels of the time axis (px), and about how wide one character
+#: of a label is (10 px text; the server has no font metrics: a generous estimate).
+TICK_GAP = 10
+CHAR_W = 6.5
+#: Steps of the time axis from a second up (seconds): whole seconds, minutes, hours and days.
+TIME_STEPS = (
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
+    3600, 7200, 10800, 21600, 43200, 86400, 172800, 432000, 864000,
+)  # fmt: skip
 
 
 @dataclass
@@ -358,11 +365,11 @@ def render(timeline: Timeline) -> SafeString:
                 shown,
             )
         )
-    taken: list[float] = []  # x of the axis labels drawn, cut lengths first
+    labels = AxisLabels(right=width - 2)
     for segment in segments:
         if segment.cut:
             text = format_duration((segment.end - segment.start).total_seconds())
-            taken.append(segment.x + GAP_W / 2)
+            labels.place(segment.x + GAP_W / 2, text, repeat=True)  # a length: always drawn
             parts.append(
                 format_html(
                     '<g class="reactor-tl-cut"><rect x="{}" y="{}" width="{}" height="{}"/>'
@@ -381,9 +388,10 @@ def render(timeline: Timeline) -> SafeString:
     for segment in segments:
         if not segment.cut:
             for x, offset in _ticks(segment, origin):
-                if all(abs(x - other) >= TICK_ROOM for other in taken):
-                    taken.append(x)
-                    parts.append(_tick(x, offset))
+                text = f"+{format_duration(offset)}"
+                placed = labels.place(x, text)
+                if placed is not None:
+                    parts.append(_tick(x, text, *placed))
     lane_index = {lane: i for i, lane in enumerate(timeline.lanes)}
     for item in sorted(timeline.items, key=lambda i: (i.wait is False, i.mark)):
         y = AXIS_H + ROW_H * lane_index[item.lane]
@@ -443,13 +451,15 @@ def render(timeline: Timeline) -> SafeString:
 
 def _ticks(segment: Segment, origin: dt.datetime) -> list[tuple[float, float]]:
     """Where the time axis is labelled along a stretch drawn to scale: ``(x, seconds from
-    the run's start)``, at round offsets."""
+    the run's start)``, at round offsets, never closer than the labels can tell apart."""
     seconds = (segment.end - segment.start).total_seconds()
     first = (segment.start - origin).total_seconds()
     if segment.width < 1 or seconds <= 0:
         return [(segment.x, first)]
     count = max(int(segment.width // 110), 1)
-    step = _nice(seconds / count)
+    # A step finer than the labels' precision would write the same label twice (1 min 00 s
+    # for +60.2 s and +60.4 s).
+    step = _nice(max(seconds / count, _resolution(first + seconds)))
     value = step * -(-first // step)
     out = []
     while value <= first + seconds + 1e-9:
@@ -458,23 +468,64 @@ def _ticks(segment: Segment, origin: dt.datetime) -> list[tuple[float, float]]:
     return out
 
 
-def _tick(x: float, offset: float) -> str:
+def _resolution(seconds: float) -> float:
+    """The smallest difference ``format_duration`` shows around ``seconds``."""
+    for below, resolution in ((0.01, 0.0001), (1, 0.001), (60, 0.1), (3600, 1), (172800, 60)):
+        if seconds < below:
+            return resolution
+    return 3600
+
+
+def _tick(x: float, text: str, at: float, anchor: str) -> str:
+    """A grid line at ``x`` and its label, written at ``at`` with ``anchor``."""
     return format_html(
         '<line class="reactor-tl-grid" x1="{}" x2="{}" y1="{}" y2="100%"/>'
-        '<text class="reactor-tl-tick" x="{}" y="{}" text-anchor="middle">+{}</text>',
+        '<text class="reactor-tl-tick" x="{}" y="{}" text-anchor="{}">{}</text>',
         _n(x),
         _n(x),
         AXIS_H - 4,
-        _n(x),
+        _n(at),
         AXIS_H - 10,
-        format_duration(offset),
+        anchor,
+        text,
     )
 
 
+class AxisLabels:
+    """The labels of the time axis, placed so that none repeats another, none overlaps
+    another and none runs past the drawing's right edge (``right``)."""
+
+    def __init__(self, right: float) -> None:
+        self.right = right
+        self.boxes: list[tuple[float, float]] = []
+        self.texts: set[str] = set()
+
+    def place(self, x: float, text: str, *, repeat: bool = False) -> tuple[float, str] | None:
+        """Where to write ``text`` for the moment at ``x`` (its x and anchor), or None when
+        it would repeat a label or collide with one (it is left out)."""
+        width = len(text) * CHAR_W
+        at, anchor, left = x, "middle", x - width / 2
+        if left + width > self.right:  # at the right edge: ends at the edge
+            at, anchor, left = self.right, "end", self.right - width
+        if (text in self.texts and not repeat) or any(
+            left < end + TICK_GAP and start < left + width + TICK_GAP for start, end in self.boxes
+        ):
+            return None
+        self.boxes.append((left, left + width))
+        self.texts.add(text)
+        return at, anchor
+
+
 def _nice(value: float) -> float:
-    """1, 2 or 5 times a power of ten, at or above ``value`` seconds."""
+    """A round step at or above ``value`` seconds: 1, 2 or 5 times a power of ten below a
+    second, whole seconds, minutes, hours or days above."""
     if value <= 0:
         return 1.0
+    if value > 1:
+        for step in TIME_STEPS:
+            if step >= value:
+                return float(step)
+        return 86400 * _nice(value / 86400)
     power = 10 ** math.floor(math.log10(value))
     for step in (1, 2, 5, 10):
         if step * power >= value:

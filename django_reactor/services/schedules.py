@@ -2,8 +2,8 @@
 
 The operations the admin, the ``reactor_schedule`` command and your code share: :func:`create`,
 :func:`update`, :func:`pause`, :func:`resume`, :func:`run_now`, :func:`remove`, :func:`list`,
-:func:`get` and :func:`fires`; and :func:`fire_due`, the sweeper's part (``services.sweep()``
-calls it).
+:func:`get`, :func:`fires` and :func:`upcoming`; and :func:`fire_due`, the sweeper's part
+(``services.sweep()`` calls it).
 
 How a sweep fires a schedule whose next tick has come (``fire_due``): the ticks from its next
 fire time up to now are split into the *missed* ones, more than ``SCHEDULE_MISSED_AFTER``
@@ -169,6 +169,26 @@ def _secret_paths(reactor: str) -> builtins.list[tuple[str, ...]]:
 def cadence_of(row: ScheduleRow) -> Cadence:
     """When the schedule ticks (ValueError for stored values no longer valid)."""
     return Cadence.of(row.cron, row.every, row.timezone)
+
+
+def upcoming(schedule: int | str | ScheduleRow, count: int = 10) -> tuple[dt.datetime, ...]:
+    """The schedule's next ``count`` fire times (UTC), from its next fire on, as the sweeper
+    will fire them (daylight saving time included); none for a paused schedule, or one whose
+    stored cadence is no longer valid. The first may be past, when a sweep is due."""
+    row = schedule if isinstance(schedule, ScheduleRow) else get(schedule)
+    if not row.enabled or row.next_fire_at is None or count <= 0:
+        return ()
+    try:
+        cadence = cadence_of(row)
+    except ValueError:
+        return ()
+    fires = [row.next_fire_at]
+    while len(fires) < count:
+        try:
+            fires.append(cadence.after(fires[-1]))
+        except ValueError:  # past the years a date can hold (InvalidTime is one)
+            break
+    return tuple(fires)
 
 
 # ---------------------------------------------------------------------------- changes

@@ -7,8 +7,7 @@ cancel the order). ``RenewSubscription`` halts cleanly for inactive subscription
 flaky payment gateway. ``ApproveRefund`` pauses until a person approves or declines the refund.
 ``TransferFunds`` moves money with atomic steps: each step's ledger writes commit with its
 checkpoint, so a crash never debits or credits twice.
-``RestockProduct`` runs on Celery workers and waits for a supplier's signed webhook (the
-tutorial "Workers, webhooks and the admin").
+``RestockProduct`` runs on Celery workers and waits for a supplier's signed webhook.
 """
 
 from __future__ import annotations
@@ -358,7 +357,6 @@ class TransferFunds(Reactor):
         returns = "credit"
 
 
-# --8<-- [start:restock]
 class DeliverySerializer(serializers.Serializer):
     """What the supplier's system reports when the goods arrive."""
 
@@ -411,6 +409,3 @@ class RestockProduct(Reactor):
     class Meta:
         returns = "receive"
         background = "all"  # run() returns at once; Celery workers run every step
-
-
-# --8<-- [end:restock]

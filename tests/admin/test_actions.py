@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import re
+from html import escape, unescape
 from typing import Any
 
 import pytest
@@ -9,7 +13,10 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
+from rest_framework import serializers
 
+from django_reactor import Reactor, interrupt, services
+from django_reactor.engine.validation import error_messages
 from django_reactor.models import Execution, Interrupt
 from django_reactor.states import ExecutionStatus, InterruptStatus
 from tests.admin.reactors import TRIGGERS, Booking, Refund
@@ -17,6 +24,26 @@ from tests.admin.reactors import TRIGGERS, Booking, Refund
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CHANGELIST = reverse("admin:django_reactor_execution_changelist")
+
+
+class Answers(serializers.Serializer):
+    when = serializers.DateField()
+    count = serializers.IntegerField(min_value=1, max_value=10)
+    tier = serializers.ChoiceField(["silver", "bronze"], required=False)
+    tags = serializers.ListField(child=serializers.CharField(), required=False)
+    flagged = serializers.BooleanField(required=False)
+
+
+class Survey(Reactor):
+    """Pauses for answers of several kinds: a date, a bounded number, a choice, a list."""
+
+    answers = interrupt(payload=Answers)
+
+
+class Note(Reactor):
+    """Pauses for any JSON object (no serializer)."""
+
+    note = interrupt()
 
 
 def url(name: str, *args: Any) -> str:
@@ -273,7 +300,7 @@ def test_a_refused_button_says_why(client_operator: Client) -> None:
 # ---------------------------------------------------------------------------- resume
 
 
-def test_the_resume_form_shows_the_interrupt_and_an_example_payload(
+def test_the_resume_form_has_an_input_for_each_field_of_the_payload(
     client_operator: Client,
 ) -> None:
     run = Refund.run({"order": "R1"}).execution_id
@@ -281,69 +308,168 @@ def test_the_resume_form_shows_the_interrupt_and_an_example_payload(
     html = client_operator.get(url("resume", run, "approval")).content.decode()
 
     assert "refund-R1" in html
-    assert "Whether the refund may go ahead." in html
-    assert "&quot;approved&quot;: false" in html
     assert 'id="reactor-attempts">0 / 2<' in html
+    # approved: a BooleanField (a checkbox); note: a CharField(max_length=20), not required.
+    assert re.search(r'<input type="checkbox" name="payload-approved"[^>]*>', html)
+    note = re.search(r'<input type="text" name="payload-note"[^>]*>', html)
+    assert note, html
+    assert 'maxlength="20"' in note.group(0)
+    assert "required" not in note.group(0)
+    assert "Whether the refund may go ahead." in html
+    assert "vLargeTextField" not in html  # no JSON to write by hand
 
 
 def test_resume_with_a_valid_payload_completes_the_run(client_operator: Client) -> None:
     run = Refund.run({"order": "R2"}).execution_id
 
     response = client_operator.post(
-        url("resume", run, "approval"), {"payload": '{"approved": true, "note": "ok"}'}
+        url("resume", run, "approval"), {"payload-approved": "on", "payload-note": "ok"}
     )
 
     assert response.status_code == 302
     assert status(run) == ExecutionStatus.COMPLETED
-    assert Interrupt.objects.get(execution_id=run).status == InterruptStatus.RESUMED
+    interrupt = Interrupt.objects.get(execution_id=run)
+    assert interrupt.status == InterruptStatus.RESUMED
+    assert services.find(run).step("approval").result == {"approved": True, "note": "ok"}
     assert "Payload accepted for approval; the run is now completed." in texts(response)
     assert log_messages(run) == ["Resumed interrupt 'approval'"]
 
-    again = client_operator.post(url("resume", run, "approval"), {"payload": '{"approved": 1}'})
+    again = client_operator.post(url("resume", run, "approval"), {"payload-approved": "on"})
     assert again.status_code == 302
     assert texts(again)  # refused with a message (already resumed)
     assert log_messages(run) == ["Resumed interrupt 'approval'"]
 
 
-def test_an_invalid_payload_shows_field_errors_and_counts(client_operator: Client) -> None:
+def test_an_invalid_payload_says_so_once_under_its_field_and_counts(
+    client_operator: Client,
+) -> None:
     run = Refund.run({"order": "R3"}).execution_id
     resume = url("resume", run, "approval")
 
-    response = client_operator.post(resume, {"payload": '{"note": "far too long for the field"}'})
+    response = client_operator.post(resume, {"payload-note": "far too long for the field"})
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert 'id="reactor-payload-errors"' in html
-    assert "<code>approved</code>: This field is required." in html
-    assert "<code>note</code>:" in html
+    message = "Ensure this field has no more than 20 characters."
+    assert html.count(message) == 1
+    note = re.search(
+        r'<div class="form-row errors field-payload-note">(.*?)</fieldset>', html, re.S
+    )
+    assert note, html
+    assert message in note.group(1)
+    assert html.count("invalid payload 1 of 2") == 1
+    assert texts(response) == []  # no message besides the page's own note
     assert 'id="reactor-attempts">1 / 2<' in html
     assert status(run) == ExecutionStatus.PAUSED
     assert log_messages(run) == ["Invalid payload for interrupt 'approval' (attempt 1 of 2)"]
 
-    last = client_operator.post(resume, {"payload": "{}"})
+    last = client_operator.post(resume, {"payload-note": "x" * 21})
 
     assert last.status_code == 302
     assert status(run) == ExecutionStatus.FAILED
     assert any("the run was undone and failed" in m for m in texts(last))
 
 
-def test_malformed_json_is_refused_by_the_form_without_counting(client_operator: Client) -> None:
-    run = Refund.run({"order": "R4"}).execution_id
+def test_the_form_refuses_what_the_api_refuses_with_the_same_messages(
+    client_operator: Client, operator: Any
+) -> None:
+    from rest_framework.test import APIClient
 
-    for text in ("{not json", "[1, 2]"):
-        response = client_operator.post(url("resume", run, "approval"), {"payload": text})
+    api = APIClient()
+    api.force_authenticate(operator)
+    payloads = [
+        (
+            {"payload-when": "tomorrow", "payload-count": "many"},
+            {"when": "tomorrow", "count": "many"},
+        ),
+        (
+            {"payload-when": "2026-12-03", "payload-count": "0", "payload-tier": "gold"},
+            {"when": "2026-12-03", "count": 0, "tier": "gold"},
+        ),
+    ]
+    for form_data, json_payload in payloads:
+        by_form = Survey.run({}).execution_id
+        by_api = Survey.run({}).execution_id
+        page = client_operator.post(url("resume", by_form, "answers"), form_data)
+        assert page.status_code == 200
+        answer = api.post(
+            f"/reactor/executions/{by_api}/resume/", {"payload": json_payload}, format="json"
+        )
+        assert answer.status_code == 400
+        expected = error_messages(answer.data["errors"])
+        assert expected
+        html = page.content.decode()
+        for path, message in expected:
+            assert html.count(escape(message)) >= 1, (path, message)
+            block = re.search(
+                rf'<div class="form-row errors field-payload-{path}">(.*?)</div>', html, re.S
+            )
+            assert block, (path, html)
+            assert escape(message) in block.group(1), (path, message)
+        assert Interrupt.objects.get(execution_id=by_form).invalid_attempts == 1
+
+
+def test_a_field_html_has_no_input_for_is_json_and_malformed_json_is_not_counted(
+    client_operator: Client,
+) -> None:
+    run = Survey.run({}).execution_id
+    resume = url("resume", run, "answers")
+
+    html = client_operator.get(resume).content.decode()
+    tags = re.search(r'<textarea name="payload-tags"[^>]*>(.*?)</textarea>', html, re.S)
+    assert tags, html
+    assert json.loads(unescape(tags.group(1))) == [""]  # an example of its shape
+    assert re.search(r'<input type="date" name="payload-when"[^>]*required', html)
+    assert re.search(r'<select name="payload-tier"', html)
+
+    for text in ("[not json", '["a", '):
+        response = client_operator.post(
+            resume, {"payload-when": "2026-12-03", "payload-count": "3", "payload-tags": text}
+        )
         assert response.status_code == 200
-        assert "errorlist" in response.content.decode()
-
+        assert "This is not valid JSON" in response.content.decode()
     assert Interrupt.objects.get(execution_id=run).invalid_attempts == 0
     assert log_messages(run) == []
+
+    done = client_operator.post(
+        resume,
+        {
+            "payload-when": "2026-12-03",
+            "payload-count": "3",
+            "payload-tier": "silver",
+            "payload-tags": '["urgent", "vip"]',
+        },
+    )
+    assert done.status_code == 302
+    assert services.find(run).step("answers").result == {
+        "when": dt.date(2026, 12, 3),
+        "count": 3,
+        "tier": "silver",
+        "tags": ["urgent", "vip"],
+        "flagged": False,
+    }
+
+
+def test_without_a_serializer_the_payload_is_one_json_object(client_operator: Client) -> None:
+    run = Note.run({}).execution_id
+    resume = url("resume", run, "note")
+
+    for text in ("{not json", "[1, 2]"):
+        response = client_operator.post(resume, {"payload": text})
+        assert response.status_code == 200
+        assert "errorlist" in response.content.decode()
+    assert Interrupt.objects.get(execution_id=run).invalid_attempts == 0
+
+    done = client_operator.post(resume, {"payload": '{"anything": [1, 2]}'})
+    assert done.status_code == 302
+    assert services.find(run).step("note").result == {"anything": [1, 2]}
 
 
 def test_resume_in_the_background_hands_the_run_to_a_worker(client_operator: Client) -> None:
     run = Refund.run({"order": "R5"}).execution_id
 
     client_operator.post(
-        url("resume", run, "approval"), {"payload": '{"approved": true}', "background": "on"}
+        url("resume", run, "approval"), {"payload-approved": "on", "background": "on"}
     )
 
     assert status(run) == ExecutionStatus.PENDING

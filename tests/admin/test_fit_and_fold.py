@@ -78,11 +78,17 @@ def test_names_wrap_at_word_boundaries_and_times_take_two_lines() -> None:
     assert str(breakable("RenewDueSubscriptions")) == "Renew<wbr>Due<wbr>Subscriptions"
     assert str(breakable("charge_card")) == "charge_<wbr>card"
     import datetime as dt
+    from zoneinfo import ZoneInfo
 
     html = str(moment(dt.datetime(2026, 12, 3, 10, 4, 5, 123456, tzinfo=dt.UTC)))
     assert "<span>2026-12-03</span> <span>10:04:05</span>" in html
-    assert 'title="2026-12-03 10:04:05.123"' in html
+    assert 'title="2026-12-03 10:04:05.123 UTC"' in html
     assert str(moment(None)) == "-"
+    # In a zone of its own (a schedule's), the zone is named after the time.
+    berlin = str(
+        moment(dt.datetime(2026, 12, 3, 10, 4, 5, tzinfo=dt.UTC), ZoneInfo("Europe/Berlin"))
+    )
+    assert "<span>2026-12-03</span> <span>11:04:05 CET</span>" in berlin
 
 
 @pytest.mark.django_db

@@ -377,3 +377,33 @@ def test_a_viewer_of_runs_sees_the_summary_but_no_element_link_without_that_perm
     maps = section(page(client_viewer, detail(outcome.execution_id)))
     assert "reactor-map-elements" in maps
     assert "1" in page(client_viewer, elements_of(mapped.pk))
+
+
+def test_an_element_that_never_started_shows_no_attempts_and_no_finish_time(
+    client_operator: Client,
+) -> None:
+    TRIGGERS.add("item-2")
+    outcome = Warehouse.run({"items": [1, 2, 3, 4]})
+    mapped = map_of(outcome.execution_id)
+    never = MapResult.objects.get(map_run=mapped, index=3)
+    assert never.status == ElementStatus.NOT_STARTED
+    # What the store keeps: its chunk's claims and when the map stopped; neither is the
+    # element's.
+    assert never.attempts >= 1
+    assert never.finished_at is not None
+
+    listing = page(client_operator, elements_of(mapped.pk))
+    row = re.search(r"<tr>(?:(?!</tr>).)*?Not started.*?</tr>", listing, re.S)
+    assert row, listing
+    assert '<td class="field-element_attempts">-</td>' in row.group(0)
+    assert '<td class="field-element_finished_at">-</td>' in row.group(0)
+    failed = re.search(r"<tr>(?:(?!</tr>).)*?>Failed<.*?</tr>", listing, re.S)
+    assert failed
+    assert '<td class="field-element_attempts">1</td>' in failed.group(0)
+    assert 'class="reactor-moment"' in failed.group(0)
+
+    one = page(client_operator, reverse("admin:django_reactor_mapresult_change", args=[never.pk]))
+    for field in ("element_attempts", "element_finished_at"):
+        shown = re.search(rf'field-{field}.*?<div class="readonly">(.*?)</div>', one, re.S)
+        assert shown, field
+        assert shown.group(1).strip() == "-", (field, shown.group(1))

@@ -5,10 +5,13 @@ now) and a schedule's latest fires with links to their runs; every change throug
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
@@ -224,7 +227,8 @@ def test_the_schedule_page_lists_its_latest_fires_with_links_to_their_runs(
     assert f"{FIRES}?schedule__id__exact={schedule.id}" in html
     fires = client_operator.get(f"{FIRES}?schedule__id__exact={schedule.id}").content.decode()
     assert run_url(started.execution_id) in fires
-    assert "2030-01-07 09:00 UTC" in fires
+    # Its tick, written as every time of the admin, in the schedule's zone.
+    assert "<span>2030-01-07</span> <span>09:00:00 UTC</span>" in fires
 
 
 def test_fires_are_read_only(client_operator: Client) -> None:
@@ -275,3 +279,64 @@ def test_the_delete_action_counts_the_fires_and_goes_through_the_services(
     assert response.status_code == 302
     assert Schedule.objects.count() == ScheduleFire.objects.count() == 0
     assert Execution.objects.count() == 2
+
+
+def test_the_schedule_page_lists_its_next_fires(client_operator: Client) -> None:
+    schedule = services.schedules.create(
+        NightlyReport, cron="30 2 * * *", timezone="Europe/Berlin", inputs={"region": "eu"}
+    )
+    html = client_operator.get(change_url(schedule)).content.decode()
+    upcoming = re.search(r'<ol class="reactor-upcoming" id="reactor-upcoming">(.*?)</ol>', html)
+    assert upcoming, html
+    shown = re.findall(r"<span>(\d{4}-\d\d-\d\d)</span> <span>([^<]*)</span>", upcoming.group(1))
+    expected = services.schedules.upcoming(schedule, 10)
+    assert len(shown) == len(expected) == 10
+    for (day, clock), moment in zip(shown, expected, strict=True):
+        local = moment.astimezone(ZoneInfo("Europe/Berlin"))
+        assert (day, clock) == (local.strftime("%Y-%m-%d"), local.strftime("%H:%M:%S %Z"))
+        assert clock.startswith("02:30:00") or clock.startswith("03:00:00")
+
+    services.schedules.pause(schedule)
+    paused = client_operator.get(change_url(schedule)).content.decode()
+    assert 'id="reactor-upcoming"' not in paused
+    assert "None while it is paused" in paused
+
+
+def test_run_now_on_the_schedule_page_asks_first_then_starts_a_run(
+    client_operator: Client,
+) -> None:
+    schedule = nightly()
+    page = client_operator.get(change_url(schedule)).content.decode()
+    run_now = reverse("admin:django_reactor_schedule_run_now", args=[schedule.id])
+    assert f'href="{run_now}"' in page
+
+    asked = client_operator.get(run_now)
+    assert asked.status_code == 200
+    question = asked.content.decode()
+    assert "This starts a run of" in question
+    assert "&quot;region&quot;: &quot;eu&quot;" in question
+    assert Execution.objects.count() == 0  # asking runs nothing
+    assert client_operator.post(run_now, {}).status_code == 200  # nor does a POST without yes
+    assert Execution.objects.count() == 0
+
+    done = client_operator.post(run_now, {"post": "yes"})
+
+    assert done.status_code == 302
+    assert done.url == change_url(schedule)
+    run = Execution.objects.get()
+    assert ScheduleFire.objects.get(schedule_id=schedule.id).manual
+    followed = client_operator.get(done.url).content.decode()
+    assert run_url(run.id) in followed  # in the message, and among the latest fires
+    assert "started run" in followed
+
+
+def test_a_viewer_has_no_run_now_button(client_viewer: Client, viewer: Any) -> None:
+    viewer.user_permissions.add(
+        Permission.objects.get(content_type__app_label="django_reactor", codename="view_schedule")
+    )
+    schedule = nightly()
+    run_now = reverse("admin:django_reactor_schedule_run_now", args=[schedule.id])
+    assert run_now not in client_viewer.get(change_url(schedule)).content.decode()
+    assert client_viewer.get(run_now).status_code == 403
+    assert client_viewer.post(run_now, {"post": "yes"}).status_code == 403
+    assert Execution.objects.count() == 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_reactor import Reactor, sleep, step
-from django_reactor.models import Dispatch, Execution, StepRecord
+from django_reactor.models import Dispatch, Execution, Interrupt, StepRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,3 +86,47 @@ def test_the_last_heartbeat_is_shown(client_operator: Client) -> None:
 def test_a_viewer_cannot_wake_a_run(client_viewer: Client) -> None:
     outcome = Naps.run({})
     assert client_viewer.post(wake_url(outcome.execution_id)).status_code == 403
+
+
+#: How Django writes a time in the English locale (``Dec. 3, 2026, 10:04 a.m.``), which the
+#: admin's pages never show: they write every time as ``2026-12-03 10:04:05``.
+DJANGO_FORMAT = re.compile(r"\d{1,2}, \d{4}, (?:\d{1,2}(?::\d\d)? [ap]\.m\.|midnight|noon)")
+ONE_FORMAT = re.compile(r"\d{4}-\d\d-\d\d</span> <span>\d\d:\d\d:\d\d")
+
+
+def test_every_time_is_written_one_way(client_operator: Client) -> None:
+    from tests.admin.reactors import Refund
+
+    paused = Refund.run({"order": "T1"})
+    Execution.objects.filter(pk=paused.execution_id).update(
+        deadline_at=timezone.now() + dt.timedelta(days=3)
+    )
+    interrupt = Interrupt.objects.get(execution_id=paused.execution_id)
+    Interrupt.objects.filter(pk=interrupt.pk).update(
+        expires_at=timezone.now() + dt.timedelta(days=14)
+    )
+    pages = {
+        "run": page(client_operator, paused.execution_id),
+        "runs": client_operator.get(reverse("admin:django_reactor_execution_changelist")),
+        "interrupts": client_operator.get(reverse("admin:django_reactor_interrupt_changelist")),
+        "interrupt": client_operator.get(
+            reverse("admin:django_reactor_interrupt_change", args=[interrupt.pk])
+        ),
+        "resume": client_operator.get(
+            reverse("admin:django_reactor_execution_resume", args=[paused.execution_id, "approval"])
+        ),
+        "parked": client_operator.get(reverse("admin:django_reactor_execution_parked")),
+    }
+    for name, shown in pages.items():
+        html = shown if isinstance(shown, str) else shown.content.decode()
+        assert not DJANGO_FORMAT.search(html), (name, DJANGO_FORMAT.search(html))
+        assert re.search(r"\d{4}-\d\d-\d\d(?:</span> <span>| )\d\d:\d\d:\d\d", html), name
+    run = pages["run"]
+    for field in ("created_at", "started_at", "updated_at"):
+        cell = re.search(rf'field-{field}.*?<div class="readonly">(.*?)</div>', run, re.S)
+        assert cell, field
+        assert ONE_FORMAT.search(cell.group(1)), (field, cell.group(1))
+    time_section = re.search(r'id="reactor-time">(.*?)</table>', run, re.S)
+    assert time_section
+    assert ONE_FORMAT.search(time_section.group(1))
+    assert " UTC (" not in time_section.group(1)  # no zone after the admin's own times

@@ -218,3 +218,51 @@ def test_a_very_long_trace_is_drawn_up_to_its_limit(monkeypatch: pytest.MonkeyPa
 def test_an_empty_trace_draws_nothing() -> None:
     line = build([], now=timezone.now())
     assert str(timeline.render(line)) == ""
+
+
+def axis_labels(svg: str) -> list[tuple[float, str, str]]:
+    """The time axis's labels: x, anchor and text (the cut lengths' and the ticks')."""
+    found = re.findall(
+        r'<text (?:class="reactor-tl-tick" )?x="([\d.]+)" y="\d+" '
+        r'text-anchor="(\w+)">([^<]*)</text>',
+        svg,
+    )
+    return [(float(x), anchor, text) for x, anchor, text in found]
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        # Milliseconds; a minute; a cut of two days; hours.
+        [(EventKind.START, 0, "", None), (EventKind.RUN, 0.0030, "a", 0.3)],
+        [(EventKind.START, 0, "", None), (EventKind.RUN, 30, "a", 30000),
+         (EventKind.RUN, 64.5, "b", 34000), (EventKind.COMPLETE, 65.3, "", None)],
+        [(EventKind.START, 0, "", None), (EventKind.RUN, 0.004, "a", 3),
+         (EventKind.INTERRUPT, 0.005, "review", None),
+         (EventKind.PAYLOAD, 2 * 86400 + 4 * 3600, "review", None),
+         (EventKind.RUN, 2 * 86400 + 4 * 3600 + 0.002, "b", 1)],
+        [(EventKind.START, 0, "", None), (EventKind.RUN, 3000, "a", 3_000_000),
+         (EventKind.RUN, 7300, "b", 4_000_000), (EventKind.COMPLETE, 7301, "", None)],
+    ],
+)  # fmt: skip
+def test_the_time_axis_labels_never_repeat_and_stay_inside_the_drawing(
+    trace: list[tuple[str, float, str, float | None]],
+) -> None:
+    line = build(
+        [
+            event(n, kind, at, step, duration_ms=duration)
+            for n, (kind, at, step, duration) in enumerate(trace, start=1)
+        ]
+    )
+    svg = str(timeline.render(line))
+    labels = axis_labels(svg)
+    ticks = [text for _x, _anchor, text in labels if text.startswith("+")]
+    assert len(ticks) >= 2, labels
+    assert len(set(ticks)) == len(ticks), ticks
+    texts = [text for _x, _anchor, text in labels]
+    assert len(set(texts)) == len(texts), texts  # no tick repeats a cut's length either
+    width = float(re.search(r'viewBox="0 0 (\d+) ', svg).group(1))  # type: ignore[union-attr]
+    for x, anchor, text in labels:
+        extent = len(text) * timeline.CHAR_W
+        right = x if anchor == "end" else x + extent / 2
+        assert right <= width, (text, x, anchor)

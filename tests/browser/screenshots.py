@@ -11,7 +11,8 @@ It writes, at 1280 px wide, light mode unless said otherwise:
   (the failed step in red);
 - ``docs/img/admin-execution-dark.png``: the same in dark mode;
 - ``docs/img/admin-parked.png``: the parked view;
-- ``docs/img/admin-resume.png``: the resume form of a paused run;
+- ``docs/img/admin-resume.png``: the resume form of a paused run, an input for each field of
+  its payload, after a refused payload (its error under its field);
 - ``docs/img/admin-map-summary.png``: the map section of a run whose parcels are being
   labelled on workers (some done, a few refused, the rest pending), one traceback open;
 - ``docs/img/admin-list.png``: the list of runs at 1400 px, every column on screen;
@@ -21,7 +22,14 @@ It writes, at 1280 px wide, light mode unless said otherwise:
   checkout handed to a worker whose charge timed out, was retried after its backoff, and
   whose failed shipping rolled it back;
 - ``docs/img/admin-coordination.png``: the coordination panel with a lock, semaphore slots,
-  a rate limit, a period bucket and an ordered lock held by runs.
+  a rate limit, a period bucket and an ordered lock held by runs;
+- ``docs/img/admin-maps.png`` and ``docs/img/admin-interrupts.png``: the maps and interrupts
+  lists at 1400 px, the widest names an operator meets, nothing scrolling sideways;
+- ``docs/img/admin-schedule.png``: a schedule's page, its next fires in its time zone and its
+  Run now button; ``docs/img/admin-schedule-run-now.png``: what Run now asks first.
+
+The tutorial's screenshot of its run (``docs/img/tutorial-identity-run.png``) is taken by the
+tutorial's own test, ``REACTOR_SCREENSHOTS=docs/img pytest tests/docs/test_tutorials.py``.
 
 Set ``REACTOR_SCREENSHOTS=/some/dir`` to write them elsewhere (to compare before replacing).
 """
@@ -158,6 +166,12 @@ def test_take_the_admin_screenshots(browser: Any, live_server: Any, operator: An
                     args=[str(paused.execution_id), "review"],
                 )
             )
+            # A refused payload: the note above the form, the error under its field.
+            page.locator("input#id_payload-note").evaluate("el => el.removeAttribute('maxlength')")
+            page.fill("input#id_payload-note", "Called the customer: the parcel arrived " * 2)
+            page.locator("input#id_background").uncheck()
+            page.click("input[type=submit][value='Deliver payload']")
+            page.locator("#reactor-refusal").wait_for()
             shoot_down_to(page, "#content", OUT / "admin-resume.png")
             page.goto(live_server.url + detail(shipping.execution_id))
             page.locator("#reactor-maps details").first.locator("summary").click()
@@ -394,3 +408,49 @@ def test_take_the_console_screenshots(browser: Any, live_server: Any, operator: 
                 context.close()
     finally:
         give_back(held)
+
+
+# ---------------------------------------------------------------------------- lists and schedules
+
+
+def test_take_the_list_and_schedule_screenshots(
+    browser: Any, live_server: Any, operator: Any
+) -> None:
+    from django_reactor import services
+    from tests.browser.test_readable_browser import widest_interrupts, widest_maps
+    from tests.schedules.reactors import NightlyReport
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    map_in_flight()
+    widest_maps()
+    for order in ("A-1041", "A-1042"):
+        RefundReview.run({"order": order})
+    widest_interrupts()
+    nightly = services.schedules.create(
+        NightlyReport,
+        cron="30 2 * * *",
+        timezone="Europe/Berlin",
+        inputs={"region": "eu"},
+        name="nightly-report-eu",
+        overlap="queue",
+    )
+    services.schedules.run_now(nightly)
+    context = browser.new_context(
+        viewport={"width": 1400, "height": 900}, color_scheme="light", locale="en-US"
+    )
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url)
+        page.goto(live_server.url + reverse("admin:django_reactor_maprun_changelist"))
+        shoot_down_to(page, "#changelist", OUT / "admin-maps.png")
+        page.goto(live_server.url + reverse("admin:django_reactor_interrupt_changelist"))
+        shoot_down_to(page, "#changelist", OUT / "admin-interrupts.png")
+        page.goto(
+            live_server.url + reverse("admin:django_reactor_schedule_change", args=[nightly.id])
+        )
+        shoot_down_to(page, ".field-recent_fires", OUT / "admin-schedule.png")
+        page.locator("#reactor-run-now").click()
+        page.wait_for_url(f"**/{nightly.id}/run-now/")
+        shoot_down_to(page, "#content", OUT / "admin-schedule-run-now.png")
+    finally:
+        context.close()

@@ -78,11 +78,24 @@ def test_resume_delivers_a_payload_and_the_run_completes(admin_page: Any, live_s
     admin_page.wait_for_url(re.compile(r"/resume/review/$"), timeout=TIMEOUT_MS)
     expect(admin_page.locator("#reactor-interrupt")).to_contain_text("refund-R-7")
 
-    admin_page.fill("textarea#id_payload", '{"approved": true, "note": "checked by phone"}')
     background = admin_page.locator("input#id_background")
     # The interrupt resumes in the background, so the box starts ticked; no worker runs here.
     expect(background).to_be_checked()
     background.uncheck()
+    # One input per field of the payload's serializer; the error of a refused one, once.
+    note = admin_page.locator("input#id_payload-note")
+    expect(note).to_have_attribute("maxlength", "60")
+    note.evaluate("el => el.removeAttribute('maxlength')")  # as a page without its limits
+    note.fill("x" * 61)
+    admin_page.click("input[type=submit][value='Deliver payload']")
+    expect(admin_page.locator("#reactor-refusal")).to_contain_text("invalid payload 1 of 3")
+    error = admin_page.get_by_text("Ensure this field has no more than 60 characters.")
+    expect(error).to_have_count(1)
+    expect(admin_page.locator(".field-payload-note .errorlist")).to_be_visible()
+    expect(admin_page.locator("ul.messagelist")).to_have_count(0)
+
+    admin_page.locator("input#id_payload-approved").check()
+    admin_page.fill("input#id_payload-note", "checked by phone")
     expect(background).not_to_be_checked()
     admin_page.click("input[type=submit][value='Deliver payload']")
 

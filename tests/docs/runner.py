@@ -9,17 +9,19 @@
   and its output is compared once it says it is ready.
 - ``pycon`` blocks run in one Python shell of the project (``tests/docs/session.py``), as
   doctests whose namespace is kept from block to block.
-- ``python`` blocks that include a file's section (``--8<--``) show code the other blocks run;
-  the section must exist. A block with a ``title="path"`` is written to that file of the
-  tutorial's directory, as the reader does; a block of settings goes to the page's settings
-  module (``Translation.settings``).
+- A ``python`` block with a ``title="path"`` is written to that file of the tutorial's
+  directory, as the reader does: a new file is created, a file that exists (the project's
+  ``settings.py``, ``urls.py``, ``__init__.py``) gets the block added at its end. A block of
+  ``INSTALLED_APPS`` goes to the project's settings (``Translation.settings``). Pages show code
+  as it is, never an include of another file: what they show is what runs.
 - A block the page marks ``<!-- docs-test: not run: <reason> -->`` is not run.
 
-What the test changes, and only that (``Translation``): names it substitutes in commands and in
-the outputs the page shows (the database's name, the web server's port, so that parallel runs
-never meet), the options it adds to a background command (the web server's address, no
-autoreloader), and the environment it starts from (the test's broker and queue, through
-``tests.docs.settings``).
+What the test changes, and only that (``Translation``): names it substitutes in commands, in
+the files the page has the reader write and in the outputs the page shows (the database's
+name, the broker, the web server's port, so that parallel runs never meet), the options it adds
+to a background command (the web server's address, no autoreloader), what it adds after a file
+the page writes (``appended``: the test's own Celery queue after the settings) and the
+settings module of the Python shell (``shell_settings``, as ``manage.py shell`` finds it).
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from tests.docs.pages import Block, Command, blocks, commands
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"\n@@docs-test rc=(\d+)@@\n")
-SNIPPET = re.compile(r'^--8<-- "(?P<path>[^":]+):(?P<section>[\w-]+)"$')
 COMMAND_TIMEOUT = 120
 
 
@@ -63,6 +64,11 @@ class Translation:
     #: What to do with a Python block of settings the page tells the reader to add (the page's
     #: own words, given the tutorial's directory); None: the page has none.
     settings: Callable[[str, Path], None] | None = None
+    #: Text added after a file the page writes, by its path (the test's own Celery queue).
+    appended: dict[str, str] = field(default_factory=dict)
+    #: The settings module of the page's Python shell (``manage.py shell`` reads it from
+    #: ``manage.py``); None: the environment's.
+    shell_settings: str | None = None
 
     def apply(self, text: str) -> str:
         for old, new in self.substitutions.items():
@@ -105,23 +111,19 @@ class TutorialRun:
 
     def python(self, block: Block) -> None:
         title = re.search(r'title="([^"]+)"', block.attributes)
-        match = SNIPPET.match(block.text.strip())
-        if match is None and title is not None:  # a file the page tells the reader to write
+        if title is not None:  # a file the page tells the reader to write, or to add to
             path = self.workdir / title.group(1)
             path.parent.mkdir(parents=True, exist_ok=True)
             (path.parent / "__init__.py").touch()
-            path.write_text(block.text)
+            text = self.translation.apply(block.text)
+            if path.exists() and path.read_text().strip():
+                text = path.read_text().rstrip("\n") + "\n\n" + text
+            path.write_text(text + self.translation.appended.get(title.group(1), ""))
             return
-        if match is None and self.translation.settings and "INSTALLED_APPS" in block.text:
+        if self.translation.settings and "INSTALLED_APPS" in block.text:
             self.translation.settings(block.text, self.workdir)
             return
-        if match is None:
-            raise DocsFailure(f"{block.where(self.page)}: a python block this test cannot run")
-        source = (ROOT / match["path"]).read_text()
-        for end in ("start", "end"):
-            marker = f"# --8<-- [{end}:{match['section']}]"
-            if marker not in source:
-                raise DocsFailure(f"{block.where(self.page)}: {match['path']} has no {marker}")
+        raise DocsFailure(f"{block.where(self.page)}: a python block this test cannot run")
 
     # ------------------------------------------------------------------ shell
 
@@ -238,10 +240,13 @@ class TutorialRun:
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send a request to the tutorial's Python shell (started at its first use)."""
         if self.session is None:
+            env = {**self.env, "PYTHONPATH": os.pathsep.join([str(self.workdir), str(ROOT)])}
+            if self.translation.shell_settings:
+                env["DJANGO_SETTINGS_MODULE"] = self.translation.shell_settings
             self.session = subprocess.Popen(
                 [sys.executable, str(ROOT / "tests" / "docs" / "session.py")],
                 cwd=self.workdir,
-                env={"PYTHONPATH": str(ROOT), **self.env},
+                env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,

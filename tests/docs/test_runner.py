@@ -44,14 +44,21 @@ def test_a_python_result_that_changed_fails_the_page(tmp_path: Path) -> None:
         run_page(tmp_path / "b", text.replace("42", "43"))
 
 
-def test_a_block_of_another_kind_or_an_unknown_section_fails_the_page(tmp_path: Path) -> None:
+def test_a_block_of_another_kind_fails_the_page(tmp_path: Path) -> None:
     with pytest.raises(DocsFailure, match="no way to run a ruby block"):
         run_page(tmp_path, "```ruby\nputs 1\n```\n")
-    with pytest.raises(DocsFailure, match=r"has no # --8<-- \[start:nowhere\]"):
-        run_page(
-            tmp_path / "b",
-            '```python\n--8<-- "testproject/example/reactors.py:nowhere"\n```\n',
-        )
+    with pytest.raises(DocsFailure, match="a python block this test cannot run"):
+        run_page(tmp_path / "b", '```python\nprint("where does this go?")\n```\n')
+
+
+def test_a_file_block_creates_a_file_and_adds_to_one_that_exists(tmp_path: Path) -> None:
+    text = (
+        '```python title="app/settings.py"\nA = 1\n```\n\n'
+        '```python title="app/settings.py"\nB = 2\n```\n\n'
+        "```console\n$ python -c 'import app.settings as s; print(s.A + s.B)'\n3\n```\n"
+    )
+    run = run_page(tmp_path, text)
+    assert (run.workdir / "app" / "settings.py").read_text() == "A = 1\n\nB = 2\n"
 
 
 def test_a_block_marked_not_run_is_listed_with_its_reason(tmp_path: Path) -> None:

@@ -625,3 +625,36 @@ def test_a_fire_and_its_run_commit_together_or_not_at_all(captured_publisher: An
     assert services.schedules.get(schedule.id).next_fire_at == T
     assert services.schedules.fire_due(now=T + LATE).started == 1
     assert fires(schedule) == [(T, None, "started")]
+
+
+# ---------------------------------------------------------------------------- upcoming fires
+
+
+def test_upcoming_lists_the_next_fires_as_the_sweeper_will_fire_them() -> None:
+    schedule = hourly()
+    assert services.schedules.upcoming(schedule, 4) == (T, T + HOUR, T + 2 * HOUR, T + 3 * HOUR)
+    # The first is the next fire itself, and the sweeper fires exactly those ticks.
+    services.schedules.fire_due(now=T + LATE)
+    after = services.schedules.get(schedule.id)
+    assert services.schedules.upcoming(after, 2) == (T + HOUR, T + 2 * HOUR)
+
+
+def test_upcoming_fires_of_a_cron_schedule_follow_daylight_saving_time() -> None:
+    nightly = services.schedules.create(
+        NightlyReport, cron="30 2 * * *", timezone="Europe/Berlin", inputs={"region": "eu"}
+    )
+    spring = dt.datetime(2030, 3, 29, 12, 0, tzinfo=BERLIN).astimezone(UTC)  # before the jump
+    Schedule.objects.filter(pk=nightly.id).update(
+        next_fire_at=dt.datetime(2030, 3, 30, 2, 30, tzinfo=BERLIN).astimezone(UTC)
+    )
+    fired = services.schedules.upcoming(nightly.id, 3)
+    local = [moment.astimezone(BERLIN).strftime("%m-%d %H:%M") for moment in fired]
+    # 2030-03-31: 02:30 does not exist in Berlin; it fires at 03:00, once.
+    assert local == ["03-30 02:30", "03-31 03:00", "04-01 02:30"]
+    assert fired[0] > spring
+
+
+def test_a_paused_schedule_has_no_upcoming_fires() -> None:
+    schedule = hourly()
+    services.schedules.pause(schedule)
+    assert services.schedules.upcoming(schedule.id) == ()

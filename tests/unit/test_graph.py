@@ -261,6 +261,11 @@ def test_a_failed_step_whose_rollback_failed_stays_failed() -> None:
     assert states["a"] == "pending"
 
 
+def test_a_completed_step_whose_undo_failed_is_drawn_as_such_not_as_completed() -> None:
+    states = step_states(execution("needs_attention"), [record("a", "completed", "failed")], SHAPE)
+    assert states["a"] == "rollback_failed"
+
+
 def test_the_current_step_without_a_record_is_running_or_parked() -> None:
     done = [record("a", "completed")]
     assert step_states(execution("running", "b"), done, SHAPE)["b"] == "running"

@@ -312,6 +312,27 @@ class PostgreSQL(Dialect):
             return None
         return int(row[0])
 
+    def distinct_values(self, model: type[models.Model], field: str, limit: int) -> list[Any]:
+        """One statement: a recursive query that seeks the index for the first value after
+        the one before (PostgreSQL has no skip scan of its own), ``limit`` seeks at most."""
+        connection = connections[self.alias]
+        quote = connection.ops.quote_name
+        table = quote(model._meta.db_table)
+        leading = model._meta.get_field(field)
+        assert isinstance(leading, models.Field)  # a column, not a relation's other side
+        column = quote(leading.column or field)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH RECURSIVE found(value) AS ("
+                f"(SELECT {column} FROM {table} ORDER BY {column} LIMIT 1) "
+                f"UNION ALL "
+                f"SELECT (SELECT {column} FROM {table} WHERE {column} > found.value "
+                f"ORDER BY {column} LIMIT 1) FROM found WHERE found.value IS NOT NULL) "
+                f"SELECT value FROM found WHERE value IS NOT NULL LIMIT %s",
+                [limit],
+            )
+            return [row[0] for row in cursor.fetchall()]
+
 
 def _insert_all(
     execution: Execution,
