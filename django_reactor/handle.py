@@ -105,9 +105,9 @@ class Operations(Protocol):
 
     def cancel(self, execution_id: UUID, *, reason: str = "") -> ExecutionHandle: ...
 
-    def undo(self, execution_id: UUID) -> ExecutionHandle: ...
+    def undo(self, execution_id: UUID, *, reason: str = "") -> ExecutionHandle: ...
 
-    def retry(self, execution_id: UUID) -> Outcome: ...
+    def retry(self, execution_id: UUID, *, reason: str = "") -> Outcome: ...
 
     def resume_interrupt(
         self,
@@ -117,6 +117,7 @@ class Operations(Protocol):
         payload: Any,
         idempotency_key: str | None,
         background: bool | None,
+        reason: str = "",
     ) -> Outcome: ...
 
     def send(
@@ -318,12 +319,12 @@ class ExecutionHandle:
         return self._services.cancel(self.id, reason=reason)
 
     @_in_its_database
-    def undo(self) -> ExecutionHandle:
-        return self._services.undo(self.id)
+    def undo(self, reason: str = "") -> ExecutionHandle:
+        return self._services.undo(self.id, reason=reason)
 
     @_in_its_database
-    def retry(self) -> Outcome:
-        return self._services.retry(self.id)
+    def retry(self, reason: str = "") -> Outcome:
+        return self._services.retry(self.id, reason=reason)
 
     @property
     @_in_its_database
@@ -351,6 +352,7 @@ class ExecutionHandle:
         *,
         idempotency_key: str | None = None,
         background: bool | None = None,
+        reason: str = "",
     ) -> Outcome:
         """Deliver ``payload`` to the interrupt ``step``, or to the interrupt of a composed child
         at the path ``step`` (``"checkout.approval"`` or ``("checkout", "approval")``); see
@@ -361,6 +363,7 @@ class ExecutionHandle:
             payload=payload,
             idempotency_key=idempotency_key,
             background=background,
+            reason=reason,
         )
 
     @_in_its_database

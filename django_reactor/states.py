@@ -209,6 +209,9 @@ class EventKind(models.TextChoices):
     DEADLINE = "deadline", _("Deadline passed")
     TIMEOUT = "timeout", _("Step attempt timed out")
     RECONNECT = "reconnect", _("Connection lost, attempt run again")
+    # An operator's action that changes the run without an entry of its own (wake now, a
+    # payload delivered to a paused run): ``data["action"]``, with ``by``, ``via``, ``reason``.
+    STEER = "steer", _("Steered")
 
 
 class MessageStatus(models.TextChoices):

@@ -296,6 +296,11 @@ class Journal(Protocol):
         """The run this journal writes for."""
         ...
 
+    def cancel_requester(self) -> JSONMapping:
+        """Who asked to cancel the run while it ran (``{"by": ..., "via": ...}``), for the
+        ``cancel`` entry the run writes when it stops; empty when nobody is recorded."""
+        ...
+
     def commit(self, batch: JournalBatch) -> str | None:
         """Write ``batch`` atomically. Return the reason when an operator asked to cancel the run.
 
@@ -348,6 +353,8 @@ class MemoryJournal:
         self.result: JSONValue | Unset = UNSET
         self.failure: JSONObject | None = None
         self.cancel_requested: str | None = None
+        # Who asked for it (``by``, ``via``), as the store's steering history would say.
+        self.cancel_requested_by: JSONMapping = {}
         self.dispatches: list[tuple[str, float]] = []
         self.interrupts: list[InterruptWrite] = []
         self.batches = 0
@@ -375,6 +382,9 @@ class MemoryJournal:
     def ensure_owned(self) -> None:
         if self.taken_over:
             raise LeaseLost(f"execution {self.execution_id} was taken over by another process")
+
+    def cancel_requester(self) -> JSONMapping:
+        return self.cancel_requested_by
 
     def commit(self, batch: JournalBatch) -> str | None:
         self.ensure_owned()

@@ -9,6 +9,7 @@
 - ``keys``: ``SubjectKey`` (each subject's data key, for erasure);
 - ``database``: ``DatabaseIdentity`` (which database this is, for the task messages);
 - ``health``: ``ProcessHeartbeat`` (workers' and sweepers' heartbeats);
+- ``audit``: ``AuditEntry`` (the steering history: who cancelled, undid, retried, ...);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
 
 The database is the source of truth for every run. Rows are written by ``django_reactor.store``
@@ -26,6 +27,7 @@ from ..coordination.models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
+from .audit import AuditAction, AuditEntry
 from .database import DatabaseIdentity
 from .events import CancelSubscription, Event
 from .health import ProcessHeartbeat, ProcessRole
@@ -47,6 +49,8 @@ from .schedules import Schedule, ScheduleFire
 __all__ = [
     "STEP_RECORD_UNIQUE",
     "ApiRequest",
+    "AuditAction",
+    "AuditEntry",
     "CancelSubscription",
     "CoordinationKey",
     "CoordinationLock",

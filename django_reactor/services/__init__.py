@@ -21,13 +21,15 @@ state. By what they do:
   ``shown_outcome`` (an outcome as the faces show it);
 - ``schedules``: schedules (``services.schedules.create``, ``pause``, ``run_now``, ...) and
   firing their ticks (part of ``sweep``);
+- ``audit``: the steering history (``steering``, ``record``, ``of_run``): who steered a run,
+  via which face, and why;
 - ``guards``: the checks an operation makes of its call; ``handles``: ``find`` and the
   handles the operations give back.
 """
 
 from __future__ import annotations
 
-from . import handles, schedules, secrets
+from . import audit, handles, schedules, secrets
 from .deadlines import expire_deadlines
 from .events import Emitted, emit, finish_events
 from .guards import MAX_KEY_LENGTH
@@ -61,6 +63,7 @@ __all__ = [
     "ServiceOperations",
     "StuckRun",
     "after_pause",
+    "audit",
     "cancel",
     "deliver",
     "deliver_kept",

@@ -26,6 +26,8 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``time_in_tests``: moving stored times forward for the ``reactor_clock`` fixture (tests only);
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
   waiting interrupts, the outbox's depth);
+- ``audit``: the steering history (``AuditEntry``), written in the transaction of the change
+  it records;
 - ``health``: processes' heartbeats, overdue wake-ups, dispatches not taken, per-reactor
   figures of a recent window (``services.fleet_health``);
 - ``secrets``, ``keyring``, ``subject_keys``, ``rotation``: secrets sealed at rest (opened where
@@ -37,6 +39,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 from __future__ import annotations
 
 from . import (
+    audit,
     dialects,
     events,
     health,
@@ -150,6 +153,7 @@ __all__ = [
     "alias_of",
     "aliases",
     "append_event",
+    "audit",
     "bound",
     "bound_alias",
     "bound_to",
