@@ -10,18 +10,22 @@ custom permission, and each change is recorded as an admin ``LogEntry``.
 - ``timeline``: a run's trace as a Gantt chart, on its page;
 - ``records``: read-only lists of interrupts, dispatches, maps and map elements;
 - ``events``: the read-only list of events emitted;
+- ``audit``: the steering history (who cancelled, undid, retried, resumed, ... and why), and
+  ``acting``: the signed-in user those actions are recorded as;
 - ``schedules``: schedules (through ``services.schedules``) and their fires;
 - ``display`` and ``forms``: what those pages share.
 """
 
 from __future__ import annotations
 
+from .audit import AuditEntryAdmin
 from .events import EventAdmin
 from .executions import ExecutionAdmin
 from .records import DispatchAdmin, InterruptAdmin, MapResultAdmin, MapRunAdmin
 from .schedules import ScheduleAdmin, ScheduleFireAdmin
 
 __all__ = [
+    "AuditEntryAdmin",
     "DispatchAdmin",
     "EventAdmin",
     "ExecutionAdmin",

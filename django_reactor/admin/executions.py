@@ -30,7 +30,7 @@ from ..engine.serialization import conceal
 from ..exceptions import ReactorNotRegistered
 from ..graph import render_svg, step_states
 from ..handle import ExecutionHandle, StepView
-from ..models import Execution, Interrupt
+from ..models import AuditAction, Execution, Interrupt
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from . import timeline
 from .console import REFRESH_SECONDS, ConsoleViews
@@ -431,6 +431,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         ):
             buttons.append(("retry", _("Retry"), _("Run it again as a new execution.")))
         failure = ErrorInfo.from_dict(obj.failure) if obj.failure else None
+        steering_labels = dict(AuditAction.choices)
         return {
             "reactor_maps": map_sections(request, obj),
             "reactor_graph": graph,
@@ -464,11 +465,27 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
                 }
                 for name, label, help_text in buttons
             ],
+            "reactor_steering": [
+                {
+                    "entry": entry,
+                    "label": steering_labels.get(entry.action, entry.action),
+                    "detail": short_json(entry.detail, 160) if entry.detail else "",
+                }
+                for entry in store.audit.of_run(obj.pk)
+            ],
+            "reactor_steering_url": self._steering_url(request, obj),
             "reactor_status_badge": status_badge_of(obj),
             "reactor_time": time_facts(obj, waits),
             # A run still moving: the page reads it again every few seconds (see the template).
             "reactor_refresh_seconds": REFRESH_SECONDS if moving else None,
         }
+
+    def _steering_url(self, request: HttpRequest, obj: Execution) -> str:
+        """The steering history's list of this run's entries, for those who may read it."""
+        if not request.user.has_perm(f"{APP}.view_auditentry"):
+            return ""
+        url = reverse(f"admin:{APP}_auditentry_changelist", current_app=self.admin_site.name)
+        return f"{url}?q={obj.pk}"
 
     # -- custom URLs
     def get_urls(self) -> list[URLPattern]:

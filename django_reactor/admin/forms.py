@@ -61,7 +61,8 @@ def serializer_help(serializer_class: type | None) -> list[dict[str, Any]]:
 
 
 class ResumeForm(forms.Form):
-    """The payload of an interrupt as a JSON object, and where the rest of the run goes."""
+    """The payload of an interrupt as a JSON object, where the rest of the run goes, and why
+    (recorded with who delivered it)."""
 
     payload = forms.CharField(
         label=_("Payload (JSON object)"),
@@ -74,6 +75,13 @@ class ResumeForm(forms.Form):
             "Checked: a worker runs the rest of the run and this page returns at once. "
             "Unchecked: this request runs it."
         ),
+    )
+    reason = forms.CharField(
+        label=_("Reason (optional)"),
+        required=False,
+        max_length=500,
+        widget=forms.TextInput(attrs={"class": "vTextField"}),
+        help_text=_("Why: kept with your name in the run's trace and the steering history."),
     )
 
     def clean_payload(self) -> Any:

@@ -211,13 +211,13 @@ class ExecutionOperations(admin.ModelAdmin):
                 if reason:
                     message += f" ({reason})"
             elif operation == "undo":
-                handle = services.undo(row.id)
+                handle = services.undo(row.id, reason=reason)
                 message = f"Undone: {handle.status}"
             elif operation == "retry":
-                outcome = services.retry(row.id)
+                outcome = services.retry(row.id, reason=reason)
                 message = f"Retried as {outcome.execution_id}"
             elif operation == "wake":
-                handle = services.wake(row.id)
+                handle = services.wake(row.id, reason=reason)
                 message = f"Woken: {handle.status}, a worker takes it now"
             else:  # pragma: no cover - the URLs name only these
                 raise ValueError(operation)
@@ -391,6 +391,7 @@ class ExecutionOperations(admin.ModelAdmin):
                         step=step,
                         payload=form.cleaned_data["payload"],
                         background=form.cleaned_data["background"],
+                        reason=form.cleaned_data["reason"],
                     )
                 except InvalidPayload as exc:
                     payload_errors = error_messages(exc.errors)

@@ -37,6 +37,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from .. import services, store
+from ..actors import acting_as
 from ..conf import reactor_settings
 from ..engine.outcomes import Dispatched, InProgress, Outcome, outcome_data
 from ..engine.serialization import unstorable
@@ -60,7 +61,7 @@ from ..models import Execution, Interrupt
 from ..services.databases import across_databases
 from . import signatures
 from .authentication import ApiAuthentication
-from .credentials import Credential, allowed_modes, check_signed_for
+from .credentials import Credential, allowed_modes, check_signed_for, user_actor
 from .databases import DATABASE_PARAMETER, ApiDatabaseMixin
 from .errors import ApiError, ApiErrorsMixin, ErrorSerializer, error_response
 from .filters import ExecutionFilterBackend, ExecutionFilterSet
@@ -72,6 +73,7 @@ from .serializers import (
     ExecutionDetailSerializer,
     ExecutionSerializer,
     ResumeRequestSerializer,
+    SteerRequestSerializer,
 )
 from .throttling import ResumeRateThrottle
 
@@ -201,6 +203,15 @@ STEER_REFUSED = _error(
 )
 
 
+REASON_REFUSED = _error(
+    "The body is not JSON or holds what cannot be stored (code parse_error, with "
+    'errors {"reason": ["why"]} when the reason holds it), the body is not an '
+    'object, or reason is not a string (code invalid, errors {"reason": ["why"]}), '
+    "or the Authorization header holds a NUL (code invalid_header)."
+)
+NOT_JSON = _error("The body is not application/json (code unsupported_media_type).")
+
+
 @extend_schema(tags=["executions"])
 @extend_schema_view(
     retrieve=extend_schema(responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS}),
@@ -269,66 +280,80 @@ class ExecutionViewSet(
         request=CancelRequestSerializer,
         responses={
             200: ExecutionDetailSerializer,
-            400: _error(
-                "The body is not JSON or holds what cannot be stored (code parse_error, with "
-                'errors {"reason": ["why"]} when the reason holds it), the body is not an '
-                'object, or reason is not a string (code invalid, errors {"reason": ["why"]}), '
-                "or the Authorization header holds a NUL (code invalid_header)."
-            ),
+            400: REASON_REFUSED,
             **ACCESS_ANSWERS,
             409: STEER_REFUSED,
-            415: _error("The body is not application/json (code unsupported_media_type)."),
+            415: NOT_JSON,
         },
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Stop the run without rolling anything back (a running run stops after its step)."""
         row = self.get_object()
-        # The parser refused what cannot be stored (NUL, lone surrogates) already.
-        if not isinstance(request.data, dict):
-            raise ApiError(
-                400, 'the body must be a JSON object, such as {"reason": "..."}, or empty',
-                code="invalid",
-            )  # fmt: skip
-        body = CancelRequestSerializer(data=request.data)
-        if not body.is_valid():
-            raise ValidationError(body.errors)
-        reason = str(body.validated_data.get("reason", ""))
-        return self._steer(lambda: services.cancel(row.id, reason=reason[:1000]), row)
+        reason = self._reason(request, CancelRequestSerializer)
+        return self._steer(lambda: services.cancel(row.id, reason=reason), row)
 
     @extend_schema(
-        request=None,
-        responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS, 409: STEER_REFUSED},
+        request=SteerRequestSerializer,
+        responses={
+            200: ExecutionDetailSerializer,
+            400: REASON_REFUSED,
+            **ACCESS_ANSWERS,
+            409: STEER_REFUSED,
+            415: NOT_JSON,
+        },
     )
     @action(detail=True, methods=["post"])
     def undo(self, request: Request, pk: str | None = None) -> Response:
         """Roll back every completed step, newest first."""
         row = self.get_object()
-        return self._steer(lambda: services.undo(row.id), row)
+        reason = self._reason(request, SteerRequestSerializer)
+        return self._steer(lambda: services.undo(row.id, reason=reason), row)
 
     @extend_schema(
-        request=None,
+        request=SteerRequestSerializer,
         responses={
             200: _described("The new run's outcome (it ran in this process)."),
             202: _described("The new run went to a worker."),
+            400: REASON_REFUSED,
             **ACCESS_ANSWERS,
             409: STEER_REFUSED,
+            415: NOT_JSON,
         },
     )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
         """Run a failed execution again as a new execution."""
         row = self.get_object()
+        reason = self._reason(request, SteerRequestSerializer)
         try:
-            outcome = services.shown_outcome(services.retry(row.id))
+            with acting_as(user_actor(request.user)):
+                outcome = services.shown_outcome(services.retry(row.id, reason=reason))
         except ReactorError as exc:
             return error_response(api_error_for(exc))
         code = 202 if isinstance(outcome, Dispatched) else 200
         return Response(outcome_data(outcome), status=code)
 
+    def _reason(
+        self, request: Request, serializer: type[CancelRequestSerializer | SteerRequestSerializer]
+    ) -> str:
+        """The optional body's reason (its first 1000 characters); the parser refused what
+        cannot be stored (NUL, lone surrogates) already."""
+        if not isinstance(request.data, dict):
+            raise ApiError(
+                400, 'the body must be a JSON object, such as {"reason": "..."}, or empty',
+                code="invalid",
+            )  # fmt: skip
+        body = serializer(data=request.data)
+        if not body.is_valid():
+            raise ValidationError(body.errors)
+        return str(body.validated_data.get("reason", ""))[:1000]
+
     def _steer(self, operation: Callable[[], object], row: Execution) -> Response:
+        """Apply ``operation`` as the request's user (the steering history says who)."""
         try:
-            operation()
+            with acting_as(user_actor(self.request.user)):
+                operation()
         except ReactorError as exc:
             return error_response(api_error_for(exc))
         fresh = self.get_queryset().get(pk=row.pk)
@@ -474,7 +499,12 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
                 raise ApiError(
                     401, f"the {TOKEN_HEADER} header is not a resume token", code="bad_token"
                 )
-            return Credential("token", f"token:{store.interrupts.token_hash(token)}", token=token)
+            return Credential(
+                "token",
+                f"token:{store.interrupts.token_hash(token)}",
+                token=token,
+                who="resume token",
+            )
         if kind == "webhook":
             webhook_id = request.headers.get(signatures.ID_HEADER)
             if webhook_id:  # signed, then stored as the key: it must be storable text
@@ -488,6 +518,7 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
                 f"webhook:{verified.group}",
                 group=verified.group,
                 webhook_id=verified.webhook_id,
+                who=f"webhook signed with the {verified.group!r} secrets",
             )
         user = request.user
         if not (user and user.is_authenticated):
@@ -501,7 +532,7 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
             if not permission.has_permission(request, self):
                 message = getattr(permission, "message", "") or "permission denied"
                 raise ApiError(403, str(message), code="permission_denied")
-        return Credential("user", f"user:{user.pk}")
+        return Credential("user", f"user:{user.pk}", who=user_actor(user).who)
 
     def perform_authentication(self, request: Request) -> None:
         """Authenticate the user only when the user is the credential.
@@ -529,16 +560,23 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
                 # Kept until the run reaches the interrupt: the run's reactor says who may.
                 execution = store.get_row(kwargs["execution_id"])
                 self._authorize_run(request, execution.reactor, execution.id, credential)
-                outcome = services.shown_outcome(
-                    services.keep_delivery(
-                        execution.id, data.get("step"), data["payload"], background=None
+                with acting_as(credential.actor):
+                    kept = services.keep_delivery(
+                        execution.id,
+                        data.get("step"),
+                        data["payload"],
+                        background=None,
+                        reason=data.get("reason", ""),
                     )
-                )
-                return self._answer(outcome, credential)
+                return self._answer(services.shown_outcome(kept), credential)
             # Found by correlation id or token in whichever database holds it: work there.
             with store.bound_to(row):
                 self._authorize(request, row, credential)
-                outcome = services.shown_outcome(services.deliver(row, data["payload"]))
+                with acting_as(credential.actor):
+                    delivered = services.deliver(
+                        row, data["payload"], reason=data.get("reason", "")
+                    )
+                outcome = services.shown_outcome(delivered)
         except ApiError as error:
             return error_response(error)
         except ReactorError as exc:
