@@ -68,6 +68,11 @@ def test_each_operation_of_a_run_page_is_the_users_with_its_reason(
     ]
     cancel = services.find(paused).trace[-1]
     assert (cancel.data["by"], cancel.data["via"]) == (me, "admin")
+    # The resumed run's page: its steer entry in the trace and on the timeline.
+    page = client_operator.get(url("change", waiting)).content.decode()
+    assert f"by {me} via admin" in page  # the timeline's mark
+    trace = page[page.index('id="reactor-trace"') : page.index('id="reactor-steering"')]
+    assert "Steered" in trace
 
 
 def test_a_bulk_action_records_each_run_with_the_reason_of_its_confirmation(
