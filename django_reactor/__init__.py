@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .actors import Actor, acting_as
 from .engine.constructs.async_unit import async_reactor
 from .engine.constructs.compose import compose
 from .engine.constructs.events import EmittedEvent, on_event, wait_for_event
@@ -48,6 +49,7 @@ from .reactor import Reactor
 
 __all__ = [
     "Aborted",
+    "Actor",
     "Cancelled",
     "Completed",
     "ContinueWith",
@@ -77,6 +79,7 @@ __all__ = [
     "StepContext",
     "Success",
     "__version__",
+    "acting_as",
     "arg",
     "async_reactor",
     "async_step",

@@ -342,6 +342,9 @@ class ReactorSettings:
     SCHEDULE_CATCH_UP_LIMIT = Count(100)
     # Sent dispatches (outbox rows) older than this many seconds are deleted by the sweeper.
     DISPATCH_RETENTION = Seconds(86400.0)
+    # The steering history's entries older than this many seconds are deleted by reactor_prune
+    # (whatever their runs became); None keeps them for ever.
+    AUDIT_RETENTION = OptionalSeconds(365 * 86400.0)
     # Redis for completion signals (pub/sub). None: the django-redis "default" cache when there
     # is one, else waiters only poll the database.
     REDIS_URL = OptionalText(None)

@@ -43,6 +43,12 @@ _RUN_LINES: dict[str, str] = {
     EventKind.FORK: "forked as a new execution",
 }
 
+#: What a ``steer`` entry says, by its action.
+_STEER_LINES: dict[str, str] = {
+    "wake": "woken now",
+    "resume": "payload delivered",
+}
+
 
 def duration_seconds(
     started_at: dt.datetime | None, finished_at: dt.datetime | None
@@ -110,7 +116,14 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
                 line += f" {_acquired(event.data)}"
         else:
             line = _RUN_LINES.get(event.kind, event.kind)
-            if event.kind == EventKind.ACQUIRE:
+            if event.kind == EventKind.STEER:
+                action = str(event.data.get("action", ""))
+                line = _STEER_LINES.get(action, action)
+                if event.data.get("step"):
+                    line += f" to {event.data['step']}"
+                if event.data.get("reason"):
+                    line += f" ({event.data['reason']})"
+            elif event.kind == EventKind.ACQUIRE:
                 line = f"acquired {_acquired(event.data)}"
             elif event.kind == EventKind.LAUNCH:
                 line = f"started side by side: {', '.join(event.data.get('steps', []))}"
@@ -120,6 +133,8 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
                 line += f" ({event.data['reason']})"
             if event.kind == EventKind.SUSPEND and event.data.get("reactor_paused"):
                 line += " [its reactor is paused]"
+        if event.data.get("by"):
+            line += f" by {event.data['by']} via {event.data.get('via', '?')}"
         if event.duration_ms is not None:
             line += f"  [{format_duration(event.duration_ms / 1000)}]"
         lines.append(line)

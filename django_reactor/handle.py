@@ -105,9 +105,9 @@ class Operations(Protocol):
 
     def cancel(self, execution_id: UUID, *, reason: str = "") -> ExecutionHandle: ...
 
-    def undo(self, execution_id: UUID) -> ExecutionHandle: ...
+    def undo(self, execution_id: UUID, *, reason: str = "") -> ExecutionHandle: ...
 
-    def retry(self, execution_id: UUID) -> Outcome: ...
+    def retry(self, execution_id: UUID, *, reason: str = "") -> Outcome: ...
 
     def pause(self, execution_id: UUID, *, reason: str = "") -> ExecutionHandle: ...
 
@@ -118,9 +118,10 @@ class Operations(Protocol):
         *,
         inputs: Mapping[str, Any] | None = None,
         undo_abandoned: bool = False,
+        reason: str = "",
     ) -> Outcome: ...
 
-    def unpause(self, execution_id: UUID) -> ExecutionHandle: ...
+    def unpause(self, execution_id: UUID, *, reason: str = "") -> ExecutionHandle: ...
 
     def resume_interrupt(
         self,
@@ -130,6 +131,7 @@ class Operations(Protocol):
         payload: Any,
         idempotency_key: str | None,
         background: bool | None,
+        reason: str = "",
     ) -> Outcome: ...
 
     def send(
@@ -369,12 +371,12 @@ class ExecutionHandle:
         return self._services.cancel(self.id, reason=reason)
 
     @_in_its_database
-    def undo(self) -> ExecutionHandle:
-        return self._services.undo(self.id)
+    def undo(self, reason: str = "") -> ExecutionHandle:
+        return self._services.undo(self.id, reason=reason)
 
     @_in_its_database
-    def retry(self) -> Outcome:
-        return self._services.retry(self.id)
+    def retry(self, reason: str = "") -> Outcome:
+        return self._services.retry(self.id, reason=reason)
 
     @_in_its_database
     def fork(
@@ -383,6 +385,7 @@ class ExecutionHandle:
         *,
         inputs: Mapping[str, Any] | None = None,
         undo_abandoned: bool = False,
+        reason: str = "",
     ) -> Outcome:
         """Run this stopped run again from ``from_step`` as a new run that reuses the results
         of the steps it completed before (their bodies do not run again), with the code
@@ -398,9 +401,9 @@ class ExecutionHandle:
         return self._services.pause(self.id, reason=reason)
 
     @_in_its_database
-    def unpause(self) -> ExecutionHandle:
+    def unpause(self, reason: str = "") -> ExecutionHandle:
         """Let a paused run go on where it stopped (a worker takes it)."""
-        return self._services.unpause(self.id)
+        return self._services.unpause(self.id, reason=reason)
 
     @property
     @_in_its_database
@@ -428,6 +431,7 @@ class ExecutionHandle:
         *,
         idempotency_key: str | None = None,
         background: bool | None = None,
+        reason: str = "",
     ) -> Outcome:
         """Deliver ``payload`` to the interrupt ``step``, or to the interrupt of a composed child
         at the path ``step`` (``"checkout.approval"`` or ``("checkout", "approval")``); see
@@ -438,6 +442,7 @@ class ExecutionHandle:
             payload=payload,
             idempotency_key=idempotency_key,
             background=background,
+            reason=reason,
         )
 
     @_in_its_database

@@ -235,6 +235,9 @@ class EventKind(models.TextChoices):
     SUSPEND = "suspend", _("Suspended by a pause")
     UNPAUSE = "unpause", _("Unpaused")
     FORK = "fork", _("Forked as a new run")
+    # An operator's action that changes the run without an entry of its own (wake now, a
+    # payload delivered to a paused run): ``data["action"]``, with ``by``, ``via``, ``reason``.
+    STEER = "steer", _("Steered")
 
 
 class MessageStatus(models.TextChoices):

@@ -16,7 +16,7 @@ LONGEST = 800
 #: The floors, lowest first; a module may import its own floor and those below.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("states", "exceptions", "conf")),
-    ("engine", ("engine", "faults")),
+    ("engine", ("engine", "faults", "actors")),
     ("models", ("models", "migrations", "coordination.models")),
     ("store", ("store",)),
     ("coordination", ("coordination",)),

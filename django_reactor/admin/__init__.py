@@ -12,12 +12,15 @@ custom permission, and each change is recorded as an admin ``LogEntry``.
 - ``events``: the read-only list of events emitted;
 - ``bulk``: bulk operations: acting on every run of a filtered list, and their progress;
 - ``pauses``, ``forks``: pausing reactors (and the banner), forking a run from a step;
+- ``audit``: the steering history (who cancelled, undid, retried, resumed, ... and why), and
+  ``acting``: the signed-in user those actions are recorded as;
 - ``schedules``: schedules (through ``services.schedules``) and their fires;
 - ``display`` and ``forms``: what those pages share.
 """
 
 from __future__ import annotations
 
+from .audit import AuditEntryAdmin
 from .bulk import BulkOperationAdmin
 from .events import EventAdmin
 from .executions import ExecutionAdmin
@@ -25,6 +28,7 @@ from .records import DispatchAdmin, InterruptAdmin, MapResultAdmin, MapRunAdmin
 from .schedules import ScheduleAdmin, ScheduleFireAdmin
 
 __all__ = [
+    "AuditEntryAdmin",
     "BulkOperationAdmin",
     "DispatchAdmin",
     "EventAdmin",

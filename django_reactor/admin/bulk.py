@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -27,6 +28,7 @@ from .. import services
 from ..exceptions import ReactorError
 from ..models import BulkItem, BulkOperation, ItemStatus
 from ..services.bulk import ACTIONS, BulkPreview
+from .acting import acting_for
 from .console import REFRESH_SECONDS
 from .display import APP, MomentsAdmin, moment
 
@@ -117,7 +119,13 @@ class BulkOperationAdmin(MomentsAdmin):
         return bool(request.user.has_perm(f"{APP}.view_execution"))
 
     def get_urls(self) -> list[URLPattern]:
-        wrap = self.admin_site.admin_view
+        def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+            def acting(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+                with acting_for(request):  # recorded as the signed-in user's
+                    return view(request, *args, **kwargs)
+
+            return self.admin_site.admin_view(acting)
+
         name = f"{APP}_bulkoperation"
         return [
             path("new/", wrap(self.new_view), name=f"{name}_new"),
@@ -201,7 +209,6 @@ class BulkOperationAdmin(MomentsAdmin):
                         run_filter,
                         parameters,
                         reason=source.get("reason", "")[:1000],
-                        created_by=str(request.user.get_username()),
                     )
                     self.message_user(
                         request,

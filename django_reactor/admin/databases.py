@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import store
 from ..models import Execution
+from .acting import acting_for
 
 #: The query parameter (and filter) that chooses the database, and its key in the session.
 PARAMETER = "database"
@@ -58,7 +59,8 @@ class DatabaseAdmin(admin.ModelAdmin):
 
     @property
     def urls(self) -> list[URLPattern]:
-        # Every view of the admin, its own ones and those subclasses add, in its database.
+        # Every view of the admin, its own ones and those subclasses add, in its database, and
+        # acting as the signed-in user (what it steers is recorded as theirs: ``acting``).
         patterns = self.get_urls()
         for pattern in patterns:
             if isinstance(pattern, URLPattern):
@@ -68,10 +70,11 @@ class DatabaseAdmin(admin.ModelAdmin):
     def _in_its_database(self, view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @functools.wraps(view)
         def in_its_database(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if len(store.aliases()) == 1:
-                return view(request, *args, **kwargs)
-            with store.bound(database_of(request, self.model, kwargs.get("object_id"))):
-                return view(request, *args, **kwargs)
+            with acting_for(request):
+                if len(store.aliases()) == 1:
+                    return view(request, *args, **kwargs)
+                with store.bound(database_of(request, self.model, kwargs.get("object_id"))):
+                    return view(request, *args, **kwargs)
 
         return in_its_database
 

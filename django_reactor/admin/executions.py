@@ -31,7 +31,7 @@ from ..engine.serialization import conceal
 from ..exceptions import ReactorNotRegistered
 from ..graph import render_svg, step_states
 from ..handle import ExecutionHandle, StepView
-from ..models import Execution, Interrupt
+from ..models import AuditAction, Execution, Interrupt
 from ..services.pausing import SUSPENDABLE
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from ..store import dialect_for
@@ -479,6 +479,7 @@ class ExecutionAdmin(
             ):
                 buttons.append(("unpause", _("Unpause"), _("Go on where it stopped.")))
         failure = ErrorInfo.from_dict(obj.failure) if obj.failure else None
+        steering_labels = dict(AuditAction.choices)
         return {
             "reactor_paused": paused_banner(request, obj.reactor),
             # The run's own pause (its reactor's is the banner).
@@ -521,11 +522,27 @@ class ExecutionAdmin(
                 }
                 for name, label, help_text in buttons
             ],
+            "reactor_steering": [
+                {
+                    "entry": entry,
+                    "label": steering_labels.get(entry.action, entry.action),
+                    "detail": short_json(entry.detail, 160) if entry.detail else "",
+                }
+                for entry in store.audit.of_run(obj.pk)
+            ],
+            "reactor_steering_url": self._steering_url(request, obj),
             "reactor_status_badge": status_badge_of(obj),
             "reactor_time": time_facts(obj, waits),
             # A run still moving: the page reads it again every few seconds (see the template).
             "reactor_refresh_seconds": REFRESH_SECONDS if moving else None,
         }
+
+    def _steering_url(self, request: HttpRequest, obj: Execution) -> str:
+        """The steering history's list of this run's entries, for those who may read it."""
+        if not request.user.has_perm(f"{APP}.view_auditentry"):
+            return ""
+        url = reverse(f"admin:{APP}_auditentry_changelist", current_app=self.admin_site.name)
+        return f"{url}?q={obj.pk}"
 
     # -- custom URLs
     def get_urls(self) -> list[URLPattern]:

@@ -190,9 +190,10 @@ def input_for(field: Any) -> tuple[forms.Field, str]:
 
 
 class ResumeForm(forms.Form):
-    """An interrupt's payload, field by field (see the module), and where the rest of the run
-    goes. :meth:`payload` is what it sends to the serializer; :meth:`refused` puts the
-    serializer's errors under the fields they are about."""
+    """An interrupt's payload, field by field (see the module), where the rest of the run
+    goes, and why (recorded with who delivered it). :meth:`payload` is what it sends to the
+    serializer; :meth:`refused` puts the serializer's errors under the fields they are
+    about."""
 
     background = forms.BooleanField(
         label=_("Run the rest on a worker"),
@@ -201,6 +202,13 @@ class ResumeForm(forms.Form):
             "Checked: a worker runs the rest of the run and this page returns at once. "
             "Unchecked: this request runs it."
         ),
+    )
+    reason = forms.CharField(
+        label=_("Reason (optional)"),
+        required=False,
+        max_length=500,
+        widget=forms.TextInput(attrs={"class": "vTextField"}),
+        help_text=_("Why: kept with your name in the run's trace and the steering history."),
     )
 
     def __init__(self, *args: Any, serializer_class: type | None = None, **kwargs: Any) -> None:

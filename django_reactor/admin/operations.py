@@ -202,13 +202,13 @@ class ExecutionOperations(admin.ModelAdmin):
                 if reason:
                     message += f" ({reason})"
             elif operation == "undo":
-                handle = services.undo(row.id)
+                handle = services.undo(row.id, reason=reason)
                 message = f"Undone: {handle.status}"
             elif operation == "retry":
-                outcome = services.retry(row.id)
+                outcome = services.retry(row.id, reason=reason)
                 message = f"Retried as {outcome.execution_id}"
             elif operation == "wake":
-                handle = services.wake(row.id)
+                handle = services.wake(row.id, reason=reason)
                 message = f"Woken: {handle.status}, a worker takes it now"
             elif operation == "pause":
                 handle = services.pause(row.id, reason=reason)

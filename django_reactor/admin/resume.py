@@ -85,6 +85,7 @@ def resume_view(
                     step=step,
                     payload=form.payload(),
                     background=form.cleaned_data["background"],
+                    reason=form.cleaned_data["reason"],
                 )
             except InvalidPayload as exc:
                 limit = f" of {exc.max_attempts}" if exc.max_attempts else ""

@@ -64,6 +64,7 @@ MARKS = {
     EventKind.MAP: "dispatch",
     EventKind.ACQUIRE: "acquire",
     EventKind.PAYLOAD: "resume",
+    EventKind.STEER: "resume",
     EventKind.INVALID_PAYLOAD: "fail",
     EventKind.EXPIRE: "fail",
     EventKind.UNDO_SKIPPED: "skip",
@@ -265,12 +266,14 @@ def build(
 
 
 def _detail(data: dict[str, Any]) -> str:
-    """What an entry's data adds to its tooltip: the error, a reason, a delay."""
+    """What an entry's data adds to its tooltip: the error, who steered, a reason, a delay."""
     parts = []
     if data.get("exception_class") or data.get("error"):
         parts.append(
             ": ".join(str(p) for p in (data.get("exception_class"), data.get("error")) if p)
         )
+    if data.get("by"):
+        parts.append(f"by {data['by']} via {data.get('via', '?')}")
     if data.get("reason"):
         parts.append(f"reason: {data['reason']}")
     if data.get("delay"):

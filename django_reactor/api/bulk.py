@@ -24,10 +24,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import services
+from ..actors import acting_as
 from ..exceptions import ReactorError
 from ..services.bulk import ACTIONS, BulkProgress
 from .answers import described, error_answer
 from .authentication import ApiAuthentication
+from .credentials import user_actor
 from .errors import ApiError, ApiErrorsMixin, api_error_for, error_response
 from .parsers import StorableJSONParser
 from .permissions import scoped
@@ -58,13 +60,12 @@ class BulkRequestSerializer(serializers.Serializer[dict[str, object]]):
     )
 
 
-def _user(request: Request, permission: str) -> str:
+def _user(request: Request, permission: str) -> None:
     user = request.user
     if not (user and user.is_authenticated):
         raise NotAuthenticated()
     if not user.has_perm(f"django_reactor.{permission}"):
         raise PermissionDenied(f"you lack the django_reactor.{permission} permission")
-    return str(user.get_username())
 
 
 def _answer(request: Request, progress: BulkProgress, status: int = 200) -> Response:
@@ -105,20 +106,17 @@ class BulkView(ApiErrorsMixin, ApiAuthentication, APIView):
             raise ValidationError(body.errors)
         data = body.validated_data
         action = ACTIONS[data["action"]]
-        who = _user(request, action.permission)
+        _user(request, action.permission)
         try:
             run_filter = services.RunFilter.parse(data["filter"])
             run_filter = _scoped(request, run_filter)
             if data["dry_run"]:
                 preview = services.preview_bulk(action.name, run_filter, data["parameters"])
                 return Response(preview.as_dict())
-            progress = services.start_bulk(
-                action.name,
-                run_filter,
-                data["parameters"],
-                reason=data["reason"],
-                created_by=who,
-            )
+            with acting_as(user_actor(request.user)):
+                progress = services.start_bulk(
+                    action.name, run_filter, data["parameters"], reason=data["reason"]
+                )
         except ReactorError as exc:
             return error_response(api_error_for(exc))
         return _answer(request, progress, status=202)
@@ -160,7 +158,8 @@ class BulkStopView(ApiErrorsMixin, ApiAuthentication, APIView):
     def post(self, request: Request, operation_id: str) -> Response:
         progress = _progress(operation_id)
         _user(request, ACTIONS[progress.action].permission)
-        return _answer(request, services.stop_bulk(progress.id))
+        with acting_as(user_actor(request.user)):
+            return _answer(request, services.stop_bulk(progress.id))
 
 
 def _progress(operation_id: str) -> BulkProgress:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from .. import registry
+from ..actors import MAX_WHO_LENGTH, Actor
 from ..conf import ByReactor, ReactorSettings, reactor_settings
 from .errors import ApiError
 
@@ -14,15 +16,28 @@ logger = logging.getLogger("django_reactor.api")
 
 
 class Credential:
-    """Who sends a request: its kind (user, webhook, token), its scope for idempotency keys."""
+    """Who sends a request: its kind (user, webhook, token), its scope for idempotency keys,
+    and ``who`` it is in the steering history (never a secret)."""
 
     def __init__(self, kind: str, scope: str, *, token: str | None = None, group: str = "",
-                 webhook_id: str | None = None) -> None:  # fmt: skip
+                 webhook_id: str | None = None, who: str = "") -> None:  # fmt: skip
         self.kind = kind
         self.scope = scope
         self.token = token
         self.group = group
         self.webhook_id = webhook_id
+        self.who = who
+
+    @property
+    def actor(self) -> Actor:
+        """Who the steering actions of the request are recorded as: the user, the webhook
+        secrets that signed it (by their name in ``WEBHOOK_SECRETS``), or a resume token."""
+        return Actor((self.who or self.kind)[:MAX_WHO_LENGTH], "api")
+
+
+def user_actor(user: Any) -> Actor:
+    """An API user as the steering history names them: ``"alice (user 7)"``."""
+    return Actor(f"{user.get_username()} (user {user.pk})"[:MAX_WHO_LENGTH], "api")
 
 
 def check_signed_for(credential: Credential, reactor: str, *, also: str = "") -> None:

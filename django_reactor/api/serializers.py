@@ -252,6 +252,12 @@ class ResumeRequestSerializer(serializers.Serializer[dict[str, object]]):
         "named by its path from the run, dotted (checkout.approval).",
     )
     payload = PayloadField(help_text="A JSON object, validated by the interrupt's serializer.")
+    reason = TextField(
+        required=False,
+        allow_blank=True,
+        max_length=1000,
+        help_text="Why, kept with who delivered it on the run's trace and in the steering history.",
+    )
 
 
 class CorrelationResumeRequestSerializer(ResumeRequestSerializer):
@@ -284,6 +290,22 @@ class ForkRequestSerializer(serializers.Serializer[dict[str, object]]):
     )
     dry_run = serializers.BooleanField(
         required=False, default=False, help_text="Only answer the plan; change nothing."
+    )
+    reason = TextField(
+        required=False,
+        allow_blank=True,
+        help_text="Why, kept with who asked on the run's trace and in the steering history.",
+    )
+
+
+class SteerRequestSerializer(serializers.Serializer[dict[str, object]]):
+    """The optional body of an undo or a retry request."""
+
+    reason = TextField(
+        required=False,
+        allow_blank=True,
+        help_text="Why, kept with who asked on the run's trace and in the steering history; "
+        "the first 1000 characters are kept.",
     )
 
 

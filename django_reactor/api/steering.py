@@ -14,18 +14,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import services
+from ..actors import acting_as
 from ..engine.outcomes import Dispatched, outcome_data
 from ..exceptions import ReactorError
 from ..models import Execution
 from .answers import (
     ACCESS_ANSWERS,
     REASON_ANSWERS,
-    STEER_REFUSED,
     described,
     error_answer,
 )
+from .credentials import user_actor
 from .errors import ApiError, api_error_for, error_response
-from .serializers import CancelRequestSerializer, ExecutionDetailSerializer, ForkRequestSerializer
+from .serializers import (
+    CancelRequestSerializer,
+    ExecutionDetailSerializer,
+    ForkRequestSerializer,
+    SteerRequestSerializer,
+)
 
 #: A fork's outcome that is not the end of its run: it waits for a worker, or for the undo.
 _WAITING = frozenset({"pending", "suspended"})
@@ -35,6 +41,7 @@ class ExecutionSteering:
     """The actions that change a run (mixed into ``ExecutionViewSet``, whose ``get_object``
     finds the run within the user's scope)."""
 
+    request: Request
     get_object: Callable[[], Execution]
     get_queryset: Callable[[], Any]
     get_serializer_context: Callable[[], dict[str, Any]]
@@ -47,31 +54,30 @@ class ExecutionSteering:
         reason = _reason(request)
         return self._steer(lambda: services.cancel(row.id, reason=reason), row)
 
-    @extend_schema(
-        request=None,
-        responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS, 409: STEER_REFUSED},
-    )
+    @extend_schema(request=SteerRequestSerializer, responses=REASON_ANSWERS)
     @action(detail=True, methods=["post"])
     def undo(self, request: Request, pk: str | None = None) -> Response:
         """Roll back every completed step, newest first."""
         row = self.get_object()
-        return self._steer(lambda: services.undo(row.id), row)
+        reason = _reason(request, SteerRequestSerializer)
+        return self._steer(lambda: services.undo(row.id, reason=reason), row)
 
     @extend_schema(
-        request=None,
+        request=SteerRequestSerializer,
         responses={
+            **REASON_ANSWERS,
             200: described("The new run's outcome (it ran in this process)."),
             202: described("The new run went to a worker."),
-            **ACCESS_ANSWERS,
-            409: STEER_REFUSED,
         },
     )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
         """Run a failed execution again as a new execution."""
         row = self.get_object()
+        reason = _reason(request, SteerRequestSerializer)
         try:
-            outcome = services.shown_outcome(services.retry(row.id))
+            with acting_as(user_actor(request.user)):
+                outcome = services.shown_outcome(services.retry(row.id, reason=reason))
         except ReactorError as exc:
             return error_response(api_error_for(exc))
         code = 202 if isinstance(outcome, Dispatched) else 200
@@ -86,15 +92,13 @@ class ExecutionSteering:
         reason = _reason(request)
         return self._steer(lambda: services.pause(row.id, reason=reason), row)
 
-    @extend_schema(
-        request=None,
-        responses={200: ExecutionDetailSerializer, **ACCESS_ANSWERS, 409: STEER_REFUSED},
-    )
+    @extend_schema(request=SteerRequestSerializer, responses=REASON_ANSWERS)
     @action(detail=True, methods=["post"])
     def unpause(self, request: Request, pk: str | None = None) -> Response:
         """Let a paused run go on where it stopped (a worker takes it)."""
         row = self.get_object()
-        return self._steer(lambda: services.unpause(row.id), row)
+        reason = _reason(request, SteerRequestSerializer)
+        return self._steer(lambda: services.unpause(row.id, reason=reason), row)
 
     @extend_schema(
         request=ForkRequestSerializer,
@@ -132,22 +136,26 @@ class ExecutionSteering:
         try:
             if data.get("dry_run"):
                 return Response(services.fork_plan(row.id, data["from_step"]).as_dict())
-            outcome = services.shown_outcome(
-                services.fork(
-                    row.id,
-                    data["from_step"],
-                    inputs=data.get("inputs"),
-                    undo_abandoned=data.get("undo_abandoned", False),
+            with acting_as(user_actor(request.user)):
+                outcome = services.shown_outcome(
+                    services.fork(
+                        row.id,
+                        data["from_step"],
+                        inputs=data.get("inputs"),
+                        undo_abandoned=data.get("undo_abandoned", False),
+                        reason=data.get("reason", ""),
+                    )
                 )
-            )
         except ReactorError as exc:
             return error_response(api_error_for(exc))
         code = 200 if outcome.status not in _WAITING else 202
         return Response(outcome_data(outcome), status=code)
 
     def _steer(self, operation: Callable[[], object], row: Execution) -> Response:
+        """Apply ``operation`` as the request's user (the steering history says who)."""
         try:
-            operation()
+            with acting_as(user_actor(self.request.user)):
+                operation()
         except ReactorError as exc:
             return error_response(api_error_for(exc))
         fresh = self.get_queryset().get(pk=row.pk)
@@ -156,7 +164,10 @@ class ExecutionSteering:
         )
 
 
-def _reason(request: Request) -> str:
+def _reason(
+    request: Request,
+    serializer: type[CancelRequestSerializer | SteerRequestSerializer] = CancelRequestSerializer,
+) -> str:
     """The reason of a steering request's optional body ``{"reason": "..."}`` (its first 1000
     characters); 400 for any other body."""
     # The parser refused what cannot be stored (NUL, lone surrogates) already.
@@ -165,7 +176,7 @@ def _reason(request: Request) -> str:
             400, 'the body must be a JSON object, such as {"reason": "..."}, or empty',
             code="invalid",
         )  # fmt: skip
-    body = CancelRequestSerializer(data=request.data)
+    body = serializer(data=request.data)
     if not body.is_valid():
         raise ValidationError(body.errors)
     return str(body.validated_data.get("reason", ""))[:1000]

@@ -34,6 +34,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from .. import services, store
+from ..actors import acting_as
 from ..conf import reactor_settings
 from ..engine.outcomes import Dispatched, InProgress, Outcome, outcome_data
 from ..engine.serialization import unstorable
@@ -46,7 +47,7 @@ from ..services.databases import across_databases
 from . import signatures
 from .answers import ACCESS_ANSWERS, described, error_answer
 from .authentication import ApiAuthentication
-from .credentials import Credential, allowed_modes, check_signed_for
+from .credentials import Credential, allowed_modes, check_signed_for, user_actor
 from .databases import DATABASE_PARAMETER, ApiDatabaseMixin
 from .errors import ApiError, ApiErrorsMixin, api_error_for, error_response
 from .filters import ExecutionFilterBackend, ExecutionFilterSet
@@ -322,7 +323,12 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
                 raise ApiError(
                     401, f"the {TOKEN_HEADER} header is not a resume token", code="bad_token"
                 )
-            return Credential("token", f"token:{store.interrupts.token_hash(token)}", token=token)
+            return Credential(
+                "token",
+                f"token:{store.interrupts.token_hash(token)}",
+                token=token,
+                who="resume token",
+            )
         if kind == "webhook":
             webhook_id = request.headers.get(signatures.ID_HEADER)
             if webhook_id:  # signed, then stored as the key: it must be storable text
@@ -336,6 +342,7 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
                 f"webhook:{verified.group}",
                 group=verified.group,
                 webhook_id=verified.webhook_id,
+                who=f"webhook signed with the {verified.group!r} secrets",
             )
         user = request.user
         if not (user and user.is_authenticated):
@@ -349,7 +356,7 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
             if not permission.has_permission(request, self):
                 message = getattr(permission, "message", "") or "permission denied"
                 raise ApiError(403, str(message), code="permission_denied")
-        return Credential("user", f"user:{user.pk}")
+        return Credential("user", f"user:{user.pk}", who=user_actor(user).who)
 
     def perform_authentication(self, request: Request) -> None:
         """Authenticate the user only when the user is the credential.
@@ -377,16 +384,23 @@ class ResumeView(ApiDatabaseMixin, ApiErrorsMixin, ApiAuthentication, APIView):
                 # Kept until the run reaches the interrupt: the run's reactor says who may.
                 execution = store.get_row(kwargs["execution_id"])
                 self._authorize_run(request, execution.reactor, execution.id, credential)
-                outcome = services.shown_outcome(
-                    services.keep_delivery(
-                        execution.id, data.get("step"), data["payload"], background=None
+                with acting_as(credential.actor):
+                    kept = services.keep_delivery(
+                        execution.id,
+                        data.get("step"),
+                        data["payload"],
+                        background=None,
+                        reason=data.get("reason", ""),
                     )
-                )
-                return self._answer(outcome, credential)
+                return self._answer(services.shown_outcome(kept), credential)
             # Found by correlation id or token in whichever database holds it: work there.
             with store.bound_to(row):
                 self._authorize(request, row, credential)
-                outcome = services.shown_outcome(services.deliver(row, data["payload"]))
+                with acting_as(credential.actor):
+                    delivered = services.deliver(
+                        row, data["payload"], reason=data.get("reason", "")
+                    )
+                outcome = services.shown_outcome(delivered)
         except ApiError as error:
             return error_response(error)
         except ReactorError as exc:

@@ -64,7 +64,7 @@ from .outcomes import (
     Suspended,
 )
 from .recording import RunRecorder
-from .serialization import JSONObject, shown
+from .serialization import JSONData, JSONMapping, JSONObject, shown
 from .spec import ReactorDefinition, StepSpec
 from .state import PendingCompensation, RunState, UndoEntry
 from .templates import ResolutionScope
@@ -316,7 +316,9 @@ class Executor(RunRecorder):
             # Before the others: it was in flight when the others were recorded.
             self.state.pending_compensation.insert(0, PendingCompensation(step, arguments, error))
 
-    def finish_rollback(self, reason: str) -> list[RollbackFailure]:
+    def finish_rollback(
+        self, reason: str, *, note: JSONMapping | None = None
+    ) -> list[RollbackFailure]:
         """Roll a restored run back to its end (an undo, or a rollback its last process did
         not finish): the steps that were in flight when its process stopped are compensated,
         then the rest as :meth:`rollback` does. The run ends ``failed`` if one of its steps
@@ -333,10 +335,16 @@ class Executor(RunRecorder):
             final_status=ExecutionStatus.FAILED if state.step_failed else ExecutionStatus.CANCELLED,
             reason=reason,
             failure=state.failure,
+            note=note,
         )
 
     def rollback(
-        self, *, final_status: str, reason: str = "", failure: ErrorInfo | None = None
+        self,
+        *,
+        final_status: str,
+        reason: str = "",
+        failure: ErrorInfo | None = None,
+        note: JSONMapping | None = None,
     ) -> list[RollbackFailure]:
         """Compensate pending failed steps, undo every completed step newest first, finish.
 
@@ -346,10 +354,14 @@ class Executor(RunRecorder):
 
         Raises the construct's RollbackPending (MapRollbackPending), after parking the run
         ``rolling_back``, while workers roll a step back; the run is woken to finish then.
+        ``note`` goes on the ``rollback`` entry besides the reason (who asked for an undo).
         """
+        started: dict[str, JSONData] = {**(note or {})}
+        if reason:
+            started["reason"] = reason
         self.commit(
             JournalBatch(
-                events=[self.event(EventKind.ROLLBACK, data={"reason": reason} if reason else {})],
+                events=[self.event(EventKind.ROLLBACK, data=started)],
                 status=ExecutionStatus.ROLLING_BACK,
             )
         )
@@ -627,7 +639,12 @@ class Executor(RunRecorder):
         """End the run cancelled (an operator asked), after ``last_step``."""
         self.commit(
             JournalBatch(
-                events=[self.event(EventKind.CANCEL, data={"reason": reason})],
+                events=[
+                    self.event(
+                        EventKind.CANCEL,
+                        data={**self.journal.cancel_requester(), "reason": reason},
+                    )
+                ],
                 status=ExecutionStatus.CANCELLED,
                 current_step=last_step,  # nothing is in flight: the next step never started
                 finished=True,

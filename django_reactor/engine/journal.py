@@ -308,6 +308,11 @@ class Journal(Protocol):
         """The run this journal writes for."""
         ...
 
+    def cancel_requester(self) -> JSONMapping:
+        """Who asked to cancel the run while it ran (``{"by": ..., "via": ...}``), for the
+        ``cancel`` entry the run writes when it stops; empty when nobody is recorded."""
+        ...
+
     def commit(self, batch: JournalBatch) -> StopRequest | None:
         """Write ``batch`` atomically. Return what an operator asked of the run (cancel it,
         pause it), if anything.
@@ -363,6 +368,8 @@ class MemoryJournal:
         # What an operator asked: the run is cancelled (the reason), or paused, after a step.
         self.cancel_requested: str | None = None
         self.pause_requested: str | None = None
+        # Who asked for it (``by``, ``via``), as the store's steering history would say.
+        self.cancel_requested_by: JSONMapping = {}
         self.dispatches: list[tuple[str, float]] = []
         self.interrupts: list[InterruptWrite] = []
         self.batches = 0
@@ -390,6 +397,9 @@ class MemoryJournal:
     def ensure_owned(self) -> None:
         if self.taken_over:
             raise LeaseLost(f"execution {self.execution_id} was taken over by another process")
+
+    def cancel_requester(self) -> JSONMapping:
+        return self.cancel_requested_by
 
     def commit(self, batch: JournalBatch) -> StopRequest | None:
         self.ensure_owned()

@@ -354,12 +354,26 @@ def short_reactor(name: str) -> str:
 # ---------------------------------------------------------------------- steering
 
 
+def add_reason(parser: CommandParser, what: str, default: str = "") -> None:
+    """The ``--reason`` option of a command that steers: why ``what``, recorded with who ran
+    the command (``command_actor``) on the run's trace and in the steering history."""
+    parser.add_argument(
+        "--reason",
+        metavar="TEXT",
+        default="",
+        help=f"Why {what}; kept, with the command and your OS user name, in the run's trace and "
+        f"the steering history{default}.",
+    )
+
+
 class SteeringCommand(ReactorCommand):
-    """Base of ``reactor_cancel``, ``reactor_undo`` and ``reactor_retry``: apply one operation
-    to each execution id given, report each, and fail at the end if any was refused."""
+    """Base of ``reactor_cancel``, ``reactor_undo``, ``reactor_retry`` and ``reactor_wake``:
+    apply one operation to each execution id given, report each, and fail at the end if any
+    was refused. ``--reason`` says why, for each."""
 
     action = ""  # the verb, as in "cannot <action> execution ..."
     done = ""  # its past participle, as in "2 of 3 execution(s) could not be <done>"
+    default_reason = ""  # what --reason's help says of no reason, after a comma
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -375,6 +389,7 @@ class SteeringCommand(ReactorCommand):
             help="Print one JSON array with an object per id: execution_id, ok, and status "
             "(or error, when it was refused).",
         )
+        add_reason(parser, f"the runs are {self.done}", self.default_reason)
 
     def operate(
         self, execution_id: str, options: dict[str, Any]

@@ -11,6 +11,7 @@ wraps as any long line does, and every cell stays whole.
 
 from __future__ import annotations
 
+import getpass
 import io
 import os
 import re
@@ -26,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from django_reactor import store
+from django_reactor.actors import MAX_WHO_LENGTH, Actor, acting_as
 from django_reactor.states import ExecutionStatus
 
 # Endings by how they ended: done green, failures red, deliberate stops yellow. Runs still in
@@ -88,15 +90,17 @@ class ReactorCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> Any:
         self.force_color = bool(options.get("force_color"))
         alias = options.get("database")
-        if alias is None:
-            return super().execute(*args, **options)
-        if alias not in store.aliases():
-            raise CommandError(
-                f"--database {alias!r} is not a database runs are written to; "
-                f"REACTOR['DATABASE'] routes runs to: {', '.join(store.aliases())}"
-            )
-        with store.bound(alias):
-            return super().execute(*args, **options)
+        # What the command steers is recorded as the command's, run by this OS user.
+        with acting_as(command_actor(self)):
+            if alias is None:
+                return super().execute(*args, **options)
+            if alias not in store.aliases():
+                raise CommandError(
+                    f"--database {alias!r} is not a database runs are written to; "
+                    f"REACTOR['DATABASE'] routes runs to: {', '.join(store.aliases())}"
+                )
+            with store.bound(alias):
+                return super().execute(*args, **options)
 
     def run_from_argv(self, argv: list[str]) -> None:
         """Run from the command line. When standard output is a pipe its reader closed, exit
@@ -110,6 +114,17 @@ class ReactorCommand(BaseCommand):
             # Nothing more can be written; flushing at exit must not fail again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
+
+
+def command_actor(command: BaseCommand) -> Actor:
+    """Who a command's steering actions are recorded as: the command and the operating-system
+    user running it (``"reactor_cancel by deploy"``, via ``"command"``)."""
+    name = type(command).__module__.rsplit(".", 1)[-1]
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment nor the password database
+        user = f"uid {os.getuid()}" if hasattr(os, "getuid") else "an unknown user"
+    return Actor(f"{name} by {user}"[:MAX_WHO_LENGTH], "command")
 
 
 def colours(command: BaseCommand) -> bool:

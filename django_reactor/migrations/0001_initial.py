@@ -6,120 +6,380 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Execution',
+            name="Execution",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False, verbose_name='id')),
-                ('reactor', models.CharField(help_text='Registered name of the reactor class.', max_length=255, verbose_name='reactor')),
-                ('definition_hash', models.CharField(help_text="Fingerprint of the reactor's steps and edges when the run started.", max_length=64, verbose_name='definition hash')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('paused', 'Paused'), ('completed', 'Completed'), ('failed', 'Failed'), ('halted', 'Halted'), ('cancelled', 'Cancelled'), ('aborted', 'Aborted'), ('rolling_back', 'Rolling back'), ('needs_attention', 'Needs attention')], default='pending', max_length=15, verbose_name='status')),
-                ('inputs', models.JSONField(default=dict, help_text='Validated inputs. Secret fields are stored as given and redacted on display.', verbose_name='inputs')),
-                ('inputs_digest', models.CharField(blank=True, default='', help_text='SHA-256 of the stored inputs: a reused idempotency key must match it.', max_length=64, verbose_name='inputs digest')),
-                ('secret_paths', models.JSONField(default=list, help_text='Paths into the inputs whose values are redacted wherever shown.', verbose_name='secret input paths')),
-                ('correlation_id', models.CharField(blank=True, max_length=255, null=True, verbose_name='correlation id')),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True, verbose_name='idempotency key')),
-                ('current_step', models.CharField(blank=True, default='', max_length=255, verbose_name='current step')),
-                ('result', models.JSONField(blank=True, null=True, verbose_name='result')),
-                ('failure', models.JSONField(blank=True, null=True, verbose_name='failure')),
-                ('lease_owner', models.CharField(blank=True, max_length=255, null=True, verbose_name='lease owner')),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True, verbose_name='lease expires at')),
-                ('fence', models.PositiveBigIntegerField(default=0, help_text='Raised on every change of owner; writes from an older owner are refused.', verbose_name='fence')),
-                ('recovery_attempts', models.PositiveIntegerField(default=0, verbose_name='recovery attempts')),
-                ('cancel_requested_at', models.DateTimeField(blank=True, null=True, verbose_name='cancel requested at')),
-                ('cancel_reason', models.TextField(blank=True, default='', verbose_name='cancel reason')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='created at')),
-                ('started_at', models.DateTimeField(blank=True, null=True, verbose_name='started at')),
-                ('updated_at', models.DateTimeField(auto_now=True, verbose_name='updated at')),
-                ('finished_at', models.DateTimeField(blank=True, null=True, verbose_name='finished at')),
-                ('wake_at', models.DateTimeField(blank=True, null=True, verbose_name='next wake-up')),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='children', to='django_reactor.execution', verbose_name='parent')),
-                ('retry_of', models.OneToOneField(blank=True, help_text='The failed execution this one re-runs.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='retried_as', to='django_reactor.execution', verbose_name='retry of')),
-                ('root', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='descendants', to='django_reactor.execution', verbose_name='root')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="id",
+                    ),
+                ),
+                (
+                    "reactor",
+                    models.CharField(
+                        help_text="Registered name of the reactor class.",
+                        max_length=255,
+                        verbose_name="reactor",
+                    ),
+                ),
+                (
+                    "definition_hash",
+                    models.CharField(
+                        help_text="Fingerprint of the reactor's steps and edges when the run started.",
+                        max_length=64,
+                        verbose_name="definition hash",
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("paused", "Paused"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("halted", "Halted"),
+                            ("cancelled", "Cancelled"),
+                            ("aborted", "Aborted"),
+                            ("rolling_back", "Rolling back"),
+                            ("needs_attention", "Needs attention"),
+                        ],
+                        default="pending",
+                        max_length=15,
+                        verbose_name="status",
+                    ),
+                ),
+                (
+                    "inputs",
+                    models.JSONField(
+                        default=dict,
+                        help_text="Validated inputs. Secret fields are stored as given and redacted on display.",
+                        verbose_name="inputs",
+                    ),
+                ),
+                (
+                    "inputs_digest",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="SHA-256 of the stored inputs: a reused idempotency key must match it.",
+                        max_length=64,
+                        verbose_name="inputs digest",
+                    ),
+                ),
+                (
+                    "secret_paths",
+                    models.JSONField(
+                        default=list,
+                        help_text="Paths into the inputs whose values are redacted wherever shown.",
+                        verbose_name="secret input paths",
+                    ),
+                ),
+                (
+                    "correlation_id",
+                    models.CharField(
+                        blank=True, max_length=255, null=True, verbose_name="correlation id"
+                    ),
+                ),
+                (
+                    "idempotency_key",
+                    models.CharField(
+                        blank=True, max_length=255, null=True, verbose_name="idempotency key"
+                    ),
+                ),
+                (
+                    "current_step",
+                    models.CharField(
+                        blank=True, default="", max_length=255, verbose_name="current step"
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, null=True, verbose_name="result")),
+                ("failure", models.JSONField(blank=True, null=True, verbose_name="failure")),
+                (
+                    "lease_owner",
+                    models.CharField(
+                        blank=True, max_length=255, null=True, verbose_name="lease owner"
+                    ),
+                ),
+                (
+                    "lease_expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="lease expires at"),
+                ),
+                (
+                    "fence",
+                    models.PositiveBigIntegerField(
+                        default=0,
+                        help_text="Raised on every change of owner; writes from an older owner are refused.",
+                        verbose_name="fence",
+                    ),
+                ),
+                (
+                    "recovery_attempts",
+                    models.PositiveIntegerField(default=0, verbose_name="recovery attempts"),
+                ),
+                (
+                    "cancel_requested_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="cancel requested at"),
+                ),
+                (
+                    "cancel_reason",
+                    models.TextField(blank=True, default="", verbose_name="cancel reason"),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="created at")),
+                (
+                    "started_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="started at"),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True, verbose_name="updated at")),
+                (
+                    "finished_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="finished at"),
+                ),
+                (
+                    "wake_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="next wake-up"),
+                ),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="children",
+                        to="django_reactor.execution",
+                        verbose_name="parent",
+                    ),
+                ),
+                (
+                    "retry_of",
+                    models.OneToOneField(
+                        blank=True,
+                        help_text="The failed execution this one re-runs.",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="retried_as",
+                        to="django_reactor.execution",
+                        verbose_name="retry of",
+                    ),
+                ),
+                (
+                    "root",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="descendants",
+                        to="django_reactor.execution",
+                        verbose_name="root",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'execution',
-                'verbose_name_plural': 'executions',
-                'ordering': ['-created_at'],
+                "verbose_name": "execution",
+                "verbose_name_plural": "executions",
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='ExecutionEvent',
+            name="ExecutionEvent",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('seq', models.PositiveIntegerField(verbose_name='sequence')),
-                ('kind', models.CharField(choices=[('start', 'Run started'), ('run', 'Step ran'), ('retry', 'Step attempt failed, retrying'), ('fail', 'Failed'), ('skip', 'Step skipped'), ('halt', 'Halted'), ('compensate', 'Step compensated'), ('compensate_failed', 'Compensation failed'), ('compensate_skipped', 'No compensation defined'), ('undo', 'Step undone'), ('undo_failed', 'Undo failed'), ('undo_skipped', 'No undo defined'), ('complete', 'Run completed'), ('abort', 'Run aborted'), ('cancel', 'Run cancelled'), ('rollback', 'Rollback started'), ('rerun', 'Run retried as a new execution')], max_length=18, verbose_name='kind')),
-                ('step', models.CharField(blank=True, default='', max_length=255, verbose_name='step')),
-                ('attempt', models.PositiveIntegerField(default=0, verbose_name='attempt')),
-                ('at', models.DateTimeField(verbose_name='at')),
-                ('duration_ms', models.FloatField(blank=True, null=True, verbose_name='duration (ms)')),
-                ('data', models.JSONField(blank=True, default=dict, verbose_name='data')),
-                ('execution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='django_reactor.execution', verbose_name='execution')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("seq", models.PositiveIntegerField(verbose_name="sequence")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("start", "Run started"),
+                            ("run", "Step ran"),
+                            ("retry", "Step attempt failed, retrying"),
+                            ("fail", "Failed"),
+                            ("skip", "Step skipped"),
+                            ("halt", "Halted"),
+                            ("compensate", "Step compensated"),
+                            ("compensate_failed", "Compensation failed"),
+                            ("compensate_skipped", "No compensation defined"),
+                            ("undo", "Step undone"),
+                            ("undo_failed", "Undo failed"),
+                            ("undo_skipped", "No undo defined"),
+                            ("complete", "Run completed"),
+                            ("abort", "Run aborted"),
+                            ("cancel", "Run cancelled"),
+                            ("rollback", "Rollback started"),
+                            ("rerun", "Run retried as a new execution"),
+                        ],
+                        max_length=18,
+                        verbose_name="kind",
+                    ),
+                ),
+                (
+                    "step",
+                    models.CharField(blank=True, default="", max_length=255, verbose_name="step"),
+                ),
+                ("attempt", models.PositiveIntegerField(default=0, verbose_name="attempt")),
+                ("at", models.DateTimeField(verbose_name="at")),
+                (
+                    "duration_ms",
+                    models.FloatField(blank=True, null=True, verbose_name="duration (ms)"),
+                ),
+                ("data", models.JSONField(blank=True, default=dict, verbose_name="data")),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="django_reactor.execution",
+                        verbose_name="execution",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'execution event',
-                'verbose_name_plural': 'execution events',
-                'ordering': ['execution', 'seq'],
+                "verbose_name": "execution event",
+                "verbose_name_plural": "execution events",
+                "ordering": ["execution", "seq"],
             },
         ),
         migrations.CreateModel(
-            name='StepRecord',
+            name="StepRecord",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('step', models.CharField(max_length=255, verbose_name='step')),
-                ('status', models.CharField(choices=[('completed', 'Completed'), ('skipped', 'Skipped'), ('halted', 'Halted'), ('failed', 'Failed')], max_length=9, verbose_name='status')),
-                ('seq', models.PositiveIntegerField(help_text='Completion order within the execution (undo runs backwards).', verbose_name='sequence')),
-                ('attempts', models.PositiveIntegerField(default=0, verbose_name='attempts')),
-                ('arguments', models.JSONField(default=dict, verbose_name='arguments')),
-                ('secret_arguments', models.JSONField(default=list, verbose_name='secret argument paths')),
-                ('result', models.JSONField(blank=True, null=True, verbose_name='result')),
-                ('error', models.JSONField(blank=True, null=True, verbose_name='error')),
-                ('compensable', models.BooleanField(default=False, help_text='The step failed after its body started, so its compensate applies.', verbose_name='compensable')),
-                ('rollback', models.CharField(blank=True, choices=[('', 'None'), ('undone', 'Undone'), ('compensated', 'Compensated'), ('no_handler', 'No handler'), ('failed', 'Rollback failed')], default='', max_length=11, verbose_name='rollback')),
-                ('rollback_error', models.JSONField(blank=True, null=True, verbose_name='rollback error')),
-                ('rolled_back_at', models.DateTimeField(blank=True, null=True, verbose_name='rolled back at')),
-                ('started_at', models.DateTimeField(blank=True, null=True, verbose_name='started at')),
-                ('finished_at', models.DateTimeField(blank=True, null=True, verbose_name='finished at')),
-                ('execution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='django_reactor.execution', verbose_name='execution')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("step", models.CharField(max_length=255, verbose_name="step")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("completed", "Completed"),
+                            ("skipped", "Skipped"),
+                            ("halted", "Halted"),
+                            ("failed", "Failed"),
+                        ],
+                        max_length=9,
+                        verbose_name="status",
+                    ),
+                ),
+                (
+                    "seq",
+                    models.PositiveIntegerField(
+                        help_text="Completion order within the execution (undo runs backwards).",
+                        verbose_name="sequence",
+                    ),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0, verbose_name="attempts")),
+                ("arguments", models.JSONField(default=dict, verbose_name="arguments")),
+                (
+                    "secret_arguments",
+                    models.JSONField(default=list, verbose_name="secret argument paths"),
+                ),
+                ("result", models.JSONField(blank=True, null=True, verbose_name="result")),
+                ("error", models.JSONField(blank=True, null=True, verbose_name="error")),
+                (
+                    "compensable",
+                    models.BooleanField(
+                        default=False,
+                        help_text="The step failed after its body started, so its compensate applies.",
+                        verbose_name="compensable",
+                    ),
+                ),
+                (
+                    "rollback",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("", "None"),
+                            ("undone", "Undone"),
+                            ("compensated", "Compensated"),
+                            ("no_handler", "No handler"),
+                            ("failed", "Rollback failed"),
+                        ],
+                        default="",
+                        max_length=11,
+                        verbose_name="rollback",
+                    ),
+                ),
+                (
+                    "rollback_error",
+                    models.JSONField(blank=True, null=True, verbose_name="rollback error"),
+                ),
+                (
+                    "rolled_back_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="rolled back at"),
+                ),
+                (
+                    "started_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="started at"),
+                ),
+                (
+                    "finished_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="finished at"),
+                ),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="django_reactor.execution",
+                        verbose_name="execution",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'step record',
-                'verbose_name_plural': 'step records',
-                'ordering': ['execution', 'seq'],
+                "verbose_name": "step record",
+                "verbose_name_plural": "step records",
+                "ordering": ["execution", "seq"],
             },
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(fields=['status', 'updated_at'], name='reactor_exec_status_idx'),
+            model_name="execution",
+            index=models.Index(fields=["status", "updated_at"], name="reactor_exec_status_idx"),
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(fields=['reactor', 'created_at'], name='reactor_exec_reactor_idx'),
+            model_name="execution",
+            index=models.Index(fields=["reactor", "created_at"], name="reactor_exec_reactor_idx"),
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(condition=models.Q(('correlation_id__isnull', False)), fields=['correlation_id'], name='reactor_exec_corr_idx'),
+            model_name="execution",
+            index=models.Index(
+                condition=models.Q(("correlation_id__isnull", False)),
+                fields=["correlation_id"],
+                name="reactor_exec_corr_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(condition=models.Q(('status__in', ['running', 'rolling_back'])), fields=['lease_expires_at'], name='reactor_exec_lease_idx'),
+            model_name="execution",
+            index=models.Index(
+                condition=models.Q(("status__in", ["running", "rolling_back"])),
+                fields=["lease_expires_at"],
+                name="reactor_exec_lease_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='execution',
-            constraint=models.UniqueConstraint(condition=models.Q(('idempotency_key__isnull', False)), fields=('reactor', 'idempotency_key'), name='reactor_exec_idempotency_uniq'),
+            model_name="execution",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("idempotency_key__isnull", False)),
+                fields=("reactor", "idempotency_key"),
+                name="reactor_exec_idempotency_uniq",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='executionevent',
-            constraint=models.UniqueConstraint(fields=('execution', 'seq'), name='reactor_event_seq_uniq'),
+            model_name="executionevent",
+            constraint=models.UniqueConstraint(
+                fields=("execution", "seq"), name="reactor_event_seq_uniq"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='steprecord',
-            constraint=models.UniqueConstraint(fields=('execution', 'step'), name='reactor_step_uniq'),
+            model_name="steprecord",
+            constraint=models.UniqueConstraint(
+                fields=("execution", "step"), name="reactor_step_uniq"
+            ),
         ),
     ]

@@ -5,63 +5,140 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0001_initial'),
+        ("django_reactor", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Dispatch',
+            name="Dispatch",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('reason', models.CharField(choices=[('start', 'Start in the background'), ('handoff', 'Background hand-off'), ('retry', 'Retry after backoff'), ('recover', 'Recover a run whose worker stopped'), ('wake', 'Wake-up time reached')], max_length=16, verbose_name='reason')),
-                ('not_before', models.DateTimeField(blank=True, help_text='Publish with this countdown.', null=True, verbose_name='not before')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='created at')),
-                ('sent_at', models.DateTimeField(blank=True, null=True, verbose_name='sent at')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "reason",
+                    models.CharField(
+                        choices=[
+                            ("start", "Start in the background"),
+                            ("handoff", "Background hand-off"),
+                            ("retry", "Retry after backoff"),
+                            ("recover", "Recover a run whose worker stopped"),
+                            ("wake", "Wake-up time reached"),
+                        ],
+                        max_length=16,
+                        verbose_name="reason",
+                    ),
+                ),
+                (
+                    "not_before",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="Publish with this countdown.",
+                        null=True,
+                        verbose_name="not before",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="created at")),
+                ("sent_at", models.DateTimeField(blank=True, null=True, verbose_name="sent at")),
             ],
             options={
-                'verbose_name': 'dispatch',
-                'verbose_name_plural': 'dispatches',
-                'ordering': ['id'],
+                "verbose_name": "dispatch",
+                "verbose_name_plural": "dispatches",
+                "ordering": ["id"],
             },
         ),
         migrations.AddField(
-            model_name='execution',
-            name='current_attempt',
-            field=models.PositiveIntegerField(default=0, help_text='Attempts of the current step so far (a retry waiting for its wake-up).', verbose_name='current attempt'),
+            model_name="execution",
+            name="current_attempt",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="Attempts of the current step so far (a retry waiting for its wake-up).",
+                verbose_name="current attempt",
+            ),
         ),
         migrations.AddField(
-            model_name='execution',
-            name='definition_shape',
-            field=models.JSONField(blank=True, default=dict, help_text="Each step's implementation and dependencies when the run started: a resumed run is refused if a step it already ran has changed.", verbose_name='definition shape'),
+            model_name="execution",
+            name="definition_shape",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="Each step's implementation and dependencies when the run started: a resumed run is refused if a step it already ran has changed.",
+                verbose_name="definition shape",
+            ),
         ),
         migrations.AddField(
-            model_name='execution',
-            name='handed_off',
-            field=models.BooleanField(default=False, help_text='The run passed its background hand-off point; workers run the rest.', verbose_name='handed off'),
+            model_name="execution",
+            name="handed_off",
+            field=models.BooleanField(
+                default=False,
+                help_text="The run passed its background hand-off point; workers run the rest.",
+                verbose_name="handed off",
+            ),
         ),
         migrations.AddField(
-            model_name='execution',
-            name='parent_step',
-            field=models.CharField(blank=True, default='', help_text="For a composed child: the parent's step that runs it.", max_length=255, verbose_name='parent step'),
+            model_name="execution",
+            name="parent_step",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text="For a composed child: the parent's step that runs it.",
+                max_length=255,
+                verbose_name="parent step",
+            ),
         ),
         migrations.AlterField(
-            model_name='executionevent',
-            name='kind',
-            field=models.CharField(choices=[('start', 'Run started'), ('run', 'Step ran'), ('retry', 'Step attempt failed, retrying'), ('fail', 'Failed'), ('skip', 'Step skipped'), ('halt', 'Halted'), ('compensate', 'Step compensated'), ('compensate_failed', 'Compensation failed'), ('compensate_skipped', 'No compensation defined'), ('undo', 'Step undone'), ('undo_failed', 'Undo failed'), ('undo_skipped', 'No undo defined'), ('complete', 'Run completed'), ('abort', 'Run aborted'), ('cancel', 'Run cancelled'), ('rollback', 'Rollback started'), ('rerun', 'Run retried as a new execution'), ('handoff', 'Handed off to a worker'), ('resume', 'Resumed by a worker'), ('attention', 'Needs attention')], max_length=18, verbose_name='kind'),
+            model_name="executionevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("start", "Run started"),
+                    ("run", "Step ran"),
+                    ("retry", "Step attempt failed, retrying"),
+                    ("fail", "Failed"),
+                    ("skip", "Step skipped"),
+                    ("halt", "Halted"),
+                    ("compensate", "Step compensated"),
+                    ("compensate_failed", "Compensation failed"),
+                    ("compensate_skipped", "No compensation defined"),
+                    ("undo", "Step undone"),
+                    ("undo_failed", "Undo failed"),
+                    ("undo_skipped", "No undo defined"),
+                    ("complete", "Run completed"),
+                    ("abort", "Run aborted"),
+                    ("cancel", "Run cancelled"),
+                    ("rollback", "Rollback started"),
+                    ("rerun", "Run retried as a new execution"),
+                    ("handoff", "Handed off to a worker"),
+                    ("resume", "Resumed by a worker"),
+                    ("attention", "Needs attention"),
+                ],
+                max_length=18,
+                verbose_name="kind",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='execution',
-            constraint=models.UniqueConstraint(condition=models.Q(('parent__isnull', False)), fields=('parent', 'parent_step'), name='reactor_exec_child_uniq'),
+            model_name="execution",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("parent__isnull", False)),
+                fields=("parent", "parent_step"),
+                name="reactor_exec_child_uniq",
+            ),
         ),
         migrations.AddField(
-            model_name='dispatch',
-            name='execution',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dispatches', to='django_reactor.execution', verbose_name='execution'),
+            model_name="dispatch",
+            name="execution",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="dispatches",
+                to="django_reactor.execution",
+                verbose_name="execution",
+            ),
         ),
         migrations.AddIndex(
-            model_name='dispatch',
-            index=models.Index(condition=models.Q(('sent_at__isnull', True)), fields=['created_at'], name='reactor_dispatch_unsent_idx'),
+            model_name="dispatch",
+            index=models.Index(
+                condition=models.Q(("sent_at__isnull", True)),
+                fields=["created_at"],
+                name="reactor_dispatch_unsent_idx",
+            ),
         ),
     ]

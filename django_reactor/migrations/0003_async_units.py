@@ -4,25 +4,65 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0002_celery_bridge_and_composition'),
+        ("django_reactor", "0002_celery_bridge_and_composition"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='execution',
-            name='detached',
-            field=models.BooleanField(default=False, help_text='A child dispatched to workers (async_step, async_reactor): it runs and recovers on its own, and its parent never undoes it.', verbose_name='detached'),
+            model_name="execution",
+            name="detached",
+            field=models.BooleanField(
+                default=False,
+                help_text="A child dispatched to workers (async_step, async_reactor): it runs and recovers on its own, and its parent never undoes it.",
+                verbose_name="detached",
+            ),
         ),
         migrations.AlterField(
-            model_name='executionevent',
-            name='kind',
-            field=models.CharField(choices=[('start', 'Run started'), ('run', 'Step ran'), ('retry', 'Step attempt failed, retrying'), ('fail', 'Failed'), ('skip', 'Step skipped'), ('halt', 'Halted'), ('compensate', 'Step compensated'), ('compensate_failed', 'Compensation failed'), ('compensate_skipped', 'No compensation defined'), ('undo', 'Step undone'), ('undo_failed', 'Undo failed'), ('undo_skipped', 'No undo defined'), ('complete', 'Run completed'), ('abort', 'Run aborted'), ('cancel', 'Run cancelled'), ('rollback', 'Rollback started'), ('rerun', 'Run retried as a new execution'), ('handoff', 'Handed off to a worker'), ('resume', 'Resumed by a worker'), ('attention', 'Needs attention'), ('dispatch', 'Async unit dispatched'), ('park', 'Waiting for an async result')], max_length=18, verbose_name='kind'),
+            model_name="executionevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("start", "Run started"),
+                    ("run", "Step ran"),
+                    ("retry", "Step attempt failed, retrying"),
+                    ("fail", "Failed"),
+                    ("skip", "Step skipped"),
+                    ("halt", "Halted"),
+                    ("compensate", "Step compensated"),
+                    ("compensate_failed", "Compensation failed"),
+                    ("compensate_skipped", "No compensation defined"),
+                    ("undo", "Step undone"),
+                    ("undo_failed", "Undo failed"),
+                    ("undo_skipped", "No undo defined"),
+                    ("complete", "Run completed"),
+                    ("abort", "Run aborted"),
+                    ("cancel", "Run cancelled"),
+                    ("rollback", "Rollback started"),
+                    ("rerun", "Run retried as a new execution"),
+                    ("handoff", "Handed off to a worker"),
+                    ("resume", "Resumed by a worker"),
+                    ("attention", "Needs attention"),
+                    ("dispatch", "Async unit dispatched"),
+                    ("park", "Waiting for an async result"),
+                ],
+                max_length=18,
+                verbose_name="kind",
+            ),
         ),
         migrations.AlterField(
-            model_name='steprecord',
-            name='status',
-            field=models.CharField(choices=[('completed', 'Completed'), ('skipped', 'Skipped'), ('halted', 'Halted'), ('failed', 'Failed'), ('dispatched', 'Dispatched')], max_length=10, verbose_name='status'),
+            model_name="steprecord",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("completed", "Completed"),
+                    ("skipped", "Skipped"),
+                    ("halted", "Halted"),
+                    ("failed", "Failed"),
+                    ("dispatched", "Dispatched"),
+                ],
+                max_length=10,
+                verbose_name="status",
+            ),
         ),
     ]

@@ -4,18 +4,25 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0003_async_units'),
+        ("django_reactor", "0003_async_units"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='executionevent',
-            options={'ordering': ['execution_id', 'seq'], 'verbose_name': 'execution event', 'verbose_name_plural': 'execution events'},
+            name="executionevent",
+            options={
+                "ordering": ["execution_id", "seq"],
+                "verbose_name": "execution event",
+                "verbose_name_plural": "execution events",
+            },
         ),
         migrations.AlterModelOptions(
-            name='steprecord',
-            options={'ordering': ['execution_id', 'seq'], 'verbose_name': 'step record', 'verbose_name_plural': 'step records'},
+            name="steprecord",
+            options={
+                "ordering": ["execution_id", "seq"],
+                "verbose_name": "step record",
+                "verbose_name_plural": "step records",
+            },
         ),
     ]

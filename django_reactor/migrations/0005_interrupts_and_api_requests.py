@@ -5,74 +5,229 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0004_order_by_execution_id'),
+        ("django_reactor", "0004_order_by_execution_id"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='execution',
-            options={'ordering': ['-created_at'], 'permissions': [('resume_interrupt', 'Can resume a paused execution'), ('cancel_execution', 'Can cancel an execution'), ('undo_execution', 'Can undo an execution'), ('retry_execution', 'Can retry an execution')], 'verbose_name': 'execution', 'verbose_name_plural': 'executions'},
+            name="execution",
+            options={
+                "ordering": ["-created_at"],
+                "permissions": [
+                    ("resume_interrupt", "Can resume a paused execution"),
+                    ("cancel_execution", "Can cancel an execution"),
+                    ("undo_execution", "Can undo an execution"),
+                    ("retry_execution", "Can retry an execution"),
+                ],
+                "verbose_name": "execution",
+                "verbose_name_plural": "executions",
+            },
         ),
         migrations.AlterField(
-            model_name='dispatch',
-            name='reason',
-            field=models.CharField(choices=[('start', 'Start in the background'), ('handoff', 'Background hand-off'), ('retry', 'Retry after backoff'), ('recover', 'Recover a run whose worker stopped'), ('wake', 'Wake-up time reached'), ('resume', 'Resume after a payload')], max_length=16, verbose_name='reason'),
+            model_name="dispatch",
+            name="reason",
+            field=models.CharField(
+                choices=[
+                    ("start", "Start in the background"),
+                    ("handoff", "Background hand-off"),
+                    ("retry", "Retry after backoff"),
+                    ("recover", "Recover a run whose worker stopped"),
+                    ("wake", "Wake-up time reached"),
+                    ("resume", "Resume after a payload"),
+                ],
+                max_length=16,
+                verbose_name="reason",
+            ),
         ),
         migrations.AlterField(
-            model_name='executionevent',
-            name='kind',
-            field=models.CharField(choices=[('start', 'Run started'), ('run', 'Step ran'), ('retry', 'Step attempt failed, retrying'), ('fail', 'Failed'), ('skip', 'Step skipped'), ('halt', 'Halted'), ('compensate', 'Step compensated'), ('compensate_failed', 'Compensation failed'), ('compensate_skipped', 'No compensation defined'), ('undo', 'Step undone'), ('undo_failed', 'Undo failed'), ('undo_skipped', 'No undo defined'), ('complete', 'Run completed'), ('abort', 'Run aborted'), ('cancel', 'Run cancelled'), ('rollback', 'Rollback started'), ('rerun', 'Run retried as a new execution'), ('handoff', 'Handed off to a worker'), ('resume', 'Resumed by a worker'), ('attention', 'Needs attention'), ('dispatch', 'Async unit dispatched'), ('park', 'Waiting for an async result'), ('interrupt', 'Interrupt reached'), ('pause', 'Paused for a payload'), ('payload', 'Payload accepted'), ('invalid_payload', 'Invalid payload refused'), ('expire', 'Interrupt expired')], max_length=18, verbose_name='kind'),
+            model_name="executionevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("start", "Run started"),
+                    ("run", "Step ran"),
+                    ("retry", "Step attempt failed, retrying"),
+                    ("fail", "Failed"),
+                    ("skip", "Step skipped"),
+                    ("halt", "Halted"),
+                    ("compensate", "Step compensated"),
+                    ("compensate_failed", "Compensation failed"),
+                    ("compensate_skipped", "No compensation defined"),
+                    ("undo", "Step undone"),
+                    ("undo_failed", "Undo failed"),
+                    ("undo_skipped", "No undo defined"),
+                    ("complete", "Run completed"),
+                    ("abort", "Run aborted"),
+                    ("cancel", "Run cancelled"),
+                    ("rollback", "Rollback started"),
+                    ("rerun", "Run retried as a new execution"),
+                    ("handoff", "Handed off to a worker"),
+                    ("resume", "Resumed by a worker"),
+                    ("attention", "Needs attention"),
+                    ("dispatch", "Async unit dispatched"),
+                    ("park", "Waiting for an async result"),
+                    ("interrupt", "Interrupt reached"),
+                    ("pause", "Paused for a payload"),
+                    ("payload", "Payload accepted"),
+                    ("invalid_payload", "Invalid payload refused"),
+                    ("expire", "Interrupt expired"),
+                ],
+                max_length=18,
+                verbose_name="kind",
+            ),
         ),
         migrations.AlterField(
-            model_name='steprecord',
-            name='status',
-            field=models.CharField(choices=[('completed', 'Completed'), ('skipped', 'Skipped'), ('halted', 'Halted'), ('failed', 'Failed'), ('dispatched', 'Dispatched'), ('waiting', 'Waiting for a payload'), ('resumed', 'Payload accepted')], max_length=10, verbose_name='status'),
+            model_name="steprecord",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("completed", "Completed"),
+                    ("skipped", "Skipped"),
+                    ("halted", "Halted"),
+                    ("failed", "Failed"),
+                    ("dispatched", "Dispatched"),
+                    ("waiting", "Waiting for a payload"),
+                    ("resumed", "Payload accepted"),
+                ],
+                max_length=10,
+                verbose_name="status",
+            ),
         ),
         migrations.CreateModel(
-            name='ApiRequest',
+            name="ApiRequest",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('scope', models.CharField(help_text='Whose key it is: a user, a webhook secret.', max_length=255, verbose_name='scope')),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('fingerprint', models.CharField(max_length=64, verbose_name='body fingerprint')),
-                ('status_code', models.PositiveSmallIntegerField(default=0, verbose_name='response status')),
-                ('response', models.JSONField(blank=True, null=True, verbose_name='response body')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='received at')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "scope",
+                    models.CharField(
+                        help_text="Whose key it is: a user, a webhook secret.",
+                        max_length=255,
+                        verbose_name="scope",
+                    ),
+                ),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                ("fingerprint", models.CharField(max_length=64, verbose_name="body fingerprint")),
+                (
+                    "status_code",
+                    models.PositiveSmallIntegerField(default=0, verbose_name="response status"),
+                ),
+                ("response", models.JSONField(blank=True, null=True, verbose_name="response body")),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="received at")),
             ],
             options={
-                'verbose_name': 'API request',
-                'verbose_name_plural': 'API requests',
-                'ordering': ['-created_at'],
-                'indexes': [models.Index(fields=['created_at'], name='reactor_apirequest_age_idx')],
-                'constraints': [models.UniqueConstraint(fields=('scope', 'key'), name='reactor_apirequest_uniq')],
+                "verbose_name": "API request",
+                "verbose_name_plural": "API requests",
+                "ordering": ["-created_at"],
+                "indexes": [models.Index(fields=["created_at"], name="reactor_apirequest_age_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("scope", "key"), name="reactor_apirequest_uniq")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Interrupt',
+            name="Interrupt",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('reactor', models.CharField(max_length=255, verbose_name='reactor')),
-                ('step', models.CharField(max_length=255, verbose_name='step')),
-                ('status', models.CharField(choices=[('waiting', 'Waiting'), ('resumed', 'Resumed'), ('expired', 'Expired'), ('cancelled', 'Cancelled'), ('failed', 'Failed')], default='waiting', max_length=9, verbose_name='status')),
-                ('correlation_id', models.CharField(blank=True, max_length=255, null=True, verbose_name='correlation id')),
-                ('expires_at', models.DateTimeField(blank=True, null=True, verbose_name='expires at')),
-                ('invalid_attempts', models.PositiveIntegerField(default=0, verbose_name='invalid payloads')),
-                ('max_attempts', models.PositiveIntegerField(blank=True, help_text='The run fails after this many invalid payloads; empty: it stays paused.', null=True, verbose_name='max invalid payloads')),
-                ('resume_mode', models.CharField(default='inline', max_length=16, verbose_name='resume')),
-                ('payload', models.JSONField(blank=True, null=True, verbose_name='payload')),
-                ('token_hash', models.CharField(blank=True, editable=False, max_length=64, null=True, verbose_name='resume token hash')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='reached at')),
-                ('closed_at', models.DateTimeField(blank=True, null=True, verbose_name='closed at')),
-                ('execution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='interrupts', to='django_reactor.execution', verbose_name='execution')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("reactor", models.CharField(max_length=255, verbose_name="reactor")),
+                ("step", models.CharField(max_length=255, verbose_name="step")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("waiting", "Waiting"),
+                            ("resumed", "Resumed"),
+                            ("expired", "Expired"),
+                            ("cancelled", "Cancelled"),
+                            ("failed", "Failed"),
+                        ],
+                        default="waiting",
+                        max_length=9,
+                        verbose_name="status",
+                    ),
+                ),
+                (
+                    "correlation_id",
+                    models.CharField(
+                        blank=True, max_length=255, null=True, verbose_name="correlation id"
+                    ),
+                ),
+                (
+                    "expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="expires at"),
+                ),
+                (
+                    "invalid_attempts",
+                    models.PositiveIntegerField(default=0, verbose_name="invalid payloads"),
+                ),
+                (
+                    "max_attempts",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="The run fails after this many invalid payloads; empty: it stays paused.",
+                        null=True,
+                        verbose_name="max invalid payloads",
+                    ),
+                ),
+                (
+                    "resume_mode",
+                    models.CharField(default="inline", max_length=16, verbose_name="resume"),
+                ),
+                ("payload", models.JSONField(blank=True, null=True, verbose_name="payload")),
+                (
+                    "token_hash",
+                    models.CharField(
+                        blank=True,
+                        editable=False,
+                        max_length=64,
+                        null=True,
+                        verbose_name="resume token hash",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="reached at")),
+                (
+                    "closed_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="closed at"),
+                ),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="interrupts",
+                        to="django_reactor.execution",
+                        verbose_name="execution",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'interrupt',
-                'verbose_name_plural': 'interrupts',
-                'ordering': ['execution_id', 'id'],
-                'indexes': [models.Index(condition=models.Q(('expires_at__isnull', False), ('status', 'waiting')), fields=['expires_at'], name='reactor_interrupt_expiry_idx'), models.Index(fields=['correlation_id'], name='reactor_interrupt_corr_idx')],
-                'constraints': [models.UniqueConstraint(fields=('execution', 'step'), name='reactor_interrupt_uniq'), models.UniqueConstraint(condition=models.Q(('correlation_id__isnull', False), ('status', 'waiting')), fields=('reactor', 'correlation_id'), name='reactor_interrupt_corr_uniq'), models.UniqueConstraint(condition=models.Q(('token_hash__isnull', False)), fields=('token_hash',), name='reactor_interrupt_token_uniq')],
+                "verbose_name": "interrupt",
+                "verbose_name_plural": "interrupts",
+                "ordering": ["execution_id", "id"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("expires_at__isnull", False), ("status", "waiting")),
+                        fields=["expires_at"],
+                        name="reactor_interrupt_expiry_idx",
+                    ),
+                    models.Index(fields=["correlation_id"], name="reactor_interrupt_corr_idx"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("execution", "step"), name="reactor_interrupt_uniq"
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(
+                            ("correlation_id__isnull", False), ("status", "waiting")
+                        ),
+                        fields=("reactor", "correlation_id"),
+                        name="reactor_interrupt_corr_uniq",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("token_hash__isnull", False)),
+                        fields=("token_hash",),
+                        name="reactor_interrupt_token_uniq",
+                    ),
+                ],
             },
         ),
     ]

@@ -4,18 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0005_interrupts_and_api_requests'),
+        ("django_reactor", "0005_interrupts_and_api_requests"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(fields=['created_at', 'id'], name='reactor_exec_created_idx'),
+            model_name="execution",
+            index=models.Index(fields=["created_at", "id"], name="reactor_exec_created_idx"),
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(condition=models.Q(('idempotency_key__isnull', False)), fields=['idempotency_key'], name='reactor_exec_idem_idx'),
+            model_name="execution",
+            index=models.Index(
+                condition=models.Q(("idempotency_key__isnull", False)),
+                fields=["idempotency_key"],
+                name="reactor_exec_idem_idx",
+            ),
         ),
     ]

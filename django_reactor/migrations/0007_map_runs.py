@@ -6,96 +6,307 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0006_execution_page_indexes'),
+        ("django_reactor", "0006_execution_page_indexes"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='dispatch',
-            name='reason',
-            field=models.CharField(choices=[('start', 'Start in the background'), ('handoff', 'Background hand-off'), ('retry', 'Retry after backoff'), ('recover', 'Recover a run whose worker stopped'), ('wake', 'Wake-up time reached'), ('resume', 'Resume after a payload'), ('map', 'Run map elements'), ('map_undo', 'Undo map elements')], max_length=16, verbose_name='reason'),
+            model_name="dispatch",
+            name="reason",
+            field=models.CharField(
+                choices=[
+                    ("start", "Start in the background"),
+                    ("handoff", "Background hand-off"),
+                    ("retry", "Retry after backoff"),
+                    ("recover", "Recover a run whose worker stopped"),
+                    ("wake", "Wake-up time reached"),
+                    ("resume", "Resume after a payload"),
+                    ("map", "Run map elements"),
+                    ("map_undo", "Undo map elements"),
+                ],
+                max_length=16,
+                verbose_name="reason",
+            ),
         ),
         migrations.AlterField(
-            model_name='executionevent',
-            name='kind',
-            field=models.CharField(choices=[('start', 'Run started'), ('run', 'Step ran'), ('retry', 'Step attempt failed, retrying'), ('fail', 'Failed'), ('skip', 'Step skipped'), ('halt', 'Halted'), ('compensate', 'Step compensated'), ('compensate_failed', 'Compensation failed'), ('compensate_skipped', 'No compensation defined'), ('undo', 'Step undone'), ('undo_failed', 'Undo failed'), ('undo_skipped', 'No undo defined'), ('complete', 'Run completed'), ('abort', 'Run aborted'), ('cancel', 'Run cancelled'), ('rollback', 'Rollback started'), ('rerun', 'Run retried as a new execution'), ('handoff', 'Handed off to a worker'), ('resume', 'Resumed by a worker'), ('attention', 'Needs attention'), ('dispatch', 'Async unit dispatched'), ('park', 'Waiting for an async result'), ('interrupt', 'Interrupt reached'), ('pause', 'Paused for a payload'), ('payload', 'Payload accepted'), ('invalid_payload', 'Invalid payload refused'), ('expire', 'Interrupt expired'), ('map', 'Map elements started')], max_length=18, verbose_name='kind'),
+            model_name="executionevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("start", "Run started"),
+                    ("run", "Step ran"),
+                    ("retry", "Step attempt failed, retrying"),
+                    ("fail", "Failed"),
+                    ("skip", "Step skipped"),
+                    ("halt", "Halted"),
+                    ("compensate", "Step compensated"),
+                    ("compensate_failed", "Compensation failed"),
+                    ("compensate_skipped", "No compensation defined"),
+                    ("undo", "Step undone"),
+                    ("undo_failed", "Undo failed"),
+                    ("undo_skipped", "No undo defined"),
+                    ("complete", "Run completed"),
+                    ("abort", "Run aborted"),
+                    ("cancel", "Run cancelled"),
+                    ("rollback", "Rollback started"),
+                    ("rerun", "Run retried as a new execution"),
+                    ("handoff", "Handed off to a worker"),
+                    ("resume", "Resumed by a worker"),
+                    ("attention", "Needs attention"),
+                    ("dispatch", "Async unit dispatched"),
+                    ("park", "Waiting for an async result"),
+                    ("interrupt", "Interrupt reached"),
+                    ("pause", "Paused for a payload"),
+                    ("payload", "Payload accepted"),
+                    ("invalid_payload", "Invalid payload refused"),
+                    ("expire", "Interrupt expired"),
+                    ("map", "Map elements started"),
+                ],
+                max_length=18,
+                verbose_name="kind",
+            ),
         ),
         migrations.CreateModel(
-            name='MapRun',
+            name="MapRun",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False, verbose_name='id')),
-                ('step', models.CharField(max_length=255, verbose_name='step')),
-                ('status', models.CharField(choices=[('materialising', 'Reading the source'), ('running', 'Running elements'), ('settled', 'Settled'), ('rolling_back', 'Rolling back elements'), ('rolled_back', 'Rolled back')], default='materialising', max_length=13, verbose_name='status')),
-                ('fan_out', models.BooleanField(default=False, verbose_name='fan out')),
-                ('size', models.PositiveIntegerField(blank=True, null=True, verbose_name='size')),
-                ('batch_size', models.PositiveIntegerField(help_text='Most elements in flight at once.', verbose_name='batch size')),
-                ('chunk_size', models.PositiveIntegerField(help_text='Elements a task claims at a time.', verbose_name='chunk size')),
-                ('atomic', models.BooleanField(default=True, verbose_name='atomic')),
-                ('max_failures', models.PositiveIntegerField(blank=True, help_text='Failed elements tolerated before the map fails (non-atomic maps).', null=True, verbose_name='max failures')),
-                ('settled', models.PositiveIntegerField(default=0, verbose_name='settled')),
-                ('succeeded', models.PositiveIntegerField(default=0, verbose_name='succeeded')),
-                ('failed', models.PositiveIntegerField(default=0, verbose_name='failed')),
-                ('stop_reason', models.CharField(blank=True, default='', help_text='Why no new element starts: failed or halted.', max_length=16, verbose_name='stop reason')),
-                ('first_failure', models.PositiveIntegerField(blank=True, help_text='Index of the first element that failed.', null=True, verbose_name='first failure')),
-                ('shared', models.JSONField(blank=True, default=dict, help_text="The map's arguments that are the same for every element.", verbose_name='shared arguments')),
-                ('source_model', models.CharField(blank=True, default='', help_text='app_label.Model when elements are rows of a QuerySet (stored as primary keys).', max_length=255, verbose_name='source model')),
-                ('collected', models.BooleanField(default=False, help_text='The run was woken for the settled elements.', verbose_name='collected')),
-                ('rollback_total', models.PositiveIntegerField(default=0, verbose_name='elements to undo')),
-                ('rollback_settled', models.PositiveIntegerField(default=0, verbose_name='elements undone')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='created at')),
-                ('updated_at', models.DateTimeField(auto_now=True, verbose_name='updated at')),
-                ('execution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='maps', to='django_reactor.execution', verbose_name='execution')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="id",
+                    ),
+                ),
+                ("step", models.CharField(max_length=255, verbose_name="step")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("materialising", "Reading the source"),
+                            ("running", "Running elements"),
+                            ("settled", "Settled"),
+                            ("rolling_back", "Rolling back elements"),
+                            ("rolled_back", "Rolled back"),
+                        ],
+                        default="materialising",
+                        max_length=13,
+                        verbose_name="status",
+                    ),
+                ),
+                ("fan_out", models.BooleanField(default=False, verbose_name="fan out")),
+                ("size", models.PositiveIntegerField(blank=True, null=True, verbose_name="size")),
+                (
+                    "batch_size",
+                    models.PositiveIntegerField(
+                        help_text="Most elements in flight at once.", verbose_name="batch size"
+                    ),
+                ),
+                (
+                    "chunk_size",
+                    models.PositiveIntegerField(
+                        help_text="Elements a task claims at a time.", verbose_name="chunk size"
+                    ),
+                ),
+                ("atomic", models.BooleanField(default=True, verbose_name="atomic")),
+                (
+                    "max_failures",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Failed elements tolerated before the map fails (non-atomic maps).",
+                        null=True,
+                        verbose_name="max failures",
+                    ),
+                ),
+                ("settled", models.PositiveIntegerField(default=0, verbose_name="settled")),
+                ("succeeded", models.PositiveIntegerField(default=0, verbose_name="succeeded")),
+                ("failed", models.PositiveIntegerField(default=0, verbose_name="failed")),
+                (
+                    "stop_reason",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Why no new element starts: failed or halted.",
+                        max_length=16,
+                        verbose_name="stop reason",
+                    ),
+                ),
+                (
+                    "first_failure",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Index of the first element that failed.",
+                        null=True,
+                        verbose_name="first failure",
+                    ),
+                ),
+                (
+                    "shared",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="The map's arguments that are the same for every element.",
+                        verbose_name="shared arguments",
+                    ),
+                ),
+                (
+                    "source_model",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="app_label.Model when elements are rows of a QuerySet (stored as primary keys).",
+                        max_length=255,
+                        verbose_name="source model",
+                    ),
+                ),
+                (
+                    "collected",
+                    models.BooleanField(
+                        default=False,
+                        help_text="The run was woken for the settled elements.",
+                        verbose_name="collected",
+                    ),
+                ),
+                (
+                    "rollback_total",
+                    models.PositiveIntegerField(default=0, verbose_name="elements to undo"),
+                ),
+                (
+                    "rollback_settled",
+                    models.PositiveIntegerField(default=0, verbose_name="elements undone"),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="created at")),
+                ("updated_at", models.DateTimeField(auto_now=True, verbose_name="updated at")),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="maps",
+                        to="django_reactor.execution",
+                        verbose_name="execution",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'map',
-                'verbose_name_plural': 'maps',
-                'ordering': ['created_at'],
+                "verbose_name": "map",
+                "verbose_name_plural": "maps",
+                "ordering": ["created_at"],
             },
         ),
         migrations.CreateModel(
-            name='MapResult',
+            name="MapResult",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('index', models.PositiveIntegerField(verbose_name='index')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('halted', 'Halted'), ('not_started', 'Not started'), ('undoing', 'Being undone'), ('undone', 'Undone'), ('undo_failed', 'Undo failed')], default='pending', max_length=11, verbose_name='status')),
-                ('item', models.JSONField(blank=True, null=True, verbose_name='item')),
-                ('value', models.JSONField(blank=True, null=True, verbose_name='value')),
-                ('error', models.JSONField(blank=True, null=True, verbose_name='error')),
-                ('undo', models.JSONField(blank=True, help_text="The element's completed steps and their results, newest last.", null=True, verbose_name='undo data')),
-                ('rollback_error', models.JSONField(blank=True, null=True, verbose_name='rollback error')),
-                ('attempts', models.PositiveIntegerField(default=0, verbose_name='attempts')),
-                ('lease_until', models.DateTimeField(blank=True, null=True, verbose_name='lease until')),
-                ('claimed_by', models.CharField(blank=True, default='', help_text='The task holding the slot (its claim token).', max_length=64, verbose_name='claimed by')),
-                ('finished_at', models.DateTimeField(blank=True, null=True, verbose_name='finished at')),
-                ('map_run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='django_reactor.maprun', verbose_name='map')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("index", models.PositiveIntegerField(verbose_name="index")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("halted", "Halted"),
+                            ("not_started", "Not started"),
+                            ("undoing", "Being undone"),
+                            ("undone", "Undone"),
+                            ("undo_failed", "Undo failed"),
+                        ],
+                        default="pending",
+                        max_length=11,
+                        verbose_name="status",
+                    ),
+                ),
+                ("item", models.JSONField(blank=True, null=True, verbose_name="item")),
+                ("value", models.JSONField(blank=True, null=True, verbose_name="value")),
+                ("error", models.JSONField(blank=True, null=True, verbose_name="error")),
+                (
+                    "undo",
+                    models.JSONField(
+                        blank=True,
+                        help_text="The element's completed steps and their results, newest last.",
+                        null=True,
+                        verbose_name="undo data",
+                    ),
+                ),
+                (
+                    "rollback_error",
+                    models.JSONField(blank=True, null=True, verbose_name="rollback error"),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0, verbose_name="attempts")),
+                (
+                    "lease_until",
+                    models.DateTimeField(blank=True, null=True, verbose_name="lease until"),
+                ),
+                (
+                    "claimed_by",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="The task holding the slot (its claim token).",
+                        max_length=64,
+                        verbose_name="claimed by",
+                    ),
+                ),
+                (
+                    "finished_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="finished at"),
+                ),
+                (
+                    "map_run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="results",
+                        to="django_reactor.maprun",
+                        verbose_name="map",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'map element',
-                'verbose_name_plural': 'map elements',
-                'ordering': ['map_run_id', 'index'],
+                "verbose_name": "map element",
+                "verbose_name_plural": "map elements",
+                "ordering": ["map_run_id", "index"],
             },
         ),
         migrations.AddField(
-            model_name='dispatch',
-            name='map_run',
-            field=models.ForeignKey(blank=True, help_text='For map work: the map whose elements the task runs or undoes.', null=True, on_delete=django.db.models.deletion.CASCADE, related_name='dispatches', to='django_reactor.maprun', verbose_name='map'),
+            model_name="dispatch",
+            name="map_run",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="For map work: the map whose elements the task runs or undoes.",
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="dispatches",
+                to="django_reactor.maprun",
+                verbose_name="map",
+            ),
         ),
         migrations.AddIndex(
-            model_name='maprun',
-            index=models.Index(condition=models.Q(('status__in', ['running', 'rolling_back'])), fields=['updated_at'], name='reactor_map_active_idx'),
+            model_name="maprun",
+            index=models.Index(
+                condition=models.Q(("status__in", ["running", "rolling_back"])),
+                fields=["updated_at"],
+                name="reactor_map_active_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='maprun',
-            constraint=models.UniqueConstraint(fields=('execution', 'step'), name='reactor_map_step_uniq'),
+            model_name="maprun",
+            constraint=models.UniqueConstraint(
+                fields=("execution", "step"), name="reactor_map_step_uniq"
+            ),
         ),
         migrations.AddIndex(
-            model_name='mapresult',
-            index=models.Index(fields=['map_run', 'status', 'index'], name='reactor_map_status_idx'),
+            model_name="mapresult",
+            index=models.Index(
+                fields=["map_run", "status", "index"], name="reactor_map_status_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='mapresult',
-            constraint=models.UniqueConstraint(fields=('map_run', 'index'), name='reactor_map_index_uniq'),
+            model_name="mapresult",
+            constraint=models.UniqueConstraint(
+                fields=("map_run", "index"), name="reactor_map_index_uniq"
+            ),
         ),
     ]

@@ -5,126 +5,209 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0007_map_runs'),
+        ("django_reactor", "0007_map_runs"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CoordinationKey',
+            name="CoordinationKey",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('kind', models.CharField(choices=[('semaphore', 'Semaphore'), ('rate', 'Rate limit')], max_length=16, verbose_name='kind')),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("semaphore", "Semaphore"), ("rate", "Rate limit")],
+                        max_length=16,
+                        verbose_name="kind",
+                    ),
+                ),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
             ],
             options={
-                'verbose_name': 'coordination key',
-                'verbose_name_plural': 'coordination keys',
-                'ordering': ['kind', 'key'],
-                'constraints': [models.UniqueConstraint(fields=('kind', 'key'), name='reactor_coord_key_uniq')],
+                "verbose_name": "coordination key",
+                "verbose_name_plural": "coordination keys",
+                "ordering": ["kind", "key"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("kind", "key"), name="reactor_coord_key_uniq")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='CoordinationLock',
+            name="CoordinationLock",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('owner', models.CharField(blank=True, max_length=255, null=True, verbose_name='owner')),
-                ('fence', models.PositiveBigIntegerField(default=0, help_text='The fence of the latest grant; every grant raises it.', verbose_name='fence')),
-                ('acquired_at', models.DateTimeField(blank=True, null=True, verbose_name='acquired at')),
-                ('expires_at', models.DateTimeField(blank=True, null=True, verbose_name='expires at')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                (
+                    "owner",
+                    models.CharField(blank=True, max_length=255, null=True, verbose_name="owner"),
+                ),
+                (
+                    "fence",
+                    models.PositiveBigIntegerField(
+                        default=0,
+                        help_text="The fence of the latest grant; every grant raises it.",
+                        verbose_name="fence",
+                    ),
+                ),
+                (
+                    "acquired_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="acquired at"),
+                ),
+                (
+                    "expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="expires at"),
+                ),
             ],
             options={
-                'verbose_name': 'coordination lock',
-                'verbose_name_plural': 'coordination locks',
-                'ordering': ['key'],
-                'constraints': [models.UniqueConstraint(fields=('key',), name='reactor_coord_lock_key_uniq')],
+                "verbose_name": "coordination lock",
+                "verbose_name_plural": "coordination locks",
+                "ordering": ["key"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("key",), name="reactor_coord_lock_key_uniq")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='OrderedLockEntry',
+            name="OrderedLockEntry",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('owner', models.CharField(max_length=255, verbose_name='owner')),
-                ('seq', models.PositiveBigIntegerField(verbose_name='sequence')),
-                ('enqueued_at', models.DateTimeField(verbose_name='enqueued at')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                ("owner", models.CharField(max_length=255, verbose_name="owner")),
+                ("seq", models.PositiveBigIntegerField(verbose_name="sequence")),
+                ("enqueued_at", models.DateTimeField(verbose_name="enqueued at")),
             ],
             options={
-                'verbose_name': 'ordered lock entry',
-                'verbose_name_plural': 'ordered lock entries',
-                'ordering': ['key', 'seq'],
-                'constraints': [models.UniqueConstraint(fields=('key', 'owner'), name='reactor_ordered_owner_uniq'), models.UniqueConstraint(fields=('key', 'seq'), name='reactor_ordered_seq_uniq')],
+                "verbose_name": "ordered lock entry",
+                "verbose_name_plural": "ordered lock entries",
+                "ordering": ["key", "seq"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("key", "owner"), name="reactor_ordered_owner_uniq"
+                    ),
+                    models.UniqueConstraint(fields=("key", "seq"), name="reactor_ordered_seq_uniq"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='OrderedLockState',
+            name="OrderedLockState",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('next_seq', models.PositiveBigIntegerField(default=0, verbose_name='last sequence')),
-                ('head', models.CharField(blank=True, max_length=255, null=True, verbose_name='head')),
-                ('head_since', models.DateTimeField(blank=True, null=True, verbose_name='head since')),
-                ('halted_after', models.CharField(blank=True, help_text='Strict mode: the owner whose failure halted the chain.', max_length=255, null=True, verbose_name='halted after')),
-                ('skipped', models.JSONField(blank=True, default=list, verbose_name='skipped owners')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                (
+                    "next_seq",
+                    models.PositiveBigIntegerField(default=0, verbose_name="last sequence"),
+                ),
+                (
+                    "head",
+                    models.CharField(blank=True, max_length=255, null=True, verbose_name="head"),
+                ),
+                (
+                    "head_since",
+                    models.DateTimeField(blank=True, null=True, verbose_name="head since"),
+                ),
+                (
+                    "halted_after",
+                    models.CharField(
+                        blank=True,
+                        help_text="Strict mode: the owner whose failure halted the chain.",
+                        max_length=255,
+                        null=True,
+                        verbose_name="halted after",
+                    ),
+                ),
+                (
+                    "skipped",
+                    models.JSONField(blank=True, default=list, verbose_name="skipped owners"),
+                ),
             ],
             options={
-                'verbose_name': 'ordered lock',
-                'verbose_name_plural': 'ordered locks',
-                'ordering': ['key'],
-                'constraints': [models.UniqueConstraint(fields=('key',), name='reactor_ordered_key_uniq')],
+                "verbose_name": "ordered lock",
+                "verbose_name_plural": "ordered locks",
+                "ordering": ["key"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("key",), name="reactor_ordered_key_uniq")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='PeriodMarker',
+            name="PeriodMarker",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('bucket', models.CharField(max_length=64, verbose_name='bucket')),
-                ('owner', models.CharField(max_length=255, verbose_name='owner')),
-                ('state', models.CharField(choices=[('reserved', 'Reserved (a run is in flight)'), ('claimed', 'Claimed (a run succeeded)')], max_length=16, verbose_name='state')),
-                ('expires_at', models.DateTimeField(blank=True, null=True, verbose_name='expires at')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                ("bucket", models.CharField(max_length=64, verbose_name="bucket")),
+                ("owner", models.CharField(max_length=255, verbose_name="owner")),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("reserved", "Reserved (a run is in flight)"),
+                            ("claimed", "Claimed (a run succeeded)"),
+                        ],
+                        max_length=16,
+                        verbose_name="state",
+                    ),
+                ),
+                (
+                    "expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="expires at"),
+                ),
             ],
             options={
-                'verbose_name': 'period marker',
-                'verbose_name_plural': 'period markers',
-                'ordering': ['key', 'bucket'],
-                'indexes': [models.Index(fields=['expires_at'], name='reactor_period_purge_idx')],
-                'constraints': [models.UniqueConstraint(fields=('key', 'bucket'), name='reactor_period_uniq')],
+                "verbose_name": "period marker",
+                "verbose_name_plural": "period markers",
+                "ordering": ["key", "bucket"],
+                "indexes": [models.Index(fields=["expires_at"], name="reactor_period_purge_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("key", "bucket"), name="reactor_period_uniq")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='RateLimitEvent',
+            name="RateLimitEvent",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('at', models.DateTimeField(verbose_name='at')),
-                ('cost', models.PositiveIntegerField(default=1, verbose_name='cost')),
-                ('expires_at', models.DateTimeField(help_text='When the charge leaves the longest window checked.', verbose_name='expires at')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                ("at", models.DateTimeField(verbose_name="at")),
+                ("cost", models.PositiveIntegerField(default=1, verbose_name="cost")),
+                (
+                    "expires_at",
+                    models.DateTimeField(
+                        help_text="When the charge leaves the longest window checked.",
+                        verbose_name="expires at",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'rate-limit event',
-                'verbose_name_plural': 'rate-limit events',
-                'ordering': ['key', 'at'],
-                'indexes': [models.Index(fields=['key', 'at'], name='reactor_rate_log_idx'), models.Index(fields=['expires_at'], name='reactor_rate_purge_idx')],
+                "verbose_name": "rate-limit event",
+                "verbose_name_plural": "rate-limit events",
+                "ordering": ["key", "at"],
+                "indexes": [
+                    models.Index(fields=["key", "at"], name="reactor_rate_log_idx"),
+                    models.Index(fields=["expires_at"], name="reactor_rate_purge_idx"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SemaphoreHolder',
+            name="SemaphoreHolder",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('owner', models.CharField(max_length=255, verbose_name='owner')),
-                ('acquired_at', models.DateTimeField(verbose_name='acquired at')),
-                ('expires_at', models.DateTimeField(verbose_name='expires at')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                ("owner", models.CharField(max_length=255, verbose_name="owner")),
+                ("acquired_at", models.DateTimeField(verbose_name="acquired at")),
+                ("expires_at", models.DateTimeField(verbose_name="expires at")),
             ],
             options={
-                'verbose_name': 'semaphore holder',
-                'verbose_name_plural': 'semaphore holders',
-                'ordering': ['key', 'expires_at'],
-                'indexes': [models.Index(fields=['key', 'expires_at'], name='reactor_sem_expiry_idx'), models.Index(fields=['expires_at'], name='reactor_sem_purge_idx')],
-                'constraints': [models.UniqueConstraint(fields=('key', 'owner'), name='reactor_sem_holder_uniq')],
+                "verbose_name": "semaphore holder",
+                "verbose_name_plural": "semaphore holders",
+                "ordering": ["key", "expires_at"],
+                "indexes": [
+                    models.Index(fields=["key", "expires_at"], name="reactor_sem_expiry_idx"),
+                    models.Index(fields=["expires_at"], name="reactor_sem_purge_idx"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(fields=("key", "owner"), name="reactor_sem_holder_uniq")
+                ],
             },
         ),
     ]

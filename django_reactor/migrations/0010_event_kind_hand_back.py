@@ -4,15 +4,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0009_execution_coordination'),
+        ("django_reactor", "0009_execution_coordination"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='executionevent',
-            name='kind',
-            field=models.CharField(choices=[('start', 'Run started'), ('run', 'Step ran'), ('retry', 'Step attempt failed, retrying'), ('fail', 'Failed'), ('skip', 'Step skipped'), ('halt', 'Halted'), ('compensate', 'Step compensated'), ('compensate_failed', 'Compensation failed'), ('compensate_skipped', 'No compensation defined'), ('undo', 'Step undone'), ('undo_failed', 'Undo failed'), ('undo_skipped', 'No undo defined'), ('complete', 'Run completed'), ('abort', 'Run aborted'), ('hand_back', 'Worker interrupted, run handed back'), ('cancel', 'Run cancelled'), ('rollback', 'Rollback started'), ('rerun', 'Run retried as a new execution'), ('handoff', 'Handed off to a worker'), ('resume', 'Resumed by a worker'), ('attention', 'Needs attention'), ('dispatch', 'Async unit dispatched'), ('park', 'Waiting for an async result'), ('interrupt', 'Interrupt reached'), ('pause', 'Paused for a payload'), ('payload', 'Payload accepted'), ('invalid_payload', 'Invalid payload refused'), ('expire', 'Interrupt expired'), ('map', 'Map elements started'), ('acquire', 'Coordination acquired')], max_length=18, verbose_name='kind'),
+            model_name="executionevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("start", "Run started"),
+                    ("run", "Step ran"),
+                    ("retry", "Step attempt failed, retrying"),
+                    ("fail", "Failed"),
+                    ("skip", "Step skipped"),
+                    ("halt", "Halted"),
+                    ("compensate", "Step compensated"),
+                    ("compensate_failed", "Compensation failed"),
+                    ("compensate_skipped", "No compensation defined"),
+                    ("undo", "Step undone"),
+                    ("undo_failed", "Undo failed"),
+                    ("undo_skipped", "No undo defined"),
+                    ("complete", "Run completed"),
+                    ("abort", "Run aborted"),
+                    ("hand_back", "Worker interrupted, run handed back"),
+                    ("cancel", "Run cancelled"),
+                    ("rollback", "Rollback started"),
+                    ("rerun", "Run retried as a new execution"),
+                    ("handoff", "Handed off to a worker"),
+                    ("resume", "Resumed by a worker"),
+                    ("attention", "Needs attention"),
+                    ("dispatch", "Async unit dispatched"),
+                    ("park", "Waiting for an async result"),
+                    ("interrupt", "Interrupt reached"),
+                    ("pause", "Paused for a payload"),
+                    ("payload", "Payload accepted"),
+                    ("invalid_payload", "Invalid payload refused"),
+                    ("expire", "Interrupt expired"),
+                    ("map", "Map elements started"),
+                    ("acquire", "Coordination acquired"),
+                ],
+                max_length=18,
+                verbose_name="kind",
+            ),
         ),
     ]

@@ -57,78 +57,141 @@ def fill_pages(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0010_event_kind_hand_back'),
+        ("django_reactor", "0010_event_kind_hand_back"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Definition',
+            name="Definition",
             fields=[
-                ('hash', models.CharField(max_length=64, primary_key=True, serialize=False, verbose_name='definition hash')),
-                ('shape', models.JSONField(default=dict, help_text="Each step's implementation and dependencies.", verbose_name='shape')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='first run at')),
+                (
+                    "hash",
+                    models.CharField(
+                        max_length=64,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="definition hash",
+                    ),
+                ),
+                (
+                    "shape",
+                    models.JSONField(
+                        default=dict,
+                        help_text="Each step's implementation and dependencies.",
+                        verbose_name="shape",
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(auto_now_add=True, verbose_name="first run at"),
+                ),
             ],
             options={
-                'verbose_name': 'reactor definition',
-                'verbose_name_plural': 'reactor definitions',
+                "verbose_name": "reactor definition",
+                "verbose_name_plural": "reactor definitions",
             },
         ),
         migrations.RunPython(copy_shapes, restore_shapes),
         migrations.RunPython(leave_room_for_updates, fill_pages),
         migrations.RemoveIndex(
-            model_name='execution',
-            name='reactor_exec_status_idx',
+            model_name="execution",
+            name="reactor_exec_status_idx",
         ),
         migrations.RemoveIndex(
-            model_name='execution',
-            name='reactor_exec_reactor_idx',
+            model_name="execution",
+            name="reactor_exec_reactor_idx",
         ),
         migrations.RemoveField(
-            model_name='execution',
-            name='definition_shape',
+            model_name="execution",
+            name="definition_shape",
         ),
         migrations.AlterField(
-            model_name='execution',
-            name='definition_hash',
-            field=models.CharField(help_text="Fingerprint of the reactor's steps and edges when the run started; the steps themselves are kept once per fingerprint (see Definition).", max_length=64, verbose_name='definition hash'),
+            model_name="execution",
+            name="definition_hash",
+            field=models.CharField(
+                help_text="Fingerprint of the reactor's steps and edges when the run started; the steps themselves are kept once per fingerprint (see Definition).",
+                max_length=64,
+                verbose_name="definition hash",
+            ),
         ),
         migrations.AlterField(
-            model_name='execution',
-            name='parent',
-            field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='children', to='django_reactor.execution', verbose_name='parent'),
+            model_name="execution",
+            name="parent",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="children",
+                to="django_reactor.execution",
+                verbose_name="parent",
+            ),
         ),
         migrations.AlterField(
-            model_name='execution',
-            name='root',
-            field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='descendants', to='django_reactor.execution', verbose_name='root'),
+            model_name="execution",
+            name="root",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="descendants",
+                to="django_reactor.execution",
+                verbose_name="root",
+            ),
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(condition=models.Q(('root__isnull', False)), fields=['root'], name='reactor_exec_root_idx'),
+            model_name="execution",
+            index=models.Index(
+                condition=models.Q(("root__isnull", False)),
+                fields=["root"],
+                name="reactor_exec_root_idx",
+            ),
         ),
         migrations.AlterField(
-            model_name='executionevent',
-            name='execution',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='events', to='django_reactor.execution', verbose_name='execution'),
+            model_name="executionevent",
+            name="execution",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="events",
+                to="django_reactor.execution",
+                verbose_name="execution",
+            ),
         ),
         migrations.AlterField(
-            model_name='interrupt',
-            name='execution',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='interrupts', to='django_reactor.execution', verbose_name='execution'),
+            model_name="interrupt",
+            name="execution",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="interrupts",
+                to="django_reactor.execution",
+                verbose_name="execution",
+            ),
         ),
         migrations.AlterField(
-            model_name='steprecord',
-            name='execution',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='django_reactor.execution', verbose_name='execution'),
+            model_name="steprecord",
+            name="execution",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="steps",
+                to="django_reactor.execution",
+                verbose_name="execution",
+            ),
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(fields=['status', 'created_at', 'id'], name='reactor_exec_by_status_idx'),
+            model_name="execution",
+            index=models.Index(
+                fields=["status", "created_at", "id"], name="reactor_exec_by_status_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(fields=['reactor', 'created_at', 'id'], name='reactor_exec_by_reactor_idx'),
+            model_name="execution",
+            index=models.Index(
+                fields=["reactor", "created_at", "id"], name="reactor_exec_by_reactor_idx"
+            ),
         ),
     ]

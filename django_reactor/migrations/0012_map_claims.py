@@ -27,8 +27,8 @@ def chunks_for_maps_in_flight(apps, schema_editor):
     db = schema_editor.connection.alias
     for run in MapRun.objects.using(db).iterator():
         counts = {}
-        for status in MapResult.objects.using(db).filter(map_run_id=run.pk).values_list(
-            "status", flat=True
+        for status in (
+            MapResult.objects.using(db).filter(map_run_id=run.pk).values_list("status", flat=True)
         ):
             counts[status] = counts.get(status, 0) + 1
         run.halted = counts.get("halted", 0)
@@ -63,71 +63,127 @@ def chunks_for_maps_in_flight(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0011_lean_checkpoints'),
+        ("django_reactor", "0011_lean_checkpoints"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MapChunk',
+            name="MapChunk",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('first', models.PositiveIntegerField(verbose_name='first index')),
-                ('size', models.PositiveIntegerField(verbose_name='size')),
-                ('items', models.JSONField(default=list, help_text="The chunk's source items.", verbose_name='items')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('settled', 'Settled'), ('not_started', 'Not started'), ('undoing', 'Being undone'), ('undone', 'Undone')], default='pending', max_length=11, verbose_name='status')),
-                ('attempts', models.PositiveIntegerField(default=0, verbose_name='attempts')),
-                ('claimed_by', models.CharField(blank=True, default='', help_text='The task holding the chunk (its claim token).', max_length=64, verbose_name='claimed by')),
-                ('lease_until', models.DateTimeField(blank=True, null=True, verbose_name='lease until')),
-                ('succeeded', models.PositiveIntegerField(default=0, help_text='Elements of the chunk that succeeded.', verbose_name='succeeded')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("first", models.PositiveIntegerField(verbose_name="first index")),
+                ("size", models.PositiveIntegerField(verbose_name="size")),
+                (
+                    "items",
+                    models.JSONField(
+                        default=list, help_text="The chunk's source items.", verbose_name="items"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("settled", "Settled"),
+                            ("not_started", "Not started"),
+                            ("undoing", "Being undone"),
+                            ("undone", "Undone"),
+                        ],
+                        default="pending",
+                        max_length=11,
+                        verbose_name="status",
+                    ),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0, verbose_name="attempts")),
+                (
+                    "claimed_by",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="The task holding the chunk (its claim token).",
+                        max_length=64,
+                        verbose_name="claimed by",
+                    ),
+                ),
+                (
+                    "lease_until",
+                    models.DateTimeField(blank=True, null=True, verbose_name="lease until"),
+                ),
+                (
+                    "succeeded",
+                    models.PositiveIntegerField(
+                        default=0,
+                        help_text="Elements of the chunk that succeeded.",
+                        verbose_name="succeeded",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'map chunk',
-                'verbose_name_plural': 'map chunks',
-                'ordering': ['map_run_id', 'first'],
+                "verbose_name": "map chunk",
+                "verbose_name_plural": "map chunks",
+                "ordering": ["map_run_id", "first"],
             },
         ),
         migrations.RemoveIndex(
-            model_name='mapresult',
-            name='reactor_map_status_idx',
+            model_name="mapresult",
+            name="reactor_map_status_idx",
         ),
         migrations.AddField(
-            model_name='maprun',
-            name='halted',
-            field=models.PositiveIntegerField(default=0, verbose_name='halted'),
+            model_name="maprun",
+            name="halted",
+            field=models.PositiveIntegerField(default=0, verbose_name="halted"),
         ),
         migrations.AddField(
-            model_name='maprun',
-            name='not_started',
-            field=models.PositiveIntegerField(default=0, verbose_name='not started'),
+            model_name="maprun",
+            name="not_started",
+            field=models.PositiveIntegerField(default=0, verbose_name="not started"),
         ),
         migrations.AddField(
-            model_name='maprun',
-            name='undo_failed',
-            field=models.PositiveIntegerField(default=0, help_text='Elements whose undo failed.', verbose_name='undo failed'),
+            model_name="maprun",
+            name="undo_failed",
+            field=models.PositiveIntegerField(
+                default=0, help_text="Elements whose undo failed.", verbose_name="undo failed"
+            ),
         ),
         migrations.AddField(
-            model_name='maprun',
-            name='undone',
-            field=models.PositiveIntegerField(default=0, help_text='Elements whose undo succeeded.', verbose_name='undone'),
+            model_name="maprun",
+            name="undone",
+            field=models.PositiveIntegerField(
+                default=0, help_text="Elements whose undo succeeded.", verbose_name="undone"
+            ),
         ),
         migrations.AddIndex(
-            model_name='mapresult',
-            index=models.Index(condition=models.Q(('error__isnull', False)), fields=['map_run', 'index'], name='reactor_map_error_idx'),
+            model_name="mapresult",
+            index=models.Index(
+                condition=models.Q(("error__isnull", False)),
+                fields=["map_run", "index"],
+                name="reactor_map_error_idx",
+            ),
         ),
         migrations.AddField(
-            model_name='mapchunk',
-            name='map_run',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='chunks', to='django_reactor.maprun', verbose_name='map'),
+            model_name="mapchunk",
+            name="map_run",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="chunks",
+                to="django_reactor.maprun",
+                verbose_name="map",
+            ),
         ),
         migrations.AddIndex(
-            model_name='mapchunk',
-            index=models.Index(fields=['map_run', 'status', 'first'], name='reactor_chunk_status_idx'),
+            model_name="mapchunk",
+            index=models.Index(
+                fields=["map_run", "status", "first"], name="reactor_chunk_status_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='mapchunk',
-            constraint=models.UniqueConstraint(fields=('map_run', 'first'), name='reactor_chunk_first_uniq'),
+            model_name="mapchunk",
+            constraint=models.UniqueConstraint(
+                fields=("map_run", "first"), name="reactor_chunk_first_uniq"
+            ),
         ),
         migrations.RunPython(fillfactor, migrations.RunPython.noop, elidable=True),
         migrations.RunPython(chunks_for_maps_in_flight, migrations.RunPython.noop),

@@ -4,20 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0013_admin_list_indexes'),
+        ("django_reactor", "0013_admin_list_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='steprecord',
-            name='duration_ms',
-            field=models.FloatField(blank=True, null=True, verbose_name='duration (ms)'),
+            model_name="steprecord",
+            name="duration_ms",
+            field=models.FloatField(blank=True, null=True, verbose_name="duration (ms)"),
         ),
         migrations.AddField(
-            model_name='steprecord',
-            name='traced',
-            field=models.BooleanField(db_default=False, default=False, help_text="The step's run or skip entry of the trace is this record (sequence number, attempt, finished at, duration), not an event row of its own.", verbose_name='stands for its trace entry'),
+            model_name="steprecord",
+            name="traced",
+            field=models.BooleanField(
+                db_default=False,
+                default=False,
+                help_text="The step's run or skip entry of the trace is this record (sequence number, attempt, finished at, duration), not an event row of its own.",
+                verbose_name="stands for its trace entry",
+            ),
         ),
     ]

@@ -23,29 +23,38 @@ def leave_pages_half_free(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0014_step_record_trace_entry'),
+        ("django_reactor", "0014_step_record_trace_entry"),
     ]
 
     operations = [
         migrations.RemoveField(
-            model_name='mapresult',
-            name='claimed_by',
+            model_name="mapresult",
+            name="claimed_by",
         ),
         migrations.RemoveField(
-            model_name='mapresult',
-            name='lease_until',
+            model_name="mapresult",
+            name="lease_until",
         ),
         migrations.AlterField(
-            model_name='mapresult',
-            name='attempts',
-            field=models.PositiveIntegerField(default=0, help_text='How many times its chunk was claimed: more than one means a process died while running it.', verbose_name='attempts'),
+            model_name="mapresult",
+            name="attempts",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="How many times its chunk was claimed: more than one means a process died while running it.",
+                verbose_name="attempts",
+            ),
         ),
         migrations.AlterField(
-            model_name='mapresult',
-            name='map_run',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='results', to='django_reactor.maprun', verbose_name='map'),
+            model_name="mapresult",
+            name="map_run",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="results",
+                to="django_reactor.maprun",
+                verbose_name="map",
+            ),
         ),
         migrations.RunPython(fill_pages, leave_pages_half_free, elidable=True),
     ]

@@ -5,79 +5,259 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0017_console_indexes'),
+        ("django_reactor", "0017_console_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Schedule',
+            name="Schedule",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('name', models.CharField(help_text='Unique; not a number.', max_length=200, verbose_name='name')),
-                ('reactor', models.CharField(help_text='Registered name of the reactor class.', max_length=255, verbose_name='reactor')),
-                ('inputs', models.JSONField(blank=True, default=dict, help_text="Passed to every run, validated by the reactor's Inputs serializer.", verbose_name='inputs')),
-                ('cron', models.CharField(blank=True, default='', help_text='Five fields (minute hour day month weekday) or @daily, @hourly, ...', max_length=255, verbose_name='cron expression')),
-                ('every', models.DurationField(blank=True, help_text='Instead of a cron expression: ticks at multiples of it since the epoch.', null=True, verbose_name='interval')),
-                ('timezone', models.CharField(default='UTC', help_text='IANA name (Europe/Berlin) in which the cron expression is read.', max_length=64, verbose_name='time zone')),
-                ('enabled', models.BooleanField(default=True, verbose_name='enabled')),
-                ('catch_up', models.CharField(choices=[('skip', 'Skip missed ticks'), ('once', 'Run once for the missed ticks'), ('all', 'Run every missed tick')], default='once', help_text='What happens to ticks missed while nothing swept.', max_length=4, verbose_name='catch-up')),
-                ('overlap', models.CharField(choices=[('allow', 'Start another run'), ('skip', 'Skip the tick'), ('queue', 'Queue one tick')], default='skip', help_text='What a tick does while the previous run has not finished.', max_length=5, verbose_name='overlap')),
-                ('next_fire_at', models.DateTimeField(blank=True, help_text='The next tick; empty while paused.', null=True, verbose_name='next fire')),
-                ('last_fire_at', models.DateTimeField(blank=True, help_text='The latest tick handled.', null=True, verbose_name='last fire')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='created at')),
-                ('updated_at', models.DateTimeField(auto_now=True, verbose_name='updated at')),
-                ('last_execution', models.ForeignKey(blank=True, help_text='The latest run the schedule started (the overlap policy looks at it).', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='django_reactor.execution', verbose_name='last run')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="Unique; not a number.", max_length=200, verbose_name="name"
+                    ),
+                ),
+                (
+                    "reactor",
+                    models.CharField(
+                        help_text="Registered name of the reactor class.",
+                        max_length=255,
+                        verbose_name="reactor",
+                    ),
+                ),
+                (
+                    "inputs",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="Passed to every run, validated by the reactor's Inputs serializer.",
+                        verbose_name="inputs",
+                    ),
+                ),
+                (
+                    "cron",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Five fields (minute hour day month weekday) or @daily, @hourly, ...",
+                        max_length=255,
+                        verbose_name="cron expression",
+                    ),
+                ),
+                (
+                    "every",
+                    models.DurationField(
+                        blank=True,
+                        help_text="Instead of a cron expression: ticks at multiples of it since the epoch.",
+                        null=True,
+                        verbose_name="interval",
+                    ),
+                ),
+                (
+                    "timezone",
+                    models.CharField(
+                        default="UTC",
+                        help_text="IANA name (Europe/Berlin) in which the cron expression is read.",
+                        max_length=64,
+                        verbose_name="time zone",
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True, verbose_name="enabled")),
+                (
+                    "catch_up",
+                    models.CharField(
+                        choices=[
+                            ("skip", "Skip missed ticks"),
+                            ("once", "Run once for the missed ticks"),
+                            ("all", "Run every missed tick"),
+                        ],
+                        default="once",
+                        help_text="What happens to ticks missed while nothing swept.",
+                        max_length=4,
+                        verbose_name="catch-up",
+                    ),
+                ),
+                (
+                    "overlap",
+                    models.CharField(
+                        choices=[
+                            ("allow", "Start another run"),
+                            ("skip", "Skip the tick"),
+                            ("queue", "Queue one tick"),
+                        ],
+                        default="skip",
+                        help_text="What a tick does while the previous run has not finished.",
+                        max_length=5,
+                        verbose_name="overlap",
+                    ),
+                ),
+                (
+                    "next_fire_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="The next tick; empty while paused.",
+                        null=True,
+                        verbose_name="next fire",
+                    ),
+                ),
+                (
+                    "last_fire_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="The latest tick handled.",
+                        null=True,
+                        verbose_name="last fire",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="created at")),
+                ("updated_at", models.DateTimeField(auto_now=True, verbose_name="updated at")),
+                (
+                    "last_execution",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="The latest run the schedule started (the overlap policy looks at it).",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="django_reactor.execution",
+                        verbose_name="last run",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'schedule',
-                'verbose_name_plural': 'schedules',
-                'ordering': ['name'],
+                "verbose_name": "schedule",
+                "verbose_name_plural": "schedules",
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='ScheduleFire',
+            name="ScheduleFire",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('fire_at', models.DateTimeField(help_text='The tick (the first one of a range of skipped ticks).', verbose_name='fire time')),
-                ('until', models.DateTimeField(blank=True, help_text='For a range of ticks skipped at once: the last one.', null=True, verbose_name='until')),
-                ('outcome', models.CharField(choices=[('started', 'Run started'), ('queued', 'Queued'), ('skipped', 'Skipped'), ('refused', 'Refused')], max_length=7, verbose_name='outcome')),
-                ('manual', models.BooleanField(default=False, help_text='Started by run now, not by a tick.', verbose_name='manual')),
-                ('note', models.TextField(blank=True, default='', help_text='Why, in words.', verbose_name='note')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='recorded at')),
-                ('execution', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='schedule_fires', to='django_reactor.execution', verbose_name='run')),
-                ('schedule', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='fires', to='django_reactor.schedule', verbose_name='schedule')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "fire_at",
+                    models.DateTimeField(
+                        help_text="The tick (the first one of a range of skipped ticks).",
+                        verbose_name="fire time",
+                    ),
+                ),
+                (
+                    "until",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="For a range of ticks skipped at once: the last one.",
+                        null=True,
+                        verbose_name="until",
+                    ),
+                ),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("started", "Run started"),
+                            ("queued", "Queued"),
+                            ("skipped", "Skipped"),
+                            ("refused", "Refused"),
+                        ],
+                        max_length=7,
+                        verbose_name="outcome",
+                    ),
+                ),
+                (
+                    "manual",
+                    models.BooleanField(
+                        default=False,
+                        help_text="Started by run now, not by a tick.",
+                        verbose_name="manual",
+                    ),
+                ),
+                (
+                    "note",
+                    models.TextField(
+                        blank=True, default="", help_text="Why, in words.", verbose_name="note"
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="recorded at")),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="schedule_fires",
+                        to="django_reactor.execution",
+                        verbose_name="run",
+                    ),
+                ),
+                (
+                    "schedule",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="fires",
+                        to="django_reactor.schedule",
+                        verbose_name="schedule",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'schedule fire',
-                'verbose_name_plural': 'schedule fires',
-                'ordering': ['schedule', '-fire_at'],
+                "verbose_name": "schedule fire",
+                "verbose_name_plural": "schedule fires",
+                "ordering": ["schedule", "-fire_at"],
             },
         ),
         migrations.AddField(
-            model_name='schedule',
-            name='queued_fire',
-            field=models.ForeignKey(blank=True, db_index=False, help_text='A tick waiting for the previous run to finish (overlap: queue).', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='django_reactor.schedulefire', verbose_name='queued fire'),
+            model_name="schedule",
+            name="queued_fire",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                help_text="A tick waiting for the previous run to finish (overlap: queue).",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="django_reactor.schedulefire",
+                verbose_name="queued fire",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='schedulefire',
-            constraint=models.UniqueConstraint(fields=('schedule', 'fire_at'), name='reactor_schedule_fire_uniq'),
+            model_name="schedulefire",
+            constraint=models.UniqueConstraint(
+                fields=("schedule", "fire_at"), name="reactor_schedule_fire_uniq"
+            ),
         ),
         migrations.AddIndex(
-            model_name='schedule',
-            index=models.Index(condition=models.Q(('enabled', True)), fields=['next_fire_at'], name='reactor_schedule_due_idx'),
+            model_name="schedule",
+            index=models.Index(
+                condition=models.Q(("enabled", True)),
+                fields=["next_fire_at"],
+                name="reactor_schedule_due_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='schedule',
-            index=models.Index(condition=models.Q(('queued_fire__isnull', False)), fields=['queued_fire'], name='reactor_schedule_queued_idx'),
+            model_name="schedule",
+            index=models.Index(
+                condition=models.Q(("queued_fire__isnull", False)),
+                fields=["queued_fire"],
+                name="reactor_schedule_queued_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='schedule',
-            constraint=models.UniqueConstraint(fields=('name',), name='reactor_schedule_name_uniq'),
+            model_name="schedule",
+            constraint=models.UniqueConstraint(fields=("name",), name="reactor_schedule_name_uniq"),
         ),
         migrations.AddConstraint(
-            model_name='schedule',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('cron', ''), ('every__isnull', False)), models.Q(models.Q(('cron', ''), _negated=True), ('every__isnull', True)), _connector='OR'), name='reactor_schedule_cron_xor_every'),
+            model_name="schedule",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("cron", ""), ("every__isnull", False)),
+                    models.Q(models.Q(("cron", ""), _negated=True), ("every__isnull", True)),
+                    _connector="OR",
+                ),
+                name="reactor_schedule_cron_xor_every",
+            ),
         ),
     ]

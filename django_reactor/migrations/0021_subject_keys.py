@@ -5,51 +5,102 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0020_parked_runs_index'),
+        ("django_reactor", "0020_parked_runs_index"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SubjectKey',
+            name="SubjectKey",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False, verbose_name='id')),
-                ('subject', models.CharField(max_length=255, verbose_name='subject')),
-                ('key', models.TextField(blank=True, editable=False, help_text="The Fernet key of the subject, encrypted with REACTOR['ENCRYPTION_KEYS'].", null=True, verbose_name='encrypted data key')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='created at')),
-                ('erased_at', models.DateTimeField(blank=True, help_text='When the subject was forgotten: its key is gone, its secrets unreadable.', null=True, verbose_name='erased at')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="id",
+                    ),
+                ),
+                ("subject", models.CharField(max_length=255, verbose_name="subject")),
+                (
+                    "key",
+                    models.TextField(
+                        blank=True,
+                        editable=False,
+                        help_text="The Fernet key of the subject, encrypted with REACTOR['ENCRYPTION_KEYS'].",
+                        null=True,
+                        verbose_name="encrypted data key",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="created at")),
+                (
+                    "erased_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="When the subject was forgotten: its key is gone, its secrets unreadable.",
+                        null=True,
+                        verbose_name="erased at",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'subject key',
-                'verbose_name_plural': 'subject keys',
-                'ordering': ['subject', 'created_at'],
+                "verbose_name": "subject key",
+                "verbose_name_plural": "subject keys",
+                "ordering": ["subject", "created_at"],
             },
         ),
         migrations.AddField(
-            model_name='execution',
-            name='subject',
-            field=models.CharField(blank=True, db_default='', default='', help_text="Whose secrets the run holds (the reactor's Meta.subject): they are sealed with that subject's key, which reactor_forget_subject deletes. Empty: the configured keys seal them.", max_length=255, verbose_name='subject'),
+            model_name="execution",
+            name="subject",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="Whose secrets the run holds (the reactor's Meta.subject): they are sealed with that subject's key, which reactor_forget_subject deletes. Empty: the configured keys seal them.",
+                max_length=255,
+                verbose_name="subject",
+            ),
         ),
         migrations.AlterField(
-            model_name='execution',
-            name='inputs',
-            field=models.JSONField(default=dict, help_text='Validated inputs. Secret fields are stored sealed (encrypted) and redacted on display.', verbose_name='inputs'),
+            model_name="execution",
+            name="inputs",
+            field=models.JSONField(
+                default=dict,
+                help_text="Validated inputs. Secret fields are stored sealed (encrypted) and redacted on display.",
+                verbose_name="inputs",
+            ),
         ),
         migrations.AddIndex(
-            model_name='execution',
-            index=models.Index(condition=models.Q(('subject', ''), _negated=True), fields=['subject'], name='reactor_exec_subject_idx'),
+            model_name="execution",
+            index=models.Index(
+                condition=models.Q(("subject", ""), _negated=True),
+                fields=["subject"],
+                name="reactor_exec_subject_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='subjectkey',
-            index=models.Index(fields=['subject'], name='reactor_subjectkey_subject_idx'),
+            model_name="subjectkey",
+            index=models.Index(fields=["subject"], name="reactor_subjectkey_subject_idx"),
         ),
         migrations.AddConstraint(
-            model_name='subjectkey',
-            constraint=models.UniqueConstraint(condition=models.Q(('erased_at__isnull', True)), fields=('subject',), name='reactor_subjectkey_live_uniq'),
+            model_name="subjectkey",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("erased_at__isnull", True)),
+                fields=("subject",),
+                name="reactor_subjectkey_live_uniq",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='subjectkey',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('erased_at__isnull', True), ('key__isnull', False)), models.Q(('erased_at__isnull', False), ('key__isnull', True)), _connector='OR'), name='reactor_subjectkey_erased_no_key'),
+            model_name="subjectkey",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("erased_at__isnull", True), ("key__isnull", False)),
+                    models.Q(("erased_at__isnull", False), ("key__isnull", True)),
+                    _connector="OR",
+                ),
+                name="reactor_subjectkey_erased_no_key",
+            ),
         ),
     ]

@@ -5,29 +5,51 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0024_mailbox'),
+        ("django_reactor", "0024_mailbox"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MapTally',
+            name="MapTally",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('token', models.CharField(help_text="The task's claim token.", max_length=64, verbose_name='task')),
-                ('settled', models.PositiveIntegerField(default=0, verbose_name='settled')),
-                ('succeeded', models.PositiveIntegerField(default=0, verbose_name='succeeded')),
-                ('failed', models.PositiveIntegerField(default=0, verbose_name='failed')),
-                ('halted', models.PositiveIntegerField(default=0, verbose_name='halted')),
-                ('not_started', models.PositiveIntegerField(default=0, verbose_name='not started')),
-                ('first_failure', models.PositiveIntegerField(blank=True, null=True, verbose_name='first failure')),
-                ('map_run', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='tallies', to='django_reactor.maprun', verbose_name='map')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "token",
+                    models.CharField(
+                        help_text="The task's claim token.", max_length=64, verbose_name="task"
+                    ),
+                ),
+                ("settled", models.PositiveIntegerField(default=0, verbose_name="settled")),
+                ("succeeded", models.PositiveIntegerField(default=0, verbose_name="succeeded")),
+                ("failed", models.PositiveIntegerField(default=0, verbose_name="failed")),
+                ("halted", models.PositiveIntegerField(default=0, verbose_name="halted")),
+                ("not_started", models.PositiveIntegerField(default=0, verbose_name="not started")),
+                (
+                    "first_failure",
+                    models.PositiveIntegerField(
+                        blank=True, null=True, verbose_name="first failure"
+                    ),
+                ),
+                (
+                    "map_run",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tallies",
+                        to="django_reactor.maprun",
+                        verbose_name="map",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'map tally',
-                'verbose_name_plural': 'map tallies',
-                'constraints': [models.UniqueConstraint(fields=('map_run', 'token'), name='reactor_tally_task_uniq')],
+                "verbose_name": "map tally",
+                "verbose_name_plural": "map tallies",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("map_run", "token"), name="reactor_tally_task_uniq"
+                    )
+                ],
             },
         ),
     ]

@@ -4,14 +4,24 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0026_dispatch_sent_index'),
+        ("django_reactor", "0026_dispatch_sent_index"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='execution',
-            options={'ordering': ['-created_at'], 'permissions': [('resume_interrupt', 'Can resume a paused execution'), ('cancel_execution', 'Can cancel an execution'), ('undo_execution', 'Can undo an execution'), ('retry_execution', 'Can retry an execution'), ('start_execution', 'Can start an execution over the API')], 'verbose_name': 'execution', 'verbose_name_plural': 'executions'},
+            name="execution",
+            options={
+                "ordering": ["-created_at"],
+                "permissions": [
+                    ("resume_interrupt", "Can resume a paused execution"),
+                    ("cancel_execution", "Can cancel an execution"),
+                    ("undo_execution", "Can undo an execution"),
+                    ("retry_execution", "Can retry an execution"),
+                    ("start_execution", "Can start an execution over the API"),
+                ],
+                "verbose_name": "execution",
+                "verbose_name_plural": "executions",
+            },
         ),
     ]

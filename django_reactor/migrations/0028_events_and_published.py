@@ -5,104 +5,186 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_reactor', '0027_start_permission'),
+        ("django_reactor", "0027_start_permission"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CancelSubscription',
+            name="CancelSubscription",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('name', models.CharField(max_length=255, verbose_name='event')),
-                ('key', models.CharField(max_length=255, verbose_name='key')),
-                ('fired_at', models.DateTimeField(blank=True, help_text='An event asked the run, busy in a step then, to stop: it is rolled back once it has.', null=True, verbose_name='fired at')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("name", models.CharField(max_length=255, verbose_name="event")),
+                ("key", models.CharField(max_length=255, verbose_name="key")),
+                (
+                    "fired_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="An event asked the run, busy in a step then, to stop: it is rolled back once it has.",
+                        null=True,
+                        verbose_name="fired at",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'cancel subscription',
-                'verbose_name_plural': 'cancel subscriptions',
+                "verbose_name": "cancel subscription",
+                "verbose_name_plural": "cancel subscriptions",
             },
         ),
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('name', models.CharField(max_length=255, verbose_name='name')),
-                ('key', models.CharField(blank=True, help_text='What a wait_for_event(match=...) or a cancel_on rule compares.', max_length=255, null=True, verbose_name='key')),
-                ('event_id', models.CharField(max_length=255, verbose_name='event id')),
-                ('payload', models.JSONField(blank=True, null=True, verbose_name='payload')),
-                ('source', models.CharField(blank=True, max_length=32, verbose_name='source')),
-                ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='emitted at')),
-                ('handled_at', models.DateTimeField(blank=True, help_text='When its waiting runs, triggers and cancellations were all seen to.', null=True, verbose_name='handled at')),
-                ('errors', models.JSONField(blank=True, help_text="What could not be done for it, such as a trigger's refused inputs.", null=True, verbose_name='errors')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("name", models.CharField(max_length=255, verbose_name="name")),
+                (
+                    "key",
+                    models.CharField(
+                        blank=True,
+                        help_text="What a wait_for_event(match=...) or a cancel_on rule compares.",
+                        max_length=255,
+                        null=True,
+                        verbose_name="key",
+                    ),
+                ),
+                ("event_id", models.CharField(max_length=255, verbose_name="event id")),
+                ("payload", models.JSONField(blank=True, null=True, verbose_name="payload")),
+                ("source", models.CharField(blank=True, max_length=32, verbose_name="source")),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="emitted at")),
+                (
+                    "handled_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="When its waiting runs, triggers and cancellations were all seen to.",
+                        null=True,
+                        verbose_name="handled at",
+                    ),
+                ),
+                (
+                    "errors",
+                    models.JSONField(
+                        blank=True,
+                        help_text="What could not be done for it, such as a trigger's refused inputs.",
+                        null=True,
+                        verbose_name="errors",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'event',
-                'verbose_name_plural': 'events',
-                'ordering': ['-id'],
+                "verbose_name": "event",
+                "verbose_name_plural": "events",
+                "ordering": ["-id"],
             },
         ),
         migrations.AddField(
-            model_name='execution',
-            name='published',
-            field=models.JSONField(blank=True, help_text='What its steps published (context.publish), the latest value by key.', null=True, verbose_name='published'),
+            model_name="execution",
+            name="published",
+            field=models.JSONField(
+                blank=True,
+                help_text="What its steps published (context.publish), the latest value by key.",
+                null=True,
+                verbose_name="published",
+            ),
         ),
         migrations.AddField(
-            model_name='interrupt',
-            name='event_key',
-            field=models.CharField(blank=True, max_length=255, null=True, verbose_name='event key'),
+            model_name="interrupt",
+            name="event_key",
+            field=models.CharField(blank=True, max_length=255, null=True, verbose_name="event key"),
         ),
         migrations.AddField(
-            model_name='interrupt',
-            name='event_name',
-            field=models.CharField(blank=True, max_length=255, null=True, verbose_name='event'),
+            model_name="interrupt",
+            name="event_name",
+            field=models.CharField(blank=True, max_length=255, null=True, verbose_name="event"),
         ),
         migrations.AlterField(
-            model_name='dispatch',
-            name='reason',
-            field=models.CharField(choices=[('start', 'Start in the background'), ('handoff', 'Background hand-off'), ('retry', 'Retry after backoff'), ('recover', 'Recover a run whose worker stopped'), ('wake', 'Wake-up time reached'), ('resume', 'Resume after a payload'), ('map', 'Run map elements'), ('map_undo', 'Undo map elements'), ('rollback', 'Roll back a run an event cancelled')], max_length=16, verbose_name='reason'),
+            model_name="dispatch",
+            name="reason",
+            field=models.CharField(
+                choices=[
+                    ("start", "Start in the background"),
+                    ("handoff", "Background hand-off"),
+                    ("retry", "Retry after backoff"),
+                    ("recover", "Recover a run whose worker stopped"),
+                    ("wake", "Wake-up time reached"),
+                    ("resume", "Resume after a payload"),
+                    ("map", "Run map elements"),
+                    ("map_undo", "Undo map elements"),
+                    ("rollback", "Roll back a run an event cancelled"),
+                ],
+                max_length=16,
+                verbose_name="reason",
+            ),
         ),
         migrations.AlterField(
-            model_name='message',
-            name='kind',
-            field=models.CharField(choices=[('message', 'Message'), ('delivery', 'Early delivery'), ('event', 'Event')], default='message', max_length=8, verbose_name='kind'),
+            model_name="message",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("message", "Message"),
+                    ("delivery", "Early delivery"),
+                    ("event", "Event"),
+                ],
+                default="message",
+                max_length=8,
+                verbose_name="kind",
+            ),
         ),
         migrations.AddIndex(
-            model_name='interrupt',
-            index=models.Index(condition=models.Q(('event_name__isnull', False), ('status', 'waiting')), fields=['event_name', 'event_key'], name='reactor_interrupt_event_idx'),
+            model_name="interrupt",
+            index=models.Index(
+                condition=models.Q(("event_name__isnull", False), ("status", "waiting")),
+                fields=["event_name", "event_key"],
+                name="reactor_interrupt_event_idx",
+            ),
         ),
         migrations.AddField(
-            model_name='cancelsubscription',
-            name='execution',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='cancel_subscriptions', to='django_reactor.execution', verbose_name='execution'),
+            model_name="cancelsubscription",
+            name="execution",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="cancel_subscriptions",
+                to="django_reactor.execution",
+                verbose_name="execution",
+            ),
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(fields=['name', 'key', 'id'], name='reactor_event_key_idx'),
+            model_name="event",
+            index=models.Index(fields=["name", "key", "id"], name="reactor_event_key_idx"),
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(condition=models.Q(('handled_at', None)), fields=['id'], name='reactor_event_unhandled_idx'),
+            model_name="event",
+            index=models.Index(
+                condition=models.Q(("handled_at", None)),
+                fields=["id"],
+                name="reactor_event_unhandled_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(fields=['created_at', 'id'], name='reactor_event_created_idx'),
+            model_name="event",
+            index=models.Index(fields=["created_at", "id"], name="reactor_event_created_idx"),
         ),
         migrations.AddConstraint(
-            model_name='event',
-            constraint=models.UniqueConstraint(fields=('name', 'event_id'), name='reactor_event_id_uniq'),
+            model_name="event",
+            constraint=models.UniqueConstraint(
+                fields=("name", "event_id"), name="reactor_event_id_uniq"
+            ),
         ),
         migrations.AddIndex(
-            model_name='cancelsubscription',
-            index=models.Index(fields=['name', 'key'], name='reactor_cancel_sub_key_idx'),
+            model_name="cancelsubscription",
+            index=models.Index(fields=["name", "key"], name="reactor_cancel_sub_key_idx"),
         ),
         migrations.AddIndex(
-            model_name='cancelsubscription',
-            index=models.Index(condition=models.Q(('fired_at__isnull', False)), fields=['execution'], name='reactor_cancel_sub_fired_idx'),
+            model_name="cancelsubscription",
+            index=models.Index(
+                condition=models.Q(("fired_at__isnull", False)),
+                fields=["execution"],
+                name="reactor_cancel_sub_fired_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='cancelsubscription',
-            constraint=models.UniqueConstraint(fields=('execution', 'name', 'key'), name='reactor_cancel_sub_uniq'),
+            model_name="cancelsubscription",
+            constraint=models.UniqueConstraint(
+                fields=("execution", "name", "key"), name="reactor_cancel_sub_uniq"
+            ),
         ),
     ]

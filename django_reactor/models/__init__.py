@@ -11,6 +11,7 @@
 - ``bulk``: ``BulkOperation``, ``BulkItem`` (an action applied to every run a filter matched);
 - ``health``: ``ProcessHeartbeat`` (workers' and sweepers' heartbeats);
 - ``pauses``: ``Pause`` (operators' pauses of reactors and runs);
+- ``audit``: ``AuditEntry`` (the steering history: who cancelled, undid, retried, ...);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
 
 The database is the source of truth for every run. Rows are written by ``django_reactor.store``
@@ -28,6 +29,7 @@ from ..coordination.models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
+from .audit import AuditAction, AuditEntry
 from .bulk import BulkItem, BulkOperation, BulkStatus, ItemStatus
 from .database import DatabaseIdentity
 from .events import CancelSubscription, Event
@@ -51,6 +53,8 @@ from .schedules import Schedule, ScheduleFire
 __all__ = [
     "STEP_RECORD_UNIQUE",
     "ApiRequest",
+    "AuditAction",
+    "AuditEntry",
     "BulkItem",
     "BulkOperation",
     "BulkStatus",

@@ -71,6 +71,16 @@ class BulkOperation(models.Model):
     created_by = models.CharField(
         _("created by"), max_length=255, blank=True, default="", help_text=_("Who started it.")
     )
+    created_via = models.CharField(
+        _("from"),
+        max_length=16,
+        blank=True,
+        default="",
+        help_text=_(
+            "The face it was started from (admin, api, command, python): each run's action is "
+            "recorded as its starter's, from there."
+        ),
+    )
     total = models.PositiveIntegerField(_("runs"), default=0)
     done = models.PositiveIntegerField(_("done"), default=0)
     skipped = models.PositiveIntegerField(_("skipped"), default=0)

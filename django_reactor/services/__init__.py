@@ -27,6 +27,8 @@ state. By what they do:
   ``shown_outcome`` (an outcome as the faces show it);
 - ``schedules``: schedules (``services.schedules.create``, ``pause``, ``run_now``, ...) and
   firing their ticks (part of ``sweep``);
+- ``audit``: the steering history (``steering``, ``record``, ``of_run``): who steered a run,
+  via which face, and why;
 - ``guards``: the checks an operation makes of its call; ``handles``: ``find`` and the
   handles the operations give back.
 """
@@ -34,7 +36,7 @@ state. By what they do:
 from __future__ import annotations
 
 from ..exceptions import InvalidFilter
-from . import handles, schedules, secrets
+from . import audit, handles, schedules, secrets
 from .bulk import (
     BulkPreview,
     BulkProgress,
@@ -97,6 +99,7 @@ __all__ = [
     "StuckRun",
     "Unpaused",
     "after_pause",
+    "audit",
     "bulk_progress",
     "cancel",
     "deliver",

@@ -23,12 +23,14 @@ from typing import Any
 from django.db.models import Count
 
 from .. import registry, store
+from ..actors import MAX_WHO_LENGTH, VIA, Actor, acting_as
 from ..engine.forks import plan_fork
 from ..exceptions import ExecutionNotFound, InvalidFilter, ReactorError
 from ..models import BulkOperation, BulkStatus, ItemStatus
+from . import audit
+from .audit import check_reason
 from .databases import across_databases
 from .forks import fork
-from .guards import check_reason
 from .interrupts import resume_interrupt
 from .pausing import pause, unpause
 from .run_filters import RunFilter
@@ -59,11 +61,16 @@ class BulkAction:
 
 
 def _retry(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
-    return f"retried as {retry(run).execution_id}"
+    return f"retried as {retry(run, reason=params.get('reason', '')).execution_id}"
 
 
 def _fork(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
-    outcome = fork(run, params["from_step"], undo_abandoned=bool(params.get("undo_abandoned")))
+    outcome = fork(
+        run,
+        params["from_step"],
+        undo_abandoned=bool(params.get("undo_abandoned")),
+        reason=params.get("reason", ""),
+    )
     return f"forked as {outcome.execution_id} ({outcome.status})"
 
 
@@ -72,11 +79,11 @@ def _cancel(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
 
 
 def _undo(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
-    return f"undone: {undo(run).status}"
+    return f"undone: {undo(run, reason=params.get('reason', '')).status}"
 
 
 def _wake(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
-    return f"woken: {wake(run).status}"
+    return f"woken: {wake(run, reason=params.get('reason', '')).status}"
 
 
 def _pause(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
@@ -84,12 +91,16 @@ def _pause(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
 
 
 def _unpause(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
-    return f"unpaused: {unpause(run).status}"
+    return f"unpaused: {unpause(run, reason=params.get('reason', '')).status}"
 
 
 def _resume(run: uuid.UUID, params: Mapping[str, Any], key: str) -> str:
     outcome = resume_interrupt(
-        run, step=params.get("step"), payload=params["payload"], idempotency_key=key
+        run,
+        step=params.get("step"),
+        payload=params["payload"],
+        idempotency_key=key,
+        reason=params.get("reason", ""),
     )
     return f"resumed: {outcome.status}"
 
@@ -302,14 +313,14 @@ def start_bulk(
     parameters: Mapping[str, Any] | None = None,
     *,
     reason: str = "",
-    created_by: str = "",
     background: bool = True,
 ) -> BulkProgress:
     """Choose the runs ``run_filter`` matches now and apply ``action`` to each: on a worker
-    (``background``), or by whoever calls :func:`run_bulk` with the operation's id."""
+    (``background``), or by whoever calls :func:`run_bulk` with the operation's id. The
+    operation, and each run's action, are recorded as the current actor's (``acting_as``)."""
     chosen = bulk_action(action)
     params = _parameters(chosen, parameters or {})
-    check_reason(reason, "start a bulk operation")
+    steering = audit.steering("bulk", reason=reason)
 
     def ids() -> Any:
         for alias in run_filter.databases():
@@ -320,8 +331,7 @@ def start_bulk(
         action=chosen.name,
         run_filter=run_filter.as_dict(),
         parameters=params,
-        reason=reason,
-        created_by=created_by,
+        steering=steering,
         runs=ids(),
         publish=background,
     )
@@ -336,10 +346,11 @@ def bulk_progress(operation_id: uuid.UUID | str) -> BulkProgress:
     return BulkProgress.of(row)
 
 
-def stop_bulk(operation_id: uuid.UUID | str) -> BulkProgress:
+def stop_bulk(operation_id: uuid.UUID | str, *, reason: str = "") -> BulkProgress:
     """Stop an operation: runs not taken care of yet are left alone."""
+    steering = audit.steering("bulk_stop", reason=reason)
     progress = bulk_progress(operation_id)
-    store.bulk.stop(progress.id)
+    store.bulk.stop(progress.id, steering)
     return bulk_progress(progress.id)
 
 
@@ -388,8 +399,9 @@ def _apply(action: BulkAction, row: BulkOperation, item: Any) -> None:
     (in the operation's)."""
     key = f"bulk:{row.id}:{item.execution_id}"
     try:
-        with store.unbound():
-            note = across_databases(action.apply)(item.execution_id, row.parameters, key)
+        with store.unbound(), acting_as(_starter(row)):
+            parameters = {"reason": row.reason, **row.parameters}
+            note = across_databases(action.apply)(item.execution_id, parameters, key)
     except ReactorError as exc:
         store.bulk.record_item(item, ItemStatus.SKIPPED, str(exc))
         return
@@ -400,6 +412,14 @@ def _apply(action: BulkAction, row: BulkOperation, item: Any) -> None:
         store.bulk.record_item(item, ItemStatus.FAILED, f"{type(exc).__name__}: {exc}")
         return
     store.bulk.record_item(item, ItemStatus.DONE, note)
+
+
+def _starter(row: BulkOperation) -> Actor:
+    """Who each run's action is recorded as: the operation's starter, from its face, naming
+    the operation."""
+    who = f"{row.created_by or 'someone'} (bulk operation {row.id})"
+    via = row.created_via if row.created_via in VIA else "python"
+    return Actor(who[:MAX_WHO_LENGTH], via)
 
 
 def republish_stalled(limit: int, redispatch_after: float) -> int:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import registry, store
+from ..actors import MAX_WHO_LENGTH, Actor
 from ..conf import reactor_settings
 from ..engine.constructs.events import EmittedEvent, EventRule, check_event_name
 from ..engine.outcomes import InProgress
@@ -37,6 +38,7 @@ from ..exceptions import (
 )
 from ..models import Event
 from ..states import TERMINAL_STATUSES, ExecutionStatus
+from . import audit
 from .databases import in_each_database
 from .interrupts import give_event
 from .runs import start
@@ -253,11 +255,23 @@ def _cancel(execution_id: uuid.UUID, event: Event) -> bool:
     in a step is asked to stop after it, and rolled back by the sweeper once it has."""
     reason = f"event {event.name!r} ({event.event_id}) cancelled it"
     data = {"event": event.name, "event_id": event.event_id}
-    if store.roll_back_on_worker(execution_id, reason=reason, allowed=CANCELLED_FROM, data=data):
+    try:
+        reactor = store.get_row(execution_id).reactor
+    except ExecutionNotFound:
+        return False
+    steering = audit.steering(
+        "cancel",
+        reason=reason,
+        detail=data,
+        actor=Actor(f"event {event.name}"[:MAX_WHO_LENGTH], "system"),
+    ).on(execution_id, reactor)
+    if store.roll_back_on_worker(
+        execution_id, reason=reason, allowed=CANCELLED_FROM, data=data, steering=steering
+    ):
         store.events.unsubscribe(execution_id)
         return True
     try:
-        store.request_cancel(execution_id, reason=reason, cancellable=())
+        store.request_cancel(execution_id, reason=reason, cancellable=(), steering=steering)
     except (InvalidTransition, ExecutionNotFound):
         return False  # it ended, or is rolling back already
     store.events.fire(execution_id)

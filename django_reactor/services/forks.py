@@ -26,6 +26,7 @@ from ..engine.state import RunState
 from ..exceptions import InvalidFork, InvalidInputs, InvalidTransition, LeaseLost
 from ..runtime import executors
 from ..states import ExecutionStatus
+from . import audit
 from .databases import across_databases
 from .guards import refuse_child, refuse_open_transaction
 from .interrupts import after_pause
@@ -63,9 +64,11 @@ def fork(
     *,
     inputs: Mapping[str, Any] | None = None,
     undo_abandoned: bool = False,
+    reason: str = "",
 ) -> Outcome:
     """Run a stopped run again from ``from_step`` as a new run (see the module).
 
+    ``reason``: why (kept, with who asked, on both runs' traces and in the steering history).
     ``inputs``: the new run's inputs (validated by the reactor's ``Inputs``; InvalidInputs,
     nothing written, when they fail); the original's by default. A run is re-run (retried or
     forked) at most once (AlreadyRetried): fork the fork to go again. Raises ForkNeedsUndo,
@@ -77,6 +80,7 @@ def fork(
     else on a worker. With an abandoned branch to undo, that undo runs here first (a map's
     elements on workers); the fork waits, suspended, until it has ended.
     """
+    steering = audit.steering("fork", reason=reason)
     row = store.get_row(execution_id)
     refuse_child(row, "fork")
     _refuse_moving(row.id, row.status)
@@ -113,6 +117,7 @@ def fork(
         next_step=lambda done: _next(definition, done),
         background=background,
         owner=owner,
+        steering=steering,
     )
     if forked.original is not None:
         _undo_abandoned(definition, forked)
@@ -131,7 +136,7 @@ def release_waiting_forks(limit: int) -> int:
     process that forked them stopped before it could); the sweeper's part. How many."""
     released = 0
     for fork_id in store.forks.waiting_forks(limit):
-        _, done = store.pauses.unpause_run(fork_id, by="")
+        _, done = store.pauses.unpause_run(fork_id, steering=None)
         released += done
     return released
 
@@ -201,7 +206,7 @@ def _release(fork_id: uuid.UUID, *, background: bool, owner: str) -> bool:
         )
         return False
     if background:
-        store.pauses.unpause_run(fork_id, by="")
+        store.pauses.unpause_run(fork_id, steering=None)
     return True
 
 

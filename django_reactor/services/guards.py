@@ -66,10 +66,3 @@ def refuse_child(row: Execution, action: str) -> None:
             f"{row.parent_step!r} of execution {row.parent_id}; {action} that execution instead",
             status=row.status,
         )
-
-
-def check_reason(reason: Any, action: str) -> None:
-    """Refuse a reason that is not text the database can store."""
-    if not isinstance(reason, str) or (why := unstorable(reason)) is not None:
-        detail = "it is not a string" if not isinstance(reason, str) else why
-        raise ReactorError(f"cannot {action} with the reason {safe_repr(reason)}: {detail}")

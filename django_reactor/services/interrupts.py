@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from ..models import Execution, Interrupt
 
 
+from . import audit
+from .audit import check_reason
 from .databases import across_databases
 from .guards import check_key, refuse_open_transaction
 from .secrets import fail_erased
@@ -70,6 +72,7 @@ def resume_interrupt(
     token: str | None = None,
     background: bool | None = None,
     idempotency_key: str | None = None,
+    reason: str = "",
 ) -> Outcome:
     """Deliver ``payload`` to a paused run's interrupt; exactly one delivery wins.
 
@@ -101,7 +104,11 @@ def resume_interrupt(
     delivery came first, kept or accepted), InterruptClosed (expired, cancelled, failed) and
     InvalidPayload (field errors; with ``max_attempts``, the last allowed one also fails the
     run).
+
+    The delivery is recorded with who made it and ``reason`` (storable text): in the steering
+    history, and on the trace of the paused run as a ``steer`` entry.
     """
+    check_reason(reason, "resume")
     step = interrupt_step(step)
     arguments = {
         "execution_id": execution_id,
@@ -111,6 +118,7 @@ def resume_interrupt(
         "reactor": reactor,
         "token": token,
         "background": background,
+        "reason": reason,
     }
     if idempotency_key is None:
         return _resume_interrupt(**arguments)
@@ -166,6 +174,7 @@ def _resume_interrupt(
     reactor: str | None,
     token: str | None,
     background: bool | None,
+    reason: str,
 ) -> Outcome:
     if token is not None:
         row = store.interrupts.find_by_token(token)
@@ -182,24 +191,28 @@ def _resume_interrupt(
         except NotWaiting:
             if execution_id is None:
                 raise
-            return keep_delivery(execution_id, step, payload, background=background)
-    return deliver(row, payload, background=background)
+            return keep_delivery(execution_id, step, payload, background=background, reason=reason)
+    return deliver(row, payload, background=background, reason=reason)
 
 
-def deliver(row: Interrupt, payload: Any, *, background: bool | None = None) -> Outcome:
+def deliver(
+    row: Interrupt, payload: Any, *, background: bool | None = None, reason: str = ""
+) -> Outcome:
     """Deliver ``payload`` to the interrupt ``row`` (from :func:`find_interrupt`), in the
     database it was read from.
 
     What :func:`resume_interrupt` does once it has found the interrupt; the API calls it with
     the interrupt its credential check found, so the interrupt is read once per request. The
     run that resumes is the one that paused for it: for an interrupt of a composed child, the
-    run at the top of the composition, which continues the child.
+    run at the top of the composition, which continues the child. Recorded with who delivered
+    it and ``reason`` (see :func:`resume_interrupt`).
     """
+    check_reason(reason, "resume")
     with store.bound_to(row):
-        return _deliver_here(row, payload, background=background)
+        return _deliver_here(row, payload, background=background, reason=reason)
 
 
-def _deliver_here(row: Interrupt, payload: Any, *, background: bool | None) -> Outcome:
+def _deliver_here(row: Interrupt, payload: Any, *, background: bool | None, reason: str) -> Outcome:
     store.interrupts.refuse_closed(row)
     where = store.interrupts.nesting(row)
     if store.messages.kept_delivery(where.top_id, where.path):
@@ -219,11 +232,15 @@ def _deliver_here(row: Interrupt, payload: Any, *, background: bool | None) -> O
     in_background = background if background is not None else row.resume_mode == "background"
     if not in_background:
         refuse_open_transaction(f"resume execution {where.top_id} inline")
+    steering = audit.steering("resume", reason=reason, detail={"step": where.path}).on(
+        where.top_id, where.reactor
+    )
     claim = store.interrupts.claim(
         row,
         accepted,
         inline_owner=None if in_background else store.lease_owner_token(),
         secret_paths=spec.secret_result_paths,
+        steering=steering,
     )
     if claim.dispatched:
         return Dispatched(execution_id=where.top_id)
@@ -553,15 +570,22 @@ def _expire(row: Interrupt) -> bool:
 
 
 def keep_delivery(
-    execution_id: uuid.UUID | str, step: str | None, payload: Any, *, background: bool | None
+    execution_id: uuid.UUID | str,
+    step: str | None,
+    payload: Any,
+    *,
+    background: bool | None,
+    reason: str = "",
 ) -> Outcome:
     """Keep a payload for an interrupt the run has not reached yet; it is applied when the run
-    gets there (the first one kept wins), and ``InProgress`` is returned.
+    gets there (the first one kept wins), and ``InProgress`` is returned. Recorded in the
+    steering history (who, ``reason``) when it is kept.
 
     ``step`` may be left out when the reactor declares one interrupt. The payload is validated
     now (InvalidPayload, not counted: nothing waits yet). Raises NotWaiting as before when the
     interrupt cannot be told, AlreadyResumed when a payload is already kept for it.
     """
+    check_reason(reason, "resume")
     execution = store.get_row(execution_id)
     definition = registry.get(execution.reactor).definition
     receives = {path for path, _topic in receive_paths(definition)}
@@ -601,9 +625,12 @@ def keep_delivery(
         accepted,
         kind=MessageKind.DELIVERY,
         secret_paths=spec.secret_result_paths,
+        steering=audit.steering("resume", reason=reason, detail={"step": step}).on(
+            execution.id, execution.reactor
+        ),
     )
     if sent.reached is not None:  # the run reached it meanwhile
-        return deliver(sent.reached, payload, background=background)
+        return deliver(sent.reached, payload, background=background, reason=reason)
     return InProgress(execution_id=execution.id, status=sent.status)
 
 

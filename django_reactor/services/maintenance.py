@@ -7,12 +7,15 @@ import uuid
 from typing import Any
 
 from .. import store
+from ..conf import reactor_settings
 from ..coordination import coordinator as run_coordination
 from ..coordination import get_backend
 from ..engine import timevalues
 from ..engine.executor import utcnow
 from ..exceptions import InvalidTime, ReactorError
 from ..states import TERMINAL_STATUSES
+from . import audit
+from .audit import check_reason
 from .databases import in_each_database
 
 #: The longest wait between two batches of a prune, in seconds.
@@ -38,7 +41,9 @@ def prune(
     ``on_batch(count)`` after each and waiting ``pause`` seconds before the next (outside any
     transaction: a prune beside busy workers then leaves them the database); returns how many
     top-level runs were deleted, or with ``dry_run`` how many would be, deleting nothing.
-    Handled events (``emit``) emitted before the cutoff are deleted too.
+    Handled events (``emit``) emitted before the cutoff are deleted too, and so are the
+    steering history's entries older than ``REACTOR["AUDIT_RETENTION"]`` (whatever became of
+    their runs: the history outlives the runs it names), unless it is None.
     """
     if isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float):
         raise InvalidTime(f"older_than_days must be a number, got {older_than_days!r}")
@@ -72,6 +77,11 @@ def prune(
             if pause:
                 time.sleep(pause)
         store.events.prune_before(cutoff, batch_size)
+        retention = reactor_settings.AUDIT_RETENTION
+        if retention is not None:
+            store.audit.prune_before(
+                timevalues.ago(retention, "REACTOR['AUDIT_RETENTION']", now=utcnow()), batch_size
+            )
         return total
 
     return sum(in_each_database(prune_here))
@@ -85,14 +95,29 @@ def ordered_lock(key: str) -> Any:
     return get_backend().ordered_status(run_coordination.backend_key("ordered", key))
 
 
-def skip_ordered_run(key: str, execution_id: uuid.UUID | str) -> bool:
-    """Take a run out of an ordered lock's queue (a stuck head); False when it was not queued."""
-    return get_backend().skip_ordered(
-        run_coordination.backend_key("ordered", key), str(store.parse_id(execution_id))
+def skip_ordered_run(key: str, execution_id: uuid.UUID | str, *, reason: str = "") -> bool:
+    """Take a run out of an ordered lock's queue (a stuck head); False when it was not queued.
+    Recorded in the steering history with who asked and ``reason`` when it was taken out."""
+    check_reason(reason, "skip a run of an ordered lock")
+    run_id = store.parse_id(execution_id)
+    steering = audit.steering(
+        "lock_skip", reason=reason, execution_id=run_id, target=f"ordered lock {key}"
     )
+    skipped = get_backend().skip_ordered(run_coordination.backend_key("ordered", key), str(run_id))
+    if skipped:
+        # Recorded after the change: the lock lives in the coordination backend (Redis, or a
+        # database of its own), not in a transaction of the runs' database.
+        audit.record(steering)
+    return skipped
 
 
-def reset_ordered_lock(key: str) -> int:
+def reset_ordered_lock(key: str, *, reason: str = "") -> int:
     """Empty an ordered lock's queue and lift its halt; the runs removed (they re-queue when
-    a worker next takes them)."""
-    return get_backend().reset_ordered(run_coordination.backend_key("ordered", key))
+    a worker next takes them). Recorded in the steering history with who asked and ``reason``.
+    """
+    check_reason(reason, "reset an ordered lock")
+    steering = audit.steering("lock_reset", reason=reason, target=f"ordered lock {key}")
+    removed = get_backend().reset_ordered(run_coordination.backend_key("ordered", key))
+    # After the change, as for a skip: the lock is not in the runs' database.
+    audit.record(steering, removed=removed)
+    return removed

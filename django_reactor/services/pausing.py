@@ -20,8 +20,9 @@ from ..conf import reactor_settings
 from ..exceptions import InvalidTransition
 from ..handle import ExecutionHandle
 from ..states import ExecutionStatus
+from . import audit
 from .databases import across_databases, in_each_database, on_reactors_database
-from .guards import check_reason, reactor_named, refuse_child
+from .guards import reactor_named, refuse_child
 from .handles import find
 
 # Suspended at once when no live process runs them (a running run whose process is gone too:
@@ -64,7 +65,7 @@ def pause(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandle
     Raises InvalidTransition for a run that ended or rolls back, and for a composed child or
     an async unit (pause the run at the top).
     """
-    check_reason(reason, "pause")
+    steering = audit.steering("pause", reason=reason)
     row = store.get_row(execution_id)
     if row.parent_id is not None:
         raise InvalidTransition(
@@ -73,18 +74,21 @@ def pause(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandle
             f"{row.parent_step!r} of execution {row.parent_id}; pause that execution instead",
             status=row.status,
         )
-    store.pauses.pause_run(row.id, reason=reason, by="", suspendable=SUSPENDABLE)
+    store.pauses.pause_run(
+        row.id, steering=steering.on(row.id, row.reactor), suspendable=SUSPENDABLE
+    )
     return find(row.id)
 
 
 @across_databases
-def unpause(execution_id: uuid.UUID | str) -> ExecutionHandle:
+def unpause(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandle:
     """Take a run's pause away: a suspended run goes on where it stopped (a worker takes it,
     at its wake-up time when it sleeps); one that had not stopped yet simply does not.
 
     Raises InvalidTransition for a run that is not paused, and for one whose reactor is
     paused (unpause the reactor).
     """
+    steering = audit.steering("unpause", reason=reason)
     row = store.get_row(execution_id)
     refuse_child(row, "unpause")
     reactor_paused = store.pauses.reactor_pause(row.reactor)
@@ -105,7 +109,7 @@ def unpause(execution_id: uuid.UUID | str) -> ExecutionHandle:
                 "doing; it goes on by itself once that undo has ended",
                 status=row.status,
             )
-    had, released = store.pauses.unpause_run(row.id, by="")
+    had, released = store.pauses.unpause_run(row.id, steering=steering.on(row.id, row.reactor))
     if not had and not released:
         raise InvalidTransition(
             f"cannot unpause execution {row.id}: it is {row.status} and not paused",
@@ -119,20 +123,25 @@ def pause_reactor(reactor: object, *, reason: str = "") -> ReactorPause:
     step boundary, runs waiting for a worker or a wake-up stop when they would move, new runs
     are stored and not started. In every database runs are written to. Pausing a paused
     reactor keeps the first pause."""
-    check_reason(reason, "pause")
     name = reactor_named(reactor).definition.name  # type: ignore[arg-type]
+    steering = audit.steering(
+        "pause_reactor", reason=reason, reactor=name, target=f"reactor {name}"
+    )
     with on_reactors_database(name):  # where its runs are, and where they look for it
-        row, new = store.pauses.pause_reactor(name, reason=reason, by="")
+        row, new = store.pauses.pause_reactor(name, steering=steering)
     return ReactorPause(name, row.reason, row.paused_by, row.created_at, new=new)
 
 
-def unpause_reactor(reactor: object) -> Unpaused:
+def unpause_reactor(reactor: object, *, reason: str = "") -> Unpaused:
     """Let every run of ``reactor`` go on: its suspended runs (but those paused one by one)
     are released oldest first, at most ``REACTOR["UNPAUSE_RATE"]`` a second."""
     name = reactor_named(reactor).definition.name  # type: ignore[arg-type]
+    steering = audit.steering(
+        "unpause_reactor", reason=reason, reactor=name, target=f"reactor {name}"
+    )
     with on_reactors_database(name):
         was_paused, released = store.pauses.unpause_reactor(
-            name, by="", rate=reactor_settings.UNPAUSE_RATE
+            name, steering=steering, rate=reactor_settings.UNPAUSE_RATE
         )
     return Unpaused(name, was_paused=was_paused, released=released)
 

@@ -45,10 +45,13 @@ from ..runtime import executors
 from ..states import EventKind, ExecutionStatus
 
 if TYPE_CHECKING:
+    from ..actors import Steering
     from ..engine.definition import ReactorDefinition
     from ..reactor import Reactor
 
 
+from . import audit
+from .audit import check_reason
 from .databases import across_databases, on_reactors_database
 from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
 from .handles import find
@@ -170,7 +173,10 @@ def _start(
     retry_of: uuid.UUID | None = None,
     all_in_background: bool = False,
     timing: Timing | None = None,
+    steering: Steering | None = None,
 ) -> Outcome:
+    """Start a run of ``definition`` with ``stored_inputs``; ``steering``: the operator's
+    action that starts it (a retry), recorded with the new run and on its ``start`` entry."""
     timing = timing or Timing.default(definition)
     first = definition.next_ready(frozenset())
     # A misconfigured coordination backend refuses the run before anything is written.
@@ -220,10 +226,14 @@ def _start(
                     1,
                     EventKind.START,
                     utcnow(),
-                    data={"retry_of": str(retry_of)} if retry_of else {},
+                    data={
+                        **({"retry_of": str(retry_of)} if retry_of else {}),
+                        **(steering.trace_data() if steering is not None else {}),
+                    },
                 ),
                 *([] if paused is None else [store.pauses.suspended_at_start(paused, 2)]),
             ],
+            steering=steering,
         )
     except store.IdempotencyConflict as conflict:
         holder = store.get_row(conflict.execution_id)
@@ -323,12 +333,15 @@ def find_by_correlation_id(correlation_id: str, *, reactor: type[Reactor] | str)
 
 
 @across_databases
-def retry(execution_id: uuid.UUID | str) -> Outcome:
+def retry(execution_id: uuid.UUID | str, *, reason: str = "") -> Outcome:
     """Run a failed execution again as a new execution linked to it (``retry_of``).
 
     The new run starts from the first step with the stored inputs. A failed run is retried at
-    most once; retry the retry to go again.
+    most once; retry the retry to go again. Recorded with who asked and ``reason``: in the
+    steering history with the new run's creation, and on both runs' traces (the failed run's
+    ``rerun`` entry, the new run's ``start``).
     """
+    check_reason(reason, "retry")
     row = store.get_row(execution_id)
     refuse_child(row, "retry")
     if row.status != ExecutionStatus.FAILED:
@@ -354,9 +367,19 @@ def retry(execution_id: uuid.UUID | str) -> Outcome:
     background = reactor.definition.background
     if background is None or background.mode != "all":
         refuse_open_transaction(f"retry execution {row.id}")
+    steering = audit.steering("retry", reason=reason).on(row.id, row.reactor)
     # The new run seals its inputs again (a SubjectErased says the subject was forgotten).
-    outcome = _start(reactor.definition, store.secrets.opened(row.inputs), retry_of=row.id)
-    store.append_event(row.id, EventKind.RERUN, {"retried_as": str(outcome.execution_id)})
+    outcome = _start(
+        reactor.definition,
+        store.secrets.opened(row.inputs),
+        retry_of=row.id,
+        steering=steering,
+    )
+    store.append_event(
+        row.id,
+        EventKind.RERUN,
+        {"retried_as": str(outcome.execution_id), **steering.trace_data()},
+    )
     return outcome
 
 

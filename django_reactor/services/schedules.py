@@ -37,12 +37,14 @@ from ..engine.validation import error_messages
 from ..exceptions import InvalidSchedule, ReactorError, ReactorNotRegistered, ScheduleNotFound
 from ..states import CatchUp, FireOutcome, Overlap
 from ..store.schedules import Decision, FireRow, ScheduleRow
-from . import runs
+from . import audit, runs
+from .audit import check_reason
 from .cadence import Cadence, check_cron, check_zone, parse_every
 from .databases import on_reactors_database
 from .guards import reactor_named
 
 if TYPE_CHECKING:
+    from ..actors import Steering
     from ..reactor import Reactor
 
 __all__ = [
@@ -271,46 +273,73 @@ def update(schedule: int | str | ScheduleRow, **changes: Any) -> ScheduleRow:
     return updated
 
 
-def pause(schedule: int | str | ScheduleRow) -> ScheduleRow:
+def pause(schedule: int | str | ScheduleRow, *, reason: str = "") -> ScheduleRow:
     """Stop a schedule's ticks (it keeps its fires); a tick it queued is recorded skipped.
-    Pausing a paused schedule changes nothing."""
+    Pausing a paused schedule changes nothing. Recorded in the steering history with who
+    paused it and ``reason``."""
+    check_reason(reason, "pause a schedule")
     row = get(schedule)
     if not row.enabled:
         return row
-    paused = store.schedules.pause(row.id, _PAUSED)
+    paused = store.schedules.pause(
+        row.id, _PAUSED, steering=_steering("schedule_pause", row, reason)
+    )
     if paused is None:
         raise ScheduleNotFound(f"the schedule {row.name!r} was removed meanwhile")
     return paused
 
 
-def resume(schedule: int | str | ScheduleRow) -> ScheduleRow:
+def resume(schedule: int | str | ScheduleRow, *, reason: str = "") -> ScheduleRow:
     """Start a paused schedule again from the first tick after now: the ticks that came while
     it was paused are not fired (they are not recorded either). Resuming a running schedule
-    changes nothing."""
+    changes nothing. Recorded in the steering history with who resumed it and ``reason``."""
+    check_reason(reason, "resume a schedule")
     row = get(schedule)
     if row.enabled and row.next_fire_at is not None:
         return row
     next_fire_at = _next_after_now(cadence_of(row), row)
-    resumed = store.schedules.update(row.id, enabled=True, next_fire_at=next_fire_at)
+    resumed = store.schedules.update(
+        row.id,
+        enabled=True,
+        next_fire_at=next_fire_at,
+        steering=_steering("schedule_resume", row, reason),
+    )
     if resumed is None:
         raise ScheduleNotFound(f"the schedule {row.name!r} was removed meanwhile")
     return resumed
 
 
-def run_now(schedule: int | str | ScheduleRow) -> FireRow:
+def run_now(schedule: int | str | ScheduleRow, *, reason: str = "") -> FireRow:
     """Start a run of the schedule at once, whatever its next tick and its overlap policy
-    (paused or not); recorded as a manual fire. The fire says ``refused`` (and why) when the
-    reactor refuses the stored inputs or is not known to this process."""
+    (paused or not); recorded as a manual fire, and in the steering history with who asked,
+    ``reason`` and the run started. The fire says ``refused`` (and why) when the reactor
+    refuses the stored inputs or is not known to this process."""
+    check_reason(reason, "run a schedule now")
     row = get(schedule)
+    steering = _steering("schedule_run_now", row, reason)
     for attempt in range(3):
         fire_at = django_timezone.now() + dt.timedelta(microseconds=attempt)
         fire = store.schedules.record_manual(
-            row.id, fire_at, functools.partial(_start_run, fire_at=fire_at, note="run now")
+            row.id,
+            fire_at,
+            functools.partial(_start_run, fire_at=fire_at, note="run now"),
+            steering=steering,
         )
         if fire is not None:
             return fire
         get(row.id)  # ScheduleNotFound when it was removed; else the moment was taken
     raise ReactorError(f"could not record a fire of schedule {row.name!r}; try again")
+
+
+def _steering(action: str, row: ScheduleRow, reason: str) -> Steering:
+    """The steering action ``action`` on the schedule ``row``, for the history."""
+    return audit.steering(
+        action,
+        reason=reason,
+        reactor=row.reactor,
+        target=f"schedule {row.name}",
+        detail={"schedule": row.id},
+    )
 
 
 def remove(schedule: int | str | ScheduleRow) -> None:

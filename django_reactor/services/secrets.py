@@ -13,6 +13,8 @@ from ..engine.outcomes import Completed, ErrorInfo, ErrorKind, Failed, Outcome
 from ..engine.redaction import redact
 from ..exceptions import ReactorError, ReactorNotRegistered, SubjectErased
 from ..states import EventKind, ExecutionStatus
+from . import audit
+from .audit import check_reason
 from .databases import in_each_database
 
 if TYPE_CHECKING:
@@ -21,19 +23,22 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_reactor.services")
 
 
-def forget_subject(subject: str) -> store.subject_keys.Forgotten:
+def forget_subject(subject: str, *, reason: str = "") -> store.subject_keys.Forgotten:
     """Delete ``subject``'s data key (crypto-shredding): every secret sealed with it, in every
     run of the subject, can never be read again. The runs stay and still display, those
     secrets shown as ``[ERASED]``; a run that needs one of them to go on fails saying so.
 
     Idempotent: forgetting a forgotten subject changes nothing. A run of the subject started
-    later gets a new key.
+    later gets a new key. Recorded in the steering history (of each database where a key was
+    erased) with who asked and ``reason``.
     """
+    check_reason(reason, "forget a subject")
     if not isinstance(subject, str) or not subject.strip():
         raise ReactorError("name the subject to forget: the value of its runs' Meta.subject")
     store.subject_keys.check_subject(subject, "the subject to forget")
+    steering = audit.steering("forget_subject", reason=reason, target=f"subject {subject}")
     # A subject's runs may be in several databases, each with the subject's key of its own.
-    each = in_each_database(lambda: store.subject_keys.forget(subject))
+    each = in_each_database(lambda: store.subject_keys.forget(subject, steering=steering))
     erased_at = [f.erased_at for f in each if f.erased_at is not None]
     forgotten = store.subject_keys.Forgotten(
         subject=subject,

@@ -13,6 +13,7 @@ from django.db import connections
 from django.utils import timezone
 
 from .. import registry, store
+from ..actors import Actor, acting_as
 from ..conf import reactor_settings
 from ..engine.constructs.map import MapRollbackPending
 from ..engine.outcomes import (
@@ -49,6 +50,9 @@ from .schedules import fire_due
 from .secrets import fail_erased
 
 DATABASE_ERROR_RETRIES = 3
+
+#: Who the sweeper's steering actions are recorded as.
+SWEEPER = Actor("sweeper", "system")
 
 logger = logging.getLogger("django_reactor.services")
 
@@ -288,15 +292,17 @@ def sweep() -> store.SweepReport:
     or schedule tick comes (``next_due_at``).
 
     A sweep is safe to repeat: when the database connection broke (a restart, a failover, a
-    pooler or an operator dropped it), it reconnects and sweeps again.
+    pooler or an operator dropped it), it reconnects and sweeps again. What it steers is
+    recorded as the system's (``SWEEPER``), whoever started it.
     """
     store.refresh_connections()
     began = time.monotonic()
     report = store.SweepReport()
-    for swept in in_each_database(
-        lambda: store.reconnecting(_sweep_once, what=f"sweeping the database {store.using()!r}")
-    ):
-        report.add(swept)
+    with acting_as(SWEEPER):
+        for swept in in_each_database(
+            lambda: store.reconnecting(_sweep_once, what=f"sweeping the database {store.using()!r}")
+        ):
+            report.add(swept)
     record_sweep(report.as_dict(), time.monotonic() - began)
     return report
 

@@ -29,6 +29,8 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``forks``: a fork's one transaction (the original's carried records marked, the fork with
   their copies, the original taken for the undo of its abandoned branch);
 - ``pauses``: operators' pauses of reactors and runs, runs suspended and released;
+- ``audit``: the steering history (``AuditEntry``), written in the transaction of the change
+  it records;
 - ``health``: processes' heartbeats, overdue wake-ups, dispatches not taken, per-reactor
   figures of a recent window (``services.fleet_health``);
 - ``secrets``, ``keyring``, ``subject_keys``, ``rotation``: secrets sealed at rest (opened where
@@ -40,6 +42,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 from __future__ import annotations
 
 from . import (
+    audit,
     bulk,
     dialects,
     events,
@@ -157,6 +160,7 @@ __all__ = [
     "alias_of",
     "aliases",
     "append_event",
+    "audit",
     "bound",
     "bound_alias",
     "bound_to",

@@ -8,14 +8,17 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from ..actors import Steering
 from ..conf import reactor_settings
 from ..models import BulkItem, BulkOperation, BulkStatus, Execution, ItemStatus
+from . import audit
 from .db import using
 from .lease import Kept
 from .outbox import publish_operation_on_commit
@@ -29,20 +32,21 @@ def create_operation(
     action: str,
     run_filter: dict[str, Any],
     parameters: dict[str, Any],
-    reason: str,
-    created_by: str,
+    steering: Steering,
     runs: Iterable[Sequence[uuid.UUID]],
     publish: bool,
 ) -> BulkOperation:
-    """Write an operation and one item per run of ``runs`` (batches of run ids), in one
-    transaction; with ``publish``, its task goes to a worker once it commits."""
+    """Write an operation and one item per run of ``runs`` (batches of run ids), with its
+    entry in the steering history (``steering``: who, why), in one transaction; with
+    ``publish``, its task goes to a worker once it commits."""
     with transaction.atomic(using=using()):
         operation = BulkOperation.objects.using(using()).create(
             action=action,
             run_filter=run_filter,
             parameters=parameters,
-            reason=reason,
-            created_by=created_by,
+            reason=steering.reason,
+            created_by=steering.actor.who,
+            created_via=steering.actor.via,
         )
         total = 0
         for ids in runs:
@@ -56,6 +60,13 @@ def create_operation(
             operation.status = BulkStatus.DONE
             operation.finished_at = timezone.now()
         operation.save(update_fields=["total", "status", "finished_at"])
+        audit.write(
+            replace(steering, target=f"bulk operation {operation.id}"),
+            operation=str(operation.id),
+            action=action,
+            filter=run_filter,
+            total=total,
+        )
         if publish and total:
             publish_operation_on_commit(operation.id)
     return operation
@@ -173,14 +184,21 @@ def release(operation_id: uuid.UUID, owner: str) -> None:
     )
 
 
-def stop(operation_id: uuid.UUID) -> bool:
+def stop(operation_id: uuid.UUID, steering: Steering) -> bool:
     """Stop an operation: the items not taken care of yet are left alone (the one in hand
-    finishes). False when it had finished."""
-    return bool(
-        BulkOperation.objects.using(using())
-        .filter(pk=operation_id, status__in=[BulkStatus.PENDING, BulkStatus.RUNNING])
-        .update(status=BulkStatus.STOPPED, finished_at=timezone.now())
-    )
+    finishes), recorded in the steering history. False when it had finished."""
+    with transaction.atomic(using=using()):
+        stopped = bool(
+            BulkOperation.objects.using(using())
+            .filter(pk=operation_id, status__in=[BulkStatus.PENDING, BulkStatus.RUNNING])
+            .update(status=BulkStatus.STOPPED, finished_at=timezone.now())
+        )
+        if stopped:
+            audit.write(
+                replace(steering, target=f"bulk operation {operation_id}"),
+                operation=str(operation_id),
+            )
+    return stopped
 
 
 def republish(operation_ids: Sequence[uuid.UUID]) -> None:

@@ -24,7 +24,7 @@ from ..engine.journal import UNSET, JournalBatch, RunRecords, StopRequest
 from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import ExecutionStatus, RollbackStatus
-from . import dialects, trace
+from . import audit, dialects, trace
 from . import events as event_rows
 from .atomic_steps import DatabaseStepTransaction
 from .db import close_thread_connections, reconnecting, using
@@ -128,6 +128,10 @@ class DatabaseJournal:
                 f"process's database connection was lost (fence {self.fence} was superseded); "
                 "stopping without running its step again"
             )
+
+    def cancel_requester(self) -> dict[str, str]:
+        """Who asked to cancel the run, from the steering history (``audit.cancel_requester``)."""
+        return audit.cancel_requester(self.execution_id)
 
     def commit(self, batch: JournalBatch) -> StopRequest | None:
         if batch.result_secrets or (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -20,6 +20,7 @@ from ..conf import reactor_settings
 from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
 from ..models import Execution, ExecutionEvent
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus
+from . import audit
 from .db import using
 from .dialects import dialect
 from .executions import wake_parent
@@ -27,6 +28,9 @@ from .interrupts import close_waiting
 from .outbox import queue_dispatch
 from .reads import get_row, last_seq
 from .rows import Owned, WorkerClaim
+
+if TYPE_CHECKING:
+    from ..actors import Steering
 
 RESUMABLE = MOVING_STATUSES  # what a worker may take over
 
@@ -127,12 +131,19 @@ def end_owned(
 
 
 def claim(
-    execution_id: uuid.UUID, *, allowed: Iterable[str], new_status: str, owner: str, action: str
+    execution_id: uuid.UUID,
+    *,
+    allowed: Iterable[str],
+    new_status: str,
+    owner: str,
+    action: str,
+    steering: Steering | None = None,
 ) -> Owned:
     """Take ownership of a run that is in one of ``allowed`` and not owned by a live lease.
 
     The conditional UPDATE bumps the fence, so any previous owner's later writes are refused.
-    Raises InvalidTransition (wrong status) or ExecutionBusy (live lease).
+    Raises InvalidTransition (wrong status) or ExecutionBusy (live lease). ``steering`` (an
+    operator's undo) is recorded in the steering history with the claim.
     """
     allowed = list(allowed)
     now = timezone.now()
@@ -159,6 +170,8 @@ def claim(
             )
             if new_status in (ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED):
                 close_waiting(execution_id, stop_children=new_status == ExecutionStatus.CANCELLED)
+            if steering is not None:
+                audit.write(steering)
             return Owned(execution_id, fence)
     row = get_row(execution_id)
     if row.status not in allowed:
@@ -174,13 +187,19 @@ def claim(
 
 
 def roll_back_on_worker(
-    execution_id: uuid.UUID, *, reason: str, allowed: Iterable[str], data: dict[str, Any]
+    execution_id: uuid.UUID,
+    *,
+    reason: str,
+    allowed: Iterable[str],
+    data: dict[str, Any],
+    steering: Steering | None = None,
 ) -> bool:
     """Cancel a run that no live process owns and have a worker roll it back (the rollback
     rule: completed steps undone, newest first), in one transaction: its status becomes
     ``rolling_back`` (fence moved on), its waits close, the trace gets a ``cancel`` entry with
-    ``data`` and the worker's task is queued. False (nothing changed) when the run is not in
-    ``allowed`` or a live process owns it.
+    ``data`` (and who, with ``steering``, recorded in the steering history too) and the
+    worker's task is queued. False (nothing changed) when the run is not in ``allowed`` or a
+    live process owns it.
     """
     now = timezone.now()
     with transaction.atomic(using=using()):
@@ -208,17 +227,33 @@ def roll_back_on_worker(
             seq=last_seq(execution_id) + 1,
             kind=EventKind.CANCEL,
             at=now,
-            data={"reason": reason, "rollback": True, **data},
+            data={
+                **(steering.trace_data() if steering is not None else {}),
+                "reason": reason,
+                "rollback": True,
+                **data,
+            },
         )
+        if steering is not None:
+            audit.write(steering, rollback=True)
         queue_dispatch(execution_id, "rollback")
     return True
 
 
-def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterable[str]) -> str:
+def request_cancel(
+    execution_id: uuid.UUID,
+    *,
+    reason: str,
+    cancellable: Iterable[str],
+    steering: Steering | None = None,
+) -> str:
     """Cancel a run without rollback. Returns the status the run had.
 
     An unowned run in ``cancellable`` becomes cancelled at once; a running run owned by a live
-    process gets a cancel request that its executor honours after the current step.
+    process gets a cancel request that its executor honours after the current step (a second
+    request changes nothing). ``steering``: who asked, on the ``cancel`` entry and in the
+    steering history, written with the change (for a request, the run's own ``cancel`` entry
+    names who from the history: ``audit.cancel_requester``).
     """
     now = timezone.now()
     cancellable = list(cancellable)
@@ -240,6 +275,8 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
                 row.cancel_requested_at = now
                 row.cancel_reason = reason
                 row.save(update_fields=["cancel_requested_at", "cancel_reason", "updated_at"])
+                if steering is not None:
+                    audit.write(steering, previous_status=previous, requested=True)
             return previous
         if row.status not in cancellable:
             raise InvalidTransition(
@@ -262,6 +299,12 @@ def request_cancel(execution_id: uuid.UUID, *, reason: str, cancellable: Iterabl
             seq=last + 1,
             kind=EventKind.CANCEL,
             at=now,
-            data={"reason": reason, "previous_status": previous},
+            data={
+                **(steering.trace_data() if steering is not None else {}),
+                "reason": reason,
+                "previous_status": previous,
+            },
         )
+        if steering is not None:
+            audit.write(steering, previous_status=previous)
     return previous

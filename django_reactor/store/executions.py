@@ -19,8 +19,8 @@ from ..conf import reactor_settings
 from ..engine.journal import Event
 from ..exceptions import AlreadyRetried
 from ..models import Definition, Dispatch, Execution, ExecutionEvent, StepRecord
-from ..states import ExecutionStatus, StepStatus
-from . import sql
+from ..states import EventKind, ExecutionStatus, StepStatus
+from . import audit, sql
 from .db import using
 from .dialects import dialect
 from .events import subscribe_cancels
@@ -31,6 +31,7 @@ from .secrets import Sealer
 from .sleeps import end_due_sleeps
 
 if TYPE_CHECKING:
+    from ..actors import Steering
     from ..engine.serialization import JSONMapping, JSONObject, JSONValue
 
 
@@ -70,6 +71,7 @@ def create_execution(
     has_secrets: bool = False,
     cancel_keys: Sequence[tuple[str, str]] = (),
     fork_step: str = "",
+    steering: Steering | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -77,7 +79,8 @@ def create_execution(
     run that ``has_secrets`` makes sure its subject has a key before it starts); the digest is
     of the inputs as given. Raises IdempotencyConflict (and writes nothing) when
     the key is taken. ``cancel_keys`` (event name, key) subscribe the run to the events that
-    cancel it (``Meta.cancel_on``), in the same transaction.
+    cancel it (``Meta.cancel_on``), in the same transaction, and so is ``steering`` (the
+    operator's action that started it: a retry) recorded, naming the new run.
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -128,12 +131,15 @@ def create_execution(
         Definition(hash=definition_hash, shape=definition_shape) if definition_shape else None
     )
     try:
-        with transaction.atomic(using=using()) if cancel_keys else contextlib.nullcontext():
+        together = bool(cancel_keys) or steering is not None
+        with transaction.atomic(using=using()) if together else contextlib.nullcontext():
             dialect().insert_run(
                 execution, new_event_rows(execution.id, events), dispatch, definition, delay
             )
             if cancel_keys:
                 subscribe_cancels(execution.id, cancel_keys)
+            if steering is not None:
+                audit.write(steering, new_execution_id=str(execution.id))
     except IntegrityError:
         if parent is not None and find_child(parent[0], parent[2]) is not None:
             raise ChildExists(parent[2]) from None
@@ -219,9 +225,13 @@ def wake_now(execution_id: uuid.UUID) -> bool:
     )
 
 
-def start_now(execution_id: uuid.UUID) -> bool:
+def start_now(execution_id: uuid.UUID, *, steering: Steering | None = None) -> bool:
     """A run that waits for a time (scheduled to start, or sleeping) is due now: a sleep ends
-    now, a scheduled run starts now, and a task is queued for it. Whether it was waiting."""
+    now, a scheduled run starts now, and a task is queued for it. Whether it was waiting.
+
+    ``steering`` (the operator's "wake now") goes on the trace as a ``steer`` entry and in the
+    steering history, in the same transaction.
+    """
     now = timezone.now()
     with transaction.atomic(using=using()):
         woken = (
@@ -235,6 +245,17 @@ def start_now(execution_id: uuid.UUID) -> bool:
         )
         if not woken:
             return False
+        if steering is not None:
+            # The row is ours until the commit (the update locked it) and nobody owns the run:
+            # the entry's sequence number cannot be taken by a checkpoint meanwhile.
+            ExecutionEvent.objects.using(using()).create(
+                execution_id=execution_id,
+                seq=last_seq(execution_id) + 1,
+                kind=EventKind.STEER,
+                at=now,
+                data={"action": steering.action, **steering.trace_data()},
+            )
+            audit.write(steering)
         StepRecord.objects.using(using()).filter(
             execution_id=execution_id, status=StepStatus.SLEEPING
         ).update(result=now.isoformat())
@@ -264,8 +285,13 @@ def adopt_child(execution_id: uuid.UUID, *, continuing: bool = False) -> Owned:
     return Owned(execution_id, fence)
 
 
-def append_event(execution_id: uuid.UUID, kind: str, data: JSONMapping) -> None:
-    """Add an operator-level entry to a run's trace (not tied to an owner)."""
+def append_event(
+    execution_id: uuid.UUID, kind: str, data: JSONMapping, *, steering: Steering | None = None
+) -> None:
+    """Add an operator-level entry to a run's trace (not tied to an owner); with ``steering``,
+    the entry says who, and the action goes in the steering history in the same transaction."""
+    if steering is not None:
+        data = {**data, **steering.trace_data()}
     with transaction.atomic(using=using()):
         # Lock the execution row so concurrent appends cannot pick the same sequence number.
         list(
@@ -278,6 +304,8 @@ def append_event(execution_id: uuid.UUID, kind: str, data: JSONMapping) -> None:
         ExecutionEvent.objects.using(using()).create(
             execution_id=execution_id, seq=last + 1, kind=kind, at=timezone.now(), data=data
         )
+        if steering is not None:
+            audit.write(steering)
 
 
 def save_coordination_state(execution_id: uuid.UUID, state: dict[str, Any]) -> None:

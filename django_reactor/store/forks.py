@@ -21,11 +21,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from ..actors import Steering
 from ..engine.forks import ForkPlan
 from ..engine.journal import Event, RunRecords
 from ..exceptions import AlreadyRetried, ExecutionNotFound, ForkNeedsUndo, InvalidTransition
 from ..models import Execution, ExecutionEvent, Pause, StepRecord
 from ..states import EventKind, ExecutionStatus, RollbackStatus
+from . import audit
 from .claims import claim
 from .db import using
 from .executions import create_execution, find_retry
@@ -59,13 +61,14 @@ def create_fork(
     next_step: Callable[[frozenset[str]], str],
     background: bool,
     owner: str,
-    by: str = "",
+    steering: Steering,
 ) -> Forked:
     """Fork the run ``original_id`` as the plan ``plan_of`` its records says (see the module).
 
     Raises InvalidTransition (its status is not in ``forkable``, or another process owns it),
     AlreadyRetried (it was re-run already) and ForkNeedsUndo (it has effects past the cut and
-    ``undo_abandoned`` is false), writing nothing.
+    ``undo_abandoned`` is false), writing nothing. ``steering`` (who, why) goes on the trace
+    entries and into the steering history, in the same transaction.
     """
     now = timezone.now()
     with transaction.atomic(using=using()):
@@ -115,6 +118,7 @@ def create_fork(
                 "forked_from": str(row.id),
                 "fork_step": plan.from_step,
                 "carried": list(plan.carried),
+                **steering.trace_data(),
             },
         )
         events = [start]
@@ -156,7 +160,7 @@ def create_fork(
                 reactor=row.reactor,
                 execution_id=fork.execution_id,
                 reason=waiting_reason(row.id, plan),
-                paused_by=by,
+                paused_by=steering.actor.who,
                 waits_for_id=row.id,
             )
         ExecutionEvent.objects.using(using()).create(
@@ -167,8 +171,13 @@ def create_fork(
             data={
                 "forked_as": str(fork.execution_id),
                 **plan.as_dict(),
-                **({"by": by} if by else {}),
+                **steering.trace_data(),
             },
+        )
+        audit.write(
+            steering.on(row.id, row.reactor),
+            forked_as=str(fork.execution_id),
+            **plan.as_dict(),
         )
     return Forked(fork.execution_id, fork if runs_here else None, plan, original)
 

@@ -19,7 +19,7 @@ import secrets
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -37,11 +37,15 @@ from ..exceptions import (
 )
 from ..models import Dispatch, Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import EventKind, ExecutionStatus, InterruptStatus, StepStatus
+from . import audit
 from .db import using
 from .outbox import queue_dispatch
 from .reads import get_row, last_seq, parse_id, subject_of
 from .rows import Owned
 from .secrets import Sealer
+
+if TYPE_CHECKING:
+    from ..actors import Steering
 
 TOKEN_BYTES = 32  # 256 bits
 # Runs that may still take a payload: paused at it, or moving (another payload came first).
@@ -459,6 +463,7 @@ def claim(
     closing_status: str = InterruptStatus.RESUMED,
     ignore_expiry: bool = False,
     secret_paths: Sequence[Sequence[str]] = (),
+    steering: Steering | None = None,
 ) -> PayloadClaim:
     """Accept ``payload`` for a waiting interrupt: exactly one delivery wins.
 
@@ -471,6 +476,10 @@ def claim(
     ``inline_owner``) or to pending with a dispatch for a worker. A composed child stays
     paused: its parent continues it. Raises AlreadyResumed or InterruptClosed when another
     delivery won or the interrupt closed.
+
+    ``steering`` (who delivered it) is recorded in the steering history, and on the trace of a
+    paused run as a ``steer`` entry (a moving run's owner writes its trace: the run records the
+    payload when it next pauses, and the history says who).
     """
     now = timezone.now()
     top = nesting(row).top_id
@@ -507,6 +516,15 @@ def claim(
         StepRecord.objects.using(using()).filter(
             execution_id=row.execution_id, step=row.step, status=StepStatus.WAITING
         ).update(status=StepStatus.RESUMED, result=payload)
+        if steering is not None:
+            if execution.status == ExecutionStatus.PAUSED:  # nobody owns it; its row is locked
+                append_unowned_event(
+                    execution.pk,
+                    EventKind.STEER,
+                    "",
+                    {"action": steering.action, **steering.detail, **steering.trace_data()},
+                )
+            audit.write(steering)
         fresh = row
         if execution.status != ExecutionStatus.PAUSED:
             return PayloadClaim(fresh, execution.status)

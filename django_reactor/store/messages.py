@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
@@ -23,11 +23,15 @@ from ..engine.serialization import decode, encode
 from ..exceptions import AlreadyResumed, IdempotencyKeyReused, InvalidTransition
 from ..models import Execution, Interrupt, Message
 from ..states import EventKind, ExecutionStatus, InterruptStatus, MessageKind, MessageStatus
+from . import audit
 from .db import using
 from .dialects import dialect
 from .interrupts import MOVING, PayloadClaim, append_unowned_event, at, claim
 from .reads import subject_of
 from .secrets import Sealer
+
+if TYPE_CHECKING:
+    from ..actors import Steering
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,7 @@ def send(
     kind: str = MessageKind.MESSAGE,
     idempotency_key: str | None = None,
     secret_paths: Sequence[Sequence[str]] = (),
+    steering: Steering | None = None,
 ) -> Sent:
     """Keep ``payload`` (stored JSON) in the run's mailbox under ``topic``.
 
@@ -63,7 +68,8 @@ def send(
     ``idempotency_key`` keeps nothing new (IdempotencyKeyReused when its topic or payload
     differ); an early delivery (``kind="delivery"``, ``topic`` the interrupt's path) is kept
     only while the run has not reached the interrupt, and only the first (AlreadyResumed for
-    later ones). The values at ``secret_paths`` are stored sealed.
+    later ones). The values at ``secret_paths`` are stored sealed. ``steering`` (the person who
+    delivered a payload early) is recorded in the steering history with the kept message.
     """
     if secret_paths:
         payload = Sealer(subject_of(execution_id)).sealed(payload, secret_paths)
@@ -108,6 +114,8 @@ def send(
             payload=payload,
             idempotency_key=idempotency_key,
         )
+        if steering is not None:
+            audit.write(steering, kept=True)
     return Sent(status, message)
 
 

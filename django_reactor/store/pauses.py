@@ -19,11 +19,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from ..actors import Steering
 from ..engine.journal import Event, StopRequest
 from ..engine.serialization import JSONValue
 from ..exceptions import ExecutionNotFound, InvalidTransition
 from ..models import Dispatch, Execution, ExecutionEvent, Pause
 from ..states import EventKind, ExecutionStatus
+from . import audit
 from .db import using
 from .outbox import QueuedDispatch, publish_on_commit, queue_dispatch
 from .reads import last_seq
@@ -114,7 +116,7 @@ def _event(execution_id: uuid.UUID, kind: str, now: dt.datetime, data: dict[str,
 
 
 def pause_run(
-    execution_id: uuid.UUID, *, reason: str, by: str, suspendable: Iterable[str]
+    execution_id: uuid.UUID, *, steering: Steering, suspendable: Iterable[str]
 ) -> tuple[str, bool]:
     """Pause one run: keep its pause, and suspend it at once when nobody runs it and it is in
     ``suspendable`` (waiting for a worker, a wake-up or a retry's backoff, or running with its
@@ -144,22 +146,26 @@ def pause_run(
         try:
             with transaction.atomic(using=using()):
                 Pause.objects.using(using()).create(
-                    reactor=row.reactor, execution_id=row.id, reason=reason, paused_by=by
+                    reactor=row.reactor,
+                    execution_id=row.id,
+                    reason=steering.reason,
+                    paused_by=steering.actor.who,
                 )
         except IntegrityError:
             return previous, True
         live = row.lease_owner is not None and (
             row.lease_expires_at is not None and row.lease_expires_at >= now
         )
-        if not live and row.status in suspendable:
-            _suspend_row(row, reason or NO_REASON, by, now, of_reactor=False)
+        suspended = not live and row.status in suspendable
+        if suspended:
+            _suspend_row(row, now, steering.trace_data())
+        audit.write(steering, previous_status=previous, suspended=suspended)
     return previous, False
 
 
-def _suspend_row(
-    row: Execution, reason: str, by: str, now: dt.datetime, *, of_reactor: bool
-) -> None:
-    """Suspend a run nobody runs (its row locked): it keeps its cursor and its wake-up time."""
+def _suspend_row(row: Execution, now: dt.datetime, said: dict[str, str]) -> None:
+    """Suspend a run nobody runs (its row locked): it keeps its cursor and its wake-up time;
+    ``said``: who paused it and why, for its trace entry."""
     Execution.objects.using(using()).filter(pk=row.id).update(
         status=ExecutionStatus.SUSPENDED,
         lease_owner=None,
@@ -168,44 +174,50 @@ def _suspend_row(
         updated_at=now,
     )
     Dispatch.objects.using(using()).filter(execution_id=row.id, sent_at__isnull=True).delete()
-    data: dict[str, object] = {"reason": reason, "previous_status": row.status}
-    if by:
-        data["by"] = by
-    if of_reactor:
-        data["reactor_paused"] = True
+    data: dict[str, object] = {
+        **said,
+        "reason": said.get("reason") or NO_REASON,
+        "previous_status": row.status,
+    }
     _event(row.id, EventKind.SUSPEND, now, data)
 
 
-def pause_reactor(reactor: str, *, reason: str, by: str) -> tuple[Pause, bool]:
-    """Pause every run of ``reactor``: returns the pause and whether it is new. Runs stop at
-    their next step boundary; new ones are stored and not started."""
+def pause_reactor(reactor: str, *, steering: Steering) -> tuple[Pause, bool]:
+    """Pause every run of ``reactor``: returns the pause and whether it is new (recorded in
+    the steering history with it). Runs stop at their next step boundary; new ones are stored
+    and not started."""
     try:
         with transaction.atomic(using=using()):
-            return (
-                Pause.objects.using(using()).create(reactor=reactor, reason=reason, paused_by=by),
-                True,
+            created = Pause.objects.using(using()).create(
+                reactor=reactor, reason=steering.reason, paused_by=steering.actor.who
             )
+            audit.write(steering)
+            return created, True
     except IntegrityError:
         existing = reactor_pause(reactor)
         if existing is None:  # unpaused in between: pause again
-            return pause_reactor(reactor, reason=reason, by=by)
+            return pause_reactor(reactor, steering=steering)
         return existing, False
 
 
-def unpause_run(execution_id: uuid.UUID, *, by: str) -> tuple[bool, bool]:
+def unpause_run(execution_id: uuid.UUID, *, steering: Steering | None) -> tuple[bool, bool]:
     """Take a run's own pause away and release it if it is suspended (its reactor not
     paused): a worker takes it now, or at its wake-up time. Returns (it had a pause, it was
-    released)."""
+    released). ``steering`` (None for the system's own release of a fork) is recorded when
+    anything changed."""
     now = timezone.now()
     with transaction.atomic(using=using()):
         row = Execution.objects.using(using()).select_for_update().filter(pk=execution_id).first()
         if row is None:
             raise ExecutionNotFound(f"no execution with id {execution_id}")
         had, _ = Pause.objects.using(using()).filter(execution_id=row.id).delete()
-        if row.status != ExecutionStatus.SUSPENDED or reactor_pause(row.reactor) is not None:
-            return bool(had), False
-        _release(row.id, row.wake_at, now, by=by, at=None)
-    return bool(had), True
+        released = row.status == ExecutionStatus.SUSPENDED and reactor_pause(row.reactor) is None
+        said = steering.trace_data() if steering is not None else {}
+        if released:
+            _release(row.id, row.wake_at, now, said=said, at=None)
+        if steering is not None and (had or released):
+            audit.write(steering, released=released)
+    return bool(had), released
 
 
 def _release(
@@ -213,7 +225,7 @@ def _release(
     wake_at: dt.datetime | None,
     now: dt.datetime,
     *,
-    by: str,
+    said: dict[str, str],
     at: dt.datetime | None,
 ) -> None:
     """A suspended run (row locked) becomes pending: dispatched now, or woken by the sweeper
@@ -224,7 +236,7 @@ def _release(
     Execution.objects.using(using()).filter(pk=execution_id).update(
         status=ExecutionStatus.PENDING, wake_at=due if due is not None else wake_at, updated_at=now
     )
-    data: dict[str, object] = {"by": by} if by else {}
+    data: dict[str, object] = dict(said)
     if due is not None:
         data["wake_at"] = due.isoformat()
     _event(execution_id, EventKind.UNPAUSE, now, data)
@@ -232,13 +244,20 @@ def _release(
         queue_dispatch(execution_id, Dispatch.Reason.UNPAUSE)
 
 
-def unpause_reactor(reactor: str, *, by: str, rate: float, batch: int = 500) -> tuple[bool, int]:
-    """Take ``reactor``'s pause away and release its suspended runs (those without a pause of
-    their own), oldest first, at most ``rate`` a second: the first second's worth now, the
-    others at wake-up times the sweeper keeps. Returns (it was paused, runs released)."""
-    deleted, _ = (
-        Pause.objects.using(using()).filter(reactor=reactor, execution__isnull=True).delete()
-    )
+def unpause_reactor(
+    reactor: str, *, steering: Steering, rate: float, batch: int = 500
+) -> tuple[bool, int]:
+    """Take ``reactor``'s pause away (recorded in the steering history with it) and release
+    its suspended runs (those without a pause of their own), oldest first, at most ``rate`` a
+    second: the first second's worth now, the others at wake-up times the sweeper keeps.
+    Returns (it was paused, runs released)."""
+    with transaction.atomic(using=using()):
+        deleted, _ = (
+            Pause.objects.using(using()).filter(reactor=reactor, execution__isnull=True).delete()
+        )
+        if deleted:
+            audit.write(steering)
+    said = steering.trace_data()
     now = timezone.now()
     own = Pause.objects.using(using()).filter(execution_id=OuterRef("pk"))
     suspended = (
@@ -265,13 +284,13 @@ def unpause_reactor(reactor: str, *, by: str, rate: float, batch: int = 500) -> 
                     Execution.objects.using(using()).filter(pk=execution_id).update(
                         status=ExecutionStatus.PENDING, updated_at=now
                     )
-                    _event(execution_id, EventKind.UNPAUSE, now, {"by": by} if by else {})
+                    _event(execution_id, EventKind.UNPAUSE, now, dict(said))
                     row = Dispatch.objects.using(using()).create(
                         execution_id=execution_id, reason=Dispatch.Reason.UNPAUSE
                     )
                     queued.append(QueuedDispatch(row.id, execution_id))
                 else:
-                    _release(execution_id, wake_at, now, by=by, at=at)
+                    _release(execution_id, wake_at, now, said=said, at=at)
                 released += 1
             publish_on_commit(queued)
     return bool(deleted), released

@@ -20,7 +20,7 @@ import datetime as dt
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Q
@@ -28,9 +28,12 @@ from django.utils import timezone
 
 from ..models import Schedule, ScheduleFire
 from ..states import TERMINAL_STATUSES, FireOutcome
-from . import sql
+from . import audit, sql
 from .db import using
 from .dialects import dialect
+
+if TYPE_CHECKING:
+    from ..actors import Steering
 
 _VALUES = (
     "id",
@@ -228,12 +231,17 @@ def create(**fields: Any) -> ScheduleRow:
     return row
 
 
-def update(schedule_id: int, **fields: Any) -> ScheduleRow | None:
-    """Change a schedule's fields; None when it is gone, NameTaken when the name is."""
+def update(
+    schedule_id: int, *, steering: Steering | None = None, **fields: Any
+) -> ScheduleRow | None:
+    """Change a schedule's fields; None when it is gone, NameTaken when the name is.
+    ``steering`` (an operator's resume) is recorded with the change."""
     fields["updated_at"] = timezone.now()
     try:
         with transaction.atomic(using=using()):
             changed = _schedules().filter(pk=schedule_id).update(**fields)
+            if changed and steering is not None:
+                audit.write(steering)
     except IntegrityError:
         if "name" in fields and name_taken(fields["name"], exclude=schedule_id):
             raise NameTaken(fields["name"]) from None
@@ -241,8 +249,9 @@ def update(schedule_id: int, **fields: Any) -> ScheduleRow | None:
     return get(schedule_id) if changed else None
 
 
-def pause(schedule_id: int, note: str) -> ScheduleRow | None:
-    """Disable a schedule: no next fire, and a queued tick is recorded skipped (``note``)."""
+def pause(schedule_id: int, note: str, *, steering: Steering | None = None) -> ScheduleRow | None:
+    """Disable a schedule: no next fire, and a queued tick is recorded skipped (``note``);
+    ``steering`` (the operator who paused it) is recorded with the change."""
     with transaction.atomic(using=using()):
         queued = _schedules().filter(pk=schedule_id).values_list("queued_fire_id", flat=True)
         queued_id = queued.first()
@@ -255,6 +264,8 @@ def pause(schedule_id: int, note: str) -> ScheduleRow | None:
             ScheduleFire.objects.using(using()).filter(
                 pk=queued_id, outcome=FireOutcome.QUEUED
             ).update(outcome=FireOutcome.SKIPPED, note=note)
+        if changed and steering is not None:
+            audit.write(steering)
     return get(schedule_id) if changed else None
 
 
@@ -481,10 +492,15 @@ def _insert_fire(
 
 
 def record_manual(
-    schedule_id: int, fire_at: dt.datetime, decide: Callable[[ScheduleRow], Decision]
+    schedule_id: int,
+    fire_at: dt.datetime,
+    decide: Callable[[ScheduleRow], Decision],
+    *,
+    steering: Steering | None = None,
 ) -> FireRow | None:
     """Record a fire asked for by an operator (run now) at ``fire_at``; None when the
-    schedule is gone or the moment is taken (call again with a later one)."""
+    schedule is gone or the moment is taken (call again with a later one). ``steering`` (the
+    operator) is recorded with the fire, naming the run it started."""
     try:
         with transaction.atomic(using=using()):
             if not _schedules().filter(pk=schedule_id).update(updated_at=timezone.now()):
@@ -492,7 +508,12 @@ def record_manual(
             fire = _insert_fire(schedule_id, fire_at, None, manual=True)
             if fire is None:
                 return None
-            return _settle(fire, schedule_id, decide)
+            settled = _settle(fire, schedule_id, decide)
+            if steering is not None:
+                if settled.execution_id is not None:
+                    steering = steering.on(settled.execution_id)
+                audit.write(steering, fire=settled.id, outcome=settled.outcome)
+            return settled
     except _Changed:
         return None
 

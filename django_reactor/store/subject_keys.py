@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet
 from django.db import IntegrityError, transaction
@@ -18,8 +19,11 @@ from django.utils import timezone
 
 from ..exceptions import ReactorError, SubjectErased
 from ..models import Execution, SubjectKey
-from . import keyring
+from . import audit, keyring
 from .db import using
+
+if TYPE_CHECKING:
+    from ..actors import Steering
 
 #: Longest subject (``SubjectKey.subject``, ``Execution.subject``).
 MAX_SUBJECT = 255
@@ -116,14 +120,18 @@ class Forgotten:
     runs: int
 
 
-def forget(subject: str) -> Forgotten:
-    """Erase the subject's live key (its secrets become unreadable); idempotent."""
+def forget(subject: str, *, steering: Steering | None = None) -> Forgotten:
+    """Erase the subject's live key (its secrets become unreadable); idempotent. ``steering``
+    (who asked) is recorded with the erasure, when there was a key to erase."""
     now = timezone.now()
-    erased = (
-        SubjectKey.objects.using(using())
-        .filter(subject=subject, erased_at__isnull=True)
-        .update(key=None, erased_at=now)
-    )
+    with transaction.atomic(using=using()):
+        erased = (
+            SubjectKey.objects.using(using())
+            .filter(subject=subject, erased_at__isnull=True)
+            .update(key=None, erased_at=now)
+        )
+        if erased and steering is not None:
+            audit.write(steering, keys_erased=erased)
     first = (
         SubjectKey.objects.using(using())
         .filter(subject=subject, erased_at__isnull=False)

@@ -126,9 +126,11 @@ EXECUTION_RESPONSES = {
     ("/reactor/executions/{id}/cancel/", "post"): {
         "200", "400", "401", "403", "404", "405", "409", "415",
     },
-    ("/reactor/executions/{id}/undo/", "post"): {"200", "401", "403", "404", "405", "409"},
+    ("/reactor/executions/{id}/undo/", "post"): {
+        "200", "400", "401", "403", "404", "405", "409", "415",
+    },
     ("/reactor/executions/{id}/retry/", "post"): {
-        "200", "202", "401", "403", "404", "405", "409",
+        "200", "202", "400", "401", "403", "404", "405", "409", "415",
     },
     ("/reactor/executions/{id}/pause/", "post"): {
         "200", "400", "401", "403", "404", "405", "409", "415",
@@ -184,6 +186,8 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
         ("/reactor/executions/{id}/cancel/", "post"),
         ("/reactor/executions/{id}/pause/", "post"),
         ("/reactor/executions/{id}/fork/", "post"),
+        ("/reactor/executions/{id}/undo/", "post"),
+        ("/reactor/executions/{id}/retry/", "post"),
         *((path, "post") for path in RESUME_PATHS),
         (MESSAGE_PATH, "post"),
         (START_PATH, "post"),
@@ -193,15 +197,16 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
     for path, method in with_body:
         content = paths[path][method]["requestBody"]["content"]
         assert set(content) == {"application/json"}, (path, sorted(content))
-    cancel = paths["/reactor/executions/{id}/cancel/"]["post"]["requestBody"]
-    assert not cancel.get("required", False)  # the body is optional
-    reason = _resolve(schema, cancel["content"]["application/json"]["schema"])
-    # A reason without a NUL, or blank.
-    assert reason["properties"]["reason"]["oneOf"] == [
-        {"type": "string", "pattern": "^[^\\u0000]+$"},
-        {"type": "string", "maxLength": 0},
-    ]
-    assert not reason.get("required")
+    for operation in ("cancel", "undo", "retry"):
+        steer = paths[f"/reactor/executions/{{id}}/{operation}/"]["post"]["requestBody"]
+        assert not steer.get("required", False)  # the body is optional
+        reason = _resolve(schema, steer["content"]["application/json"]["schema"])
+        # A reason without a NUL, or blank.
+        assert reason["properties"]["reason"]["oneOf"] == [
+            {"type": "string", "pattern": "^[^\\u0000]+$"},
+            {"type": "string", "maxLength": 0},
+        ]
+        assert not reason.get("required")
     for path in RESUME_PATHS:
         body = paths[path]["post"]["requestBody"]
         assert body["required"] is True

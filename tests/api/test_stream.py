@@ -83,6 +83,7 @@ def test_a_finished_runs_stream_sends_its_trace_what_it_published_and_ends(
         ("run", "pack"),
         ("interrupt", "approve"),
         ("pause", ""),
+        ("steer", ""),  # the delivery: who, via the API
         ("payload", "approve"),
         ("run", "ship"),
         ("complete", ""),

@@ -183,3 +183,28 @@ def test_bad_requests_are_refused_before_anything_is_written() -> None:
     with pytest.raises(ExecutionNotFound):
         services.bulk_progress("not-an-id")
     assert not BulkOperation.objects.exists()
+
+
+def test_the_operation_and_each_runs_action_are_recorded_as_its_starters() -> None:
+    from django_reactor import acting_as
+    from django_reactor.models import AuditEntry
+
+    failed = failed_orders(2)
+    with acting_as("ops (user 3)", via="admin"):
+        progress = services.start_bulk("retry", FAILED, background=False, reason="fixed")
+    services.run_bulk(progress.id)  # on a worker: acting as nobody in particular
+    started = AuditEntry.objects.get(action="bulk")
+    assert (started.who, started.via, started.reason, started.detail["total"]) == (
+        "ops (user 3)",
+        "admin",
+        "fixed",
+        2,
+    )
+    for run in failed:
+        (entry,) = services.audit.of_run(run)
+        assert (entry.action, entry.who, entry.via, entry.reason) == (
+            "retry",
+            f"ops (user 3) (bulk operation {progress.id})",
+            "admin",
+            "fixed",
+        )

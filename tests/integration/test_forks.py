@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from rest_framework import serializers
 
-from django_reactor import Reactor, Step, Success, arg, services, step
+from django_reactor import Reactor, Step, Success, acting_as, arg, services, step
 from django_reactor.engine.outcomes import Completed, Dispatched
 from django_reactor.exceptions import (
     AlreadyRetried,
@@ -100,7 +100,8 @@ def test_a_run_failed_at_step_five_is_forked_and_runs_five_to_eight_only() -> No
     plan = services.fork_plan(original, "s5")
     assert (plan.carried, plan.undo, plan.again) == (("s1", "s2", "s3", "s4"), (), ())
 
-    outcome = services.fork(original, "s5")
+    with acting_as("ops on call"):
+        outcome = services.fork(original, "s5", reason="tax bug fixed")
     assert isinstance(outcome, Completed)
     # The fix is deployed (s5 no longer fails): steps 1-4's bodies did not run again.
     assert [runs_of(f"s{i}") for i in range(1, 9)] == [0, 0, 0, 0, 1, 1, 1, 1]
@@ -119,6 +120,9 @@ def test_a_run_failed_at_step_five_is_forked_and_runs_five_to_eight_only() -> No
         "forked_from": str(original),
         "fork_step": "s5",
         "carried": ["s1", "s2", "s3", "s4"],
+        "by": "ops on call",
+        "via": "python",
+        "reason": "tax bug fixed",
     }
     # The carried results are the original's, as its steps recorded them.
     assert fork.steps[0].result == {"step": "s1", "n": 7}
@@ -128,6 +132,10 @@ def test_a_run_failed_at_step_five_is_forked_and_runs_five_to_eight_only() -> No
     assert sorted(carried.values_list("step", flat=True)) == ["s1", "s2", "s3", "s4"]
     forked = services.find(original).trace[-1]
     assert (forked.kind, forked.data["forked_as"]) == (EventKind.FORK, str(fork.id))
+    # Who forked it is in the steering history, with the plan.
+    (entry,) = services.audit.of_run(original)
+    assert (entry.action, entry.who, entry.reason) == ("fork", "ops on call", "tax bug fixed")
+    assert entry.detail["carried"] == ["s1", "s2", "s3", "s4"]
 
 
 def test_the_forks_rollback_undoes_the_carried_steps_too() -> None:

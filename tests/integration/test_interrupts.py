@@ -131,6 +131,7 @@ def test_a_run_pauses_at_its_interrupt_and_resumes_with_the_payload() -> None:
         ("run", "request"),
         ("interrupt", "approval"),
         ("pause", ""),
+        ("steer", ""),  # who delivered it, when (the steering history has it too)
         ("payload", "approval"),
         ("run", "refund"),
         ("complete", ""),

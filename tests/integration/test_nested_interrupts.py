@@ -134,9 +134,10 @@ def test_a_root_runs_its_other_steps_and_waits_at_its_own_and_its_childs_interru
         outcome.execution_id, step="checkout.approval", payload=APPROVED
     )
     assert isinstance(done, Completed)
-    assert trace_of(outcome.execution_id)[-6:] == [
+    assert trace_of(outcome.execution_id)[-7:] == [
         ("payload", "review"),
         ("pause", ""),
+        ("steer", ""),
         ("payload", "checkout.approval"),
         ("run", "checkout"),
         ("run", "receipt"),
@@ -162,6 +163,7 @@ def test_resume_by_path_continues_the_child_then_the_root(path: Any) -> None:
     assert Interrupt.objects.get(execution=child).payload == {"approved": True, "note": "ok"}
     assert trace_of(root.pk)[3:] == [
         ("pause", ""),
+        ("steer", ""),  # on the run that paused (the root): who delivered it
         ("payload", "checkout.approval"),
         ("run", "checkout"),
         ("run", "receipt"),
@@ -520,9 +522,11 @@ def test_a_child_that_waits_twice_pauses_the_root_twice() -> None:
         ("run", "prepare"),
         ("interrupt", "approvals.first"),
         ("pause", ""),
+        ("steer", ""),
         ("payload", "approvals.first"),
         ("interrupt", "approvals.second"),
         ("pause", ""),
+        ("steer", ""),
         ("payload", "approvals.second"),
         ("run", "approvals"),
         ("run", "archive"),

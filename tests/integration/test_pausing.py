@@ -309,3 +309,35 @@ def _settings() -> dict[str, Any]:
     from django.conf import settings
 
     return dict(settings.REACTOR)
+
+
+def test_who_paused_and_why_is_on_the_trace_and_in_the_history() -> None:
+    from django_reactor import acting_as
+
+    outcome = Queued.run({})
+    with acting_as("alice (support)"):
+        services.pause(outcome.execution_id, reason="fraud check")
+        services.unpause(outcome.execution_id, reason="cleared")
+        services.pause_reactor(Queued, reason="gateway down")
+        services.unpause_reactor(Queued)
+    suspend = next(
+        e for e in services.find(outcome.execution_id).trace if e.kind == EventKind.SUSPEND
+    )
+    assert (suspend.data["by"], suspend.data["reason"]) == ("alice (support)", "fraud check")
+    history = [(e.action, e.who, e.reason) for e in services.audit.of_run(outcome.execution_id)]
+    assert history == [
+        ("pause", "alice (support)", "fraud check"),
+        ("unpause", "alice (support)", "cleared"),
+    ]
+    from django_reactor.models import AuditEntry
+
+    reactor_entries = AuditEntry.objects.filter(target="reactor tests.pausing.Queued")
+    assert list(reactor_entries.order_by("id").values_list("action", "reason")) == [
+        ("pause_reactor", "gateway down"),
+        ("unpause_reactor", ""),
+    ]
+    # A refused pause records nothing.
+    done = PausesItself.run({})
+    with pytest.raises(InvalidTransition):
+        services.pause(done.execution_id)
+    assert not services.audit.of_run(done.execution_id)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rest_framework import serializers
 
-from django_reactor import Reactor, Step, arg, services, step
+from django_reactor import Reactor, Step, acting_as, arg, services, step
 from django_reactor.engine.serialization import decode
 from django_reactor.exceptions import (
     AlreadyRetried,
@@ -156,11 +156,17 @@ def test_cancel_an_aborted_run_without_rollback() -> None:
         Interrupted.run({"how": "ctrl-c"})
     row = Execution.objects.get()
     ledger.clear()
-    handle = services.cancel(row.id, reason="operator gave up")
+    with acting_as("ops desk"):
+        handle = services.cancel(row.id, reason="operator gave up")
     assert handle.status == ExecutionStatus.CANCELLED
     assert ledger.calls == []
     assert handle.trace[-1].kind == "cancel"
-    assert handle.trace[-1].data == {"reason": "operator gave up", "previous_status": "aborted"}
+    assert handle.trace[-1].data == {
+        "reason": "operator gave up",
+        "previous_status": "aborted",
+        "by": "ops desk",
+        "via": "python",
+    }
     # undo still rolls back what the cancelled run left behind
     services.undo(row.id)
     assert ledger.calls == [("compensate", "b"), ("undo", "a")]
@@ -309,9 +315,15 @@ def test_cancel_reason_reaches_the_trace_and_the_outcome() -> None:
         first = step(AsksToCancel)
         second = step(_Tracked, wait_for=["first"])
 
-    outcome = Long.run({})
+    with acting_as("support tool"):
+        outcome = Long.run({})
     assert outcome.reason == "customer called"
-    assert services.find(outcome.execution_id).trace[-1].data == {"reason": "customer called"}
+    # The run wrote its own entry when it stopped; who asked comes from the steering history.
+    assert services.find(outcome.execution_id).trace[-1].data == {
+        "reason": "customer called",
+        "by": "support tool",
+        "via": "python",
+    }
     assert services.find(outcome.execution_id).outcome.reason == "customer called"
 
 

@@ -124,8 +124,12 @@ def test_a_signed_webhook_resumes_a_paused_run_and_a_worker_completes_it(
     # The caller ran ``hold`` and paused; the worker took the payload and ran ``settle``.
     assert events == [
         ("start", ""), ("run", "hold"), ("interrupt", "approval"), ("pause", ""),
-        ("resume", ""), ("payload", "approval"), ("run", "settle"), ("complete", ""),
+        ("steer", ""), ("resume", ""), ("payload", "approval"), ("run", "settle"),
+        ("complete", ""),
     ]  # fmt: skip
+    steer = next(e for e in data["trace"] if e["kind"] == "steer")
+    assert steer["data"]["via"] == "api"
+    assert steer["data"]["by"] == "webhook signed with the 'default' secrets"
     assert row.dispatches.get().sent_at is not None
     assert row.recovery_attempts == 0
     again = signed_resume(row.id, APPROVAL)  # a second delivery (another webhook id)

@@ -57,8 +57,8 @@ def test_a_nested_interrupt_resumed_in_the_background_is_finished_by_a_worker(
     assert Interrupt.objects.get(execution_id=child_id).status == InterruptStatus.RESUMED
     assert trace(root_id) == [
         ("start", ""), ("resume", ""), ("run", "p1"), ("interrupt", "child.approval"),
-        ("pause", ""), ("resume", ""), ("payload", "child.approval"), ("run", "child"),
-        ("run", "p2"), ("complete", ""),
+        ("pause", ""), ("steer", ""), ("resume", ""), ("payload", "child.approval"),
+        ("run", "child"), ("run", "p2"), ("complete", ""),
     ]  # fmt: skip
     assert trace(child_id) == [
         ("start", ""), ("run", "c1"), ("interrupt", "approval"), ("pause", ""),

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
 from django_reactor import services
 from django_reactor.management.commandtools import SteeringCommand, styled
 from django_reactor.states import ExecutionStatus
@@ -20,16 +18,7 @@ class Command(SteeringCommand):
     )
     action = "cancel"
     done = "cancelled"
-
-    def add_arguments(self, parser: CommandParser) -> None:
-        super().add_arguments(parser)
-        parser.add_argument(
-            "--reason",
-            metavar="TEXT",
-            default="",
-            help="Why the runs are cancelled; stored with each run and shown in its trace "
-            "(default: 'cancelled').",
-        )
+    default_reason = " (default: 'cancelled')"
 
     def operate(
         self, execution_id: str, options: dict[str, Any]

@@ -8,7 +8,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services
 from django_reactor.exceptions import ReactorError
-from django_reactor.management.commandtools import ReactorCommand, dumps, iso
+from django_reactor.management.commandtools import ReactorCommand, add_reason, dumps, iso
 
 
 class Command(ReactorCommand):
@@ -23,6 +23,7 @@ class Command(ReactorCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("subject", help="The subject to forget, as its runs store it.")
+        add_reason(parser, "the subject is forgotten (an erasure request's reference)")
         parser.add_argument(
             "--json",
             action="store_true",
@@ -32,7 +33,7 @@ class Command(ReactorCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         subject = options["subject"]
         try:
-            forgotten = services.forget_subject(subject)
+            forgotten = services.forget_subject(subject, reason=options["reason"])
         except ReactorError as exc:
             raise CommandError(f"cannot forget {subject!r}: {exc}") from exc
         if options["json"]:

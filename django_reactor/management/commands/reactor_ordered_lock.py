@@ -9,7 +9,13 @@ from django.core.management.base import CommandError, CommandParser
 from django_reactor import services
 from django_reactor.coordination import CoordinationUnavailable
 from django_reactor.exceptions import ExecutionNotFound, ReactorImproperlyConfigured
-from django_reactor.management.commandtools import ReactorCommand, dumps, sentence, write_table
+from django_reactor.management.commandtools import (
+    ReactorCommand,
+    add_reason,
+    dumps,
+    sentence,
+    write_table,
+)
 
 
 class Command(ReactorCommand):
@@ -34,20 +40,21 @@ class Command(ReactorCommand):
             help="Empty the queue and lift a halt; the runs removed queue again when a "
             "worker next takes them.",
         )
+        add_reason(parser, "you skip a run or reset the lock")
         parser.add_argument("--json", action="store_true", help="Print JSON instead of text.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         key = options["key"]
         try:
             if options["skip"]:
-                if not services.skip_ordered_run(key, options["skip"]):
+                if not services.skip_ordered_run(key, options["skip"], reason=options["reason"]):
                     raise CommandError(
                         f"execution {options['skip']} is not queued on ordered lock {key!r}; "
                         f"run reactor_ordered_lock {key} to see who is"
                     )
                 self.stdout.write(f"execution {options['skip']} was taken out of {key!r}")
             elif options["reset"]:
-                removed = services.reset_ordered_lock(key)
+                removed = services.reset_ordered_lock(key, reason=options["reason"])
                 self.stdout.write(f"ordered lock {key!r} reset: {removed} run(s) removed")
             status = services.ordered_lock(key)
         except ExecutionNotFound as exc:

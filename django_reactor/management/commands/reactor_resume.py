@@ -37,6 +37,7 @@ from django_reactor.exceptions import (
 )
 from django_reactor.management.commandtools import (
     ReactorCommand,
+    add_reason,
     describe_interrupt,
     dumps,
     expand_execution_id,
@@ -125,6 +126,7 @@ class Command(ReactorCommand):
             help="Run the rest of the run in this process and print how it ended. Default: "
             "the interrupt's resume= setting.",
         )
+        add_reason(parser, "you deliver this payload")
         parser.add_argument(
             "--idempotency-key",
             metavar="KEY",
@@ -181,6 +183,7 @@ class Command(ReactorCommand):
                 reactor=reactor,
                 background=options["background"],
                 idempotency_key=options["idempotency_key"],
+                reason=options["reason"],
             )
             outcome = services.shown_outcome(outcome)
         except InvalidPayload as exc:

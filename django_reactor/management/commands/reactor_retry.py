@@ -38,7 +38,7 @@ class Command(SteeringCommand):
     def operate(
         self, execution_id: str, options: dict[str, Any]
     ) -> tuple[dict[str, Any], list[str]]:
-        outcome = services.shown_outcome(services.retry(execution_id))
+        outcome = services.shown_outcome(services.retry(execution_id, reason=options["reason"]))
         original = services.find(execution_id).id
         lines = [
             f"execution {original}: retried as {outcome.execution_id}: "

@@ -11,6 +11,7 @@ from django_reactor import services
 from django_reactor.exceptions import InvalidSchedule, ScheduleNotFound
 from django_reactor.management.commandtools import (
     ReactorCommand,
+    add_reason,
     dumps,
     iso,
     parse_object,
@@ -174,6 +175,8 @@ class Command(ReactorCommand):
         ):
             sub = actions.add_parser(action, help=text, description=text)
             sub.add_argument("schedule", metavar="SCHEDULE", help=SCHEDULE_HELP)
+            if action != "remove":
+                add_reason(sub, f"you {action} it")
 
         run_now = actions.add_parser(
             "run-now",
@@ -183,6 +186,7 @@ class Command(ReactorCommand):
         )
         run_now.add_argument("schedule", metavar="SCHEDULE", help=SCHEDULE_HELP)
         run_now.add_argument("--json", action="store_true", help="Print the fire as JSON.")
+        add_reason(run_now, "you start a run now")
 
         show = actions.add_parser("show", help="Show a schedule and its latest fires.")
         show.add_argument("schedule", metavar="SCHEDULE", help=SCHEDULE_HELP)
@@ -269,11 +273,11 @@ class Command(ReactorCommand):
         self.stdout.write(f"schedule {row.id} {row.name} added: {when(row)}{zone}; {state}")
 
     def do_pause(self, options: dict[str, Any]) -> None:
-        row = services.schedules.pause(options["schedule"])
+        row = services.schedules.pause(options["schedule"], reason=options["reason"])
         self.stdout.write(f"schedule {row.id} {row.name} paused")
 
     def do_resume(self, options: dict[str, Any]) -> None:
-        row = services.schedules.resume(options["schedule"])
+        row = services.schedules.resume(options["schedule"], reason=options["reason"])
         self.stdout.write(
             f"schedule {row.id} {row.name} resumed: next fire "
             f"{local(row.next_fire_at, row.timezone)}"
@@ -286,7 +290,7 @@ class Command(ReactorCommand):
 
     def do_run_now(self, options: dict[str, Any]) -> None:
         row = services.schedules.get(options["schedule"])
-        fire = services.schedules.run_now(row)
+        fire = services.schedules.run_now(row, reason=options["reason"])
         if options["json"]:
             self.stdout.write(dumps(fire_data(fire)))
         elif fire.execution_id is not None:

@@ -31,7 +31,7 @@ class Command(ReactorCommand):
     help = (
         "Show one stored run: status, inputs (secrets redacted), each step's status, attempts, "
         "rollback and result, what it published, the trace, the failure with its traceback, "
-        "rollback failures, "
+        "rollback failures, who steered it (the steering history), "
         "the interrupts it waits at, the messages sent to it (unread ones too), and its parent "
         "and child runs. Reads only."
     )
@@ -92,6 +92,17 @@ class Command(ReactorCommand):
                 "consumed_at": iso(message.consumed_at),
             }
             for message in store.messages.of_run(handle.id)
+        ]
+        self._steering: list[dict[str, Any]] = [
+            {
+                "action": entry.action,
+                "who": entry.who,
+                "via": entry.via,
+                "reason": entry.reason,
+                "at": iso(entry.at),
+                "detail": entry.detail,
+            }
+            for entry in services.audit.of_run(handle.id)
         ]
         started_at = times.get("started_at")
         self._times = times
@@ -171,6 +182,7 @@ class Command(ReactorCommand):
             "maps": handle.maps,
             "interrupts": [{**item, "expires_at": iso(item["expires_at"])} for item in interrupts],
             "messages": self._messages,
+            "steering": self._steering,
             "children": [
                 {
                     "id": str(child["id"]),
@@ -311,6 +323,13 @@ class Command(ReactorCommand):
             write("trace:")
             for line in trace_lines(handle):
                 write(f"  {line}")
+
+        if self._steering:
+            write("steered:")
+            for entry in self._steering:
+                why = f": {entry['reason']}" if entry["reason"] else ""
+                who = f"{entry['who']} via {entry['via']}"
+                write(f"  {entry['at']} {entry['action']} by {who}{why}")
 
         error = handle.error
         if error is not None:

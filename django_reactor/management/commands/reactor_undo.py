@@ -22,7 +22,7 @@ class Command(SteeringCommand):
     def operate(
         self, execution_id: str, options: dict[str, Any]
     ) -> tuple[dict[str, Any], list[str]]:
-        handle = services.undo(execution_id)
+        handle = services.undo(execution_id, reason=options["reason"])
         lines = [f"execution {handle.id}: " + styled(self, handle.status)]
         error = handle.error
         failures = error.rollback_failures if error is not None else ()

@@ -21,7 +21,7 @@ class Command(SteeringCommand):
     def operate(
         self, execution_id: str, options: dict[str, Any]
     ) -> tuple[dict[str, Any], list[str]]:
-        handle = services.wake(execution_id)
+        handle = services.wake(execution_id, reason=options["reason"])
         lines = [
             f"execution {handle.id}: " + styled(self, handle.status) + " (woken: a worker "
             "takes it now)"
