@@ -28,7 +28,6 @@ from ..engine.forks import plan_fork
 from ..exceptions import ExecutionNotFound, InvalidFilter, ReactorError
 from ..models import BulkOperation, BulkStatus, ItemStatus
 from . import audit
-from .audit import check_reason
 from .databases import across_databases
 from .forks import fork
 from .interrupts import resume_interrupt
@@ -117,12 +116,10 @@ ACTIONS: dict[str, BulkAction] = {
             needs=("from_step",),
             does="starts a new run from the step, the steps before it carried",
         ),
-        BulkAction("cancel", "cancel_execution", _cancel, takes=("reason",), does="stops it"),
+        BulkAction("cancel", "cancel_execution", _cancel, does="stops it"),
         BulkAction("undo", "undo_execution", _undo, does="rolls back its completed steps"),
         BulkAction("wake", "cancel_execution", _wake, does="ends its wait for a time now"),
-        BulkAction(
-            "pause", "pause_execution", _pause, takes=("reason",), does="stops it at its next step"
-        ),
+        BulkAction("pause", "pause_execution", _pause, does="stops it at its next step"),
         BulkAction("unpause", "pause_execution", _unpause, does="lets it go on"),
         BulkAction(
             "resume",
@@ -250,8 +247,6 @@ def _parameters(action: BulkAction, parameters: Mapping[str, Any]) -> dict[str, 
     if missing:
         raise InvalidFilter(f"{action.name} needs {', '.join(missing)}")
     checked = dict(parameters)
-    if "reason" in checked:
-        check_reason(checked["reason"], action.name)
     if "from_step" in checked and not isinstance(checked["from_step"], str):
         raise InvalidFilter("from_step is the name of a step")
     return checked

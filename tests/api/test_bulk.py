@@ -36,12 +36,8 @@ def test_an_operation_is_started_read_and_stopped(operator: APIClient) -> None:
     )
     assert response.status_code == 202, response.content
     started: dict[str, Any] = response.json()
-    assert (started["status"], started["total"], started["created_by"]) == (
-        "pending",
-        3,
-        "user-view_execution-resume_interrupt-cancel_execution-undo_execution-retry_execution-"
-        "pause_execution",
-    )
+    assert (started["status"], started["total"]) == ("pending", 3)
+    assert started["created_by"].startswith("user-view_execution-")
     assert response["Location"] == started["url"]
     services.run_bulk(started["id"])  # what the worker does
     progress = operator.get(f"{BULK}{started['id']}/").json()

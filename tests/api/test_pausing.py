@@ -24,7 +24,9 @@ def test_a_run_paused_at_an_interrupt_is_paused_once_it_moves_and_unpaused(
     body = response.json()
     # It waits at its interrupt (it holds nothing); the pause holds it once it moves.
     assert body["status"] == ExecutionStatus.PAUSED
-    assert body["pause"] == {"reason": "fraud review", "by": "", "reactor_paused": False}
+    assert body["pause"]["reason"] == "fraud review"
+    assert body["pause"]["by"].startswith("user-view_execution-")
+    assert body["pause"]["reactor_paused"] is False
     outcome = services.resume_interrupt(run, step="approval", payload={"approved": True})
     assert outcome.status == ExecutionStatus.SUSPENDED
     assert operator.get(detail(run)).json()["status"] == ExecutionStatus.SUSPENDED

@@ -135,7 +135,9 @@ EXECUTION_RESPONSES = {
     ("/reactor/executions/{id}/pause/", "post"): {
         "200", "400", "401", "403", "404", "405", "409", "415",
     },
-    ("/reactor/executions/{id}/unpause/", "post"): {"200", "401", "403", "404", "405", "409"},
+    ("/reactor/executions/{id}/unpause/", "post"): {
+        "200", "400", "401", "403", "404", "405", "409", "415",
+    },
     ("/reactor/executions/{id}/fork/", "post"): {
         "200", "202", "400", "401", "403", "404", "405", "409", "415",
     },
@@ -188,6 +190,7 @@ def test_request_bodies_are_json_only_and_match_the_serializers(anonymous: APICl
         ("/reactor/executions/{id}/fork/", "post"),
         ("/reactor/executions/{id}/undo/", "post"),
         ("/reactor/executions/{id}/retry/", "post"),
+        ("/reactor/executions/{id}/unpause/", "post"),
         *((path, "post") for path in RESUME_PATHS),
         (MESSAGE_PATH, "post"),
         (START_PATH, "post"),

@@ -21,7 +21,10 @@ def test_pause_and_unpause_runs_by_id() -> None:
     assert f"execution {run}: suspended" in out
     assert status(run) == ExecutionStatus.SUSPENDED
     shown, _ = command("reactor_show", run, no_trace=True)
-    assert "paused: this run is paused: partner outage" in shown
+    assert "paused: this run is paused by reactor_pause by " in shown
+    assert (
+        shown.split("paused: this run is paused by ")[1].split("\n")[0].endswith(": partner outage")
+    )
     assert f"it waits, holding no worker; reactor_unpause {run} lets it go on" in shown
 
     out, _ = command("reactor_unpause", run, json=True)
@@ -48,7 +51,7 @@ def test_pause_and_unpause_a_reactor() -> None:
     run = PausesItself.run({}).execution_id
     assert status(run) == ExecutionStatus.SUSPENDED
     shown, _ = command("reactor_show", str(run), no_trace=True)
-    assert "paused: every run of tests.pausing.PausesItself is paused: deploying" in shown
+    assert "paused: every run of tests.pausing.PausesItself is paused by reactor_pause by " in shown
 
     out, _ = command("reactor_unpause", reactor="PausesItself", json=True)
     assert json.loads(out) == {

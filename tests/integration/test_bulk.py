@@ -54,7 +54,7 @@ def test_a_preview_counts_samples_and_writes_nothing() -> None:
     assert len(preview.sample) == 3
     assert preview.as_dict()["filter"] == {"reactor": "tests.bulk.Order", "status": ["failed"]}
     undo = services.preview_bulk(
-        "undo", RunFilter.parse({"reactor": "Order", "status": "completed"})
+        "undo", RunFilter.parse({"reactor": "tests.bulk.Order", "status": "completed"})
     )
     assert [(s.execution_id, s.undo) for s in undo.sample] == [(completed, ("charge", "reserve"))]
     assert not BulkOperation.objects.exists()
@@ -141,8 +141,8 @@ def test_a_stopped_operation_leaves_the_rest_alone() -> None:
 
 def test_each_action_applies_with_its_parameters() -> None:
     waiting = [Approval.run({}).execution_id for _ in range(2)]
-    in_flight = RunFilter.parse({"reactor": "Approval", "status": "paused"})
-    paused = services.start_bulk("pause", in_flight, {"reason": "audit"}, background=False)
+    in_flight = RunFilter.parse({"reactor": "tests.bulk.Approval", "status": "paused"})
+    paused = services.start_bulk("pause", in_flight, reason="audit", background=False)
     services.run_bulk(paused.id)
     assert Pause.objects.filter(execution_id__in=waiting, reason="audit").count() == 2
     unpaused = services.start_bulk("unpause", in_flight, background=False)
@@ -175,7 +175,7 @@ def test_bad_requests_are_refused_before_anything_is_written() -> None:
         (lambda: services.preview_bulk("explode", FAILED), "no bulk action 'explode'"),
         (lambda: services.start_bulk("fork", FAILED), "fork needs from_step"),
         (lambda: services.start_bulk("retry", FAILED, {"x": 1}), "retry takes nothing"),
-        (lambda: services.start_bulk("cancel", FAILED, {"reason": "\x00"}), "reason"),
+        (lambda: services.start_bulk("cancel", FAILED, reason="\x00"), "reason"),
     ]
     for call, message in cases:
         with pytest.raises(ReactorError, match=message):

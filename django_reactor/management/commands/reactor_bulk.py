@@ -10,6 +10,7 @@ from django_reactor import services
 from django_reactor.exceptions import ReactorError
 from django_reactor.management.commandtools import (
     ReactorCommand,
+    add_reason,
     dumps,
     parse_object,
     sentence,
@@ -40,7 +41,7 @@ class Command(ReactorCommand):
             "status or an id may list several, separated by commas.",
         )
         parser.add_argument("--dry-run", action="store_true", help="Preview only.")
-        parser.add_argument("--reason", default="", help="Why (kept with the operation).")
+        add_reason(parser, "the operation acts on the runs")
         parser.add_argument("--from", dest="from_step", help="fork: the step to fork from.")
         parser.add_argument(
             "--undo-abandoned",
@@ -175,8 +176,6 @@ def _parameters(options: dict[str, Any]) -> dict[str, Any]:
         parameters["from_step"] = options["from_step"]
     if options["undo_abandoned"]:
         parameters["undo_abandoned"] = True
-    if options["reason"] and options["action"] in ("cancel", "pause"):
-        parameters["reason"] = options["reason"]
     if options["step"]:
         parameters["step"] = options["step"]
     if options["payload"] is not None:

@@ -14,6 +14,7 @@ from django_reactor.management.commandtools import (
     EXIT_ZERO_HELP,
     FAILED_STATUSES,
     ReactorCommand,
+    add_reason,
     dumps,
     expand_execution_id,
     outcome_lines,
@@ -65,6 +66,7 @@ class Command(ReactorCommand):
             "--json", action="store_true", help="Print the plan or outcome as JSON."
         )
         parser.add_argument("--exit-zero", action="store_true", help=EXIT_ZERO_HELP)
+        add_reason(parser, "the run is forked")
 
     def handle(self, *args: Any, **options: Any) -> None:
         execution_id = expand_execution_id(options["execution_id"])
@@ -81,6 +83,7 @@ class Command(ReactorCommand):
                     options["from_step"],
                     inputs=inputs,
                     undo_abandoned=options["undo_abandoned"],
+                    reason=options["reason"],
                 )
             )
         except ForkNeedsUndo as exc:

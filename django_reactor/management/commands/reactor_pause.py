@@ -36,12 +36,6 @@ class Command(SteeringCommand):
             "instead of runs by id.",
         )
         parser.add_argument(
-            "--reason",
-            metavar="TEXT",
-            default="",
-            help="Why: shown in each run's trace, on the admin's banner and by reactor_show.",
-        )
-        parser.add_argument(
             "--list", action="store_true", help="List the paused reactors and stop there."
         )
         # Ids are optional here: --reactor and --list take none.

@@ -47,14 +47,14 @@ class Command(SteeringCommand):
     def operate(
         self, execution_id: str, options: dict[str, Any]
     ) -> tuple[dict[str, Any], list[str]]:
-        handle = services.unpause(execution_id)
+        handle = services.unpause(execution_id, reason=options["reason"])
         return {"execution_id": str(handle.id), "status": handle.status}, [
             f"execution {handle.id}: " + styled(self, handle.status)
         ]
 
     def _unpause_reactor(self, options: dict[str, Any]) -> None:
         name = reactor_name(options["reactor"])
-        done = services.unpause_reactor(name)
+        done = services.unpause_reactor(name, reason=options["reason"])
         if options["json"]:
             self.stdout.write(
                 dumps({"reactor": name, "was_paused": done.was_paused, "released": done.released})
