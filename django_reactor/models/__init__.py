@@ -2,6 +2,7 @@
 
 - ``runs``: ``Execution``, ``Definition`` (the shapes runs started under), ``StepRecord``,
   ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
+- ``attributes``: ``ExecutionAttribute`` (the business keys runs are found by);
 - ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``, ``MapTally``;
 - ``messages``: ``Message`` (a run's mailbox);
 - ``events``: ``Event`` (emitted, matched across runs), ``CancelSubscription``;
@@ -26,6 +27,7 @@ from ..coordination.models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
+from .attributes import ATTRIBUTE_UNIQUE, ExecutionAttribute
 from .database import DatabaseIdentity
 from .events import CancelSubscription, Event
 from .health import ProcessHeartbeat, ProcessRole
@@ -45,6 +47,7 @@ from .runs import (
 from .schedules import Schedule, ScheduleFire
 
 __all__ = [
+    "ATTRIBUTE_UNIQUE",
     "STEP_RECORD_UNIQUE",
     "ApiRequest",
     "CancelSubscription",
@@ -55,6 +58,7 @@ __all__ = [
     "Dispatch",
     "Event",
     "Execution",
+    "ExecutionAttribute",
     "ExecutionEvent",
     "Interrupt",
     "MapChunk",

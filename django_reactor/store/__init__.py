@@ -11,6 +11,8 @@ It imports nothing above the models, the engine and the settings. Split by what 
   (``checkpoint_sql``: the checkpoint's statement; ``map_sql``: the map chunks' statements);
 - ``rows``: the typed views of rows it hands out (``Owned``, ``WorkerClaim``);
 - ``executions``: creating runs; trace entries and other writes that need no owner;
+- ``attributes``: runs' business attributes: written, read back, and ``with_attributes``, the
+  query that narrows runs to those with given attributes (newest first, off their index);
 - ``checkpoint``: the executor's journal, one transaction per state change, under the fence;
 - ``reads``: runs, step records and traces read back, and what the journal holds about a run
   (``run_records``: the engine restores its state from them);
@@ -37,6 +39,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 from __future__ import annotations
 
 from . import (
+    attributes,
     dialects,
     events,
     health,
@@ -54,6 +57,7 @@ from . import (
     time_in_tests,
 )
 from .atomic_steps import end_stalled_owners
+from .attributes import with_attributes
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
@@ -150,6 +154,7 @@ __all__ = [
     "alias_of",
     "aliases",
     "append_event",
+    "attributes",
     "bound",
     "bound_alias",
     "bound_to",
@@ -223,4 +228,5 @@ __all__ = [
     "using",
     "wake_now",
     "wake_waiter",
+    "with_attributes",
 ]

@@ -69,6 +69,7 @@ def create_execution(
     subject: str = "",
     has_secrets: bool = False,
     cancel_keys: Sequence[tuple[str, str]] = (),
+    attributes: Mapping[str, str] | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -76,7 +77,8 @@ def create_execution(
     run that ``has_secrets`` makes sure its subject has a key before it starts); the digest is
     of the inputs as given. Raises IdempotencyConflict (and writes nothing) when
     the key is taken. ``cancel_keys`` (event name, key) subscribe the run to the events that
-    cancel it (``Meta.cancel_on``), in the same transaction.
+    cancel it (``Meta.cancel_on``), in the same transaction; ``attributes`` (stored text by
+    key: ``Meta.attributes``) are written with the run.
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -127,7 +129,12 @@ def create_execution(
     try:
         with transaction.atomic(using=using()) if cancel_keys else contextlib.nullcontext():
             dialect().insert_run(
-                execution, new_event_rows(execution.id, events), dispatch, definition, delay
+                execution,
+                new_event_rows(execution.id, events),
+                dispatch,
+                definition,
+                delay,
+                attributes or {},
             )
             if cancel_keys:
                 subscribe_cancels(execution.id, cancel_keys)
