@@ -15,8 +15,10 @@ from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.db import transaction
 from django.db.models import (
+    Model,
     QuerySet,
 )
+from django.db.models.expressions import Combinable
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -33,6 +35,7 @@ from ..handle import ExecutionHandle, StepView
 from ..models import Execution, Interrupt
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus, RollbackStatus, StepStatus
 from . import timeline
+from .attributes import AttributeListFilter, attribute_links
 from .console import REFRESH_SECONDS, ConsoleViews
 from .display import (
     APP,
@@ -80,7 +83,8 @@ class ReactorListFilter(admin.SimpleListFilter):
 
 
 class ExecutionChangeList(KeysetChangeList):
-    """Pages of runs leave the large JSON columns in the database."""
+    """Pages of runs leave the large JSON columns in the database; filtered by attribute, they
+    are ordered by the attribute index's copy of the runs' creation time."""
 
     def get_queryset(
         self, request: HttpRequest, exclude_parameters: list[str | None] | None = None
@@ -90,6 +94,16 @@ class ExecutionChangeList(KeysetChangeList):
             .get_queryset(request, exclude_parameters)
             .defer("inputs", "result", "failure", "published", "secret_paths", "coordination")
         )
+
+    def get_ordering(
+        self, request: HttpRequest, queryset: QuerySet[Model]
+    ) -> list[str | Combinable]:
+        ordering = super().get_ordering(request, queryset)
+        if store.attributes.CREATED_AT not in queryset.query.annotations:
+            return ordering
+        # The one sort the list offers, by creation time, on the attribute rows' copy of it.
+        oldest_first = isinstance(ordering[0], str) and not ordering[0].startswith("-")
+        return list(store.attributes.newest_first(queryset, reverse=oldest_first))
 
 
 @admin.register(Execution)
@@ -113,7 +127,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
     )
     list_display_links = ("run",)
     # No date_hierarchy: its DISTINCT over every run's date is a full scan of the runs.
-    list_filter = (ReactorListFilter, "status", "created_at")
+    list_filter = (ReactorListFilter, "status", "created_at", AttributeListFilter)
     sortable_by = ("created",)
     search_fields = ("=id", "=idempotency_key", "=interrupts__correlation_id")
     search_help_text = _("An execution id, an idempotency key or a correlation id (exact).")
@@ -134,6 +148,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         "idempotency_key",
         "correlation_id",
         "definition_hash",
+        "attributes",
         "created_at",
         "started_at",
         "updated_at",
@@ -167,7 +182,7 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         ),
         (
             _("Keys"),
-            {"fields": ("idempotency_key", "correlation_id", "definition_hash")},
+            {"fields": ("attributes", "idempotency_key", "correlation_id", "definition_hash")},
         ),
         (
             _("Times"),
@@ -247,6 +262,10 @@ class ExecutionAdmin(KeysetAdmin, ExecutionOperations, ConsoleViews):
         if obj.result is None:
             return "-"
         return json_block(conceal(obj.result, store.secrets.Marks()))
+
+    @admin.display(description=_("attributes"))
+    def attributes(self, obj: Execution) -> SafeString | str:
+        return attribute_links(ExecutionHandle(obj).attributes)
 
     @admin.display(description=_("published"))
     def published_json(self, obj: Execution) -> SafeString | str:

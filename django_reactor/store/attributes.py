@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from django.db import connections
 from django.db.models import Exists, F, FilteredRelation, OuterRef, Q, QuerySet
@@ -71,7 +72,7 @@ def with_attributes(
     return runs
 
 
-def newest_first(runs: QuerySet[Execution] | None = None, *, reverse: bool = False) -> list[str]:
+def newest_first(runs: QuerySet[Any] | None = None, *, reverse: bool = False) -> list[str]:
     """The ordering, newest first (oldest first when ``reverse``), that an index serves for
     ``runs``: the first attribute's copy of ``(created_at, id)`` when narrowed by
     :func:`with_attributes` (without ``runs``: that one), else the runs' own."""
