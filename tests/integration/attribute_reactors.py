@@ -87,3 +87,19 @@ class Parent(Reactor):
 
     class Meta:
         attributes = {"customer_id": arg.input("customer_id")}
+
+
+class RoutedOrder(Reactor):
+    """Order's shape, routed to the second database (``ROUTED``)."""
+
+    Inputs = OrderInputs
+
+    charge = step(Charge)
+
+    class Meta:
+        name = "tests.RoutedAttributes"
+        attributes = {"customer_id": arg.input("customer_id")}
+
+
+#: ``REACTOR["DATABASE"]`` of the sharding tests of attributes.
+ROUTED = {"default": "default", "tests.RoutedAttributes": "shard"}
