@@ -350,13 +350,23 @@ class KeysetChangeList(ChangeList):
             ordering[-1] = "-pk" if ordering[0].startswith("-") else "pk"
         return ordering
 
+    def count_limit(self) -> int:
+        """How many rows this list counts at most (the admin's ``count_limit``)."""
+        return int(getattr(self.model_admin, "count_limit", COUNT_LIMIT))
+
     def get_results(self, request: HttpRequest) -> None:
-        model_admin = self.model_admin
-        limit = getattr(model_admin, "count_limit", COUNT_LIMIT)
+        limit = self.count_limit()
         per_page = self.list_per_page
         queryset = self.queryset
         filtered = bool(queryset.query.where) or bool(self.query)
-        count = count_rows(queryset, limit, filtered=filtered)
+        # A list counted no further than a page sends no count: its first page's rows say how
+        # many there are, and a page past it follows a full one.
+        by_page = limit <= per_page
+        count = (
+            RowCount(limit, exact=False)
+            if by_page
+            else count_rows(queryset, limit, filtered=filtered)
+        )
         keyset = Keyset.of(self.model, list(queryset.query.order_by), queryset.query.annotations)
         after = request.GET.get(AFTER_VAR)
         before = request.GET.get(BEFORE_VAR)
@@ -384,6 +394,8 @@ class KeysetChangeList(ChangeList):
                 raise IncorrectLookupParameters(f"page {self.page_num} is not a numbered page")
             offset = (self.page_num - 1) * per_page
             rows = list(queryset[offset : offset + per_page + 1])
+            if by_page and len(rows) <= limit:
+                count = RowCount(len(rows), exact=True)
             has_next = len(rows) > per_page
             has_previous = self.page_num > 1
             rows = rows[:per_page]

@@ -99,7 +99,17 @@ class InstantField(forms.DateTimeField):
 
 
 class InstantFilter(django_filters.IsoDateTimeFilter):
+    """A bound on the runs' creation time; on runs narrowed by attributes, on the attribute
+    rows' copy of it (the same instant), which their index holds: an old range is then found
+    on the index too, not after reading every newer run."""
+
     field_class = InstantField
+
+    def filter(self, qs: QuerySet[Execution], value: dt.datetime | None) -> QuerySet[Execution]:
+        if value is not None and store.attributes.CREATED_AT in qs.query.annotations:
+            return qs.filter(**{f"{store.attributes.CREATED_AT}__{self.lookup_expr}": value})
+        filtered: QuerySet[Execution] = super().filter(qs, value)
+        return filtered
 
 
 class ExecutionFilterSet(django_filters.FilterSet):
@@ -177,9 +187,11 @@ class ExecutionFilterBackend(DjangoFilterBackend):
     def filter_queryset(
         self, request: Request, queryset: QuerySet[Execution], view: object
     ) -> QuerySet[Execution]:
-        filtered: QuerySet[Execution] = super().filter_queryset(request, queryset, view)
+        # Narrowed first: the creation-time filters then bound the attribute index's copy.
         wanted = attribute_filters(request.query_params)
-        return store.with_attributes(filtered, wanted) if wanted else filtered
+        narrowed = store.with_attributes(queryset, wanted) if wanted else queryset
+        filtered: QuerySet[Execution] = super().filter_queryset(request, narrowed, view)
+        return filtered
 
     def to_html(self, request: Request, queryset: QuerySet[Execution], view: object) -> str | None:
         if not apps.is_installed("django_filters"):

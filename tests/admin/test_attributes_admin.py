@@ -157,3 +157,27 @@ def test_a_page_of_the_filtered_list_is_read_off_the_attribute_index(
             cursor.execute("RESET enable_seqscan")
     assert "reactor_attribute_find_idx" in plan, plan
     assert "Sort" not in plan, plan
+
+
+def test_a_list_narrowed_by_an_attribute_and_another_filter_counts_one_page(
+    client_operator: Client, small_pages: None
+) -> None:
+    failed = tagged(runs(12, status=ExecutionStatus.FAILED), tenant="acme")
+    newest_first = [short(r) for r in reversed(failed)]
+    # Alone, the attribute counts as far as any filter (10 here: small_pages).
+    assert "more than 10 executions" in get(client_operator, f"{CHANGELIST}?attr=tenant%3Dacme")
+    query = f"{CHANGELIST}?attr=tenant%3Dacme&status__exact=failed"
+    with CaptureQueriesContext(connection) as queries:
+        html = get(client_operator, query)
+    assert "more than 5 executions" in html
+    # Counted by its first page's rows: no count of its own.
+    assert not [q["sql"] for q in queries if "COUNT(" in q["sql"].upper()]
+    assert not re.findall(r'<a href="\?[^"]*p=(\d+)[^"]*">', html)  # no numbered page 2
+    older = link(html, "reactor-next")
+    assert older is not None
+    assert "after=" in older
+    assert walk(client_operator, query) == newest_first
+    short_list = tagged(runs(3, status=ExecutionStatus.HALTED), tenant="acme")
+    halted = get(client_operator, f"{CHANGELIST}?attr=tenant%3Dacme&status__exact=halted")
+    assert "3 executions" in halted
+    assert shown(halted) == [short(r) for r in reversed(short_list)]

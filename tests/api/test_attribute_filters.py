@@ -4,6 +4,7 @@ detail shows its attributes."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 from urllib.parse import urlencode
 
@@ -130,3 +131,25 @@ def test_a_page_of_a_narrowed_list_is_read_off_the_attribute_index(operator: API
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "reactor_attribute_find_idx" in plan, plan
     assert "Sort" not in plan, plan
+
+
+def test_creation_time_bounds_a_narrowed_list_on_the_attribute_index(operator: APIClient) -> None:
+    from django_reactor.models import Execution, ExecutionAttribute
+
+    acme = orders(4, tenant="acme")
+    base = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
+    for days, run in enumerate(acme):  # a day apart, oldest first
+        moved = base + dt.timedelta(days=days)
+        Execution.objects.filter(pk=run).update(created_at=moved)
+        ExecutionAttribute.objects.filter(execution_id=run).update(run_created_at=moved)
+    query = {
+        "attr.tenant": "acme",
+        "created_after": "2024-05-02T00:00:00Z",
+        "created_before": "2024-05-04T00:00:00Z",
+    }
+    with CaptureQueriesContext(connection) as queries:
+        assert ids(operator, query) == [acme[2], acme[1]]
+    (sql,) = [q["sql"] for q in queries if 'FROM "django_reactor_execution"' in q["sql"]]
+    assert 'attribute_found."run_created_at" >=' in sql
+    assert 'attribute_found."run_created_at" <' in sql
+    assert '"django_reactor_execution"."created_at" >=' not in sql
