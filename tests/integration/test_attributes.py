@@ -129,6 +129,7 @@ def test_a_retry_gets_the_attributes_of_its_inputs_again() -> None:
     assert attributes_of(again.execution_id)["stage"] == "shipped"
 
 
+@pytest.mark.postgres
 def test_a_reactor_without_attributes_sends_no_statement_about_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
