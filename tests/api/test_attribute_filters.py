@@ -153,3 +153,26 @@ def test_creation_time_bounds_a_narrowed_list_on_the_attribute_index(operator: A
     assert 'attribute_found."run_created_at" >=' in sql
     assert 'attribute_found."run_created_at" <' in sql
     assert '"django_reactor_execution"."created_at" >=' not in sql
+
+
+def test_a_start_whose_inputs_give_an_attribute_no_value_can_be_is_a_400(settings: Any) -> None:
+    import json
+
+    from django_reactor.models import Execution
+    from tests.api.conftest import client_for, user_with
+
+    name = Order.definition.name
+    settings.REACTOR = {**settings.REACTOR, "START_AUTH": {"default": [], name: ["user"]}}
+    starter = client_for(user_with("start_execution", "view_execution"))
+    answer = starter.post(
+        f"/reactor/reactors/{name}/runs/",
+        json.dumps({"customer_id": 1, "tenant": "t" * 300}),
+        content_type="application/json",
+    )
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["code"] == "invalid_attribute"
+    assert (
+        "Order.Meta.attributes['tenant']: an attribute value is at most 255"
+        in (answer.json()["detail"])
+    )
+    assert not Execution.objects.exists()

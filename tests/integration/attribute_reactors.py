@@ -7,7 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from django_reactor import Reactor, Retry, Step, Success, arg, compose, step
+from django_reactor import Reactor, Retry, Step, Success, arg, compose, on_event, step
 from tests.helpers import FAIL_AT, ledger
 from tests.integration.reactors import Tracked
 
@@ -103,3 +103,16 @@ class RoutedOrder(Reactor):
 
 #: ``REACTOR["DATABASE"]`` of the sharding tests of attributes.
 ROUTED = {"default": "default", "tests.RoutedAttributes": "shard"}
+
+
+class StartedByEvent(Reactor):
+    """Started by each ``attr.order`` event, found by its customer."""
+
+    class Inputs(serializers.Serializer):
+        customer = serializers.CharField()
+
+    only = step(Tracked)
+
+    class Meta:
+        triggers = [on_event("attr.order", inputs=lambda event: dict(event.payload or {}))]
+        attributes = {"customer": arg.input("customer")}

@@ -248,3 +248,17 @@ def test_prune_deletes_the_attributes_of_the_runs_it_deletes() -> None:
 
     assert not ExecutionAttribute.objects.filter(execution_id=old).exists()
     assert attributes_of(kept)["customer_id"] == "12"
+
+
+def test_an_event_starts_runs_with_their_attributes_and_reports_one_that_cannot_be() -> None:
+    import django_reactor
+    from tests.integration.attribute_reactors import StartedByEvent
+
+    emitted = django_reactor.emit("attr.order", {"customer": "c-7"}, event_id="e-1")
+    (started,) = emitted.started
+    assert attributes_of(started) == {"customer": "c-7"}
+
+    refused = django_reactor.emit("attr.order", {"customer": "c" * 300}, event_id="e-2")
+    assert refused.started == ()
+    assert [e for e in refused.errors if "at most 255 characters" in e]
+    assert Execution.objects.filter(reactor=StartedByEvent.definition.name).count() == 1
