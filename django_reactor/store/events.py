@@ -234,3 +234,4 @@ def prune_before(cutoff: dt.datetime, batch_size: int) -> int:
         deleted += len(ids)
         if len(ids) < batch_size:
             return deleted
+
