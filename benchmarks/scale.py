@@ -17,28 +17,37 @@ it; a build of 1,000,000 runs takes a few minutes):
 * One dispatch for every second run (every reason, the pending runs' unsent).
 * One map of ``--elements`` elements (one in 1,000 failed, the rest succeeded; its ``MapRun``
   counters agree with its elements), and 20,000 small maps of 5 elements.
+* Two business attributes per run (``ExecutionAttribute``, issue 30): ``tenant`` (``acme`` for
+  every second run, 500,000 of them; each other tenant has 1,000) and ``customer_id`` (10 runs
+  each). A database built before attributes existed gets them added on the next run.
 
 Then, with a logged-in superuser through Django's test ``Client`` (``DEBUG`` off), each page is
 requested once untimed and ``--repeat`` times timed: every django_reactor admin change list
 (first page, the last numbered page, pages reached by the "next" keyset link and deep keyset
 pages, each filter, each allowed sort, search), a run's change form, the parked runs, the map
 element list (first page and deep), the API's execution list (first page and a deep cursor),
-the map summary (``store.maps.summary`` and the API's run detail) and the overview (its last
-hour and its last day). The script prints each page's median in ms beside the target, 100 ms,
-and PASS or MISS. ``--busy-day N`` then adds N runs that ended over the last day, times the
-overview again, and deletes them.
+the map summary (``store.maps.summary`` and the API's run detail), the overview (its last
+hour and its last day), and the runs filtered by attribute in the admin (``?attr=``) and the
+API (``?attr.tenant=acme``): a value half the runs have (first page, numbered, keyset and
+cursor pages deep in it, with a status, oldest first), one of 1,000 runs, one of 10, both.
+The script prints each page's median in ms beside the target, 100 ms, and PASS or MISS.
+``--busy-day N`` then adds N runs that ended over the last day, times the overview again, and
+deletes them.
 
 Against the admin code before issue 15 (no ``django_reactor.admin.paging``), deep pages are
 the numbered pages at the same depth (``?p=``) and the sorts it offered are timed instead.
 
-Override the server with ``BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432``). The
-exit code is 0 whatever the figures: this is a benchmark, not a test.
+Override the server with ``BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432``) and
+the database with ``SCALE_DATABASE`` (default ``reactor_scale``: a branch with migrations of its
+own keeps its data apart). The exit code is 0 whatever the figures: this is a benchmark, not a
+test.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import datetime as dt
 import itertools
 import os
 import re
@@ -58,7 +67,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks.common import PG_SERVER, ensure_database
 
-DATABASE = "reactor_scale"
+DATABASE = os.environ.get("SCALE_DATABASE", "reactor_scale")
 TARGET_MS = 100.0
 SMALL_MAPS = 20_000
 SMALL_MAP_SIZE = 5
@@ -146,6 +155,27 @@ def insert_select(model: Any, expressions: dict[str, str], source: str, params: 
     with connection.cursor() as cursor:
         cursor.execute(statement, args + params)
         return cursor.rowcount
+
+
+def add_attributes(runs: int) -> bool:
+    """Give the runs of a database built before attributes existed theirs (once)."""
+    from django.db import connection, transaction
+
+    from django_reactor import models
+
+    if getattr(models, "ExecutionAttribute", None) is None:
+        return False
+    with transaction.atomic():
+        if not models.ExecutionAttribute.objects.exists():
+            build_attributes(runs)
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO scale_meta VALUES ('attributes', 'yes')")
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.autocommit = True
+    with raw.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {models.ExecutionAttribute._meta.db_table}")
+    return True
 
 
 def built() -> dict[str, str]:
@@ -386,10 +416,12 @@ def build(runs: int, elements: int) -> None:
             [min(SMALL_MAPS, runs // 100) - 1],
         )
         print(f"  {n + m:,} map elements", flush=True)
+        build_attributes(runs)
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM scale_meta")
             cursor.execute(
-                "INSERT INTO scale_meta VALUES ('runs', %s), ('elements', %s)",
+                "INSERT INTO scale_meta VALUES ('runs', %s), ('elements', %s), "
+                "('attributes', 'yes')",
                 [str(runs), str(elements)],
             )
     connection.ensure_connection()
@@ -398,6 +430,45 @@ def build(runs: int, elements: int) -> None:
     with raw.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     print(f"  built in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+#: The tenant half the runs have, and the customer whose 10 runs are all that tenant's.
+TENANT = "acme"
+CUSTOMER = "4242"
+
+
+def build_attributes(runs: int) -> int:
+    """Run ``i``'s attributes (when the models have them): ``tenant`` ``acme`` for an even
+    ``i``, else ``tenant-<i % 1000>``; ``customer_id`` ``i % 100000``. Each keeps its run's
+    creation time, read from the run's row."""
+    from django.db import connection
+
+    from django_reactor import models
+
+    model = getattr(models, "ExecutionAttribute", None)
+    if model is None:
+        return 0
+    table = connection.ops.quote_name(models.Execution._meta.db_table)
+    source = (
+        f"generate_series(1, %s) AS i JOIN {table} AS e ON e.id = md5('run-' || i)::uuid, "
+        "(VALUES ('tenant'), ('customer_id')) AS k(name)"
+    )
+    n = insert_select(
+        model,
+        {
+            "execution_id": "e.id",
+            "key": "k.name",
+            "value": (
+                f"CASE WHEN k.name = 'customer_id' THEN (i % 100000)::text "
+                f"WHEN i % 2 = 0 THEN '{TENANT}' ELSE 'tenant-' || (i % 1000) END"
+            ),
+            "run_created_at": "e.created_at",
+        },
+        source,
+        [runs],
+    )
+    print(f"  {n:,} attributes", flush=True)
+    return n
 
 
 # ---------------------------------------------------------------------------- pages
@@ -422,11 +493,22 @@ def client() -> Any:
     return c
 
 
-def keyset_url(base: str, ordering_row: Any, fields: list[str], *, after: bool = True) -> str:
+def keyset_url(
+    base: str,
+    ordering_row: Any,
+    fields: list[str],
+    *,
+    after: bool = True,
+    annotations: dict[str, Any] | None = None,
+) -> str:
     """A keyset page's URL from the row it follows (the new admin's cursor format)."""
     from django_reactor.admin.paging import Keyset
 
-    keyset = Keyset.of(type(ordering_row), fields)
+    keyset = (
+        Keyset.of(type(ordering_row), fields, annotations)
+        if annotations
+        else Keyset.of(type(ordering_row), fields)
+    )
     assert keyset is not None
     sep = "&" if "?" in base else "?"
     name = "after" if after else "before"
@@ -669,6 +751,77 @@ def pages(c: Any, after_code: bool, runs: int) -> list[Page]:
     result.append(
         Page("store.maps.summary (1M elements)", "", call=lambda: store.maps.summary(big_map.pk))
     )
+    result.extend(attribute_pages(c, ex, api))
+    return result
+
+
+def attribute_pages(c: Any, ex: str, api: str) -> list[Page]:
+    """The runs list and the API filtered by attribute (issue 30; absent from older code)."""
+    from django.utils import timezone
+
+    from django_reactor import models, store
+
+    if getattr(models, "ExecutionAttribute", None) is None:
+        return []
+    acme = store.with_attributes(models.Execution.objects.all(), {"tenant": TENANT})
+    count = acme.count()
+    deep = min(100_000, count // 2)
+    row = acme.only("id", "created_at")[deep]
+    tenant = urlencode({"attr": f"tenant={TENANT}"})
+    both = urlencode({"attr": f"tenant={TENANT} customer_id={CUSTOMER}"})
+    result = [
+        Page(f"executions: attr tenant ({count:,} runs), page 1", f"{ex}?{tenant}"),
+        Page("executions: attr tenant, page 20 (last numbered)", f"{ex}?{tenant}&p=20"),
+    ]
+    link = next_link(c.get(f"{ex}?{tenant}&p=20").content.decode())
+    if link:
+        result.append(Page("executions: attr tenant, 'older' link from page 20", f"{ex}{link}"))
+    ordering = store.attributes.newest_first(acme)
+    result += [
+        Page(
+            f"executions: attr tenant, keyset at its row {deep:,}",
+            keyset_url(f"{ex}?{tenant}", row, ordering, annotations=acme.query.annotations),
+        ),
+        Page("executions: attr tenant + status=failed", f"{ex}?{tenant}&status__exact=failed"),
+        Page(
+            "executions: attr tenant + status=needs_attention (1 %)",
+            f"{ex}?{tenant}&status__exact=needs_attention",
+        ),
+        Page("executions: attr tenant, oldest first", f"{ex}?{tenant}&o=6"),
+        Page(
+            "executions: attr tenant of 1,000 runs",
+            f"{ex}?{urlencode({'attr': 'tenant=tenant-7'})}",
+        ),
+        Page(
+            "executions: attr customer_id (10 runs)",
+            f"{ex}?{urlencode({'attr': f'customer_id={CUSTOMER}'})}",
+        ),
+        Page("executions: attr tenant + customer_id", f"{ex}?{both}"),
+    ]
+    old = (timezone.now() - dt.timedelta(days=300)).isoformat()
+    position = getattr(row, store.attributes.CREATED_AT)
+    cursor = base64.b64encode(urlencode({"p": str(position)}).encode()).decode()
+    result += [
+        Page(f"API executions: attr.tenant ({count:,} runs)", f"{api}?attr.tenant={TENANT}"),
+        Page(
+            f"API executions: attr.tenant, cursor at its row {deep:,}",
+            f"{api}?{urlencode({'attr.tenant': TENANT, 'cursor': cursor})}",
+        ),
+        Page(
+            "API executions: attr.tenant + status=failed",
+            f"{api}?attr.tenant={TENANT}&status=failed",
+        ),
+        Page(
+            "API executions: attr.tenant, created_before 300 days ago",
+            f"{api}?{urlencode({'attr.tenant': TENANT, 'created_before': old})}",
+        ),
+        Page("API executions: attr.tenant of 1,000 runs", f"{api}?attr.tenant=tenant-7"),
+        Page("API executions: attr.customer_id (10 runs)", f"{api}?attr.customer_id={CUSTOMER}"),
+        Page(
+            "API executions: attr.tenant + attr.customer_id",
+            f"{api}?attr.tenant={TENANT}&attr.customer_id={CUSTOMER}",
+        ),
+    ]
     return result
 
 
@@ -800,6 +953,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"building {args.runs:,} runs and a map of {args.elements:,} elements in {DATABASE}")
         build(args.runs, args.elements)
+        meta = built()
+    if "attributes" not in meta and add_attributes(args.runs):
+        print(f"added the runs' attributes to {DATABASE}")
 
     try:
         import django_reactor.admin.paging

@@ -276,6 +276,12 @@ class PublishError(ReactorError, ValueError):
     be stored or is too large. The step's attempt fails with it."""
 
 
+class InvalidAttribute(ReactorError, ValueError):
+    """A business attribute that cannot be kept: its key is no short name, or its value is not a
+    string, a whole number, a boolean or a UUID of at most 255 characters
+    (``Meta.attributes``, ``self.context.set_attribute``, an attribute filter)."""
+
+
 class InvalidPayload(ReactorError):
     """A payload failed the interrupt's serializer; nothing changed but the attempt count.
 

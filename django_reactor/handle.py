@@ -168,6 +168,7 @@ class ExecutionHandle:
         self._operations = operations
         self._steps: list[StepView] | None = None
         self._trace: list[TraceEvent] | None = None
+        self._attributes: dict[str, str] | None = None
         # Which sealed secrets of the run are erased, asked once per subject key.
         self._marks = Marks()
 
@@ -250,6 +251,15 @@ class ExecutionHandle:
         latest value of each key (written with the checkpoint of the step that published it)."""
         published = decode(self._row.published) if self._row.published else {}
         return dict(published) if isinstance(published, dict) else {}
+
+    @property
+    @_in_its_database
+    def attributes(self) -> dict[str, str]:
+        """The run's business attributes (``Meta.attributes``, ``context.set_attribute``), by
+        key, each value as stored text (``42`` is ``"42"``, ``True`` is ``"true"``)."""
+        if self._attributes is None:
+            self._attributes = store.attributes.of_run(self.id)
+        return dict(self._attributes)
 
     @property
     def error(self) -> ErrorInfo | None:
@@ -349,6 +359,7 @@ class ExecutionHandle:
             pause = min(pause * 2, _LONGEST_PAUSE)
         self._row = store.get_row(self.id)
         self._steps = self._trace = None
+        self._attributes = None
         return self.outcome
 
     def _timed_out(self, status: str, timeout: float) -> WaitTimedOut:

@@ -30,6 +30,7 @@ from ..exceptions import (
     ForkNeedsUndo,
     IdempotencyKeyReused,
     InterruptClosed,
+    InvalidAttribute,
     InvalidFilter,
     InvalidFork,
     InvalidInputs,
@@ -170,6 +171,8 @@ def api_error_for(exc: ReactorError, *, quiet: bool = False) -> ApiError:
         return ApiError(400, str(exc), code="invalid_message")
     if isinstance(exc, InvalidInputs):
         return ApiError(400, str(exc), code="invalid_inputs", errors=exc.errors)
+    if isinstance(exc, InvalidAttribute):  # a value from the inputs no attribute can hold
+        return ApiError(400, str(exc), code="invalid_attribute")
     if isinstance(exc, ReactorNotRegistered):
         return ApiError(404, str(exc), code="unknown_reactor")
     if isinstance(exc, IdempotencyKeyReused):

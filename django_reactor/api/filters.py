@@ -1,11 +1,14 @@
 """The executions list's filters, as a django-filter ``FilterSet``.
 
 Query parameters: ``reactor``, ``status`` (one or several, comma-separated), ``correlation_id``,
-``created_after`` and ``created_before``. A wrong value is a 400 in the API's error format,
+``created_after``, ``created_before`` and ``attr.<key>`` (a business attribute, several ANDed:
+``?attr.customer_id=42&attr.tenant=acme``). A wrong value is a 400 in the API's error format,
 ``errors`` naming the parameter (DRF's ``ValidationError``, reshaped by ``api.errors``). Every
 filter keeps the list on an index: ``status`` and ``reactor`` lead an index with
-``(created_at, id)``, the dates are a range of ``(created_at, id)``, and a correlation id is a
-semi-join on the interrupts' index (no join that repeats runs, so no ``DISTINCT``).
+``(created_at, id)``, the dates are a range of ``(created_at, id)``, a correlation id is a
+semi-join on the interrupts' index (no join that repeats runs, so no ``DISTINCT``), and
+attributes are ``store.with_attributes``: the list is then paged on the attribute index's copy
+of ``(created_at, id)`` (``ExecutionPagination``).
 
 Messages carry the value as a parameter (``%(value)s``), never inside the message itself:
 django-filter formats every message with its parameters, and a ``%`` typed by the client would
@@ -31,9 +34,12 @@ from django.utils.dateparse import parse_datetime
 from django_filters.fields import BaseCSVField
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.contrib.django_filters import DjangoFilterExtension
+from rest_framework.exceptions import ValidationError as BadRequest
 
+from .. import store
 from ..engine import timevalues
-from ..exceptions import InvalidTime
+from ..engine.attributes import canonical, check_key
+from ..exceptions import InvalidAttribute, InvalidTime
 from ..models import Execution, Interrupt
 from ..states import ExecutionStatus
 from .serializers import NO_NUL_PATTERN
@@ -93,7 +99,17 @@ class InstantField(forms.DateTimeField):
 
 
 class InstantFilter(django_filters.IsoDateTimeFilter):
+    """A bound on the runs' creation time; on runs narrowed by attributes, on the attribute
+    rows' copy of it (the same instant), which their index holds: an old range is then found
+    on the index too, not after reading every newer run."""
+
     field_class = InstantField
+
+    def filter(self, qs: QuerySet[Execution], value: dt.datetime | None) -> QuerySet[Execution]:
+        if value is not None and store.attributes.CREATED_AT in qs.query.annotations:
+            return qs.filter(**{f"{store.attributes.CREATED_AT}__{self.lookup_expr}": value})
+        filtered: QuerySet[Execution] = super().filter(qs, value)
+        return filtered
 
 
 class ExecutionFilterSet(django_filters.FilterSet):
@@ -134,9 +150,48 @@ class ExecutionFilterSet(django_filters.FilterSet):
         return queryset.filter(Exists(interrupts))
 
 
+#: The prefix of an attribute filter's parameter: ``attr.customer_id=42``.
+ATTRIBUTE_PARAMETER = "attr."
+
+
+def attribute_filters(params: Any) -> dict[str, str]:
+    """The ``attr.<key>=<value>`` parameters of a request's query (a ``QueryDict``), as a
+    filter for ``store.with_attributes``; an empty value filters nothing, as the other
+    filters' do. Raises DRF's ValidationError (a 400) naming the parameter that is wrong."""
+    found: dict[str, str] = {}
+    for name in params:
+        if not name.startswith(ATTRIBUTE_PARAMETER):
+            continue
+        values = [value for value in params.getlist(name) if value != ""]
+        if not values:
+            continue
+        key = name[len(ATTRIBUTE_PARAMETER) :]
+        where = f"?{name[:80]}=..."
+        try:
+            if len(values) > 1:
+                raise InvalidAttribute(
+                    f"{where}: a run has one value per attribute; give {name[:80]} once"
+                )
+            value = canonical(values[0], where)
+            found[check_key(key, where)] = str(value)
+        except InvalidAttribute as exc:
+            raise BadRequest({name[:80]: [str(exc)]}) from None
+    return found
+
+
 class ExecutionFilterBackend(DjangoFilterBackend):
-    """django-filter's backend; its filter form in DRF's browsable API only when
+    """django-filter's backend, and the attribute filters (``attr.<key>=<value>``, which no
+    declared filter can name); its filter form in DRF's browsable API only when
     ``django_filters`` is an installed app (it brings the form's template)."""
+
+    def filter_queryset(
+        self, request: Request, queryset: QuerySet[Execution], view: object
+    ) -> QuerySet[Execution]:
+        # Narrowed first: the creation-time filters then bound the attribute index's copy.
+        wanted = attribute_filters(request.query_params)
+        narrowed = store.with_attributes(queryset, wanted) if wanted else queryset
+        filtered: QuerySet[Execution] = super().filter_queryset(request, narrowed, view)
+        return filtered
 
     def to_html(self, request: Request, queryset: QuerySet[Execution], view: object) -> str | None:
         if not apps.is_installed("django_filters"):

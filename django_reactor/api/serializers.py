@@ -100,9 +100,10 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
 
 
 class ExecutionDetailSerializer(ExecutionSerializer):
-    """One execution with its redacted inputs, result or failure, what it published, steps,
-    trace, interrupts and messages."""
+    """One execution with its business attributes, redacted inputs, result or failure, what it
+    published, steps, trace, interrupts and messages."""
 
+    attributes = serializers.SerializerMethodField()
     inputs = serializers.SerializerMethodField()
     published = serializers.SerializerMethodField()
     steps = serializers.SerializerMethodField()
@@ -117,6 +118,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
             *ExecutionSerializer.Meta.fields,
             "pause",
             "idempotency_key",
+            "attributes",
             "inputs",
             "result",
             "failure",
@@ -134,6 +136,12 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         if row.pk not in cache:
             cache[row.pk] = ExecutionHandle(row)
         return cache[row.pk]
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_attributes(self, row: Execution) -> dict[str, str]:
+        """The run's business attributes (``Meta.attributes``, ``context.set_attribute``) by
+        key, each value as text: what ``?attr.<key>=<value>`` finds it by."""
+        return self._handle(row).attributes
 
     # drf-spectacular reads these methods' return types for the schema: Any is "any JSON".
     def get_inputs(self, row: Execution) -> Any:

@@ -48,8 +48,9 @@ START_RESPONSES = {
     ),
     400: error_answer(
         "The body is not a JSON object or cannot be stored (parse_error, invalid), a header is "
-        "malformed (invalid_header), or the inputs fail the reactor's Inputs serializer "
-        '(invalid_inputs, with errors {"<field>": ["why"]}).'
+        "malformed (invalid_header), the inputs fail the reactor's Inputs serializer "
+        '(invalid_inputs, with errors {"<field>": ["why"]}), or give a business attribute a '
+        "value no attribute can hold (invalid_attribute)."
     ),
     401: RESUME_RESPONSES[401],
     403: error_answer("The user lacks start_execution (code permission_denied)."),

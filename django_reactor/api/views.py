@@ -78,7 +78,9 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 class ExecutionPagination(CursorPagination):
     """Newest first by a cursor on the creation time: each page is an index range on
-    (created_at, id), never a count or an offset over the runs (the id breaks ties)."""
+    (created_at, id), never a count or an offset over the runs (the id breaks ties); a list
+    narrowed by attributes pages on the attribute index's copy of them
+    (``store.attributes.newest_first``)."""
 
     ordering = ("-created_at", "-id")
     page_size = 50
@@ -92,6 +94,11 @@ class ExecutionPagination(CursorPagination):
             return super().paginate_queryset(queryset, request, view)
         except DjangoValidationError:  # a forged cursor whose position is not a date
             raise NotFound(self.invalid_cursor_message) from None
+
+    def get_ordering(
+        self, request: Request, queryset: QuerySet[Execution], view: object
+    ) -> tuple[str, ...]:
+        return tuple(store.attributes.newest_first(queryset))
 
     def get_page_size(self, request: Request) -> int:
         """``page_size`` when given: a whole number of at least 1 (a 400 naming the parameter
@@ -182,7 +189,12 @@ class ExecutionViewSet(
         },
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """Executions, newest first (cursor pagination), filtered by the query parameters."""
+        """Executions, newest first (cursor pagination), filtered by the query parameters.
+
+        Besides the parameters below, ``attr.<key>=<value>`` keeps the runs whose business
+        attribute ``<key>`` (``Meta.attributes``, ``context.set_attribute``) is ``<value>``
+        (``?attr.customer_id=42``; several are ANDed; a wrong key or value is a 400 naming
+        the parameter)."""
         return super().list(request, *args, **kwargs)
 
 

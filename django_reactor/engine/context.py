@@ -82,6 +82,9 @@ class RunPolicy:
     step_timeout: float | None = None
     #: The largest value a step may publish, in bytes of JSON (``REACTOR["PUBLISH_MAX_BYTES"]``).
     publish_max_bytes: int = 16384
+    #: Steps may set the run's attributes (``context.set_attribute``); not a map's element,
+    #: which is no run of its own.
+    keeps_attributes: bool = True
     #: Past it no step starts: the run rolls back or halts (``Meta.on_deadline``).
     deadline: dt.datetime | None = None
     #: What a step's body's lost database connection does (None: it fails the attempt).

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..exceptions import DefinitionError
-from . import planner, timevalues
+from . import attributes, planner, timevalues
 from .constructs.compose import ComposeStep
 from .constructs.events import check_cancel_on, check_triggers
 from .constructs.interrupt import InterruptStep
@@ -39,6 +39,7 @@ META_OPTIONS = frozenset(
         "subject",
         "triggers",
         "cancel_on",
+        "attributes",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -153,6 +154,9 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
     subject = _subject(reactor, meta.get("subject"), input_fields)
     triggers = check_triggers(meta.get("triggers"), reactor)
     cancel_on = check_cancel_on(meta.get("cancel_on"), reactor, input_fields)
+    declared_attributes = attributes.declared(
+        meta.get("attributes"), reactor, input_fields, input_secrets
+    )
     deadline = _duration(meta.get("deadline"), f"{reactor}.Meta.deadline")
     on_deadline = meta.get("on_deadline", "rollback")
     if on_deadline not in ON_DEADLINE:
@@ -179,6 +183,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         subject=subject,
         triggers=triggers,
         cancel_on=cancel_on,
+        attributes=declared_attributes,
     )
 
 

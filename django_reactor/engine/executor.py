@@ -145,7 +145,7 @@ class Executor(RunRecorder):
             journal,
             inputs=inputs,
             state=state,
-            policy=_in_memory_policy(max_retry_delay, reconnect),
+            policy=_in_memory_policy(max_retry_delay, reconnect, element=True),
             sleep=sleep,
         )
 
@@ -660,9 +660,14 @@ class Executor(RunRecorder):
 
 @functools.lru_cache(maxsize=8)
 @functools.lru_cache(maxsize=16)
-def _in_memory_policy(max_retry_delay: float | None, reconnect: Reconnect | None) -> RunPolicy:
-    """The policy of a run kept in memory (one object per cap: a map makes many such runs)."""
-    return RunPolicy(max_retry_delay=max_retry_delay, reconnect=reconnect)
+def _in_memory_policy(
+    max_retry_delay: float | None, reconnect: Reconnect | None, *, element: bool = False
+) -> RunPolicy:
+    """The policy of a run kept in memory (one object per cap: a map makes many such runs;
+    ``element``: a map's element, which keeps no attributes)."""
+    return RunPolicy(
+        max_retry_delay=max_retry_delay, reconnect=reconnect, keeps_attributes=not element
+    )
 
 
 def _contract_owner(spec: StepSpec) -> str:

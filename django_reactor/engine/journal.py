@@ -227,6 +227,9 @@ class JournalBatch:
     expire_lease: bool = False
     # Values the step published (``context.publish``), by key: merged into the run's.
     published: Mapping[str, JSONValue] | None = None
+    # The run's attributes the step set (``context.set_attribute``), as stored text by key;
+    # None removes the key.
+    attributes: Mapping[str, str | None] | None = None
 
     @property
     def parks_quietly(self) -> bool:
@@ -377,6 +380,8 @@ class MemoryJournal:
         self.heartbeats: list[tuple[str, JSONValue]] = []
         # What the run published (``context.publish``), by key: the latest value of each.
         self.published: dict[str, JSONValue] = {}
+        # The attributes its steps set (``context.set_attribute``), by key.
+        self.attributes: dict[str, str] = {}
         # Set when another process took the run over: commits and ownership checks refuse.
         self.taken_over = False
         # What the run's row would hold.
@@ -419,6 +424,11 @@ class MemoryJournal:
             self.failure = batch.failure
         if batch.published:
             self.published.update(batch.published)
+        for key, value in (batch.attributes or {}).items():
+            if value is None:
+                self.attributes.pop(key, None)
+            else:
+                self.attributes[key] = value
         if batch.dispatch is not None:
             self.dispatches.append((batch.dispatch, batch.dispatch_delay))
         if batch.interrupt is not None:

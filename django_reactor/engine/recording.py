@@ -221,6 +221,7 @@ class RunRecorder:
             atomic=spec.atomic,
             watch=Watch(self.journal, spec.name) if action == "run" else None,
             publish_limit=self.policy.publish_max_bytes,
+            keeps_attributes=self.policy.keeps_attributes,
         )
 
     def next_after(self, spec: StepSpec) -> StepSpec | None:
@@ -487,6 +488,7 @@ class RunRecorder:
                 ),
                 current_step=current_step,
                 published=done.published or None,
+                attributes=done.attributes or None,
             )
             state = self.state  # as state.completed(), without the call: a map's hot path
             state.results[spec.name] = value

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..exceptions import ArgumentResolutionError
+from .attributes import Declared, resolve
 from .constructs.compose import ComposeStep
 from .constructs.interrupt import InterruptSpec, InterruptStep
 from .coordination import Declaration
@@ -128,6 +129,9 @@ class ReactorDefinition:
     triggers: tuple[EventRule, ...] = ()
     # Meta.cancel_on: events that cancel a run in flight whose input matches their key.
     cancel_on: tuple[EventRule, ...] = ()
+    # Meta.attributes: the business attributes a run gets when it is created, read from its
+    # inputs (``engine.attributes``).
+    attributes: Declared = ()
 
     # Secret paths into the run's value (``Execution.result``): the returned step's, or,
     # without ``Meta.returns``, each step's under its name. Worked out once, with the next.
@@ -163,6 +167,14 @@ class ReactorDefinition:
         except ArgumentResolutionError:
             return ""
         return "" if value is None else str(value)
+
+    def attributes_of(self, inputs: Mapping[str, object], *, strict: bool = True) -> dict[str, str]:
+        """The attributes a run on ``inputs`` gets (``Meta.attributes``), as stored text
+        (see :func:`.attributes.resolve`; ``strict=False`` for inputs that failed validation)."""
+        if not self.attributes:
+            return {}
+        reactor = self.reactor_class.__qualname__
+        return resolve(self.attributes, inputs, reactor=reactor, strict=strict)
 
     @property
     def shape(self) -> dict[str, dict[str, str | list[str]]]:

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
-from ..exceptions import AtomicStepError, PublishError, ReactorError, ResultNotSerializable
+from ..exceptions import (
+    AtomicStepError,
+    InvalidAttribute,
+    PublishError,
+    ReactorError,
+    ResultNotSerializable,
+)
+from .attributes import MAX_ATTRIBUTES, canonical, check_key
 from .retry import Retry
 from .serialization import encode, safe_repr
 
@@ -59,6 +66,10 @@ class StepContext:
     publish_limit: int = 16384
     # What this action published, kept for its checkpoint (stored JSON, by key).
     published: dict[str, JSONValue] = field(default_factory=dict, repr=False, compare=False)
+    # Whether set_attribute() has a run to set them on (a map's element has no row of its own).
+    keeps_attributes: bool = True
+    # What this action set with set_attribute(), kept for its checkpoint (None: removed).
+    attributes_set: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -108,6 +119,37 @@ class StepContext:
                 "values (a dict under one key)"
             )
         self.published[key] = stored
+
+    def set_attribute(self, key: str, value: object) -> None:
+        """Set the run's business attribute ``key`` (what the run is found by: a customer, an
+        order) to ``value``: a string, a whole number, a boolean or a UUID, kept as text
+        (``42`` and ``"42"`` are found alike); ``None`` or ``""`` removes it.
+
+        It is written with this step's checkpoint (a failed attempt sets nothing) and replaces
+        an earlier value of the key, ``Meta.attributes``' too. Raises InvalidAttribute (the
+        attempt fails) for a key that is no short name, a value of another type or longer than
+        255 characters, more than 32 keys in one step, or a call from an undo, a compensate or
+        a map's element (which have no checkpoint of a run to write it with).
+        """
+        where = f"set_attribute({safe_repr(key)}, ...)"
+        check_key(key, where)
+        if self.action != "run":
+            raise InvalidAttribute(
+                f"{where} in the {self.action} of step {self.step!r}: attributes are written "
+                "with a step's run; set it in a step's run() instead"
+            )
+        if not self.keeps_attributes:
+            raise InvalidAttribute(
+                f"{where} in step {self.step!r} of a map's element: an element is not a run "
+                "of its own and keeps no attributes; set them in a step of the run that maps"
+            )
+        text = canonical(value, where)
+        if key not in self.attributes_set and len(self.attributes_set) >= MAX_ATTRIBUTES:
+            raise InvalidAttribute(
+                f"a step sets at most {MAX_ATTRIBUTES} attributes; set fewer (a run is found "
+                "by a few keys)"
+            )
+        self.attributes_set[key] = text
 
     def should_stop(self) -> bool:
         """Whether this attempt was abandoned (it ran past its timeout or its heartbeat

@@ -2,6 +2,7 @@
 
 - ``runs``: ``Execution``, ``Definition`` (the shapes runs started under), ``StepRecord``,
   ``ExecutionEvent`` (the trace), ``Dispatch`` (the outbox), ``Interrupt``, ``ApiRequest``;
+- ``attributes``: ``ExecutionAttribute`` (the business keys runs are found by);
 - ``maps``: ``MapRun``, ``MapChunk``, ``MapResult``, ``MapTally``;
 - ``messages``: ``Message`` (a run's mailbox);
 - ``events``: ``Event`` (emitted, matched across runs), ``CancelSubscription``;
@@ -29,6 +30,7 @@ from ..coordination.models import (
     RateLimitEvent,
     SemaphoreHolder,
 )
+from .attributes import ATTRIBUTE_UNIQUE, ExecutionAttribute
 from .audit import AuditAction, AuditEntry
 from .bulk import BulkItem, BulkOperation, BulkStatus, ItemStatus
 from .database import DatabaseIdentity
@@ -51,6 +53,7 @@ from .runs import (
 from .schedules import Schedule, ScheduleFire
 
 __all__ = [
+    "ATTRIBUTE_UNIQUE",
     "STEP_RECORD_UNIQUE",
     "ApiRequest",
     "AuditAction",
@@ -66,6 +69,7 @@ __all__ = [
     "Dispatch",
     "Event",
     "Execution",
+    "ExecutionAttribute",
     "ExecutionEvent",
     "Interrupt",
     "ItemStatus",

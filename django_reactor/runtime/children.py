@@ -116,6 +116,7 @@ class DatabaseChildRunner(MapRunnerMixin):
             current_step=first.name if first is not None else "",
             events=[Event(1, EventKind.START, utcnow(), data={"parent_step": step})],
             deadline_at=self.deadline,
+            attributes=definition.attributes_of(decode(stored)),
         )
 
     def run(

@@ -29,6 +29,7 @@ from ..engine.spec import ReactorDefinition
 from ..exceptions import (
     ExecutionNotFound,
     IdempotencyKeyReused,
+    InvalidAttribute,
     InvalidEvent,
     InvalidInputs,
     InvalidTransition,
@@ -220,7 +221,7 @@ def _start_triggered(event: Event, errors: list[str]) -> list[uuid.UUID]:
                 f"{json.dumps(exc.errors, default=str)}"
             )
             continue
-        except (InvalidEvent, IdempotencyKeyReused) as exc:
+        except (InvalidEvent, IdempotencyKeyReused, InvalidAttribute) as exc:
             errors.append(f"{reactor_name}: {exc}")
             continue
         if outcome.execution_id is not None:

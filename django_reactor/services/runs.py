@@ -148,6 +148,8 @@ def _run_here(
             status=ExecutionStatus.FAILED,
             owner=None,
             failure=error.to_dict(),
+            # Found by the attributes its inputs give, however wrong the rest of them are.
+            attributes=definition.attributes_of(inputs, strict=False),
             events=[
                 Event(
                     1, EventKind.FAIL, utcnow(), data={"kind": error.kind, "error": error.message}
@@ -191,6 +193,7 @@ def _start(
     subject = store.subject_keys.check_subject(
         definition.subject_of(inputs), f"this run of {definition.name}"
     )
+    attributes = definition.attributes_of(inputs)
     try:
         owned = store.create_execution(
             reactor=definition.name,
@@ -221,6 +224,7 @@ def _start(
             if definition.cancel_on
             else (),
             current_step=first.name if first is not None else "",
+            attributes=attributes,
             events=[
                 Event(
                     1,

@@ -11,6 +11,8 @@ It imports nothing above the models, the engine and the settings. Split by what 
   (``checkpoint_sql``: the checkpoint's statement; ``map_sql``: the map chunks' statements);
 - ``rows``: the typed views of rows it hands out (``Owned``, ``WorkerClaim``);
 - ``executions``: creating runs; trace entries and other writes that need no owner;
+- ``attributes``: runs' business attributes: written, read back, and ``with_attributes``, the
+  query that narrows runs to those with given attributes (newest first, off their index);
 - ``checkpoint``: the executor's journal, one transaction per state change, under the fence;
 - ``reads``: runs, step records and traces read back, and what the journal holds about a run
   (``run_records``: the engine restores its state from them);
@@ -42,6 +44,7 @@ The names below are the ones the rest of the package calls as ``store.<name>``.
 from __future__ import annotations
 
 from . import (
+    attributes,
     audit,
     bulk,
     dialects,
@@ -63,6 +66,7 @@ from . import (
     time_in_tests,
 )
 from .atomic_steps import end_stalled_owners
+from .attributes import with_attributes
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
@@ -160,6 +164,7 @@ __all__ = [
     "alias_of",
     "aliases",
     "append_event",
+    "attributes",
     "audit",
     "bound",
     "bound_alias",
@@ -238,4 +243,5 @@ __all__ = [
     "using",
     "wake_now",
     "wake_waiter",
+    "with_attributes",
 ]

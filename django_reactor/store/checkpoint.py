@@ -24,6 +24,7 @@ from ..engine.journal import UNSET, JournalBatch, RunRecords, StopRequest
 from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import ExecutionStatus, RollbackStatus
+from . import attributes as run_attributes
 from . import audit, dialects, trace
 from . import events as event_rows
 from .atomic_steps import DatabaseStepTransaction
@@ -74,6 +75,16 @@ class DatabaseJournal:
             Execution.objects.using(using())
             .filter(pk=self.execution_id)
             .values_list("reactor", flat=True)
+            .get()
+        )
+
+    @functools.cached_property
+    def created_at(self) -> dt.datetime:
+        """The run's creation time (read once, for the attributes its steps set)."""
+        return (
+            Execution.objects.using(using())
+            .filter(pk=self.execution_id)
+            .values_list("created_at", flat=True)
             .get()
         )
 
@@ -259,6 +270,8 @@ class DatabaseJournal:
                 )
             if batch.published:
                 self._merge_published(batch.published)
+            if batch.attributes:
+                run_attributes.write(self.execution_id, self.created_at, batch.attributes)
             if batch.published or batch.status == ExecutionStatus.PAUSED:
                 announce_progress(self.execution_id)  # to whoever follows the run's stream
             if batch.close_interrupts:

@@ -1,9 +1,9 @@
 """The routine checkpoint's one statement on PostgreSQL (``dialects.PostgreSQL.checkpoint``).
 
-The run's update (conditional on its fence), the step's record, the rollback's update and the
-trace events, as data-modifying CTEs of one statement: one round trip. The statement returns
-``cancel_requested_at, cancel_reason`` of the run and the pause that applies to it (see
-``sql.PAUSE_OF_RUN``), or no row when the fence moved on. The ORM
+The run's update (conditional on its fence), the step's record, the rollback's update, the
+trace events and the attributes the step set, as data-modifying CTEs of one statement: one
+round trip. The statement returns ``cancel_requested_at, cancel_reason`` of the run and the
+pause that applies to it (see ``sql.PAUSE_OF_RUN``), or no row when the fence moved on. The ORM
 path (``checkpoint.DatabaseJournal``) writes the same rows
 (``tests/integration/test_checkpoint_paths.py``).
 
@@ -26,7 +26,16 @@ from django.utils import timezone
 
 from ..engine.journal import UNSET, Event, JournalBatch, RollbackWrite, StepWrite
 from . import trace
-from .sql import ENTRY_KIND, EVENT, EXECUTION, PAUSE_OF_RUN, STEP_RECORD
+from .sql import (
+    ATTRIBUTE,
+    ENTRY_KIND,
+    EVENT,
+    EXECUTION,
+    INSERT_ATTRIBUTES,
+    PAUSE_OF_RUN,
+    STEP_RECORD,
+    attribute_rows,
+)
 
 
 class RecordWrite(enum.Enum):
@@ -42,10 +51,11 @@ class RecordWrite(enum.Enum):
     INSERT_IF_ABSENT = "insert if absent"
 
 
-#: The run's update; ``{sets}``: what the batch changes.
+#: The run's update; ``{sets}``: what the batch changes; ``{returning}``: the run's creation
+#: time besides, when the step set attributes (they keep a copy of it).
 _UPDATE_RUN = (
     f"ex AS (UPDATE {EXECUTION} SET {{sets}} WHERE id = %s AND fence = %s "
-    "RETURNING id, reactor, parent_id, cancel_requested_at, cancel_reason)"
+    "RETURNING id, reactor, parent_id, cancel_requested_at, cancel_reason{returning})"
 )
 
 #: The step's values, named once for whichever write takes them.
@@ -124,6 +134,19 @@ _EVENTS = (
 )
 _EVENT_ROW = "(%s::integer, %s, %s, %s::integer, %s::timestamptz, %s::float8, %s::jsonb)"
 
+#: The attributes the step set, each inserted or its value replaced.
+_SET_ATTRIBUTES = INSERT_ATTRIBUTES.format(
+    name="sa",
+    rows="{rows}",
+    on=" ON CONFLICT (execution_id, key) DO UPDATE SET value = EXCLUDED.value",
+)
+
+#: The attributes the step removed (``%s``: their keys).
+_REMOVE_ATTRIBUTES = (
+    f"ra AS (DELETE FROM {ATTRIBUTE} WHERE execution_id = (SELECT id FROM ex) "
+    "AND key = ANY(%s::varchar[]))"
+)
+
 
 def statement(
     execution_id: uuid.UUID,
@@ -143,20 +166,45 @@ def statement(
         params += _rollback_values(batch.rollback)
     for event in events:
         params += _event_values(event)
-    shape = (record if step is not None else None, batch.rollback is not None, len(events))
+    changed = batch.attributes or {}
+    removed = [key for key, value in changed.items() if value is None]
+    for key, value in changed.items():
+        if value is not None:
+            params += [key, value]
+    if removed:
+        params.append(removed)
+    shape = (
+        record if step is not None else None,
+        batch.rollback is not None,
+        len(events),
+        len(changed) - len(removed),
+        bool(removed),
+    )
     return _text(sets, *shape), params
 
 
 @functools.lru_cache(maxsize=1024)
-def _text(sets: tuple[str, ...], record: RecordWrite | None, rollback: bool, events: int) -> str:
+def _text(
+    sets: tuple[str, ...],
+    record: RecordWrite | None,
+    rollback: bool,
+    events: int,
+    attributes_set: int = 0,
+    attributes_removed: bool = False,
+) -> str:
     """The statement's text for one shape of checkpoint."""
-    pieces = [_UPDATE_RUN.format(sets=", ".join(sets))]
+    created = ", created_at" if attributes_set else ""
+    pieces = [_UPDATE_RUN.format(sets=", ".join(sets), returning=created)]
     if record is not None:
         pieces += RECORD_WRITES[record]
     if rollback:
         pieces.append(_ROLLBACK)
     if events:
         pieces.append(_EVENTS.format(rows=", ".join([_EVENT_ROW] * events)))
+    if attributes_set:
+        pieces.append(_SET_ATTRIBUTES.format(rows=attribute_rows(attributes_set)))
+    if attributes_removed:
+        pieces.append(_REMOVE_ATTRIBUTES)
     returned = f"cancel_requested_at, cancel_reason, {PAUSE_OF_RUN.format(run='ex')}"
     if record is RecordWrite.INSERT_IF_ABSENT:
         returned += ", (SELECT count(*) FROM st)"

@@ -72,6 +72,7 @@ def create_execution(
     cancel_keys: Sequence[tuple[str, str]] = (),
     fork_step: str = "",
     steering: Steering | None = None,
+    attributes: Mapping[str, str] | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -80,7 +81,8 @@ def create_execution(
     of the inputs as given. Raises IdempotencyConflict (and writes nothing) when
     the key is taken. ``cancel_keys`` (event name, key) subscribe the run to the events that
     cancel it (``Meta.cancel_on``), in the same transaction, and so is ``steering`` (the
-    operator's action that started it: a retry) recorded, naming the new run.
+    operator's action that started it: a retry) recorded, naming the new run; ``attributes``
+    (stored text by key: ``Meta.attributes``) are written with the run.
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -134,7 +136,12 @@ def create_execution(
         together = bool(cancel_keys) or steering is not None
         with transaction.atomic(using=using()) if together else contextlib.nullcontext():
             dialect().insert_run(
-                execution, new_event_rows(execution.id, events), dispatch, definition, delay
+                execution,
+                new_event_rows(execution.id, events),
+                dispatch,
+                definition,
+                delay,
+                attributes or {},
             )
             if cancel_keys:
                 subscribe_cancels(execution.id, cancel_keys)

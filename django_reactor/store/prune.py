@@ -13,6 +13,7 @@ from ..models import (
     CancelSubscription,
     Dispatch,
     Execution,
+    ExecutionAttribute,
     ExecutionEvent,
     Interrupt,
     MapChunk,
@@ -35,6 +36,7 @@ _DELETED = (
     Execution,
     StepRecord,
     ExecutionEvent,
+    ExecutionAttribute,
     Interrupt,
     Message,
     CancelSubscription,
@@ -51,6 +53,7 @@ _COVERED = {
     (Execution, "retry_of"),
     (StepRecord, "execution"),
     (ExecutionEvent, "execution"),
+    (ExecutionAttribute, "execution"),
     (Interrupt, "execution"),
     (Message, "execution"),
     (CancelSubscription, "execution"),
@@ -98,9 +101,9 @@ def prune_finished(cutoff: dt.datetime, statuses: Iterable[str], batch_size: int
     oldest first.
 
     Each batch is its own transaction: the runs are selected and locked (rows another process
-    holds are skipped), then deleted with their step records, trace, interrupts, dispatches,
-    maps and child runs; other runs' ``retry_of``, schedules' last run and fires' run that
-    pointed at them become NULL. Where the dialect has it (PostgreSQL), a batch is one
+    holds are skipped), then deleted with their step records, trace, attributes, interrupts,
+    dispatches, maps and child runs; other runs' ``retry_of``, schedules' last run and fires'
+    run that pointed at them become NULL. Where the dialect has it (PostgreSQL), a batch is one
     statement that goes on from where the previous one stopped, unless another model points
     at these tables or listens to their deletion signals: then, as on other databases, Django's
     collector deletes them, applying each foreign key's ``on_delete``. Yields how many

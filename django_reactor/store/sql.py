@@ -27,6 +27,7 @@ from ..models import (
     Definition,
     Dispatch,
     Execution,
+    ExecutionAttribute,
     ExecutionEvent,
     Interrupt,
     MapChunk,
@@ -50,6 +51,7 @@ P = ParamSpec("P")
 EXECUTION = Execution._meta.db_table
 STEP_RECORD = StepRecord._meta.db_table
 EVENT = ExecutionEvent._meta.db_table
+ATTRIBUTE = ExecutionAttribute._meta.db_table
 DISPATCH = Dispatch._meta.db_table
 DEFINITION = Definition._meta.db_table
 MAP_RESULT = MapResult._meta.db_table
@@ -78,6 +80,21 @@ SCHEDULE_FIRE = ScheduleFire._meta.db_table
 LAST_SEQ = f"""SELECT MAX(seq) FROM (
     SELECT seq FROM {EVENT} WHERE execution_id = %(id)s
     UNION ALL SELECT seq FROM {STEP_RECORD} WHERE execution_id = %(id)s AND traced) AS t"""
+
+#: A run's attributes (``{rows}``: ``(%s, %s)`` per key and value) inserted with the run's row,
+#: the data-modifying CTE ``ex`` that returns its id and creation time; ``{on}``: what a key
+#: the run has already does.
+INSERT_ATTRIBUTES = (
+    f"{{name}} AS (INSERT INTO {ATTRIBUTE} (execution_id, key, value, run_created_at) "
+    "SELECT ex.id, v.key, v.value, ex.created_at FROM ex CROSS JOIN (VALUES {rows}) "
+    "AS v(key, value){on})"
+)
+
+
+def attribute_rows(count: int) -> str:
+    """``{rows}`` of :data:`INSERT_ATTRIBUTES` for ``count`` attributes."""
+    return ", ".join(["(%s::varchar, %s::varchar)"] * count)
+
 
 #: The trace entry kind a traced step record (``{r}``: its table's alias and a dot) stands for
 #: (``store.trace``), in SQL.
@@ -483,6 +500,9 @@ dispatches AS (
 map_runs AS (DELETE FROM {MAP_RUN} WHERE id = ANY((SELECT ids FROM maps)::uuid[])),
 records AS (DELETE FROM {STEP_RECORD} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 events AS (DELETE FROM {EVENT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
+attributes AS (
+    DELETE FROM {ATTRIBUTE} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
+),
 interrupts AS (DELETE FROM {INTERRUPT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 messages AS (DELETE FROM {MESSAGE} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 cancels AS (
@@ -525,9 +545,12 @@ def insert_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], ..
 
 
 @functools.cache
-def insert_all(events: int, with_dispatch: bool, with_definition: bool = False) -> str:
-    """A new run's one statement: its execution row, first events, dispatch and (unless kept
-    already) its definition, each a data-modifying CTE; parameters in that order."""
+def insert_all(
+    events: int, with_dispatch: bool, with_definition: bool = False, attributes: int = 0
+) -> str:
+    """A new run's one statement: its execution row, first events, dispatch, (unless kept
+    already) its definition and its ``attributes`` (a key and a value each, with the run's
+    creation time), each a data-modifying CTE; parameters in that order."""
     connection = connections[using()]
     models_named: list[tuple[type[models.Model], str]] = []
     if with_definition:
@@ -542,12 +565,16 @@ def insert_all(events: int, with_dispatch: bool, with_definition: bool = False) 
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
         marks = ", ".join(["%s"] * len(fields))
         returning = " RETURNING id" if name == "dp" else ""
+        if name == "ex" and attributes:
+            returning = " RETURNING id, created_at"
         # A definition is kept once: the first run of each fingerprint writes it.
         conflict = " ON CONFLICT DO NOTHING" if name == "df" else ""
         table = model._meta.db_table
         parts.append(
             f"{name} AS (INSERT INTO {table} ({columns}) VALUES ({marks}){conflict}{returning})"
         )
+    if attributes:
+        parts.append(INSERT_ATTRIBUTES.format(name="at", rows=attribute_rows(attributes), on=""))
     return "WITH " + ", ".join(parts) + (" SELECT id FROM dp" if with_dispatch else " SELECT 1")
 
 

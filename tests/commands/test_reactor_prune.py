@@ -23,6 +23,7 @@ from django_reactor.exceptions import ReactorError
 from django_reactor.models import (
     Dispatch,
     Execution,
+    ExecutionAttribute,
     ExecutionEvent,
     Interrupt,
     MapChunk,
@@ -255,6 +256,9 @@ def everything_of(root: Any, *, days_ago: float = 40) -> dict[str, Any]:
     for run in (root, child.pk):
         StepRecord.objects.create(execution_id=run, step="s", seq=1, status="completed")
         ExecutionEvent.objects.create(execution_id=run, seq=1, kind="run", step="s", at=finished)
+        ExecutionAttribute.objects.create(
+            execution_id=run, key="customer_id", value="42", run_created_at=finished
+        )
     Interrupt.objects.create(execution_id=root, reactor="x.Old", step="approval", status="resumed")
     Message.objects.create(execution_id=root, topic="payment", payload={"amount": 1})
     mapped = MapRun.objects.create(execution_id=child.pk, step="m", batch_size=1, chunk_size=1)
@@ -282,7 +286,15 @@ def test_a_batch_deletes_the_whole_tree_and_unhooks_what_points_at_it(path: str)
     assert json.loads(prune(older_than=30, json=True))["batches"] == [2]
     tree = [*old, made["child"]]
     assert not Execution.objects.filter(pk__in=tree).exists()
-    for model in (StepRecord, ExecutionEvent, Interrupt, Message, Dispatch, MapRun):
+    for model in (
+        StepRecord,
+        ExecutionEvent,
+        ExecutionAttribute,
+        Interrupt,
+        Message,
+        Dispatch,
+        MapRun,
+    ):
         assert not model.objects.filter(execution_id__in=tree).exists(), model
     for model in (MapChunk, MapResult):
         assert not model.objects.filter(map_run_id=made["map"]).exists(), model

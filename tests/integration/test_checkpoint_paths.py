@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from django.db import transaction
+from rest_framework import serializers
 
-from django_reactor import Reactor, Retry, Skip, Step, services, sleep, step, store
-from django_reactor.models import Execution, ExecutionEvent, StepRecord
+from django_reactor import Reactor, Retry, Skip, Step, arg, services, sleep, step, store
+from django_reactor.models import Execution, ExecutionAttribute, ExecutionEvent, StepRecord
 from tests.integration.reactors import FAIL_AT, Tracked
 
 # Transactional: a new step's record is inserted at once in autocommit, and only if there is
@@ -242,3 +243,94 @@ def test_a_step_believed_new_that_has_a_record_is_replaced_as_usual(
     assert journal.commit(JournalBatch(step=write)) is None
     assert len(sent) == 1
     assert "su AS (UPDATE" in sent[0]
+
+
+# ---------------------------------------------------------------------------- attributes
+
+
+class Packs(Step):
+    """Sets an attribute, replaces a declared one's value and removes another declared one."""
+
+    def run(self) -> Any:
+        self.context.set_attribute("stage", "packed")
+        self.context.set_attribute("channel", "phone")
+        self.context.set_attribute("customer_id", None)
+        return "packed"
+
+
+class Ships(Step):
+    def run(self) -> Any:
+        self.context.set_attribute("stage", "shipped")
+        self.context.set_attribute("express", True)
+        if "ships" in FAIL_AT:
+            raise RuntimeError("the carrier is down")
+        return "shipped"
+
+
+class EveryAttributeWrite(Reactor):
+    """Attributes written with the run, set and removed by a step, a park, then set again by
+    the step after it (or not: it fails, and the run is undone)."""
+
+    class Inputs(serializers.Serializer):
+        customer_id = serializers.IntegerField()
+
+    first = step(Tracked)
+    packs = step(Packs, wait_for=["first"])
+    nap = sleep(dt.timedelta(hours=1), after=["packs"])
+    ships = step(Ships, wait_for=["nap"])
+
+    class Meta:
+        attributes = {"customer_id": arg.input("customer_id"), "channel": arg.value("web")}
+
+
+def attribute_rows(execution_id: Any) -> list[tuple[str, str, bool]]:
+    """The run's attributes: key, value, and whether it copies the run's creation time."""
+    created = Execution.objects.get(pk=execution_id).created_at
+    return [
+        (a.key, a.value, a.run_created_at == created)
+        for a in ExecutionAttribute.objects.filter(execution_id=execution_id).order_by("key")
+    ]
+
+
+@pytest.mark.parametrize("fail_last", [False, True], ids=["completes", "fails-and-undoes"])
+def test_the_sql_and_orm_paths_write_the_same_attributes(
+    monkeypatch: pytest.MonkeyPatch, fail_last: bool
+) -> None:
+    sent = statements_sent(monkeypatch)
+
+    def attributes_through(path: str) -> tuple[Any, Any, list[str]]:
+        FAIL_AT.clear()
+        if fail_last:
+            FAIL_AT.add("ships")
+        sent.clear()
+        with through(path):
+            parked = EveryAttributeWrite.run({"customer_id": 42}).execution_id
+            at_park = attribute_rows(parked)
+            store.start_now(parked)
+            services.resume(parked)
+        written = [s for s in sent if "executionattribute" in s]
+        return (at_park, (attribute_rows(parked), rows(parked)), written)
+
+    try:
+        sql_park, sql_end, sql_statements = attributes_through("sql")
+        orm_park, orm_end, orm_statements = attributes_through("orm")
+    finally:
+        FAIL_AT.clear()
+    assert (
+        sql_park
+        == orm_park
+        == [
+            ("channel", "phone", True),
+            ("stage", "packed", True),
+        ]
+    )
+    assert sql_end == orm_end
+    expected = [("channel", "phone", True), ("express", "true", True), ("stage", "shipped", True)]
+    assert sql_end[0] == ([("channel", "phone", True), ("stage", "packed", True)] if fail_last
+                          else expected)  # fmt: skip
+    # PostgreSQL wrote them in the run's insert and in the checkpoints' one statement each: the
+    # insert, the step that set and removed some, and (unless it failed) the one after the park.
+    assert any("at AS (INSERT INTO django_reactor_executionattribute" in s for s in sql_statements)
+    assert any("sa AS (INSERT" in s and "ra AS (DELETE" in s for s in sql_statements)
+    assert len(sql_statements) == (2 if fail_last else 3)
+    assert orm_statements == []

@@ -60,6 +60,8 @@ class StepDone:
     skipped: bool = False
     # What the step published (``context.publish``), stored with its record.
     published: Mapping[str, JSONValue] | None = None
+    # The attributes the step set (``context.set_attribute``; None: removed).
+    attributes: Mapping[str, str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

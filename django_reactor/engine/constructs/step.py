@@ -117,6 +117,7 @@ class PlainStep(Construct):
                     duration_ms=duration,
                     skipped=isinstance(outcome, Skip),
                     published=context.published,
+                    attributes=context.attributes_set,
                 )
             if isinstance(outcome, Halt):
                 return StepHalted(outcome.reason, attempts=attempt, duration_ms=duration)

@@ -8,8 +8,10 @@ from django.core.management.base import CommandError, CommandParser
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from django_reactor import services
+from django_reactor import services, store
 from django_reactor.display import duration_seconds, format_duration, stuck_reason
+from django_reactor.engine.attributes import parse_filter
+from django_reactor.exceptions import InvalidAttribute
 from django_reactor.management.commandtools import (
     ReactorCommand,
     days_ago,
@@ -43,8 +45,9 @@ COLUMNS = (
 class Command(ReactorCommand):
     help = (
         "List stored runs, newest first: id, reactor, status, current step, when it was "
-        "created and how long it took. Narrow the list by reactor, status, age or correlation "
-        "id. Reads only; use reactor_show ID for one run's steps and trace."
+        "created and how long it took. Narrow the list by reactor, status, age, correlation "
+        "id or business attribute. Reads only; use reactor_show ID for one run's steps and "
+        "trace."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -79,6 +82,15 @@ class Command(ReactorCommand):
             metavar="ID",
             help="Only runs with this correlation id (declared by one of their interrupts), "
             "for example refund-42.",
+        )
+        parser.add_argument(
+            "--attr",
+            metavar="KEY=VALUE",
+            action="append",
+            default=[],
+            help="Only runs whose business attribute KEY (Meta.attributes, "
+            "context.set_attribute) is VALUE, for example customer_id=42. Repeat it for runs "
+            "with several attributes.",
         )
         parser.add_argument(
             "--limit",
@@ -127,9 +139,12 @@ class Command(ReactorCommand):
                     )
                 )
             )
+        if options["attr"]:
+            runs = store.with_attributes(runs, self._attributes(options["attr"]))
         limit = options["limit"]
         # One more than shown: tells whether the list was cut, in the same query.
-        rows = list(runs.order_by("-created_at", "-id").values(*COLUMNS)[: limit + 1])
+        newest_first = store.attributes.newest_first(runs)
+        rows = list(runs.order_by(*newest_first).values(*COLUMNS)[: limit + 1])
         more = len(rows) > limit
         rows = rows[:limit]
 
@@ -208,6 +223,21 @@ class Command(ReactorCommand):
                 for run in stuck
             ),
         )
+
+    @staticmethod
+    def _attributes(given: list[str]) -> dict[str, str]:
+        wanted: dict[str, str] = {}
+        for text in given:
+            try:
+                key, value = parse_filter(text, f"--attr {text}")
+            except InvalidAttribute as exc:
+                raise CommandError(str(exc)) from None
+            if key in wanted:
+                raise CommandError(
+                    f"--attr {key}= is given twice; a run has one value per attribute"
+                )
+            wanted[key] = value
+        return wanted
 
     def _reactor(self, name: str) -> str:
         try:

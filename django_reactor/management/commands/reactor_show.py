@@ -29,9 +29,9 @@ from django_reactor.services.health import waiting_warnings
 
 class Command(ReactorCommand):
     help = (
-        "Show one stored run: status, inputs (secrets redacted), each step's status, attempts, "
-        "rollback and result, what it published, the trace, the failure with its traceback, "
-        "rollback failures, who steered it (the steering history), "
+        "Show one stored run: status, business attributes, inputs (secrets redacted), each "
+        "step's status, attempts, rollback and result, what it published, the trace, the "
+        "failure with its traceback, rollback failures, who steered it (the steering history), "
         "the interrupts it waits at, the messages sent to it (unread ones too), and its parent "
         "and child runs. Reads only."
     )
@@ -50,8 +50,8 @@ class Command(ReactorCommand):
         parser.add_argument(
             "--json",
             action="store_true",
-            help="Print the run as one JSON object (id, reactor, status, inputs, steps, "
-            "trace, failure, interrupts, messages, parent_id, children...).",
+            help="Print the run as one JSON object (id, reactor, status, attributes, inputs, "
+            "steps, trace, failure, interrupts, messages, parent_id, children...).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -160,6 +160,7 @@ class Command(ReactorCommand):
             "fork_step": handle.fork_step or None,
             "pause": handle.pause_info,
             "parent_id": str(handle.parent_id) if handle.parent_id else None,
+            "attributes": handle.attributes,
             "inputs": handle.inputs,
             "steps": [
                 {
@@ -275,6 +276,10 @@ class Command(ReactorCommand):
             write(f"parent: {handle.parent_id}")
         if handle.subject:
             write(f"subject: {handle.subject}")
+        attributes = handle.attributes
+        if attributes:
+            pairs = ", ".join(f"{key}={value}" for key, value in attributes.items())
+            write(f"attributes: {pairs}")
         write(f"inputs: {short_json(handle.inputs, 200)}")
         if handle.status == "completed":
             value = displayable(getattr(handle.outcome, "value", None))

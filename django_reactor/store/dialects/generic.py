@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import connections, transaction
@@ -22,6 +22,7 @@ from ...conf import reactor_settings
 from ...engine.journal import JournalBatch
 from ...models import Definition, Execution, ExecutionEvent, MapChunk, StepRecord
 from ...states import MOVING_STATUSES, ExecutionStatus, StepStatus
+from .. import attributes as run_attributes
 from .. import map_orm
 from ..db import using
 from ..map_reads import ChunkClaim, Settled, SlotWrite
@@ -90,15 +91,19 @@ class Dialect:
         dispatch: str | None,
         definition: Definition | None,
         delay: float,
+        attributes: Mapping[str, str],
     ) -> None:
         """Insert a new run with its first events, its dispatch (published ``delay`` seconds
-        on) and its definition (unless kept already), all or nothing; an ``IntegrityError``
-        when a unique key is taken (``executions.create_execution``)."""
+        on), its definition (unless kept already) and its ``attributes`` (stored text by key),
+        all or nothing; an ``IntegrityError`` when a unique key is taken
+        (``executions.create_execution``)."""
         with transaction.atomic(using=using()):
             if definition is not None:
                 Definition.objects.using(using()).bulk_create([definition], ignore_conflicts=True)
             execution.save(force_insert=True, using=using())
             ExecutionEvent.objects.using(using()).bulk_create(events)
+            if attributes:
+                run_attributes.write(execution.id, execution.created_at, attributes)
             if dispatch is not None:
                 queue_dispatch(execution.id, dispatch, delay)
 

@@ -9,7 +9,7 @@ import datetime as dt
 import functools
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import IntegrityError, connections, models, transaction
@@ -58,19 +58,20 @@ class PostgreSQL(Dialect):
         dispatch: str | None,
         definition: Definition | None,
         delay: float,
+        attributes: Mapping[str, str],
     ) -> None:
         """In one statement (``sql.insert_all``): every ``run()`` pays this, and the ORM's
         per-object inserts cost several times the statement. A run that starts later is
         inserted through the ORM (its dispatch may wait for the sweeper)."""
         if delay:
-            super().insert_run(execution, events, dispatch, definition, delay)
+            super().insert_run(execution, events, dispatch, definition, delay, attributes)
             return
         # One statement commits on its own, without BEGIN and COMMIT round trips around it;
         # inside the caller's transaction a savepoint keeps a refused insert from ending that
         # transaction.
         in_transaction = connections[using()].in_atomic_block
         with transaction.atomic(using=using()) if in_transaction else contextlib.nullcontext():
-            _insert_all(execution, events, dispatch, definition)
+            _insert_all(execution, events, dispatch, definition, attributes)
 
     def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
         """In one statement (``sql.CLAIM_FOR_WORKER``), which also returns the run's step
@@ -339,13 +340,14 @@ def _insert_all(
     events: list[ExecutionEvent],
     dispatch: str | None,
     definition: Definition | None,
+    attributes: Mapping[str, str],
 ) -> None:
-    """Insert an execution, its first events, its dispatch and its definition (unless kept
-    already) in one statement.
+    """Insert an execution, its first events, its dispatch, its definition (unless kept
+    already) and its attributes in one statement.
 
     Values are prepared by the model fields themselves, so the columns follow the models; the
-    statement's text depends only on how many events there are, and it is sent prepared like
-    the checkpoint.
+    statement's text depends only on how many events and attributes there are, and it is sent
+    prepared like the checkpoint.
     """
     connection = connections[using()]
     rows: list[models.Model] = [execution, *events]
@@ -355,12 +357,16 @@ def _insert_all(
     if dispatch is not None:
         queued = Dispatch(execution_id=execution.id, reason=dispatch)
         rows.append(queued)
-    statement = sql.insert_all(len(events), queued is not None, definition is not None)
+    statement = sql.insert_all(
+        len(events), queued is not None, definition is not None, len(attributes)
+    )
     params = [
         f.get_db_prep_save(f.pre_save(obj, True), connection)
         for obj in rows
         for f in sql.insert_fields(type(obj))
     ]
+    for key, value in attributes.items():
+        params += [key, value]
     returned = sql.execute(statement, params)
     if queued is not None:
         assert returned is not None
