@@ -412,7 +412,7 @@ def _apply(action: BulkAction, row: BulkOperation, item: Any) -> None:
 def _starter(row: BulkOperation) -> Actor:
     """Who each run's action is recorded as: the operation's starter, from its face, naming
     the operation."""
-    who = f"{row.created_by or 'someone'} (bulk operation {row.id})"
+    who = f"{row.created_by or 'someone'} (bulk operation {str(row.id)[:8]})"
     via = row.created_via if row.created_via in VIA else "python"
     return Actor(who[:MAX_WHO_LENGTH], via)
 

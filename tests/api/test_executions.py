@@ -406,7 +406,7 @@ def test_the_detail_uses_a_bounded_number_of_queries(
     for execution_id in (small, big):
         # The run, its attributes, its interrupts, its messages, its steps, its trace, its
         # maps, the pause that holds it: whatever their number.
-        with django_assert_max_num_queries(7):
+        with django_assert_max_num_queries(8):
             operator.get(detail(execution_id))
         counts.append(_count(operator, detail(execution_id)))
     assert counts[0] == counts[1]

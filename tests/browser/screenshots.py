@@ -28,6 +28,16 @@ It writes, at 1280 px wide, light mode unless said otherwise:
 - ``docs/img/admin-schedule.png``: a schedule's page, its next fires in its time zone and its
   Run now button; ``docs/img/admin-schedule-run-now.png``: what Run now asks first.
 
+- ``docs/img/admin-paused-banner.png``: the overview while a reactor is paused, its banner
+  on top;
+- ``docs/img/admin-fork.png``: the fork page of a completed checkout, forked from its charge
+  (the plan: carried, undone first, run again);
+- ``docs/img/admin-bulk-preview.png``: acting on every failed run of a filtered list, its
+  preview; ``docs/img/admin-bulk-operation.png``: that operation's page once a worker has
+  worked through it;
+- ``docs/img/admin-steering-history.png``: the steering history (who paused, forked,
+  retried, and why).
+
 The tutorial's screenshot of its run (``docs/img/tutorial-identity-run.png``) is taken by the
 tutorial's own test, ``REACTOR_SCREENSHOTS=docs/img pytest tests/docs/test_tutorials.py``.
 
@@ -452,5 +462,46 @@ def test_take_the_list_and_schedule_screenshots(
         page.locator("#reactor-run-now").click()
         page.wait_for_url(f"**/{nightly.id}/run-now/")
         shoot_down_to(page, "#content", OUT / "admin-schedule-run-now.png")
+    finally:
+        context.close()
+
+
+def test_take_the_fleet_screenshots(browser: Any, live_server: Any, operator: Any) -> None:
+    import json as json_module
+
+    from django_reactor import acting_as, services
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    completed = Checkout.run({"order": "A-2001"}).execution_id
+    FAIL.add("charge_card")
+    failed = [Checkout.run({"order": f"A-20{n}"}).execution_id for n in range(10, 16)]
+    FAIL.discard("charge_card")
+    with acting_as("operator (user 1)", via="admin"):
+        services.retry(failed[0], reason="card gateway fixed")
+        services.pause_reactor(RefundReview, reason="refund provider down until 14:00")
+    context = browser.new_context(
+        viewport={"width": 1400, "height": 900}, color_scheme="light", locale="en-US"
+    )
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url)
+        page.goto(live_server.url + reverse("admin:django_reactor_execution_overview"))
+        shoot_down_to(page, "#reactor-health", OUT / "admin-paused-banner.png")
+        fork = reverse("admin:django_reactor_execution_fork", args=[str(completed)])
+        page.goto(live_server.url + fork + "?step=charge_card")
+        shoot_down_to(page, "#content", OUT / "admin-fork.png")
+        bulk = reverse("admin:django_reactor_bulkoperation_new")
+        pairs = json_module.dumps({"reactor": Checkout.definition.name, "status": "failed"})
+        page.goto(live_server.url + bulk + f"?action=retry&filter={pairs}")
+        shoot_down_to(page, "#content", OUT / "admin-bulk-preview.png")
+        page.fill("#id_reason", "card gateway fixed")
+        page.locator("#reactor-bulk-preview input[type=submit]").click()
+        page.wait_for_url("**/bulkoperation/**/change/")
+        operation = page.url.rstrip("/").split("/")[-2]
+        services.run_bulk(operation)  # what the worker does
+        page.reload()
+        shoot_down_to(page, "#content", OUT / "admin-bulk-operation.png")
+        page.goto(live_server.url + reverse("admin:django_reactor_auditentry_changelist"))
+        shoot_down_to(page, "#changelist", OUT / "admin-steering-history.png")
     finally:
         context.close()

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from rest_framework import serializers
 
-from django_reactor import Reactor, interrupt, services, step, store
+from django_reactor import Reactor, arg, interrupt, services, step, store
 from django_reactor.exceptions import ExecutionNotFound, ReactorError
 from django_reactor.models import BulkItem, BulkOperation, Execution, Pause
 from django_reactor.services import RunFilter
@@ -204,7 +205,28 @@ def test_the_operation_and_each_runs_action_are_recorded_as_its_starters() -> No
         (entry,) = services.audit.of_run(run)
         assert (entry.action, entry.who, entry.via, entry.reason) == (
             "retry",
-            f"ops (user 3) (bulk operation {progress.id})",
+            f"ops (user 3) (bulk operation {str(progress.id)[:8]})",
             "admin",
             "fixed",
         )
+
+
+class Tenanted(Reactor):
+    class Inputs(serializers.Serializer):
+        tenant = serializers.CharField()
+
+    one = step(Tracked)
+
+    class Meta:
+        name = "tests.bulk.Tenanted"
+        attributes = {"tenant": arg.input("tenant")}
+
+
+def test_a_filter_by_business_attribute_takes_that_tenants_runs_only() -> None:
+    acme = [Tenanted.run({"tenant": "acme"}).execution_id for _ in range(2)]
+    Tenanted.run({"tenant": "globex"})
+    by_tenant = RunFilter.parse({"attr.tenant": "acme", "status": "completed"})
+    preview = services.preview_bulk("undo", by_tenant)
+    assert preview.count == 2
+    assert {s.execution_id for s in preview.sample} == set(acme)
+    assert preview.as_dict()["filter"] == {"status": ["completed"], "attr.tenant": "acme"}
