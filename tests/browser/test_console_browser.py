@@ -216,7 +216,7 @@ def test_the_coordination_panel_names_who_holds_a_lock(admin_page: Any, live_ser
     backend.acquire_semaphore("semaphore:bank-api", owner, limit=4, ttl=60)
     try:
         admin_page.goto(live_server.url + reverse("admin:django_reactor_execution_changelist"))
-        admin_page.get_by_role("link", name="Coordination").click()
+        admin_page.get_by_role("link", name="Coordination", exact=True).click()
         admin_page.wait_for_url(re.compile(r"/coordination/$"), timeout=TIMEOUT_MS)
 
         lock = admin_page.locator('#reactor-locks tr[data-key="account-7"]')
