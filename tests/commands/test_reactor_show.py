@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from io import StringIO
 from typing import Any
 
@@ -172,7 +171,10 @@ def test_children_and_parent() -> None:
 
 @pytest.mark.parametrize(
     ("execution_id", "message"),
-    [(str(uuid.uuid4()), "no execution with id"), ("not-a-uuid", "is not an execution id")],
+    [
+        ("0f3e2b1c-9a8d-4c7b-8e6f-5d4c3b2a1908", "no execution with id"),
+        ("not-a-uuid", "is not an execution id"),
+    ],
 )
 def test_unknown_and_malformed_ids(execution_id: str, message: str) -> None:
     with pytest.raises(CommandError, match=message):
