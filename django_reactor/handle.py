@@ -210,6 +210,17 @@ class ExecutionHandle:
         return self._row.retry_of_id
 
     @property
+    def queue(self) -> str:
+        """The Celery queue the run's tasks go to (``Meta.queue``, ``run(queue=...)``);
+        ``""`` for the default queue."""
+        return self._row.queue
+
+    @property
+    def priority(self) -> int:
+        """The run's priority, 0 (lowest) to 9 (highest): where runs wait, higher goes first."""
+        return self._row.priority
+
+    @property
     def fork_step(self) -> str:
         """For a fork, the step it ran again from (the steps before it were carried from
         :attr:`retry_of`); ``""`` otherwise."""

@@ -184,6 +184,8 @@ class ExecutionAdmin(
         "correlation_id",
         "definition_hash",
         "attributes",
+        "queue_shown",
+        "priority",
         "created_at",
         "started_at",
         "updated_at",
@@ -219,6 +221,7 @@ class ExecutionAdmin(
             _("Keys"),
             {"fields": ("attributes", "idempotency_key", "correlation_id", "definition_hash")},
         ),
+        (_("Where it waits"), {"fields": ("queue_shown", "priority")}),
         (
             _("Times"),
             {
@@ -253,6 +256,11 @@ class ExecutionAdmin(
     # -- queryset and columns
     def get_changelist(self, request: HttpRequest, **kwargs: object) -> type[ChangeList]:
         return ExecutionChangeList
+
+    @admin.display(description=_("queue"))
+    def queue_shown(self, obj: Execution) -> str:
+        """The run's Celery queue; the default one named as such."""
+        return obj.queue or str(_("the default queue"))
 
     @admin.display(description=_("run"))
     def run(self, obj: Execution) -> str:

@@ -35,6 +35,8 @@ class ExecutionSerializer(serializers.ModelSerializer[Execution]):
             "parent",
             "retry_of",
             "fork_step",
+            "queue",
+            "priority",
             "created_at",
             "started_at",
             "updated_at",

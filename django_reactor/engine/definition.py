@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..exceptions import DefinitionError
-from . import attributes, planner, timevalues
+from . import attributes, planner, routing, timevalues
 from .constructs.compose import ComposeStep
 from .constructs.events import check_cancel_on, check_triggers
 from .constructs.interrupt import InterruptStep
@@ -40,6 +40,8 @@ META_OPTIONS = frozenset(
         "triggers",
         "cancel_on",
         "attributes",
+        "queue",
+        "priority",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -164,6 +166,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
             f'{reactor}.Meta.on_deadline must be "rollback" (fail and roll back) or "halt" '
             f"(stop, nothing rolled back), got {on_deadline!r}"
         )
+    queue, priority = routing.declared(reactor, meta.get("queue"), meta.get("priority"))
     return ReactorDefinition(
         name=name,
         reactor_class=cls,
@@ -184,6 +187,8 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         triggers=triggers,
         cancel_on=cancel_on,
         attributes=declared_attributes,
+        queue=queue,
+        priority=priority,
     )
 
 

@@ -133,6 +133,26 @@ class Execution(models.Model):
             "it re-runs (their results reused, their bodies not run again). Empty for a retry."
         ),
     )
+    queue = models.CharField(
+        _("queue"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "The Celery queue the run's tasks go to (Meta.queue or run(queue=...)); empty for "
+            "the default queue (CELERY_QUEUE)."
+        ),
+    )
+    priority = models.PositiveSmallIntegerField(
+        _("priority"),
+        default=5,
+        db_default=5,
+        help_text=_(
+            "0 (lowest) to 9 (highest), 5 by default (Meta.priority or run(priority=...)): "
+            "where runs wait, higher priorities go first."
+        ),
+    )
     correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
     current_step = models.CharField(_("current step"), max_length=255, blank=True, default="")

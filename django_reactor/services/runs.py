@@ -28,6 +28,7 @@ from ..engine.outcomes import (
     Suspended,
 )
 from ..engine.redaction import redact
+from ..engine.routing import Route
 from ..engine.serialization import decode, encode, printable, shown
 from ..engine.templates import ResolutionScope
 from ..engine.validation import summarise_errors, validate
@@ -69,6 +70,8 @@ def run(
     at: dt.datetime | None = None,
     delay: dt.timedelta | float | None = None,
     deadline: dt.timedelta | dt.datetime | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Outcome:
     """Validate ``inputs`` and run ``reactor`` in this process. See ``Reactor.run``.
 
@@ -82,6 +85,8 @@ def run(
         idempotency_key=idempotency_key,
         all_in_background=False,
         timing=Timing.of(reactor, at=at, delay=delay, deadline=deadline),
+        queue=queue,
+        priority=priority,
     )
 
 
@@ -93,10 +98,14 @@ def _run(
     all_in_background: bool,
     timing: Timing | None = None,
     refuse_invalid: bool = False,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Outcome:
     """``run``, ``run_in_background`` and ``start``: check the call, record invalid inputs (or,
     with ``refuse_invalid``, raise InvalidInputs and write nothing), start (in the reactor's
-    database, ``REACTOR["DATABASE"]``)."""
+    database, ``REACTOR["DATABASE"]``). A bad ``queue`` or ``priority`` raises InvalidRoute
+    before anything is written."""
+    route = reactor.definition.route(queue=queue, priority=priority)
     with on_reactors_database(reactor.definition.name):
         return _run_here(
             reactor,
@@ -105,6 +114,7 @@ def _run(
             all_in_background=all_in_background,
             timing=timing,
             refuse_invalid=refuse_invalid,
+            route=route,
         )
 
 
@@ -116,6 +126,7 @@ def _run_here(
     all_in_background: bool,
     timing: Timing | None,
     refuse_invalid: bool,
+    route: Route,
 ) -> Outcome:
     definition = reactor.definition
     method = "run_in_background" if all_in_background else "run"
@@ -150,6 +161,7 @@ def _run_here(
             failure=error.to_dict(),
             # Found by the attributes its inputs give, however wrong the rest of them are.
             attributes=definition.attributes_of(inputs, strict=False),
+            route=route,
             events=[
                 Event(
                     1, EventKind.FAIL, utcnow(), data={"kind": error.kind, "error": error.message}
@@ -164,6 +176,7 @@ def _run_here(
         idempotency_key=idempotency_key,
         all_in_background=all_in_background,
         timing=timing,
+        route=route,
     )
 
 
@@ -176,9 +189,11 @@ def _start(
     all_in_background: bool = False,
     timing: Timing | None = None,
     steering: Steering | None = None,
+    route: Route | None = None,
 ) -> Outcome:
     """Start a run of ``definition`` with ``stored_inputs``; ``steering``: the operator's
-    action that starts it (a retry), recorded with the new run and on its ``start`` entry."""
+    action that starts it (a retry), recorded with the new run and on its ``start`` entry;
+    ``route``: its queue and priority (None: the reactor's declared ones)."""
     timing = timing or Timing.default(definition)
     first = definition.next_ready(frozenset())
     # A misconfigured coordination backend refuses the run before anything is written.
@@ -225,6 +240,7 @@ def _start(
             else (),
             current_step=first.name if first is not None else "",
             attributes=attributes,
+            route=route or definition.route(),
             events=[
                 Event(
                     1,
@@ -378,6 +394,7 @@ def retry(execution_id: uuid.UUID | str, *, reason: str = "") -> Outcome:
         store.secrets.opened(row.inputs),
         retry_of=row.id,
         steering=steering,
+        route=store.route_of_row(row),
     )
     store.append_event(
         row.id,
@@ -392,6 +409,8 @@ def start(
     inputs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Outcome:
     """Hand a run of ``reactor`` to a worker for a caller outside the project (the API's
     ``POST /reactors/{name}/runs/``); returns ``Dispatched`` at once.
@@ -407,6 +426,8 @@ def start(
         idempotency_key=idempotency_key,
         all_in_background=True,
         refuse_invalid=True,
+        queue=queue,
+        priority=priority,
     )
 
 
@@ -415,6 +436,8 @@ def run_in_background(
     inputs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Outcome:
     """Validate ``inputs`` and hand the whole run to a Celery worker, whatever the reactor's
     ``Meta.background`` says; returns ``Dispatched`` at once.
@@ -424,7 +447,14 @@ def run_in_background(
     when the inputs match, and raises IdempotencyKeyReused otherwise. Inside
     ``transaction.atomic()`` the run is created with your transaction and its task is published
     when it commits. ``reactor`` is the class or its name, as :func:`run` takes it.
+    ``queue`` and ``priority`` override the reactor's ``Meta.queue`` and ``Meta.priority``
+    (InvalidRoute, nothing written, for bad ones).
     """
     return _run(
-        reactor_named(reactor), inputs, idempotency_key=idempotency_key, all_in_background=True
+        reactor_named(reactor),
+        inputs,
+        idempotency_key=idempotency_key,
+        all_in_background=True,
+        queue=queue,
+        priority=priority,
     )

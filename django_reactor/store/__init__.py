@@ -134,6 +134,7 @@ from .reads import (
     last_seq,
     launched_steps,
     parse_id,
+    route_of,
     run_records,
     status_of,
     step_rows,
@@ -141,7 +142,7 @@ from .reads import (
     subject_of,
     unfinished_descendants,
 )
-from .rows import Owned, WorkerClaim
+from .rows import Owned, WorkerClaim, route_of_row
 from .sweep import Rounds, SweepReport, due_now, paused_past_deadline, sweep
 
 __all__ = [
@@ -224,6 +225,8 @@ __all__ = [
     "request_keys",
     "roll_back_on_worker",
     "rotation",
+    "route_of",
+    "route_of_row",
     "run_records",
     "save_coordination_state",
     "schedules",

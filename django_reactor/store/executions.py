@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..engine.journal import Event
+from ..engine.routing import DEFAULT_ROUTE, Route
 from ..exceptions import AlreadyRetried
 from ..models import Definition, Dispatch, Execution, ExecutionEvent, StepRecord
 from ..states import EventKind, ExecutionStatus, StepStatus
@@ -73,6 +74,7 @@ def create_execution(
     fork_step: str = "",
     steering: Steering | None = None,
     attributes: Mapping[str, str] | None = None,
+    route: Route = DEFAULT_ROUTE,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -82,7 +84,8 @@ def create_execution(
     the key is taken. ``cancel_keys`` (event name, key) subscribe the run to the events that
     cancel it (``Meta.cancel_on``), in the same transaction, and so is ``steering`` (the
     operator's action that started it: a retry) recorded, naming the new run; ``attributes``
-    (stored text by key: ``Meta.attributes``) are written with the run.
+    (stored text by key: ``Meta.attributes``) are written with the run; ``route``: where its
+    tasks go and how urgent they are.
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -125,6 +128,8 @@ def create_execution(
         finished_at=now if finished else None,
         wake_at=wake_at,
         deadline_at=deadline_at,
+        queue=route.queue,
+        priority=route.priority,
     )
     # A run that starts later is dispatched with a countdown when that is short enough;
     # otherwise the sweeper dispatches it at its wake-up time.
@@ -166,7 +171,7 @@ def create_execution(
         if holder is None:
             raise
         raise IdempotencyConflict(holder) from None
-    return Owned(execution.id, execution.fence)
+    return Owned(execution.id, execution.fence, route)
 
 
 def inputs_digest(inputs: JSONValue) -> str:

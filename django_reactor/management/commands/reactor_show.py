@@ -10,6 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services, store
 from django_reactor.display import duration_seconds, format_duration, short_json, trace_lines
+from django_reactor.engine.routing import DEFAULT_PRIORITY
 from django_reactor.exceptions import ExecutionNotFound
 from django_reactor.handle import ExecutionHandle
 from django_reactor.management.commandtools import (
@@ -158,6 +159,8 @@ class Command(ReactorCommand):
             "idempotency_key": handle.idempotency_key,
             "retry_of": str(handle.retry_of) if handle.retry_of else None,
             "fork_step": handle.fork_step or None,
+            "queue": handle.queue,
+            "priority": handle.priority,
             "pause": handle.pause_info,
             "parent_id": str(handle.parent_id) if handle.parent_id else None,
             "attributes": handle.attributes,
@@ -272,6 +275,8 @@ class Command(ReactorCommand):
                 write(f"fork of: {handle.retry_of}, from step {handle.fork_step}")
             else:
                 write(f"retry of: {handle.retry_of}")
+        if handle.queue or handle.priority != DEFAULT_PRIORITY:
+            write(f"queue: {handle.queue or 'the default queue'}, priority {handle.priority}")
         if handle.parent_id:
             write(f"parent: {handle.parent_id}")
         if handle.subject:

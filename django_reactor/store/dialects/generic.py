@@ -29,7 +29,7 @@ from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import mark_taken, queue_dispatch
 from ..pauses import pause_for
 from ..reads import get_row, last_seq, run_records
-from ..rows import Owned, WorkerClaim
+from ..rows import Owned, WorkerClaim, route_of_row
 
 Chunk = MapChunk.Status
 
@@ -105,7 +105,7 @@ class Dialect:
             if attributes:
                 run_attributes.write(execution.id, execution.created_at, attributes)
             if dispatch is not None:
-                queue_dispatch(execution.id, dispatch, delay)
+                queue_dispatch(execution.id, dispatch, delay, route=route_of_row(execution))
 
     def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
         """``claims.claim_for_worker``: one conditional update, the run's dispatches marked
@@ -148,7 +148,7 @@ class Dialect:
         if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
             return None
         return WorkerClaim(
-            Owned(execution_id, row.fence),
+            Owned(execution_id, row.fence, route_of_row(row)),
             row,
             run_records(row),
             pause=pause_for(row.reactor, row.id, parent_id=row.parent_id),

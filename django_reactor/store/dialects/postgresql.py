@@ -30,7 +30,7 @@ from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import QueuedDispatch, publish_on_commit
 from ..pauses import pause_request
 from ..reads import run_records
-from ..rows import Owned, WorkerClaim
+from ..rows import Owned, WorkerClaim, route_of_row
 from .generic import Dialect
 
 
@@ -106,7 +106,11 @@ class PostgreSQL(Dialect):
             row, steps=[RecordedStep(**item) for item in _json(steps)], seq=int(seq)
         )
         return WorkerClaim(
-            Owned(execution_id, row.fence), row, records, _json(shape), pause_request(_json(pause))
+            Owned(execution_id, row.fence, route_of_row(row)),
+            row,
+            records,
+            _json(shape),
+            pause_request(_json(pause)),
         )
 
     def checkpoint(
@@ -371,7 +375,9 @@ def _insert_all(
     if queued is not None:
         assert returned is not None
         queued.id = returned[0]
-        publish_on_commit([QueuedDispatch(queued.id, execution.id, 0.0)])
+        publish_on_commit(
+            [QueuedDispatch(queued.id, execution.id, 0.0, route=route_of_row(execution))]
+        )
 
 
 def _json(value: Any) -> Any:
