@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_reactor import Reactor, Step, Success, async_reactor, compose, services, step
+from django_reactor import Reactor, Step, async_reactor, compose, services, step
 from django_reactor.celery import router
 from django_reactor.celery.priorities import _scale_for, broker_priority_scale
 from django_reactor.engine.routing import DEFAULT_ROUTE, Route
@@ -137,9 +137,7 @@ def test_a_bad_queue_or_priority_is_refused_and_nothing_is_written(
         ({"queue": ["a"]}, "Bad.Meta.queue must be a Celery queue name"),
     ],
 )
-def test_a_bad_declaration_is_refused_at_class_definition(
-    meta: dict[str, Any], says: str
-) -> None:
+def test_a_bad_declaration_is_refused_at_class_definition(meta: dict[str, Any], says: str) -> None:
     with pytest.raises(DefinitionError, match=re.escape(says)) as raised:
         type("Bad", (Reactor,), {"only": step(Tracked), "Meta": type("Meta", (), meta)})
     assert isinstance(raised.value, ImproperlyConfigured)

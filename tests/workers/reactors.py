@@ -85,6 +85,17 @@ class Five(Reactor):
         background = "all"
 
 
+class One(Reactor):
+    """One step that does nothing, in the background: a backlog's unit of work."""
+
+    @step()
+    def only() -> Any:
+        return 1
+
+    class Meta:
+        background = "all"
+
+
 class FailsAtFour(Reactor):
     """Three steps, then a failing fourth: the rollback undoes three steps in a worker."""
 
