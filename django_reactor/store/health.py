@@ -176,6 +176,23 @@ def dispatches_not_taken(
     return _capped_count(late, "created_at", cap), oldest
 
 
+def waiting_by_queue(now: dt.datetime, cap: int | None = None) -> tuple[dict[str, int], bool]:
+    """Runs waiting for a worker now (pending, or scheduled and due; nobody owns them) counted
+    by their queue (``""``: the default queue), over the oldest ``cap`` of them; and whether
+    that was all of them (false: the counts are lower bounds)."""
+    waiting = (
+        _runs()
+        .filter(
+            status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
+            lease_owner__isnull=True,
+        )
+        .filter(Q(parent__isnull=True) | Q(detached=True))
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+        .order_by("created_at")
+    )
+    return _grouped(waiting, ["queue"], cap or COUNT_CAP)
+
+
 # ---------------------------------------------------------------------------- per reactor
 
 
