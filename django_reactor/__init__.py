@@ -20,6 +20,7 @@ from .engine.constructs.receive import receive
 from .engine.constructs.sleep import sleep, sleep_until
 from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
+from .engine.flow import Concurrency
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -34,6 +35,7 @@ from .engine.outcomes import (
     Outcome,
     Paused,
     PendingInterrupt,
+    Queued,
     Rescheduled,
     RollbackFailure,
     Scheduled,
@@ -52,6 +54,7 @@ __all__ = [
     "Actor",
     "Cancelled",
     "Completed",
+    "Concurrency",
     "ContinueWith",
     "Dispatched",
     "EmittedEvent",
@@ -67,6 +70,7 @@ __all__ = [
     "Paused",
     "PendingInterrupt",
     "Period",
+    "Queued",
     "RateLimit",
     "Reactor",
     "Rescheduled",

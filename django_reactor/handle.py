@@ -336,7 +336,8 @@ class ExecutionHandle:
         """Wait until the run stops moving by itself, and return its outcome.
 
         A run moves by itself while it is ``pending``, ``running`` or ``rolling_back`` (a
-        worker, or the sweeper, takes it further); ``wait`` returns once it finished (any
+        worker, or the sweeper, takes it further), or ``queued`` behind the runs of its
+        concurrency key; ``wait`` returns once it finished (any
         ending) or paused at an interrupt (a ``Paused`` outcome: it waits for a payload now).
         This handle then shows the run as it stands. ``timeout`` is in seconds (None: no
         limit); past it :class:`~django_reactor.exceptions.WaitTimedOut` is raised, with the
@@ -358,7 +359,7 @@ class ExecutionHandle:
             status = store.status_of(self.id)
             if status is None:
                 raise ExecutionNotFound(f"execution {self.id} no longer exists (pruned?)")
-            if status not in MOVING_STATUSES:
+            if status not in MOVING_STATUSES and status != ExecutionStatus.QUEUED:
                 break
             if deadline is not None:
                 left = deadline - time.monotonic()

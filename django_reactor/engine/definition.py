@@ -16,6 +16,7 @@ from .constructs.interrupt import InterruptStep
 from .constructs.map import MapSpec, MapStep, unsupported_in_element
 from .coordination import OrderedLock, check_declarations
 from .declarations import StepDeclaration, _function_step
+from .flow import check_concurrency
 from .observers import RunObserver
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
@@ -42,6 +43,7 @@ META_OPTIONS = frozenset(
         "attributes",
         "queue",
         "priority",
+        "concurrency",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -189,6 +191,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         attributes=declared_attributes,
         queue=queue,
         priority=priority,
+        concurrency=check_concurrency(meta.get("concurrency"), reactor, input_fields),
     )
 
 

@@ -15,6 +15,7 @@ from .attributes import Declared, resolve
 from .constructs.compose import ComposeStep
 from .constructs.interrupt import InterruptSpec, InterruptStep
 from .coordination import Declaration
+from .flow import Concurrency
 from .redaction import SecretPath
 from .retry import Retry
 from .routing import Route, route_for
@@ -137,6 +138,8 @@ class ReactorDefinition:
     # caller's choice, a parent's, or the default; see ``engine.routing``).
     queue: str | None = None
     priority: int | None = None
+    # Meta.concurrency: how many runs may be in flight per key (``engine.flow``).
+    concurrency: Concurrency | None = None
 
     # Secret paths into the run's value (``Execution.result``): the returned step's, or,
     # without ``Meta.returns``, each step's under its name. Worked out once, with the next.

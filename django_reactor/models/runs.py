@@ -153,6 +153,17 @@ class Execution(models.Model):
             "where runs wait, higher priorities go first."
         ),
     )
+    concurrency_key = models.CharField(
+        _("concurrency key"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "For a reactor with Meta.concurrency: the run's key, which at most the declared "
+            "limit of runs in flight share."
+        ),
+    )
     correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
     current_step = models.CharField(_("current step"), max_length=255, blank=True, default="")
@@ -281,6 +292,23 @@ class Execution(models.Model):
                 condition=Q(
                     status__in=["pending", "scheduled", "rolling_back"], wake_at__isnull=False
                 ),
+            ),
+            # A concurrency key's runs in flight and its queue, in arrival order.
+            models.Index(
+                fields=["reactor", "concurrency_key", "status", "created_at"],
+                name="reactor_exec_flow_idx",
+                condition=Q(
+                    status__in=[
+                        "queued",
+                        "pending",
+                        "scheduled",
+                        "running",
+                        "paused",
+                        "rolling_back",
+                        "suspended",
+                    ]
+                )
+                & ~Q(concurrency_key=""),
             ),
             models.Index(
                 fields=["deadline_at"],
@@ -454,6 +482,7 @@ class Dispatch(models.Model):
         MAP_UNDO = "map_undo", _("Undo map elements")
         ROLLBACK = "rollback", _("Roll back a run an event cancelled")
         UNPAUSE = "unpause", _("Go on after a pause")
+        ADMIT = "admit", _("Admitted by its concurrency key")
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ..reactor import Reactor
 
 
-from . import audit
+from . import audit, flow
 from .audit import check_reason
 from .databases import across_databases, on_reactors_database
 from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
@@ -209,39 +209,26 @@ def _start(
         definition.subject_of(inputs), f"this run of {definition.name}"
     )
     attributes = definition.attributes_of(inputs)
+    key = flow.key_of(definition, inputs)
+    why, cancelled = "", False
+    status = (
+        ExecutionStatus.SCHEDULED
+        if timing.start_at is not None
+        else ExecutionStatus.PENDING
+        if background
+        else ExecutionStatus.SUSPENDED
+        if paused is not None
+        else ExecutionStatus.RUNNING
+    )
     try:
-        owned = store.create_execution(
-            reactor=definition.name,
-            definition_hash=definition.definition_hash,
-            definition_shape=definition.shape,
-            inputs=stored_inputs,
-            secret_paths=definition.input_secret_paths,
-            subject=subject,
-            has_secrets=definition.has_secrets,
-            # A background run is written pending with its dispatch; a worker takes it (a run
-            # that starts later: scheduled, dispatched for its time).
-            status=(
-                ExecutionStatus.SCHEDULED
-                if timing.start_at is not None
-                else ExecutionStatus.PENDING
-                if background
-                else ExecutionStatus.SUSPENDED
-                if paused is not None
-                else ExecutionStatus.RUNNING
-            ),
-            owner=None if background or paused is not None else store.lease_owner_token(),
-            dispatch="start" if background else None,
-            wake_at=timing.start_at,
-            deadline_at=timing.deadline_at,
-            idempotency_key=idempotency_key,
-            retry_of=retry_of,
-            cancel_keys=cancel_keys(definition.cancel_on, ResolutionScope(inputs, {}))
-            if definition.cancel_on
-            else (),
-            current_step=first.name if first is not None else "",
-            attributes=attributes,
-            route=route or definition.route(),
-            events=[
+        # A concurrency key's admissions take its lock in turn: the decision and the new run
+        # are one transaction.
+        with store.flow.admitting(definition.name, key) as state:
+            decision = flow.decide(definition, state)
+            if decision.action == "skip":
+                assert decision.holder is not None
+                return store.outcome_of(store.get_row(decision.holder), replay=True)
+            events = [
                 Event(
                     1,
                     EventKind.START,
@@ -251,10 +238,52 @@ def _start(
                         **(steering.trace_data() if steering is not None else {}),
                     },
                 ),
-                *([] if paused is None else [store.pauses.suspended_at_start(paused, 2)]),
-            ],
-            steering=steering,
-        )
+            ]
+            starts = decision.action == "start"
+            if starts:
+                if paused is not None:
+                    events.append(store.pauses.suspended_at_start(paused, 2))
+            else:
+                why = flow.over_limit(definition, key, decision)
+                cancelled = decision.action == "cancel_newest"
+                status = ExecutionStatus.CANCELLED if cancelled else ExecutionStatus.QUEUED
+                events.append(
+                    Event(
+                        2,
+                        EventKind.CANCEL if cancelled else EventKind.QUEUE,
+                        utcnow(),
+                        data={"reason": why, "key": key},
+                    )
+                )
+            owned = store.create_execution(
+                reactor=definition.name,
+                definition_hash=definition.definition_hash,
+                definition_shape=definition.shape,
+                inputs=stored_inputs,
+                secret_paths=definition.input_secret_paths,
+                subject=subject,
+                has_secrets=definition.has_secrets,
+                # A background run is written pending with its dispatch; a worker takes it (a
+                # run that starts later: scheduled, dispatched for its time; a run over its
+                # key's limit: queued, or cancelled, without one).
+                status=status,
+                owner=store.lease_owner_token() if status == ExecutionStatus.RUNNING else None,
+                dispatch="start" if starts and background else None,
+                wake_at=timing.start_at,
+                deadline_at=timing.deadline_at,
+                idempotency_key=idempotency_key,
+                retry_of=retry_of,
+                cancel_keys=cancel_keys(definition.cancel_on, ResolutionScope(inputs, {}))
+                if definition.cancel_on and status != ExecutionStatus.CANCELLED
+                else (),
+                current_step=first.name if first is not None else "",
+                attributes=attributes,
+                route=route or definition.route(),
+                concurrency_key=key,
+                cancel_reason=why if cancelled else "",
+                events=events,
+                steering=steering,
+            )
     except store.IdempotencyConflict as conflict:
         holder = store.get_row(conflict.execution_id)
         if holder.inputs_digest != store.inputs_digest(stored_inputs):
@@ -267,10 +296,14 @@ def _start(
         return _replay(
             conflict.execution_id, wait=definition.background is None and not all_in_background
         )
-    if definition.coordination:
+    if definition.coordination and status != ExecutionStatus.CANCELLED:
         # Ordered locks order runs by when they are started, wherever they then run.
         with contextlib.suppress(CoordinationUnavailable):  # the run's entry fails closed
             run_coordination.enqueue(definition, owned.execution_id, inputs)
+    if not starts:
+        for holder_id in decision.cancelling:
+            _cancel_superseded(holder_id, owned.execution_id, key)
+        return store.outcome_of(store.get_row(owned.execution_id))
     if timing.start_at is not None:
         return Scheduled(execution_id=owned.execution_id, start_at=timing.start_at)
     if background:
@@ -284,13 +317,27 @@ def _start(
     )
     try:
         with store.LeaseKeeper(owned):
-            return after_pause(executor.run())
+            outcome = after_pause(executor.run())
     except LeaseLost:
         logger.warning(
             "execution %s was taken over by another process; this process stopped",
             owned.execution_id,
         )
         return store.outcome_of(store.get_row(owned.execution_id))
+    flow.ended(definition, key, outcome)
+    return outcome
+
+
+def _cancel_superseded(execution_id: uuid.UUID, newest: uuid.UUID, key: str) -> None:
+    """``cancel_in_progress``: stop a run of ``key`` for the newest one (at once when nobody
+    runs it, else after its current step); the newest is admitted when it ends."""
+    from .steering import cancel
+
+    try:
+        cancel(execution_id, reason=f"superseded by execution {newest} (concurrency key {key!r})")
+    except ReactorError as exc:  # it ended meanwhile: its slot is free anyway
+        logger.info("execution %s was not cancelled for %s: %s", execution_id, newest, exc)
+    flow.ended_run(execution_id)
 
 
 def validated_inputs(

@@ -75,6 +75,8 @@ def create_execution(
     steering: Steering | None = None,
     attributes: Mapping[str, str] | None = None,
     route: Route = DEFAULT_ROUTE,
+    concurrency_key: str = "",
+    cancel_reason: str = "",
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -85,7 +87,9 @@ def create_execution(
     cancel it (``Meta.cancel_on``), in the same transaction, and so is ``steering`` (the
     operator's action that started it: a retry) recorded, naming the new run; ``attributes``
     (stored text by key: ``Meta.attributes``) are written with the run; ``route``: where its
-    tasks go and how urgent they are.
+    tasks go and how urgent they are; ``concurrency_key``: the key it holds (or waits for,
+    ``queued``) under its reactor's ``Meta.concurrency``; ``cancel_reason``: why a run
+    written ``cancelled`` never started.
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -100,6 +104,7 @@ def create_execution(
         ExecutionStatus.PENDING,
         ExecutionStatus.SCHEDULED,
         ExecutionStatus.SUSPENDED,
+        ExecutionStatus.QUEUED,
     )
     execution = Execution(
         reactor=reactor,
@@ -130,6 +135,8 @@ def create_execution(
         deadline_at=deadline_at,
         queue=route.queue,
         priority=route.priority,
+        concurrency_key=concurrency_key,
+        cancel_reason=cancel_reason,
     )
     # A run that starts later is dispatched with a countdown when that is short enough;
     # otherwise the sweeper dispatches it at its wake-up time.

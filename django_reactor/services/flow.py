@@ -1,0 +1,126 @@
+"""Concurrency per key (``Meta.concurrency``) for the services: what a new run's start does
+at its key's limit, and admitting queued runs when runs of their key end.
+
+A run that ends releases its slot simply by ending (the count is read from the runs); what
+needs doing is admitting the next queued runs of its key. The process that ended it does that
+at once (:func:`ended`: a worker, an inline caller, a cancel); the sweeper admits whatever a
+crash left waiting (:func:`admit_waiting`), so a queued run waits at most a sweep interval
+longer than it must.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import registry, store
+from ..engine.coordination import CoordinationKeyError
+from ..engine.outcomes import Outcome
+from ..exceptions import InvalidInputs, ReactorNotRegistered
+from ..states import ExecutionStatus
+
+if TYPE_CHECKING:
+    from ..engine.definition import ReactorDefinition
+
+logger = logging.getLogger("django_reactor.services")
+
+#: The stored key of a reactor whose ``Concurrency`` has no key template: one for all its runs.
+WHOLE_REACTOR = "*"
+
+
+def key_of(definition: ReactorDefinition, inputs: Mapping[str, object]) -> str:
+    """The concurrency key a run of ``definition`` on ``inputs`` holds (``""``: none).
+    InvalidInputs (nothing written) when an input the key names is missing."""
+    declared = definition.concurrency
+    if declared is None:
+        return ""
+    try:
+        return declared.key_of(inputs, definition.name) or WHOLE_REACTOR
+    except CoordinationKeyError as exc:
+        raise InvalidInputs(
+            f"cannot start {definition.name}: {exc}", errors={"non_field_errors": [str(exc)]}
+        ) from None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a start does at its key: ``start``, ``queue``, ``skip`` (to ``holder``'s run),
+    ``cancel_newest``, or ``cancel_in_progress`` (queue, and cancel ``cancelling``)."""
+
+    action: str
+    holder: uuid.UUID | None = None
+    cancelling: tuple[uuid.UUID, ...] = ()
+    in_flight: int = 0
+
+
+def decide(definition: ReactorDefinition, state: store.flow.KeyState | None) -> Decision:
+    """The decision for a new run, from its key's state under the key's lock."""
+    declared = definition.concurrency
+    if declared is None or state is None or state.has_room(declared.limit):
+        return Decision("start")
+    in_flight = len(state.holders)
+    if declared.on_limit == "skip" and state.holders:
+        return Decision("skip", holder=state.holders[-1], in_flight=in_flight)
+    if declared.on_limit == "cancel_newest":
+        return Decision("cancel_newest", in_flight=in_flight)
+    if declared.on_limit == "cancel_in_progress":
+        excess = max(in_flight - declared.limit + 1, 0)
+        return Decision(
+            "cancel_in_progress", cancelling=tuple(state.holders[:excess]), in_flight=in_flight
+        )
+    return Decision("queue", in_flight=in_flight)
+
+
+def over_limit(definition: ReactorDefinition, key: str, decision: Decision) -> str:
+    """Why a run did not start: the sentence its trace, the admin and its outcome show."""
+    declared = definition.concurrency
+    assert declared is not None
+    return (
+        f"concurrency limit of {definition.name}: {decision.in_flight} of {declared.limit} "
+        f"run(s) with key {key!r} in flight"
+    )
+
+
+def ended(definition: ReactorDefinition, key: str, outcome: Outcome | None) -> None:
+    """A process took a run of ``key`` as far as it goes: when it left the key's slot (ended,
+    or stopped holding it), admit the key's next queued runs."""
+    declared = definition.concurrency
+    if declared is None or not key:
+        return
+    if outcome is not None and outcome.status in store.flow.HOLDING:
+        return
+    store.flow.admit_queued(definition.name, key, declared.limit)
+
+
+def ended_run(execution_id: uuid.UUID) -> None:
+    """:func:`ended` for a run known by id (a cancel, an operator's stop)."""
+    row = store.get_row(execution_id)
+    if not row.concurrency_key or row.status in store.flow.HOLDING:
+        return
+    try:
+        definition = registry.get(row.reactor).definition
+    except ReactorNotRegistered:
+        return
+    if row.status != ExecutionStatus.QUEUED:
+        ended(definition, row.concurrency_key, None)
+
+
+def admit_waiting() -> int:
+    """Admit the queued runs whose keys have free slots (the sweeper's backstop for a run that
+    ended where nothing admitted the next); how many were admitted. Keys of reactors this
+    process does not know are left for a process that does."""
+    admitted = 0
+    for reactor, key in store.flow.waiting_keys():
+        try:
+            declared = registry.get(reactor).definition.concurrency
+        except ReactorNotRegistered:
+            continue
+        # A reactor that no longer declares a limit lets them all go.
+        limit = 1 << 30 if declared is None else declared.limit
+        admitted += len(store.flow.admit_queued(reactor, key, limit))
+    if admitted:
+        logger.info("the sweeper admitted %d queued run(s) whose keys had room", admitted)
+    return admitted

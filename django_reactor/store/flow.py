@@ -1,0 +1,174 @@
+"""Concurrency keys in the database: admitting runs of a key up to its limit, queueing the rest
+in arrival order, and admitting them as runs of the key end (``engine.flow``).
+
+Every decision takes the key's row lock (``ConcurrencyKey``) and counts the key's runs in flight
+from the runs themselves (``Execution.concurrency_key``, statuses in :data:`HOLDING`), in the
+same transaction: two starts never both take the last slot, and a process that dies holds its
+slot exactly as long as its run stays in flight (until the run is recovered and ends), with
+no counter to drift.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from ..engine.routing import Route
+from ..models import ConcurrencyKey, Dispatch, Execution, ExecutionEvent
+from ..states import EventKind, ExecutionStatus
+from .db import using
+from .outbox import QueuedDispatch, publish_on_commit
+from .reads import last_seq
+
+#: Statuses of a run that holds its key's slot: created and not ended (nor queued).
+HOLDING = (
+    ExecutionStatus.PENDING,
+    ExecutionStatus.SCHEDULED,
+    ExecutionStatus.RUNNING,
+    ExecutionStatus.PAUSED,
+    ExecutionStatus.ROLLING_BACK,
+    ExecutionStatus.SUSPENDED,
+)
+
+#: How many queued runs one look for waiting keys reads (the sweeper's backstop).
+WAITING_READ = 10_000
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """A key as an admission saw it, under its lock: the runs holding it (oldest first) and
+    whether runs are queued for it."""
+
+    holders: list[uuid.UUID]
+    queued: bool
+
+    def has_room(self, limit: int) -> bool:
+        """A new run may start now: a slot is free and nobody queued before it."""
+        return len(self.holders) < limit and not self.queued
+
+
+def lock_key(reactor: str, key: str) -> None:
+    """Take the key's lock until the current transaction ends (its row is created once)."""
+    rows = ConcurrencyKey.objects.using(using()).filter(reactor=reactor, key=key)
+    if rows.select_for_update().values_list("pk", flat=True).first() is None:
+        ConcurrencyKey.objects.using(using()).bulk_create(
+            [ConcurrencyKey(reactor=reactor, key=key)], ignore_conflicts=True
+        )
+        rows.select_for_update().values_list("pk", flat=True).get()
+
+
+@contextlib.contextmanager
+def admitting(reactor: str, key: str) -> Iterator[KeyState | None]:
+    """A transaction holding ``key``'s lock, with the key's state as the lock found it, for
+    deciding on a new run and writing it; for no key (``""``), no transaction and None."""
+    if not key:
+        yield None
+        return
+    with transaction.atomic(using=using()):
+        lock_key(reactor, key)
+        yield key_state(reactor, key)
+
+
+def key_state(reactor: str, key: str) -> KeyState:
+    """The key's holders and queue; call under :func:`lock_key`."""
+    runs = Execution.objects.using(using()).filter(reactor=reactor, concurrency_key=key)
+    holders = list(
+        runs.filter(status__in=HOLDING).order_by("created_at", "id").values_list("id", flat=True)
+    )
+    queued = runs.filter(status=ExecutionStatus.QUEUED).exists()
+    return KeyState(holders, queued)
+
+
+def admit_queued(reactor: str, key: str, limit: int) -> list[uuid.UUID]:
+    """Admit the key's queued runs, oldest first, into its free slots: each becomes ``pending``
+    with a dispatch (published after the commit) and an ``admit`` entry. Returns their ids."""
+    with transaction.atomic(using=using()):
+        lock_key(reactor, key)
+        runs = Execution.objects.using(using()).filter(reactor=reactor, concurrency_key=key)
+        free = limit - runs.filter(status__in=HOLDING).count()
+        if free <= 0:
+            return []
+        waiting = list(
+            runs.filter(status=ExecutionStatus.QUEUED)
+            .order_by("created_at", "id")
+            .values_list("id", "queue", "priority")[:free]
+        )
+        if not waiting:
+            return []
+        ids = [run for run, _, _ in waiting]
+        now = timezone.now()
+        runs.filter(pk__in=ids, status=ExecutionStatus.QUEUED).update(
+            status=ExecutionStatus.PENDING, handed_off=True, updated_at=now
+        )
+        ExecutionEvent.objects.using(using()).bulk_create(
+            [
+                ExecutionEvent(
+                    execution_id=run,
+                    seq=last_seq(run) + 1,
+                    kind=EventKind.ADMIT,
+                    at=now,
+                    data={"key": key, "limit": limit},
+                )
+                for run in ids
+            ]
+        )
+        rows = Dispatch.objects.using(using()).bulk_create(
+            [Dispatch(execution_id=run, reason=Dispatch.Reason.ADMIT) for run in ids]
+        )
+        routes = {run: Route(queue, priority) for run, queue, priority in waiting}
+        publish_on_commit(
+            [
+                QueuedDispatch(row.id, row.execution_id, route=routes[row.execution_id])
+                for row in rows
+            ]
+        )
+    return ids
+
+
+def waiting_keys(limit: int = WAITING_READ) -> list[tuple[str, str]]:
+    """The (reactor, key) pairs with queued runs, the one whose oldest run waits longest first
+    (over the ``limit`` oldest queued runs)."""
+    seen: dict[tuple[str, str], None] = {}
+    for pair in (
+        Execution.objects.using(using())
+        .filter(status=ExecutionStatus.QUEUED)
+        .order_by("created_at")
+        .values_list("reactor", "concurrency_key")[:limit]
+    ):
+        seen.setdefault(pair, None)
+    return list(seen)
+
+
+@dataclass(frozen=True)
+class KeyFigures:
+    """One concurrency key as the coordination page shows it."""
+
+    reactor: str
+    key: str
+    in_flight: int
+    queued: int
+
+
+def key_figures(reactors: Sequence[str] = (), limit: int = 200) -> list[KeyFigures]:
+    """Keys with runs in flight or queued (of ``reactors``, or all), the most queued first."""
+    runs = Execution.objects.using(using()).exclude(concurrency_key="")
+    if reactors:
+        runs = runs.filter(reactor__in=reactors)
+    rows = (
+        runs.filter(status__in=[*HOLDING, ExecutionStatus.QUEUED])
+        .values("reactor", "concurrency_key")
+        .annotate(
+            in_flight=Count("id", filter=Q(status__in=HOLDING)),
+            queued=Count("id", filter=Q(status=ExecutionStatus.QUEUED)),
+        )
+        .order_by("-queued", "-in_flight", "reactor", "concurrency_key")[:limit]
+    )
+    return [
+        KeyFigures(r["reactor"], r["concurrency_key"], r["in_flight"], r["queued"]) for r in rows
+    ]
