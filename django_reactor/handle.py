@@ -210,6 +210,12 @@ class ExecutionHandle:
         return self._row.retry_of_id
 
     @property
+    def concurrency_key(self) -> str:
+        """The key the run holds (or, ``queued``, waits for) under its reactor's
+        ``Meta.concurrency``; ``""`` for none."""
+        return self._row.concurrency_key
+
+    @property
     def queue(self) -> str:
         """The Celery queue the run's tasks go to (``Meta.queue``, ``run(queue=...)``);
         ``""`` for the default queue."""

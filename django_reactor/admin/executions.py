@@ -186,6 +186,7 @@ class ExecutionAdmin(
         "attributes",
         "queue_shown",
         "priority",
+        "concurrency",
         "created_at",
         "started_at",
         "updated_at",
@@ -221,7 +222,7 @@ class ExecutionAdmin(
             _("Keys"),
             {"fields": ("attributes", "idempotency_key", "correlation_id", "definition_hash")},
         ),
-        (_("Where it waits"), {"fields": ("queue_shown", "priority")}),
+        (_("Where it waits"), {"fields": ("queue_shown", "priority", "concurrency")}),
         (
             _("Times"),
             {
@@ -256,6 +257,16 @@ class ExecutionAdmin(
     # -- queryset and columns
     def get_changelist(self, request: HttpRequest, **kwargs: object) -> type[ChangeList]:
         return ExecutionChangeList
+
+    @admin.display(description=_("concurrency key"))
+    def concurrency(self, obj: Execution) -> str:
+        """The run's concurrency key and, queued, what it waits for."""
+        if not obj.concurrency_key:
+            return "-"
+        if obj.status == ExecutionStatus.QUEUED:
+            detail = services.flow.waiting_detail(obj.reactor, obj.concurrency_key, obj.created_at)
+            return f"{obj.concurrency_key} ({detail})"
+        return obj.concurrency_key
 
     @admin.display(description=_("queue"))
     def queue_shown(self, obj: Execution) -> str:

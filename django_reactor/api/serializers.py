@@ -35,6 +35,7 @@ class ExecutionSerializer(serializers.ModelSerializer[Execution]):
             "parent",
             "retry_of",
             "fork_step",
+            "concurrency_key",
             "queue",
             "priority",
             "created_at",

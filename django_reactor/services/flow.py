@@ -124,3 +124,51 @@ def admit_waiting() -> int:
     if admitted:
         logger.info("the sweeper admitted %d queued run(s) whose keys had room", admitted)
     return admitted
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """A concurrency key for the faces: its reactor, key, runs in flight and queued, and the
+    reactor's declared limit and strategy (None when this process does not know it)."""
+
+    reactor: str
+    key: str
+    in_flight: int
+    queued: int
+    limit: int | None
+    on_limit: str
+
+
+def keys_in_use(limit: int = 200) -> list[KeyRow]:
+    """The concurrency keys with runs in flight or queued, the most queued first."""
+    rows = []
+    for figures in store.flow.key_figures(limit=limit):
+        try:
+            declared = registry.get(figures.reactor).definition.concurrency
+        except ReactorNotRegistered:
+            declared = None
+        rows.append(
+            KeyRow(
+                figures.reactor,
+                figures.key,
+                figures.in_flight,
+                figures.queued,
+                declared.limit if declared is not None else None,
+                declared.on_limit if declared is not None else "",
+            )
+        )
+    return rows
+
+
+def waiting_detail(reactor: str, key: str, created_at: object) -> str:
+    """What a queued run waits for, as its page and ``reactor_show`` say it."""
+    try:
+        declared = registry.get(reactor).definition.concurrency
+    except ReactorNotRegistered:
+        declared = None
+    in_flight, ahead = store.flow.position(reactor, key, created_at)
+    limit = f" of {declared.limit}" if declared is not None else ""
+    return (
+        f"waiting for its concurrency key {key!r}: {in_flight}{limit} run(s) in flight, "
+        f"{ahead} queued ahead of it; it starts when one of them ends"
+    )

@@ -172,3 +172,12 @@ def key_figures(reactors: Sequence[str] = (), limit: int = 200) -> list[KeyFigur
     return [
         KeyFigures(r["reactor"], r["concurrency_key"], r["in_flight"], r["queued"]) for r in rows
     ]
+
+
+def position(reactor: str, key: str, created_at: object) -> tuple[int, int]:
+    """A queued run's place: the key's runs in flight, and the runs queued before it."""
+    runs = Execution.objects.using(using()).filter(reactor=reactor, concurrency_key=key)
+    return (
+        runs.filter(status__in=HOLDING).count(),
+        runs.filter(status=ExecutionStatus.QUEUED, created_at__lt=created_at).count(),
+    )

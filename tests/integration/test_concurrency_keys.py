@@ -301,3 +301,26 @@ def test_concurrent_starts_of_one_key_never_take_more_than_its_slots() -> None:
         Execution.objects.filter(pk__in=ids).order_by("created_at").values_list("status", flat=True)
     )
     assert by_age == ["pending"] * 2 + ["queued"] * 6
+
+
+def test_reactor_show_and_the_api_say_what_a_queued_run_waits_for() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_reactor.api.serializers import ExecutionSerializer
+
+    services.run_in_background(Sync, {"tenant_id": "s"})
+    services.run_in_background(Sync, {"tenant_id": "s"})
+    queued = services.run_in_background(Sync, {"tenant_id": "s"}).execution_id
+    out = StringIO()
+    call_command("reactor_show", str(queued), stdout=out, no_color=True)
+    text = out.getvalue()
+    assert "status: queued" in text or "queued" in text.splitlines()[0]
+    assert "concurrency key: tenant-s" in text
+    assert (
+        "  waiting for its concurrency key 'tenant-s': 2 of 2 run(s) in flight, 0 queued ahead "
+        "of it; it starts when one of them ends"
+    ) in text
+    data = ExecutionSerializer(Execution.objects.get(pk=queued)).data
+    assert (data["status"], data["concurrency_key"]) == ("queued", "tenant-s")

@@ -17,6 +17,7 @@ from typing import Any
 from rest_framework import serializers
 
 from django_reactor import (
+    Concurrency,
     Failed,
     Reactor,
     Retry,
@@ -94,6 +95,21 @@ class One(Reactor):
 
     class Meta:
         background = "all"
+
+
+class KeyedWork(Reactor):
+    """Two steps per run, at most two runs in flight per tenant (the others queue)."""
+
+    class Inputs(serializers.Serializer):
+        tenant = serializers.CharField()
+        n = serializers.IntegerField()
+
+    first = step(Effectful)
+    second = step(Effectful, wait_for=["first"])
+
+    class Meta:
+        background = "all"
+        concurrency = Concurrency(key="{tenant}", limit=2)
 
 
 class FailsAtFour(Reactor):

@@ -26,6 +26,7 @@ from django_reactor.management.commandtools import (
 from django_reactor.models import Execution
 from django_reactor.runtime.maps import displayable
 from django_reactor.services.health import waiting_warnings
+from django_reactor.states import ExecutionStatus
 
 
 class Command(ReactorCommand):
@@ -159,6 +160,7 @@ class Command(ReactorCommand):
             "idempotency_key": handle.idempotency_key,
             "retry_of": str(handle.retry_of) if handle.retry_of else None,
             "fork_step": handle.fork_step or None,
+            "concurrency_key": handle.concurrency_key or None,
             "queue": handle.queue,
             "priority": handle.priority,
             "pause": handle.pause_info,
@@ -275,6 +277,13 @@ class Command(ReactorCommand):
                 write(f"fork of: {handle.retry_of}, from step {handle.fork_step}")
             else:
                 write(f"retry of: {handle.retry_of}")
+        if handle.concurrency_key:
+            write(f"concurrency key: {handle.concurrency_key}")
+            if handle.status == ExecutionStatus.QUEUED:
+                detail = services.flow.waiting_detail(
+                    handle.reactor, handle.concurrency_key, handle.created_at
+                )
+                write(f"  {detail}")
         if handle.queue or handle.priority != DEFAULT_PRIORITY:
             write(f"queue: {handle.queue or 'the default queue'}, priority {handle.priority}")
         if handle.parent_id:
