@@ -1,9 +1,9 @@
-"""Flow control's rows: ``ConcurrencyKey``, one per reactor and concurrency key in use.
+"""Flow control's rows: ``FlowKey``, one per reactor, kind and key in use.
 
-Admitting a run of a key (``Meta.concurrency``) locks the key's row, counts the runs of the key
-in flight and decides, so two starts of one key never both take its last slot. The runs
-themselves carry their key (``Execution.concurrency_key``); the count is read from them, so
-nothing drifts when a process dies. Only :mod:`django_reactor.store.flow` writes them.
+Deciding on a run of a key (``Meta.concurrency``: admitting it or queueing it) locks the key's
+row, reads the runs of the key and decides, so two starts of one key never both take its last
+slot. The runs themselves carry their key (``Execution.concurrency_key``); counts are read from
+them, so nothing drifts when a process dies. Only :mod:`django_reactor.store.flow` writes them.
 """
 
 from __future__ import annotations
@@ -14,18 +14,22 @@ from django.utils.translation import gettext_lazy as _
 from .routing import RoutedManager
 
 
-class ConcurrencyKey(models.Model):
-    """The lock that admissions of one reactor's concurrency key take, in turn."""
+class FlowKey(models.Model):
+    """The lock that decisions on one reactor's key of one kind take, in turn."""
+
+    class Kind(models.TextChoices):
+        CONCURRENCY = "concurrency", _("Concurrency")
 
     id = models.BigAutoField(primary_key=True)
     reactor = models.CharField(
         _("reactor"), max_length=255, help_text=_("Registered name of the reactor.")
     )
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices)
     key = models.CharField(
         _("key"),
         max_length=255,
         blank=True,
-        help_text=_("The run's key (Meta.concurrency's key over its inputs); empty: one key."),
+        help_text=_("The runs' key (over their inputs); '*': one key for every run."),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
@@ -33,11 +37,11 @@ class ConcurrencyKey(models.Model):
 
     class Meta:
         app_label = "django_reactor"
-        verbose_name = _("concurrency key")
-        verbose_name_plural = _("concurrency keys")
+        verbose_name = _("flow key")
+        verbose_name_plural = _("flow keys")
         constraints = [
-            models.UniqueConstraint(fields=["reactor", "key"], name="reactor_concurrency_key_uniq")
+            models.UniqueConstraint(fields=["reactor", "kind", "key"], name="reactor_flow_key_uniq")
         ]
 
     def __str__(self) -> str:
-        return f"{self.reactor} [{self.key}]"
+        return f"{self.reactor} {self.kind} [{self.key}]"

@@ -1,7 +1,7 @@
 """Concurrency keys in the database: admitting runs of a key up to its limit, queueing the rest
 in arrival order, and admitting them as runs of the key end (``engine.flow``).
 
-Every decision takes the key's row lock (``ConcurrencyKey``) and counts the key's runs in flight
+Every decision takes the key's row lock (``FlowKey``) and counts the key's runs in flight
 from the runs themselves (``Execution.concurrency_key``, statuses in :data:`HOLDING`), in the
 same transaction: two starts never both take the last slot, and a process that dies holds its
 slot exactly as long as its run stays in flight (until the run is recovered and ends), with
@@ -20,7 +20,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from ..engine.routing import Route
-from ..models import ConcurrencyKey, Dispatch, Execution, ExecutionEvent
+from ..models import Dispatch, Execution, ExecutionEvent, FlowKey
 from ..states import EventKind, ExecutionStatus
 from .db import using
 from .outbox import QueuedDispatch, publish_on_commit
@@ -55,10 +55,13 @@ class KeyState:
 
 def lock_key(reactor: str, key: str) -> None:
     """Take the key's lock until the current transaction ends (its row is created once)."""
-    rows = ConcurrencyKey.objects.using(using()).filter(reactor=reactor, key=key)
+    rows = FlowKey.objects.using(using()).filter(
+        reactor=reactor, kind=FlowKey.Kind.CONCURRENCY, key=key
+    )
     if rows.select_for_update().values_list("pk", flat=True).first() is None:
-        ConcurrencyKey.objects.using(using()).bulk_create(
-            [ConcurrencyKey(reactor=reactor, key=key)], ignore_conflicts=True
+        FlowKey.objects.using(using()).bulk_create(
+            [FlowKey(reactor=reactor, kind=FlowKey.Kind.CONCURRENCY, key=key)],
+            ignore_conflicts=True,
         )
         rows.select_for_update().values_list("pk", flat=True).get()
 
