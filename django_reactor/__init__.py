@@ -20,7 +20,7 @@ from .engine.constructs.receive import receive
 from .engine.constructs.sleep import sleep, sleep_until
 from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
-from .engine.flow import Concurrency
+from .engine.flow import Concurrency, Throttle
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -82,6 +82,7 @@ __all__ = [
     "Step",
     "StepContext",
     "Success",
+    "Throttle",
     "__version__",
     "acting_as",
     "arg",

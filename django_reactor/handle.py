@@ -216,6 +216,11 @@ class ExecutionHandle:
         return self._row.concurrency_key
 
     @property
+    def throttle_key(self) -> str:
+        """The key the run's start counted under (``Meta.throttle``); ``""`` for none."""
+        return self._row.throttle_key
+
+    @property
     def queue(self) -> str:
         """The Celery queue the run's tasks go to (``Meta.queue``, ``run(queue=...)``);
         ``""`` for the default queue."""

@@ -251,6 +251,7 @@ class EventKind(models.TextChoices):
     # Over its concurrency limit: queued behind the runs in flight with its key, then admitted.
     QUEUE = "queue", _("Queued for its concurrency key")
     ADMIT = "admit", _("Admitted by its concurrency key")
+    THROTTLE = "throttle", _("Delayed by its throttle")
     # An operator's action that changes the run without an entry of its own (wake now, a
     # payload delivered to a paused run): ``data["action"]``, with ``by``, ``via``, ``reason``.
     STEER = "steer", _("Steered")

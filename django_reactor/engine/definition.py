@@ -16,7 +16,7 @@ from .constructs.interrupt import InterruptStep
 from .constructs.map import MapSpec, MapStep, unsupported_in_element
 from .coordination import OrderedLock, check_declarations
 from .declarations import StepDeclaration, _function_step
-from .flow import check_concurrency
+from .flow import check_concurrency, check_throttle
 from .observers import RunObserver
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
@@ -44,6 +44,7 @@ META_OPTIONS = frozenset(
         "queue",
         "priority",
         "concurrency",
+        "throttle",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -192,6 +193,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         queue=queue,
         priority=priority,
         concurrency=check_concurrency(meta.get("concurrency"), reactor, input_fields),
+        throttle=check_throttle(meta.get("throttle"), reactor, input_fields),
     )
 
 

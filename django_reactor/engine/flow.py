@@ -16,7 +16,11 @@ start over the limit does is ``on_limit``:
     The oldest runs in flight with the key are cancelled (rolled back) to make room, and the
     new run is queued until they end (``limit=1``: the newest start wins).
 
-The Django layer (``store.flow``, ``services.flow``) keeps the count in the database.
+``Meta.throttle = Throttle(key="{tenant_id}", limit=100, period=timedelta(minutes=1))``: at
+most ``limit`` runs of a key start within any ``period``; a start over it is delayed (stored
+``scheduled`` for the first time the key has room), never refused nor lost.
+
+The Django layer (``store.flow``, ``services.flow``) keeps the counts in the database.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..exceptions import DefinitionError
+from . import timevalues
 from .coordination import resolve_key
 
-__all__ = ["ON_LIMIT", "Concurrency", "check_concurrency"]
+__all__ = ["ON_LIMIT", "Concurrency", "Throttle", "check_concurrency", "check_throttle"]
 
 ON_LIMIT = ("queue", "skip", "cancel_newest", "cancel_in_progress")
 
@@ -51,6 +56,46 @@ class Concurrency:
         return resolve_key(self.key, inputs, f"{reactor}.Meta.concurrency")
 
 
+@dataclass(frozen=True)
+class Throttle:
+    """At most ``limit`` runs per ``key`` (as :class:`Concurrency`'s) start within any
+    ``period`` (a ``timedelta`` or seconds); a start over it is delayed until the key has room."""
+
+    key: str = ""
+    limit: int = 1
+    period: object = 60.0
+
+    def key_of(self, inputs: Mapping[str, object], reactor: str) -> str:
+        """The key of a run on ``inputs`` (``""`` for the template ``""``)."""
+        if not self.key:
+            return ""
+        return resolve_key(self.key, inputs, f"{reactor}.Meta.throttle")
+
+    @property
+    def seconds(self) -> float:
+        """``period`` in seconds (checked at class definition)."""
+        return timevalues.seconds(self.period, "Throttle(period=...)")
+
+
+def check_throttle(
+    value: object, reactor: str, input_fields: frozenset[str] | None
+) -> Throttle | None:
+    """``Meta.throttle`` checked at class definition; DefinitionError naming the reactor and
+    the field otherwise."""
+    if value is None:
+        return None
+    where = f"{reactor}.Meta.throttle"
+    if not isinstance(value, Throttle):
+        raise DefinitionError(
+            f'{where} must be Throttle(key="{{tenant_id}}", limit=100, '
+            f"period=timedelta(minutes=1)), got {value!r}"
+        )
+    _check_key(value.key, where, reactor, input_fields)
+    _check_limit(value.limit, where, "runs started per period and key")
+    timevalues.declared(value.period, f"{where}.period")
+    return value
+
+
 def check_concurrency(
     value: object, reactor: str, input_fields: frozenset[str] | None
 ) -> Concurrency | None:
@@ -64,38 +109,48 @@ def check_concurrency(
             f'{where} must be Concurrency(key="{{tenant_id}}", limit=5, on_limit="queue"), '
             f"got {value!r}"
         )
-    if not isinstance(value.key, str):
-        raise DefinitionError(
-            f"{where}.key must be a format string over the inputs, such as "
-            f'"{{tenant_id}}" ("" for one key for every run), got {value.key!r}'
-        )
-    try:
-        names = [
-            field for _, field, _, _ in string.Formatter().parse(value.key) if field is not None
-        ]
-    except ValueError as exc:
-        raise DefinitionError(
-            f"{where}.key {value.key!r} is not a valid format string: {exc}"
-        ) from None
-    for name in names:
-        top = name.split(".", 1)[0].split("[", 1)[0]
-        if not top:
-            raise DefinitionError(
-                f'{where}.key {value.key!r} has an empty {{}}: name an input, as in "{{tenant_id}}"'
-            )
-        if input_fields is not None and top not in input_fields:
-            raise DefinitionError(
-                f"{where}.key {value.key!r} names {{{top}}}, which is not an input of "
-                f"{reactor} (inputs: {', '.join(sorted(input_fields)) or 'none'})"
-            )
-    if isinstance(value.limit, bool) or not isinstance(value.limit, int) or value.limit < 1:
-        raise DefinitionError(
-            f"{where}.limit must be a positive whole number (runs in flight per key), got "
-            f"{value.limit!r}"
-        )
+    _check_key(value.key, where, reactor, input_fields)
+    _check_limit(value.limit, where, "runs in flight per key")
     if value.on_limit not in ON_LIMIT:
         raise DefinitionError(
             f"{where}.on_limit must be one of {', '.join(repr(s) for s in ON_LIMIT)}, got "
             f"{value.on_limit!r}"
         )
     return value
+
+
+def _check_limit(limit: object, where: str, what: str) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise DefinitionError(
+            f"{where}.limit must be a positive whole number ({what}), got {limit!r}"
+        )
+
+
+def _check_key(
+    value_key: object, where: str, reactor: str, input_fields: frozenset[str] | None
+) -> None:
+    """A key template: a format string whose fields are inputs of the reactor."""
+    if not isinstance(value_key, str):
+        raise DefinitionError(
+            f"{where}.key must be a format string over the inputs, such as "
+            f'"{{tenant_id}}" ("" for one key for every run), got {value_key!r}'
+        )
+    try:
+        names = [
+            field for _, field, _, _ in string.Formatter().parse(value_key) if field is not None
+        ]
+    except ValueError as exc:
+        raise DefinitionError(
+            f"{where}.key {value_key!r} is not a valid format string: {exc}"
+        ) from None
+    for name in names:
+        top = name.split(".", 1)[0].split("[", 1)[0]
+        if not top:
+            raise DefinitionError(
+                f'{where}.key {value_key!r} has an empty {{}}: name an input, as in "{{tenant_id}}"'
+            )
+        if input_fields is not None and top not in input_fields:
+            raise DefinitionError(
+                f"{where}.key {value_key!r} names {{{top}}}, which is not an input of "
+                f"{reactor} (inputs: {', '.join(sorted(input_fields)) or 'none'})"
+            )

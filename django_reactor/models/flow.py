@@ -19,6 +19,7 @@ class FlowKey(models.Model):
 
     class Kind(models.TextChoices):
         CONCURRENCY = "concurrency", _("Concurrency")
+        THROTTLE = "throttle", _("Throttle")
 
     id = models.BigAutoField(primary_key=True)
     reactor = models.CharField(

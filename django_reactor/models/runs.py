@@ -164,6 +164,23 @@ class Execution(models.Model):
             "limit of runs in flight share."
         ),
     )
+    throttle_key = models.CharField(
+        _("throttle key"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("For a reactor with Meta.throttle: the run's key."),
+    )
+    throttle_slot = models.DateTimeField(
+        _("throttle slot"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "For a reactor with Meta.throttle: the time the run's start counts at (now, or "
+            "later when its key had no room)."
+        ),
+    )
     correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
     current_step = models.CharField(_("current step"), max_length=255, blank=True, default="")
@@ -309,6 +326,12 @@ class Execution(models.Model):
                     ]
                 )
                 & ~Q(concurrency_key=""),
+            ),
+            # A throttle key's latest starts.
+            models.Index(
+                fields=["reactor", "throttle_key", "throttle_slot"],
+                name="reactor_exec_throttle_idx",
+                condition=~Q(throttle_key=""),
             ),
             models.Index(
                 fields=["deadline_at"],

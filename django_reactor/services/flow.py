@@ -10,13 +10,15 @@ longer than it must.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import registry, store
+from ..display import format_duration
 from ..engine.coordination import CoordinationKeyError
 from ..engine.outcomes import Outcome
 from ..exceptions import InvalidInputs, ReactorNotRegistered
@@ -81,6 +83,16 @@ def over_limit(definition: ReactorDefinition, key: str, decision: Decision) -> s
     return (
         f"concurrency limit of {definition.name}: {decision.in_flight} of {declared.limit} "
         f"run(s) with key {key!r} in flight"
+    )
+
+
+def throttled(definition: ReactorDefinition, key: str) -> str:
+    """Why a run was delayed: the sentence its trace and pages show."""
+    declared = definition.throttle
+    assert declared is not None
+    return (
+        f"throttle of {definition.name}: {declared.limit} start(s) per "
+        f"{format_duration(declared.seconds)} with key {key!r}"
     )
 
 
@@ -172,3 +184,32 @@ def waiting_detail(reactor: str, key: str, created_at: object) -> str:
         f"waiting for its concurrency key {key!r}: {in_flight}{limit} run(s) in flight, "
         f"{ahead} queued ahead of it; it starts when one of them ends"
     )
+
+
+def throttle_key_of(definition: ReactorDefinition, inputs: Mapping[str, object]) -> str:
+    """The throttle key a run of ``definition`` on ``inputs`` counts under (``""``: none).
+    InvalidInputs (nothing written) when an input the key names is missing."""
+    declared = definition.throttle
+    if declared is None:
+        return ""
+    try:
+        return declared.key_of(inputs, definition.name) or WHOLE_REACTOR
+    except CoordinationKeyError as exc:
+        raise InvalidInputs(
+            f"cannot start {definition.name}: {exc}", errors={"non_field_errors": [str(exc)]}
+        ) from None
+
+
+def throttle_slot(
+    definition: ReactorDefinition, latest: Sequence[dt.datetime], wanted: dt.datetime
+) -> dt.datetime:
+    """When a run that wants to start at ``wanted`` may start under its throttle, given its
+    key's ``latest`` start slots (newest first, at most ``limit``): at ``wanted`` while fewer
+    than ``limit`` started within a period before it, else a period after the oldest of them.
+    Slots are handed out in order under the key's lock, so no period holds more than
+    ``limit`` starts."""
+    declared = definition.throttle
+    assert declared is not None
+    if len(latest) < declared.limit:
+        return wanted
+    return max(wanted, latest[declared.limit - 1] + dt.timedelta(seconds=declared.seconds))

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from django.utils import timezone
+
 from .. import registry, store
 from ..conf import reactor_settings
 from ..coordination import coordinator as run_coordination
@@ -210,6 +212,7 @@ def _start(
     )
     attributes = definition.attributes_of(inputs)
     key = flow.key_of(definition, inputs)
+    throttle_key = flow.throttle_key_of(definition, inputs)
     why, cancelled = "", False
     status = (
         ExecutionStatus.SCHEDULED
@@ -221,10 +224,15 @@ def _start(
         else ExecutionStatus.RUNNING
     )
     try:
-        # A concurrency key's admissions take its lock in turn: the decision and the new run
-        # are one transaction.
-        with store.flow.admitting(definition.name, key) as state:
-            decision = flow.decide(definition, state)
+        # A key's decisions take its lock in turn: the decision and the new run are one
+        # transaction.
+        with store.flow.deciding(
+            definition.name,
+            concurrency_key=key,
+            throttle_key=throttle_key,
+            throttle_limit=definition.throttle.limit if definition.throttle else 0,
+        ) as seen:
+            decision = flow.decide(definition, seen.concurrency)
             if decision.action == "skip":
                 assert decision.holder is not None
                 return store.outcome_of(store.get_row(decision.holder), replay=True)
@@ -240,6 +248,26 @@ def _start(
                 ),
             ]
             starts = decision.action == "start"
+            start_at = timing.start_at
+            if starts and seen.throttle_slots is not None:
+                wanted = start_at or timezone.now()
+                slot = flow.throttle_slot(definition, seen.throttle_slots, wanted)
+                if slot > wanted:
+                    # Over the throttle: a worker starts it when its key has room.
+                    start_at, background, paused = slot, True, None
+                    status = ExecutionStatus.SCHEDULED
+                    events.append(
+                        Event(
+                            len(events) + 1,
+                            EventKind.THROTTLE,
+                            utcnow(),
+                            data={
+                                "key": throttle_key,
+                                "start_at": slot.isoformat(),
+                                "reason": flow.throttled(definition, throttle_key),
+                            },
+                        )
+                    )
             if starts:
                 if paused is not None:
                     events.append(store.pauses.suspended_at_start(paused, 2))
@@ -269,7 +297,7 @@ def _start(
                 status=status,
                 owner=store.lease_owner_token() if status == ExecutionStatus.RUNNING else None,
                 dispatch="start" if starts and background else None,
-                wake_at=timing.start_at,
+                wake_at=start_at,
                 deadline_at=timing.deadline_at,
                 idempotency_key=idempotency_key,
                 retry_of=retry_of,
@@ -280,6 +308,8 @@ def _start(
                 attributes=attributes,
                 route=route or definition.route(),
                 concurrency_key=key,
+                throttle_key=throttle_key,
+                throttle_slot=(start_at or timezone.now()) if throttle_key and starts else None,
                 cancel_reason=why if cancelled else "",
                 events=events,
                 steering=steering,
@@ -304,8 +334,8 @@ def _start(
         for holder_id in decision.cancelling:
             _cancel_superseded(holder_id, owned.execution_id, key)
         return store.outcome_of(store.get_row(owned.execution_id))
-    if timing.start_at is not None:
-        return Scheduled(execution_id=owned.execution_id, start_at=timing.start_at)
+    if start_at is not None:
+        return Scheduled(execution_id=owned.execution_id, start_at=start_at)
     if background:
         return Dispatched(execution_id=owned.execution_id)
     if paused is not None:

@@ -77,6 +77,8 @@ def create_execution(
     route: Route = DEFAULT_ROUTE,
     concurrency_key: str = "",
     cancel_reason: str = "",
+    throttle_key: str = "",
+    throttle_slot: dt.datetime | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -89,7 +91,8 @@ def create_execution(
     (stored text by key: ``Meta.attributes``) are written with the run; ``route``: where its
     tasks go and how urgent they are; ``concurrency_key``: the key it holds (or waits for,
     ``queued``) under its reactor's ``Meta.concurrency``; ``cancel_reason``: why a run
-    written ``cancelled`` never started.
+    written ``cancelled`` never started; ``throttle_key`` and ``throttle_slot``: the key its
+    start counts under (``Meta.throttle``) and the time it counts at.
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -137,6 +140,8 @@ def create_execution(
         priority=route.priority,
         concurrency_key=concurrency_key,
         cancel_reason=cancel_reason,
+        throttle_key=throttle_key,
+        throttle_slot=throttle_slot,
     )
     # A run that starts later is dispatched with a countdown when that is short enough;
     # otherwise the sweeper dispatches it at its wake-up time.

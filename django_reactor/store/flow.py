@@ -11,6 +11,7 @@ no counter to drift.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -53,29 +54,51 @@ class KeyState:
         return len(self.holders) < limit and not self.queued
 
 
-def lock_key(reactor: str, key: str) -> None:
+def lock_key(reactor: str, key: str, kind: str = FlowKey.Kind.CONCURRENCY) -> None:
     """Take the key's lock until the current transaction ends (its row is created once)."""
-    rows = FlowKey.objects.using(using()).filter(
-        reactor=reactor, kind=FlowKey.Kind.CONCURRENCY, key=key
-    )
+    rows = FlowKey.objects.using(using()).filter(reactor=reactor, kind=kind, key=key)
     if rows.select_for_update().values_list("pk", flat=True).first() is None:
         FlowKey.objects.using(using()).bulk_create(
-            [FlowKey(reactor=reactor, kind=FlowKey.Kind.CONCURRENCY, key=key)],
-            ignore_conflicts=True,
+            [FlowKey(reactor=reactor, kind=kind, key=key)], ignore_conflicts=True
         )
         rows.select_for_update().values_list("pk", flat=True).get()
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A new run's keys as their locks found them: its concurrency key's state, and its
+    throttle key's latest start slots, newest first (None: the run has no such key)."""
+
+    concurrency: KeyState | None = None
+    throttle_slots: list[dt.datetime] | None = None
+
+
 @contextlib.contextmanager
-def admitting(reactor: str, key: str) -> Iterator[KeyState | None]:
-    """A transaction holding ``key``'s lock, with the key's state as the lock found it, for
-    deciding on a new run and writing it; for no key (``""``), no transaction and None."""
-    if not key:
-        yield None
+def deciding(
+    reactor: str, *, concurrency_key: str = "", throttle_key: str = "", throttle_limit: int = 0
+) -> Iterator[Seen]:
+    """A transaction holding the new run's key locks (the concurrency key's first, so two
+    starts never wait for each other's), with what they found, for deciding on the run and
+    writing it in it; no transaction for a run without keys."""
+    if not concurrency_key and not throttle_key:
+        yield Seen()
         return
     with transaction.atomic(using=using()):
-        lock_key(reactor, key)
-        yield key_state(reactor, key)
+        state = slots = None
+        if concurrency_key:
+            lock_key(reactor, concurrency_key)
+            state = key_state(reactor, concurrency_key)
+        if throttle_key:
+            lock_key(reactor, throttle_key, FlowKey.Kind.THROTTLE)
+            slots = [
+                slot
+                for slot in Execution.objects.using(using())
+                .filter(reactor=reactor, throttle_key=throttle_key, throttle_slot__isnull=False)
+                .order_by("-throttle_slot")
+                .values_list("throttle_slot", flat=True)[:throttle_limit]
+                if slot is not None
+            ]
+        yield Seen(state, slots)
 
 
 def key_state(reactor: str, key: str) -> KeyState:

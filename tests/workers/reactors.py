@@ -23,6 +23,7 @@ from django_reactor import (
     Retry,
     Step,
     Success,
+    Throttle,
     arg,
     async_reactor,
     async_step,
@@ -110,6 +111,19 @@ class KeyedWork(Reactor):
     class Meta:
         background = "all"
         concurrency = Concurrency(key="{tenant}", limit=2)
+
+
+class ThrottledWork(Reactor):
+    """One step; at most two runs per tenant start within any second (the others wait)."""
+
+    class Inputs(serializers.Serializer):
+        tenant = serializers.CharField()
+
+    only = step(Effectful)
+
+    class Meta:
+        background = "all"
+        throttle = Throttle(key="{tenant}", limit=2, period=1.0)
 
 
 class FailsAtFour(Reactor):

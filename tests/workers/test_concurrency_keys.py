@@ -19,7 +19,7 @@ from django_reactor.store.flow import HOLDING
 from testproject.example.models import Effect
 from tests.workers.conftest import _process_env
 from tests.workers.harness import start_sweeper, stop_process, wait_until
-from tests.workers.reactors import KeyedWork
+from tests.workers.reactors import KeyedWork, ThrottledWork
 
 LIMIT = 2
 RUNS = {"acme": 12, "zeta": 6}
@@ -113,3 +113,22 @@ def test_a_key_never_has_more_than_its_limit_in_flight_while_processes_die(
         ]
         assert len(admitted) == RUNS[tenant] - LIMIT
         assert admitted == sorted(admitted)
+
+
+def test_throttled_runs_all_complete_none_before_its_slot(start_worker: Any) -> None:
+    start_worker()
+    ids = [
+        services.run_in_background(ThrottledWork, {"tenant": "t"}).execution_id for _ in range(6)
+    ]
+    wait_until(
+        lambda: (
+            Execution.objects.filter(pk__in=ids, status=ExecutionStatus.COMPLETED).count()
+            == len(ids)
+        ),
+        timeout=60,
+        what="every throttled run to complete",
+    )
+    rows = list(Execution.objects.filter(pk__in=ids).order_by("throttle_slot"))
+    slots = [r.throttle_slot for r in rows]
+    assert all(r.started_at >= r.throttle_slot for r in rows)  # type: ignore[operator]
+    assert all((b - a).total_seconds() >= 1.0 for a, b in zip(slots, slots[2:], strict=False))  # type: ignore[operator]

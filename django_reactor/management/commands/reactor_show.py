@@ -161,6 +161,7 @@ class Command(ReactorCommand):
             "retry_of": str(handle.retry_of) if handle.retry_of else None,
             "fork_step": handle.fork_step or None,
             "concurrency_key": handle.concurrency_key or None,
+            "throttle_key": handle.throttle_key or None,
             "queue": handle.queue,
             "priority": handle.priority,
             "pause": handle.pause_info,
@@ -284,6 +285,8 @@ class Command(ReactorCommand):
                     handle.reactor, handle.concurrency_key, handle.created_at
                 )
                 write(f"  {detail}")
+        if handle.throttle_key:
+            write(f"throttle key: {handle.throttle_key}")
         if handle.queue or handle.priority != DEFAULT_PRIORITY:
             write(f"queue: {handle.queue or 'the default queue'}, priority {handle.priority}")
         if handle.parent_id:
