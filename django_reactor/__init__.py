@@ -20,7 +20,7 @@ from .engine.constructs.receive import receive
 from .engine.constructs.sleep import sleep, sleep_until
 from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
-from .engine.flow import Concurrency, Throttle
+from .engine.flow import Concurrency, Debounce, Throttle
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -56,6 +56,7 @@ __all__ = [
     "Completed",
     "Concurrency",
     "ContinueWith",
+    "Debounce",
     "Dispatched",
     "EmittedEvent",
     "ErrorInfo",

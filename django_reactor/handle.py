@@ -216,6 +216,12 @@ class ExecutionHandle:
         return self._row.concurrency_key
 
     @property
+    def debounce_key(self) -> str:
+        """The key whose starts collapse into the run while it waits (``Meta.debounce``);
+        ``""`` for none."""
+        return self._row.debounce_key
+
+    @property
     def throttle_key(self) -> str:
         """The key the run's start counted under (``Meta.throttle``); ``""`` for none."""
         return self._row.throttle_key

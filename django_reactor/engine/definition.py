@@ -16,7 +16,7 @@ from .constructs.interrupt import InterruptStep
 from .constructs.map import MapSpec, MapStep, unsupported_in_element
 from .coordination import OrderedLock, check_declarations
 from .declarations import StepDeclaration, _function_step
-from .flow import check_concurrency, check_throttle
+from .flow import Debounce, check_concurrency, check_debounce, check_throttle
 from .observers import RunObserver
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
@@ -45,6 +45,7 @@ META_OPTIONS = frozenset(
         "priority",
         "concurrency",
         "throttle",
+        "debounce",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -194,7 +195,22 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         priority=priority,
         concurrency=check_concurrency(meta.get("concurrency"), reactor, input_fields),
         throttle=check_throttle(meta.get("throttle"), reactor, input_fields),
+        debounce=_debounce(reactor, meta, input_fields),
     )
+
+
+def _debounce(
+    reactor: str, meta: Mapping[str, Any], input_fields: frozenset[str] | None
+) -> Debounce | None:
+    """``Meta.debounce``, which a throttle cannot share a reactor with: a debounced run's start
+    time is its key's quiet time, not a throttle's slot."""
+    debounce = check_debounce(meta.get("debounce"), reactor, input_fields)
+    if debounce is not None and meta.get("throttle") is not None:
+        raise DefinitionError(
+            f"{reactor}.Meta declares both debounce and throttle: a debounced run starts when "
+            "its key is quiet, which a throttle cannot delay further. Keep one of them"
+        )
+    return debounce
 
 
 def _subject(reactor: str, option: object, input_fields: frozenset[str] | None) -> InputRef | None:

@@ -20,6 +20,11 @@ start over the limit does is ``on_limit``:
 most ``limit`` runs of a key start within any ``period``; a start over it is delayed (stored
 ``scheduled`` for the first time the key has room), never refused nor lost.
 
+``Meta.debounce = Debounce(key="{user_id}", period=timedelta(seconds=30), max_wait=...)``:
+starts of a key within ``period`` of each other collapse into one run, with the last call's
+inputs, started once the key has been quiet for ``period`` (or ``max_wait`` after the first
+call); every collapsed call returns that run.
+
 The Django layer (``store.flow``, ``services.flow``) keeps the counts in the database.
 """
 
@@ -33,7 +38,15 @@ from ..exceptions import DefinitionError
 from . import timevalues
 from .coordination import resolve_key
 
-__all__ = ["ON_LIMIT", "Concurrency", "Throttle", "check_concurrency", "check_throttle"]
+__all__ = [
+    "ON_LIMIT",
+    "Concurrency",
+    "Debounce",
+    "Throttle",
+    "check_concurrency",
+    "check_debounce",
+    "check_throttle",
+]
 
 ON_LIMIT = ("queue", "skip", "cancel_newest", "cancel_in_progress")
 
@@ -75,6 +88,60 @@ class Throttle:
     def seconds(self) -> float:
         """``period`` in seconds (checked at class definition)."""
         return timevalues.seconds(self.period, "Throttle(period=...)")
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """Starts of a ``key`` (as :class:`Concurrency`'s) within ``period`` of each other collapse
+    into one run with the last inputs, started when the key is quiet for ``period``, or at the
+    latest ``max_wait`` after the first start (None: no bound)."""
+
+    key: str = ""
+    period: object = 30.0
+    max_wait: object = None
+
+    def key_of(self, inputs: Mapping[str, object], reactor: str) -> str:
+        """The key of a run on ``inputs`` (``""`` for the template ``""``)."""
+        if not self.key:
+            return ""
+        return resolve_key(self.key, inputs, f"{reactor}.Meta.debounce")
+
+    @property
+    def seconds(self) -> float:
+        """``period`` in seconds (checked at class definition)."""
+        return timevalues.seconds(self.period, "Debounce(period=...)")
+
+    @property
+    def max_wait_seconds(self) -> float | None:
+        """``max_wait`` in seconds, None for no bound."""
+        if self.max_wait is None:
+            return None
+        return timevalues.seconds(self.max_wait, "Debounce(max_wait=...)")
+
+
+def check_debounce(
+    value: object, reactor: str, input_fields: frozenset[str] | None
+) -> Debounce | None:
+    """``Meta.debounce`` checked at class definition; DefinitionError naming the reactor and
+    the field otherwise."""
+    if value is None:
+        return None
+    where = f"{reactor}.Meta.debounce"
+    if not isinstance(value, Debounce):
+        raise DefinitionError(
+            f'{where} must be Debounce(key="{{user_id}}", period=timedelta(seconds=30)), '
+            f"got {value!r}"
+        )
+    _check_key(value.key, where, reactor, input_fields)
+    period = timevalues.declared(value.period, f"{where}.period")
+    if value.max_wait is not None:
+        longest = timevalues.declared(value.max_wait, f"{where}.max_wait")
+        if longest < period:
+            raise DefinitionError(
+                f"{where}.max_wait ({longest} s) is shorter than its period ({period} s): a "
+                "run would start before its key could be quiet; make it at least the period"
+            )
+    return value
 
 
 def check_throttle(

@@ -20,6 +20,7 @@ class FlowKey(models.Model):
     class Kind(models.TextChoices):
         CONCURRENCY = "concurrency", _("Concurrency")
         THROTTLE = "throttle", _("Throttle")
+        DEBOUNCE = "debounce", _("Debounce")
 
     id = models.BigAutoField(primary_key=True)
     reactor = models.CharField(

@@ -181,6 +181,26 @@ class Execution(models.Model):
             "later when its key had no room)."
         ),
     )
+    debounce_key = models.CharField(
+        _("debounce key"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "For a reactor with Meta.debounce: the key whose starts collapse into this run "
+            "while it waits to start."
+        ),
+    )
+    debounce_latest = models.DateTimeField(
+        _("debounce latest start"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "For a debounced run with max_wait: the latest it starts, however often its key "
+            "is started again."
+        ),
+    )
     correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
     current_step = models.CharField(_("current step"), max_length=255, blank=True, default="")
@@ -326,6 +346,12 @@ class Execution(models.Model):
                     ]
                 )
                 & ~Q(concurrency_key=""),
+            ),
+            # A debounce key's run waiting to start.
+            models.Index(
+                fields=["reactor", "debounce_key"],
+                name="reactor_exec_debounce_idx",
+                condition=Q(status="scheduled") & ~Q(debounce_key=""),
             ),
             # A throttle key's latest starts.
             models.Index(

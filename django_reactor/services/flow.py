@@ -98,12 +98,27 @@ def throttled(definition: ReactorDefinition, key: str) -> str:
 
 def ended(definition: ReactorDefinition, key: str, outcome: Outcome | None) -> None:
     """A process took a run of ``key`` as far as it goes: when it left the key's slot (ended,
-    or stopped holding it), admit the key's next queued runs."""
+    or stopped holding it), admit the key's next queued runs.
+
+    Whether any are queued is read without the key's lock, after the run's end committed: a
+    start that counted the run as in flight before that commit and queued itself admits
+    itself once it has committed (:func:`queued_start`), when it sees the slot free. One of
+    the two always sees the other, and an uncontended run pays one read, no lock.
+    """
     declared = definition.concurrency
     if declared is None or not key:
         return
     if outcome is not None and outcome.status in store.flow.HOLDING:
         return
+    if store.flow.has_queued(definition.name, key):
+        store.flow.admit_queued(definition.name, key, declared.limit)
+
+
+def queued_start(definition: ReactorDefinition, key: str) -> None:
+    """A start was queued and has committed: if a run of its key ended meanwhile (and, not
+    seeing it queued yet, admitted nobody), take the free slot now."""
+    declared = definition.concurrency
+    assert declared is not None
     store.flow.admit_queued(definition.name, key, declared.limit)
 
 
@@ -213,3 +228,33 @@ def throttle_slot(
     if len(latest) < declared.limit:
         return wanted
     return max(wanted, latest[declared.limit - 1] + dt.timedelta(seconds=declared.seconds))
+
+
+def debounce_key_of(definition: ReactorDefinition, inputs: Mapping[str, object]) -> str:
+    """The debounce key a run of ``definition`` on ``inputs`` collapses under (``""``: none).
+    InvalidInputs (nothing written) when an input the key names is missing."""
+    declared = definition.debounce
+    if declared is None:
+        return ""
+    try:
+        return declared.key_of(inputs, definition.name) or WHOLE_REACTOR
+    except CoordinationKeyError as exc:
+        raise InvalidInputs(
+            f"cannot start {definition.name}: {exc}", errors={"non_field_errors": [str(exc)]}
+        ) from None
+
+
+def debounce_start(
+    definition: ReactorDefinition, now: dt.datetime, latest: dt.datetime | None
+) -> tuple[dt.datetime, dt.datetime | None]:
+    """When a debounced run starts after a call at ``now``: a period later, but not after
+    ``latest`` (its first call's ``max_wait``; None: computed for a first call). Returns the
+    start and the latest start to keep."""
+    declared = definition.debounce
+    assert declared is not None
+    if latest is None and declared.max_wait_seconds is not None:
+        latest = now + dt.timedelta(seconds=declared.max_wait_seconds)
+    start = now + dt.timedelta(seconds=declared.seconds)
+    if latest is not None:
+        start = min(start, latest)
+    return start, latest

@@ -213,6 +213,7 @@ def _start(
     attributes = definition.attributes_of(inputs)
     key = flow.key_of(definition, inputs)
     throttle_key = flow.throttle_key_of(definition, inputs)
+    debounce_key = flow.debounce_key_of(definition, inputs)
     why, cancelled = "", False
     status = (
         ExecutionStatus.SCHEDULED
@@ -231,7 +232,27 @@ def _start(
             concurrency_key=key,
             throttle_key=throttle_key,
             throttle_limit=definition.throttle.limit if definition.throttle else 0,
+            debounce_key=debounce_key,
         ) as seen:
+            now = timezone.now()
+            if seen.debounced is not None:
+                # A run of the key waits to start: this start collapses into it.
+                waiting, latest = seen.debounced
+                collapsed_at, _ = flow.debounce_start(definition, now, latest)
+                if store.collapse_start(
+                    waiting,
+                    inputs=stored_inputs,
+                    secret_paths=definition.input_secret_paths,
+                    subject=subject,
+                    has_secrets=definition.has_secrets,
+                    attributes=attributes,
+                    cancel_keys=cancel_keys(definition.cancel_on, ResolutionScope(inputs, {}))
+                    if definition.cancel_on
+                    else (),
+                    wake_at=collapsed_at,
+                    data={"key": debounce_key, "start_at": collapsed_at.isoformat()},
+                ):
+                    return Scheduled(execution_id=waiting, start_at=collapsed_at)
             decision = flow.decide(definition, seen.concurrency)
             if decision.action == "skip":
                 assert decision.holder is not None
@@ -248,7 +269,13 @@ def _start(
                 ),
             ]
             starts = decision.action == "start"
-            start_at = timing.start_at
+            start_at: dt.datetime | None = timing.start_at
+            debounce_latest: dt.datetime | None = None
+            if starts and debounce_key:
+                # The first start of its key: it waits until the key is quiet.
+                start_at, debounce_latest = flow.debounce_start(definition, now, None)
+                background, paused = True, None
+                status = ExecutionStatus.SCHEDULED
             if starts and seen.throttle_slots is not None:
                 wanted = start_at or timezone.now()
                 slot = flow.throttle_slot(definition, seen.throttle_slots, wanted)
@@ -270,14 +297,14 @@ def _start(
                     )
             if starts:
                 if paused is not None:
-                    events.append(store.pauses.suspended_at_start(paused, 2))
+                    events.append(store.pauses.suspended_at_start(paused, len(events) + 1))
             else:
                 why = flow.over_limit(definition, key, decision)
                 cancelled = decision.action == "cancel_newest"
                 status = ExecutionStatus.CANCELLED if cancelled else ExecutionStatus.QUEUED
                 events.append(
                     Event(
-                        2,
+                        len(events) + 1,
                         EventKind.CANCEL if cancelled else EventKind.QUEUE,
                         utcnow(),
                         data={"reason": why, "key": key},
@@ -309,7 +336,9 @@ def _start(
                 route=route or definition.route(),
                 concurrency_key=key,
                 throttle_key=throttle_key,
-                throttle_slot=(start_at or timezone.now()) if throttle_key and starts else None,
+                throttle_slot=(start_at or now) if throttle_key and starts else None,
+                debounce_key=debounce_key if starts else "",
+                debounce_latest=debounce_latest,
                 cancel_reason=why if cancelled else "",
                 events=events,
                 steering=steering,
@@ -333,6 +362,8 @@ def _start(
     if not starts:
         for holder_id in decision.cancelling:
             _cancel_superseded(holder_id, owned.execution_id, key)
+        if status == ExecutionStatus.QUEUED:
+            flow.queued_start(definition, key)
         return store.outcome_of(store.get_row(owned.execution_id))
     if start_at is not None:
         return Scheduled(execution_id=owned.execution_id, start_at=start_at)

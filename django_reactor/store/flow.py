@@ -1,7 +1,8 @@
 """Concurrency keys in the database: admitting runs of a key up to its limit, queueing the rest
 in arrival order, and admitting them as runs of the key end (``engine.flow``).
 
-Every decision takes the key's row lock (``FlowKey``) and counts the key's runs in flight
+Every decision takes the key's lock (an advisory lock on PostgreSQL, its ``FlowKey`` row
+elsewhere) and counts the key's runs in flight
 from the runs themselves (``Execution.concurrency_key``, statuses in :data:`HOLDING`), in the
 same transaction: two starts never both take the last slot, and a process that dies holds its
 slot exactly as long as its run stays in flight (until the run is recovered and ends), with
@@ -17,13 +18,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from ..engine.routing import Route
 from ..models import Dispatch, Execution, ExecutionEvent, FlowKey
 from ..states import EventKind, ExecutionStatus
 from .db import using
+from .dialects import dialect
 from .outbox import QueuedDispatch, publish_on_commit
 from .reads import last_seq
 
@@ -37,8 +39,8 @@ HOLDING = (
     ExecutionStatus.SUSPENDED,
 )
 
-#: How many queued runs one look for waiting keys reads (the sweeper's backstop).
-WAITING_READ = 10_000
+#: How many keys with queued runs one look reads (the sweeper's backstop).
+WAITING_READ = 1_000
 
 
 @dataclass(frozen=True)
@@ -55,13 +57,9 @@ class KeyState:
 
 
 def lock_key(reactor: str, key: str, kind: str = FlowKey.Kind.CONCURRENCY) -> None:
-    """Take the key's lock until the current transaction ends (its row is created once)."""
-    rows = FlowKey.objects.using(using()).filter(reactor=reactor, kind=kind, key=key)
-    if rows.select_for_update().values_list("pk", flat=True).first() is None:
-        FlowKey.objects.using(using()).bulk_create(
-            [FlowKey(reactor=reactor, kind=kind, key=key)], ignore_conflicts=True
-        )
-        rows.select_for_update().values_list("pk", flat=True).get()
+    """Take the key's lock until the current transaction ends (an advisory lock on
+    PostgreSQL, the key's ``FlowKey`` row elsewhere)."""
+    dialect().lock_flow_key(reactor, kind, key)
 
 
 @dataclass(frozen=True)
@@ -71,20 +69,39 @@ class Seen:
 
     concurrency: KeyState | None = None
     throttle_slots: list[dt.datetime] | None = None
+    # The run waiting for the new run's debounce key (its id and latest start), locked.
+    debounced: tuple[uuid.UUID, dt.datetime | None] | None = None
 
 
 @contextlib.contextmanager
 def deciding(
-    reactor: str, *, concurrency_key: str = "", throttle_key: str = "", throttle_limit: int = 0
+    reactor: str,
+    *,
+    concurrency_key: str = "",
+    throttle_key: str = "",
+    throttle_limit: int = 0,
+    debounce_key: str = "",
 ) -> Iterator[Seen]:
-    """A transaction holding the new run's key locks (the concurrency key's first, so two
-    starts never wait for each other's), with what they found, for deciding on the run and
+    """A transaction holding the new run's key locks (always in one order: debounce,
+    concurrency, throttle; so two starts never wait for each other's), with what they found, for deciding on the run and
     writing it in it; no transaction for a run without keys."""
-    if not concurrency_key and not throttle_key:
+    if not concurrency_key and not throttle_key and not debounce_key:
         yield Seen()
         return
     with transaction.atomic(using=using()):
-        state = slots = None
+        state = slots = debounced = None
+        if debounce_key:
+            lock_key(reactor, debounce_key, FlowKey.Kind.DEBOUNCE)
+            debounced = (
+                Execution.objects.using(using())
+                .select_for_update()
+                .filter(
+                    reactor=reactor, debounce_key=debounce_key, status=ExecutionStatus.SCHEDULED
+                )
+                .order_by("created_at")
+                .values_list("id", "debounce_latest")
+                .first()
+            )
         if concurrency_key:
             lock_key(reactor, concurrency_key)
             state = key_state(reactor, concurrency_key)
@@ -98,7 +115,7 @@ def deciding(
                 .values_list("throttle_slot", flat=True)[:throttle_limit]
                 if slot is not None
             ]
-        yield Seen(state, slots)
+        yield Seen(state, slots, debounced)
 
 
 def key_state(reactor: str, key: str) -> KeyState:
@@ -159,16 +176,25 @@ def admit_queued(reactor: str, key: str, limit: int) -> list[uuid.UUID]:
 
 def waiting_keys(limit: int = WAITING_READ) -> list[tuple[str, str]]:
     """The (reactor, key) pairs with queued runs, the one whose oldest run waits longest first
-    (over the ``limit`` oldest queued runs)."""
-    seen: dict[tuple[str, str], None] = {}
-    for pair in (
-        Execution.objects.using(using())
+    (at most ``limit`` keys, however deep each one's queue)."""
+    return [
+        (row["reactor"], row["concurrency_key"])
+        for row in Execution.objects.using(using())
         .filter(status=ExecutionStatus.QUEUED)
-        .order_by("created_at")
-        .values_list("reactor", "concurrency_key")[:limit]
-    ):
-        seen.setdefault(pair, None)
-    return list(seen)
+        .values("reactor", "concurrency_key")
+        .annotate(oldest=Min("created_at"))
+        .order_by("oldest")[:limit]
+    ]
+
+
+def has_queued(reactor: str, key: str) -> bool:
+    """Whether runs are queued for the key (read without its lock: see
+    ``services.flow.ended`` for why that is enough)."""
+    return (
+        Execution.objects.using(using())
+        .filter(reactor=reactor, concurrency_key=key, status=ExecutionStatus.QUEUED)
+        .exists()
+    )
 
 
 @dataclass(frozen=True)

@@ -324,3 +324,24 @@ def test_reactor_show_and_the_api_say_what_a_queued_run_waits_for() -> None:
     ) in text
     data = ExecutionSerializer(Execution.objects.get(pk=queued)).data
     assert (data["status"], data["concurrency_key"]) == ("queued", "tenant-s")
+
+
+def test_the_sweeper_finds_a_key_behind_another_keys_deep_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_reactor.store import flow as store_flow
+
+    monkeypatch.setattr(store_flow, "WAITING_READ", 2)
+    deep = [services.run_in_background(Sync, {"tenant_id": "deep"}).execution_id for _ in range(8)]
+    stuck = [services.run_in_background(Sync, {"tenant_id": "late"}).execution_id for _ in range(3)]
+    # Both keys' holders ended where nothing admitted the next.
+    Execution.objects.filter(pk__in=[*deep[:2], *stuck[:2]]).update(
+        status=ExecutionStatus.COMPLETED
+    )
+    assert store_flow.waiting_keys() == [
+        (Sync.definition.name, "tenant-deep"),
+        (Sync.definition.name, "tenant-late"),
+    ]
+    services.sweep()
+    assert statuses([stuck[2]]) == ["pending"]
+    assert statuses(deep[2:]) == ["pending", "pending", "queued", "queued", "queued", "queued"]

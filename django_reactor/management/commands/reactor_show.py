@@ -162,6 +162,7 @@ class Command(ReactorCommand):
             "fork_step": handle.fork_step or None,
             "concurrency_key": handle.concurrency_key or None,
             "throttle_key": handle.throttle_key or None,
+            "debounce_key": handle.debounce_key or None,
             "queue": handle.queue,
             "priority": handle.priority,
             "pause": handle.pause_info,
@@ -287,6 +288,13 @@ class Command(ReactorCommand):
                 write(f"  {detail}")
         if handle.throttle_key:
             write(f"throttle key: {handle.throttle_key}")
+        if handle.debounce_key:
+            write(f"debounce key: {handle.debounce_key}")
+            if handle.status == ExecutionStatus.SCHEDULED:
+                write(
+                    "  starts when its key has been quiet for its period; another start of the key"
+                )
+                write("  collapses into it (its inputs replaced, its start moved)")
         if handle.queue or handle.priority != DEFAULT_PRIORITY:
             write(f"queue: {handle.queue or 'the default queue'}, priority {handle.priority}")
         if handle.parent_id:

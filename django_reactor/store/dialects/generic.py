@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from ...conf import reactor_settings
 from ...engine.journal import JournalBatch
-from ...models import Definition, Execution, ExecutionEvent, MapChunk, StepRecord
+from ...models import Definition, Execution, ExecutionEvent, FlowKey, MapChunk, StepRecord
 from ...states import MOVING_STATUSES, ExecutionStatus, StepStatus
 from .. import attributes as run_attributes
 from .. import map_orm
@@ -196,6 +196,16 @@ class Dialect:
 
         Nothing to do here: SQLite lets one transaction write at a time, and both write
         before they read."""
+
+    def lock_flow_key(self, reactor: str, kind: str, key: str) -> None:
+        """Hold the key's ``FlowKey`` row locked until the transaction ends (the row is
+        created by the key's first decision)."""
+        rows = FlowKey.objects.using(using()).filter(reactor=reactor, kind=kind, key=key)
+        if rows.select_for_update().values_list("pk", flat=True).first() is None:
+            FlowKey.objects.using(using()).bulk_create(
+                [FlowKey(reactor=reactor, kind=kind, key=key)], ignore_conflicts=True
+            )
+            rows.select_for_update().values_list("pk", flat=True).get()
 
     def commit_lazily(self) -> None:
         """Let the current transaction commit without waiting for its flush to disk: for

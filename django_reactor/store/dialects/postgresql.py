@@ -165,6 +165,15 @@ class PostgreSQL(Dialect):
                 [sorted(set(keys))],
             )
 
+    def lock_flow_key(self, reactor: str, kind: str, key: str) -> None:
+        """A transaction-level advisory lock on the key's 64-bit hash: one statement, no row
+        written (a start of a keyed run pays it)."""
+        with connections[using()].cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"django_reactor.flow:{kind}:{len(reactor)}:{reactor}:{key}"],
+            )
+
     def commit_lazily(self) -> None:
         """``synchronous_commit = off`` for this transaction only. The WAL is flushed in order,
         so a later durable commit (the run's next checkpoint, the event marked handled) makes
