@@ -32,12 +32,16 @@ autocommit.
   ``pg_stat_statements``, so the driver is the source. ``--show-sql`` prints one run's
   statements of each configuration.
 * **On a worker** (``--no-background`` leaves it out): ``CostPlainOnWorker`` and
-  ``CostKeyedOnWorker`` (the same, ``Meta.background = "all"``, a key per run), one Celery
-  worker (``celery -A testproject worker -P prefork -c 2``, the example project's settings,
-  queue ``django_reactor_bench_ccost`` on Redis db 2), bursts of ``--burst`` runs submitted as
-  fast as this process can (the table shows how fast: ``run()`` calls a second); runs/s =
-  burst / (time from the first submit until every run is ``completed``). The two alternate for ``--rounds`` rounds; the ratio of the medians is
-  shown beside the target (the keyed one at least 1/1.2 of the plain one's runs/s).
+  ``CostKeyedOnWorker`` (the same, ``Meta.background = "all"``, a key per run). Each burst:
+  ``--burst`` runs are submitted as fast as this process can with no worker running (the
+  table shows how fast: ``run()`` calls a second), then one Celery worker (``celery -A
+  testproject worker -P prefork -c 2``, the example project's settings, queue
+  ``django_reactor_bench_ccost`` on Redis db 2) is started, runs them all and is stopped.
+  runs/s = burst / (the runs' last ``finished_at`` - their first ``started_at``): the
+  worker's rate, without its start nor the caller's; worker CPU = user + system CPU of the
+  worker's processes (``/proc``) from its "ready." until the last run completed, a run. The
+  two alternate for ``--rounds`` rounds (the order flips every round); the ratio of the
+  medians is shown beside the target (plain runs/s <= 1.2x the keyed runs/s).
 
 Override the servers with ``BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432``) and
 ``BENCH_REDIS`` (default ``redis://127.0.0.1:6379``). The exit code is 0 whatever the figures:
@@ -47,7 +51,6 @@ this is a benchmark, not a test.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import os
 import signal
@@ -56,7 +59,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +80,7 @@ WORKER_PROCESSES = 2
 TARGET = 1.2  # a keyed uncontended run against a plain one
 WAIT_LIMIT = 120.0  # seconds a burst may take
 POLL = 0.02
+TICK = float(os.sysconf("SC_CLK_TCK"))
 
 os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.bg_settings"
 os.environ["DATABASE_URL"] = f"{PG_SERVER}/{DATABASE}"
@@ -212,10 +216,8 @@ def show_sql(config: str) -> list[str]:
 # ---------------------------------------------------------------------------- worker
 
 
-def burst(reactor: Any, count: int) -> tuple[float, float]:
-    """Submit ``count`` runs (a key each) at once, wait for all; (runs/s, submits/s)."""
-    from django.db import connection
-
+def submit(reactor: Any, count: int) -> tuple[list[uuid.UUID], float]:
+    """Start ``count`` background runs (a key each) as fast as possible; (ids, run() calls/s)."""
     from django_reactor import Dispatched
 
     batch = uuid.uuid4().hex[:8]
@@ -226,7 +228,12 @@ def burst(reactor: Any, count: int) -> tuple[float, float]:
         if not isinstance(outcome, Dispatched):
             raise BenchmarkError(f"run() did not dispatch the run: {outcome!r}")
         ids.append(outcome.execution_id)
-    submitted = time.perf_counter() - started
+    return ids, count / (time.perf_counter() - started)
+
+
+def wait_completed(ids: list[uuid.UUID]) -> None:
+    from django.db import connection
+
     deadline = time.perf_counter() + WAIT_LIMIT
     with connection.cursor() as cursor:
         while True:
@@ -237,24 +244,63 @@ def burst(reactor: Any, count: int) -> tuple[float, float]:
                 [ids],
             )
             done, ended_otherwise = cursor.fetchone()
-            now = time.perf_counter()
-            if done == count:
-                return count / (now - started), count / submitted
+            if done == len(ids):
+                return
             if ended_otherwise:
                 raise BenchmarkError(f"{ended_otherwise} run(s) ended without completing")
-            if now > deadline:
-                raise BenchmarkError(f"only {done}/{count} runs completed in {WAIT_LIMIT:.0f} s")
+            if time.perf_counter() > deadline:
+                raise BenchmarkError(f"only {done}/{len(ids)} runs completed in {WAIT_LIMIT:.0f} s")
             time.sleep(POLL)
 
 
-@contextlib.contextmanager
-def worker(logs: Path) -> Iterator[Worker]:
+def group_cpu(group: int) -> float:
+    """User + system CPU seconds of the live processes of process group ``group``."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            rest = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(rest[2]) == group:  # pgrp; utime and stime follow
+            total += (int(rest[11]) + int(rest[12])) / TICK
+    return total
+
+
+@dataclass(frozen=True)
+class Burst:
+    runs_per_s: float  # the worker's: burst / (last finished_at - first started_at)
+    submits_per_s: float  # this process's run() calls a second
+    cpu_ms: float  # the worker's CPU (every process) a run
+
+
+def worker_burst(reactor: Any, count: int, logs: Path, name: str) -> Burst:
+    """Submit ``count`` runs with no worker, then run them on a worker started for them."""
+    from django.db import connection
+
+    empty()
+    ids, submits = submit(reactor, count)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    one = Worker("ccost", "testproject", QUEUE, env, logs, processes=WORKER_PROCESSES)
+    one = Worker(name, "testproject", QUEUE, env, logs, processes=WORKER_PROCESSES)
     try:
-        yield one.start()
+        one.start()
+        assert one.process is not None
+        group = one.process.pid  # the worker leads its own process group
+        cpu = group_cpu(group)
+        wait_completed(ids)
+        cpu = group_cpu(group) - cpu
     finally:
         one.stop()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT min(started_at), max(finished_at) FROM django_reactor_execution "
+            "WHERE id = ANY(%s)",
+            [ids],
+        )
+        first, last = cursor.fetchone()
+    seconds = max((last - first).total_seconds(), 1e-6)
+    return Burst(count / seconds, submits, cpu / count * 1000)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -265,8 +311,7 @@ class Figures:
     inline: dict[str, list[float]] = field(default_factory=lambda: {c: [] for c in CONFIGS})
     counted: dict[str, tuple[float, float]] = field(default_factory=dict)
     sql: dict[str, list[str]] = field(default_factory=dict)
-    background: dict[str, list[float]] = field(default_factory=dict)
-    submits: dict[str, list[float]] = field(default_factory=dict)  # run() calls a second
+    background: dict[str, list[Burst]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
 
@@ -290,20 +335,16 @@ def measure(args: argparse.Namespace, figures: Figures) -> None:
 
     reactors = {"plain": CostPlainOnWorker, "key per run": CostKeyedOnWorker}
     figures.background = {name: [] for name in reactors}
-    figures.submits = {name: [] for name in reactors}
-    empty()
     with tempfile.TemporaryDirectory(prefix="reactor-bench-ccost-") as logs:
         try:
-            with worker(Path(logs)):
-                for reactor in reactors.values():  # warm-up: both processes, both reactors
-                    burst(reactor, 20)
-                for round_no in range(args.rounds):
-                    names = list(reactors) if round_no % 2 == 0 else list(reactors)[::-1]
-                    for name in names:
-                        rate, submits = burst(reactors[name], args.burst)
-                        figures.background[name].append(rate)
-                        figures.submits[name].append(submits)
-                    print(f"  round {round_no + 1}: worker done", flush=True)
+            for round_no in range(args.rounds):
+                names = list(reactors) if round_no % 2 == 0 else list(reactors)[::-1]
+                for name in names:
+                    worker = f"ccost-{round_no + 1}-{name.replace(' ', '-')}"
+                    figures.background[name].append(
+                        worker_burst(reactors[name], args.burst, Path(logs), worker)
+                    )
+                print(f"  round {round_no + 1}: worker done", flush=True)
         except Exception:
             kept = Path(tempfile.mkdtemp(prefix="reactor-bench-ccost-logs-"))
             for log in Path(logs).glob("*.log"):
@@ -341,25 +382,25 @@ def report(args: argparse.Namespace, figures: Figures, context: dict[str, Any]) 
     if figures.background:
         print()
         header = (
-            f"{'on a worker':<14} {'runs/s (median)':>16} {'rounds':>30} {'ratio':>7} "
-            f"{'run() calls/s':>14}"
+            f"{'on a worker':<14} {'runs/s':>8} {'rounds':>30} {'ratio':>7} "
+            f"{'worker CPU ms/run':>18} {'run() calls/s':>14}"
         )
         print(header)
         print("-" * len(header))
-        base = figures.background.get("plain") or []
-        for name, rates in figures.background.items():
-            if not rates:
+        base = [b.runs_per_s for b in figures.background.get("plain", [])]
+        for name, bursts in figures.background.items():
+            if not bursts:
                 continue
-            ratio = f"{statistics.median(base) / statistics.median(rates):.2f}x" if base else "n/a"
+            rates = [b.runs_per_s for b in bursts]
+            rate = statistics.median(rates)
+            ratio = f"{statistics.median(base) / rate:.2f}x" if base else "n/a"
             shown = ", ".join(f"{r:.0f}" for r in rates)
-            submits = statistics.median(figures.submits[name])
-            print(
-                f"{name:<14} {statistics.median(rates):>16.1f} {shown:>30} {ratio:>7} "
-                f"{submits:>14.0f}"
-            )
+            cpu = statistics.median(b.cpu_ms for b in bursts)
+            submits = statistics.median(b.submits_per_s for b in bursts)
+            print(f"{name:<14} {rate:>8.1f} {shown:>30} {ratio:>7} {cpu:>18.2f} {submits:>14.0f}")
         print(
-            "(ratio: the plain runs/s over this one's; run() calls/s: how fast this process "
-            "submitted the burst, medians)"
+            "(medians; runs/s: the worker's, from its first claim to its last finish; ratio: "
+            "the plain runs/s over this one's; run() calls/s: this process submitting)"
         )
     for config, sent in figures.sql.items():
         print()
@@ -381,7 +422,9 @@ def report(args: argparse.Namespace, figures: Figures, context: dict[str, Any]) 
         )
     base, keyed = figures.background.get("plain"), figures.background.get("key per run")
     if base and keyed:
-        ratio = statistics.median(base) / statistics.median(keyed)
+        ratio = statistics.median(b.runs_per_s for b in base) / statistics.median(
+            b.runs_per_s for b in keyed
+        )
         verdict = "PASS" if ratio <= TARGET else "MISS"
         print(
             f"on a worker, plain runs/s / keyed runs/s (medians): {ratio:.2f}x   "
