@@ -16,7 +16,7 @@ What it measures (issue 31's "Must show")
 process can, while no worker runs: the runs over each key's limit are stored ``queued``, the
 first ``--limit`` of each key are ``pending`` with a task in the broker. Then one Celery worker
 starts (``celery -A testproject worker -P prefork -c 2``, the example project's settings, its
-own queue ``django_reactor_bench_fair`` on Redis db 4, database ``reactor_bench_fair``, emptied
+own queue ``django_reactor_bench_fair`` on Redis db 1, database ``reactor_bench_fair``, emptied
 at start) and runs them: each run that ends admits the next queued run of its key. The phase
 ends once every run of B has completed (or after ``--timeout`` seconds); the worker is stopped
 and the runs' ``started_at`` (set by the worker's claim) and ``finished_at`` are read back.
@@ -75,7 +75,9 @@ from benchmarks.workers import BenchmarkError, Worker
 
 REDIS_SERVER = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379").rstrip("/")
 DATABASE = "reactor_bench_fair"
-REDIS_DB = 4
+# The one db number no other benchmark nor the tests use; concurrency_cost.py shares it (its own
+# queue): run one benchmark at a time.
+REDIS_DB = 1
 QUEUE = "django_reactor_bench_fair"
 WORKER_PROCESSES = 2
 TARGET_SHARE = 0.10  # of A completed when B's last run starts: less than this
