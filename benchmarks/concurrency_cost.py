@@ -5,7 +5,7 @@ Redis on 127.0.0.1:6379 for the worker part)::
 
     .venv/bin/python benchmarks/concurrency_cost.py [--runs 200] [--rounds 5] [--burst 200]
 
-It takes about two minutes.
+It takes about three minutes.
 
 What it measures (issue 31: "the cost of a concurrency key on an uncontended run <= 1.2x a
 plain run")
