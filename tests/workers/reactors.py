@@ -18,6 +18,7 @@ from rest_framework import serializers
 
 from django_reactor import (
     Concurrency,
+    Debounce,
     Failed,
     Reactor,
     Retry,
@@ -124,6 +125,23 @@ class ThrottledWork(Reactor):
     class Meta:
         background = "all"
         throttle = Throttle(key="{tenant}", limit=2, period=1.0)
+
+
+class DebouncedWork(Reactor):
+    """Starts of a user within three seconds of each other collapse into one run."""
+
+    class Inputs(serializers.Serializer):
+        user = serializers.CharField()
+        n = serializers.IntegerField()
+
+    @step(n=arg.input("n"))
+    def only(n: int) -> int:
+        return n
+
+    class Meta:
+        background = "all"
+        returns = "only"
+        debounce = Debounce(key="{user}", period=3.0)
 
 
 class FailsAtFour(Reactor):

@@ -19,7 +19,7 @@ from django_reactor.store.flow import HOLDING
 from testproject.example.models import Effect
 from tests.workers.conftest import _process_env
 from tests.workers.harness import start_sweeper, stop_process, wait_until
-from tests.workers.reactors import KeyedWork, ThrottledWork
+from tests.workers.reactors import DebouncedWork, KeyedWork, ThrottledWork
 
 LIMIT = 2
 RUNS = {"acme": 12, "zeta": 6}
@@ -132,3 +132,35 @@ def test_throttled_runs_all_complete_none_before_its_slot(start_worker: Any) -> 
     slots = [r.throttle_slot for r in rows]
     assert all(r.started_at >= r.throttle_slot for r in rows)  # type: ignore[operator]
     assert all((b - a).total_seconds() >= 1.0 for a, b in zip(slots, slots[2:], strict=False))  # type: ignore[operator]
+
+
+def test_bursts_on_real_workers_start_one_run_each_with_the_last_inputs(
+    start_worker: Any,
+) -> None:
+    import random
+
+    start_worker()
+    rng = random.Random(7)
+    sizes = {f"user-{b}": rng.randint(5, 50) for b in range(20)}
+    # One burst after another (each burst's calls far less than the period apart; a loaded
+    # machine makes interleaved bursts' calls too far apart to be one burst).
+    calls = [(user, n) for user, size in sizes.items() for n in range(size)]
+    collapsed: dict[str, set[Any]] = {}
+    last: dict[str, int] = {}
+    for user, n in calls:
+        outcome = services.run_in_background(DebouncedWork, {"user": user, "n": n})
+        collapsed.setdefault(user, set()).add(outcome.execution_id)
+        last[user] = n
+    ids = [run for runs in collapsed.values() for run in runs]
+
+    def done() -> bool:
+        completed = Execution.objects.filter(pk__in=ids, status=ExecutionStatus.COMPLETED)
+        return completed.count() == len(ids)
+
+    wait_until(done, timeout=60, what="every debounced run to complete")
+    # Each burst (its calls less than the period apart) is one run, run once, with its last
+    # inputs; every call of the burst got that run.
+    assert all(len(runs) == 1 for runs in collapsed.values()), collapsed
+    assert Execution.objects.filter(reactor=DebouncedWork.definition.name).count() == len(sizes)
+    for user, (run,) in collapsed.items():
+        assert services.find(run).outcome.value == last[user]
