@@ -112,7 +112,7 @@ def empty() -> None:
         cursor.execute(
             "TRUNCATE django_reactor_execution, django_reactor_steprecord, "
             "django_reactor_executionevent, django_reactor_dispatch, "
-            "django_reactor_concurrencykey CASCADE"
+            "django_reactor_flowkey CASCADE"
         )
     client = redis.Redis.from_url(f"{REDIS_SERVER}/{REDIS_DB}")
     try:

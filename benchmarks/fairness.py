@@ -112,7 +112,7 @@ def empty() -> dict[str, int]:
         cursor.execute(
             "TRUNCATE django_reactor_execution, django_reactor_steprecord, "
             "django_reactor_executionevent, django_reactor_dispatch, "
-            "django_reactor_concurrencykey CASCADE"
+            "django_reactor_flowkey CASCADE"
         )
     dropped: dict[str, int] = {}
     client = redis.Redis.from_url(f"{REDIS_SERVER}/{REDIS_DB}")
