@@ -83,8 +83,8 @@ def deciding(
     debounce_key: str = "",
 ) -> Iterator[Seen]:
     """A transaction holding the new run's key locks (always in one order: debounce,
-    concurrency, throttle; so two starts never wait for each other's), with what they found, for deciding on the run and
-    writing it in it; no transaction for a run without keys."""
+    concurrency, throttle; so two starts never wait for each other's), with what they found,
+    for deciding on the run and writing it in it; no transaction for a run without keys."""
     if not concurrency_key and not throttle_key and not debounce_key:
         yield Seen()
         return
