@@ -203,6 +203,28 @@ def acting(context: StepContext) -> Iterator[None]:
         _current.reset(token)
 
 
+def awaited(returned: object) -> object:
+    """What a step body returned, awaited when it is awaitable: an ``async def`` ``run``,
+    ``undo`` or ``compensate`` (or function step) runs to completion here, in an event loop
+    of its own.
+
+    asgiref's ``async_to_sync`` runs the loop: ``sync_to_async`` calls the body makes (Django's
+    async ORM methods, ``aget``, ``asave``, ... are such calls) come back to this thread, so
+    they use the worker's connection and, in an atomic step, its transaction. The step's
+    context (``self.context``, ``step_context()``) is the body's too.
+    """
+    if not inspect.isawaitable(returned):
+        return returned
+    # Imported when a body is async: asgiref comes with Django, but the engine stays
+    # importable without it.
+    from asgiref.sync import async_to_sync
+
+    async def body() -> object:
+        return await returned
+
+    return async_to_sync(body)()
+
+
 def _default(fn: F) -> F:
     fn._reactor_default = True  # type: ignore[attr-defined]
     return fn

@@ -227,6 +227,16 @@ def close_thread_connections() -> None:
     connections.close_all()
 
 
+def give_back_connections() -> None:
+    """Close this thread's database connections that hold no transaction (an open
+    ``atomic()`` block keeps its connection). The async API calls it after each call: a
+    thread serving many coroutines keeps no connection while they wait, and a pooled
+    connection (``DATABASES[...]["OPTIONS"]["pool"]``) goes back to its pool."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and not connection.in_atomic_block:
+            _close(connection)
+
+
 def reconnecting(operation: Callable[[], T], *, what: str) -> T:
     """Run ``operation``; when the database connection broke, or its server refused a write
     because it only reads (:func:`reconnectable`), reconnect and run it again.
