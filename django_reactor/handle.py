@@ -382,6 +382,7 @@ class ExecutionHandle:
             raise self._gone()
         return await aio.call(self._settle)
 
+    @_in_its_database
     def _check_wait(self, timeout: float | None, how: str) -> float | None:
         """``timeout`` in seconds, once a wait is known to make sense here."""
         if timeout is not None:

@@ -91,8 +91,8 @@ class Reactor(ReactorBase):
     ) -> Outcome:
         """The async :meth:`run`, for ASGI views and other coroutines: the same arguments and
         outcome. It runs :meth:`run` through ``sync_to_async(thread_sensitive=True)`` (steps
-        that run inline run there, on that thread), then gives that thread's database
-        connection back; see the async how-to. Await the outcome of a background run with
+        that run inline run there, on that thread), then closes the database connections the
+        call opened there; see the async how-to. Await the outcome of a background run with
         ``await (await MyReactor.afind(outcome.execution_id)).await_outcome(timeout=...)``.
         """
         from .runtime import aio

@@ -4,9 +4,9 @@ sync core from an event loop, and waits for runs without holding a thread or a c
 Every call goes through :func:`call`: ``sync_to_async(thread_sensitive=True)``, as Django's own
 async ORM methods do, so it runs on the thread the caller's other sync code uses (one per
 request under Django's ASGI handler; the caller's own thread, and its open transaction, under
-``async_to_sync``). After the call that thread gives back its connections that hold no
-transaction, and at most ``REACTOR["ASYNC_DATABASE_CALLS"]`` calls run at once per event loop:
-a burst of requests cannot open more connections than that.
+``async_to_sync``). After the call that thread closes the connections the call opened (none
+in a transaction), and at most ``REACTOR["ASYNC_DATABASE_CALLS"]`` calls run at once per event
+loop: a burst of requests cannot open more connections than that.
 
 :func:`settled` waits for runs to stop moving: one poller per event loop reads the status of
 every awaited run in one query on a thread of its own, ``asyncio.sleep`` in between, and closes
@@ -47,10 +47,13 @@ _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] 
 
 def _returning_connections(fn: Callable[P, T]) -> Callable[P, T]:
     def returning(*args: P.args, **kwargs: P.kwargs) -> T:
+        # A connection open before the call is its thread's (a worker's, running an async
+        # step body that awaits this call): its session may hold locks; it stays open.
+        kept = store.open_connections()
         try:
             return fn(*args, **kwargs)
         finally:
-            store.give_back_connections()
+            store.give_back_connections(kept)
 
     return returning
 
@@ -110,31 +113,42 @@ class _Poller:
 
     async def run(self) -> None:
         try:
-            while self.waiting:
-                keys = list(self.waiting)
-                try:
-                    statuses = await sync_to_async(
-                        _read, thread_sensitive=False, executor=self.executor
-                    )(keys)
-                except Exception as exc:  # handed to every waiter, which raises it
-                    for key in keys:
-                        for future in self.waiting.pop(key, []):
-                            if not future.done():
-                                future.set_exception(exc)
-                    continue
+            while True:
+                await self.poll()
+                await sync_to_async(
+                    store.give_back_connections, thread_sensitive=False, executor=self.executor
+                )()
+                # Nothing awaited since the last read: done (a waiter that came during the
+                # close was added to this task, still running; it is read in the next round).
+                if not self.waiting:
+                    return
+        except asyncio.CancelledError:  # the loop is closing: close the connection anyway
+            self.executor.submit(store.give_back_connections)
+            raise
+
+    async def poll(self) -> None:
+        """Read every awaited run until none is awaited any more."""
+        while self.waiting:
+            keys = list(self.waiting)
+            try:
+                statuses = await sync_to_async(
+                    _read, thread_sensitive=False, executor=self.executor
+                )(keys)
+            except Exception as exc:  # handed to every waiter, which raises it
                 for key in keys:
-                    status = statuses.get(key)
-                    if status is None or status not in MOVING_STATUSES:
-                        for future in self.waiting.pop(key, []):
-                            if not future.done():
-                                future.set_result(status)
-                if self.waiting:
-                    await asyncio.sleep(self.pause)
-                    self.pause = min(self.pause * 2, LONGEST_PAUSE)
-        finally:
-            await sync_to_async(
-                store.give_back_connections, thread_sensitive=False, executor=self.executor
-            )()
+                    for future in self.waiting.pop(key, []):
+                        if not future.done():
+                            future.set_exception(exc)
+                continue
+            for key in keys:
+                status = statuses.get(key)
+                if status is None or status not in MOVING_STATUSES:
+                    for future in self.waiting.pop(key, []):
+                        if not future.done():
+                            future.set_result(status)
+            if self.waiting:
+                await asyncio.sleep(self.pause)
+                self.pause = min(self.pause * 2, LONGEST_PAUSE)
 
 
 def _read(keys: list[tuple[str, UUID]]) -> dict[tuple[str, UUID], str]:

@@ -2,10 +2,10 @@
 ``aemit``.
 
 Each takes the same arguments as its sync operation and runs it through
-:func:`django_reactor.runtime.aio.call` (``sync_to_async(thread_sensitive=True)``, the thread's
-connection given back afterwards, at most ``REACTOR["ASYNC_DATABASE_CALLS"]`` at once per event
-loop). ``Reactor.arun``, ``Reactor.afind`` and the handle's ``await_outcome``, ``arefresh`` and
-``acancel`` are the others.
+:func:`django_reactor.runtime.aio.call` (``sync_to_async(thread_sensitive=True)``, the
+connections it opened closed afterwards, at most ``REACTOR["ASYNC_DATABASE_CALLS"]`` at once
+per event loop). ``Reactor.arun``, ``Reactor.afind`` and the handle's ``await_outcome``,
+``arefresh`` and ``acancel`` are the others.
 """
 
 from __future__ import annotations

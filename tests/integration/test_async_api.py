@@ -122,6 +122,16 @@ def test_arun_returns_what_run_returns_and_replays_an_idempotency_key() -> None:
     assert Execution.objects.count() == 1
 
 
+def test_a_call_closes_the_connections_it_opened_and_keeps_those_open_before() -> None:
+    connection.close()
+    async_to_sync(Inline.arun)({"n": 1})  # on this thread, as thread-sensitive calls run
+    assert connection.connection is None
+    connection.ensure_connection()  # the thread's own (a worker's may hold session locks)
+    async_to_sync(Inline.arun)({"n": 2})
+    assert connection.connection is not None
+    assert Execution.objects.count() == 2
+
+
 def test_arun_refuses_bad_inputs_and_writes_nothing() -> None:
     outcome = asyncio.run(Inline.arun({"n": "many"}))
     assert isinstance(outcome, Failed)
