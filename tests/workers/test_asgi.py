@@ -2,8 +2,9 @@
 background run with ``await Reactor.arun`` and answer once ``await handle.await_outcome``
 returns, the runs done by real workers. No ``SynchronousOnlyOperation``, every run completed,
 and the server's database connections (counted in ``pg_stat_activity`` by the application
-name it connects with) stay within ``ASYNC_DATABASE_CALLS`` (plus the poller's one) and are
-all closed once the requests are answered."""
+name it connects with) stay within ``ASYNC_DATABASE_CALLS`` (plus the poller's one, and the
+backends of closed sessions not yet gone) and are all closed once the requests are
+answered."""
 
 from __future__ import annotations
 
@@ -128,7 +129,9 @@ def test_concurrent_asgi_requests_start_and_await_runs_without_leaking_connectio
             f"at most {peak} during, after {after}"
         )
         assert before == 0
-        assert 0 < peak <= CALLS + 1
+        # The calls' connections and the poller's; a closed session's backend may still be
+        # listed for a moment after its client closed it, beside the next one: two more.
+        assert 0 < peak <= CALLS + 1 + 2
         assert "SynchronousOnlyOperation" not in log_path.read_text()
         assert "SynchronousOnlyOperation" not in worker.log()  # the async def step bodies
     finally:
