@@ -4,6 +4,7 @@ their own, their async ORM calls on the step's own thread, connection and transa
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -86,3 +87,21 @@ def test_async_bodies_of_a_run_started_by_arun_reach_the_orm() -> None:
     outcome = asyncio.run(AsyncBodies.arun({"key": "e3"}))
     assert isinstance(outcome, Completed), outcome
     assert Effect.objects.filter(key="e3").exists()
+
+
+class SlowAsync(Reactor):
+    @step(timeout=0.1, retry=django_reactor.Retry(attempts=1))
+    async def slow() -> str:
+        for _ in range(50):
+            if django_reactor.step_context().should_stop():
+                return "stopped"  # abandoned: what it returns is thrown away
+            await asyncio.sleep(0.01)
+        return "too late"
+
+
+def test_an_async_body_past_its_timeout_fails_the_attempt_as_a_sync_one_does() -> None:
+    started = time.monotonic()
+    outcome = SlowAsync.run({})
+    assert isinstance(outcome, Failed)
+    assert outcome.error.exception_class == "django_reactor.exceptions.StepTimedOut"
+    assert time.monotonic() - started < 0.45  # it did not wait for the body's 0.5 s
