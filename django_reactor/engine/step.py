@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
+from asgiref.sync import async_to_sync
+
 from ..exceptions import (
     AtomicStepError,
     InvalidAttribute,
@@ -215,9 +217,6 @@ def awaited(returned: object) -> object:
     """
     if not inspect.isawaitable(returned):
         return returned
-    # Imported when a body is async: asgiref comes with Django, but the engine stays
-    # importable without it.
-    from asgiref.sync import async_to_sync
 
     async def body() -> object:
         return await returned
