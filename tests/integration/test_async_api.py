@@ -201,12 +201,13 @@ def test_await_outcome_times_out_with_a_timeout_error_saying_why() -> None:
     assert str(timed_out.value).startswith(f"execution {handle.id} is still pending after 0.3 s")
 
 
+@pytest.mark.django_db
 def test_await_outcome_is_refused_inside_a_transaction_and_for_a_bad_timeout() -> None:
     handle = services.find(InBackground.run({}).execution_id)
     with transaction.atomic(), pytest.raises(TransactionActive, match="inside transaction"):
         async_to_sync(handle.await_outcome)(timeout=1)
     with pytest.raises(ValueError, match="cannot be negative"):
-        asyncio.run(handle.await_outcome(timeout=-1))
+        async_to_sync(handle.await_outcome)(timeout=-1)
 
 
 def test_await_outcome_of_a_pruned_run_says_so() -> None:
