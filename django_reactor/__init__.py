@@ -45,8 +45,8 @@ from .engine.outcomes import (
 from .engine.retry import Retry
 from .engine.step import Step, StepContext, step_context
 from .engine.templates import arg
-from .events import emit
-from .mailbox import send
+from .events import aemit, emit
+from .mailbox import asend, send
 from .reactor import Reactor
 
 __all__ = [
@@ -86,7 +86,9 @@ __all__ = [
     "Throttle",
     "__version__",
     "acting_as",
+    "aemit",
     "arg",
+    "asend",
     "async_reactor",
     "async_step",
     "compose",

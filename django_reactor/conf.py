@@ -417,6 +417,10 @@ class ReactorSettings:
     # (at once when Redis announces progress), and ends after STREAM_MAX_SECONDS with a
     # "timeout" event: the client reconnects with Last-Event-ID and goes on from there.
     STREAM_POLL_SECONDS = Seconds(0.5)
+    # The most calls of the async API (Reactor.arun, handle.await_outcome's reads, asend, ...)
+    # that run at once in one event loop, each on a thread with a database connection; the
+    # others wait for a turn holding neither.
+    ASYNC_DATABASE_CALLS = Count(10)
     STREAM_MAX_SECONDS = Seconds(300.0)
     # Resume requests allowed per client (the user, else the client's address) and period:
     # "N/s|m|h|d". None: no limit.

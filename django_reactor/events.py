@@ -25,3 +25,17 @@ def emit(
     from . import services
 
     return services.emit(name, payload, key=key, event_id=event_id)
+
+
+async def aemit(
+    name: str,
+    payload: Any = None,
+    *,
+    key: str | int | None = None,
+    event_id: str | int | None = None,
+) -> Emitted:
+    """The async :func:`emit`, for ASGI views and other coroutines (see
+    :func:`django_reactor.services.aemit`)."""
+    from . import services
+
+    return await services.aemit(name, payload, key=key, event_id=event_id)

@@ -20,7 +20,8 @@ from .engine.outcomes import (
 from .engine.redaction import redact
 from .engine.serialization import decode, readable
 from .exceptions import ExecutionNotFound, ReactorError, TransactionActive, WaitTimedOut
-from .states import MOVING_STATUSES, ExecutionStatus
+from .runtime import aio
+from .states import WAITED_THROUGH, ExecutionStatus
 from .store.secrets import Marks
 
 if TYPE_CHECKING:
@@ -348,6 +349,11 @@ class ExecutionHandle:
     def refresh(self) -> ExecutionHandle:
         return self._services.find(self.id)
 
+    async def arefresh(self) -> ExecutionHandle:
+        """The async :meth:`refresh`: the run read again (see ``django_reactor.runtime.aio``
+        for the thread it runs on)."""
+        return await aio.call(self.refresh)
+
     @_in_its_database
     def wait(self, timeout: float | None = None) -> Outcome:
         """Wait until the run stops moving by itself, and return its outcome.
@@ -362,21 +368,14 @@ class ExecutionHandle:
         intervals that double up to 0.25 s. Refused inside ``transaction.atomic()``: a worker
         could not see a run this transaction started, and the transaction would stay open.
         """
-        if timeout is not None:
-            timeout = timevalues.seconds(timeout, "wait(timeout=...)", zero=True)
-        if store.inside_user_transaction():
-            raise TransactionActive(
-                f"cannot wait for execution {self.id} inside transaction.atomic(): workers do "
-                "not see what this transaction wrote, and it would stay open while you wait. "
-                "Wait after it commits (transaction.on_commit), or outside atomic()"
-            )
+        timeout = self._check_wait(timeout, "wait")
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = _FIRST_PAUSE
         while True:
             status = store.status_of(self.id)
             if status is None:
-                raise ExecutionNotFound(f"execution {self.id} no longer exists (pruned?)")
-            if status not in MOVING_STATUSES and status != ExecutionStatus.QUEUED:
+                raise self._gone()
+            if status not in WAITED_THROUGH:
                 break
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -386,10 +385,60 @@ class ExecutionHandle:
                 pause = min(pause, left)
             time.sleep(pause)
             pause = min(pause * 2, _LONGEST_PAUSE)
+        return self._settle()
+
+    async def await_outcome(self, timeout: float | None = None) -> Outcome:
+        """The async :meth:`wait`: wait until the run stops moving by itself (finished, or
+        paused at an interrupt), then return its outcome; this handle then shows the run as it
+        stands.
+
+        ``timeout`` is in seconds (None: no limit); past it
+        :class:`~django_reactor.exceptions.WaitTimedOut` is raised (a ``TimeoutError``), with
+        the run's status and, for a run no worker takes, why. While it waits the caller holds
+        no thread and no database connection: one poller per event loop reads the status of
+        every awaited run in one query, first after 5 ms, then at intervals that double up to
+        0.25 s. Refused inside ``transaction.atomic()`` (an ``async_to_sync`` caller's), as
+        :meth:`wait` is.
+        """
+        timeout = await aio.call(self._check_wait, timeout, "await_outcome")
+        alias = self._row._state.db or store.using()
+        try:
+            status = await aio.settled(alias, self.id, timeout)
+        except TimeoutError:
+            assert timeout is not None  # only a bounded wait times out
+            raise await aio.call(self._timed_out_now, timeout) from None
+        if status is None:
+            raise self._gone()
+        return await aio.call(self._settle)
+
+    @_in_its_database
+    def _check_wait(self, timeout: float | None, how: str) -> float | None:
+        """``timeout`` in seconds, once a wait is known to make sense here."""
+        if timeout is not None:
+            timeout = timevalues.seconds(timeout, f"{how}(timeout=...)", zero=True)
+        if store.inside_user_transaction():
+            raise TransactionActive(
+                f"cannot wait for execution {self.id} inside transaction.atomic(): workers do "
+                "not see what this transaction wrote, and it would stay open while you wait. "
+                "Wait after it commits (transaction.on_commit), or outside atomic()"
+            )
+        return timeout
+
+    def _gone(self) -> ExecutionNotFound:
+        return ExecutionNotFound(f"execution {self.id} no longer exists (pruned?)")
+
+    @_in_its_database
+    def _settle(self) -> Outcome:
+        """Read the run again, once it stopped moving, and return its outcome."""
         self._row = store.get_row(self.id)
         self._steps = self._trace = None
         self._attributes = None
         return self.outcome
+
+    @_in_its_database
+    def _timed_out_now(self, timeout: float) -> ReactorError:
+        status = store.status_of(self.id)
+        return self._gone() if status is None else self._timed_out(status, timeout)
 
     def _timed_out(self, status: str, timeout: float) -> WaitTimedOut:
         """The error of a wait that gave up on a run still in ``status``: it says so, and, for a
@@ -409,6 +458,10 @@ class ExecutionHandle:
     @_in_its_database
     def cancel(self, reason: str = "") -> ExecutionHandle:
         return self._services.cancel(self.id, reason=reason)
+
+    async def acancel(self, reason: str = "") -> ExecutionHandle:
+        """The async :meth:`cancel`."""
+        return await aio.call(self.cancel, reason)
 
     @_in_its_database
     def undo(self, reason: str = "") -> ExecutionHandle:

@@ -25,3 +25,20 @@ def send(
     return services.send(
         execution, topic, payload, idempotency_key=idempotency_key, background=background
     )
+
+
+async def asend(
+    execution: Any,
+    topic: str,
+    payload: Any,
+    *,
+    idempotency_key: str | None = None,
+    background: bool | None = None,
+) -> Outcome:
+    """The async :func:`send`, for ASGI views and other coroutines (see
+    :func:`django_reactor.services.asend`)."""
+    from . import services
+
+    return await services.asend(
+        execution, topic, payload, idempotency_key=idempotency_key, background=background
+    )

@@ -86,6 +86,44 @@ class Reactor(ReactorBase):
         )
 
     @classmethod
+    async def arun(
+        cls,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        at: dt.datetime | None = None,
+        delay: dt.timedelta | float | None = None,
+        deadline: dt.timedelta | dt.datetime | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> Outcome:
+        """The async :meth:`run`, for ASGI views and other coroutines: the same arguments and
+        outcome. It runs :meth:`run` through ``sync_to_async(thread_sensitive=True)`` (steps
+        that run inline run there, on that thread), then closes the database connections the
+        call opened there; see the async how-to. Await the outcome of a background run with
+        ``await (await MyReactor.afind(outcome.execution_id)).await_outcome(timeout=...)``.
+        """
+        from .runtime import aio
+
+        return await aio.call(
+            cls.run,
+            inputs,
+            idempotency_key=idempotency_key,
+            at=at,
+            delay=delay,
+            deadline=deadline,
+            queue=queue,
+            priority=priority,
+        )
+
+    @classmethod
+    async def afind(cls, execution_id: UUID | str) -> ExecutionHandle:
+        """The async :meth:`find`."""
+        from .runtime import aio
+
+        return await aio.call(cls.find, execution_id)
+
+    @classmethod
     def find(cls, execution_id: UUID | str) -> ExecutionHandle:
         """The execution ``execution_id`` of this reactor; raises ExecutionNotFound."""
         from . import services

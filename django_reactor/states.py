@@ -50,6 +50,10 @@ MOVING_STATUSES = frozenset(
     }
 )
 
+#: Statuses ``ExecutionHandle.wait()`` (and ``await_outcome()``) wait through: the run moves on
+#: by itself (``queued``: once its concurrency key has room).
+WAITED_THROUGH = MOVING_STATUSES | {ExecutionStatus.QUEUED}
+
 TERMINAL_STATUSES = frozenset(
     {
         ExecutionStatus.COMPLETED,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
+from asgiref.sync import async_to_sync
+
 from ..exceptions import (
     AtomicStepError,
     InvalidAttribute,
@@ -201,6 +203,25 @@ def acting(context: StepContext) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def awaited(returned: object) -> object:
+    """What a step body returned, awaited when it is awaitable: an ``async def`` ``run``,
+    ``undo`` or ``compensate`` (or function step) runs to completion here, in an event loop
+    of its own.
+
+    asgiref's ``async_to_sync`` runs the loop: ``sync_to_async`` calls the body makes (Django's
+    async ORM methods, ``aget``, ``asave``, ... are such calls) come back to this thread, so
+    they use the worker's connection and, in an atomic step, its transaction. The step's
+    context (``self.context``, ``step_context()``) is the body's too.
+    """
+    if not inspect.isawaitable(returned):
+        return returned
+
+    async def body() -> object:
+        return await returned
+
+    return async_to_sync(body)()
 
 
 def _default(fn: F) -> F:

@@ -29,6 +29,8 @@ state. By what they do:
   firing their ticks (part of ``sweep``);
 - ``audit``: the steering history (``steering``, ``record``, ``of_run``): who steered a run,
   via which face, and why;
+- ``asynchronous``: ``aresume_interrupt``, ``asend``, ``aemit`` (the async twins an ASGI view
+  needs; ``Reactor.arun`` and the handle's ``await_outcome`` are the others);
 - ``guards``: the checks an operation makes of its call; ``handles``: ``find`` and the
   handles the operations give back.
 """
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 from ..exceptions import InvalidFilter
 from . import audit, flow, handles, schedules, secrets
+from .asynchronous import aemit, aresume_interrupt, asend
 from .bulk import (
     BulkPreview,
     BulkProgress,
@@ -98,7 +101,10 @@ __all__ = [
     "ServiceOperations",
     "StuckRun",
     "Unpaused",
+    "aemit",
     "after_pause",
+    "aresume_interrupt",
+    "asend",
     "audit",
     "bulk_progress",
     "cancel",

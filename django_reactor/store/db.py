@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
@@ -225,6 +225,28 @@ def _close(connection: Any) -> None:
 def close_thread_connections() -> None:
     """Close this thread's database connections (a thread that ran steps is ending)."""
     connections.close_all()
+
+
+def open_connections() -> frozenset[str]:
+    """The aliases of this thread's open database connections."""
+    return frozenset(
+        c.alias for c in connections.all(initialized_only=True) if c.connection is not None
+    )
+
+
+def give_back_connections(kept: Collection[str] = ()) -> None:
+    """Close this thread's database connections that hold no transaction (an open
+    ``atomic()`` block keeps its connection), but those of ``kept``. The async API calls it
+    after each call, keeping those open before it (a worker's, whose session may hold locks):
+    a thread serving many coroutines keeps no connection while they wait, and a pooled
+    connection (``DATABASES[...]["OPTIONS"]["pool"]``) goes back to its pool."""
+    for connection in connections.all(initialized_only=True):
+        if (
+            connection.connection is not None
+            and not connection.in_atomic_block
+            and connection.alias not in kept
+        ):
+            _close(connection)
 
 
 def reconnecting(operation: Callable[[], T], *, what: str) -> T:

@@ -62,6 +62,15 @@ def status_of(execution_id: uuid.UUID) -> str | None:
     )
 
 
+def statuses_of(execution_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The status of each of the runs ``execution_ids`` that exists, in one read."""
+    return dict(
+        Execution.objects.using(using())
+        .filter(pk__in=list(execution_ids))
+        .values_list("pk", "status")
+    )
+
+
 def subject_of(execution_id: uuid.UUID) -> str:
     """The run's subject (``Execution.subject``: whose key seals its secrets), ``""`` for none."""
     return str(

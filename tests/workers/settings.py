@@ -24,6 +24,8 @@ if os.environ.get("SHARD_DATABASE_URL"):
     DATABASES["shard"] = database_from_url(os.environ["SHARD_DATABASE_URL"])
 REACTOR = json.loads(os.environ.get("REACTOR_SETTINGS_JSON", "{}"))
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
+# The URLs of an ASGI server a test starts (tests/workers/asgi.py).
+ROOT_URLCONF = os.environ.get("REACTOR_ROOT_URLCONF", ROOT_URLCONF)  # noqa: F405
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -32,7 +32,7 @@ from ..outcomes import (
 )
 from ..reconnection import ConnectionLosses
 from ..serialization import printable
-from ..step import StepContext, acting
+from ..step import StepContext, acting, awaited
 from ..supervision import supervised, timeouts
 from .base import (
     INTERRUPTIONS,
@@ -210,8 +210,8 @@ class PlainStep(Construct):
             transaction = run.begin(spec.name, action) if spec.atomic else None
             try:
                 with acting(context):
-                    returned = getattr(spec.impl(context), action)(
-                        first, **signature.filter(arguments)
+                    returned = awaited(
+                        getattr(spec.impl(context), action)(first, **signature.filter(arguments))
                     )
                 if isinstance(returned, Failure):
                     error = returned.error
@@ -291,11 +291,11 @@ def _attempt(
     timeout, heartbeat_timeout = timeouts(spec, run.policy.step_timeout)
     if timeout is None and heartbeat_timeout is None:
         with acting(context):
-            return as_step_outcome(spec.impl(context).run(**arguments))
+            return as_step_outcome(awaited(spec.impl(context).run(**arguments)))
 
     def body() -> StepOutcome:
         with acting(context):
-            return as_step_outcome(spec.impl(context).run(**arguments))
+            return as_step_outcome(awaited(spec.impl(context).run(**arguments)))
 
     assert context.watch is not None  # the context of a run action has its watch
     return supervised(
