@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
 from ..conf import reactor_settings
@@ -148,12 +148,22 @@ def routed(dispatches: Sequence[QueuedDispatch]) -> list[QueuedDispatch]:
     missing = {d.execution_id for d in dispatches if d.route is None}
     routes: dict[uuid.UUID, Route] = {}
     if missing:
-        routes = {
-            pk: Route(queue, priority)
-            for pk, queue, priority in Execution.objects.using(using())
-            .filter(pk__in=missing)
-            .values_list("pk", "queue", "priority")
-        }
+        try:
+            routes = {
+                pk: Route(queue, priority)
+                for pk, queue, priority in Execution.objects.using(using())
+                .filter(pk__in=missing)
+                .values_list("pk", "queue", "priority")
+            }
+        except DatabaseError:
+            # Sent to no queue rather than the wrong one: they stay in the outbox, and the
+            # sweeper publishes them again once the database answers.
+            logger.warning(
+                "could not read the queues of %d run(s) to publish their tasks; they stay in "
+                "the outbox for the sweeper",
+                len(missing),
+            )
+            return [d for d in dispatches if d.route is not None]
     complete = [
         d if d.route is not None else replace(d, route=routes.get(d.execution_id, DEFAULT_ROUTE))
         for d in dispatches

@@ -129,6 +129,7 @@ def test_the_overview_shows_depth_per_queue_and_flags_a_queue_nobody_consumes(
     for _ in range(2):
         services.run_in_background(QueuedForHealth, {}, queue="payments")
     services.run_in_background(QueuedForHealth, {}, queue="reactor")
+    Execution.objects.update(created_at=timezone.now() - dt.timedelta(minutes=1))
     html = page(client_viewer)
     rows = re.findall(
         r'<tr data-queue="([^"]+)"><td>[^<]*</td><td class="reactor-figure" '
@@ -141,9 +142,10 @@ def test_the_overview_shows_depth_per_queue_and_flags_a_queue_nobody_consumes(
     ]
     problems = re.search(r'id="reactor-health-problems">(.*?)</ul>', html, re.S)
     assert problems
-    assert "2 runs wait in the queue &#x27;payments&#x27; and no live worker consumes it" in (
-        problems.group(1)
-    )
+    assert (
+        "2 runs have waited more than 2.0 s in the queue &#x27;payments&#x27; and no live "
+        "worker consumes it"
+    ) in problems.group(1)
 
 
 class QueuedForHealth(Reactor):
