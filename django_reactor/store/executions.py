@@ -174,6 +174,9 @@ def create_execution(
                 definition,
                 delay,
                 attributes or {},
+                may_conflict=idempotency_key is not None
+                or retry_of is not None
+                or parent is not None,
             )
             if cancel_keys:
                 subscribe_cancels(execution.id, cancel_keys)

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
@@ -119,13 +119,21 @@ def deciding(
 
 
 def key_state(reactor: str, key: str) -> KeyState:
-    """The key's holders and queue; call under :func:`lock_key`."""
+    """The key's holders and whether runs are queued for it, in one statement; call under
+    :func:`lock_key`."""
     runs = Execution.objects.using(using()).filter(reactor=reactor, concurrency_key=key)
-    holders = list(
-        runs.filter(status__in=HOLDING).order_by("created_at", "id").values_list("id", flat=True)
-    )
-    queued = runs.filter(status=ExecutionStatus.QUEUED).exists()
-    return KeyState(holders, queued)
+    holding = runs.filter(status__in=HOLDING).values_list("id", "created_at", "status")
+    first_queued = runs.filter(status=ExecutionStatus.QUEUED).values_list(
+        "id", "created_at", "status"
+    )[:1]
+    if connections[using()].features.supports_slicing_ordering_in_compound:
+        rows = list(holding.union(first_queued, all=True))
+    else:  # SQLite: no LIMIT inside a UNION
+        rows = [*holding, *first_queued]
+    holders = [
+        run for run, _, status in sorted(rows, key=lambda r: (r[1], r[0])) if status in HOLDING
+    ]
+    return KeyState(holders, len(holders) < len(rows))
 
 
 def admit_queued(reactor: str, key: str, limit: int) -> list[uuid.UUID]:

@@ -92,6 +92,8 @@ class Dialect:
         definition: Definition | None,
         delay: float,
         attributes: Mapping[str, str],
+        *,
+        may_conflict: bool = True,
     ) -> None:
         """Insert a new run with its first events, its dispatch (published ``delay`` seconds
         on), its definition (unless kept already) and its ``attributes`` (stored text by key),

@@ -59,17 +59,28 @@ class PostgreSQL(Dialect):
         definition: Definition | None,
         delay: float,
         attributes: Mapping[str, str],
+        *,
+        may_conflict: bool = True,
     ) -> None:
         """In one statement (``sql.insert_all``): every ``run()`` pays this, and the ORM's
         per-object inserts cost several times the statement. A run that starts later is
-        inserted through the ORM (its dispatch may wait for the sweeper)."""
+        inserted through the ORM (its dispatch may wait for the sweeper). ``may_conflict``:
+        a unique key may refuse it (an idempotency key, a retry, a composed child)."""
         if delay:
-            super().insert_run(execution, events, dispatch, definition, delay, attributes)
+            super().insert_run(
+                execution,
+                events,
+                dispatch,
+                definition,
+                delay,
+                attributes,
+                may_conflict=may_conflict,
+            )
             return
         # One statement commits on its own, without BEGIN and COMMIT round trips around it;
         # inside the caller's transaction a savepoint keeps a refused insert from ending that
         # transaction.
-        in_transaction = connections[using()].in_atomic_block
+        in_transaction = connections[using()].in_atomic_block and may_conflict
         with transaction.atomic(using=using()) if in_transaction else contextlib.nullcontext():
             _insert_all(execution, events, dispatch, definition, attributes)
 
