@@ -9,13 +9,10 @@ retried as its ``Retry`` says, recovered when its worker dies, and shown in the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, TypeVar
-
-from typing_extensions import ParamSpec
+from typing import Any, ParamSpec, TypeVar
 
 from .. import services
 from ..engine.retry import NO_RETRY, Retry
@@ -33,28 +30,13 @@ from .compat import (
     TaskResultDoesNotExist,
     task_enqueued,
 )
+from .task import ReactorTask
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 #: Our run priorities (``services.run_in_background(priority=...)``): 0..9, higher first.
 LOWEST_PRIORITY, DEFAULT_PRIORITY, HIGHEST_PRIORITY = 0, 5, 9
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ReactorTask(Task[P, T]):
-    """The task ``@task`` makes for a ``ReactorBackend``: the framework's ``Task`` with the
-    run's ``retry`` policy (``@task(retry=Retry(attempts=5, delay=2))``; the backend's
-    ``OPTIONS["RETRY"]`` otherwise) and, for one enqueue, its ``idempotency_key``."""
-
-    retry: Retry | None = None
-    idempotency_key: str | None = None
-
-    def with_idempotency_key(self, key: str) -> ReactorTask[P, T]:
-        """This task, enqueued at most once per ``key``: a repeat returns the first run's
-        result (the same id); the same key with other arguments raises
-        ``IdempotencyKeyReused``."""
-        return dataclasses.replace(self, idempotency_key=key)
 
 
 class ReactorBackend(BaseTaskBackend):

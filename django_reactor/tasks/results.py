@@ -9,6 +9,7 @@ from django.utils.module_loading import import_string
 
 from ..states import EventKind, ExecutionStatus
 from .compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+from .task import ReactorTask
 
 if TYPE_CHECKING:
     from ..engine.step import StepContext
@@ -47,8 +48,6 @@ def task_named(path: str, backend: str) -> Task[Any, Any]:
     found = import_string(path)
     if isinstance(found, Task):
         return found
-    from .backend import ReactorTask
-
     return ReactorTask(func=found, backend=backend)
 
 
