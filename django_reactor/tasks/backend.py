@@ -100,9 +100,10 @@ class ReactorBackend(BaseTaskBackend):
             at=task.run_after,
             **routing(task),
         )
-        result = self.get_result(str(outcome.execution_id))
-        if not outcome.idempotent_replay:
-            task_enqueued.send(type(self), task_result=result)
+        if outcome.idempotent_replay:  # the run holding the key, as it stands
+            return self.get_result(str(outcome.execution_id))
+        result = results.enqueued(task, str(outcome.execution_id), inputs, self.alias)
+        task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..states import EventKind, ExecutionStatus
@@ -91,6 +92,26 @@ def result_of(handle: ExecutionHandle, backend: str) -> TaskResult[Any]:
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", handle.outcome.value)  # type: ignore[attr-defined]
     return result
+
+
+def enqueued(
+    task: Task[Any, Any], result_id: str, inputs: dict[str, Any], backend: str
+) -> TaskResult[Any]:
+    """The ``READY`` result of a task just enqueued (nothing read back)."""
+    return TaskResult(
+        task=task,
+        id=result_id,
+        status=TaskResultStatus.READY,
+        enqueued_at=timezone.now(),
+        started_at=None,
+        finished_at=None,
+        last_attempted_at=None,
+        args=inputs["args"],
+        kwargs=inputs["kwargs"],
+        backend=backend,
+        errors=[],
+        worker_ids=[],
+    )
 
 
 _FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
