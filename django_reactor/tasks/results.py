@@ -3,6 +3,8 @@ that takes one receives."""
 
 from __future__ import annotations
 
+import dataclasses
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
@@ -130,22 +132,47 @@ def _attempt_label(attempt: int) -> str:
     return f"attempt-{attempt}"
 
 
-def running_context(
+def running(
     task: Task[Any, Any], context: StepContext, args: list[Any], kwargs: dict[str, Any]
-) -> TaskContext:
-    """The ``TaskContext`` of the attempt running now (``context.attempt`` is its number)."""
-    result: TaskResult[Any] = TaskResult(
+) -> TaskResult[Any]:
+    """The ``RUNNING`` result of the attempt running now (``context.attempt`` is its number)."""
+    now = timezone.now()
+    return TaskResult(
         task=task,
         id=str(context.execution_id),
         status=TaskResultStatus.RUNNING,
         enqueued_at=None,
-        started_at=None,
+        started_at=now,
         finished_at=None,
-        last_attempted_at=None,
+        last_attempted_at=now,
         args=args,
         kwargs=kwargs,
         backend=task.backend,
         errors=[],
         worker_ids=[_attempt_label(n) for n in range(1, context.attempt + 1)],
     )
+
+
+def task_context(result: TaskResult[Any]) -> TaskContext:
+    """The ``TaskContext`` a task that takes one receives (``context.attempt``)."""
     return TaskContext(task_result=result)
+
+
+def succeeded(result: TaskResult[Any], value: Any) -> TaskResult[Any]:
+    """``result`` finished with ``value`` (what ``task_finished`` receives)."""
+    done = dataclasses.replace(
+        result, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now()
+    )
+    object.__setattr__(done, "_return_value", value)
+    return done
+
+
+def failed(result: TaskResult[Any], exc: BaseException) -> TaskResult[Any]:
+    """``result`` failed with ``exc`` (what ``task_finished`` receives)."""
+    error = TaskError(
+        exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        traceback="".join(traceback.format_exception(exc)),
+    )
+    return dataclasses.replace(
+        result, status=TaskResultStatus.FAILED, finished_at=timezone.now(), errors=[error]
+    )

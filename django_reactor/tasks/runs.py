@@ -121,10 +121,25 @@ def __getattr__(name: str) -> type[Reactor]:
 
 def call(task: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """Run the task at dotted path ``task`` with ``args`` and ``kwargs``; its return value is
-    the run's result."""
-    found: Task[Any, Any] = import_string(task)
-    if getattr(found, "takes_context", False):
-        from .results import running_context
+    the run's result. Sends the framework's ``task_started`` before each attempt and
+    ``task_finished`` after the last one (a success, or a failure that is not retried)."""
+    from . import results
+    from .compat import task_finished, task_started
 
-        return found.call(running_context(found, step_context(), args, kwargs), *args, **kwargs)
-    return found.call(*args, **kwargs)
+    found: Task[Any, Any] = import_string(task)
+    context = step_context()
+    sender = type(found.get_backend())
+    running = results.running(found, context, args, kwargs)
+    task_started.send(sender, task_result=running)
+    try:
+        if found.takes_context:
+            value = found.call(results.task_context(running), *args, **kwargs)
+        else:
+            value = found.call(*args, **kwargs)
+    except Exception as exc:
+        policy = policy_of(context.reactor.rpartition(".")[2]) or NO_RETRY
+        if context.attempt >= policy.attempts or getattr(exc, "retryable", True) is False:
+            task_finished.send(sender, task_result=results.failed(running, exc))
+        raise
+    task_finished.send(sender, task_result=results.succeeded(running, value))
+    return value

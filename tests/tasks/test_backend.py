@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import subprocess
+import sys
+from importlib.util import find_spec
 from typing import Any
 
 import pytest
@@ -19,7 +22,7 @@ from django_reactor.exceptions import IdempotencyKeyReused
 from django_reactor.models import Dispatch, Execution
 from django_reactor.states import ExecutionStatus
 from django_reactor.store import outbox
-from django_reactor.tasks import ReactorBackend
+from django_reactor.tasks import ReactorBackend, compat
 from django_reactor.tasks.backend import route_for, routing
 from django_reactor.tasks.compat import (
     InvalidTaskError,
@@ -28,6 +31,8 @@ from django_reactor.tasks.compat import (
     task,
     task_backends,
     task_enqueued,
+    task_finished,
+    task_started,
 )
 from django_reactor.tasks.runs import is_task_reactor, policy_name, policy_of, reactor_for
 from tests.integration.reactors import Transfer
@@ -266,3 +271,61 @@ def test_route_for_maps_queue_and_priority(priority: int, ours: int) -> None:
     assert route_for(task_) == ("emails", ours)
     assert route_for(functions.add)[0] is None
     assert routing(task_) == {}
+
+
+def test_the_framework_signals_are_sent_for_each_attempt_and_the_last_one() -> None:
+    heard: list[tuple[str, str, int]] = []
+
+    def started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        heard.append(("started", task_result.status, task_result.attempts))
+
+    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        assert sender is ReactorBackend
+        heard.append(("finished", task_result.status, task_result.attempts))
+
+    task_started.connect(started)
+    task_finished.connect(finished)
+    try:
+        work(functions.fails_twice.enqueue(1).id)
+        work(functions.explode.enqueue("no").id)
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+    assert heard == [
+        ("started", TaskResultStatus.RUNNING, 1),
+        ("started", TaskResultStatus.RUNNING, 2),
+        ("started", TaskResultStatus.RUNNING, 3),
+        ("finished", TaskResultStatus.SUCCESSFUL, 3),
+        ("started", TaskResultStatus.RUNNING, 1),
+        ("finished", TaskResultStatus.FAILED, 1),
+    ]
+
+
+def test_the_framework_comes_from_django_tasks_where_django_has_none() -> None:
+    expected = "django.tasks" if find_spec("django.tasks") is not None else "django_tasks"
+    assert compat.FRAMEWORK == expected
+    assert compat.Task.__module__ == f"{expected}.base"
+
+
+@pytest.mark.skipif(find_spec("django.tasks") is None, reason="Django 6's django.tasks")
+def test_on_django_6_the_builtin_framework_is_used() -> None:
+    import django.tasks  # type: ignore[import-not-found,unused-ignore]
+
+    assert compat.task_backends is django.tasks.task_backends
+
+
+def test_the_package_imports_without_the_framework_and_says_what_to_install() -> None:
+    """Celery's autodiscover_tasks() imports ``django_reactor.tasks`` in every worker."""
+    code = (
+        "import sys; sys.modules['django_tasks'] = None\n"
+        "import django_reactor.tasks\n"
+        "try:\n"
+        "    import django_reactor.tasks.compat\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    if find_spec("django.tasks") is None:
+        assert "pip install 'django-reactor[tasks]'" in found.stdout
