@@ -10,11 +10,14 @@ import datetime as dt
 import subprocess
 import sys
 from importlib.util import find_spec
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import transaction
 from django.test import override_settings
+from django.urls import reverse
 from django.utils import timezone
 
 from django_reactor import Retry, services, store
@@ -329,3 +332,23 @@ def test_the_package_imports_without_the_framework_and_says_what_to_install() ->
     )
     if find_spec("django.tasks") is None:
         assert "pip install 'django-reactor[tasks]'" in found.stdout
+
+
+def test_a_task_is_a_run_in_the_admin_and_the_commands(admin_client: Any) -> None:
+    result = functions.explode.enqueue("shown")
+    work(result.id)
+    page = admin_client.get(reverse("admin:django_reactor_execution_change", args=[result.id]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "TaskRun" in text
+    assert "tests.tasks.functions.explode" in text
+    listed = StringIO()
+    call_command("reactor_list", "--reactor", "django_reactor.tasks.runs.TaskRun", stdout=listed)
+    assert str(result.id)[:8] in listed.getvalue()
+    shown = StringIO()
+    call_command("reactor_show", str(result.id), stdout=shown)
+    assert "shown" in shown.getvalue()
+    # Steered like any run: retried as a new run, whose result the framework reads too.
+    call_command("reactor_retry", str(result.id), "--reason", "after the fix", stdout=StringIO())
+    [retry] = Execution.objects.filter(retry_of_id=result.id).values_list("id", flat=True)
+    assert functions.explode.get_result(str(retry)).status == TaskResultStatus.READY
