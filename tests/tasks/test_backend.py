@@ -14,6 +14,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.management import call_command
 from django.db import transaction
 from django.test import override_settings
@@ -352,3 +353,10 @@ def test_a_task_is_a_run_in_the_admin_and_the_commands(admin_client: Any) -> Non
     call_command("reactor_retry", str(result.id), "--reason", "after the fix", stdout=StringIO())
     [retry] = Execution.objects.filter(retry_of_id=result.id).values_list("id", flat=True)
     assert functions.explode.get_result(str(retry)).status == TaskResultStatus.READY
+
+
+def test_aenqueue_and_aget_result_work_from_async_code() -> None:
+    result = async_to_sync(functions.add.aenqueue)(6, 7)
+    work(result.id)
+    found = async_to_sync(functions.add.aget_result)(result.id)
+    assert (found.status, found.return_value) == (TaskResultStatus.SUCCESSFUL, 13)

@@ -36,6 +36,8 @@ def test_tasks_run_on_workers_with_their_results_errors_and_retries(start_worker
         "async": functions.add_async.enqueue(20, 22),
         "deferred": functions.add.using(run_after=later).enqueue(1, 1),
     }
+    results["deferred"].refresh()
+    assert results["deferred"].status == TaskResultStatus.READY  # its time has not come
     for result in results.values():
         wait_until(lambda r=result: finished(r), timeout=60, what=f"task {result.id}")
 
