@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, ParamSpec, TypeVar
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .. import services
 from ..engine.retry import NO_RETRY, Retry
 from ..exceptions import ExecutionNotFound, ReactorError
@@ -59,7 +61,7 @@ class ReactorBackend(BaseTaskBackend):
         if isinstance(retry, Mapping):
             retry = Retry(**retry)
         if not isinstance(retry, Retry):
-            raise ReactorError(
+            raise ImproperlyConfigured(
                 f'TASKS["{alias}"]["OPTIONS"]["RETRY"] must be a Retry(...) or a dict of its '
                 f"arguments, got {retry!r}"
             )

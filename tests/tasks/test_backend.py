@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import transaction
 from django.test import override_settings
@@ -232,7 +233,7 @@ def test_the_framework_validation_applies() -> None:
     TASKS={"default": {"BACKEND": "django_reactor.tasks.ReactorBackend", "OPTIONS": {"RETRY": 3}}}
 )
 def test_a_retry_option_that_is_no_policy_is_refused() -> None:
-    with pytest.raises(Exception, match=r'OPTIONS"\]\["RETRY"\] must be a Retry'):
+    with pytest.raises(ImproperlyConfigured, match=r'OPTIONS"\]\["RETRY"\] must be a Retry'):
         task_backends["default"]
 
 
