@@ -20,6 +20,7 @@ from .engine.constructs.receive import receive
 from .engine.constructs.sleep import sleep, sleep_until
 from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
+from .engine.flow import Concurrency, Debounce, Throttle
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -34,6 +35,7 @@ from .engine.outcomes import (
     Outcome,
     Paused,
     PendingInterrupt,
+    Queued,
     Rescheduled,
     RollbackFailure,
     Scheduled,
@@ -52,7 +54,9 @@ __all__ = [
     "Actor",
     "Cancelled",
     "Completed",
+    "Concurrency",
     "ContinueWith",
+    "Debounce",
     "Dispatched",
     "EmittedEvent",
     "ErrorInfo",
@@ -67,6 +71,7 @@ __all__ = [
     "Paused",
     "PendingInterrupt",
     "Period",
+    "Queued",
     "RateLimit",
     "Reactor",
     "Rescheduled",
@@ -78,6 +83,7 @@ __all__ = [
     "Step",
     "StepContext",
     "Success",
+    "Throttle",
     "__version__",
     "acting_as",
     "arg",

@@ -41,6 +41,10 @@ _RUN_LINES: dict[str, str] = {
     EventKind.SUSPEND: "suspended by a pause",
     EventKind.UNPAUSE: "unpaused",
     EventKind.FORK: "forked as a new execution",
+    EventKind.QUEUE: "queued for its concurrency key",
+    EventKind.ADMIT: "admitted by its concurrency key",
+    EventKind.THROTTLE: "delayed by its throttle",
+    EventKind.DEBOUNCE: "started again: collapsed into this run",
 }
 
 #: What a ``steer`` entry says, by its action.
@@ -131,6 +135,8 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
                     line += f" (alongside {', '.join(event.data['alongside'])})"
             elif event.data.get("reason"):
                 line += f" ({event.data['reason']})"
+            if event.kind in (EventKind.THROTTLE, EventKind.DEBOUNCE):
+                line += f"; starts at {event.data.get('start_at')}"
             if event.kind == EventKind.SUSPEND and event.data.get("reactor_paused"):
                 line += " [its reactor is paused]"
         if event.data.get("by"):

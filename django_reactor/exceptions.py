@@ -17,8 +17,12 @@ class ReactorError(Exception):
     """Base class of every django_reactor error. Do not raise it directly."""
 
 
-class DefinitionError(ReactorError):
-    """A reactor or step declaration is invalid (raised at class definition)."""
+class DefinitionError(ReactorError, ImproperlyConfigured):
+    """A reactor or step declaration is invalid (raised at class definition).
+
+    It is an ``ImproperlyConfigured`` too: a bad declaration is a configuration error of the
+    project, found when the module defining the reactor is imported.
+    """
 
 
 class DependencyCycleError(DefinitionError):
@@ -34,6 +38,12 @@ class InvalidTime(ReactorError, ValueError):
     is not one it accepts: not a datetime or a duration, without a time zone, not a number,
     infinite, negative, or further away than a date can hold (``engine.timevalues``). Raised
     before anything is written."""
+
+
+class InvalidRoute(ReactorError, ValueError):
+    """A queue or priority given to ``run()`` (``queue=``, ``priority=``) is not one django_reactor
+    accepts: a queue is a non-empty name of at most 255 characters, a priority a whole number from
+    0 to 9 (``engine.routing``). Raised before anything is written."""
 
 
 class ExecutionNotFound(ReactorError, LookupError):

@@ -210,6 +210,34 @@ class ExecutionHandle:
         return self._row.retry_of_id
 
     @property
+    def concurrency_key(self) -> str:
+        """The key the run holds (or, ``queued``, waits for) under its reactor's
+        ``Meta.concurrency``; ``""`` for none."""
+        return self._row.concurrency_key
+
+    @property
+    def debounce_key(self) -> str:
+        """The key whose starts collapse into the run while it waits (``Meta.debounce``);
+        ``""`` for none."""
+        return self._row.debounce_key
+
+    @property
+    def throttle_key(self) -> str:
+        """The key the run's start counted under (``Meta.throttle``); ``""`` for none."""
+        return self._row.throttle_key
+
+    @property
+    def queue(self) -> str:
+        """The Celery queue the run's tasks go to (``Meta.queue``, ``run(queue=...)``);
+        ``""`` for the default queue."""
+        return self._row.queue
+
+    @property
+    def priority(self) -> int:
+        """The run's priority, 0 (lowest) to 9 (highest): where runs wait, higher goes first."""
+        return self._row.priority
+
+    @property
     def fork_step(self) -> str:
         """For a fork, the step it ran again from (the steps before it were carried from
         :attr:`retry_of`); ``""`` otherwise."""
@@ -325,7 +353,8 @@ class ExecutionHandle:
         """Wait until the run stops moving by itself, and return its outcome.
 
         A run moves by itself while it is ``pending``, ``running`` or ``rolling_back`` (a
-        worker, or the sweeper, takes it further); ``wait`` returns once it finished (any
+        worker, or the sweeper, takes it further), or ``queued`` behind the runs of its
+        concurrency key; ``wait`` returns once it finished (any
         ending) or paused at an interrupt (a ``Paused`` outcome: it waits for a payload now).
         This handle then shows the run as it stands. ``timeout`` is in seconds (None: no
         limit); past it :class:`~django_reactor.exceptions.WaitTimedOut` is raised, with the
@@ -347,7 +376,7 @@ class ExecutionHandle:
             status = store.status_of(self.id)
             if status is None:
                 raise ExecutionNotFound(f"execution {self.id} no longer exists (pruned?)")
-            if status not in MOVING_STATUSES:
+            if status not in MOVING_STATUSES and status != ExecutionStatus.QUEUED:
                 break
             if deadline is not None:
                 left = deadline - time.monotonic()

@@ -57,6 +57,8 @@ class Reactor(ReactorBase):
         at: dt.datetime | None = None,
         delay: dt.timedelta | float | None = None,
         deadline: dt.timedelta | dt.datetime | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> Outcome:
         """Run the reactor in this process and return its :class:`Outcome`.
 
@@ -66,7 +68,9 @@ class Reactor(ReactorBase):
         ``timedelta`` or seconds) the run is stored ``scheduled`` and a worker starts it then
         (``Scheduled`` outcome). ``deadline`` (a ``timedelta`` from the start, or an aware
         datetime) overrides ``Meta.deadline``: past it the run starts no more steps and rolls
-        back (or halts, ``Meta.on_deadline``).
+        back (or halts, ``Meta.on_deadline``). ``queue`` and ``priority`` (0 lowest to 9
+        highest) override ``Meta.queue`` and ``Meta.priority``: where the run's tasks go and
+        which waiting runs go first (InvalidRoute, nothing written, for bad ones).
         """
         from . import services
 
@@ -77,6 +81,8 @@ class Reactor(ReactorBase):
             at=at,
             delay=delay,
             deadline=deadline,
+            queue=queue,
+            priority=priority,
         )
 
     @classmethod

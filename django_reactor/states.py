@@ -35,6 +35,9 @@ class ExecutionStatus(models.TextChoices):
     # no worker and goes on where it stopped when it is unpaused. ("Paused" has meant waiting
     # at an interrupt since the first release.)
     SUSPENDED = "suspended", _("Suspended")
+    # Over its reactor's concurrency limit for its key (Meta.concurrency): it holds no worker
+    # and becomes pending, in arrival order within its key, when a run of the key ends.
+    QUEUED = "queued", _("Queued")
 
 
 #: Statuses a run leaves by itself: a worker (or the sweeper) takes it further.
@@ -133,6 +136,16 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             # Undone, or stopped at its deadline.
             ExecutionStatus.ROLLING_BACK,
             ExecutionStatus.RUNNING,
+        }
+    ),
+    ExecutionStatus.QUEUED: frozenset(
+        {
+            # Admitted: a run of its key ended (a worker takes it now).
+            ExecutionStatus.PENDING,
+            ExecutionStatus.CANCELLED,
+            # Its deadline passed while it waited.
+            ExecutionStatus.FAILED,
+            ExecutionStatus.HALTED,
         }
     ),
     ExecutionStatus.FAILED: frozenset(),
@@ -235,6 +248,11 @@ class EventKind(models.TextChoices):
     SUSPEND = "suspend", _("Suspended by a pause")
     UNPAUSE = "unpause", _("Unpaused")
     FORK = "fork", _("Forked as a new run")
+    # Over its concurrency limit: queued behind the runs in flight with its key, then admitted.
+    QUEUE = "queue", _("Queued for its concurrency key")
+    ADMIT = "admit", _("Admitted by its concurrency key")
+    THROTTLE = "throttle", _("Delayed by its throttle")
+    DEBOUNCE = "debounce", _("Start collapsed into the run waiting for its debounce key")
     # An operator's action that changes the run without an entry of its own (wake now, a
     # payload delivered to a paused run): ``data["action"]``, with ``by``, ``via``, ``reason``.
     STEER = "steer", _("Steered")

@@ -134,7 +134,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Ten priority steps on Redis (four by default), so each of a run's priorities (0-9) is its own.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "priority_steps": list(range(10))}
+# RabbitMQ honours priorities only on queues declared with x-max-priority: Celery declares the
+# queues it creates so (an existing queue keeps its arguments: see docs/how-to/celery.md).
+CELERY_TASK_QUEUE_MAX_PRIORITY = 10
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery's Django fixup closes the database connection around every task unless this is set:
 # a new connection per run costs more than the whole run.

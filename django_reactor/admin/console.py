@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
+from .. import services
 from .coordination import coordination_context
 from .health import health_context
 from .overview import WINDOWS, overview_context
@@ -73,7 +74,7 @@ class ConsoleViews(admin.ModelAdmin):
     def coordination_view(self, request: HttpRequest) -> HttpResponse:
         """What the coordination backend holds now: locks, semaphores, rate limits, periods
         and ordered locks."""
-        context = coordination_context()
+        context = {**coordination_context(), "concurrency_keys": services.flow.keys_in_use()}
         if "at" in context:
             context["at"] = dt.datetime.fromtimestamp(context["at"], tz=dt.UTC)
         return self._console(

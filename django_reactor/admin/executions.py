@@ -23,6 +23,7 @@ from django.db.models.expressions import Combinable
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
@@ -184,6 +185,11 @@ class ExecutionAdmin(
         "correlation_id",
         "definition_hash",
         "attributes",
+        "queue_shown",
+        "priority",
+        "concurrency",
+        "throttle",
+        "debounce",
         "created_at",
         "started_at",
         "updated_at",
@@ -220,6 +226,10 @@ class ExecutionAdmin(
             {"fields": ("attributes", "idempotency_key", "correlation_id", "definition_hash")},
         ),
         (
+            _("Where it waits"),
+            {"fields": ("queue_shown", "priority", "concurrency", "throttle", "debounce")},
+        ),
+        (
             _("Times"),
             {
                 "fields": (
@@ -253,6 +263,42 @@ class ExecutionAdmin(
     # -- queryset and columns
     def get_changelist(self, request: HttpRequest, **kwargs: object) -> type[ChangeList]:
         return ExecutionChangeList
+
+    @admin.display(description=_("concurrency key"))
+    def concurrency(self, obj: Execution) -> str:
+        """The run's concurrency key and, queued, what it waits for."""
+        if not obj.concurrency_key:
+            return "-"
+        if obj.status == ExecutionStatus.QUEUED:
+            detail = services.flow.waiting_detail(obj.reactor, obj.concurrency_key, obj.created_at)
+            return f"{obj.concurrency_key} ({detail})"
+        return obj.concurrency_key
+
+    @admin.display(description=_("throttle key"))
+    def throttle(self, obj: Execution) -> SafeString:
+        """The key its start counted under, and when it was allowed to start."""
+        if not obj.throttle_key:
+            return format_html("{}", "-")
+        return format_html(
+            "{} (its start counts at {})", obj.throttle_key, moment(obj.throttle_slot)
+        )
+
+    @admin.display(description=_("debounce key"))
+    def debounce(self, obj: Execution) -> str:
+        """The key whose starts collapse into the run while it waits to start."""
+        if not obj.debounce_key:
+            return "-"
+        if obj.status == ExecutionStatus.SCHEDULED:
+            return (
+                f"{obj.debounce_key} (starts when its key has been quiet for its period; "
+                "another start of the key collapses into it)"
+            )
+        return obj.debounce_key
+
+    @admin.display(description=_("queue"))
+    def queue_shown(self, obj: Execution) -> str:
+        """The run's Celery queue; the default one named as such."""
+        return obj.queue or str(_("the default queue"))
 
     @admin.display(description=_("run"))
     def run(self, obj: Execution) -> str:

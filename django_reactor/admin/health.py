@@ -112,4 +112,6 @@ def health_context(now: dt.datetime | None = None) -> dict[str, Any]:
             for w in report.reactors
         ],
         "health_reactors_complete": report.reactors_complete,
+        "health_queues": report.queues,
+        "health_queues_complete": report.queues_complete,
     }

@@ -21,8 +21,9 @@ RECOMMENDED_CELERY_SETTINGS: dict[str, Any] = {
     # Results live in the database, not in a result backend.
     "task_ignore_result": True,
     # Keep the Redis visibility timeout above your longest step; duplicates are harmless (the
-    # lease suppresses them) but cost a delivery.
-    "broker_transport_options": {"visibility_timeout": 3600},
+    # lease suppresses them) but cost a delivery. Ten priority steps on Redis (four by
+    # default), one for each of a run's priorities (Meta.priority, run(priority=...)).
+    "broker_transport_options": {"visibility_timeout": 3600, "priority_steps": list(range(10))},
 }
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from celery import Task
 
 from ..conf import reactor_settings
+from ..engine.routing import DEFAULT_ROUTE, Route
 from ..store.identity import this_database
 from ..store.outbox import QueuedDispatch
 from . import tasks
+from .priorities import broker_priority_scale
 from .tasks import database_headers
 
 try:  # the trace context for the tasks' headers, when OpenTelemetry is installed
@@ -40,14 +42,15 @@ BATCH = 50
 
 
 class CeleryPublisher:
-    """Sends one task per dispatch: ``django_reactor.resume``, or a map's element task; runs
-    due together (the sweeper's wake-ups) go ``BATCH`` at a time to a
-    ``django_reactor.resume_many`` task: 10,000 wake-ups are 200 messages."""
+    """Sends one task per dispatch: ``django_reactor.resume``, or a map's element task, to the
+    run's queue with its priority; runs due together on one route (the sweeper's wake-ups) go
+    ``BATCH`` at a time to a ``django_reactor.resume_many`` task: 10,000 wake-ups are 200
+    messages."""
 
     def publish(self, dispatches: Sequence[QueuedDispatch]) -> list[int]:
-        """Send each dispatch; return the ids sent. One the broker refuses is logged and left
-        unsent, for the sweeper to publish again."""
-        queue = reactor_settings.CELERY_QUEUE
+        """Send each dispatch (most urgent first, as the outbox orders them); return the ids
+        sent. One the broker refuses is logged and left unsent, for the sweeper to publish
+        again."""
         # Metadata only (the run's database, W3C traceparent/tracestate): the messages' bodies
         # stay identity-only.
         database = this_database()
@@ -55,30 +58,31 @@ class CeleryPublisher:
             **(database_headers(database) if database is not None else {}),
             **((trace_headers() or {}) if trace_headers is not None else {}),
         }
-        options: dict[str, object] = {}
-        if queue:
-            options["queue"] = queue
-        if headers:
-            options["headers"] = headers
-        together = (
-            [d for d in dispatches if d.task == "resume" and d.countdown <= 0]
-            if len(dispatches) > 1
-            else []
-        )
+        base: dict[str, object] = {"headers": headers} if headers else {}
+        scale = broker_priority_scale(tasks.resume.app)
+        together: dict[Route, list[QueuedDispatch]] = {}
+        if len(dispatches) > 1:
+            for d in dispatches:
+                if d.task == "resume" and d.countdown <= 0:
+                    together.setdefault(d.route or DEFAULT_ROUTE, []).append(d)
         sent: list[int] = []
-        for start in range(0, len(together), BATCH):
-            chunk = together[start : start + BATCH]
-            ids = [str(item.execution_id) for item in chunk]
-            if _send(tasks.resume_many, ids, options, f"{len(chunk)} executions"):
-                sent.extend(item.dispatch_id for item in chunk)
-        alone = {id(item) for item in together}
+        for route, batch in together.items():
+            options = {**base, **route_options(route, scale)}
+            for start in range(0, len(batch), BATCH):
+                chunk = batch[start : start + BATCH]
+                ids = [str(item.execution_id) for item in chunk]
+                if _send(tasks.resume_many, ids, options, f"{len(chunk)} executions"):
+                    sent.extend(item.dispatch_id for item in chunk)
+        alone = {id(item) for batch in together.values() for item in batch}
         for item in dispatches:
             if id(item) in alone:
                 continue
             task = TASKS.get(item.task, tasks.resume)
             target = item.map_id if task is not tasks.resume else item.execution_id
-            countdown = {"countdown": item.countdown} if item.countdown > 0 else {}
-            if _send(task, str(target), {**options, **countdown}, f"execution {item.execution_id}"):
+            options = {**base, **route_options(item.route or DEFAULT_ROUTE, scale)}
+            if item.countdown > 0:
+                options["countdown"] = item.countdown
+            if _send(task, str(target), options, f"execution {item.execution_id}"):
                 sent.append(item.dispatch_id)
         return sent
 
@@ -91,6 +95,16 @@ class CeleryPublisher:
         if database is not None:
             options["headers"] = database_headers(database)
         return _send(tasks.bulk, str(operation_id), options, f"bulk operation {operation_id}")
+
+
+def route_options(route: Route, scale: Callable[[int], int]) -> dict[str, object]:
+    """``apply_async`` options for a run's route: its queue (else ``REACTOR["CELERY_QUEUE"]``,
+    else Celery's default) and its priority on the broker's scale."""
+    options: dict[str, object] = {"priority": scale(route.priority)}
+    queue = route.queue or reactor_settings.CELERY_QUEUE
+    if queue:
+        options["queue"] = queue
+    return options
 
 
 def _send(task: Task, argument: object, options: dict[str, object], what: str) -> bool:

@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..exceptions import DefinitionError
-from . import attributes, planner, timevalues
+from . import attributes, planner, routing, timevalues
 from .constructs.compose import ComposeStep
 from .constructs.events import check_cancel_on, check_triggers
 from .constructs.interrupt import InterruptStep
 from .constructs.map import MapSpec, MapStep, unsupported_in_element
 from .coordination import OrderedLock, check_declarations
 from .declarations import StepDeclaration, _function_step
+from .flow import Debounce, check_concurrency, check_debounce, check_throttle
 from .observers import RunObserver
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
@@ -40,6 +41,11 @@ META_OPTIONS = frozenset(
         "triggers",
         "cancel_on",
         "attributes",
+        "queue",
+        "priority",
+        "concurrency",
+        "throttle",
+        "debounce",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -164,6 +170,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
             f'{reactor}.Meta.on_deadline must be "rollback" (fail and roll back) or "halt" '
             f"(stop, nothing rolled back), got {on_deadline!r}"
         )
+    queue, priority = routing.declared(reactor, meta.get("queue"), meta.get("priority"))
     return ReactorDefinition(
         name=name,
         reactor_class=cls,
@@ -184,7 +191,26 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         triggers=triggers,
         cancel_on=cancel_on,
         attributes=declared_attributes,
+        queue=queue,
+        priority=priority,
+        concurrency=check_concurrency(meta.get("concurrency"), reactor, input_fields),
+        throttle=check_throttle(meta.get("throttle"), reactor, input_fields),
+        debounce=_debounce(reactor, meta, input_fields),
     )
+
+
+def _debounce(
+    reactor: str, meta: Mapping[str, Any], input_fields: frozenset[str] | None
+) -> Debounce | None:
+    """``Meta.debounce``, which a throttle cannot share a reactor with: a debounced run's start
+    time is its key's quiet time, not a throttle's slot."""
+    debounce = check_debounce(meta.get("debounce"), reactor, input_fields)
+    if debounce is not None and meta.get("throttle") is not None:
+        raise DefinitionError(
+            f"{reactor}.Meta declares both debounce and throttle: a debounced run starts when "
+            "its key is quiet, which a throttle cannot delay further. Keep one of them"
+        )
+    return debounce
 
 
 def _subject(reactor: str, option: object, input_fields: frozenset[str] | None) -> InputRef | None:

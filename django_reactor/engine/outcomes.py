@@ -394,6 +394,16 @@ class Suspended(Outcome):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Queued(Outcome):
+    """The run is over its reactor's concurrency limit (``Meta.concurrency``): it waits,
+    holding no worker, behind the runs in flight with its ``key``, and a worker starts it when
+    one of them ends."""
+
+    key: str = ""
+    status: str = ExecutionStatus.QUEUED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InProgress(Outcome):
     """The run has not finished: another caller or process is still working on it."""
 
@@ -427,6 +437,8 @@ def outcome_data(outcome: Outcome) -> JSONObject:
         data["reason"] = encode(outcome.reason)
     elif isinstance(outcome, Cancelled | Suspended):
         data["reason"] = outcome.reason
+    elif isinstance(outcome, Queued):
+        data["key"] = outcome.key
     elif isinstance(outcome, Paused):
         data["interrupts"] = [
             {

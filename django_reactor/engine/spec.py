@@ -15,8 +15,10 @@ from .attributes import Declared, resolve
 from .constructs.compose import ComposeStep
 from .constructs.interrupt import InterruptSpec, InterruptStep
 from .coordination import Declaration
+from .flow import Concurrency, Debounce, Throttle
 from .redaction import SecretPath
 from .retry import Retry
+from .routing import Route, route_for
 from .step import Signature, Step
 from .templates import ResolutionScope, Template
 
@@ -132,6 +134,16 @@ class ReactorDefinition:
     # Meta.attributes: the business attributes a run gets when it is created, read from its
     # inputs (``engine.attributes``).
     attributes: Declared = ()
+    # Meta.queue and Meta.priority: where the reactor's runs wait (None: not declared, so the
+    # caller's choice, a parent's, or the default; see ``engine.routing``).
+    queue: str | None = None
+    priority: int | None = None
+    # Meta.concurrency: how many runs may be in flight per key (``engine.flow``).
+    concurrency: Concurrency | None = None
+    # Meta.throttle: how many runs may start per period and key (``engine.flow``).
+    throttle: Throttle | None = None
+    # Meta.debounce: starts of a key close together collapse into one run (``engine.flow``).
+    debounce: Debounce | None = None
 
     # Secret paths into the run's value (``Execution.result``): the returned step's, or,
     # without ``Meta.returns``, each step's under its name. Worked out once, with the next.
@@ -155,6 +167,20 @@ class ReactorDefinition:
             "has_secrets",
             bool(self.input_secret_paths)
             or any(spec.secret_argument_paths or spec.secret_result_paths for spec in self.steps),
+        )
+
+    def route(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        inherited: Route | None = None,
+    ) -> Route:
+        """The route of a new run: ``queue``/``priority`` given by the caller, else
+        ``Meta.queue``/``Meta.priority``, else ``inherited`` (a parent's), else the default.
+        Raises InvalidRoute naming the argument for a bad ``queue`` or ``priority``."""
+        return route_for(
+            self.queue, self.priority, queue=queue, priority=priority, inherited=inherited
         )
 
     def subject_of(self, inputs: Mapping[str, object]) -> str:

@@ -133,6 +133,74 @@ class Execution(models.Model):
             "it re-runs (their results reused, their bodies not run again). Empty for a retry."
         ),
     )
+    queue = models.CharField(
+        _("queue"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "The Celery queue the run's tasks go to (Meta.queue or run(queue=...)); empty for "
+            "the default queue (CELERY_QUEUE)."
+        ),
+    )
+    priority = models.PositiveSmallIntegerField(
+        _("priority"),
+        default=5,
+        db_default=5,
+        help_text=_(
+            "0 (lowest) to 9 (highest), 5 by default (Meta.priority or run(priority=...)): "
+            "where runs wait, higher priorities go first."
+        ),
+    )
+    concurrency_key = models.CharField(
+        _("concurrency key"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "For a reactor with Meta.concurrency: the run's key, which at most the declared "
+            "limit of runs in flight share."
+        ),
+    )
+    throttle_key = models.CharField(
+        _("throttle key"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("For a reactor with Meta.throttle: the run's key."),
+    )
+    throttle_slot = models.DateTimeField(
+        _("throttle slot"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "For a reactor with Meta.throttle: the time the run's start counts at (now, or "
+            "later when its key had no room)."
+        ),
+    )
+    debounce_key = models.CharField(
+        _("debounce key"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "For a reactor with Meta.debounce: the key whose starts collapse into this run "
+            "while it waits to start."
+        ),
+    )
+    debounce_latest = models.DateTimeField(
+        _("debounce latest start"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "For a debounced run with max_wait: the latest it starts, however often its key "
+            "is started again."
+        ),
+    )
     correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
     current_step = models.CharField(_("current step"), max_length=255, blank=True, default="")
@@ -261,6 +329,35 @@ class Execution(models.Model):
                 condition=Q(
                     status__in=["pending", "scheduled", "rolling_back"], wake_at__isnull=False
                 ),
+            ),
+            # A concurrency key's runs in flight and its queue, in arrival order.
+            models.Index(
+                fields=["reactor", "concurrency_key", "status", "created_at"],
+                name="reactor_exec_flow_idx",
+                condition=Q(
+                    status__in=[
+                        "queued",
+                        "pending",
+                        "scheduled",
+                        "running",
+                        "paused",
+                        "rolling_back",
+                        "suspended",
+                    ]
+                )
+                & ~Q(concurrency_key=""),
+            ),
+            # A debounce key's run waiting to start.
+            models.Index(
+                fields=["reactor", "debounce_key"],
+                name="reactor_exec_debounce_idx",
+                condition=Q(status="scheduled") & ~Q(debounce_key=""),
+            ),
+            # A throttle key's latest starts.
+            models.Index(
+                fields=["reactor", "throttle_key", "throttle_slot"],
+                name="reactor_exec_throttle_idx",
+                condition=~Q(throttle_key=""),
             ),
             models.Index(
                 fields=["deadline_at"],
@@ -434,6 +531,7 @@ class Dispatch(models.Model):
         MAP_UNDO = "map_undo", _("Undo map elements")
         ROLLBACK = "rollback", _("Roll back a run an event cancelled")
         UNPAUSE = "unpause", _("Go on after a pause")
+        ADMIT = "admit", _("Admitted by its concurrency key")
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey(

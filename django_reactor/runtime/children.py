@@ -117,6 +117,10 @@ class DatabaseChildRunner(MapRunnerMixin):
             events=[Event(1, EventKind.START, utcnow(), data={"parent_step": step})],
             deadline_at=self.deadline,
             attributes=definition.attributes_of(decode(stored)),
+            # A child goes where its parent goes unless its reactor says otherwise.
+            route=definition.route()
+            if definition.queue is not None and definition.priority is not None
+            else definition.route(inherited=store.route_of(self.parent_id)),
         )
 
     def run(

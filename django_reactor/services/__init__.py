@@ -36,7 +36,7 @@ state. By what they do:
 from __future__ import annotations
 
 from ..exceptions import InvalidFilter
-from . import audit, handles, schedules, secrets
+from . import audit, flow, handles, schedules, secrets
 from .bulk import (
     BulkPreview,
     BulkProgress,
@@ -113,6 +113,7 @@ __all__ = [
     "finish_events",
     "fleet_figures",
     "fleet_health",
+    "flow",
     "forget_subject",
     "fork",
     "fork_plan",

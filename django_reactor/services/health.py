@@ -239,6 +239,8 @@ class Health:
     late_after: float
     reactors: list[ReactorWindow] = field(default_factory=list)
     reactors_complete: bool = True
+    queues: list[QueueDepth] = field(default_factory=list)
+    queues_complete: bool = True
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -288,7 +290,73 @@ class Health:
                 for w in self.reactors
             ],
             "reactors_complete": self.reactors_complete,
+            "queues": [q.as_dict() for q in self.queues],
+            "queues_complete": self.queues_complete,
         }
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """One Celery queue: the runs waiting in it for a worker now (``waiting``), and the live
+    workers consuming it (their names)."""
+
+    queue: str
+    waiting: int
+    consumers: list[str]
+    # Of ``waiting``, the runs that have waited longer than the fleet's lateness bound.
+    late: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "waiting": self.waiting,
+            "late": self.late,
+            "consumers": self.consumers,
+        }
+
+
+def default_queue() -> str:
+    """The queue a run without one of its own goes to (``REACTOR["CELERY_QUEUE"]``, else
+    Celery's default, ``celery``)."""
+    return reactor_settings.CELERY_QUEUE or "celery"
+
+
+def _queue_depths(
+    waiting: Mapping[str, int], late: Mapping[str, int], workers: Sequence[ProcessSeen]
+) -> list[QueueDepth]:
+    """Each queue with waiting runs or live consumers, the deepest first."""
+    by_queue: dict[str, int] = {}
+    late_by_queue: dict[str, int] = {}
+    for queue, count in waiting.items():
+        name = queue or default_queue()
+        by_queue[name] = by_queue.get(name, 0) + count
+    for queue, count in late.items():
+        name = queue or default_queue()
+        late_by_queue[name] = late_by_queue.get(name, 0) + count
+    consumers: dict[str, list[str]] = {}
+    for process in workers:
+        if process.alive:
+            for queue in process.queues:
+                consumers.setdefault(queue, []).append(process.name or process.host)
+    names = sorted(set(by_queue) | set(consumers), key=lambda q: (-by_queue.get(q, 0), q))
+    return [
+        QueueDepth(q, by_queue.get(q, 0), sorted(consumers.get(q, [])), late_by_queue.get(q, 0))
+        for q in names
+    ]
+
+
+def _queue_problems(depths: Sequence[QueueDepth], complete: bool, late: str) -> list[str]:
+    """A sentence for each queue runs have waited in for longer than ``late`` that no live
+    worker consumes."""
+    more = "" if complete else " or more"
+    return [
+        f"{depth.late}{more} {'run has' if depth.late == 1 and complete else 'runs have'} "
+        f"waited more than {late} in the queue {depth.queue!r} and no live worker consumes "
+        f"it: start one with `celery -A <project> worker -Q {depth.queue}` (or add the queue "
+        "to a worker's -Q)"
+        for depth in depths
+        if depth.late and not depth.consumers
+    ]
 
 
 def _count(count: Capped) -> str:
@@ -350,6 +418,10 @@ def fleet_health(now: dt.datetime | None = None, *, reactors: bool = True) -> He
             f"{reactor_settings.CELERY_QUEUE or 'celery'!r} and that the broker is reachable"
         )
     windows, complete = store.health.reactor_windows(now - WINDOW, now) if reactors else ([], True)
+    waiting, late_waiting, queues_complete = store.health.waiting_by_queue(now, before)
+    queues = _queue_depths(waiting, late_waiting, workers)
+    if any(p.alive for p in workers):  # with none alive, the worker problem says it all
+        problems += _queue_problems(queues, queues_complete, late)
     return Health(
         now=now,
         workers=workers,
@@ -361,6 +433,8 @@ def fleet_health(now: dt.datetime | None = None, *, reactors: bool = True) -> He
         late_after=late_after,
         reactors=windows,
         reactors_complete=complete,
+        queues=queues,
+        queues_complete=queues_complete,
         problems=problems,
     )
 

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from django.utils import timezone
+
 from .. import registry, store
 from ..conf import reactor_settings
 from ..coordination import coordinator as run_coordination
@@ -28,6 +30,7 @@ from ..engine.outcomes import (
     Suspended,
 )
 from ..engine.redaction import redact
+from ..engine.routing import Route
 from ..engine.serialization import decode, encode, printable, shown
 from ..engine.templates import ResolutionScope
 from ..engine.validation import summarise_errors, validate
@@ -50,7 +53,7 @@ if TYPE_CHECKING:
     from ..reactor import Reactor
 
 
-from . import audit
+from . import audit, flow
 from .audit import check_reason
 from .databases import across_databases, on_reactors_database
 from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
@@ -69,6 +72,8 @@ def run(
     at: dt.datetime | None = None,
     delay: dt.timedelta | float | None = None,
     deadline: dt.timedelta | dt.datetime | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Outcome:
     """Validate ``inputs`` and run ``reactor`` in this process. See ``Reactor.run``.
 
@@ -82,6 +87,8 @@ def run(
         idempotency_key=idempotency_key,
         all_in_background=False,
         timing=Timing.of(reactor, at=at, delay=delay, deadline=deadline),
+        queue=queue,
+        priority=priority,
     )
 
 
@@ -93,10 +100,14 @@ def _run(
     all_in_background: bool,
     timing: Timing | None = None,
     refuse_invalid: bool = False,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Outcome:
     """``run``, ``run_in_background`` and ``start``: check the call, record invalid inputs (or,
     with ``refuse_invalid``, raise InvalidInputs and write nothing), start (in the reactor's
-    database, ``REACTOR["DATABASE"]``)."""
+    database, ``REACTOR["DATABASE"]``). A bad ``queue`` or ``priority`` raises InvalidRoute
+    before anything is written."""
+    route = reactor.definition.route(queue=queue, priority=priority)
     with on_reactors_database(reactor.definition.name):
         return _run_here(
             reactor,
@@ -105,6 +116,7 @@ def _run(
             all_in_background=all_in_background,
             timing=timing,
             refuse_invalid=refuse_invalid,
+            route=route,
         )
 
 
@@ -116,6 +128,7 @@ def _run_here(
     all_in_background: bool,
     timing: Timing | None,
     refuse_invalid: bool,
+    route: Route,
 ) -> Outcome:
     definition = reactor.definition
     method = "run_in_background" if all_in_background else "run"
@@ -150,6 +163,7 @@ def _run_here(
             failure=error.to_dict(),
             # Found by the attributes its inputs give, however wrong the rest of them are.
             attributes=definition.attributes_of(inputs, strict=False),
+            route=route,
             events=[
                 Event(
                     1, EventKind.FAIL, utcnow(), data={"kind": error.kind, "error": error.message}
@@ -164,6 +178,7 @@ def _run_here(
         idempotency_key=idempotency_key,
         all_in_background=all_in_background,
         timing=timing,
+        route=route,
     )
 
 
@@ -176,9 +191,11 @@ def _start(
     all_in_background: bool = False,
     timing: Timing | None = None,
     steering: Steering | None = None,
+    route: Route | None = None,
 ) -> Outcome:
     """Start a run of ``definition`` with ``stored_inputs``; ``steering``: the operator's
-    action that starts it (a retry), recorded with the new run and on its ``start`` entry."""
+    action that starts it (a retry), recorded with the new run and on its ``start`` entry;
+    ``route``: its queue and priority (None: the reactor's declared ones)."""
     timing = timing or Timing.default(definition)
     first = definition.next_ready(frozenset())
     # A misconfigured coordination backend refuses the run before anything is written.
@@ -194,38 +211,53 @@ def _start(
         definition.subject_of(inputs), f"this run of {definition.name}"
     )
     attributes = definition.attributes_of(inputs)
+    key = flow.key_of(definition, inputs)
+    throttle_key = flow.throttle_key_of(definition, inputs)
+    debounce_key = flow.debounce_key_of(definition, inputs)
+    why, cancelled = "", False
+    status = (
+        ExecutionStatus.SCHEDULED
+        if timing.start_at is not None
+        else ExecutionStatus.PENDING
+        if background
+        else ExecutionStatus.SUSPENDED
+        if paused is not None
+        else ExecutionStatus.RUNNING
+    )
     try:
-        owned = store.create_execution(
-            reactor=definition.name,
-            definition_hash=definition.definition_hash,
-            definition_shape=definition.shape,
-            inputs=stored_inputs,
-            secret_paths=definition.input_secret_paths,
-            subject=subject,
-            has_secrets=definition.has_secrets,
-            # A background run is written pending with its dispatch; a worker takes it (a run
-            # that starts later: scheduled, dispatched for its time).
-            status=(
-                ExecutionStatus.SCHEDULED
-                if timing.start_at is not None
-                else ExecutionStatus.PENDING
-                if background
-                else ExecutionStatus.SUSPENDED
-                if paused is not None
-                else ExecutionStatus.RUNNING
-            ),
-            owner=None if background or paused is not None else store.lease_owner_token(),
-            dispatch="start" if background else None,
-            wake_at=timing.start_at,
-            deadline_at=timing.deadline_at,
-            idempotency_key=idempotency_key,
-            retry_of=retry_of,
-            cancel_keys=cancel_keys(definition.cancel_on, ResolutionScope(inputs, {}))
-            if definition.cancel_on
-            else (),
-            current_step=first.name if first is not None else "",
-            attributes=attributes,
-            events=[
+        # A key's decisions take its lock in turn: the decision and the new run are one
+        # transaction.
+        with store.flow.deciding(
+            definition.name,
+            concurrency_key=key,
+            throttle_key=throttle_key,
+            throttle_limit=definition.throttle.limit if definition.throttle else 0,
+            debounce_key=debounce_key,
+        ) as seen:
+            now = timezone.now()
+            if seen.debounced is not None:
+                # A run of the key waits to start: this start collapses into it.
+                waiting, latest = seen.debounced
+                collapsed_at, _ = flow.debounce_start(definition, now, latest)
+                if store.collapse_start(
+                    waiting,
+                    inputs=stored_inputs,
+                    secret_paths=definition.input_secret_paths,
+                    subject=subject,
+                    has_secrets=definition.has_secrets,
+                    attributes=attributes,
+                    cancel_keys=cancel_keys(definition.cancel_on, ResolutionScope(inputs, {}))
+                    if definition.cancel_on
+                    else (),
+                    wake_at=collapsed_at,
+                    data={"key": debounce_key, "start_at": collapsed_at.isoformat()},
+                ):
+                    return Scheduled(execution_id=waiting, start_at=collapsed_at)
+            decision = flow.decide(definition, seen.concurrency)
+            if decision.action == "skip":
+                assert decision.holder is not None
+                return store.outcome_of(store.get_row(decision.holder), replay=True)
+            events = [
                 Event(
                     1,
                     EventKind.START,
@@ -235,10 +267,82 @@ def _start(
                         **(steering.trace_data() if steering is not None else {}),
                     },
                 ),
-                *([] if paused is None else [store.pauses.suspended_at_start(paused, 2)]),
-            ],
-            steering=steering,
-        )
+            ]
+            starts = decision.action == "start"
+            start_at: dt.datetime | None = timing.start_at
+            debounce_latest: dt.datetime | None = None
+            if starts and debounce_key:
+                # The first start of its key: it waits until the key is quiet.
+                start_at, debounce_latest = flow.debounce_start(definition, now, None)
+                background, paused = True, None
+                status = ExecutionStatus.SCHEDULED
+            if starts and seen.throttle_slots is not None:
+                wanted = start_at or timezone.now()
+                slot = flow.throttle_slot(definition, seen.throttle_slots, wanted)
+                if slot > wanted:
+                    # Over the throttle: a worker starts it when its key has room.
+                    start_at, background, paused = slot, True, None
+                    status = ExecutionStatus.SCHEDULED
+                    events.append(
+                        Event(
+                            len(events) + 1,
+                            EventKind.THROTTLE,
+                            utcnow(),
+                            data={
+                                "key": throttle_key,
+                                "start_at": slot.isoformat(),
+                                "reason": flow.throttled(definition, throttle_key),
+                            },
+                        )
+                    )
+            if starts:
+                if paused is not None:
+                    events.append(store.pauses.suspended_at_start(paused, len(events) + 1))
+            else:
+                why = flow.over_limit(definition, key, decision)
+                cancelled = decision.action == "cancel_newest"
+                status = ExecutionStatus.CANCELLED if cancelled else ExecutionStatus.QUEUED
+                events.append(
+                    Event(
+                        len(events) + 1,
+                        EventKind.CANCEL if cancelled else EventKind.QUEUE,
+                        utcnow(),
+                        data={"reason": why, "key": key},
+                    )
+                )
+            owned = store.create_execution(
+                reactor=definition.name,
+                definition_hash=definition.definition_hash,
+                definition_shape=definition.shape,
+                inputs=stored_inputs,
+                secret_paths=definition.input_secret_paths,
+                subject=subject,
+                has_secrets=definition.has_secrets,
+                # A background run is written pending with its dispatch; a worker takes it (a
+                # run that starts later: scheduled, dispatched for its time; a run over its
+                # key's limit: queued, or cancelled, without one).
+                status=status,
+                owner=store.lease_owner_token() if status == ExecutionStatus.RUNNING else None,
+                dispatch="start" if starts and background else None,
+                wake_at=start_at,
+                deadline_at=timing.deadline_at,
+                idempotency_key=idempotency_key,
+                retry_of=retry_of,
+                cancel_keys=cancel_keys(definition.cancel_on, ResolutionScope(inputs, {}))
+                if definition.cancel_on and status != ExecutionStatus.CANCELLED
+                else (),
+                current_step=first.name if first is not None else "",
+                attributes=attributes,
+                route=route or definition.route(),
+                concurrency_key=key,
+                throttle_key=throttle_key,
+                throttle_slot=(start_at or now) if throttle_key and starts else None,
+                debounce_key=debounce_key if starts else "",
+                debounce_latest=debounce_latest,
+                cancel_reason=why if cancelled else "",
+                events=events,
+                steering=steering,
+            )
     except store.IdempotencyConflict as conflict:
         holder = store.get_row(conflict.execution_id)
         if holder.inputs_digest != store.inputs_digest(stored_inputs):
@@ -251,12 +355,18 @@ def _start(
         return _replay(
             conflict.execution_id, wait=definition.background is None and not all_in_background
         )
-    if definition.coordination:
+    if definition.coordination and status != ExecutionStatus.CANCELLED:
         # Ordered locks order runs by when they are started, wherever they then run.
         with contextlib.suppress(CoordinationUnavailable):  # the run's entry fails closed
             run_coordination.enqueue(definition, owned.execution_id, inputs)
-    if timing.start_at is not None:
-        return Scheduled(execution_id=owned.execution_id, start_at=timing.start_at)
+    if not starts:
+        for holder_id in decision.cancelling:
+            _cancel_superseded(holder_id, owned.execution_id, key)
+        if status == ExecutionStatus.QUEUED:
+            flow.queued_start(definition, key)
+        return store.outcome_of(store.get_row(owned.execution_id))
+    if start_at is not None:
+        return Scheduled(execution_id=owned.execution_id, start_at=start_at)
     if background:
         return Dispatched(execution_id=owned.execution_id)
     if paused is not None:
@@ -268,13 +378,27 @@ def _start(
     )
     try:
         with store.LeaseKeeper(owned):
-            return after_pause(executor.run())
+            outcome = after_pause(executor.run())
     except LeaseLost:
         logger.warning(
             "execution %s was taken over by another process; this process stopped",
             owned.execution_id,
         )
         return store.outcome_of(store.get_row(owned.execution_id))
+    flow.ended(definition, key, outcome)
+    return outcome
+
+
+def _cancel_superseded(execution_id: uuid.UUID, newest: uuid.UUID, key: str) -> None:
+    """``cancel_in_progress``: stop a run of ``key`` for the newest one (at once when nobody
+    runs it, else after its current step); the newest is admitted when it ends."""
+    from .steering import cancel
+
+    try:
+        cancel(execution_id, reason=f"superseded by execution {newest} (concurrency key {key!r})")
+    except ReactorError as exc:  # it ended meanwhile: its slot is free anyway
+        logger.info("execution %s was not cancelled for %s: %s", execution_id, newest, exc)
+    flow.ended_run(execution_id)
 
 
 def validated_inputs(
@@ -378,6 +502,7 @@ def retry(execution_id: uuid.UUID | str, *, reason: str = "") -> Outcome:
         store.secrets.opened(row.inputs),
         retry_of=row.id,
         steering=steering,
+        route=store.route_of_row(row),
     )
     store.append_event(
         row.id,
@@ -392,6 +517,8 @@ def start(
     inputs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Outcome:
     """Hand a run of ``reactor`` to a worker for a caller outside the project (the API's
     ``POST /reactors/{name}/runs/``); returns ``Dispatched`` at once.
@@ -407,6 +534,8 @@ def start(
         idempotency_key=idempotency_key,
         all_in_background=True,
         refuse_invalid=True,
+        queue=queue,
+        priority=priority,
     )
 
 
@@ -415,6 +544,8 @@ def run_in_background(
     inputs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Outcome:
     """Validate ``inputs`` and hand the whole run to a Celery worker, whatever the reactor's
     ``Meta.background`` says; returns ``Dispatched`` at once.
@@ -424,7 +555,14 @@ def run_in_background(
     when the inputs match, and raises IdempotencyKeyReused otherwise. Inside
     ``transaction.atomic()`` the run is created with your transaction and its task is published
     when it commits. ``reactor`` is the class or its name, as :func:`run` takes it.
+    ``queue`` and ``priority`` override the reactor's ``Meta.queue`` and ``Meta.priority``
+    (InvalidRoute, nothing written, for bad ones).
     """
     return _run(
-        reactor_named(reactor), inputs, idempotency_key=idempotency_key, all_in_background=True
+        reactor_named(reactor),
+        inputs,
+        idempotency_key=idempotency_key,
+        all_in_background=True,
+        queue=queue,
+        priority=priority,
     )

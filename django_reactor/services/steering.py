@@ -20,7 +20,7 @@ from ..exceptions import (
 from ..handle import ExecutionHandle
 from ..runtime import executors
 from ..states import ExecutionStatus, sources_of
-from . import audit
+from . import audit, flow
 from .audit import check_reason
 from .databases import across_databases
 from .guards import refuse_child, refuse_open_transaction
@@ -59,6 +59,7 @@ def _cancel(row: Execution, steering: Steering) -> ExecutionHandle:
     if handle.status == ExecutionStatus.CANCELLED:
         store.maps.stop_all(row.id, "cancelled")  # its fanned-out elements not started never start
         store.pauses.forget_run_pause(row.id)  # it will not go on
+        flow.ended_run(row.id)  # its concurrency key's next queued run may start
     _cancel_descendants(row.id, reason, steering)
     return handle
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ..models import Execution
 
 
+from . import flow
 from .bulk import republish_stalled
 from .databases import in_each_database
 from .deadlines import expire_deadlines
@@ -177,7 +178,9 @@ def _resume_here(
                 row = store.get_row(key)
                 state = RunState.restore(definition, store.run_records(row))
             with store.LeaseKeeper(owned):
-                return _run_claimed(definition, owned, row, state, claim, first=attempt == 1)
+                outcome = _run_claimed(definition, owned, row, state, claim, first=attempt == 1)
+            flow.ended(definition, row.concurrency_key, outcome)
+            return outcome
         except LeaseLost:
             logger.warning("execution %s was taken over by another process; stopped", key)
             return None
@@ -334,6 +337,8 @@ def _sweep_once() -> store.SweepReport:
     report.recovered += rounds.run(batch, functools.partial(release_waiting_forks, batch))
     # Bulk operations nobody holds (their task lost, their worker gone): to a worker again.
     report.recovered += republish_stalled(batch, reactor_settings.REDISPATCH_AFTER)
+    # Queued runs whose key has room (the run that ended did not admit them: its process died).
+    report.recovered += flow.admit_waiting()
     report.deadlines += rounds.run(batch, functools.partial(expire_deadlines, batch))
     report.events = rounds.run(batch, functools.partial(finish_events, batch))
     report.maps = rounds.run(

@@ -49,6 +49,7 @@ from . import (
     bulk,
     dialects,
     events,
+    flow,
     forks,
     health,
     interrupts,
@@ -104,6 +105,7 @@ from .executions import (
     IdempotencyConflict,
     adopt_child,
     append_event,
+    collapse_start,
     create_execution,
     inputs_digest,
     save_coordination_state,
@@ -134,6 +136,7 @@ from .reads import (
     last_seq,
     launched_steps,
     parse_id,
+    route_of,
     run_records,
     status_of,
     step_rows,
@@ -141,7 +144,7 @@ from .reads import (
     subject_of,
     unfinished_descendants,
 )
-from .rows import Owned, WorkerClaim
+from .rows import Owned, WorkerClaim, route_of_row
 from .sweep import Rounds, SweepReport, due_now, paused_past_deadline, sweep
 
 __all__ = [
@@ -173,6 +176,7 @@ __all__ = [
     "cancelled_while_running",
     "claim",
     "claim_for_worker",
+    "collapse_start",
     "connection_lost",
     "coordination_state",
     "count_prunable",
@@ -190,6 +194,7 @@ __all__ = [
     "execution_exists",
     "find_child",
     "find_retry",
+    "flow",
     "forks",
     "get_row",
     "health",
@@ -224,6 +229,8 @@ __all__ = [
     "request_keys",
     "roll_back_on_worker",
     "rotation",
+    "route_of",
+    "route_of_row",
     "run_records",
     "save_coordination_state",
     "schedules",

@@ -59,6 +59,8 @@ class DatabaseJournal:
         # written; a run without secrets never reads it).
         self._subject = subject
         self.fence = owned.fence
+        # Where the run's tasks go (None: read when they are published).
+        self.route = owned.route
         # The steps with a record, when the caller knows them (a new run: none; a claimed run:
         # those the claim read), kept up to date here: a step without one is inserted without
         # first looking for a record to replace. None: unknown, always look.
@@ -115,7 +117,7 @@ class DatabaseJournal:
     def begin(self, step: str, action: str) -> DatabaseStepTransaction:
         """Open the transaction of an atomic step's ``action`` (see :mod:`.atomic_steps`)."""
         return DatabaseStepTransaction(
-            step, action, Owned(self.execution_id, self.fence), dialect=self.dialect
+            step, action, Owned(self.execution_id, self.fence, self.route), dialect=self.dialect
         )
 
     def thread_finished(self) -> None:
@@ -306,7 +308,9 @@ class DatabaseJournal:
                     new_event_rows(self.execution_id, events)
                 )
             if batch.dispatch is not None:
-                queue_dispatch(self.execution_id, batch.dispatch, batch.dispatch_delay)
+                queue_dispatch(
+                    self.execution_id, batch.dispatch, batch.dispatch_delay, route=self.route
+                )
             if self.wakes is not None and batch.finished:
                 wake_parent(self.wakes)
                 announce_finished(self.execution_id, str(batch.status or ""))

@@ -17,16 +17,26 @@ from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..engine.journal import Event
+from ..engine.routing import DEFAULT_ROUTE, Route
 from ..exceptions import AlreadyRetried
-from ..models import Definition, Dispatch, Execution, ExecutionEvent, StepRecord
+from ..models import (
+    CancelSubscription,
+    Definition,
+    Dispatch,
+    Execution,
+    ExecutionAttribute,
+    ExecutionEvent,
+    StepRecord,
+)
 from ..states import EventKind, ExecutionStatus, StepStatus
+from . import attributes as run_attributes
 from . import audit, sql
 from .db import using
 from .dialects import dialect
 from .events import subscribe_cancels
 from .outbox import queue_dispatch
 from .reads import find_child, find_retry, last_seq
-from .rows import Owned
+from .rows import Owned, route_of_row
 from .secrets import Sealer
 from .sleeps import end_due_sleeps
 
@@ -73,6 +83,13 @@ def create_execution(
     fork_step: str = "",
     steering: Steering | None = None,
     attributes: Mapping[str, str] | None = None,
+    route: Route = DEFAULT_ROUTE,
+    concurrency_key: str = "",
+    cancel_reason: str = "",
+    throttle_key: str = "",
+    throttle_slot: dt.datetime | None = None,
+    debounce_key: str = "",
+    debounce_latest: dt.datetime | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -82,7 +99,13 @@ def create_execution(
     the key is taken. ``cancel_keys`` (event name, key) subscribe the run to the events that
     cancel it (``Meta.cancel_on``), in the same transaction, and so is ``steering`` (the
     operator's action that started it: a retry) recorded, naming the new run; ``attributes``
-    (stored text by key: ``Meta.attributes``) are written with the run.
+    (stored text by key: ``Meta.attributes``) are written with the run; ``route``: where its
+    tasks go and how urgent they are; ``concurrency_key``: the key it holds (or waits for,
+    ``queued``) under its reactor's ``Meta.concurrency``; ``cancel_reason``: why a run
+    written ``cancelled`` never started; ``throttle_key`` and ``throttle_slot``: the key its
+    start counts under (``Meta.throttle``) and the time it counts at; ``debounce_key`` and
+    ``debounce_latest``: the key whose starts collapse into it while it waits, and its latest
+    start (``Meta.debounce``).
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -97,6 +120,7 @@ def create_execution(
         ExecutionStatus.PENDING,
         ExecutionStatus.SCHEDULED,
         ExecutionStatus.SUSPENDED,
+        ExecutionStatus.QUEUED,
     )
     execution = Execution(
         reactor=reactor,
@@ -125,6 +149,14 @@ def create_execution(
         finished_at=now if finished else None,
         wake_at=wake_at,
         deadline_at=deadline_at,
+        queue=route.queue,
+        priority=route.priority,
+        concurrency_key=concurrency_key,
+        cancel_reason=cancel_reason,
+        throttle_key=throttle_key,
+        throttle_slot=throttle_slot,
+        debounce_key=debounce_key,
+        debounce_latest=debounce_latest,
     )
     # A run that starts later is dispatched with a countdown when that is short enough;
     # otherwise the sweeper dispatches it at its wake-up time.
@@ -142,6 +174,9 @@ def create_execution(
                 definition,
                 delay,
                 attributes or {},
+                may_conflict=idempotency_key is not None
+                or retry_of is not None
+                or parent is not None,
             )
             if cancel_keys:
                 subscribe_cancels(execution.id, cancel_keys)
@@ -166,7 +201,61 @@ def create_execution(
         if holder is None:
             raise
         raise IdempotencyConflict(holder) from None
-    return Owned(execution.id, execution.fence)
+    return Owned(execution.id, execution.fence, route)
+
+
+def collapse_start(
+    execution_id: uuid.UUID,
+    *,
+    inputs: JSONValue,
+    secret_paths: Iterable[Iterable[str]],
+    subject: str,
+    has_secrets: bool,
+    attributes: Mapping[str, str],
+    cancel_keys: Sequence[tuple[str, str]],
+    wake_at: dt.datetime,
+    data: JSONMapping,
+) -> bool:
+    """A debounced start collapses into the run waiting for its key (locked by the caller):
+    the run takes the new ``inputs`` (sealed, its digest, subject, attributes and cancel
+    subscriptions with them) and starts at ``wake_at`` instead; a ``debounce`` entry (``data``)
+    says so, and a dispatch for the new time is queued. False, and nothing written, when the
+    run has started meanwhile."""
+    digest = inputs_digest(inputs)
+    paths = [list(p) for p in secret_paths]
+    sealer = Sealer(subject)
+    if subject and (paths or has_secrets):
+        sealer.ready()
+    if paths:
+        inputs = sealer.sealed(inputs, paths)
+    runs = Execution.objects.using(using()).filter(pk=execution_id)
+    row = runs.select_for_update().filter(status=ExecutionStatus.SCHEDULED).first()
+    if row is None:
+        return False
+    runs.update(
+        inputs=inputs,
+        inputs_digest=digest,
+        secret_paths=paths,
+        subject=subject,
+        wake_at=wake_at,
+        updated_at=timezone.now(),
+    )
+    ExecutionAttribute.objects.using(using()).filter(execution_id=execution_id).delete()
+    if attributes:
+        run_attributes.write(execution_id, row.created_at, attributes)
+    CancelSubscription.objects.using(using()).filter(execution_id=execution_id).delete()
+    if cancel_keys:
+        subscribe_cancels(execution_id, cancel_keys)
+    ExecutionEvent.objects.using(using()).create(
+        execution_id=execution_id,
+        seq=last_seq(execution_id) + 1,
+        kind=EventKind.DEBOUNCE,
+        at=timezone.now(),
+        data=data,
+    )
+    delay = max((wake_at - timezone.now()).total_seconds(), 0.0)
+    queue_dispatch(execution_id, Dispatch.Reason.START, delay, route=route_of_row(row))
+    return True
 
 
 def inputs_digest(inputs: JSONValue) -> str:

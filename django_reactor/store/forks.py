@@ -32,7 +32,7 @@ from .claims import claim
 from .db import using
 from .executions import create_execution, find_retry
 from .reads import last_seq, run_records
-from .rows import Owned
+from .rows import Owned, route_of_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +151,7 @@ def create_fork(
                 deadline_at=None,
                 events=events,
                 fork_step=plan.from_step,
+                route=route_of_row(row),
             )
         StepRecord.objects.using(using()).bulk_create(
             [_copy(fork.execution_id, row.id, r.step, seq) for seq, r in enumerate(carried, 1)]

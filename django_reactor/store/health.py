@@ -176,6 +176,31 @@ def dispatches_not_taken(
     return _capped_count(late, "created_at", cap), oldest
 
 
+def waiting_by_queue(
+    now: dt.datetime, before: dt.datetime, cap: int | None = None
+) -> tuple[dict[str, int], dict[str, int], bool]:
+    """Runs waiting for a worker now (pending, or scheduled and due; nobody owns them) counted
+    by their queue (``""``: the default queue), and those of them waiting since before
+    ``before`` (created and due then), each over the oldest ``cap`` runs; and whether that
+    was all of them (false: the counts are lower bounds)."""
+    waiting = (
+        _runs()
+        .filter(
+            status__in=[ExecutionStatus.PENDING, ExecutionStatus.SCHEDULED],
+            lease_owner__isnull=True,
+        )
+        .filter(Q(parent__isnull=True) | Q(detached=True))
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+        .order_by("created_at")
+    )
+    counts, complete = _grouped(waiting, ["queue"], cap or COUNT_CAP)
+    late = waiting.filter(created_at__lt=before).filter(
+        Q(wake_at__isnull=True) | Q(wake_at__lt=before)
+    )
+    late_counts, late_complete = _grouped(late, ["queue"], cap or COUNT_CAP)
+    return counts, late_counts, complete and late_complete
+
+
 # ---------------------------------------------------------------------------- per reactor
 
 

@@ -20,15 +20,16 @@ import datetime as dt
 import functools
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..engine import probes
-from ..models import Dispatch
+from ..engine.routing import DEFAULT_ROUTE, Route
+from ..models import Dispatch, Execution
 from . import sql
 from .db import logger, using
 
@@ -43,6 +44,9 @@ class QueuedDispatch:
     # "resume" for the run itself; "map" / "map_undo" run or undo elements of map ``map_id``.
     task: str = "resume"
     map_id: uuid.UUID | None = None
+    # Where the task goes and how urgent it is; None: the run's stored route, read by
+    # :func:`publish` (one query for all the dispatches that lack it).
+    route: Route | None = None
 
 
 class Publisher(Protocol):
@@ -77,12 +81,15 @@ def register_publisher(
     return previous
 
 
-def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> None:
+def queue_dispatch(
+    execution_id: uuid.UUID, reason: str, delay: float = 0.0, *, route: Route | None = None
+) -> None:
     """Write an outbox row for a task resuming the run; it is published after the commit.
 
     Call inside the transaction that makes the task necessary. Delays longer than
     ``RETRY_COUNTDOWN_LIMIT`` are not published with a countdown: the run's wake-up time is
-    stored instead and the sweeper dispatches it when due.
+    stored instead and the sweeper dispatches it when due. ``route``: the run's, when the
+    caller knows it (else read when published).
     """
     if delay > reactor_settings.RETRY_COUNTDOWN_LIMIT:
         return
@@ -90,7 +97,7 @@ def queue_dispatch(execution_id: uuid.UUID, reason: str, delay: float = 0.0) -> 
     row = Dispatch.objects.using(using()).create(
         execution_id=execution_id, reason=reason, not_before=not_before
     )
-    publish_on_commit([QueuedDispatch(row.id, execution_id, delay)])
+    publish_on_commit([QueuedDispatch(row.id, execution_id, delay, route=route)])
 
 
 def publish_on_commit(dispatches: Sequence[QueuedDispatch], *, mark: bool = False) -> None:
@@ -116,7 +123,8 @@ def publish_on_commit(dispatches: Sequence[QueuedDispatch], *, mark: bool = Fals
 
 
 def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
-    """Send ``dispatches`` through the registered publisher now; return the ids sent.
+    """Send ``dispatches`` through the registered publisher now, each with its run's route,
+    most urgent first; return the ids sent.
 
     The rows are marked sent by the worker that takes them (or by the sweeper, with
     :func:`mark_sent`, when it publishes them again).
@@ -131,7 +139,37 @@ def publish(dispatches: Sequence[QueuedDispatch]) -> list[int]:
             len(dispatches),
         )
         return []
-    return publisher.publish(dispatches)
+    return publisher.publish(routed(dispatches))
+
+
+def routed(dispatches: Sequence[QueuedDispatch]) -> list[QueuedDispatch]:
+    """``dispatches`` each with its run's route (those without one read in one query), the
+    highest priority first and, within a priority, in the order given."""
+    missing = {d.execution_id for d in dispatches if d.route is None}
+    routes: dict[uuid.UUID, Route] = {}
+    if missing:
+        try:
+            routes = {
+                pk: Route(queue, priority)
+                for pk, queue, priority in Execution.objects.using(using())
+                .filter(pk__in=missing)
+                .values_list("pk", "queue", "priority")
+            }
+        except DatabaseError:
+            # Sent to no queue rather than the wrong one: they stay in the outbox, and the
+            # sweeper publishes them again once the database answers.
+            logger.warning(
+                "could not read the queues of %d run(s) to publish their tasks; they stay in "
+                "the outbox for the sweeper",
+                len(missing),
+            )
+            return [d for d in dispatches if d.route is not None]
+    complete = [
+        d if d.route is not None else replace(d, route=routes.get(d.execution_id, DEFAULT_ROUTE))
+        for d in dispatches
+    ]
+    complete.sort(key=lambda d: -(d.route or DEFAULT_ROUTE).priority)
+    return complete
 
 
 def publish_operation_on_commit(operation_id: uuid.UUID) -> None:

@@ -17,6 +17,7 @@ from ..engine.outcomes import (
     Outcome,
     Paused,
     PendingInterrupt,
+    Queued,
     Scheduled,
     Suspended,
 )
@@ -67,6 +68,8 @@ def outcome_of(row: Execution, *, replay: bool = False, opened: bool = False) ->
         return Suspended(reason=asked.reason if asked is not None else "", **common)
     if status == ExecutionStatus.SCHEDULED:
         return Scheduled(start_at=row.wake_at, **common)
+    if status == ExecutionStatus.QUEUED:
+        return Queued(key=row.concurrency_key, **common)
     if row.handed_off and status in (ExecutionStatus.PENDING, ExecutionStatus.RUNNING):
         return Dispatched(status=status, **common)
     return InProgress(status=status, **common)

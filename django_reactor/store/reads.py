@@ -11,6 +11,7 @@ from typing import Any
 from django.db import connections
 
 from ..engine.journal import RecordedStep, RunRecords
+from ..engine.routing import Route
 from ..exceptions import ExecutionNotFound, StoredValueUnreadable
 from ..models import Definition, Execution, ExecutionEvent, MapRun, StepRecord
 from ..states import EventKind, ExecutionStatus
@@ -69,6 +70,17 @@ def subject_of(execution_id: uuid.UUID) -> str:
         .values_list("subject", flat=True)
         .get()
     )
+
+
+def route_of(execution_id: uuid.UUID) -> Route:
+    """Where the run's tasks go and how urgent they are (``Execution.queue``, ``priority``)."""
+    queue, priority = (
+        Execution.objects.using(using())
+        .filter(pk=execution_id)
+        .values_list("queue", "priority")
+        .get()
+    )
+    return Route(queue, priority)
 
 
 def execution_exists(execution_id: uuid.UUID) -> bool:

@@ -7,15 +7,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.journal import RunRecords, StopRequest
+from ..engine.routing import Route
 from ..models import Execution
 
 
 @dataclass(frozen=True, slots=True)
 class Owned:
-    """A run this process owns: its id and the fence its writes must carry."""
+    """A run this process owns: its id, the fence its writes must carry and, when the owner
+    read it, its route (where its next tasks go; None: looked up when they are published)."""
 
     execution_id: uuid.UUID
     fence: int
+    route: Route | None = None
+
+
+def route_of_row(row: Execution) -> Route:
+    """The route a stored run was created with (``Execution.queue`` and ``priority``)."""
+    return Route(row.queue, row.priority)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from ..engine.routing import Route
 from ..models import Dispatch, Execution
 from ..states import ExecutionStatus
 from .claims import RESUMABLE
@@ -333,7 +334,8 @@ class _WakeUps:
     taken a batch at a time by id: each batch's statement finds its rows by primary key
     instead of scanning the wake-up index past the runs the sweep woke already (they stay due
     until a worker takes them), which made a sweep of 10,000 runs due together quadratic in
-    them. Each batch checks again, under its row locks, what the read saw.
+    them. Each batch checks again, under its row locks, what the read saw. Within a read
+    window the runs of higher priority go first (``Execution.priority``), then by wake-up time.
     """
 
     READ_AHEAD = 20
@@ -349,6 +351,7 @@ class _WakeUps:
         self.now, self.limit, self.redispatch_after = now, limit, redispatch_after
         self.locked, self.report = locked, report
         self.ahead: list[uuid.UUID] = []
+        self.routes: dict[uuid.UUID, Route] = {}
         self.read_all = False
 
     def batch(self) -> int:
@@ -357,8 +360,11 @@ class _WakeUps:
         if not self.ahead and not self.read_all:
             wanted = self.limit * self.READ_AHEAD
             due = _due(self.now, self.redispatch_after, lambda qs: qs).order_by("wake_at")
-            self.ahead = list(due.values_list("id", flat=True)[:wanted])
-            self.read_all = len(self.ahead) < wanted
+            read = list(due.values_list("id", "queue", "priority")[:wanted])
+            self.read_all = len(read) < wanted
+            read.sort(key=lambda row: -row[2])  # stable: by wake-up time within a priority
+            self.ahead = [run for run, _, _ in read]
+            self.routes = {run: Route(queue, priority) for run, queue, priority in read}
         chunk, self.ahead = self.ahead[: self.limit], self.ahead[self.limit :]
         if not chunk:
             return 0
@@ -382,7 +388,12 @@ class _WakeUps:
                 rows = Dispatch.objects.using(using()).bulk_create(
                     [Dispatch(execution_id=e, reason=Dispatch.Reason.WAKE) for e in ids]
                 )
-                queued = [QueuedDispatch(row.id, row.execution_id) for row in rows]
+                queued = [
+                    QueuedDispatch(
+                        row.id, row.execution_id, route=self.routes.get(row.execution_id)
+                    )
+                    for row in rows
+                ]
                 publish_on_commit(queued, mark=True)
                 self.report.woken += len(ids)
         return len(chunk)

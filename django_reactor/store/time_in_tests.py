@@ -36,6 +36,9 @@ def shift_due_times(delta: dt.timedelta) -> None:
         executions = Execution.objects.using(using())
         executions.filter(wake_at__isnull=False).update(wake_at=F("wake_at") - delta)
         executions.filter(deadline_at__isnull=False).update(deadline_at=F("deadline_at") - delta)
+        executions.filter(debounce_latest__isnull=False).update(
+            debounce_latest=F("debounce_latest") - delta
+        )
         Interrupt.objects.using(using()).filter(
             status=InterruptStatus.WAITING, expires_at__isnull=False
         ).update(expires_at=F("expires_at") - delta)

@@ -52,8 +52,8 @@ class ReactorBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    # Priorities are refused until runs take them (route_for says what they map to).
-    supports_priority = False
+    # A task's priority is its run's (route_for maps -100..100 onto 0..9).
+    supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -95,12 +95,14 @@ class ReactorBackend(BaseTaskBackend):
             "kwargs": _json(dict(kwargs), task, "kwargs"),
         }
         reactor = runs.reactor_for(getattr(task, "retry", None) or self.retry)
+        queue, priority = route_for(task)
         outcome = services.run(
             reactor,
             inputs,
             idempotency_key=getattr(task, "idempotency_key", None),
             at=task.run_after,
-            **routing(task),
+            queue=queue,
+            priority=priority,
         )
         if outcome.idempotent_replay:  # the run holding the key, as it stands
             return self.get_result(str(outcome.execution_id))
@@ -131,13 +133,6 @@ def route_for(task: Task[Any, Any]) -> tuple[str | None, int]:
     else:
         span = (DEFAULT_PRIORITY - LOWEST_PRIORITY) / (DEFAULT_TASK_PRIORITY - TASK_MIN_PRIORITY)
     return queue, DEFAULT_PRIORITY + math.floor(priority * span + 0.5)
-
-
-def routing(task: Task[Any, Any]) -> dict[str, Any]:
-    """The routing keyword arguments ``enqueue`` gives ``services.run``: none while runs take
-    no queue or priority; with them, ``route_for``'s pair as ``queue=`` and ``priority=`` (and
-    ``supports_priority = True``)."""
-    return {}
 
 
 def _json(value: Any, task: Task[Any, Any], what: str) -> Any:

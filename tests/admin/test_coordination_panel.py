@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.urls import reverse
+from rest_framework import serializers
 
+from django_reactor import Concurrency, Reactor, services, step
 from django_reactor.coordination import Window, get_backend
 from django_reactor.coordination.backends.base import CoordinationBackend
+from django_reactor.models import Execution
 from tests.admin.reactors import Booking
 from tests.coordination.conftest import REDIS_URL, drop_redis_keys
 
@@ -125,3 +128,42 @@ def test_an_unreachable_or_unknown_backend_is_named_not_raised(
     html = client_operator.get(PANEL).content.decode()
     assert "The coordination backend cannot be read:" in html
     assert "nowhere.Backend" in html
+
+
+class TenantSync(Reactor):
+    class Inputs(serializers.Serializer):
+        tenant_id = serializers.CharField()
+
+    only = step()(lambda: "synced")
+
+    class Meta:
+        background = "all"
+        concurrency = Concurrency(key="{tenant_id}", limit=1)
+
+
+@pytest.mark.django_db
+def test_the_panel_lists_concurrency_keys_and_a_queued_run_says_what_it_waits_for(
+    client_operator: Client,
+) -> None:
+    for _ in range(3):
+        services.run_in_background(TenantSync, {"tenant_id": "acme"})
+    queued = services.run_in_background(TenantSync, {"tenant_id": "zeta"})
+    assert queued.status == "pending"
+    html = client_operator.get(PANEL).content.decode()
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row(html, "concurrency-keys", "acme"), re.S)
+    assert [re.sub(r"<[^>]+>", "", c).strip() for c in cells] == [
+        "tests.admin.test_coordination_panel.TenantSync",
+        "acme",
+        "1 / 1",
+        "2",
+        "queue",
+    ]
+    last = Execution.objects.filter(concurrency_key="acme").order_by("created_at").last()
+    assert last is not None
+    page = client_operator.get(
+        reverse("admin:django_reactor_execution_change", args=[last.pk])
+    ).content.decode()
+    assert (
+        "acme (waiting for its concurrency key &#x27;acme&#x27;: 1 of 1 run(s) in flight, 1 "
+        "queued ahead of it; it starts when one of them ends)"
+    ) in page

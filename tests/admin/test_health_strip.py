@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_reactor import services
+from django_reactor import Reactor, services, step
 from django_reactor.conf import reactor_settings
 from django_reactor.models import Execution, ProcessHeartbeat
 from django_reactor.services.health import beat_worker
@@ -120,3 +120,38 @@ def test_the_per_reactor_table_shows_the_last_hour(client_viewer: Client) -> Non
         "p95": "2.0 s",
         "in-flight": "0",
     }
+
+
+def test_the_overview_shows_depth_per_queue_and_flags_a_queue_nobody_consumes(
+    client_viewer: Client,
+) -> None:
+    healthy_fleet()  # a live worker consuming "reactor"
+    for _ in range(2):
+        services.run_in_background(QueuedForHealth, {}, queue="payments")
+    services.run_in_background(QueuedForHealth, {}, queue="reactor")
+    Execution.objects.update(created_at=timezone.now() - dt.timedelta(minutes=1))
+    html = page(client_viewer)
+    rows = re.findall(
+        r'<tr data-queue="([^"]+)"><td>[^<]*</td><td class="reactor-figure" '
+        r'data-figure="waiting">(\d+)</td><td( class="reactor-error")?>([^<]*)</td>',
+        html,
+    )
+    assert rows == [
+        ("payments", "2", ' class="reactor-error"', "no live worker"),
+        ("reactor", "1", "", "w1@box"),
+    ]
+    problems = re.search(r'id="reactor-health-problems">(.*?)</ul>', html, re.S)
+    assert problems
+    assert (
+        "2 runs have waited more than 2.0 s in the queue &#x27;payments&#x27; and no live "
+        "worker consumes it"
+    ) in problems.group(1)
+
+
+class QueuedForHealth(Reactor):
+    @step()
+    def only() -> str:
+        return "done"
+
+    class Meta:
+        background = "all"

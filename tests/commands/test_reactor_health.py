@@ -150,3 +150,57 @@ def test_reactor_show_warns_when_no_worker_is_alive() -> None:
         "warning: no worker has reported in the last day: start a Celery worker "
         "(`celery -A yourproject worker`); until then this run does not move"
     ]
+
+
+class Queued(Reactor):
+    @step()
+    def only() -> str:
+        return "done"
+
+    class Meta:
+        background = "all"
+
+
+def test_depth_per_queue_and_a_queue_nobody_consumes() -> None:
+    healthy_fleet()  # a live worker consuming "reactor"
+    for _ in range(3):
+        services.run_in_background(Queued, {}, queue="payments")
+    services.run_in_background(Queued, {}, queue="reactor", priority=9)
+    fresh = services.run_in_background(Queued, {}, queue="payments").execution_id
+    # All but the last have waited a minute: a queue is a problem once its runs are late.
+    from django_reactor.models import Execution
+
+    Execution.objects.exclude(pk=fresh).update(created_at=timezone.now() - dt.timedelta(minutes=1))
+    output = health("--no-reactors", code=1)
+    problems = [line for line in output.splitlines() if line.startswith("problem:")]
+    assert [p for p in problems if "consumes" in p] == [
+        "problem: 3 runs have waited more than 2.0 s in the queue 'payments' and no live worker "
+        "consumes it: start one with `celery -A <project> worker -Q payments` (or add the queue "
+        "to a worker's -Q)"
+    ]
+    table = output[output.index("QUEUE ") :].split("\n\n")[0].splitlines()
+    assert [(r["QUEUE"], r["WAITING"], r["CONSUMERS"]) for r in read_table(table)] == [
+        ("payments", "4", "no live worker"),
+        ("reactor", "1", "w1@box"),
+    ]
+    report = json.loads(health("--json", "--no-reactors", code=1))
+    assert report["queues"] == [
+        {"queue": "payments", "waiting": 4, "late": 3, "consumers": []},
+        {"queue": "reactor", "waiting": 1, "late": 1, "consumers": ["w1@box"]},
+    ]
+    assert report["queues_complete"] is True
+    # This process's worker now consumes payments only (the same process: the same heartbeat):
+    # the queue left behind is the one nobody consumes (the dispatches may be late by now,
+    # which is a problem of its own).
+    beat_worker(name="w2@box", queues=["payments"], concurrency=1, tasks_done=0,
+                started_at=timezone.now())  # fmt: skip
+    report = services.fleet_health(reactors=False)
+    assert [(q.queue, q.consumers) for q in report.queues] == [
+        ("payments", ["w2@box"]),
+        ("reactor", []),
+    ]
+    assert [p for p in report.problems if "consumes" in p] == [
+        "1 run has waited more than 2.0 s in the queue 'reactor' and no live worker consumes "
+        "it: start one with `celery -A <project> worker -Q reactor` (or add the queue to a "
+        "worker's -Q)"
+    ]

@@ -28,7 +28,7 @@ from django_reactor.models import Dispatch, Execution
 from django_reactor.states import ExecutionStatus
 from django_reactor.store import outbox
 from django_reactor.tasks import ReactorBackend, compat
-from django_reactor.tasks.backend import route_for, routing
+from django_reactor.tasks.backend import route_for
 from django_reactor.tasks.compat import (
     InvalidTaskError,
     TaskResultDoesNotExist,
@@ -60,7 +60,7 @@ def test_the_backend_is_the_configured_one_and_says_what_it_supports() -> None:
     assert backend.supports_defer
     assert backend.supports_async_task
     assert backend.supports_get_result
-    assert not backend.supports_priority  # until runs take a priority (routing())
+    assert backend.supports_priority
     assert isinstance(functions.add, ReactorBackend.task_class)
 
 
@@ -216,8 +216,8 @@ def test_results_of_other_runs_and_unknown_ids_do_not_exist() -> None:
 def test_the_framework_validation_applies() -> None:
     with pytest.raises(InvalidTaskError, match="Queue 'nowhere' is not valid"):
         functions.add.using(queue_name="nowhere")
-    with pytest.raises(InvalidTaskError, match="does not support setting priority"):
-        functions.add.using(priority=10)
+    with pytest.raises(InvalidTaskError, match="priority"):
+        functions.add.using(priority=101)
     with pytest.raises(InvalidTaskError, match="aware"):
         functions.add.using(run_after=dt.datetime(2030, 1, 1))
     with pytest.raises(InvalidTaskError, match="module level"):
@@ -272,10 +272,18 @@ def test_policies_are_named_and_read_back_from_their_names() -> None:
 )
 def test_route_for_maps_queue_and_priority(priority: int, ours: int) -> None:
     task_ = functions.add.using(queue_name="emails")
-    object.__setattr__(task_, "priority", priority)  # the backend refuses priorities for now
+    task_ = task_.using(priority=priority)
     assert route_for(task_) == ("emails", ours)
     assert route_for(functions.add)[0] is None
-    assert routing(task_) == {}
+
+
+def test_a_tasks_queue_and_priority_are_its_runs() -> None:
+    result = functions.add.using(queue_name="emails", priority=100).enqueue(1, 2)
+    run = services.find(result.id)
+    assert (run.queue, run.priority) == ("emails", 9)
+    plain = functions.add.enqueue(1, 2)
+    run = services.find(plain.id)
+    assert (run.queue, run.priority) == ("", 5)
 
 
 def test_the_framework_signals_are_sent_for_each_attempt_and_the_last_one() -> None:

@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -102,7 +102,10 @@ def pooled_database(pgbouncer: PgBouncer, *, prepared: bool = False) -> WorkerDa
 
 
 def _process_env(
-    tmp_path: Path, faults: str = "", database: WorkerDatabase | None = None
+    tmp_path: Path,
+    faults: str = "",
+    database: WorkerDatabase | None = None,
+    broker: str | None = None,
 ) -> dict[str, str]:
     database = database or direct_database()
     env = {
@@ -110,7 +113,7 @@ def _process_env(
         "DJANGO_SETTINGS_MODULE": "tests.workers.settings",
         "DATABASE_URL": database.url,
         "REACTOR_DATABASE_JSON": json.dumps(database.options),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "CELERY_BROKER_URL": broker or settings.CELERY_BROKER_URL,
         "REACTOR_SETTINGS_JSON": json.dumps(
             {
                 **WORKER_REACTOR_SETTINGS,
@@ -199,13 +202,20 @@ def worker_database(
 def start_worker(
     transactional_db: Any, tmp_path: Path, worker_database: WorkerDatabase
 ) -> Iterator[Callable[..., Worker]]:
-    """Start a worker: ``start_worker(faults="after_step_commit@s3=kill:once")``."""
+    """Start a worker: ``start_worker(faults="after_step_commit@s3=kill:once")``; ``queues``:
+    the queues it consumes (the tests' queue by default), ``broker``: another broker's URL."""
     started: list[Worker] = []
 
-    def start(*, faults: str = "", concurrency: int = 2) -> Worker:
+    def start(
+        *,
+        faults: str = "",
+        concurrency: int = 2,
+        queues: Sequence[str] = (),
+        broker: str | None = None,
+    ) -> Worker:
         worker = Worker(
-            env=_process_env(tmp_path, faults, worker_database),
-            queue=settings.REACTOR["CELERY_QUEUE"],
+            env=_process_env(tmp_path, faults, worker_database, broker),
+            queue=",".join(queues) or settings.REACTOR["CELERY_QUEUE"],
             log_dir=tmp_path,
             concurrency=concurrency,
         )
@@ -221,13 +231,14 @@ def start_worker(
 def run_in_subprocess(
     transactional_db: Any, tmp_path: Path, worker_database: WorkerDatabase
 ) -> Callable[..., int]:
-    """Run Python code as a separate "web process" on the test database; return its exit code."""
+    """Run Python code as a separate "web process" on the test database; return its exit code.
+    ``broker``: publish to another broker than the tests'."""
 
-    def run(code: str, *, faults: str = "") -> int:
+    def run(code: str, *, faults: str = "", broker: str | None = None) -> int:
         script = "import django\ndjango.setup()\n" + code
         result = subprocess.run(
             [sys.executable, "-c", script],
-            env=_process_env(tmp_path, faults, worker_database),
+            env=_process_env(tmp_path, faults, worker_database, broker),
             cwd=ROOT,
             timeout=120,
             capture_output=True,

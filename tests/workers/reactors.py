@@ -17,11 +17,14 @@ from typing import Any
 from rest_framework import serializers
 
 from django_reactor import (
+    Concurrency,
+    Debounce,
     Failed,
     Reactor,
     Retry,
     Step,
     Success,
+    Throttle,
     arg,
     async_reactor,
     async_step,
@@ -83,6 +86,62 @@ class Five(Reactor):
 
     class Meta:
         background = "all"
+
+
+class One(Reactor):
+    """One step that does nothing, in the background: a backlog's unit of work."""
+
+    @step()
+    def only() -> Any:
+        return 1
+
+    class Meta:
+        background = "all"
+
+
+class KeyedWork(Reactor):
+    """Two steps per run, at most two runs in flight per tenant (the others queue)."""
+
+    class Inputs(serializers.Serializer):
+        tenant = serializers.CharField()
+        n = serializers.IntegerField()
+
+    first = step(Effectful)
+    second = step(Effectful, wait_for=["first"])
+
+    class Meta:
+        background = "all"
+        concurrency = Concurrency(key="{tenant}", limit=2)
+
+
+class ThrottledWork(Reactor):
+    """One step; at most two runs per tenant start within any second (the others wait)."""
+
+    class Inputs(serializers.Serializer):
+        tenant = serializers.CharField()
+
+    only = step(Effectful)
+
+    class Meta:
+        background = "all"
+        throttle = Throttle(key="{tenant}", limit=2, period=1.0)
+
+
+class DebouncedWork(Reactor):
+    """Starts of a user within three seconds of each other collapse into one run."""
+
+    class Inputs(serializers.Serializer):
+        user = serializers.CharField()
+        n = serializers.IntegerField()
+
+    @step(n=arg.input("n"))
+    def only(n: int) -> int:
+        return n
+
+    class Meta:
+        background = "all"
+        returns = "only"
+        debounce = Debounce(key="{user}", period=3.0)
 
 
 class FailsAtFour(Reactor):

@@ -35,7 +35,7 @@ class Command(ReactorCommand):
             action="store_true",
             help="Print the report as one JSON object (healthy, problems, workers_alive, "
             "sweeper_ok, sweeper_last_seen_at, overdue_wake_ups, dispatches_not_taken, "
-            "workers, sweepers, reactors).",
+            "workers, sweepers, reactors, queues).",
         )
         parser.add_argument(
             "--no-reactors",
@@ -82,6 +82,19 @@ class Command(ReactorCommand):
                 ["ROLE", "NAME", "PID", "QUEUES", "CONC", "TASKS", "SEEN", "ALIVE", "SWEPT"],
                 ([*_process_row(p)] for p in processes),
             )
+        if report.queues:
+            write("")
+            write("queues (runs waiting for a worker now):")
+            write_table(
+                self,
+                ["QUEUE", "WAITING", "CONSUMERS"],
+                (
+                    [q.queue, str(q.waiting), ", ".join(q.consumers) or "no live worker"]
+                    for q in report.queues
+                ),
+            )
+            if not report.queues_complete:
+                write("(the counts stopped at their cap: there are more)")
         if report.reactors:
             write("")
             write("the last hour, per reactor:")

@@ -84,6 +84,19 @@ class Command(ReactorCommand):
             "other inputs is refused.",
         )
         parser.add_argument(
+            "--queue",
+            metavar="NAME",
+            help="The Celery queue the run's tasks go to, instead of the reactor's Meta.queue "
+            "(a worker must consume it: celery worker -Q NAME).",
+        )
+        parser.add_argument(
+            "--priority",
+            type=int,
+            metavar="0-9",
+            help="The run's priority, 0 (lowest) to 9 (highest), instead of the reactor's "
+            "Meta.priority (5 by default): waiting runs of higher priority go first.",
+        )
+        parser.add_argument(
             "--json",
             action="store_true",
             help="Print the outcome as one JSON object (execution_id, status, and value, "
@@ -105,10 +118,15 @@ class Command(ReactorCommand):
         key = options["idempotency_key"]
         label = name.rsplit(".", 1)[-1]
         try:
+            queue, priority = options["queue"], options["priority"]
             if options["background"]:
-                outcome = services.run_in_background(reactor, inputs, idempotency_key=key)
+                outcome = services.run_in_background(
+                    reactor, inputs, idempotency_key=key, queue=queue, priority=priority
+                )
             else:
-                outcome = services.run(reactor, inputs, idempotency_key=key)
+                outcome = services.run(
+                    reactor, inputs, idempotency_key=key, queue=queue, priority=priority
+                )
             outcome = services.shown_outcome(outcome)
         except IdempotencyKeyReused as exc:
             raise CommandError(

@@ -10,6 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_reactor import services, store
 from django_reactor.display import duration_seconds, format_duration, short_json, trace_lines
+from django_reactor.engine.routing import DEFAULT_PRIORITY
 from django_reactor.exceptions import ExecutionNotFound
 from django_reactor.handle import ExecutionHandle
 from django_reactor.management.commandtools import (
@@ -25,6 +26,7 @@ from django_reactor.management.commandtools import (
 from django_reactor.models import Execution
 from django_reactor.runtime.maps import displayable
 from django_reactor.services.health import waiting_warnings
+from django_reactor.states import ExecutionStatus
 
 
 class Command(ReactorCommand):
@@ -158,6 +160,11 @@ class Command(ReactorCommand):
             "idempotency_key": handle.idempotency_key,
             "retry_of": str(handle.retry_of) if handle.retry_of else None,
             "fork_step": handle.fork_step or None,
+            "concurrency_key": handle.concurrency_key or None,
+            "throttle_key": handle.throttle_key or None,
+            "debounce_key": handle.debounce_key or None,
+            "queue": handle.queue,
+            "priority": handle.priority,
             "pause": handle.pause_info,
             "parent_id": str(handle.parent_id) if handle.parent_id else None,
             "attributes": handle.attributes,
@@ -272,6 +279,24 @@ class Command(ReactorCommand):
                 write(f"fork of: {handle.retry_of}, from step {handle.fork_step}")
             else:
                 write(f"retry of: {handle.retry_of}")
+        if handle.concurrency_key:
+            write(f"concurrency key: {handle.concurrency_key}")
+            if handle.status == ExecutionStatus.QUEUED:
+                detail = services.flow.waiting_detail(
+                    handle.reactor, handle.concurrency_key, handle.created_at
+                )
+                write(f"  {detail}")
+        if handle.throttle_key:
+            write(f"throttle key: {handle.throttle_key}")
+        if handle.debounce_key:
+            write(f"debounce key: {handle.debounce_key}")
+            if handle.status == ExecutionStatus.SCHEDULED:
+                write(
+                    "  starts when its key has been quiet for its period; another start of the key"
+                )
+                write("  collapses into it (its inputs replaced, its start moved)")
+        if handle.queue or handle.priority != DEFAULT_PRIORITY:
+            write(f"queue: {handle.queue or 'the default queue'}, priority {handle.priority}")
         if handle.parent_id:
             write(f"parent: {handle.parent_id}")
         if handle.subject:

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from ...conf import reactor_settings
 from ...engine.journal import JournalBatch
-from ...models import Definition, Execution, ExecutionEvent, MapChunk, StepRecord
+from ...models import Definition, Execution, ExecutionEvent, FlowKey, MapChunk, StepRecord
 from ...states import MOVING_STATUSES, ExecutionStatus, StepStatus
 from .. import attributes as run_attributes
 from .. import map_orm
@@ -29,7 +29,7 @@ from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import mark_taken, queue_dispatch
 from ..pauses import pause_for
 from ..reads import get_row, last_seq, run_records
-from ..rows import Owned, WorkerClaim
+from ..rows import Owned, WorkerClaim, route_of_row
 
 Chunk = MapChunk.Status
 
@@ -92,6 +92,8 @@ class Dialect:
         definition: Definition | None,
         delay: float,
         attributes: Mapping[str, str],
+        *,
+        may_conflict: bool = True,
     ) -> None:
         """Insert a new run with its first events, its dispatch (published ``delay`` seconds
         on), its definition (unless kept already) and its ``attributes`` (stored text by key),
@@ -105,7 +107,7 @@ class Dialect:
             if attributes:
                 run_attributes.write(execution.id, execution.created_at, attributes)
             if dispatch is not None:
-                queue_dispatch(execution.id, dispatch, delay)
+                queue_dispatch(execution.id, dispatch, delay, route=route_of_row(execution))
 
     def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
         """``claims.claim_for_worker``: one conditional update, the run's dispatches marked
@@ -148,7 +150,7 @@ class Dialect:
         if row.lease_owner != owner:  # pragma: no cover - taken again in the blink between
             return None
         return WorkerClaim(
-            Owned(execution_id, row.fence),
+            Owned(execution_id, row.fence, route_of_row(row)),
             row,
             run_records(row),
             pause=pause_for(row.reactor, row.id, parent_id=row.parent_id),
@@ -196,6 +198,16 @@ class Dialect:
 
         Nothing to do here: SQLite lets one transaction write at a time, and both write
         before they read."""
+
+    def lock_flow_key(self, reactor: str, kind: str, key: str) -> None:
+        """Hold the key's ``FlowKey`` row locked until the transaction ends (the row is
+        created by the key's first decision)."""
+        rows = FlowKey.objects.using(using()).filter(reactor=reactor, kind=kind, key=key)
+        if rows.select_for_update().values_list("pk", flat=True).first() is None:
+            FlowKey.objects.using(using()).bulk_create(
+                [FlowKey(reactor=reactor, kind=kind, key=key)], ignore_conflicts=True
+            )
+            rows.select_for_update().values_list("pk", flat=True).get()
 
     def commit_lazily(self) -> None:
         """Let the current transaction commit without waiting for its flush to disk: for

@@ -30,7 +30,7 @@ from ..map_reads import ChunkClaim, Settled, SlotWrite
 from ..outbox import QueuedDispatch, publish_on_commit
 from ..pauses import pause_request
 from ..reads import run_records
-from ..rows import Owned, WorkerClaim
+from ..rows import Owned, WorkerClaim, route_of_row
 from .generic import Dialect
 
 
@@ -59,17 +59,28 @@ class PostgreSQL(Dialect):
         definition: Definition | None,
         delay: float,
         attributes: Mapping[str, str],
+        *,
+        may_conflict: bool = True,
     ) -> None:
         """In one statement (``sql.insert_all``): every ``run()`` pays this, and the ORM's
         per-object inserts cost several times the statement. A run that starts later is
-        inserted through the ORM (its dispatch may wait for the sweeper)."""
+        inserted through the ORM (its dispatch may wait for the sweeper). ``may_conflict``:
+        a unique key may refuse it (an idempotency key, a retry, a composed child)."""
         if delay:
-            super().insert_run(execution, events, dispatch, definition, delay, attributes)
+            super().insert_run(
+                execution,
+                events,
+                dispatch,
+                definition,
+                delay,
+                attributes,
+                may_conflict=may_conflict,
+            )
             return
         # One statement commits on its own, without BEGIN and COMMIT round trips around it;
         # inside the caller's transaction a savepoint keeps a refused insert from ending that
         # transaction.
-        in_transaction = connections[using()].in_atomic_block
+        in_transaction = connections[using()].in_atomic_block and may_conflict
         with transaction.atomic(using=using()) if in_transaction else contextlib.nullcontext():
             _insert_all(execution, events, dispatch, definition, attributes)
 
@@ -106,7 +117,11 @@ class PostgreSQL(Dialect):
             row, steps=[RecordedStep(**item) for item in _json(steps)], seq=int(seq)
         )
         return WorkerClaim(
-            Owned(execution_id, row.fence), row, records, _json(shape), pause_request(_json(pause))
+            Owned(execution_id, row.fence, route_of_row(row)),
+            row,
+            records,
+            _json(shape),
+            pause_request(_json(pause)),
         )
 
     def checkpoint(
@@ -159,6 +174,15 @@ class PostgreSQL(Dialect):
             cursor.execute(
                 f"SELECT {lock}(hashtextextended(k, 0)) FROM unnest(%s::text[]) AS k",
                 [sorted(set(keys))],
+            )
+
+    def lock_flow_key(self, reactor: str, kind: str, key: str) -> None:
+        """A transaction-level advisory lock on the key's 64-bit hash: one statement, no row
+        written (a start of a keyed run pays it)."""
+        with connections[using()].cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"django_reactor.flow:{kind}:{len(reactor)}:{reactor}:{key}"],
             )
 
     def commit_lazily(self) -> None:
@@ -371,7 +395,9 @@ def _insert_all(
     if queued is not None:
         assert returned is not None
         queued.id = returned[0]
-        publish_on_commit([QueuedDispatch(queued.id, execution.id, 0.0)])
+        publish_on_commit(
+            [QueuedDispatch(queued.id, execution.id, 0.0, route=route_of_row(execution))]
+        )
 
 
 def _json(value: Any) -> Any:
