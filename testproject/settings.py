@@ -6,6 +6,7 @@ SQLite by default; set ``DATABASE_URL=postgres://user@host:5432/name`` to use Po
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -145,6 +146,17 @@ CELERY_DB_REUSE_MAX = 1000
 CELERY_BEAT_SCHEDULE = {
     "django-reactor-sweep": {"task": "django_reactor.sweep", "schedule": 15.0},
 }
+
+# Django's tasks framework (django.tasks, or the django-tasks backport on Django 5.2): each task
+# runs as a durable background run (docs/how-to/django-tasks.md).
+TASKS = {
+    "default": {
+        "BACKEND": "django_reactor.tasks.ReactorBackend",
+        "QUEUES": ["default", "emails"],
+    }
+}
+if find_spec("django_tasks") is not None:
+    INSTALLED_APPS.append("django_tasks")
 
 LOGGING = {
     "version": 1,
