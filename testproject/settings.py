@@ -102,7 +102,9 @@ def database_from_url(url: str) -> dict[str, object]:
             if not os.path.isabs(name)
             else name,
         }
-    raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres, mysql, sqlite)")
+    raise ValueError(
+        f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres, mysql, sqlite)"
+    )
 
 
 DATABASES = {

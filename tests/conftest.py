@@ -45,9 +45,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # Not in ``keywords``, which hold the names of the folders above (a checkout's too).
             and not item.get_closest_marker("mariadb")
         ):
-            item.add_marker(
-                pytest.mark.skip(reason="PostgreSQL only (this is the MariaDB pass)")
-            )
+            item.add_marker(pytest.mark.skip(reason="PostgreSQL only (this is the MariaDB pass)"))
         if "redis" in item.keywords and "Redis" in problems:
             item.add_marker(pytest.mark.skip(reason=f"needs Redis: {problems['Redis']}"))
 

@@ -21,7 +21,9 @@ from testproject.settings import database_from_url
 REQUIRE_SERVICES = os.environ.get("REACTOR_REQUIRE_SERVICES") == "1"
 DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 #: The database server the suite runs on: "PostgreSQL" (the default) or "MariaDB".
-DATABASE_SERVER = "MariaDB" if urlparse(DATABASE_URL).scheme in ("mysql", "mariadb") else "PostgreSQL"
+DATABASE_SERVER = (
+    "MariaDB" if urlparse(DATABASE_URL).scheme in ("mysql", "mariadb") else "PostgreSQL"
+)
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9")
 
 
@@ -65,9 +67,9 @@ def _redis_problem(url: str) -> str | None:
 
 
 SERVICE_PROBLEMS: dict[str, str] = {}
-if problem := (
-    _mariadb_problem if DATABASE_SERVER == "MariaDB" else _postgres_problem
-)(DATABASE_URL):
+if problem := (_mariadb_problem if DATABASE_SERVER == "MariaDB" else _postgres_problem)(
+    DATABASE_URL
+):
     SERVICE_PROBLEMS[DATABASE_SERVER] = f"{DATABASE_URL}: {problem}"
 if problem := _redis_problem(REDIS_URL):
     SERVICE_PROBLEMS["Redis"] = f"{REDIS_URL}: {problem}"
