@@ -8,11 +8,13 @@ second row of two racing writers. Here each gets the same guarantee on those dat
 virtual column that is 1 where the condition holds and NULL elsewhere, and a unique index on
 the constraint's columns and it (rows outside the condition never collide: NULLs are distinct
 in a unique index). The index is named as the constraint. Other databases: nothing to do.
+
+Also: coordination keys of kind ``event``, which emits and waits lock on those databases.
 """
 
 from __future__ import annotations
 
-from django.db import migrations
+from django.db import migrations, models
 
 #: (table, constraint name, its columns, its condition in SQL), as in the models' Meta.
 CONDITIONAL_UNIQUES = (
@@ -105,6 +107,16 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # Event keys' rows, which emits and waits lock on MariaDB and MySQL.
+        migrations.AlterField(
+            model_name="coordinationkey",
+            name="kind",
+            field=models.CharField(
+                choices=[("semaphore", "Semaphore"), ("rate", "Rate limit"), ("event", "Event key")],
+                max_length=16,
+                verbose_name="kind",
+            ),
+        ),
         # DDL on MariaDB and MySQL commits as it goes: no transaction around it.
         migrations.RunPython(add_uniques, drop_uniques, atomic=False, elidable=False),
     ]
