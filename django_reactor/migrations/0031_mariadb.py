@@ -95,9 +95,12 @@ def add_uniques(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
 def drop_uniques(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
     if schema_editor.connection.vendor != "mysql":
         return
-    for table, name, _columns, _condition in CONDITIONAL_UNIQUES:
+    for table, name, columns, _condition in CONDITIONAL_UNIQUES:
+        # InnoDB dropped the index it made for a foreign key on the first column when the
+        # unique index could serve it: one for the key again, or the drop is refused.
+        keep = f", ADD INDEX `{name}_fk` (`{columns[0]}`)" if columns[0].endswith("_id") else ""
         schema_editor.execute(
-            f"ALTER TABLE `{table}` DROP INDEX `{name}`, DROP COLUMN `{_flag(name)}`"
+            f"ALTER TABLE `{table}` DROP INDEX `{name}`, DROP COLUMN `{_flag(name)}`{keep}"
         )
 
 
