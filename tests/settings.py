@@ -43,12 +43,12 @@ def _mariadb_problem(url: str) -> str | None:
     try:
         import MySQLdb
 
-        settings = database_from_url(url)
+        entry = database_from_url(url)
         MySQLdb.connect(
-            host=settings["HOST"],
-            port=int(settings["PORT"] or 3306),
-            user=settings["USER"],
-            password=settings["PASSWORD"],
+            host=entry["HOST"],
+            port=int(str(entry["PORT"] or 3306)),
+            user=entry["USER"],
+            password=entry["PASSWORD"],
             connect_timeout=3,
         ).close()
         return None
