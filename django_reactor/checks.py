@@ -446,10 +446,67 @@ def check_database(
             Warning(
                 "django_reactor is running on SQLite: fine for development and the demo, but "
                 "SQLite serialises writers and cannot run Celery workers safely side by side.",
-                hint="Use PostgreSQL in production.",
+                hint="Use PostgreSQL (or MariaDB/MySQL) in production.",
                 id="django_reactor.W002",
             )
         )
+    elif dialect.name == "mysql":
+        messages += _mysql_messages(
+            database, checked=bool(databases) and DEFAULT_DB_ALIAS in databases
+        )
+    elif dialect.name not in TESTED_DATABASES:
+        messages.append(
+            Warning(
+                f"django_reactor is not tested on the default database's vendor "
+                f"({dialect.name!r}); it may work through its generic ORM store, untested.",
+                hint="Supported and tested: PostgreSQL and MariaDB/MySQL in production, SQLite "
+                "for development and the demo.",
+                id="django_reactor.W007",
+            )
+        )
+    return messages
+
+
+#: The databases django_reactor is tested on, by Django's vendor name: PostgreSQL (its own
+#: SQL), MariaDB and MySQL ("mysql", the generic ORM store), SQLite (development, the demo).
+TESTED_DATABASES = ("postgresql", "mysql", "sqlite")
+
+#: The oldest servers with ``SELECT ... FOR UPDATE SKIP LOCKED``, which claims and sweeps use.
+_SKIP_LOCKED_SINCE = "MariaDB 10.6 or MySQL 8.0.1"
+
+
+def _mysql_messages(database: Any, *, checked: bool) -> list[CheckMessage]:
+    """``W008``: MariaDB or MySQL at another isolation level than READ COMMITTED (Django's
+    default there), or, when the check may use the database, a server without SKIP LOCKED."""
+    messages: list[CheckMessage] = []
+    level = (database.settings_dict.get("OPTIONS") or {}).get("isolation_level")
+    if level is not None and str(level).lower() != "read committed":
+        messages.append(
+            Warning(
+                f"The default database (MariaDB/MySQL) runs transactions at {level!r}; "
+                "django_reactor's store is written and tested for READ COMMITTED.",
+                hint="Remove 'isolation_level' from DATABASES['default']['OPTIONS'] (Django's "
+                "default on MySQL is 'read committed') or set it to 'read committed'.",
+                id="django_reactor.W008",
+            )
+        )
+    if checked:
+        from django.db import DatabaseError
+
+        try:
+            skip_locked = database.features.has_select_for_update_skip_locked
+        except DatabaseError:  # unreachable: other checks report it
+            skip_locked = True
+        if not skip_locked:
+            messages.append(
+                Warning(
+                    "The default database server has no SELECT ... FOR UPDATE SKIP LOCKED: "
+                    "workers claiming runs and map elements wait for each other instead of "
+                    "skipping what another holds.",
+                    hint=f"Upgrade to {_SKIP_LOCKED_SINCE} or newer.",
+                    id="django_reactor.W008",
+                )
+            )
     return messages
 
 

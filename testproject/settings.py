@@ -1,6 +1,7 @@
 """Settings of the example project used by the demo, the docs and the test suite.
 
-SQLite by default; set ``DATABASE_URL=postgres://user@host:5432/name`` to use PostgreSQL.
+SQLite by default; set ``DATABASE_URL=postgres://user@host:5432/name`` to use PostgreSQL, or
+``DATABASE_URL=mysql://user@host:3306/name`` to use MariaDB or MySQL (the ``mysql`` extra).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ TEMPLATES = [
 
 
 def database_from_url(url: str) -> dict[str, object]:
-    """A DATABASES entry from ``postgres://user:password@host:port/name`` or ``sqlite:///path``."""
+    """A DATABASES entry from ``postgres://user:password@host:port/name``,
+    ``mysql://user:password@host:port/name`` (MariaDB or MySQL) or ``sqlite:///path``."""
     parsed = urlparse(url)
     if parsed.scheme in ("postgres", "postgresql", "pgsql"):
         return {
@@ -71,6 +73,25 @@ def database_from_url(url: str) -> dict[str, object]:
             "CONN_HEALTH_CHECKS": True,
             "TEST": {"NAME": os.environ.get("REACTOR_TEST_DB_NAME") or None},
         }
+    if parsed.scheme in ("mysql", "mariadb"):
+        return {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": unquote(parsed.path.lstrip("/")) or "test",
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": 0,
+            "CONN_HEALTH_CHECKS": True,
+            # Django's default isolation level on MySQL (READ COMMITTED), said out loud: the
+            # store's conditional updates and claims are written for it.
+            "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
+            "TEST": {
+                "NAME": os.environ.get("REACTOR_TEST_DB_NAME") or None,
+                "CHARSET": "utf8mb4",
+                "COLLATION": "utf8mb4_bin",
+            },
+        }
     if parsed.scheme == "sqlite":
         path = unquote(parsed.path)
         name = path[1:] if path.startswith("//") else path.lstrip("/") or ":memory:"
@@ -82,7 +103,9 @@ def database_from_url(url: str) -> dict[str, object]:
             if not os.path.isabs(name)
             else name,
         }
-    raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres, sqlite)")
+    raise ValueError(
+        f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres, mysql, sqlite)"
+    )
 
 
 DATABASES = {

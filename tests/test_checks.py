@@ -113,6 +113,58 @@ def test_sqlite_is_flagged_for_deployment(settings: Any) -> None:
     assert ids(check_database()) == expected
 
 
+class _Dialect:
+    """Stands in for the store's dialect of a database the suite does not run on."""
+
+    prepares_statements = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_a_database_django_reactor_is_not_tested_on_is_flagged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_reactor import store
+
+    for tested in ("postgresql", "mysql", "sqlite"):
+        monkeypatch.setattr(store, "dialect_for", lambda alias, name=tested: _Dialect(name))
+        assert "django_reactor.W007" not in ids(check_database())
+    monkeypatch.setattr(store, "dialect_for", lambda alias: _Dialect("oracle"))
+    [message] = [m for m in check_database() if m.id == "django_reactor.W007"]
+    assert "'oracle'" in message.msg
+    assert "PostgreSQL and MariaDB/MySQL" in (message.hint or "")
+
+
+def test_mariadb_at_another_isolation_level_than_read_committed_is_flagged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import connection
+
+    from django_reactor import store
+
+    monkeypatch.setattr(store, "dialect_for", lambda alias: _Dialect("mysql"))
+    options = dict(connection.settings_dict.get("OPTIONS") or {})
+    for level in (None, "read committed", "READ COMMITTED"):
+        monkeypatch.setitem(
+            connection.settings_dict, "OPTIONS", {**options, "isolation_level": level}
+        )
+        assert "django_reactor.W008" not in ids(check_database())
+    monkeypatch.setitem(
+        connection.settings_dict, "OPTIONS", {**options, "isolation_level": "repeatable read"}
+    )
+    [message] = [m for m in check_database() if m.id == "django_reactor.W008"]
+    assert "'repeatable read'" in message.msg
+    assert "read committed" in (message.hint or "")
+
+
+@pytest.mark.postgres
+@pytest.mark.mariadb
+@pytest.mark.django_db
+def test_a_database_server_that_can_skip_locked_rows_is_not_flagged() -> None:
+    assert ids(check_database(databases=["default"])) == []
+
+
 def test_workers_that_close_their_connection_after_every_task_are_flagged(settings: Any) -> None:
     del settings.CELERY_DB_REUSE_MAX
     messages = [m for m in check_database() if m.id == "django_reactor.W005"]

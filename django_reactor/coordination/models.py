@@ -58,11 +58,13 @@ class CoordinationLock(models.Model):
 
 
 class CoordinationKey(models.Model):
-    """One row per semaphore or rate-limit key, locked to serialise the operations on it."""
+    """One row per semaphore, rate-limit or event key, locked to serialise the operations on it."""
 
     class Kind(models.TextChoices):
         SEMAPHORE = "semaphore", _("Semaphore")
         RATE = "rate", _("Rate limit")
+        #: An event key an emit and a wait take turns on (MariaDB and MySQL: ``store.dialects``).
+        EVENT = "event", _("Event key")
 
     id = models.BigAutoField(primary_key=True)
     kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices)

@@ -13,12 +13,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import connections
 from django.db.models import Exists, F, FilteredRelation, OuterRef, Q, QuerySet
 
 from ..engine.attributes import wanted
 from ..models import Execution, ExecutionAttribute
-from .db import using
+from .db import conflict_target, using
 
 #: The annotations :func:`with_attributes` gives the runs: the first attribute's copy of its
 #: run's ``created_at`` and id. Ordered and paged by them (:func:`newest_first`), a list is one
@@ -104,11 +103,9 @@ def write(
     if removed:
         rows.filter(execution_id=execution_id, key__in=removed).delete()
     if kept:
-        # MySQL and MariaDB name no conflict target: their upsert takes any unique key.
-        target = connections[using()].features.supports_update_conflicts_with_target
         rows.bulk_create(
             kept,
             update_conflicts=True,
-            unique_fields=["execution", "key"] if target else None,
+            unique_fields=conflict_target(["execution", "key"]),
             update_fields=["value"],
         )

@@ -286,6 +286,15 @@ def reconnecting(operation: Callable[[], T], *, what: str) -> T:
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
+def conflict_target(fields: list[str], alias: str | None = None) -> list[str] | None:
+    """``unique_fields`` for an upsert (``bulk_create(update_conflicts=True)``) on ``alias``
+    (default: the store's database): ``fields``, or None where the database names no conflict
+    target (MariaDB and MySQL: their ``ON DUPLICATE KEY UPDATE`` takes any unique key, so the
+    model must have no unique key but its primary key and ``fields``)."""
+    features = connections[alias or using()].features
+    return fields if features.supports_update_conflicts_with_target else None
+
+
 def inside_user_transaction(alias: str | None = None) -> bool:
     """True inside an ``atomic()`` block the caller opened (test-case wrappers do not count),
     on ``alias`` (default: the store's database, and Django's ``default`` too when runs are

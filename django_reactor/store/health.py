@@ -26,7 +26,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from ..models import Dispatch, Execution, ProcessHeartbeat
 from ..states import ExecutionStatus
-from .db import default_alias, using
+from .db import conflict_target, default_alias, using
 from .overview import COUNT_CAP, Capped
 
 #: Heartbeat rows read at most (the newest first): a fleet larger than this shows its newest.
@@ -99,7 +99,7 @@ def beat(
         _heartbeats().bulk_create(
             [row],
             update_conflicts=True,
-            unique_fields=["role", "host", "pid"],
+            unique_fields=conflict_target(["role", "host", "pid"], default_alias()),
             update_fields=fields,
         )
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ..conf import reactor_settings
 from ..models import MapChunk, MapResult, MapRun
 from ..states import ElementStatus
-from .db import using
+from .db import conflict_target, using
 from .map_reads import ChunkClaim, Claimed, Settled, SlotWrite
 from .outbox import mark_taken
 
@@ -39,8 +39,18 @@ def write_chunks(map_id: uuid.UUID, pieces: list[tuple[int, int, list[Any]]]) ->
             chunk.save(update_fields=["items", "size", "status"])
 
 
+def lock_map(map_id: uuid.UUID) -> MapRun:
+    """Lock the map's row, first thing in a transaction that writes its chunks or slots.
+
+    On MariaDB and MySQL, writing a chunk or a slot takes a shared lock on the map's row
+    (their foreign key's check), and a settle then asks for the exclusive one to count: two
+    transactions holding the shared lock would deadlock. Taken first, they take turns."""
+    return MapRun.objects.using(using()).select_for_update().get(pk=map_id)
+
+
 def claim(map_id: uuid.UUID, *, forward: bool, token: str) -> ChunkClaim | None:
     """``maps.claim`` through the ORM, in the caller's transaction."""
+    lock_map(map_id)
     now = timezone.now()
     fresh, taken = (Chunk.PENDING, Chunk.RUNNING) if forward else (Chunk.SETTLED, Chunk.UNDOING)
     order = "first" if forward else "-first"
@@ -94,6 +104,7 @@ def settle_chunk(
 ) -> Settled | None:
     """A chunk's settle (``sql.SETTLE_FORWARD`` / ``sql.SETTLE_UNDO``) through the ORM, in
     the caller's transaction."""
+    run = lock_map(map_id)
     chunk_values: dict[str, Any] = {"status": settled, "claimed_by": "", "lease_until": None}
     if held == Chunk.RUNNING:
         chunk_values["succeeded"] = counters.get("succeeded", 0)
@@ -124,7 +135,7 @@ def settle_chunk(
                 for w in writes
             ],
             update_conflicts=True,
-            unique_fields=["map_run", "index"],
+            unique_fields=conflict_target(["map_run", "index"]),
             update_fields=["status", "attempts", "value", "error", "undo", "finished_at"],
         )
     else:
@@ -132,7 +143,6 @@ def settle_chunk(
             MapResult.objects.using(using()).filter(map_run_id=map_id, index=w.index).update(
                 status=w.status, rollback_error=w.error, finished_at=now
             )
-    run = MapRun.objects.using(using()).select_for_update().get(pk=map_id)
     for name, value in counters.items():
         setattr(run, name, getattr(run, name) + value)
     if first_failure is not None and run.first_failure is None:
@@ -187,7 +197,7 @@ def write_slots(
             for offset, item in enumerate(chunk.items)
         ],
         update_conflicts=True,
-        unique_fields=["map_run", "index"],
+        unique_fields=conflict_target(["map_run", "index"]),
         update_fields=["status", "error", "attempts", "finished_at"],
     )
 

@@ -6,7 +6,7 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable
 
-from django.db import models, transaction
+from django.db import connections, models, transaction
 from django.db.models import Exists, OuterRef, signals
 
 from ..models import (
@@ -130,9 +130,11 @@ def prune_finished(cutoff: dt.datetime, statuses: Iterable[str], batch_size: int
 
 def _collect_batch(cutoff: dt.datetime, statuses: list[str], batch_size: int) -> int:
     """One batch through Django's collector, in the caller's transaction."""
+    # Only the runs' rows are locked where the database can say so (PostgreSQL).
+    own_rows = ("self",) if connections[using()].features.has_select_for_update_of else ()
     ids = list(
         _prunable(cutoff, statuses)
-        .select_for_update(skip_locked=True, of=("self",))
+        .select_for_update(skip_locked=True, of=own_rows)
         .order_by("finished_at", "id")
         .values_list("id", flat=True)[:batch_size]
     )

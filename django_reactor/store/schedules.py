@@ -459,6 +459,35 @@ def _insert_fire(
 ) -> FireRow | None:
     """Insert a fire row (outcome to be settled); None when the tick has one already."""
     connection = connections[using()]
+    features = connection.features
+    if not (
+        features.supports_update_conflicts_with_target and features.can_return_columns_from_insert
+    ):
+        # No INSERT ... ON CONFLICT (...) DO NOTHING RETURNING (MariaDB, MySQL): the unique
+        # key on (schedule, fire_at) refuses the second row, in a savepoint of its own.
+        try:
+            with transaction.atomic(using=using()):
+                fire = ScheduleFire.objects.using(using()).create(
+                    schedule_id=schedule_id,
+                    fire_at=fire_at,
+                    until=until,
+                    outcome=FireOutcome.SKIPPED,
+                    manual=manual,
+                    note="",
+                )
+        except IntegrityError:
+            return None
+        return FireRow(
+            id=fire.id,
+            schedule_id=schedule_id,
+            fire_at=fire_at,
+            until=until,
+            outcome=FireOutcome.SKIPPED,
+            manual=manual,
+            execution_id=None,
+            note="",
+            created_at=fire.created_at,
+        )
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         cursor.execute(

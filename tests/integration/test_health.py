@@ -23,7 +23,8 @@ from django_reactor.states import ExecutionStatus
 from django_reactor.store import SweepReport
 from tests.shapes import keep_shape
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+# A database server (PostgreSQL, and MariaDB in its pass), not SQLite.
+pytestmark = [pytest.mark.postgres, pytest.mark.mariadb, pytest.mark.django_db(transaction=True)]
 
 HOST, PID = socket.gethostname(), os.getpid()
 
@@ -87,6 +88,9 @@ def test_a_sweep_whose_heartbeat_cannot_be_written_still_sweeps(
     assert not ProcessHeartbeat.objects.exists()
 
 
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the statement is PostgreSQL's INSERT ... ON CONFLICT"
+)
 def test_a_worker_heartbeat_is_one_statement_and_is_read_back() -> None:
     with CaptureQueriesContext(connection) as queries:
         beat_worker(tasks_done=3)
@@ -273,6 +277,9 @@ def test_a_waiting_run_is_told_why_it_may_not_move() -> None:
     assert waiting_warnings(ExecutionStatus.PENDING, wakes=True) == []
 
 
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="MariaDB has no partial indexes (docs: MariaDB)"
+)
 def test_the_late_work_is_read_through_the_partial_indexes() -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")

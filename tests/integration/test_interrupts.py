@@ -257,6 +257,7 @@ def test_a_payload_holding_a_date_is_recorded_as_stored_when_the_run_goes_on(
 
 
 @pytest.mark.postgres
+@pytest.mark.mariadb
 def test_concurrent_deliveries_resume_the_interrupt_once() -> None:
     paused = RefundInBackground.run({})
     barrier = threading.Barrier(4, timeout=10)

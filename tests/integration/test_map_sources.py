@@ -106,11 +106,12 @@ def test_a_queryset_of_rows_is_read_in_keyset_pages_and_each_element_gets_its_in
     assert (run.size, run.succeeded) == (10, 10)
     # Keyset pages of 3 (3 + 3 + 3 + 1 rows, the short page ends the read): never OFFSET,
     # never the whole table; the rows are fetched again per claimed chunk, by key.
-    user_queries = [q["sql"] for q in queries.captured_queries if 'FROM "auth_user"' in q["sql"]]
+    table, key = connection.ops.quote_name("auth_user"), connection.ops.quote_name("id")
+    user_queries = [q["sql"] for q in queries.captured_queries if f"FROM {table}" in q["sql"]]
     pages = [sql for sql in user_queries if "LIMIT 3" in sql]
     assert len(pages) == 4
     assert all("OFFSET" not in sql for sql in user_queries)
-    assert [sql.count('"auth_user"."id" >') for sql in pages] == [0, 1, 1, 1]
+    assert [sql.count(f"{table}.{key} >") for sql in pages] == [0, 1, 1, 1]
     refetches = [sql for sql in user_queries if sql not in pages]
     assert len(refetches) == 5  # one in_bulk per chunk of 2 elements
     assert all(" IN (" in sql for sql in refetches)
@@ -242,6 +243,7 @@ class Doubled(Reactor):
         returns = "values"
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_source_batches_commit_without_waiting_for_the_disk_and_leave_the_setting_as_it_was(
     monkeypatch: pytest.MonkeyPatch,

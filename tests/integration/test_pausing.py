@@ -272,6 +272,7 @@ def test_pausing_a_paused_reactor_keeps_the_first_pause() -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.mariadb
 @pytest.mark.django_db(transaction=True)
 def test_pausing_a_reactor_races_runs_starting() -> None:
     """A pause and runs starting at the same instant, on real threads: a run either stops at

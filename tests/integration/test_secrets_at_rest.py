@@ -38,6 +38,7 @@ from django_reactor.engine.serialization import TAG
 from django_reactor.exceptions import SubjectErased
 from django_reactor.models import Execution, Interrupt, StepRecord, SubjectKey
 from django_reactor.states import ExecutionStatus
+from django_reactor.store.db import db_id
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,6 +153,13 @@ def keys(*configured: str) -> Any:
     return override_settings(REACTOR={**settings.REACTOR, "ENCRYPTION_KEYS": list(configured)})
 
 
+def _as_text(table: str) -> str:
+    """A select list giving each row of ``table`` (aliased ``t``) as one text."""
+    if connection.vendor == "postgresql":
+        return "row_to_json(t)::text"
+    return "*"  # MariaDB: the columns as they are (its JSON columns hold text)
+
+
 def raw_rows(execution_id: uuid.UUID) -> str:
     """Every column of every row a run wrote, as the database holds it (raw SQL)."""
     tables = {
@@ -165,17 +173,25 @@ def raw_rows(execution_id: uuid.UUID) -> str:
     with connection.cursor() as cursor:
         for table, column in tables.items():
             cursor.execute(
-                f"SELECT row_to_json(t)::text FROM {table} t WHERE {column} = %s", [execution_id]
+                f"SELECT {_as_text(table)} FROM {table} t WHERE {column} = %s",
+                [_db(execution_id)],
             )
-            text.extend(row[0] for row in cursor.fetchall())
-        cursor.execute("SELECT row_to_json(t)::text FROM django_reactor_apirequest t")
-        text.extend(row[0] for row in cursor.fetchall())
+            text.extend(" ".join(map(str, row)) for row in cursor.fetchall())
+        table = "django_reactor_apirequest"
+        cursor.execute(f"SELECT {_as_text(table)} FROM {table} t")
+        text.extend(" ".join(map(str, row)) for row in cursor.fetchall())
     return "\n".join(text)
 
 
+def _db(value: Any) -> Any:
+    """A run's id as raw SQL compares it (MariaDB keeps UUIDs as 32 hex digits)."""
+    return db_id(value) if isinstance(value, uuid.UUID) else value
+
+
 def raw_column(table: str, column: str, where: str, params: list[Any]) -> Any:
+    text = f"{column}::text" if connection.vendor == "postgresql" else column
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {column}::text FROM {table} WHERE {where}", params)
+        cursor.execute(f"SELECT {text} FROM {table} WHERE {where}", [_db(p) for p in params])
         row = cursor.fetchone()
     return json.loads(row[0])
 
@@ -420,7 +436,8 @@ def test_a_subjects_secrets_are_sealed_with_its_own_key() -> None:
     assert {payload["key"] for payload in found} == {str(key.pk)}
     assert CARD not in raw_rows(paused.execution_id)
     with connection.cursor() as cursor:  # the data key is stored encrypted with the keyring
-        cursor.execute("SELECT key FROM django_reactor_subjectkey WHERE subject = 'c-9'")
+        key_column = connection.ops.quote_name("key")  # a reserved word on MariaDB
+        cursor.execute(f"SELECT {key_column} FROM django_reactor_subjectkey WHERE subject = 'c-9'")
         (wrapped,) = cursor.fetchone()
     data_key = Fernet(store.keyring.decrypt(wrapped))
     assert json.loads(data_key.decrypt(found[0]["token"].encode())) == CARD

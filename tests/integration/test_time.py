@@ -27,7 +27,8 @@ from django_reactor.store.lease import LeaseKeeper, note_heartbeat
 from django_reactor.store.rows import Owned
 from tests.helpers import ledger
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+# A database server (PostgreSQL, and MariaDB in its pass), not SQLite.
+pytestmark = [pytest.mark.postgres, pytest.mark.mariadb, pytest.mark.django_db(transaction=True)]
 
 
 def pairs(execution_id: Any) -> list[tuple[str, str]]:

@@ -18,7 +18,8 @@ from django_reactor.models import Execution, StepRecord
 from django_reactor.states import ExecutionStatus, StepStatus
 from tests.helpers import ledger
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+# A database server (PostgreSQL, and MariaDB in its pass), not SQLite.
+pytestmark = [pytest.mark.postgres, pytest.mark.mariadb, pytest.mark.django_db(transaction=True)]
 
 #: The last moment a datetime holds, five hours behind UTC: year 10000 in UTC, which
 #: PostgreSQL stores and then cannot give back to Python.

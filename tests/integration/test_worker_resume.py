@@ -222,6 +222,7 @@ def test_a_long_backoff_becomes_a_wake_up_time_for_the_sweeper(settings: Any) ->
 
 
 @pytest.mark.postgres
+@pytest.mark.mariadb
 @pytest.mark.django_db(transaction=True)
 def test_sweepers_on_many_hosts_dispatch_each_run_once() -> None:
     runs = [InBackground.run({}).execution_id for _ in range(30)]
@@ -481,6 +482,7 @@ def test_the_next_sweep_comes_at_the_next_wake_up_when_that_is_sooner() -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.mariadb
 @pytest.mark.django_db(transaction=True)
 def test_each_batch_is_committed_and_published_before_the_next_in_due_order(
     settings: Any, published: Published
@@ -504,6 +506,7 @@ def test_each_batch_is_committed_and_published_before_the_next_in_due_order(
 
 
 @pytest.mark.postgres
+@pytest.mark.mariadb
 @pytest.mark.django_db(transaction=True)
 def test_sweepers_racing_through_batches_wake_each_run_once(settings: Any) -> None:
     settings.REACTOR = {**settings.REACTOR, "SWEEP_BATCH": 4}

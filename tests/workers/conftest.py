@@ -58,6 +58,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # PostgreSQL's, but for those marked ``mariadb`` (the MariaDB pass runs them too).
     for item in items:
         if "tests/workers/" in str(item.fspath):
             item.add_marker(pytest.mark.postgres)
@@ -66,6 +67,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _database_url() -> str:
     db = settings.DATABASES["default"]
+    if connection.vendor == "mysql":  # the MariaDB pass
+        return (
+            f"mysql://{db['USER']}@{db['HOST']}:{db['PORT'] or 3306}/"
+            f"{connection.settings_dict['NAME']}"
+        )
     return (
         f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/"
         f"{connection.settings_dict['NAME']}"
@@ -192,6 +198,8 @@ def worker_database(
     if getattr(request, "param", "direct") == "direct":
         yield direct_database()
         return
+    if connection.vendor != "postgresql":
+        pytest.skip("PgBouncer pools PostgreSQL connections (this is the MariaDB pass)")
     bouncer: PgBouncer = request.getfixturevalue("pgbouncer")
     before = bouncer.transactions()
     yield pooled_database(bouncer)

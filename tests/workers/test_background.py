@@ -26,6 +26,7 @@ def body_runs(execution_id: Any) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.mariadb
 @pytest.mark.behind_pgbouncer
 def test_a_background_run_is_dispatched_and_completed_by_a_worker(start_worker: Any) -> None:
     start_worker()

@@ -47,6 +47,7 @@ def trace(execution_id: Any) -> list[tuple[str, str]]:
 FIVE_EFFECTS = ["s1", "s2", "s3", "s4", "s5"]
 
 
+@pytest.mark.mariadb
 @pytest.mark.behind_pgbouncer
 def test_1_killed_after_a_step_commits_resumes_at_the_next_step(start_worker: Any) -> None:
     start_worker(faults="after_step_commit@s3=kill:once")
@@ -60,6 +61,7 @@ def test_1_killed_after_a_step_commits_resumes_at_the_next_step(start_worker: An
     assert steps == [("run", f"s{i}") for i in range(1, 6)]
 
 
+@pytest.mark.mariadb
 def test_2_killed_inside_a_step_after_its_effect_runs_it_again_effect_once(
     start_worker: Any,
 ) -> None:
@@ -133,6 +135,7 @@ def test_5_a_background_run_inside_a_rolled_back_transaction_never_happens(
     assert row.status == ExecutionStatus.COMPLETED
 
 
+@pytest.mark.mariadb
 def test_6_two_deliveries_at_once_run_the_steps_once(start_worker: Any) -> None:
     from django_reactor.celery.tasks import resume
 
@@ -174,6 +177,7 @@ test_6_concurrent_resumers_in_threads_one_wins = pytest.mark.django_db(transacti
 )
 
 
+@pytest.mark.mariadb
 @pytest.mark.behind_pgbouncer
 def test_9_a_stopped_worker_is_fenced_out_when_it_wakes(start_worker: Any) -> None:
     worker: Worker = start_worker(faults="after_effect@s3=stop:once")
@@ -199,6 +203,7 @@ def test_9_a_stopped_worker_is_fenced_out_when_it_wakes(start_worker: Any) -> No
     assert effects(row.id) == FIVE_EFFECTS
 
 
+@pytest.mark.mariadb
 def test_11_a_step_that_kills_its_worker_every_time_is_parked(start_worker: Any) -> None:
     start_worker(faults="after_effect@s2=kill")
     outcome = Five.run({})

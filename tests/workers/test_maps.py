@@ -95,6 +95,7 @@ def kinds_after_map(execution_id: Any) -> list[str]:
     return [kind for kind, _ in trace[first_park:]]
 
 
+@pytest.mark.mariadb
 @pytest.mark.behind_pgbouncer
 def test_a_map_of_200_elements_over_two_workers_completes_and_wakes_the_run_once(
     start_worker: Any, recorder: Recorder
@@ -133,6 +134,7 @@ def test_a_map_of_200_elements_over_two_workers_completes_and_wakes_the_run_once
     ]  # fmt: skip
 
 
+@pytest.mark.mariadb
 def test_a_worker_killed_mid_map_is_replaced_and_the_map_completes_once(
     start_worker: Any, recorder: Recorder
 ) -> None:

@@ -3,7 +3,9 @@ database alias from its vendor (the way DBOS subclasses its system database).
 
 - :class:`Dialect` (``generic``) is the generic ORM store: what runs on SQLite, MariaDB and
   MySQL, any database Django supports;
-- :class:`PostgreSQL` (``postgresql``) overrides the operations it does in hand-written SQL.
+- :class:`PostgreSQL` (``postgresql``) overrides the operations it does in hand-written SQL;
+- :class:`MySQL` (``mysql``: MariaDB and MySQL) is the generic store with row locks where
+  PostgreSQL takes advisory locks.
 
 The rest of the package asks :func:`dialect` (the store's alias) or :func:`dialect_for` (an
 alias of its own: coordination's database backend, the admin's lists) and never reads a
@@ -19,12 +21,13 @@ from django.db import connections
 
 from ..db import using
 from .generic import Dialect
+from .mysql import MySQL
 from .postgresql import PostgreSQL
 
-__all__ = ["Dialect", "PostgreSQL", "dialect", "dialect_for", "forced", "generic"]
+__all__ = ["Dialect", "MySQL", "PostgreSQL", "dialect", "dialect_for", "forced", "generic"]
 
 #: The dialect of each vendor that has one of its own; any other database gets the generic.
-_BY_VENDOR: dict[str, type[Dialect]] = {"postgresql": PostgreSQL}
+_BY_VENDOR: dict[str, type[Dialect]] = {"postgresql": PostgreSQL, "mysql": MySQL}
 
 #: The dialect chosen for each alias, on first use.
 _chosen: dict[str, Dialect] = {}

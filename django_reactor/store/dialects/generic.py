@@ -122,9 +122,9 @@ class Dialect:
             )
             .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
             .update(
-                lease_owner=owner,
-                lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
-                fence=F("fence") + 1,
+                # In this order: MariaDB and MySQL assign left to right, each expression seeing
+                # the columns assigned before it, so what reads the row's status and owner
+                # comes before they are assigned.
                 recovery_attempts=Case(
                     When(status=ExecutionStatus.PENDING, then=F("recovery_attempts")),
                     When(lease_owner__isnull=True, then=F("recovery_attempts")),
@@ -138,6 +138,9 @@ class Dialect:
                     ),
                     default=Value(ExecutionStatus.RUNNING),
                 ),
+                lease_owner=owner,
+                lease_expires_at=now + dt.timedelta(seconds=reactor_settings.LEASE_SECONDS),
+                fence=F("fence") + 1,
                 started_at=Coalesce(F("started_at"), Value(now)),
                 wake_at=None,
                 updated_at=now,
