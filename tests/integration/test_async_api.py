@@ -170,6 +170,7 @@ def resume_as_a_worker(execution_id: Any) -> None:
         connection.close()
 
 
+@pytest.mark.postgres  # counts the sessions in pg_stat_activity
 def test_many_awaits_share_one_poller_and_leave_no_connection_open() -> None:
     before = other_connections()
     ids = [InBackground.run({}).execution_id for _ in range(20)]
