@@ -74,7 +74,11 @@ class ConsoleViews(admin.ModelAdmin):
     def coordination_view(self, request: HttpRequest) -> HttpResponse:
         """What the coordination backend holds now: locks, semaphores, rate limits, periods
         and ordered locks."""
-        context = {**coordination_context(), "concurrency_keys": services.flow.keys_in_use()}
+        context = {
+            **coordination_context(),
+            "concurrency_keys": services.flow.keys_in_use(),
+            "delayed_keys": services.flow.delayed_keys(),
+        }
         if "at" in context:
             context["at"] = dt.datetime.fromtimestamp(context["at"], tz=dt.UTC)
         return self._console(

@@ -187,6 +187,11 @@ def keys_in_use(limit: int = 200) -> list[KeyRow]:
     return rows
 
 
+def delayed_keys(limit: int = 200) -> list[store.flow.DelayedKey]:
+    """Throttle and debounce keys with runs waiting to start (the coordination page's)."""
+    return store.flow.delayed_keys(limit)
+
+
 def waiting_detail(reactor: str, key: str, created_at: object) -> str:
     """What a queued run waits for, as its page and ``reactor_show`` say it."""
     try:

@@ -241,3 +241,46 @@ def position(reactor: str, key: str, created_at: object) -> tuple[int, int]:
         runs.filter(status__in=HOLDING).count(),
         runs.filter(status=ExecutionStatus.QUEUED, created_at__lt=created_at).count(),
     )
+
+
+@dataclass(frozen=True)
+class DelayedKey:
+    """A throttle or debounce key with runs waiting to start: how many, and the first start."""
+
+    reactor: str
+    kind: str
+    key: str
+    waiting: int
+    next_start: dt.datetime | None
+
+
+def delayed_keys(limit: int = 200) -> list[DelayedKey]:
+    """Throttle keys with runs delayed past now, and debounce keys with a run waiting for its
+    key to be quiet, the soonest start first."""
+    scheduled = Execution.objects.using(using()).filter(status=ExecutionStatus.SCHEDULED)
+    throttled = (
+        scheduled.exclude(throttle_key="")
+        .filter(throttle_slot__gt=timezone.now())
+        .values("reactor", "throttle_key")
+        .annotate(waiting=Count("id"), next_start=Min("throttle_slot"))
+        .order_by("next_start")[:limit]
+    )
+    debounced = (
+        scheduled.exclude(debounce_key="")
+        .values("reactor", "debounce_key")
+        .annotate(waiting=Count("id"), next_start=Min("wake_at"))
+        .order_by("next_start")[:limit]
+    )
+    found = [
+        DelayedKey(
+            r["reactor"], FlowKey.Kind.THROTTLE, r["throttle_key"], r["waiting"], r["next_start"]
+        )
+        for r in throttled
+    ] + [
+        DelayedKey(
+            r["reactor"], FlowKey.Kind.DEBOUNCE, r["debounce_key"], r["waiting"], r["next_start"]
+        )
+        for r in debounced
+    ]
+    found.sort(key=lambda k: (k.next_start is None, k.next_start or timezone.now()))
+    return found[:limit]

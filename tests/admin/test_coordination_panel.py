@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework import serializers
 
-from django_reactor import Concurrency, Reactor, services, step
+from django_reactor import Concurrency, Debounce, Reactor, Throttle, services, step
 from django_reactor.coordination import Window, get_backend
 from django_reactor.coordination.backends.base import CoordinationBackend
 from django_reactor.models import Execution
@@ -167,3 +167,44 @@ def test_the_panel_lists_concurrency_keys_and_a_queued_run_says_what_it_waits_fo
         "acme (waiting for its concurrency key &#x27;acme&#x27;: 1 of 1 run(s) in flight, 1 "
         "queued ahead of it; it starts when one of them ends)"
     ) in page
+
+
+class ThrottledExport(Reactor):
+    class Inputs(serializers.Serializer):
+        tenant_id = serializers.CharField()
+
+    only = step()(lambda: "exported")
+
+    class Meta:
+        background = "all"
+        throttle = Throttle(key="{tenant_id}", limit=1, period=60)
+
+
+class DebouncedSync(Reactor):
+    class Inputs(serializers.Serializer):
+        tenant_id = serializers.CharField()
+
+    only = step()(lambda: "synced")
+
+    class Meta:
+        debounce = Debounce(key="{tenant_id}", period=30)
+
+
+@pytest.mark.django_db
+def test_the_panel_lists_throttled_and_debounced_keys_with_runs_waiting(
+    client_operator: Client,
+) -> None:
+    for _ in range(3):
+        services.run_in_background(ThrottledExport, {"tenant_id": "acme"})
+    for _ in range(4):
+        services.run_in_background(DebouncedSync, {"tenant_id": "beta"})
+    html = client_operator.get(PANEL).content.decode()
+    section_html = section(html, "delayed-keys")
+    rows = re.findall(r'<tr data-key="([^"]+)" data-kind="([^"]+)">(.*?)</tr>', section_html, re.S)
+    waiting = {
+        (key, kind): re.search(r'data-figure="waiting">(\d+)<', cells).group(1)  # type: ignore[union-attr]
+        for key, kind, cells in rows
+    }
+    # The throttle's first start went at once; the next two wait. The debounce's four starts
+    # are one run, waiting.
+    assert waiting == {("acme", "throttle"): "2", ("beta", "debounce"): "1"}
