@@ -491,7 +491,7 @@ def _mysql_messages(database: Any, *, checked: bool) -> list[CheckMessage]:
             )
         )
     if checked:
-        from django.db import DatabaseError
+        from django.db import DatabaseError  # imported when called, as the other checks'
 
         try:
             skip_locked = database.features.has_select_for_update_skip_locked

@@ -36,6 +36,7 @@ async def aemit(
 ) -> Emitted:
     """The async :func:`emit`, for ASGI views and other coroutines (see
     :func:`django_reactor.services.aemit`)."""
+    # Imported when called, as in the function above.
     from . import services
 
     return await services.aemit(name, payload, key=key, event_id=event_id)

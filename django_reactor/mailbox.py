@@ -37,6 +37,7 @@ async def asend(
 ) -> Outcome:
     """The async :func:`send`, for ASGI views and other coroutines (see
     :func:`django_reactor.services.asend`)."""
+    # Imported when called, as in the function above.
     from . import services
 
     return await services.asend(

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from .handle import ExecutionHandle
 
 
-# The methods import ``registry`` and ``services`` when called: this module is part of the
-# import-safe public API (``django_reactor/__init__``), loaded before Django's apps are ready,
-# and those modules reach the models.
+# The methods import ``registry``, ``services`` and ``runtime.aio`` when called: this module
+# is part of the import-safe public API (``django_reactor/__init__``), loaded before Django's
+# apps are ready, and those modules reach the models.
 
 
 class Reactor(ReactorBase):

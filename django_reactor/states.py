@@ -54,6 +54,17 @@ MOVING_STATUSES = frozenset(
 #: by itself (``queued``: once its concurrency key has room).
 WAITED_THROUGH = MOVING_STATUSES | {ExecutionStatus.QUEUED}
 
+#: Statuses of a run that has started its life and not ended it: counted as in flight (the
+#: health figures) and as holding its concurrency key's slot (``queued`` runs wait for one).
+IN_FLIGHT_STATUSES = (
+    ExecutionStatus.PENDING,
+    ExecutionStatus.SCHEDULED,
+    ExecutionStatus.RUNNING,
+    ExecutionStatus.PAUSED,
+    ExecutionStatus.ROLLING_BACK,
+    ExecutionStatus.SUSPENDED,
+)
+
 TERMINAL_STATUSES = frozenset(
     {
         ExecutionStatus.COMPLETED,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..exceptions import DefinitionError
 from . import timevalues
@@ -42,6 +43,7 @@ __all__ = [
     "ON_LIMIT",
     "Concurrency",
     "Debounce",
+    "Keyed",
     "Throttle",
     "check_concurrency",
     "check_debounce",
@@ -52,37 +54,43 @@ ON_LIMIT = ("queue", "skip", "cancel_newest", "cancel_in_progress")
 
 
 @dataclass(frozen=True)
-class Concurrency:
-    """At most ``limit`` runs in flight per ``key`` (a format string over the run's inputs,
-    such as ``"{tenant_id}"``; ``""``: one key for every run of the reactor); ``on_limit``
-    says what a start over the limit does (see the module's docstring)."""
+class Keyed:
+    """A declaration applied per ``key``: a format string over the run's inputs, such as
+    ``"{tenant_id}"`` (``""``: one key for every run of the reactor)."""
+
+    #: The ``Meta`` option the declaration is given as (named in errors).
+    option: ClassVar[str] = ""
 
     key: str = ""
-    limit: int = 1
-    on_limit: str = "queue"
 
     def key_of(self, inputs: Mapping[str, object], reactor: str) -> str:
         """The key of a run on ``inputs``; CoordinationKeyError naming the declaration when an
         input it names is missing."""
         if not self.key:
             return ""
-        return resolve_key(self.key, inputs, f"{reactor}.Meta.concurrency")
+        return resolve_key(self.key, inputs, f"{reactor}.Meta.{self.option}")
 
 
 @dataclass(frozen=True)
-class Throttle:
-    """At most ``limit`` runs per ``key`` (as :class:`Concurrency`'s) start within any
-    ``period`` (a ``timedelta`` or seconds); a start over it is delayed until the key has room."""
+class Concurrency(Keyed):
+    """At most ``limit`` runs in flight per ``key``; ``on_limit`` says what a start over the
+    limit does (see the module's docstring)."""
 
-    key: str = ""
+    option: ClassVar[str] = "concurrency"
+
+    limit: int = 1
+    on_limit: str = "queue"
+
+
+@dataclass(frozen=True)
+class Throttle(Keyed):
+    """At most ``limit`` runs per ``key`` start within any ``period`` (a ``timedelta`` or
+    seconds); a start over it is delayed until the key has room."""
+
+    option: ClassVar[str] = "throttle"
+
     limit: int = 1
     period: object = 60.0
-
-    def key_of(self, inputs: Mapping[str, object], reactor: str) -> str:
-        """The key of a run on ``inputs`` (``""`` for the template ``""``)."""
-        if not self.key:
-            return ""
-        return resolve_key(self.key, inputs, f"{reactor}.Meta.throttle")
 
     @property
     def seconds(self) -> float:
@@ -91,20 +99,15 @@ class Throttle:
 
 
 @dataclass(frozen=True)
-class Debounce:
-    """Starts of a ``key`` (as :class:`Concurrency`'s) within ``period`` of each other collapse
-    into one run with the last inputs, started when the key is quiet for ``period``, or at the
-    latest ``max_wait`` after the first start (None: no bound)."""
+class Debounce(Keyed):
+    """Starts of a ``key`` within ``period`` of each other collapse into one run with the last
+    inputs, started when the key is quiet for ``period``, or at the latest ``max_wait`` after
+    the first start (None: no bound)."""
 
-    key: str = ""
+    option: ClassVar[str] = "debounce"
+
     period: object = 30.0
     max_wait: object = None
-
-    def key_of(self, inputs: Mapping[str, object], reactor: str) -> str:
-        """The key of a run on ``inputs`` (``""`` for the template ``""``)."""
-        if not self.key:
-            return ""
-        return resolve_key(self.key, inputs, f"{reactor}.Meta.debounce")
 
     @property
     def seconds(self) -> float:

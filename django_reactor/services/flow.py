@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import registry, store
-from ..display import format_duration
 from ..engine.coordination import CoordinationKeyError
 from ..engine.outcomes import Outcome
 from ..exceptions import InvalidInputs, ReactorNotRegistered
-from ..states import ExecutionStatus
+from .health import format_duration
 
 if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
+    from ..engine.flow import Keyed
 
 logger = logging.getLogger("django_reactor.services")
 
@@ -33,10 +33,12 @@ logger = logging.getLogger("django_reactor.services")
 WHOLE_REACTOR = "*"
 
 
-def key_of(definition: ReactorDefinition, inputs: Mapping[str, object]) -> str:
-    """The concurrency key a run of ``definition`` on ``inputs`` holds (``""``: none).
-    InvalidInputs (nothing written) when an input the key names is missing."""
-    declared = definition.concurrency
+def key_of(
+    declared: Keyed | None, definition: ReactorDefinition, inputs: Mapping[str, object]
+) -> str:
+    """The key a run of ``definition`` on ``inputs`` has under ``declared`` (its
+    ``Meta.concurrency``, ``throttle`` or ``debounce``; ``""``: none declared). InvalidInputs
+    (nothing written) when an input the key names is missing."""
     if declared is None:
         return ""
     try:
@@ -122,17 +124,16 @@ def queued_start(definition: ReactorDefinition, key: str) -> None:
     store.flow.admit_queued(definition.name, key, declared.limit)
 
 
-def ended_run(execution_id: uuid.UUID) -> None:
-    """:func:`ended` for a run known by id (a cancel, an operator's stop)."""
-    row = store.get_row(execution_id)
-    if not row.concurrency_key or row.status in store.flow.HOLDING:
+def released(reactor: str, key: str) -> None:
+    """:func:`ended` for a run of ``reactor`` that was holding ``key`` and has ended (an
+    operator's cancel). A reactor this process does not know is left to the sweeper."""
+    if not key:
         return
     try:
-        definition = registry.get(row.reactor).definition
+        definition = registry.get(reactor).definition
     except ReactorNotRegistered:
         return
-    if row.status != ExecutionStatus.QUEUED:
-        ended(definition, row.concurrency_key, None)
+    ended(definition, key, None)
 
 
 def admit_waiting() -> int:
@@ -206,20 +207,6 @@ def waiting_detail(reactor: str, key: str, created_at: object) -> str:
     )
 
 
-def throttle_key_of(definition: ReactorDefinition, inputs: Mapping[str, object]) -> str:
-    """The throttle key a run of ``definition`` on ``inputs`` counts under (``""``: none).
-    InvalidInputs (nothing written) when an input the key names is missing."""
-    declared = definition.throttle
-    if declared is None:
-        return ""
-    try:
-        return declared.key_of(inputs, definition.name) or WHOLE_REACTOR
-    except CoordinationKeyError as exc:
-        raise InvalidInputs(
-            f"cannot start {definition.name}: {exc}", errors={"non_field_errors": [str(exc)]}
-        ) from None
-
-
 def throttle_slot(
     definition: ReactorDefinition, latest: Sequence[dt.datetime], wanted: dt.datetime
 ) -> dt.datetime:
@@ -233,20 +220,6 @@ def throttle_slot(
     if len(latest) < declared.limit:
         return wanted
     return max(wanted, latest[declared.limit - 1] + dt.timedelta(seconds=declared.seconds))
-
-
-def debounce_key_of(definition: ReactorDefinition, inputs: Mapping[str, object]) -> str:
-    """The debounce key a run of ``definition`` on ``inputs`` collapses under (``""``: none).
-    InvalidInputs (nothing written) when an input the key names is missing."""
-    declared = definition.debounce
-    if declared is None:
-        return ""
-    try:
-        return declared.key_of(inputs, definition.name) or WHOLE_REACTOR
-    except CoordinationKeyError as exc:
-        raise InvalidInputs(
-            f"cannot start {definition.name}: {exc}", errors={"non_field_errors": [str(exc)]}
-        ) from None
 
 
 def debounce_start(

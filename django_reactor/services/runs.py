@@ -59,6 +59,7 @@ from .databases import across_databases, on_reactors_database
 from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
 from .handles import find
 from .interrupts import after_pause
+from .steering import cancel
 from .timing import Timing
 
 logger = logging.getLogger("django_reactor.services")
@@ -211,9 +212,9 @@ def _start(
         definition.subject_of(inputs), f"this run of {definition.name}"
     )
     attributes = definition.attributes_of(inputs)
-    key = flow.key_of(definition, inputs)
-    throttle_key = flow.throttle_key_of(definition, inputs)
-    debounce_key = flow.debounce_key_of(definition, inputs)
+    key = flow.key_of(definition.concurrency, definition, inputs)
+    throttle_key = flow.key_of(definition.throttle, definition, inputs)
+    debounce_key = flow.key_of(definition.debounce, definition, inputs)
     why, cancelled = "", False
     status = (
         ExecutionStatus.SCHEDULED
@@ -391,14 +392,12 @@ def _start(
 
 def _cancel_superseded(execution_id: uuid.UUID, newest: uuid.UUID, key: str) -> None:
     """``cancel_in_progress``: stop a run of ``key`` for the newest one (at once when nobody
-    runs it, else after its current step); the newest is admitted when it ends."""
-    from .steering import cancel
-
+    runs it, else after its current step); the newest is admitted when it ends (the cancel,
+    or the worker that stops it, admits the key's next runs)."""
     try:
         cancel(execution_id, reason=f"superseded by execution {newest} (concurrency key {key!r})")
-    except ReactorError as exc:  # it ended meanwhile: its slot is free anyway
+    except ReactorError as exc:  # it ended meanwhile: whoever ended it admitted the next
         logger.info("execution %s was not cancelled for %s: %s", execution_id, newest, exc)
-    flow.ended_run(execution_id)
 
 
 def validated_inputs(

@@ -59,7 +59,8 @@ def _cancel(row: Execution, steering: Steering) -> ExecutionHandle:
     if handle.status == ExecutionStatus.CANCELLED:
         store.maps.stop_all(row.id, "cancelled")  # its fanned-out elements not started never start
         store.pauses.forget_run_pause(row.id)  # it will not go on
-        flow.ended_run(row.id)  # its concurrency key's next queued run may start
+        if row.status != ExecutionStatus.QUEUED:  # it held its key's slot: the next may start
+            flow.released(row.reactor, row.concurrency_key)
     _cancel_descendants(row.id, reason, steering)
     return handle
 

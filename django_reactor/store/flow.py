@@ -23,21 +23,14 @@ from django.utils import timezone
 
 from ..engine.routing import Route
 from ..models import Dispatch, Execution, ExecutionEvent, FlowKey
-from ..states import EventKind, ExecutionStatus
+from ..states import IN_FLIGHT_STATUSES, EventKind, ExecutionStatus
 from .db import using
 from .dialects import dialect
 from .outbox import QueuedDispatch, publish_on_commit
 from .reads import last_seq
 
 #: Statuses of a run that holds its key's slot: created and not ended (nor queued).
-HOLDING = (
-    ExecutionStatus.PENDING,
-    ExecutionStatus.SCHEDULED,
-    ExecutionStatus.RUNNING,
-    ExecutionStatus.PAUSED,
-    ExecutionStatus.ROLLING_BACK,
-    ExecutionStatus.SUSPENDED,
-)
+HOLDING = IN_FLIGHT_STATUSES
 
 #: How many keys with queued runs one look reads (the sweeper's backstop).
 WAITING_READ = 1_000

@@ -25,7 +25,7 @@ from django.db import connections, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from ..models import Dispatch, Execution, ProcessHeartbeat
-from ..states import ExecutionStatus
+from ..states import IN_FLIGHT_STATUSES, ExecutionStatus
 from .db import conflict_target, default_alias, using
 from .overview import COUNT_CAP, Capped
 
@@ -220,14 +220,7 @@ class ReactorWindow:
 
 
 #: Statuses counted as a reactor's runs in flight.
-IN_FLIGHT = (
-    ExecutionStatus.PENDING,
-    ExecutionStatus.SCHEDULED,
-    ExecutionStatus.RUNNING,
-    ExecutionStatus.PAUSED,
-    ExecutionStatus.SUSPENDED,
-    ExecutionStatus.ROLLING_BACK,
-)
+IN_FLIGHT = IN_FLIGHT_STATUSES
 #: Statuses counted as failed.
 FAILED = (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION)
 

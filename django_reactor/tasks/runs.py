@@ -123,6 +123,8 @@ def call(task: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """Run the task at dotted path ``task`` with ``args`` and ``kwargs``; its return value is
     the run's result. Sends the framework's ``task_started`` before each attempt and
     ``task_finished`` after the last one (a success, or a failure that is not retried)."""
+    # Imported when a task runs: a worker imports this module by a run's reactor name, and
+    # compat imports the optional framework.
     from . import results
     from .compat import task_finished, task_started
 

@@ -14,6 +14,7 @@ from kombu import Connection
 from django_reactor import services
 from django_reactor.models import Execution
 from django_reactor.states import ExecutionStatus
+from tests.workers.conftest import missing_service
 from tests.workers.harness import wait_until
 from tests.workers.reactors import One, WithUnit
 
@@ -62,11 +63,7 @@ def test_urgent_runs_overtake_a_backlog(
     url = None
     if broker == "rabbitmq":
         if not _rabbitmq_reachable():
-            if getattr(settings, "REQUIRE_SERVICES", False):
-                pytest.fail(
-                    f"REACTOR_REQUIRE_SERVICES=1 but RabbitMQ at {RABBITMQ} is not reachable"
-                )
-            pytest.skip(f"RabbitMQ at {RABBITMQ} is not reachable")
+            missing_service(f"RabbitMQ at {RABBITMQ} is not reachable")
         url = RABBITMQ
     queue = f"{settings.REACTOR['CELERY_QUEUE']}-{broker}"
     # Published by another process on the broker under test, before any worker runs: the
