@@ -20,7 +20,7 @@ from .engine.constructs.receive import receive
 from .engine.constructs.sleep import sleep, sleep_until
 from .engine.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from .engine.declarations import async_step, step
-from .engine.flow import Concurrency, Debounce, Throttle
+from .engine.flow import Batch, Concurrency, Debounce, Throttle
 from .engine.outcomes import (
     Aborted,
     Cancelled,
@@ -52,6 +52,7 @@ from .reactor import Reactor
 __all__ = [
     "Aborted",
     "Actor",
+    "Batch",
     "Cancelled",
     "Completed",
     "Concurrency",

@@ -45,6 +45,7 @@ _RUN_LINES: dict[str, str] = {
     EventKind.ADMIT: "admitted by its concurrency key",
     EventKind.THROTTLE: "delayed by its throttle",
     EventKind.DEBOUNCE: "started again: collapsed into this run",
+    EventKind.BATCH: "an item joined this batch",
 }
 
 #: What a ``steer`` entry says, by its action.
@@ -135,7 +136,9 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
                     line += f" (alongside {', '.join(event.data['alongside'])})"
             elif event.data.get("reason"):
                 line += f" ({event.data['reason']})"
-            if event.kind in (EventKind.THROTTLE, EventKind.DEBOUNCE):
+            if event.kind == EventKind.BATCH:
+                line += f" ({event.data.get('size')} of {event.data.get('max_size')} items)"
+            if event.kind in (EventKind.THROTTLE, EventKind.DEBOUNCE, EventKind.BATCH):
                 line += f"; starts at {event.data.get('start_at')}"
             if event.kind == EventKind.SUSPEND and event.data.get("reactor_paused"):
                 line += " [its reactor is paused]"

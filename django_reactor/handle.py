@@ -223,6 +223,18 @@ class ExecutionHandle:
         return self._row.debounce_key
 
     @property
+    def batch_key(self) -> str:
+        """The key whose starts the run collects as its items (``Meta.batch``); ``""`` for
+        none."""
+        return self._row.batch_key
+
+    @property
+    def batch_size(self) -> int:
+        """How many items a batched run holds (``Meta.batch``); 0 for a run of another
+        reactor."""
+        return self._row.batch_size
+
+    @property
     def throttle_key(self) -> str:
         """The key the run's start counted under (``Meta.throttle``); ``""`` for none."""
         return self._row.throttle_key

@@ -268,6 +268,7 @@ class EventKind(models.TextChoices):
     ADMIT = "admit", _("Admitted by its concurrency key")
     THROTTLE = "throttle", _("Delayed by its throttle")
     DEBOUNCE = "debounce", _("Start collapsed into the run waiting for its debounce key")
+    BATCH = "batch", _("Start added to the run collecting its batch key's items")
     # An operator's action that changes the run without an entry of its own (wake now, a
     # payload delivered to a paused run): ``data["action"]``, with ``by``, ``via``, ``reason``.
     STEER = "steer", _("Steered")

@@ -190,6 +190,7 @@ class ExecutionAdmin(
         "concurrency",
         "throttle",
         "debounce",
+        "batch",
         "created_at",
         "started_at",
         "updated_at",
@@ -227,7 +228,16 @@ class ExecutionAdmin(
         ),
         (
             _("Where it waits"),
-            {"fields": ("queue_shown", "priority", "concurrency", "throttle", "debounce")},
+            {
+                "fields": (
+                    "queue_shown",
+                    "priority",
+                    "concurrency",
+                    "throttle",
+                    "debounce",
+                    "batch",
+                )
+            },
         ),
         (
             _("Times"),
@@ -294,6 +304,16 @@ class ExecutionAdmin(
                 "another start of the key collapses into it)"
             )
         return obj.debounce_key
+
+    @admin.display(description=_("batch key"))
+    def batch(self, obj: Execution) -> str:
+        """The key whose starts the run collects as its items, and how many it holds."""
+        if not obj.batch_key:
+            return "-"
+        held = f"{obj.batch_key} ({obj.batch_size} items"
+        if obj.status == ExecutionStatus.SCHEDULED:
+            return f"{held}; collecting: another start of the key joins it until it is full)"
+        return f"{held})"
 
     @admin.display(description=_("queue"))
     def queue_shown(self, obj: Execution) -> str:

@@ -16,7 +16,14 @@ from .constructs.interrupt import InterruptStep
 from .constructs.map import MapSpec, MapStep, unsupported_in_element
 from .coordination import OrderedLock, check_declarations
 from .declarations import StepDeclaration, _function_step
-from .flow import Debounce, check_concurrency, check_debounce, check_throttle
+from .flow import (
+    BATCH_INPUT,
+    Debounce,
+    check_batch,
+    check_concurrency,
+    check_debounce,
+    check_throttle,
+)
 from .observers import RunObserver
 from .redaction import SecretPath, secret_paths_of_serializer
 from .retry import NO_RETRY, Retry
@@ -46,6 +53,7 @@ META_OPTIONS = frozenset(
         "concurrency",
         "throttle",
         "debounce",
+        "batch",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -118,6 +126,11 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         )
     input_fields = _input_fields(inputs_serializer, reactor)
     input_secrets = tuple(secret_paths_of_serializer(inputs_serializer))
+    batch = check_batch(meta.get("batch"), reactor, input_fields, meta)
+    if batch is not None:
+        # ``Inputs`` is one start's; the run's inputs are the list of them.
+        input_fields = frozenset({BATCH_INPUT})
+        input_secrets = tuple((BATCH_INPUT, "*", *path) for path in input_secrets)
 
     declarations = _collect_declarations(cls)
     result_secrets = {
@@ -196,6 +209,7 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         concurrency=check_concurrency(meta.get("concurrency"), reactor, input_fields),
         throttle=check_throttle(meta.get("throttle"), reactor, input_fields),
         debounce=_debounce(reactor, meta, input_fields),
+        batch=batch,
     )
 
 

@@ -20,6 +20,12 @@ start over the limit does is ``on_limit``:
 most ``limit`` runs of a key start within any ``period``; a start over it is delayed (stored
 ``scheduled`` for the first time the key has room), never refused nor lost.
 
+``Meta.batch = Batch(key="{tenant_id}", max_size=100, max_wait=timedelta(seconds=5))``: starts
+of a key (the runs ``Meta.triggers`` start on events, and any other start) join the key's open
+batch instead of starting a run each: one run receives the list of their inputs, as its input
+``items``, and starts once the batch holds ``max_size`` of them or ``max_wait`` after its first.
+Its ``Inputs`` serializer validates each item.
+
 ``Meta.debounce = Debounce(key="{user_id}", period=timedelta(seconds=30), max_wait=...)``:
 starts of a key within ``period`` of each other collapse into one run, with the last call's
 inputs, started once the key has been quiet for ``period`` (or ``max_wait`` after the first
@@ -40,17 +46,27 @@ from . import timevalues
 from .coordination import resolve_key
 
 __all__ = [
+    "BATCH_INPUT",
     "ON_LIMIT",
+    "Batch",
     "Concurrency",
     "Debounce",
     "Keyed",
     "Throttle",
+    "check_batch",
     "check_concurrency",
     "check_debounce",
     "check_throttle",
 ]
 
 ON_LIMIT = ("queue", "skip", "cancel_newest", "cancel_in_progress")
+
+#: The input a batched run receives its items as (a list of the starts' inputs, oldest first).
+BATCH_INPUT = "items"
+
+#: The ``Meta`` options a batched reactor cannot declare: each reads the run's inputs as one
+#: start's, and a batch's run holds many starts'.
+NOT_WITH_BATCH = ("debounce", "concurrency", "throttle", "subject", "attributes", "cancel_on")
 
 
 @dataclass(frozen=True)
@@ -120,6 +136,56 @@ class Debounce(Keyed):
         if self.max_wait is None:
             return None
         return timevalues.seconds(self.max_wait, "Debounce(max_wait=...)")
+
+
+@dataclass(frozen=True)
+class Batch(Keyed):
+    """Starts of a ``key`` collect into one run, which receives their inputs as the list
+    ``items`` (oldest first) and starts when it holds ``max_size`` of them, or ``max_wait``
+    (a ``timedelta`` or seconds) after the first."""
+
+    option: ClassVar[str] = "batch"
+
+    max_size: int = 100
+    max_wait: object = 5.0
+
+    @property
+    def max_wait_seconds(self) -> float:
+        """``max_wait`` in seconds (checked at class definition)."""
+        return timevalues.seconds(self.max_wait, "Batch(max_wait=...)")
+
+
+def check_batch(
+    value: object, reactor: str, input_fields: frozenset[str] | None, options: Mapping[str, object]
+) -> Batch | None:
+    """``Meta.batch`` checked at class definition, with the reactor's other ``Meta``
+    ``options``; DefinitionError naming the reactor and the field otherwise."""
+    if value is None:
+        return None
+    where = f"{reactor}.Meta.batch"
+    if not isinstance(value, Batch):
+        raise DefinitionError(
+            f'{where} must be Batch(key="{{tenant_id}}", max_size=100, '
+            f"max_wait=timedelta(seconds=5)), got {value!r}"
+        )
+    _check_key(value.key, where, reactor, input_fields)
+    size = value.max_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise DefinitionError(
+            f"{where}.max_size must be a positive whole number (the most items one run "
+            f"receives), got {size!r}"
+        )
+    timevalues.declared(value.max_wait, f"{where}.max_wait")
+    clashing = [name for name in NOT_WITH_BATCH if options.get(name) is not None]
+    if clashing:
+        raise DefinitionError(
+            f"{reactor}.Meta declares batch with {', '.join(clashing)}: "
+            f"{'they read' if len(clashing) > 1 else 'it reads'} a run's inputs as one "
+            f"start's, and a batch's run holds many starts' inputs (as {BATCH_INPUT!r}). Drop "
+            f"{'them' if len(clashing) > 1 else 'it'}, or start one run per call without the "
+            "batch"
+        )
+    return value
 
 
 def check_debounce(

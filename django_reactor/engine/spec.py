@@ -15,7 +15,7 @@ from .attributes import Declared, resolve
 from .constructs.compose import ComposeStep
 from .constructs.interrupt import InterruptSpec, InterruptStep
 from .coordination import Declaration
-from .flow import Concurrency, Debounce, Throttle
+from .flow import Batch, Concurrency, Debounce, Throttle
 from .redaction import SecretPath
 from .retry import Retry
 from .routing import Route, route_for
@@ -144,6 +144,8 @@ class ReactorDefinition:
     throttle: Throttle | None = None
     # Meta.debounce: starts of a key close together collapse into one run (``engine.flow``).
     debounce: Debounce | None = None
+    # Meta.batch: starts of a key collect into one run receiving their inputs (``engine.flow``).
+    batch: Batch | None = None
 
     # Secret paths into the run's value (``Execution.result``): the returned step's, or,
     # without ``Meta.returns``, each step's under its name. Worked out once, with the next.

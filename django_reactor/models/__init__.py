@@ -13,7 +13,8 @@
 - ``health``: ``ProcessHeartbeat`` (workers' and sweepers' heartbeats);
 - ``pauses``: ``Pause`` (operators' pauses of reactors and runs);
 - ``audit``: ``AuditEntry`` (the steering history: who cancelled, undid, retried, ...);
-- ``flow``: ``FlowKey`` (the lock decisions on a concurrency key take);
+- ``flow``: ``FlowKey`` (the lock decisions on a flow-control key take), ``BatchItem`` (a
+  start that joined a batch, once per idempotency key);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
 
 The database is the source of truth for every run. Rows are written by ``django_reactor.store``
@@ -36,7 +37,7 @@ from .audit import AuditAction, AuditEntry
 from .bulk import BulkItem, BulkOperation, BulkStatus, ItemStatus
 from .database import DatabaseIdentity
 from .events import CancelSubscription, Event
-from .flow import FlowKey
+from .flow import BatchItem, FlowKey
 from .health import ProcessHeartbeat, ProcessRole
 from .keys import SubjectKey
 from .maps import MapChunk, MapResult, MapRun, MapTally
@@ -60,6 +61,7 @@ __all__ = [
     "ApiRequest",
     "AuditAction",
     "AuditEntry",
+    "BatchItem",
     "BulkItem",
     "BulkOperation",
     "BulkStatus",

@@ -201,6 +201,23 @@ class Execution(models.Model):
             "is started again."
         ),
     )
+    batch_key = models.CharField(
+        _("batch key"),
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "For a reactor with Meta.batch: the key whose starts this run collects as its "
+            "items while it waits to start."
+        ),
+    )
+    batch_size = models.PositiveIntegerField(
+        _("batch size"),
+        default=0,
+        db_default=0,
+        help_text=_("For a batched run: how many items it holds."),
+    )
     correlation_id = models.CharField(_("correlation id"), max_length=255, null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
     current_step = models.CharField(_("current step"), max_length=255, blank=True, default="")
@@ -352,6 +369,12 @@ class Execution(models.Model):
                 fields=["reactor", "debounce_key"],
                 name="reactor_exec_debounce_idx",
                 condition=Q(status="scheduled") & ~Q(debounce_key=""),
+            ),
+            # A batch key's run collecting items.
+            models.Index(
+                fields=["reactor", "batch_key"],
+                name="reactor_exec_batch_idx",
+                condition=Q(status="scheduled") & ~Q(batch_key=""),
             ),
             # A throttle key's latest starts.
             models.Index(

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ..reactor import Reactor
 
 
-from . import audit, flow
+from . import audit, batches, flow
 from .audit import check_reason
 from .databases import across_databases, on_reactors_database
 from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
@@ -144,9 +144,14 @@ def _run_here(
     background = definition.background
     if timing.start_at is not None:
         all_in_background = True  # a worker starts it at its time: no step code runs here
-    if not all_in_background and (background is None or background.mode != "all"):
-        # A fully background run executes no step code here: inside a transaction it simply
-        # commits (or rolls back) with the caller's work, and its task is published on commit.
+    if (
+        not all_in_background
+        and definition.batch is None
+        and (background is None or background.mode != "all")
+    ):
+        # A fully background run (or a batch's) executes no step code here: inside a
+        # transaction it simply commits (or rolls back) with the caller's work, and its task
+        # is published on commit.
         refuse_open_transaction(f"run {reactor.__qualname__}")
 
     stored_inputs, error = validated_inputs(definition, inputs)
@@ -173,6 +178,10 @@ def _run_here(
         )
         return Failed(execution_id=created.execution_id, error=error)
 
+    if definition.batch is not None:
+        return batches.add(
+            definition, stored_inputs, idempotency_key=idempotency_key, timing=timing, route=route
+        )
     return _start(
         definition,
         stored_inputs,

@@ -30,6 +30,8 @@ It imports nothing above the models, the engine and the settings. Split by what 
   waiting interrupts, the outbox's depth);
 - ``forks``: a fork's one transaction (the original's carried records marked, the fork with
   their copies, the original taken for the undo of its abandoned branch);
+- ``flow``, ``batches``: flow control's key locks and counts (concurrency, throttle,
+  debounce), and batches collecting their items;
 - ``pauses``: operators' pauses of reactors and runs, runs suspended and released;
 - ``audit``: the steering history (``AuditEntry``), written in the transaction of the change
   it records;
@@ -46,6 +48,7 @@ from __future__ import annotations
 from . import (
     attributes,
     audit,
+    batches,
     bulk,
     dialects,
     events,
@@ -172,6 +175,7 @@ __all__ = [
     "append_event",
     "attributes",
     "audit",
+    "batches",
     "bound",
     "bound_alias",
     "bound_to",

@@ -90,6 +90,7 @@ def create_execution(
     throttle_slot: dt.datetime | None = None,
     debounce_key: str = "",
     debounce_latest: dt.datetime | None = None,
+    batch_key: str = "",
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -105,7 +106,8 @@ def create_execution(
     written ``cancelled`` never started; ``throttle_key`` and ``throttle_slot``: the key its
     start counts under (``Meta.throttle``) and the time it counts at; ``debounce_key`` and
     ``debounce_latest``: the key whose starts collapse into it while it waits, and its latest
-    start (``Meta.debounce``).
+    start (``Meta.debounce``); ``batch_key``: the key whose starts it collects as its items
+    (``Meta.batch``: its inputs are its first item's).
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -157,6 +159,8 @@ def create_execution(
         throttle_slot=throttle_slot,
         debounce_key=debounce_key,
         debounce_latest=debounce_latest,
+        batch_key=batch_key,
+        batch_size=1 if batch_key else 0,
     )
     # A run that starts later is dispatched with a countdown when that is short enough;
     # otherwise the sweeper dispatches it at its wake-up time.

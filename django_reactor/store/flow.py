@@ -49,6 +49,12 @@ class KeyState:
         return len(self.holders) < limit and not self.queued
 
 
+def prepare_key(reactor: str, key: str, kind: str = FlowKey.Kind.CONCURRENCY) -> None:
+    """Before the transaction that takes the key's lock: what the lock needs (its row, on
+    databases without advisory locks)."""
+    dialect().prepare_flow_key(reactor, kind, key)
+
+
 def lock_key(reactor: str, key: str, kind: str = FlowKey.Kind.CONCURRENCY) -> None:
     """Take the key's lock until the current transaction ends (an advisory lock on
     PostgreSQL, the key's ``FlowKey`` row elsewhere)."""
@@ -81,6 +87,13 @@ def deciding(
     if not concurrency_key and not throttle_key and not debounce_key:
         yield Seen()
         return
+    for kind, key in (
+        (FlowKey.Kind.DEBOUNCE, debounce_key),
+        (FlowKey.Kind.CONCURRENCY, concurrency_key),
+        (FlowKey.Kind.THROTTLE, throttle_key),
+    ):
+        if key:
+            prepare_key(reactor, key, kind)
     with transaction.atomic(using=using()):
         state = slots = debounced = None
         if debounce_key:
@@ -238,7 +251,8 @@ def position(reactor: str, key: str, created_at: object) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class DelayedKey:
-    """A throttle or debounce key with runs waiting to start: how many, and the first start."""
+    """A throttle, debounce or batch key with runs waiting to start: how many, and the first
+    start."""
 
     reactor: str
     kind: str
@@ -248,32 +262,25 @@ class DelayedKey:
 
 
 def delayed_keys(limit: int = 200) -> list[DelayedKey]:
-    """Throttle keys with runs delayed past now, and debounce keys with a run waiting for its
-    key to be quiet, the soonest start first."""
+    """Throttle keys with runs delayed past now, debounce keys with a run waiting for its key
+    to be quiet, and batch keys with a run collecting items, the soonest start first."""
     scheduled = Execution.objects.using(using()).filter(status=ExecutionStatus.SCHEDULED)
-    throttled = (
-        scheduled.exclude(throttle_key="")
-        .filter(throttle_slot__gt=timezone.now())
-        .values("reactor", "throttle_key")
-        .annotate(waiting=Count("id"), next_start=Min("throttle_slot"))
-        .order_by("next_start")[:limit]
+    # A throttled run waits until its slot; a debounced or batched one until its wake-up.
+    waiting = (
+        (FlowKey.Kind.THROTTLE, "throttle_key", "throttle_slot"),
+        (FlowKey.Kind.DEBOUNCE, "debounce_key", "wake_at"),
+        (FlowKey.Kind.BATCH, "batch_key", "wake_at"),
     )
-    debounced = (
-        scheduled.exclude(debounce_key="")
-        .values("reactor", "debounce_key")
-        .annotate(waiting=Count("id"), next_start=Min("wake_at"))
-        .order_by("next_start")[:limit]
-    )
-    found = [
-        DelayedKey(
-            r["reactor"], FlowKey.Kind.THROTTLE, r["throttle_key"], r["waiting"], r["next_start"]
+    found: list[DelayedKey] = []
+    for kind, column, start in waiting:
+        runs = scheduled.exclude(**{column: ""})
+        if kind == FlowKey.Kind.THROTTLE:
+            runs = runs.filter(throttle_slot__gt=timezone.now())
+        rows = (
+            runs.values_list("reactor", column)
+            .annotate(waiting=Count("id"), next_start=Min(start))
+            .order_by("next_start")[:limit]
         )
-        for r in throttled
-    ] + [
-        DelayedKey(
-            r["reactor"], FlowKey.Kind.DEBOUNCE, r["debounce_key"], r["waiting"], r["next_start"]
-        )
-        for r in debounced
-    ]
+        found.extend(DelayedKey(reactor, kind, key, n, first) for reactor, key, n, first in rows)
     found.sort(key=lambda k: (k.next_start is None, k.next_start or timezone.now()))
     return found[:limit]

@@ -10,6 +10,7 @@ from django.db import connections, models, transaction
 from django.db.models import Exists, OuterRef, signals
 
 from ..models import (
+    BatchItem,
     CancelSubscription,
     Dispatch,
     Execution,
@@ -46,6 +47,7 @@ _DELETED = (
     MapResult,
     MapTally,
     Pause,
+    BatchItem,
 )
 _COVERED = {
     (Execution, "parent"),
@@ -67,6 +69,7 @@ _COVERED = {
     (ScheduleFire, "execution"),
     (Pause, "execution"),
     (Pause, "waits_for"),
+    (BatchItem, "execution"),
 }
 _BEGINNING = (dt.datetime(1, 1, 1, tzinfo=dt.UTC), uuid.UUID(int=0))
 

@@ -23,6 +23,7 @@ except ImportError:  # psycopg2 or another driver: statements go through Django'
 
 from ..conf import reactor_settings
 from ..models import (
+    BatchItem,
     CancelSubscription,
     Definition,
     Dispatch,
@@ -62,6 +63,7 @@ INTERRUPT = Interrupt._meta.db_table
 MESSAGE = Message._meta.db_table
 CANCEL_SUBSCRIPTION = CancelSubscription._meta.db_table
 PAUSE = Pause._meta.db_table
+BATCH_ITEM = BatchItem._meta.db_table
 
 #: The pause that applies to run ``{run}`` (a relation with ``id``, ``reactor``, ``parent_id``):
 #: its own, else its reactor's, as ``[reason, paused_by, of the reactor]``; NULL when none (or
@@ -505,6 +507,9 @@ attributes AS (
 ),
 interrupts AS (DELETE FROM {INTERRUPT} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 messages AS (DELETE FROM {MESSAGE} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
+batch_items AS (
+    DELETE FROM {BATCH_ITEM} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
+),
 cancels AS (
     DELETE FROM {CANCEL_SUBSCRIPTION} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
 ),

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework import serializers
 
-from django_reactor import Concurrency, Debounce, Reactor, Throttle, services, step
+from django_reactor import Batch, Concurrency, Debounce, Reactor, Throttle, services, step
 from django_reactor.coordination import Window, get_backend
 from django_reactor.coordination.backends.base import CoordinationBackend
 from django_reactor.models import Execution
@@ -190,14 +190,26 @@ class DebouncedSync(Reactor):
         debounce = Debounce(key="{tenant_id}", period=30)
 
 
+class BatchedImport(Reactor):
+    class Inputs(serializers.Serializer):
+        tenant_id = serializers.CharField()
+
+    only = step()(lambda: "imported")
+
+    class Meta:
+        batch = Batch(key="{tenant_id}", max_size=2, max_wait=60)
+
+
 @pytest.mark.django_db
-def test_the_panel_lists_throttled_and_debounced_keys_with_runs_waiting(
+def test_the_panel_lists_throttled_debounced_and_batched_keys_with_runs_waiting(
     client_operator: Client,
 ) -> None:
     for _ in range(3):
         services.run_in_background(ThrottledExport, {"tenant_id": "acme"})
     for _ in range(4):
         services.run_in_background(DebouncedSync, {"tenant_id": "beta"})
+    for _ in range(3):
+        services.run_in_background(BatchedImport, {"tenant_id": "gamma"})
     html = client_operator.get(PANEL).content.decode()
     section_html = section(html, "delayed-keys")
     rows = re.findall(r'<tr data-key="([^"]+)" data-kind="([^"]+)">(.*?)</tr>', section_html, re.S)
@@ -206,5 +218,9 @@ def test_the_panel_lists_throttled_and_debounced_keys_with_runs_waiting(
         for key, kind, cells in rows
     }
     # The throttle's first start went at once; the next two wait. The debounce's four starts
-    # are one run, waiting.
-    assert waiting == {("acme", "throttle"): "2", ("beta", "debounce"): "1"}
+    # are one run, waiting; the batch's three starts are two runs (the first full).
+    assert waiting == {
+        ("acme", "throttle"): "2",
+        ("beta", "debounce"): "1",
+        ("gamma", "batch"): "2",
+    }

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django_reactor import Reactor, compose, services, step, store
 from django_reactor.exceptions import ReactorError
 from django_reactor.models import (
+    BatchItem,
     Dispatch,
     Execution,
     ExecutionAttribute,
@@ -261,6 +262,9 @@ def everything_of(root: Any, *, days_ago: float = 40) -> dict[str, Any]:
         )
     Interrupt.objects.create(execution_id=root, reactor="x.Old", step="approval", status="resumed")
     Message.objects.create(execution_id=root, topic="payment", payload={"amount": 1})
+    BatchItem.objects.create(
+        reactor="x.Old", idempotency_key="event:line:1", inputs_digest="d", execution_id=root
+    )
     mapped = MapRun.objects.create(execution_id=child.pk, step="m", batch_size=1, chunk_size=1)
     MapChunk.objects.create(map_run=mapped, first=0, size=1, items=[1])
     MapResult.objects.create(map_run=mapped, index=0, status="succeeded", item=1, value=1)
@@ -292,6 +296,7 @@ def test_a_batch_deletes_the_whole_tree_and_unhooks_what_points_at_it(path: str)
         ExecutionAttribute,
         Interrupt,
         Message,
+        BatchItem,
         Dispatch,
         MapRun,
     ):

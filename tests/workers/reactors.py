@@ -17,6 +17,7 @@ from typing import Any
 from rest_framework import serializers
 
 from django_reactor import (
+    Batch,
     Concurrency,
     Debounce,
     Failed,
@@ -32,6 +33,7 @@ from django_reactor import (
     faults,
     interrupt,
     map_over,
+    on_event,
     sleep,
     step,
     step_context,
@@ -142,6 +144,24 @@ class DebouncedWork(Reactor):
         background = "all"
         returns = "only"
         debounce = Debounce(key="{user}", period=3.0)
+
+
+class BatchedWork(Reactor):
+    """Each ``work.item`` event is an item of its tenant's batch (at most ten, or a second
+    after the first); the run returns the items' numbers."""
+
+    class Inputs(serializers.Serializer):
+        tenant = serializers.CharField()
+        n = serializers.IntegerField()
+
+    @step(items=arg.input("items"))
+    def only(items: list[dict[str, Any]]) -> list[int]:
+        return [item["n"] for item in items]
+
+    class Meta:
+        returns = "only"
+        triggers = [on_event("work.item")]
+        batch = Batch(key="{tenant}", max_size=10, max_wait=1.0)
 
 
 class FailsAtFour(Reactor):

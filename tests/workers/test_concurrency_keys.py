@@ -1,6 +1,6 @@
-"""Concurrency keys on real workers, with workers and the sweeper killed: never more than the
-limit of one key's runs in flight (counted in the database all along), none lost, every step's
-effect once."""
+"""Flow control on real workers: concurrency keys with workers and the sweeper killed (never
+more than the limit of one key's runs in flight, counted in the database all along; none lost;
+every step's effect once), throttles, debounces, and batches of events."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 from django.db import connections
 
-from django_reactor import services
+from django_reactor import emit, services
 from django_reactor.models import Execution, ExecutionEvent
 from django_reactor.states import ExecutionStatus
 from django_reactor.store.flow import HOLDING
 from testproject.example.models import Effect
 from tests.workers.conftest import _process_env
 from tests.workers.harness import start_sweeper, stop_process, wait_until
-from tests.workers.reactors import DebouncedWork, KeyedWork, ThrottledWork
+from tests.workers.reactors import BatchedWork, DebouncedWork, KeyedWork, ThrottledWork
 
 LIMIT = 2
 RUNS = {"acme": 12, "zeta": 6}
@@ -164,3 +164,54 @@ def test_bursts_on_real_workers_start_one_run_each_with_the_last_inputs(
     assert Execution.objects.filter(reactor=DebouncedWork.definition.name).count() == len(sizes)
     for user, (run,) in collapsed.items():
         assert services.find(run).outcome.value == last[user]
+
+
+def test_events_collect_into_batches_on_real_workers_each_item_once(start_worker: Any) -> None:
+    # A worker is killed in the middle of a batch's step: another runs it again, with the same
+    # items.
+    start_worker(faults="before_step_commit@only=kill:once")
+    start_worker()
+    tenants, per_tenant = ("north", "south", "east"), 40
+    barrier = threading.Barrier(len(tenants), timeout=30)
+    runs: set[Any] = set()
+    lock = threading.Lock()
+
+    def emitter(tenant: str) -> None:
+        try:
+            barrier.wait()
+            for n in range(per_tenant):
+                emitted = emit("work.item", {"tenant": tenant, "n": n}, event_id=f"{tenant}-{n}")
+                if n % 7 == 0:  # redelivered: the same item, never a second one
+                    emit("work.item", {"tenant": tenant, "n": n}, event_id=f"{tenant}-{n}")
+                with lock:
+                    runs.update(emitted.started)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=emitter, args=(tenant,)) for tenant in tenants]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    wait_until(
+        lambda: (
+            Execution.objects.filter(pk__in=runs, status=ExecutionStatus.COMPLETED).count()
+            == len(runs)
+        ),
+        timeout=120,
+        what="every batch to complete",
+    )
+    assert set(Execution.objects.filter(pk__in=runs).values_list("reactor", flat=True)) == {
+        BatchedWork.definition.name
+    }
+    seen: Counter[tuple[str, int]] = Counter()
+    for run in runs:
+        handle = services.find(run)
+        tenant = handle.batch_key
+        values = handle.outcome.value
+        assert 1 <= len(values) <= 10
+        assert values == [item["n"] for item in handle.inputs["items"]]
+        seen.update((tenant, n) for n in values)
+    assert seen == Counter({(t, n): 1 for t in tenants for n in range(per_tenant)})
+    # Ten items a batch, unless max_wait started it first: at least the full batches' count.
+    assert len(tenants) * per_tenant // 10 <= len(runs) < len(tenants) * per_tenant

@@ -163,6 +163,8 @@ class Command(ReactorCommand):
             "concurrency_key": handle.concurrency_key or None,
             "throttle_key": handle.throttle_key or None,
             "debounce_key": handle.debounce_key or None,
+            "batch_key": handle.batch_key or None,
+            "batch_size": handle.batch_size if handle.batch_key else None,
             "queue": handle.queue,
             "priority": handle.priority,
             "pause": handle.pause_info,
@@ -295,6 +297,13 @@ class Command(ReactorCommand):
                     "  starts when its key has been quiet for its period; another start of the key"
                 )
                 write("  collapses into it (its inputs replaced, its start moved)")
+        if handle.batch_key:
+            write(f"batch key: {handle.batch_key} ({handle.batch_size} items)")
+            if handle.status == ExecutionStatus.SCHEDULED:
+                write(
+                    "  collecting: another start of the key joins it until it is full; it starts "
+                    "when full or at its max_wait"
+                )
         if handle.queue or handle.priority != DEFAULT_PRIORITY:
             write(f"queue: {handle.queue or 'the default queue'}, priority {handle.priority}")
         if handle.parent_id:

@@ -202,9 +202,21 @@ class Dialect:
         Nothing to do here: SQLite lets one transaction write at a time, and both write
         before they read."""
 
+    def prepare_flow_key(self, reactor: str, kind: str, key: str) -> None:
+        """Make sure the key's ``FlowKey`` row exists, before the transaction that locks it.
+
+        Its first decisions, racing to create it inside their transactions, would deadlock
+        on InnoDB (each holds a gap lock the other's insert waits for); created here, in a
+        statement of its own (outside a caller's transaction), they only queue on it."""
+        rows = FlowKey.objects.using(using()).filter(reactor=reactor, kind=kind, key=key)
+        if not rows.exists():
+            FlowKey.objects.using(using()).bulk_create(
+                [FlowKey(reactor=reactor, kind=kind, key=key)], ignore_conflicts=True
+            )
+
     def lock_flow_key(self, reactor: str, kind: str, key: str) -> None:
         """Hold the key's ``FlowKey`` row locked until the transaction ends (the row is
-        created by the key's first decision)."""
+        made by :meth:`prepare_flow_key`, or here by the key's first decision)."""
         rows = FlowKey.objects.using(using()).filter(reactor=reactor, kind=kind, key=key)
         if rows.select_for_update().values_list("pk", flat=True).first() is None:
             FlowKey.objects.using(using()).bulk_create(

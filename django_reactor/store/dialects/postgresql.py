@@ -176,6 +176,9 @@ class PostgreSQL(Dialect):
                 [sorted(set(keys))],
             )
 
+    def prepare_flow_key(self, reactor: str, kind: str, key: str) -> None:
+        """Nothing to prepare: the lock is an advisory lock, no row."""
+
     def lock_flow_key(self, reactor: str, kind: str, key: str) -> None:
         """A transaction-level advisory lock on the key's 64-bit hash: one statement, no row
         written (a start of a keyed run pays it)."""
