@@ -93,8 +93,8 @@ the execution ids, steps, ledger rows and log lines to investigate it:
 - deliveries lost or mishandled: for every run delivered to, a delivery left without a final
   answer (a 5xx or no answer after 90 s of retries), a first delivery refused (or an event's
   first emit answered as a replay; a retry after a try whose answer was lost, a 5xx, is
-  answered afresh, as documented: an interrupt's ``already_resumed``, an event's replay), a
-  second one answered otherwise than documented (an
+  answered afresh, as documented: an interrupt's ``already_resumed``, an event's replay, a
+  message's 409 once its run has ended), a second one answered otherwise than documented (an
   interrupt's refused with a 4xx; a message kept, 202, or 409 once the run ended; an event
   emitted, 202 with replay false), not exactly one ``payload`` trace entry, the apply step run
   with any payload but the first (nonce ``<key>-A``: 0 lost, 0 doubled), or a mailbox whose
@@ -2631,12 +2631,19 @@ class Checker:
             first, other = record.first, record.other
             # A try whose answer was lost (a 5xx: the payload was taken, storing the answer
             # failed) is answered afresh on its retry, as documented: an interrupt that took the
-            # payload says already_resumed (the apply's nonce shows whose), an event replay.
+            # payload says already_resumed (the apply's nonce shows whose), an event replay, a
+            # message to a run that has ended since invalid_transition (its mailbox, checked
+            # below, shows which message it took).
             afresh = first is not None and self.answer_lost(record)
-            taken = (
-                first is not None
-                and job.kind in INTERRUPT_KINDS
-                and (first.status, first.code) == (409, "already_resumed")
+            taken = first is not None and (
+                (
+                    job.kind in INTERRUPT_KINDS
+                    and (first.status, first.code) == (409, "already_resumed")
+                )
+                or (
+                    job.kind == "message_background"
+                    and (first.status, first.code) == (409, "invalid_transition")
+                )
             )
             if first is not None and first.status not in (200, 202) and not (afresh and taken):
                 problems.append(f"the first delivery was refused: {first.status} {first.code}")
