@@ -23,7 +23,11 @@ refused), deliveries racing the run to its wait (below) and atomic steps that mo
 (on workers, inline, and handed off between them: ``debit`` moves an amount from the run's
 source account to its escrow, ``credit`` from escrow to target, each balance change and its
 ``chaos_transfer`` row written through Django's connection inside the step's transaction; the
-undo moves it back the same way). Their inputs decide how each ends:
+undo moves it back the same way), and runs of a reactor with a concurrency key
+(``KeyedBackground``: ``Meta.concurrency = Concurrency(key="{tenant}", limit=2,
+on_limit="queue")``, on workers, with longer bodies), submitted in bursts of a few runs of one
+tenant, so that runs over the limit are stored ``queued`` and wait for a run of their tenant to
+end (a worker or the sweeper admits them) while workers die. Their inputs decide how each ends:
 completed, failed (a planned failure, rolled back), needs_attention (some undos fail) or halted
 (a declined payload). Every body also runs a short query marked ``/* chaos body */`` on the
 engine's own connection, so that connection faults land inside bodies.
@@ -50,7 +54,8 @@ While runs are in flight it injects, at random moments, at least ``--faults`` fa
 a worker's main process (a replacement is started at once; the orphans are killed 3 s later),
 SIGKILL of a pool child, ``pg_terminate_backend`` of backends of its own database chosen by role
 (worker, sweeper, web, caller, submitter), a kill of its Redis restarted 1-6 s later, SIGKILL of
-the inline caller (restarted at once), and two faults inside step bodies:
+the inline caller and of the sweeper loop (most often while its connection is at work; each
+restarted at once), and two faults inside step bodies:
 
 - ``body_cut``: ``pg_terminate_backend`` of backends inside a body right now (an atomic step's
   transaction, named ``reactor-atomic <execution id> <fence>``, or a plain body's marked query):
@@ -88,8 +93,8 @@ the execution ids, steps, ledger rows and log lines to investigate it:
 - deliveries lost or mishandled: for every run delivered to, a delivery left without a final
   answer (a 5xx or no answer after 90 s of retries), a first delivery refused (or an event's
   first emit answered as a replay; a retry after a try whose answer was lost, a 5xx, is
-  answered afresh, as documented: an interrupt's ``already_resumed``, an event's replay), a
-  second one answered otherwise than documented (an
+  answered afresh, as documented: an interrupt's ``already_resumed``, an event's replay, a
+  message's 409 once its run has ended), a second one answered otherwise than documented (an
   interrupt's refused with a 4xx; a message kept, 202, or 409 once the run ended; an event
   emitted, 202 with replay false), not exactly one ``payload`` trace entry, the apply step run
   with any payload but the first (nonce ``<key>-A``: 0 lost, 0 doubled), or a mailbox whose
@@ -110,7 +115,19 @@ the execution ids, steps, ledger rows and log lines to investigate it:
   (``pg_terminate_backend`` calls that hit a backend, ``body_cut``, ``atomic_stall`` and Redis
   restarts): more than one per connection fault is a violation. They are grouped by the
   django_reactor frames of their tracebacks, so the code path at fault is named;
-- sweeper exits: the sweeper loop died by itself.
+- sweeper exits: the sweeper loop died by itself;
+- concurrency overruns: more than the limit of a tenant's runs in flight (holding a slot:
+  pending, scheduled, running, paused, rolling back or suspended), counted in the database
+  four ways: (1) exactly, after the soak, from each run's own record: it holds its slot from
+  its creation (or, if it was queued, its ``admit`` trace entry) until its ``finished_at``; (2)
+  by every keyed step body as it starts, in the same statement as its ``chaos_keyed`` row: the
+  runs of its key holding a slot then, and its own run's status (``queued``: it ran without a
+  slot); (3) from the bodies' entry and exit times: more than the limit of a key's runs inside
+  a body at once (a body cut off by a kill has no exit and is left out: the run it belonged to
+  stays in flight, and is counted once, by (1), until it is taken over and ends); (4) by a
+  monitor thread counting each key's runs in flight every 50 ms while the soak runs. Runs are
+  counted, not processes: a run whose worker died is one run, however many processes ran its
+  bodies.
 
 The report also lists each ``atomic_stall`` (the process, its run, when its session was ended
 and whether by the takeover, when it was woken) and counts the trace's ``reconnect`` entries.
@@ -158,7 +175,8 @@ PLANNED = "chaos: planned failure"  # the same as tests.chaos.reactors.PLANNED
 PLANNED_UNDO = "chaos: planned undo failure"
 KEY_PREFIX = "chaos"  # REACTOR["COORDINATION_KEY_PREFIX"] of the soak's processes
 FINAL = {"completed", "failed", "halted", "cancelled", "needs_attention"}
-ACTIVE = {"pending", "running", "rolling_back", "paused"}
+# Not ended: a queued run (over its concurrency limit) waits to become pending.
+ACTIVE = {"pending", "running", "rolling_back", "paused", "queued"}
 ROLES = ("worker", "sweeper", "web", "caller", "submitter")
 FAULT_KINDS = {  # kind: weight
     "worker_kill": 12,
@@ -166,6 +184,7 @@ FAULT_KINDS = {  # kind: weight
     "pg_terminate": 30,
     "redis_restart": 12,
     "caller_kill": 13,
+    "sweeper_kill": 8,
     "body_cut": 12,
     "atomic_stall": 4,
 }
@@ -190,6 +209,14 @@ STALL_FIND = 8.0  # seconds an atomic_stall request waits for an atomic body to 
 STALL_MAX = LEASE_SECONDS + 14.0  # seconds a process stays stopped at most
 STALL_GRACE = 1.0  # seconds a stopped process stays stopped after its session was ended
 INITIAL_BALANCE = 1000  # of each chaos_account row
+KEYED_LIMIT = 2  # the same as tests.chaos.reactors.KEYED_LIMIT
+#: Statuses of a run holding its concurrency key's slot (tests.chaos.reactors.HOLDING).
+HOLDING = ("pending", "scheduled", "running", "paused", "rolling_back", "suspended")
+KEYED_SHARE = 0.2  # of the runs: KeyedBackground's
+KEYED_TENANTS = ("acme", "zeta", "umbra")  # as many as get 3 x the limit of runs each, 1 to 3
+KEYED_BURST = 0.5  # seconds within which a burst of one tenant's runs is submitted
+KEYED_PAUSE = (0.4, 0.9)  # seconds of each keyed step body: runs hold their slots a while
+MONITOR_PERIOD = 0.05  # seconds between two counts of the keys' runs in flight
 
 
 class SoakError(RuntimeError):
@@ -404,6 +431,7 @@ STEPS = {
     "AtomicBackground": ["a", "debit", "credit", "d"],
     "AtomicInline": ["a", "debit", "credit", "d"],
     "AtomicHandOff": ["a", "debit", "credit", "d"],
+    "KeyedBackground": ["a", "b", "c"],
 }
 #: The atomic steps of each reactor and the accounts they move money between (run: from the
 #: first to the second; undo: back).
@@ -429,6 +457,8 @@ KINDS = [  # kind, reactor class, client process, weight
     ("atomic_inline", "AtomicInline", "caller", 7),
     ("atomic_handoff", "AtomicHandOff", "caller", 5),
 ]
+#: Runs of a concurrency key: not drawn with the others, but a share of every plan, in bursts.
+KEYED_KIND = ("keyed_background", "KeyedBackground", "submitter", 0)
 
 #: Job kinds whose run waits for an interrupt the Resumer delivers to once it is paused.
 PAUSED_KINDS = ("interrupt_background", "interrupt_inline")
@@ -466,17 +496,45 @@ class Job:
     approve: bool | None = None  # interrupts: the payload's decision
 
 
+def keyed_bursts(rng: random.Random, runs: int, spread: float) -> list[tuple[str, float]]:
+    """The tenants and submission times of ``runs`` runs of ``KeyedBackground``: each tenant's
+    runs in bursts of twice the limit, each burst within ``KEYED_BURST`` seconds at a random
+    moment, so that runs of a tenant queue."""
+    if not runs:
+        return []
+    tenants = KEYED_TENANTS[: min(max(runs // (3 * KEYED_LIMIT), 1), len(KEYED_TENANTS))]
+    found = []
+    for number, tenant in enumerate(tenants):
+        mine = runs // len(tenants) + (number < runs % len(tenants))
+        for first in range(0, mine, 2 * KEYED_LIMIT):
+            burst = rng.uniform(0, max(spread - KEYED_BURST, 0.0))
+            size = min(2 * KEYED_LIMIT, mine - first)
+            found += [(tenant, burst + rng.uniform(0, KEYED_BURST)) for _ in range(size)]
+    return found
+
+
 def make_plan(rng: random.Random, runs: int, spread: float, seed: int) -> list[Job]:
-    """``runs`` jobs of every kind, with outcomes and submission times drawn from ``rng``."""
-    kinds = list(KINDS) if runs >= len(KINDS) else []
+    """``runs`` jobs of every kind, with outcomes and submission times drawn from ``rng``; a
+    share of them (``KEYED_SHARE``) runs of ``KeyedBackground`` in bursts per tenant."""
+    keyed = round(runs * KEYED_SHARE) if runs >= len(KINDS) + 2 * KEYED_LIMIT else 0
+    others = runs - keyed
+    kinds = list(KINDS) if others >= len(KINDS) else []
     weights = [k[3] for k in KINDS]
-    kinds += rng.choices(KINDS, weights=weights, k=runs - len(kinds))
+    kinds += rng.choices(KINDS, weights=weights, k=others - len(kinds))
     rng.shuffle(kinds)
-    times = sorted(rng.uniform(0, spread) for _ in range(runs))
+    # The clients start their jobs in order: the plan is sorted by submission time.
+    slots: list[tuple[tuple[str, str, str, int], float, str]] = sorted(
+        [(kind, rng.uniform(0, spread), "") for kind in kinds]
+        + [(KEYED_KIND, at, tenant) for tenant, at in keyed_bursts(rng, keyed, spread)],
+        key=lambda slot: slot[1],
+    )
     jobs = []
-    for number, ((kind, reactor, client, _), at) in enumerate(zip(kinds, times, strict=True)):
+    for number, ((kind, reactor, client, _), at, tenant) in enumerate(slots):
         spec: dict[str, Any] = {"pause": round(rng.uniform(0.05, 0.4), 3)}
         inputs: dict[str, Any] = {"spec": spec}
+        if tenant:
+            inputs["tenant"] = tenant
+            spec["pause"] = round(rng.uniform(*KEYED_PAUSE), 3)
         job = Job(
             number=number,
             kind=kind,
@@ -688,7 +746,78 @@ CREATE TABLE IF NOT EXISTS chaos_lock (
     entered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     exited_at timestamptz
 );
+CREATE TABLE IF NOT EXISTS chaos_keyed (
+    id bigserial PRIMARY KEY,
+    execution_id uuid NOT NULL,
+    step text NOT NULL,
+    tenant text NOT NULL,
+    pid integer NOT NULL,
+    role text NOT NULL,
+    own_status text,
+    holding uuid[] NOT NULL,
+    entered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    exited_at timestamptz
+);
 """
+
+
+# ---------------------------------------------------------------------------- runs in flight
+
+
+class InFlightMonitor(threading.Thread):
+    """Counts each concurrency key's runs in flight (and queued) in the database every
+    ``MONITOR_PERIOD`` seconds while the soak runs; keeps the highest counts seen and each span
+    of counts over the limit (one entry per key and span, with every run it counted)."""
+
+    def __init__(self, database: str, reactor: str) -> None:
+        super().__init__(name="in-flight-monitor", daemon=True)
+        self.db = Db(database)
+        self.reactor = reactor
+        self.stop_event = threading.Event()
+        self.samples = 0
+        self.holding = Counter[str]()  # the most runs in flight seen, by key
+        self.queued = Counter[str]()  # the most runs queued at once seen, by key
+        self.over: list[dict[str, Any]] = []
+        self.open: dict[str, dict[str, Any]] = {}  # the span over the limit going on, by key
+        self.error = ""
+
+    def run(self) -> None:
+        """Count until stopped; a failed count is noted and the next one tried."""
+        try:
+            while not self.stop_event.wait(MONITOR_PERIOD):
+                try:
+                    self.count()
+                except Exception:
+                    self.error = traceback.format_exc()[-600:]
+        finally:
+            self.db.close()
+
+    def count(self) -> None:
+        """One count of every key's runs in flight and queued, in one statement."""
+        rows = self.db.rows(
+            "SELECT concurrency_key, count(*) FILTER (WHERE status = ANY(%s)), "
+            "count(*) FILTER (WHERE status = 'queued'), "
+            "array_agg(id::text ORDER BY created_at) FILTER (WHERE status = ANY(%s)), "
+            "clock_timestamp() FROM django_reactor_execution "
+            "WHERE reactor = %s AND status = ANY(%s) GROUP BY concurrency_key",
+            [list(HOLDING), list(HOLDING), self.reactor, [*HOLDING, "queued"]],
+        )
+        self.samples += 1
+        over = set()
+        for key, holding, queued, runs, at in rows:
+            self.holding[key] = max(self.holding[key], holding)
+            self.queued[key] = max(self.queued[key], queued)
+            if holding <= KEYED_LIMIT:
+                continue
+            over.add(key)
+            span = self.open.get(key)
+            if span is None:
+                span = self.open[key] = {"key": key, "at": at.timestamp(), "most": 0, "runs": []}
+                self.over.append(span)
+            span["most"] = max(span["most"], holding)
+            span["runs"] += [run for run in runs if run not in span["runs"]]
+        for key in set(self.open) - over:
+            del self.open[key]
 
 
 # ---------------------------------------------------------------------------- HTTP resumes
@@ -994,6 +1123,7 @@ class Soak:
         self.counter = Counter[str]()
         self.jobs: list[Job] = []
         self.resumer: Resumer | None = None
+        self.monitor: InFlightMonitor | None = None
         self.t0 = 0.0  # epoch seconds: the plan's start of submissions
         self.db: Db | None = None
         self.database_created = False
@@ -1372,6 +1502,8 @@ class Soak:
             self.redis.kill()
             self.redis_restart_at = time.monotonic() + outage
             return Fault(kind, time.time(), self.redis.name, f"outage {outage} s", 1)
+        if kind == "sweeper_kill":
+            return self.kill_sweeper(aim)
         if kind == "caller_kill":
             caller = self.clients["caller"]
             hot = bool(self.poll_busy(aim, lambda busy: [caller.pid] if caller.pid in busy else []))
@@ -1380,6 +1512,25 @@ class Soak:
             state = "busy" if hot else "any"
             return Fault(kind, time.time(), caller.name, f"pid {caller.pid} ({state})", 1)
         return None
+
+    def kill_sweeper(self, aim: bool) -> Fault | None:
+        """SIGKILL the sweeper loop (when ``aim``, once its connection is at work: inside a
+        sweep, such as an admission of queued runs; polls up to 1.5 s) and start another."""
+        sweeper = self.sweeper
+        if sweeper is None or not sweeper.alive():
+            return None
+        hot = False
+        deadline = time.monotonic() + 1.5
+        while aim and not hot and time.monotonic() < deadline:
+            hot = bool(self.backends("sweeper", active=True))
+            if not hot:
+                self.restore_redis()
+                time.sleep(0.02)
+        sweeper.kill()
+        sweeper.reap()
+        self.sweeper = self.start_sweeper()
+        state = "busy" if hot else "any"
+        return Fault("sweeper_kill", time.time(), sweeper.name, f"pid {sweeper.pid} ({state})", 1)
 
     def ready(self, worker: Child) -> bool:
         """Whether ``worker`` lives and has said it is ready (it consumes tasks)."""
@@ -1677,6 +1828,8 @@ class Soak:
         self.plan_path.write_text(
             json.dumps({"t0": t0, "jobs": [asdict(job) for job in self.jobs]}, indent=1)
         )
+        self.monitor = InFlightMonitor(self.database, f"{REACTORS}.{KEYED_KIND[1]}")
+        self.monitor.start()
         for role in ("submitter", "caller"):
             self.start_client(role, self.plan_path)
         self.open_accounts()
@@ -1692,11 +1845,18 @@ class Soak:
         faults_end = time.monotonic()
         self.timeline["faults_s"] = round(faults_end - ready, 1)
         self.settle(end - RESERVE)
+        self.stop_monitor()
         self.timeline["settle_s"] = round(time.monotonic() - faults_end, 1)
         report = self.check()
         self.timeline["total_s"] = round(time.monotonic() - begin, 1)
         report["timeline"] = dict(self.timeline)
         return report
+
+    def stop_monitor(self) -> None:
+        """Stop the monitor of the keys' runs in flight (bounded wait)."""
+        if self.monitor is not None:
+            self.monitor.stop_event.set()
+            self.monitor.join(timeout=10)
 
     def open_accounts(self) -> None:
         """The ``chaos_account`` rows of every atomic run (its own, each INITIAL_BALANCE)."""
@@ -1804,6 +1964,7 @@ class Soak:
         if self.resumer is not None:
             self.resumer.stop_event.set()
             self.resumer.join_all(timeout=35)
+        self.stop_monitor()
         for stall in self.stalls:  # nothing stays stopped (a stopped process ignores SIGTERM)
             stall.proc.kill(signal.SIGCONT)
         # SIGTERM every main process at once, wait for them (bounded), then SIGKILL what is
@@ -1883,6 +2044,48 @@ def project_frames(lines: list[str], *, last: bool = True) -> str:
         elif line and not line.startswith((" ", "\t", "Traceback", "During", "The above")):
             error = line.strip()
     return " > ".join(frames) + (f" | {error[:160]}" if error else "")
+
+
+@dataclass
+class Overrun:
+    """A span during which more runs of one key than its limit were counted at once."""
+
+    at: float  # epoch seconds: when the count first went over the limit
+    most: int
+    runs: set[str]
+
+
+def most_at_once(intervals: list[tuple[str, float, float]]) -> tuple[int, list[Overrun]]:
+    """The most runs counted at one moment from ``(run, start, end)`` intervals (a run with
+    several intervals counts once while any of them is open; an interval that ends when
+    another starts does not overlap it), and the spans with more than ``KEYED_LIMIT``."""
+    points = sorted(
+        [(start, 1, run) for run, start, end in intervals if end > start]
+        + [(end, 0, run) for run, start, end in intervals if end > start]
+    )
+    open_ = Counter[str]()
+    most, spans = 0, []
+    current: Overrun | None = None
+    for at, starting, run in points:
+        open_[run] += 1 if starting else -1
+        if not open_[run]:
+            del open_[run]
+        most = max(most, len(open_))
+        if len(open_) <= KEYED_LIMIT:
+            current = None
+        elif current is None:
+            current = Overrun(at, len(open_), set(open_))
+            spans.append(current)
+        else:
+            current.most = max(current.most, len(open_))
+            current.runs |= set(open_)
+    return most, spans
+
+
+def _clock(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(epoch)) + f".{int(epoch % 1 * 1000):03d}"
 
 
 def _rollback_failure(failure: dict[str, Any]) -> str:
@@ -2428,12 +2631,19 @@ class Checker:
             first, other = record.first, record.other
             # A try whose answer was lost (a 5xx: the payload was taken, storing the answer
             # failed) is answered afresh on its retry, as documented: an interrupt that took the
-            # payload says already_resumed (the apply's nonce shows whose), an event replay.
+            # payload says already_resumed (the apply's nonce shows whose), an event replay, a
+            # message to a run that has ended since invalid_transition (its mailbox, checked
+            # below, shows which message it took).
             afresh = first is not None and self.answer_lost(record)
-            taken = (
-                first is not None
-                and job.kind in INTERRUPT_KINDS
-                and (first.status, first.code) == (409, "already_resumed")
+            taken = first is not None and (
+                (
+                    job.kind in INTERRUPT_KINDS
+                    and (first.status, first.code) == (409, "already_resumed")
+                )
+                or (
+                    job.kind == "message_background"
+                    and (first.status, first.code) == (409, "invalid_transition")
+                )
             )
             if first is not None and first.status not in (200, 202) and not (afresh and taken):
                 problems.append(f"the first delivery was refused: {first.status} {first.code}")
@@ -2731,6 +2941,182 @@ class Checker:
                 found.append(entry)
         return found
 
+    def concurrency_overruns(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """More than ``KEYED_LIMIT`` of a key's runs in flight at once, counted four ways (the
+        module's docstring): from the runs' own records, at each keyed body's entry, from the
+        bodies' entry and exit times, and by the monitor while the soak ran."""
+        reactor = f"{REACTORS}.{KEYED_KIND[1]}"
+        runs = {
+            str(run): {
+                "key": key,
+                "status": status,
+                "created": float(created),
+                "finished": None if finished is None else float(finished),
+                "queued": None if queued is None else float(queued),
+                "admitted": None if admitted is None else float(admitted),
+                "recovered": recovered > 0,
+            }
+            for run, key, status, created, finished, queued, admitted, recovered in self.db.rows(
+                "SELECT e.id, e.concurrency_key, e.status, extract(epoch FROM e.created_at), "
+                "extract(epoch FROM e.finished_at), (SELECT extract(epoch FROM min(v.at)) "
+                "FROM django_reactor_executionevent v WHERE v.execution_id = e.id "
+                "AND v.kind = 'queue'), (SELECT extract(epoch FROM min(v.at)) "
+                "FROM django_reactor_executionevent v WHERE v.execution_id = e.id "
+                "AND v.kind = 'admit'), e.recovery_attempts FROM django_reactor_execution e "
+                "WHERE e.reactor = %s",
+                [reactor],
+            )
+        }
+        found: list[dict[str, Any]] = []
+
+        def held(run: str) -> tuple[float, float] | None:
+            """When ``run`` held its slot (None: never): from its creation or admission until
+            it ended (still holding at the end: counted as holding for ever)."""
+            row = runs[run]
+            start = row["created"] if row["queued"] is None else row["admitted"]
+            if start is None:
+                return None
+            return start, row["finished"] if row["finished"] is not None else float("inf")
+
+        def entry(source: str, key: str, at: float, problem: str, ids: list[str]) -> None:
+            """One violation, with each run's slot and what the logs say of them."""
+            holders = []
+            for run in ids:
+                span = held(run) if run in runs else None
+                row = runs.get(run, {})
+                holders.append(
+                    f"{run} ({self.by_id.get(run)}) {row.get('status')}, "
+                    f"{'queued, ' if row.get('queued') else ''}held its slot "
+                    + ("never" if span is None else f"{_clock(span[0])}-{_clock(span[1])}")
+                )
+            found.append(
+                {
+                    "source": source,
+                    "key": key,
+                    "at": _clock(at),
+                    "problem": problem,
+                    "executions": ids,
+                    "jobs": [self.by_id.get(run) for run in ids],
+                    "holders": holders,
+                    "log": self.logs.about(ids, 8),
+                }
+            )
+
+        # 1. From the runs' records: each run's slot, from its creation or admission to its end.
+        by_key: dict[str, list[tuple[str, float, float]]] = {}
+        for run, row in sorted(runs.items(), key=lambda item: item[1]["created"]):
+            span = held(run)
+            if span is not None:
+                by_key.setdefault(row["key"], []).append((run, *span))
+            elif row["status"] != "queued":
+                entry(
+                    "records",
+                    row["key"],
+                    row["queued"],
+                    f"it left its queue ({row['status']}) without an 'admit' trace entry",
+                    [run],
+                )
+        figures: dict[str, dict[str, Any]] = {}
+        for key, spans in sorted(by_key.items()):
+            most, overruns = most_at_once(spans)
+            figures[key] = {
+                "runs": sum(1 for row in runs.values() if row["key"] == key),
+                "queued": sum(1 for row in runs.values() if row["key"] == key and row["queued"]),
+                "admitted": sum(
+                    1 for row in runs.values() if row["key"] == key and row["admitted"]
+                ),
+                "most_in_flight": most,
+            }
+            for overrun in overruns:
+                entry(
+                    "records",
+                    key,
+                    overrun.at,
+                    f"{overrun.most} runs held a slot at once (limit {KEYED_LIMIT})",
+                    sorted(overrun.runs, key=lambda run: runs[run]["created"]),
+                )
+        # 2. and 3. What each body saw as it started; bodies of more runs than the limit at once.
+        bodies = self.db.rows(
+            "SELECT execution_id::text, step, tenant, pid, role, own_status, holding::text[], "
+            "extract(epoch FROM entered_at), extract(epoch FROM exited_at) FROM chaos_keyed "
+            "ORDER BY id"
+        )
+        intervals: dict[str, list[tuple[str, float, float]]] = {}
+        cut_off = stale = 0
+        for run, step_name, key, pid, role, status, holding, entered, exited in bodies:
+            entered = float(entered)
+            where = f"step {step_name} of {run} in pid {pid} ({role})"
+            figures.setdefault(key, {}).setdefault("most_at_body_entry", 0)
+            figures[key]["most_at_body_entry"] = max(
+                figures[key]["most_at_body_entry"], len(holding)
+            )
+            if len(holding) > KEYED_LIMIT:
+                entry(
+                    "body entry",
+                    key,
+                    entered,
+                    f"{where} counted {len(holding)} runs holding a slot (limit {KEYED_LIMIT})",
+                    list(holding),
+                )
+            if status == "queued":
+                entry("body entry", key, entered, f"{where} ran while its run was queued", [run])
+            elif status not in HOLDING:
+                stale += 1  # its run was taken over and ended: other invariants judge that
+            if exited is None:
+                cut_off += 1
+                continue
+            finished = runs.get(run, {}).get("finished")
+            end = float(exited) if finished is None else min(float(exited), finished)
+            intervals.setdefault(key, []).append((run, entered, end))
+        for key, spans in sorted(intervals.items()):
+            most, overruns = most_at_once(spans)
+            figures.setdefault(key, {})["most_in_bodies"] = most
+            for overrun in overruns:
+                entry(
+                    "bodies",
+                    key,
+                    overrun.at,
+                    f"bodies of {overrun.most} runs at once (limit {KEYED_LIMIT})",
+                    sorted(overrun.runs),
+                )
+        # 4. The monitor's counts while the soak ran.
+        monitor = self.soak.monitor
+        if monitor is not None:
+            for seen in monitor.over:
+                entry(
+                    "monitor",
+                    seen["key"],
+                    seen["at"],
+                    f"{seen['most']} runs in flight counted (limit {KEYED_LIMIT})",
+                    seen["runs"],
+                )
+            for key, most in monitor.holding.items():
+                figures.setdefault(key, {})["monitor_most_in_flight"] = most
+                figures[key]["monitor_most_queued"] = monitor.queued[key]
+        info = {
+            "limit": KEYED_LIMIT,
+            "runs": len(runs),
+            "queued": sum(1 for row in runs.values() if row["queued"]),
+            "admitted": sum(1 for row in runs.values() if row["admitted"]),
+            "admitted_by_sweeper": sum(
+                int(match.group(1))
+                for name, line in self.logs.lines
+                if name.startswith("sweeper")
+                and (match := re.search(r"the sweeper admitted (\d+) queued run", line))
+            ),
+            "recovered": sum(1 for row in runs.values() if row["recovered"]),
+            "most_in_flight": max(
+                (f.get("most_in_flight", 0) for f in figures.values()), default=0
+            ),
+            "by_key": figures,
+            "body_entries": len(bodies),
+            "bodies_cut_off": cut_off,
+            "bodies_of_ended_runs": stale,
+            "monitor_samples": monitor.samples if monitor is not None else 0,
+            "monitor_error": monitor.error if monitor is not None else "",
+        }
+        return found, info
+
     def stalls(self) -> list[dict[str, Any]]:
         """Each ``atomic_stall``: the stopped process, whether the worker that took its run over
         ended its session (its log line), and how the run ended."""
@@ -2811,6 +3197,7 @@ class Checker:
         connection_losses = self.failed_by_connection_loss()
         tasks = self.task_failures()
         sweeper_exits = [e for e in soak.exits if e["role"] == "sweeper"]
+        overruns, concurrency_info = self.concurrency_overruns()
         invariants = {
             "runs_lost": lost,
             "checkpointed_actions_run_again": reruns,
@@ -2825,6 +3212,7 @@ class Checker:
             "atomic_writes_doubled": money,
             "failed_by_connection_loss": connection_losses,
             "sweeper_exits": sweeper_exits,
+            "concurrency_overruns": overruns,
         }
         task_violation = tasks["count"] > tasks["connection_faults"]
         violated = [name for name, found in invariants.items() if found]
@@ -2882,6 +3270,7 @@ class Checker:
                 "locks": lock_info,
                 "maps": map_info,
                 "atomic": atomic_info,
+                "concurrency": concurrency_info,
                 "atomic_stalls": self.stalls(),
                 "reconnects": self.db.rows(
                     "SELECT count(*) FROM django_reactor_executionevent WHERE kind = 'reconnect'"
@@ -2941,6 +3330,7 @@ def format_report(report: dict[str, Any], details: int = 8) -> str:
         "atomic_writes_doubled": "atomic writes doubled",
         "failed_by_connection_loss": "failed by connection loss",
         "sweeper_exits": "sweeper exits",
+        "concurrency_overruns": "concurrency overruns",
     }
     for name, label in labels.items():
         count = report["counts"][name]
@@ -2968,6 +3358,18 @@ def format_report(report: dict[str, Any], details: int = 8) -> str:
             f"{stall['ended_by_takeover']}), woken after {stall['woken_after_s']} s, fence "
             f"{stall['fence']} -> {stall['fence_at_wake']}{', died' if stall['died'] else ''}"
         )
+    keyed = info["concurrency"]
+    lines.append(
+        f"concurrency keys (limit {keyed['limit']}): {keyed['runs']} runs, {keyed['queued']} "
+        f"queued, {keyed['admitted']} admitted ({keyed['admitted_by_sweeper']} by the sweeper), "
+        f"{keyed['recovered']} taken over after a crash, at most {keyed['most_in_flight']} in "
+        f"flight; body entries {keyed['body_entries']} ({keyed['bodies_cut_off']} cut off); "
+        f"monitor samples {keyed['monitor_samples']}"
+    )
+    for key, figures in keyed["by_key"].items():
+        lines.append(f"  {key}: {figures}")
+    if keyed["monitor_error"]:
+        lines.append(f"  monitor error: {keyed['monitor_error']}")
     lines.append(
         f"info: reruns before checkpoint (allowed) {info['reruns_before_checkpoint']['count']}; "
         f"lock entries {info['locks']}; lock overlaps explained by a Redis restart "

@@ -15,6 +15,13 @@ again shows as a ledger row with ``checkpointed`` true. A step holding a ``Lock`
 when it entered and left its body to ``chaos_lock`` (server clock), so the driver can find
 holders of the same key that overlapped.
 
+``KeyedBackground`` declares ``Meta.concurrency`` (at most :data:`KEYED_LIMIT` runs per tenant in
+flight, the rest queued). Its step bodies write to ``chaos_keyed`` when they entered (server
+clock) and, in the same statement, what the database said then: the status of their own run and
+the runs of their key holding a slot (:data:`HOLDING`); and when they left. The driver checks
+that no body saw more than the limit, nor ran for a run still queued, and that the bodies of more
+than the limit of a key's runs never overlapped.
+
 Every step body also works on the engine's own database connection (Django's), so that a
 connection fault can land inside it: ``Work``, its undo and compensate, ``Apply`` and the map
 element run a short ``pg_sleep`` marked :data:`BODY_MARKER`, which the driver's ``body_cut``
@@ -43,6 +50,7 @@ from typing import Any
 from rest_framework import serializers
 
 from django_reactor import (
+    Concurrency,
     Halt,
     Lock,
     Reactor,
@@ -68,6 +76,11 @@ DECISION = "chaos.decision"
 #: What planned failures say (the driver tells them from failures the faults caused).
 PLANNED = "chaos: planned failure"
 PLANNED_UNDO = "chaos: planned undo failure"
+#: How many runs of one tenant ``KeyedBackground`` lets be in flight at once.
+KEYED_LIMIT = 2
+#: Statuses of a run that holds its concurrency key's slot, spelled out (not taken from
+#: ``store.flow.HOLDING``) so that the soak does not take the product's word for what it checks.
+HOLDING = ["pending", "scheduled", "running", "paused", "rolling_back", "suspended"]
 
 # Which checkpoint of an action must exist for the action to count as "already done".
 _STEP_DONE = (
@@ -258,12 +271,61 @@ class LockedWork(Work):
         return {"step": context.step, "fence": context.fences.get(key)}
 
 
+# The body's own run's status, and the runs of its key holding a slot, in one statement (one
+# snapshot) with the entry.
+_KEYED_ENTRY = (
+    "INSERT INTO chaos_keyed (execution_id, step, tenant, pid, role, own_status, holding) "
+    "SELECT %(execution_id)s, %(step)s, %(tenant)s, %(pid)s, %(role)s, "
+    "(SELECT status FROM django_reactor_execution WHERE id = %(execution_id)s), "
+    "ARRAY(SELECT id FROM django_reactor_execution WHERE reactor = %(reactor)s "
+    "AND concurrency_key = %(tenant)s AND status = ANY(%(holding)s) ORDER BY created_at) "
+    "RETURNING id"
+)
+
+
+class KeyedWork(Work):
+    """``Work`` of a run holding a slot of its tenant's key; writes when it entered (with the
+    runs of its key in flight then) and left."""
+
+    def run(self, spec: dict[str, Any], tenant: str) -> Any:  # type: ignore[override]
+        """Record, note the entry and the runs in flight, work, note the exit, fail when
+        planned."""
+        _record_context(self, "run")
+        context = self.context
+        entered = _execute(
+            _KEYED_ENTRY,
+            {
+                "execution_id": str(context.execution_id),
+                "step": context.step,
+                "tenant": tenant,
+                "pid": os.getpid(),
+                "role": os.environ.get("CHAOS_ROLE", "unknown"),
+                "reactor": context.reactor,
+                "holding": HOLDING,
+            },
+        )
+        try:
+            _pause(spec)
+        finally:
+            _execute(
+                "UPDATE chaos_keyed SET exited_at = clock_timestamp() WHERE id = %(id)s",
+                {"id": entered[0]},
+            )
+        if context.step == spec.get("fail_at"):
+            raise RuntimeError(f"{PLANNED} at {context.step}")
+        return {"step": context.step}
+
+
 def _work(*after: str) -> Any:
     return step(Work, spec=arg.input("spec"), wait_for=list(after))
 
 
 def _locked(*after: str) -> Any:
     return step(LockedWork, spec=arg.input("spec"), slot=arg.input("slot"), wait_for=list(after))
+
+
+def _keyed(*after: str) -> Any:
+    return step(KeyedWork, spec=arg.input("spec"), tenant=arg.input("tenant"), wait_for=list(after))
 
 
 # ---------------------------------------------------------------------------- chains
@@ -328,6 +390,19 @@ class BackgroundLocked(Reactor):
 
     class Meta:
         background = "all"
+
+
+class KeyedBackground(Reactor):
+    """On workers; at most :data:`KEYED_LIMIT` runs per ``tenant`` in flight, the others queued
+    until a run of their tenant ends."""
+
+    a = _keyed()
+    b = _keyed("a")
+    c = _keyed("b")
+
+    class Meta:
+        background = "all"
+        concurrency = Concurrency(key="{tenant}", limit=KEYED_LIMIT, on_limit="queue")
 
 
 # ---------------------------------------------------------------------------- atomic steps

@@ -1,6 +1,7 @@
 """The short chaos soak of issue 13: 70 mixed runs under at least 24 faults, in under 3 minutes,
 among them a backend cut inside a step body and a process stopped inside an atomic step's
-transaction.
+transaction, and runs of a concurrency key (issue 31) queued over its limit while workers and
+the sweeper are killed.
 
 It runs ``benchmarks/chaos_soak.py`` as a subprocess (its own database, Redis, workers, sweeper,
 web process and callers, all stopped at the end) and asserts every invariant the driver
@@ -40,6 +41,7 @@ INVARIANTS = (
     "atomic_writes_doubled",
     "failed_by_connection_loss",
     "sweeper_exits",
+    "concurrency_overruns",
 )
 
 
@@ -69,6 +71,7 @@ def test_short_chaos_soak_keeps_every_invariant(tmp_path: Path) -> None:
     kinds = report["faults"]["by_kind"]
     assert kinds.get("body_cut", 0) >= 1, text
     assert kinds.get("atomic_stall", 0) >= 1, text
+    assert kinds.get("sweeper_kill", 0) >= 1, text  # the backstop that admits queued runs
     # Whether the takeover came (and ended the stalled session) before the driver woke the
     # process at its bound depends on how busy the machine is; either way the invariants below
     # must hold. The takeover that ends the session is proved in tests/workers/test_atomic_steps.
@@ -77,6 +80,14 @@ def test_short_chaos_soak_keeps_every_invariant(tmp_path: Path) -> None:
     assert report["timeline"]["total_s"] <= SECONDS, text
     violated = {name: report["counts"][name] for name in INVARIANTS if report["counts"][name]}
     assert violated == {}, text
+    # Runs of a concurrency key queued over its limit and were admitted: the limit was reached,
+    # so the count of runs in flight tested something.
+    keyed = report["info"]["concurrency"]
+    assert keyed["queued"] > 0, text
+    assert keyed["admitted"] == keyed["queued"], text
+    assert keyed["most_in_flight"] == keyed["limit"], text
+    assert keyed["body_entries"] > 0, text
+    assert keyed["monitor_samples"] > 100, text
     tasks = report["task_failures"]
     assert tasks["count"] <= tasks["connection_faults"], text
     assert report["ok"], text
