@@ -202,10 +202,12 @@ def _start(
     timing: Timing | None = None,
     steering: Steering | None = None,
     route: Route | None = None,
+    locked: bool = False,
 ) -> Outcome:
     """Start a run of ``definition`` with ``stored_inputs``; ``steering``: the operator's
     action that starts it (a retry), recorded with the new run and on its ``start`` entry;
-    ``route``: its queue and priority (None: the reactor's declared ones)."""
+    ``route``: its queue and priority (None: the reactor's declared ones); ``locked``: decide
+    on its concurrency key under the key's lock (after its insert found the key full)."""
     timing = timing or Timing.default(definition)
     first = definition.next_ready(frozenset())
     # A misconfigured coordination backend refuses the run before anything is written.
@@ -234,12 +236,23 @@ def _start(
         if paused is not None
         else ExecutionStatus.RUNNING
     )
+    # A run with only a concurrency key starts by its insert alone when the key has room (the
+    # insert takes it, in its own statement); else, and for the other keys, a key's decisions
+    # take its lock in turn: the decision and the new run are one transaction.
+    held = (
+        not locked
+        and bool(key)
+        and not throttle_key
+        and not debounce_key
+        and timing.start_at is None
+        and not definition.cancel_on
+        and steering is None
+        and store.flow.holds_on_insert()
+    )
     try:
-        # A key's decisions take its lock in turn: the decision and the new run are one
-        # transaction.
         with store.flow.deciding(
             definition.name,
-            concurrency_key=key,
+            concurrency_key="" if held else key,
             throttle_key=throttle_key,
             throttle_limit=definition.throttle.limit if definition.throttle else 0,
             debounce_key=debounce_key,
@@ -352,7 +365,22 @@ def _start(
                 cancel_reason=why if cancelled else "",
                 events=events,
                 steering=steering,
+                hold_limit=definition.concurrency.limit
+                if held and definition.concurrency
+                else None,
             )
+    except store.flow.KeyFull:
+        return _start(
+            definition,
+            stored_inputs,
+            idempotency_key=idempotency_key,
+            retry_of=retry_of,
+            all_in_background=all_in_background,
+            timing=timing,
+            steering=steering,
+            route=route,
+            locked=True,
+        )
     except store.IdempotencyConflict as conflict:
         holder = store.get_row(conflict.execution_id)
         if holder.inputs_digest != store.inputs_digest(stored_inputs):

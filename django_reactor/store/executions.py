@@ -91,6 +91,7 @@ def create_execution(
     debounce_key: str = "",
     debounce_latest: dt.datetime | None = None,
     batch_key: str = "",
+    hold_limit: int | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -107,7 +108,9 @@ def create_execution(
     start counts under (``Meta.throttle``) and the time it counts at; ``debounce_key`` and
     ``debounce_latest``: the key whose starts collapse into it while it waits, and its latest
     start (``Meta.debounce``); ``batch_key``: the key whose starts it collects as its items
-    (``Meta.batch``: its inputs are its first item's).
+    (``Meta.batch``: its inputs are its first item's); ``hold_limit``: the insert takes the
+    room of ``concurrency_key`` (of that limit) itself, or raises KeyFull and writes nothing
+    (only where ``dialect().holds_key_on_insert()``).
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -181,6 +184,7 @@ def create_execution(
                 may_conflict=idempotency_key is not None
                 or retry_of is not None
                 or parent is not None,
+                hold_limit=hold_limit,
             )
             if cancel_keys:
                 subscribe_cancels(execution.id, cancel_keys)

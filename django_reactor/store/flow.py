@@ -24,6 +24,7 @@ from django.utils import timezone
 from ..engine.routing import Route
 from ..models import Dispatch, Execution, ExecutionEvent, FlowKey
 from ..states import IN_FLIGHT_STATUSES, EventKind, ExecutionStatus
+from . import sql
 from .db import using
 from .dialects import dialect
 from .outbox import QueuedDispatch, publish_on_commit
@@ -47,6 +48,17 @@ class KeyState:
     def has_room(self, limit: int) -> bool:
         """A new run may start now: a slot is free and nobody queued before it."""
         return len(self.holders) < limit and not self.queued
+
+
+#: A run's insert found its concurrency key without room (``holds_on_insert``).
+KeyFull = sql.KeyFull
+
+
+def holds_on_insert() -> bool:
+    """Whether a run's insert can take its concurrency key's room itself, in its own statement
+    (``create_execution(hold_limit=...)``, raising :data:`KeyFull` when there is none): on
+    PostgreSQL, outside a caller's transaction."""
+    return dialect().holds_key_on_insert()
 
 
 def prepare_key(reactor: str, key: str, kind: str = FlowKey.Kind.CONCURRENCY) -> None:
@@ -203,12 +215,8 @@ def waiting_keys(limit: int = WAITING_READ) -> list[tuple[str, str]]:
 
 def has_queued(reactor: str, key: str) -> bool:
     """Whether runs are queued for the key (read without its lock: see
-    ``services.flow.ended`` for why that is enough)."""
-    return (
-        Execution.objects.using(using())
-        .filter(reactor=reactor, concurrency_key=key, status=ExecutionStatus.QUEUED)
-        .exists()
-    )
+    ``services.flow.ended`` for why that is enough). Every run of a key asks as it ends."""
+    return dialect().key_has_queued(reactor, key)
 
 
 @dataclass(frozen=True)

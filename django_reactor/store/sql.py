@@ -549,13 +549,47 @@ def insert_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], ..
     )
 
 
+#: What a run's insert stores as its concurrency key when it takes the key's room in the same
+#: statement: the key, or the error ``KEY_FULL`` (migration ``0034_batches``); parameters:
+#: the reactor, the key and its limit.
+HOLD_KEY = "django_reactor_hold_key(%s, %s, %s)"
+#: The SQLSTATE ``HOLD_KEY`` raises when the key has no room.
+KEY_FULL = "RXK01"
+
+
+#: Whether runs are queued for a concurrency key (parameters: the reactor, the key); written to
+#: match the key's partial index.
+KEY_HAS_QUEUED = f"""
+SELECT EXISTS (
+    SELECT 1 FROM {EXECUTION}
+    WHERE reactor = %s AND concurrency_key = %s AND concurrency_key <> '' AND status = 'queued'
+)
+"""
+
+
+class KeyFull(Exception):
+    """A run's insert found its concurrency key without room (:data:`HOLD_KEY`): nothing was
+    written; the start decides under the key's lock instead."""
+
+
+def raised_key_full(exc: BaseException) -> bool:
+    """Whether a database error is :data:`HOLD_KEY`'s refusal."""
+    cause = exc.__cause__
+    return KEY_FULL in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))
+
+
 @functools.cache
 def insert_all(
-    events: int, with_dispatch: bool, with_definition: bool = False, attributes: int = 0
+    events: int,
+    with_dispatch: bool,
+    with_definition: bool = False,
+    attributes: int = 0,
+    hold_key: bool = False,
 ) -> str:
     """A new run's one statement: its execution row, first events, dispatch, (unless kept
     already) its definition and its ``attributes`` (a key and a value each, with the run's
-    creation time), each a data-modifying CTE; parameters in that order."""
+    creation time), each a data-modifying CTE; parameters in that order. ``hold_key``: the
+    row's concurrency key is :data:`HOLD_KEY`'s (its three parameters in the key's place)."""
     connection = connections[using()]
     models_named: list[tuple[type[models.Model], str]] = []
     if with_definition:
@@ -568,7 +602,10 @@ def insert_all(
     for model, name in models_named:
         fields = insert_fields(model)
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
-        marks = ", ".join(["%s"] * len(fields))
+        marks = ", ".join(
+            HOLD_KEY if hold_key and name == "ex" and f.name == "concurrency_key" else "%s"
+            for f in fields
+        )
         returning = " RETURNING id" if name == "dp" else ""
         if name == "ex" and attributes:
             returning = " RETURNING id, created_at"

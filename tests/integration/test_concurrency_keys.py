@@ -277,6 +277,30 @@ def test_cancel_in_progress_stops_the_run_in_flight_for_the_newest() -> None:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_a_start_with_room_takes_its_key_in_its_insert_and_a_full_key_falls_back_to_the_lock() -> (
+    None
+):
+    from django.test.utils import CaptureQueriesContext
+
+    def locked_statements(tenant: str) -> tuple[str, list[str]]:
+        with CaptureQueriesContext(connection) as seen:
+            outcome = services.run_in_background(Sync, {"tenant_id": tenant})
+        status = Execution.objects.get(pk=outcome.execution_id).status
+        return status, [q["sql"] for q in seen.captured_queries if "advisory" in q["sql"]]
+
+    # With room, the insert (sent outside Django's query log) took the key: no lock of its own.
+    assert locked_statements("fast") == ("pending", [])
+    assert locked_statements("fast")[1] == []
+    # Full: the insert wrote nothing and the start decided under the key's lock, queued (and
+    # looked, under the lock again, for a slot freed meanwhile).
+    status, locks = locked_statements("fast")
+    assert status == "queued"
+    assert len(locks) == 2
+    assert Execution.objects.filter(concurrency_key="tenant-fast").count() == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_concurrent_starts_of_one_key_never_take_more_than_its_slots() -> None:
     assert connection.vendor == "postgresql"
     callers = 8

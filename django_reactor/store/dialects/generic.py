@@ -84,6 +84,11 @@ class Dialect:
 
     # -- runs --------------------------------------------------------------------------------------
 
+    def holds_key_on_insert(self) -> bool:
+        """Whether a run's insert can take its concurrency key's room in its own statement
+        (``insert_run(hold_limit=...)``); otherwise the start decides under the key's lock."""
+        return False
+
     def insert_run(
         self,
         execution: Execution,
@@ -94,11 +99,14 @@ class Dialect:
         attributes: Mapping[str, str],
         *,
         may_conflict: bool = True,
+        hold_limit: int | None = None,
     ) -> None:
         """Insert a new run with its first events, its dispatch (published ``delay`` seconds
         on), its definition (unless kept already) and its ``attributes`` (stored text by key),
         all or nothing; an ``IntegrityError`` when a unique key is taken
-        (``executions.create_execution``)."""
+        (``executions.create_execution``). ``hold_limit``: see :meth:`holds_key_on_insert`
+        (never given here)."""
+        assert hold_limit is None, "this database decides on keys under their locks"
         with transaction.atomic(using=using()):
             if definition is not None:
                 Definition.objects.using(using()).bulk_create([definition], ignore_conflicts=True)
@@ -201,6 +209,14 @@ class Dialect:
 
         Nothing to do here: SQLite lets one transaction write at a time, and both write
         before they read."""
+
+    def key_has_queued(self, reactor: str, key: str) -> bool:
+        """Whether runs are queued for a concurrency key (``flow.has_queued``)."""
+        return (
+            Execution.objects.using(using())
+            .filter(reactor=reactor, concurrency_key=key, status=ExecutionStatus.QUEUED)
+            .exists()
+        )
 
     def prepare_flow_key(self, reactor: str, kind: str, key: str) -> None:
         """Make sure the key's ``FlowKey`` row exists, before the transaction that locks it.

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import IntegrityError, connections, models, transaction
+from django.db import DatabaseError, IntegrityError, connections, models, transaction
 
 try:
     import psycopg
@@ -61,11 +61,24 @@ class PostgreSQL(Dialect):
         attributes: Mapping[str, str],
         *,
         may_conflict: bool = True,
+        hold_limit: int | None = None,
     ) -> None:
         """In one statement (``sql.insert_all``): every ``run()`` pays this, and the ORM's
         per-object inserts cost several times the statement. A run that starts later is
         inserted through the ORM (its dispatch may wait for the sweeper). ``may_conflict``:
-        a unique key may refuse it (an idempotency key, a retry, a composed child)."""
+        a unique key may refuse it (an idempotency key, a retry, a composed child).
+        ``hold_limit``: the statement takes the run's concurrency key's room (``sql.HOLD_KEY``),
+        or raises ``sql.KeyFull`` and writes nothing."""
+        if hold_limit is not None:
+            assert not delay
+            assert not connections[using()].in_atomic_block
+            try:
+                _insert_all(execution, events, dispatch, definition, attributes, hold_limit)
+            except DatabaseError as exc:
+                if sql.raised_key_full(exc):
+                    raise sql.KeyFull(execution.concurrency_key) from None
+                raise
+            return
         if delay:
             super().insert_run(
                 execution,
@@ -83,6 +96,11 @@ class PostgreSQL(Dialect):
         in_transaction = connections[using()].in_atomic_block and may_conflict
         with transaction.atomic(using=using()) if in_transaction else contextlib.nullcontext():
             _insert_all(execution, events, dispatch, definition, attributes)
+
+    def holds_key_on_insert(self) -> bool:
+        """Outside a caller's transaction (whose locks would last until it commits, and which
+        a refusal would end): ``django_reactor_hold_key`` in the insert."""
+        return not connections[using()].in_atomic_block
 
     def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
         """In one statement (``sql.CLAIM_FOR_WORKER``), which also returns the run's step
@@ -175,6 +193,12 @@ class PostgreSQL(Dialect):
                 f"SELECT {lock}(hashtextextended(k, 0)) FROM unnest(%s::text[]) AS k",
                 [sorted(set(keys))],
             )
+
+    def key_has_queued(self, reactor: str, key: str) -> bool:
+        """One prepared statement (``sql.KEY_HAS_QUEUED``): every run of a key pays it as it
+        ends, and the ORM's query costs several times its execution."""
+        row = sql.execute(sql.KEY_HAS_QUEUED, [reactor, key])
+        return bool(row and row[0])
 
     def prepare_flow_key(self, reactor: str, kind: str, key: str) -> None:
         """Nothing to prepare: the lock is an advisory lock, no row."""
@@ -368,9 +392,11 @@ def _insert_all(
     dispatch: str | None,
     definition: Definition | None,
     attributes: Mapping[str, str],
+    hold_limit: int | None = None,
 ) -> None:
     """Insert an execution, its first events, its dispatch, its definition (unless kept
-    already) and its attributes in one statement.
+    already) and its attributes in one statement (``hold_limit``: taking its concurrency key's
+    room, ``sql.HOLD_KEY``).
 
     Values are prepared by the model fields themselves, so the columns follow the models; the
     statement's text depends only on how many events and attributes there are, and it is sent
@@ -385,13 +411,19 @@ def _insert_all(
         queued = Dispatch(execution_id=execution.id, reason=dispatch)
         rows.append(queued)
     statement = sql.insert_all(
-        len(events), queued is not None, definition is not None, len(attributes)
+        len(events),
+        queued is not None,
+        definition is not None,
+        len(attributes),
+        hold_key=hold_limit is not None,
     )
-    params = [
-        f.get_db_prep_save(f.pre_save(obj, True), connection)
-        for obj in rows
-        for f in sql.insert_fields(type(obj))
-    ]
+    params = []
+    for obj in rows:
+        for f in sql.insert_fields(type(obj)):
+            if hold_limit is not None and obj is execution and f.name == "concurrency_key":
+                params += [execution.reactor, execution.concurrency_key, hold_limit]
+            else:
+                params.append(f.get_db_prep_save(f.pre_save(obj, True), connection))
     for key, value in attributes.items():
         params += [key, value]
     returned = sql.execute(statement, params)
