@@ -29,6 +29,7 @@ from .engine import timevalues
 from .engine.observers import RunObserver
 from .exceptions import InvalidTime, ReactorImproperlyConfigured, ReactorNotRegistered
 from .registry import all_reactors, resolve, suggestions
+from .services.deploys import deploy_check, parking_summary
 from .services.events import event_names
 
 
@@ -465,6 +466,37 @@ def check_database(
             )
         )
     return messages
+
+
+@register(deploy=True)
+def check_runs_in_flight(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``W009``: runs in flight that this code would park (``definition_changed``,
+    ``reactor_missing``), when the check may use the database (``check --deploy --database
+    default``): the summary of ``reactor_deploy_check``."""
+    from django.db import DEFAULT_DB_ALIAS, DatabaseError
+
+    if not databases or DEFAULT_DB_ALIAS not in databases:
+        return []
+    try:
+        parking = parking_summary(deploy_check(sample=0))
+    except DatabaseError:  # not migrated yet, or unreachable: other checks report it
+        return []
+    if not parking:
+        return []
+    shown = ", ".join(f"{reactor}: {runs}" for reactor, runs in parking.most_common(5))
+    more = len(parking) - 5
+    return [
+        Warning(
+            f"{sum(parking.values())} run(s) in flight would park when a worker on this code "
+            f"takes them ({shown}{f', and {more} more reactor(s)' if more > 0 else ''}): a "
+            "step they recorded is gone or changed, or their reactor is.",
+            hint="Run `manage.py reactor_deploy_check` for what changed and which runs; keep "
+            "the steps runs recorded, or finish, cancel or migrate those runs before deploying.",
+            id="django_reactor.W009",
+        )
+    ]
 
 
 #: The databases django_reactor is tested on, by Django's vendor name: PostgreSQL (its own

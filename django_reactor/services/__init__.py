@@ -31,6 +31,8 @@ state. By what they do:
   via which face, and why;
 - ``asynchronous``: ``aresume_interrupt``, ``asend``, ``aemit`` (the async twins an ASGI view
   needs; ``Reactor.arun`` and the handle's ``await_outcome`` are the others);
+- ``deploys``: ``deploy_check`` (what the reactors in this code do to the runs in flight,
+  before a deploy);
 - ``guards``: the checks an operation makes of its call; ``handles``: ``find`` and the
   handles the operations give back.
 """
@@ -50,6 +52,7 @@ from .bulk import (
     stop_bulk,
 )
 from .deadlines import expire_deadlines
+from .deploys import DeployCheck, deploy_check
 from .events import Emitted, emit, finish_events
 from .figures import DatabaseFigures, fleet_figures
 from .forks import FORKABLE, fork, fork_plan
@@ -93,6 +96,7 @@ __all__ = [
     "BulkPreview",
     "BulkProgress",
     "DatabaseFigures",
+    "DeployCheck",
     "Emitted",
     "Health",
     "InvalidFilter",
@@ -110,6 +114,7 @@ __all__ = [
     "cancel",
     "deliver",
     "deliver_kept",
+    "deploy_check",
     "emit",
     "expire_deadlines",
     "expire_interrupts",

@@ -150,6 +150,25 @@ def _resume_here(
             f"{'; '.join(problems)}. Deploy the previous definition to finish it or to undo() "
             "it, or cancel() it",
         )
+    if row.definition_hash != definition.definition_hash:
+        # Deployed code that keeps every step the run recorded: the run goes on under it.
+        try:
+            store.reconnecting(
+                lambda: store.adopt_definition(
+                    owned, definition.definition_hash, definition.shape
+                ),
+                what=f"moving {key} to the deployed definition",
+            )
+        except LeaseLost:
+            logger.info("execution %s was taken over by another process", key)
+            return None
+        logger.info(
+            "execution %s goes on under %s's deployed definition %s (it started under %s)",
+            key,
+            row.reactor,
+            definition.definition_hash[:12],
+            row.definition_hash[:12],
+        )
     for attempt in range(1, DATABASE_ERROR_RETRIES + 1):
         try:
             if attempt > 1:

@@ -50,6 +50,7 @@ from . import (
     audit,
     batches,
     bulk,
+    deploys,
     dialects,
     events,
     flow,
@@ -74,6 +75,7 @@ from .attributes import with_attributes
 from .checkpoint import DatabaseJournal
 from .claims import (
     RESUMABLE,
+    adopt_definition,
     claim,
     claim_for_worker,
     end_owned,
@@ -169,6 +171,7 @@ __all__ = [
     "SweepReport",
     "WorkerClaim",
     "adopt_child",
+    "adopt_definition",
     "alias_for",
     "alias_of",
     "aliases",
@@ -190,6 +193,7 @@ __all__ = [
     "create_execution",
     "database_of_message",
     "default_alias",
+    "deploys",
     "dialect",
     "dialect_for",
     "dialects",

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from ..conf import reactor_settings
 from ..exceptions import ExecutionBusy, ExecutionNotFound, InvalidTransition, LeaseLost
-from ..models import Execution, ExecutionEvent
+from ..models import Definition, Execution, ExecutionEvent
 from ..states import MOVING_STATUSES, EventKind, ExecutionStatus
 from . import audit
 from .db import using
@@ -308,3 +308,23 @@ def request_cancel(
         if steering is not None:
             audit.write(steering, previous_status=previous)
     return previous
+
+
+def adopt_definition(owned: Owned, definition_hash: str, shape: dict[str, Any]) -> None:
+    """An owned run goes on under ``definition_hash`` (the code's, newer than the one it
+    started under; its recorded steps checked against it): from now on it is checked against
+    that definition, whose ``shape`` is kept if it was not. Without this, the steps it records
+    under the new code (a step the deploy added, re-wired or renamed) would be checked against
+    the old definition the next time a worker takes it, and park it. LeaseLost when the run
+    moved on under another owner."""
+    with transaction.atomic(using=using()):
+        Definition.objects.using(using()).bulk_create(
+            [Definition(hash=definition_hash, shape=shape)], ignore_conflicts=True
+        )
+        updated = (
+            Execution.objects.using(using())
+            .filter(pk=owned.execution_id, fence=owned.fence)
+            .update(definition_hash=definition_hash)
+        )
+        if not updated:
+            raise LeaseLost(f"execution {owned.execution_id} was taken over by another process")
