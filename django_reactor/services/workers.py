@@ -154,9 +154,7 @@ def _resume_here(
         # Deployed code that keeps every step the run recorded: the run goes on under it.
         try:
             store.reconnecting(
-                lambda: store.adopt_definition(
-                    owned, definition.definition_hash, definition.shape
-                ),
+                lambda: store.adopt_definition(owned, definition.definition_hash, definition.shape),
                 what=f"moving {key} to the deployed definition",
             )
         except LeaseLost:

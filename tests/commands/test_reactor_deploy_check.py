@@ -245,4 +245,3 @@ def test_runs_on_the_codes_definition_pass(reactor_clock: Any) -> None:
 def test_a_negative_sample_is_refused() -> None:
     with pytest.raises(CommandError, match="--sample must be 0 or more, got -1"):
         call_command("reactor_deploy_check", "--sample", "-1")
-
