@@ -52,6 +52,7 @@ _RUN_LINES: dict[str, str] = {
 _STEER_LINES: dict[str, str] = {
     "wake": "woken now",
     "resume": "payload delivered",
+    "migrate": "moved onto the deployed definition",
 }
 
 

@@ -141,7 +141,13 @@ TRANSITIONS: dict[str, frozenset[str]] = {
         }
     ),
     ExecutionStatus.NEEDS_ATTENTION: frozenset(
-        {ExecutionStatus.ROLLING_BACK, ExecutionStatus.CANCELLED}
+        {
+            ExecutionStatus.ROLLING_BACK,
+            ExecutionStatus.CANCELLED,
+            # Parked definition_changed, then migrated onto the code's definition
+            # (reactor_migrate): a worker takes it again.
+            ExecutionStatus.PENDING,
+        }
     ),
     ExecutionStatus.SUSPENDED: frozenset(
         {

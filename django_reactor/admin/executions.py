@@ -170,7 +170,7 @@ class ExecutionAdmin(
     list_select_related = False
     list_per_page = 50
     ordering = ("-created_at",)
-    actions = ("cancel_selected", "undo_selected", "retry_selected")
+    actions = ("cancel_selected", "undo_selected", "retry_selected", "migrate_selected")
     change_form_template = "admin/django_reactor/execution/change_form.html"
     readonly_fields = (
         "id",

@@ -72,6 +72,18 @@ OPERATIONS: dict[str, dict[str, StrOrPromise]] = {
             "refused one by one."
         ),
     },
+    "migrate": {
+        "title": _("Migrate executions onto the deployed definition"),
+        "button": _("Yes, migrate them"),
+        "done": _("Migrated"),
+        "description": _(
+            "Each run parked definition_changed moves onto its reactor's definition in the "
+            "deployed code when the steps it recorded exist there unchanged, keeping their "
+            "results, and a worker takes it again from where it stopped. Runs whose steps do "
+            "not map are refused with the reason; for a renamed step use "
+            "`manage.py reactor_migrate REACTOR --map old=new`."
+        ),
+    },
     "retry": {
         "title": _("Retry executions"),
         "button": _("Yes, retry them"),
@@ -152,6 +164,15 @@ class ExecutionOperations(admin.ModelAdmin):
     ) -> HttpResponse | None:
         return self._bulk(request, queryset, "retry")
 
+    @admin.action(
+        permissions=["retry_execution"],
+        description=_("Migrate selected parked executions onto the deployed definition"),
+    )
+    def migrate_selected(
+        self, request: HttpRequest, queryset: QuerySet[Execution]
+    ) -> HttpResponse | None:
+        return self._bulk(request, queryset, "migrate")
+
     def _bulk(
         self, request: HttpRequest, queryset: QuerySet[Execution], operation: str
     ) -> HttpResponse | None:
@@ -207,6 +228,13 @@ class ExecutionOperations(admin.ModelAdmin):
             elif operation == "retry":
                 outcome = services.retry(row.id, reason=reason)
                 message = f"Retried as {outcome.execution_id}"
+            elif operation == "migrate":
+                (migrated,) = services.migrate_parked(
+                    row.reactor, execution_ids=[row.id], reason=reason
+                )
+                if not migrated.moved:
+                    return False, f"{row}: {migrated.reason}"
+                message = "Migrated onto the deployed definition: a worker takes it again"
             elif operation == "wake":
                 handle = services.wake(row.id, reason=reason)
                 message = f"Woken: {handle.status}, a worker takes it now"

@@ -39,6 +39,7 @@ class AuditAction(models.TextChoices):
     FORK = "fork", _("Forked")
     BULK = "bulk", _("Bulk operation started")
     BULK_STOP = "bulk_stop", _("Bulk operation stopped")
+    MIGRATE = "migrate", _("Moved onto the deployed definition")
 
 
 class AuditEntry(models.Model):

@@ -32,7 +32,8 @@ state. By what they do:
 - ``asynchronous``: ``aresume_interrupt``, ``asend``, ``aemit`` (the async twins an ASGI view
   needs; ``Reactor.arun`` and the handle's ``await_outcome`` are the others);
 - ``deploys``: ``deploy_check`` (what the reactors in this code do to the runs in flight,
-  before a deploy);
+  before a deploy); ``migrating``: ``migrate_parked`` (runs parked ``definition_changed``
+  moved onto the code's definition);
 - ``guards``: the checks an operation makes of its call; ``handles``: ``find`` and the
   handles the operations give back.
 """
@@ -71,6 +72,7 @@ from .interrupts import (
 )
 from .maintenance import ordered_lock, prune, reset_ordered_lock, skip_ordered_run
 from .messages import send
+from .migrating import Migration, migrate_parked
 from .pausing import (
     ReactorPause,
     Unpaused,
@@ -100,6 +102,7 @@ __all__ = [
     "Emitted",
     "Health",
     "InvalidFilter",
+    "Migration",
     "ReactorPause",
     "RunFilter",
     "ServiceOperations",
@@ -130,6 +133,7 @@ __all__ = [
     "fork_plan",
     "issue_resume_token",
     "keep_delivery",
+    "migrate_parked",
     "next_sweep_in",
     "ordered_lock",
     "pause",

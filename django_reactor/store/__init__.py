@@ -28,6 +28,7 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``time_in_tests``: moving stored times forward for the ``reactor_clock`` fixture (tests only);
 - ``overview``: the admin overview's capped counts and lists (runs by status, stuck runs,
   waiting interrupts, the outbox's depth);
+- ``migrating``: a run parked ``definition_changed`` moved onto the code's definition;
 - ``forks``: a fork's one transaction (the original's carried records marked, the fork with
   their copies, the original taken for the undo of its abandoned branch);
 - ``flow``, ``batches``: flow control's key locks and counts (concurrency, throttle,
@@ -60,6 +61,7 @@ from . import (
     keyring,
     maps,
     messages,
+    migrating,
     outbox,
     overview,
     pauses,
@@ -222,6 +224,7 @@ __all__ = [
     "locate",
     "maps",
     "messages",
+    "migrating",
     "open_connections",
     "outbox",
     "outcome_of",
