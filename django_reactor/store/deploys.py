@@ -13,20 +13,12 @@ from typing import Any
 from django.db.models import Count
 
 from ..models import Definition, Execution, StepRecord
-from ..states import ExecutionStatus
+from ..states import IN_FLIGHT_STATUSES, ExecutionStatus
 from .db import using
 
 #: The statuses of a run a deploy reaches: a worker (or a caller) takes it further under the
 #: code it runs, which checks the run's recorded steps against its definition.
-IN_FLIGHT = (
-    ExecutionStatus.PENDING,
-    ExecutionStatus.SCHEDULED,
-    ExecutionStatus.RUNNING,
-    ExecutionStatus.PAUSED,
-    ExecutionStatus.ROLLING_BACK,
-    ExecutionStatus.SUSPENDED,
-    ExecutionStatus.QUEUED,
-)
+IN_FLIGHT = (*IN_FLIGHT_STATUSES, ExecutionStatus.QUEUED)
 
 
 @dataclass(frozen=True)
