@@ -142,13 +142,13 @@ def test_the_steering_history_lists_newest_first_filters_and_searches(
 
     by_action = client_operator.get(f"{HISTORY}?action=cancel").content.decode()
     assert "alice (user 1)" in by_action
-    assert "deploy" not in by_action
+    assert "reactor_schedule by deploy" not in by_action
     by_via = client_operator.get(f"{HISTORY}?via__exact=command").content.decode()
-    assert "deploy" in by_via
+    assert "reactor_schedule by deploy" in by_via
     assert "alice" not in by_via
     by_run = client_operator.get(f"{HISTORY}?q={first.execution_id}").content.decode()
     assert "alice (user 1)" in by_run
-    assert "deploy" not in by_run
+    assert "reactor_schedule by deploy" not in by_run
     by_who = client_operator.get(f"{HISTORY}?q=DEPLOY").content.decode()
     assert "deploy" in by_who
     assert "alice" not in by_who
