@@ -475,7 +475,7 @@ def check_runs_in_flight(
     """``W009``: runs in flight that this code would park (``definition_changed``,
     ``reactor_missing``), when the check may use the database (``check --deploy --database
     default``): the summary of ``reactor_deploy_check``."""
-    from django.db import DEFAULT_DB_ALIAS, DatabaseError
+    from django.db import DEFAULT_DB_ALIAS, DatabaseError  # as the other checks import it
 
     if not databases or DEFAULT_DB_ALIAS not in databases:
         return []

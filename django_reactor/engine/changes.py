@@ -25,6 +25,7 @@ __all__ = [
     "Change",
     "blocking_steps",
     "changes",
+    "why_blocked",
 ]
 
 ADDED = "added"
@@ -38,18 +39,17 @@ KINDS = (ADDED, REMOVED, RENAMED, REWIRED, REIMPLEMENTED)
 @dataclass(frozen=True)
 class Change:
     """One step's change: its ``kind``, the ``step`` as the runs recorded it (the new name for
-    an added step), what it says in words, and the steps whose records block a run
-    (``recorded_as``: empty for an added step)."""
+    an added step), and what it says in words."""
 
     kind: str
     step: str
     detail: str
-    recorded_as: tuple[str, ...]
 
     @property
     def blocks(self) -> bool:
-        """Whether a run that recorded the step cannot go on under the new definition."""
-        return bool(self.recorded_as)
+        """Whether a run that recorded the step cannot go on under the new definition (every
+        change but an added step, which no run has recorded)."""
+        return self.kind != ADDED
 
 
 def changes(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[Change]:
@@ -78,17 +78,16 @@ def changes(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[Chang
     for name, step in current.items():
         if name in new_names:
             old = new_names[name]
-            found.append(Change(RENAMED, old, f"step {old!r} renamed {name!r}", recorded_as=(old,)))
+            found.append(Change(RENAMED, old, f"step {old!r} renamed {name!r}"))
         elif name not in stored:
             follows = ", ".join(repr(d) for d in _depends_on(step)) or "nothing"
-            found.append(Change(ADDED, name, f"step {name!r} added (after {follows})", ()))
+            found.append(Change(ADDED, name, f"step {name!r} added (after {follows})"))
         elif _impl(stored[name]) != _impl(step):
             found.append(
                 Change(
                     REIMPLEMENTED,
                     name,
                     f"step {name!r} now runs {_impl(step)} (was {_impl(stored[name])})",
-                    recorded_as=(name,),
                 )
             )
         elif _depends_on(stored[name]) != _depends_on(step):
@@ -99,12 +98,11 @@ def changes(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[Chang
                     REWIRED,
                     name,
                     f"step {name!r} now depends on {now} (was {was})",
-                    recorded_as=(name,),
                 )
             )
     for name in removed:
         if name not in renames:
-            found.append(Change(REMOVED, name, f"step {name!r} removed", recorded_as=(name,)))
+            found.append(Change(REMOVED, name, f"step {name!r} removed"))
     return found
 
 
@@ -112,13 +110,24 @@ def blocking_steps(
     stored: Mapping[str, Any], current: Mapping[str, Any], recorded: set[str]
 ) -> set[str]:
     """The steps among ``recorded`` that stop a run started under ``stored`` from going on
-    under ``current``: as ``ReactorDefinition.incompatibilities`` finds them (an empty stored
-    shape, kept before shapes were, checks only that the steps still exist)."""
-    return {
-        name
-        for name in recorded
-        if name not in current or (stored and (name not in stored or stored[name] != current[name]))
-    }
+    under ``current`` (:func:`why_blocked` says why)."""
+    return {name for name in recorded if why_blocked(name, stored, current) is not None}
+
+
+def why_blocked(name: str, stored: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """Why the recorded step ``name`` stops a run started under ``stored`` from going on under
+    ``current``, or None when it does not: the one rule the worker applies
+    (``ReactorDefinition.incompatibilities``) and the deploy check predicts. An empty stored
+    shape (kept before shapes were) checks only that the step still exists."""
+    if name not in current:
+        return f"step {name!r} ran but no longer exists"
+    if not stored:
+        return None
+    if name not in stored:
+        return f"step {name!r} ran but the run's stored definition lacks it"
+    if stored[name] != current[name]:
+        return f"step {name!r} ran but its implementation or inputs changed"
+    return None
 
 
 def _impl(step: Any) -> str:

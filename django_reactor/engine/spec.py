@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..exceptions import ArgumentResolutionError
 from .attributes import Declared, resolve
+from .changes import why_blocked
 from .constructs.compose import ComposeStep
 from .constructs.interrupt import InterruptSpec, InterruptStep
 from .coordination import Declaration
@@ -221,17 +222,9 @@ class ReactorDefinition:
         A run may continue when every step it already recorded still exists with the same
         implementation and dependencies; steps it has not reached yet may change.
         """
-        problems = []
         current = self.shape
-        for name in sorted(done):
-            if name not in current:
-                problems.append(f"step {name!r} ran but no longer exists")
-            elif name not in stored_shape:
-                if stored_shape:  # an empty shape: a run recorded before shapes were stored
-                    problems.append(f"step {name!r} ran but the run's stored definition lacks it")
-            elif stored_shape[name] != current[name]:
-                problems.append(f"step {name!r} ran but its implementation or inputs changed")
-        return problems
+        found = (why_blocked(name, stored_shape, current) for name in sorted(done))
+        return [why for why in found if why is not None]
 
     def step(self, name: str) -> StepSpec:
         return self.by_name[name]

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..engine.flow import BATCH_INPUT
+from ..engine.routing import Route
 from ..models import BatchItem, Dispatch, Execution, ExecutionEvent, FlowKey
 from ..states import EventKind, ExecutionStatus
 from .db import using
@@ -29,7 +30,6 @@ from .executions import inputs_digest
 from .flow import lock_key, prepare_key
 from .outbox import queue_dispatch
 from .reads import last_seq
-from .rows import route_of_row
 from .secrets import Sealer
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ class OpenBatch:
     size: int
     inputs: JSONValue
     start_at: dt.datetime | None
+    queue: str
+    priority: int
 
 
 @contextlib.contextmanager
@@ -63,7 +65,7 @@ def collecting(reactor: str, key: str, max_size: int) -> Iterator[OpenBatch | No
                 batch_size__lt=max_size,
             )
             .order_by("created_at", "id")
-            .values_list("id", "batch_size", "inputs", "wake_at")
+            .values_list("id", "batch_size", "inputs", "wake_at", "queue", "priority")
             .first()
         )
         yield None if row is None else OpenBatch(*row)
@@ -125,5 +127,5 @@ def add_item(
     )
     if batch.start_at is None or start_at < batch.start_at:
         delay = max((start_at - timezone.now()).total_seconds(), 0.0)
-        route = route_of_row(runs.only("queue", "priority").get())
+        route = Route(batch.queue, batch.priority)
         queue_dispatch(batch.execution_id, Dispatch.Reason.START, delay, route=route)

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from django_reactor import services
 from django_reactor.exceptions import ReactorError
 from django_reactor.management.commandtools import (
     ReactorCommand,
@@ -15,7 +16,7 @@ from django_reactor.management.commandtools import (
     expand_execution_id,
     sentence,
 )
-from django_reactor.services.migrating import migrate_parked, parse_renames
+from django_reactor.services.migrating import parse_renames
 
 
 class Command(ReactorCommand):
@@ -64,7 +65,7 @@ class Command(ReactorCommand):
             ids = [
                 uuid.UUID(expand_execution_id(i, "--execution")) for i in options["execution"]
             ] or None
-            results = migrate_parked(
+            results = services.migrate_parked(
                 options["reactor"],
                 renames=renames,
                 execution_ids=ids,
