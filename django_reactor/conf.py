@@ -328,6 +328,9 @@ class ReactorSettings:
     # A run waiting for a worker is dispatched again when its last task was sent this long ago
     # and nobody took it (the message was lost).
     REDISPATCH_AFTER = Seconds(60.0)
+    # A worker without the code a run started on (its Meta.version, or its fingerprint) hands
+    # the run back when a live worker has that code: it waits this long to be taken again.
+    HAND_BACK_AFTER = Seconds(5.0)
     # Rows per batch of a sweep, per kind of work: each batch is one transaction, published
     # once it commits; a batch that comes back full is followed at once by the next.
     SWEEP_BATCH = Count(500)

@@ -65,6 +65,22 @@ class ReactorNotRegistered(ReactorError, LookupError):
         self.suggestions = suggestions
 
 
+class VersionMissing(ReactorNotRegistered):
+    """This process has the reactor of a stored run, but not the version the run started on
+    (``Meta.version``): a worker hands the run back for a worker that has it."""
+
+    def __init__(self, message: str, *, reactor: str, version: str, current: str) -> None:
+        super().__init__(message)
+        self.reactor = reactor
+        self.version = version
+        self.current = current
+
+
+class KeptVersion(ReactorError):
+    """A run was started with a reactor version kept in code only to finish its runs
+    (``Meta.version_of``): new runs start on the current class."""
+
+
 class InvalidTransition(ReactorError):
     """The requested operation is not allowed in the run's current status."""
 

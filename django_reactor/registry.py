@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from .engine.definition import ReactorDefinition
-from .exceptions import ReactorNotRegistered
+from .exceptions import ReactorNotRegistered, VersionMissing
 
 if TYPE_CHECKING:
     from .reactor import Reactor
@@ -25,16 +25,78 @@ logger = logging.getLogger("django_reactor.registry")
 
 _lock = threading.Lock()
 _reactors: dict[str, type[Reactor]] = {}
+#: Every class declaring ``Meta.version``, the current ones and the kept ones, by name and
+#: version.
+_versions: dict[tuple[str, str], type[Reactor]] = {}
 
 
 def register(reactor: type[Reactor]) -> None:
-    """Register ``reactor`` under its definition name (a later definition replaces it)."""
-    name = reactor.definition.name
+    """Register ``reactor`` under its definition name (a later definition replaces it); a
+    version kept in code (``Meta.version_of``) under its name and version only."""
+    definition = reactor.definition
+    name = definition.name
     with _lock:
-        previous = _reactors.get(name)
+        previous = None if definition.kept else _reactors.get(name)
         if previous is not None and previous is not reactor:
             logger.debug("reactor %s redefined; the newest definition is used", name)
-        _reactors[name] = reactor
+            replaced = (name, previous.definition.version)
+            if _versions.get(replaced) is previous:
+                del _versions[replaced]  # its version went with it, unless kept
+        if definition.version:
+            _versions[(name, definition.version)] = reactor
+        if not definition.kept:
+            _reactors[name] = reactor
+
+
+def of_run(name: str, version: str) -> type[Reactor]:
+    """The code of a stored run of reactor ``name`` that started on ``version`` (``""``: no
+    declared version, so the current class, whose fingerprint the caller compares).
+
+    Raises VersionMissing when this process has the reactor but not that version (a worker
+    hands such a run back), ReactorNotRegistered when it has not the reactor.
+    """
+    current = get(name)  # imports the module that defines it, the first time
+    if not version:
+        return current
+    with _lock:
+        found = _versions.get((name, version))
+    if found is not None:
+        return found
+    raise VersionMissing(
+        f"this process has version(s) {', '.join(repr(v) for v in versions_of(name)) or 'none'}"
+        f" of {name}, not {version!r}, the version the run started on. Keep that version in "
+        f"code (a class with Meta.version_of = {short_name(name)} and Meta.version = "
+        f"{version!r}) until its runs finish",
+        reactor=name,
+        version=version,
+        current=current.definition.version,
+    )
+
+
+def versions_of(name: str) -> list[str]:
+    """The declared versions of reactor ``name`` this process has, the current one first."""
+    with _lock:
+        current = _reactors.get(name)
+        kept = sorted(v for (n, v) in _versions if n == name)
+    first = current.definition.version if current is not None else ""
+    return ([first] if first else []) + [v for v in kept if v != first]
+
+
+def inventory() -> dict[str, dict[str, list[str]]]:
+    """What code this process has, by reactor name: its declared ``versions`` and the
+    fingerprints (``definitions``) of its current and kept classes. Workers report it with
+    their heartbeats, so that a run is handed back only when a live worker can take it."""
+    with _lock:
+        classes = [*_reactors.values(), *_versions.values()]
+    found: dict[str, dict[str, list[str]]] = {}
+    for reactor in classes:
+        definition = reactor.definition
+        entry = found.setdefault(definition.name, {"versions": [], "definitions": []})
+        if definition.version and definition.version not in entry["versions"]:
+            entry["versions"].append(definition.version)
+        if definition.definition_hash not in entry["definitions"]:
+            entry["definitions"].append(definition.definition_hash)
+    return found
 
 
 def get(name: str) -> type[Reactor]:

@@ -445,7 +445,7 @@ class ExecutionAdmin(
         graph_problem = ""
         definition = None
         try:
-            definition = registry.get(obj.reactor).definition
+            definition = registry.of_run(obj.reactor, obj.version).definition
         except ReactorNotRegistered as exc:
             graph_problem = str(exc)
         if definition is not None:

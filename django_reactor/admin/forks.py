@@ -43,7 +43,9 @@ class ForkViews(admin.ModelAdmin):
             raise Http404(f"no execution with id {object_id!r}")
         page = reverse(f"admin:{APP}_execution_change", args=[quote(str(row.pk))])
         try:
-            steps = [spec.name for spec in registry.get(row.reactor).definition.steps]
+            steps = [
+                spec.name for spec in registry.of_run(row.reactor, row.version).definition.steps
+            ]
         except ReactorError as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return redirect(page)

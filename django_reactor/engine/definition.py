@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..exceptions import DefinitionError
-from . import attributes, planner, routing, timevalues
+from . import attributes, planner, routing, timevalues, versions
 from .constructs.compose import ComposeStep
 from .constructs.events import check_cancel_on, check_triggers
 from .constructs.interrupt import InterruptStep
@@ -54,6 +54,8 @@ META_OPTIONS = frozenset(
         "throttle",
         "debounce",
         "batch",
+        "version",
+        "version_of",
     }
 )
 ON_DEADLINE = ("rollback", "halt")
@@ -210,6 +212,8 @@ def build_definition(cls: type, name: str) -> ReactorDefinition:
         throttle=check_throttle(meta.get("throttle"), reactor, input_fields),
         debounce=_debounce(reactor, meta, input_fields),
         batch=batch,
+        version=versions.declared_version(meta.get("version"), reactor),
+        kept=meta.get("version_of") is not None,
     )
 
 
@@ -592,10 +596,7 @@ class ReactorBase(metaclass=ReactorType):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         meta = _meta_options(cls)
-        name = meta.get("name") or f"{cls.__module__}.{cls.__qualname__}"
-        if not isinstance(name, str) or not name:
-            raise DefinitionError(f"{cls.__qualname__}.Meta.name must be a non-empty string")
-        cls.definition = build_definition(cls, name)
+        cls.definition = build_definition(cls, versions.declared_name(cls, meta))
         cls._on_defined(abstract=bool(meta.get("abstract", False)))
 
     @classmethod

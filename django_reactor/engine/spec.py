@@ -147,6 +147,11 @@ class ReactorDefinition:
     debounce: Debounce | None = None
     # Meta.batch: starts of a key collect into one run receiving their inputs (``engine.flow``).
     batch: Batch | None = None
+    # Meta.version: the label each run records (``""``: not declared; the definition's
+    # fingerprint, ``definition_hash``, is its version). See ``engine.versions``.
+    version: str = ""
+    # Meta.version_of: an older version kept in code to finish its runs; it starts none.
+    kept: bool = False
 
     # Secret paths into the run's value (``Execution.result``): the returned step's, or,
     # without ``Meta.returns``, each step's under its name. Worked out once, with the next.

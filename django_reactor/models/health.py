@@ -40,6 +40,15 @@ class ProcessHeartbeat(models.Model):
     tasks_done = models.BigIntegerField(
         _("tasks done"), default=0, help_text=_("Tasks a worker took since it started.")
     )
+    code = models.JSONField(
+        _("code"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "The reactors a worker's code has, by name: their declared versions and "
+            "fingerprints (a run of a version no live worker has is not handed back)."
+        ),
+    )
     last_sweep_at = models.DateTimeField(_("last sweep"), null=True, blank=True)
     last_sweep_seconds = models.FloatField(_("last sweep's duration"), null=True, blank=True)
     last_sweep = models.JSONField(

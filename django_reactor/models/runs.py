@@ -39,6 +39,16 @@ class Execution(models.Model):
             "themselves are kept once per fingerprint (see Definition)."
         ),
     )
+    version = models.CharField(
+        _("version"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_(
+            "The reactor's Meta.version the run started on; only code of that version runs "
+            "it. Blank when the reactor declares none: its fingerprint is its version."
+        ),
+    )
     status = models.CharField(
         _("status"),
         max_length=max_length_of(ExecutionStatus),

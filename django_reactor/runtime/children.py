@@ -103,6 +103,7 @@ class DatabaseChildRunner(MapRunnerMixin):
         return store.create_execution(
             reactor=definition.name,
             definition_hash=definition.definition_hash,
+            version=definition.version,
             definition_shape=definition.shape,
             inputs=stored,
             secret_paths=definition.input_secret_paths,
@@ -165,7 +166,7 @@ class DatabaseChildRunner(MapRunnerMixin):
         row = store.find_child(self.parent_id, step)
         if row is None:
             return []  # the child never started
-        definition = registry.get(row.reactor).definition
+        definition = registry.of_run(row.reactor, row.version).definition
         state = RunState.restore(definition, store.run_records(row))
         if not state.undo_stack and not state.pending_compensation:
             if row.status == ExecutionStatus.PAUSED:  # paused before it completed anything

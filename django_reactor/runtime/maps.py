@@ -491,7 +491,7 @@ def _work_here(
 
 def _spec_of(run: MapRun) -> MapSpec | None:
     try:
-        definition = registry.get(run.execution.reactor).definition
+        definition = registry.of_run(run.execution.reactor, run.execution.version).definition
         spec = definition.step(run.step).map
     except Exception:
         logger.error(

@@ -118,6 +118,7 @@ def _open(
     owned = store.create_execution(
         reactor=definition.name,
         definition_hash=definition.definition_hash,
+        version=definition.version,
         definition_shape=definition.shape,
         inputs={BATCH_INPUT: [item]},
         secret_paths=definition.input_secret_paths,

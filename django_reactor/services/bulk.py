@@ -293,7 +293,7 @@ def _sampled(action: BulkAction, run: Any, params: Mapping[str, Any]) -> SampleR
                 if r.status == "completed" and r.rollback in ("", "failed")
             )
         elif action.name == "fork":
-            definition = registry.get(run.reactor).definition
+            definition = registry.of_run(run.reactor, run.version).definition
             plan = plan_fork(definition, store.run_records(run), params["from_step"])
             undo_steps = plan.undo
             note = f"carries {', '.join(plan.carried) or 'nothing'}"

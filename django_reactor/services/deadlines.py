@@ -41,7 +41,7 @@ def expire_deadlines(limit: int | None = None) -> int:
 
 
 def _stop(row: Execution) -> None:
-    definition = registry.get(row.reactor).definition
+    definition = registry.of_run(row.reactor, row.version).definition
     owned = store.claim(
         row.id,
         allowed=[ExecutionStatus.PAUSED, ExecutionStatus.SUSPENDED],

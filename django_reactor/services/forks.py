@@ -53,7 +53,7 @@ def fork_plan(execution_id: uuid.UUID | str, from_step: str) -> ForkPlan:
     row = store.get_row(execution_id)
     refuse_child(row, "fork")
     _refuse_moving(row.id, row.status)
-    definition = registry.get(row.reactor).definition
+    definition = registry.of_run(row.reactor, row.version).definition
     return plan_fork(definition, store.run_records(row), _step_name(from_step))
 
 
@@ -84,7 +84,7 @@ def fork(
     row = store.get_row(execution_id)
     refuse_child(row, "fork")
     _refuse_moving(row.id, row.status)
-    definition = registry.get(row.reactor).definition
+    definition = registry.of_run(row.reactor, row.version).definition
     step = _step_name(from_step)
     # Checked before anything is written (the store works the plan out again under the lock).
     plan = plan_fork(definition, store.run_records(row), step)
@@ -110,6 +110,7 @@ def fork(
         forkable=FORKABLE,
         undo_abandoned=undo_abandoned,
         definition_hash=definition.definition_hash,
+        version=definition.version,
         definition_shape=definition.shape,
         inputs=stored_inputs,
         secret_paths=definition.input_secret_paths,

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import store
+from .. import registry, store
 from ..conf import reactor_settings
 from ..models import ProcessHeartbeat, ProcessRole
 from ..states import ExecutionStatus
@@ -100,6 +100,7 @@ def beat_worker(
         interval=reactor_settings.HEARTBEAT_INTERVAL,
         started_at=started_at,
         now=timezone.now(),
+        code=registry.inventory(),
     )
 
 
@@ -166,6 +167,8 @@ class ProcessSeen:
     last_sweep: dict[str, int]
     age: float
     stale_after: float
+    # A worker's code: by reactor name, its declared versions and fingerprints.
+    code: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     @property
     def alive(self) -> bool:
@@ -210,6 +213,7 @@ def _seen(row: ProcessHeartbeat, now: dt.datetime) -> ProcessSeen:
         last_sweep=dict(row.last_sweep or {}),
         age=max((now - row.last_seen_at).total_seconds(), 0.0),
         stale_after=MISSED_BEATS * interval,
+        code=dict(row.code or {}),
     )
 
 
@@ -219,6 +223,21 @@ def _processes(now: dt.datetime) -> tuple[list[ProcessSeen], list[ProcessSeen]]:
         [p for p in seen if p.role == ProcessRole.WORKER],
         [p for p in seen if p.role == ProcessRole.SWEEPER],
     )
+
+
+def worker_with_code(
+    reactor: str, *, version: str = "", definition_hash: str = ""
+) -> ProcessSeen | None:
+    """A live worker whose code runs a run of ``reactor`` that started on ``version`` (its
+    ``Meta.version``), or, without one, on the fingerprint ``definition_hash``; None when no
+    live worker has it (by their heartbeats)."""
+    workers, _ = _processes(timezone.now())
+    for worker in workers:
+        code = worker.code.get(reactor) or {}
+        held = code.get("versions", []) if version else code.get("definitions", [])
+        if worker.alive and (version or definition_hash) in held:
+            return worker
+    return None
 
 
 @dataclass(frozen=True)

@@ -219,7 +219,7 @@ def _deliver_here(row: Interrupt, payload: Any, *, background: bool | None, reas
         # A payload delivered before the run reached the interrupt came first: it wins.
         deliver_kept(where.top_id, background=background)
         store.interrupts.refuse_closed(store.interrupts.at(where.top_id, where.path) or row)
-    definition = registry.get(row.reactor).definition
+    definition = _definition_of_interrupt(row)
     spec = definition.by_name.get(row.step)
     if spec is None or spec.interrupt is None:
         raise DefinitionChanged(
@@ -247,11 +247,24 @@ def _deliver_here(row: Interrupt, payload: Any, *, background: bool | None, reas
     if claim.owned is None:
         return InProgress(execution_id=where.top_id, status=claim.execution_status)
     if where.top_id != row.execution_id:
-        definition = registry.get(where.reactor).definition
+        definition = registry.of_run(where.reactor, where.version).definition
     return _continue_inline(definition, claim.owned)
 
 
 @across_databases
+def _definition_of(execution: Execution) -> ReactorDefinition:
+    """The definition of the code that runs ``execution``: its version's."""
+    return registry.of_run(execution.reactor, execution.version).definition
+
+
+def _definition_of_interrupt(row: Interrupt) -> ReactorDefinition:
+    """The definition of the code that runs the run ``row`` is an interrupt of (its run's
+    version is read only for a reactor with versions in code)."""
+    if not registry.versions_of(row.reactor):
+        return registry.get(row.reactor).definition
+    return _definition_of(store.get_row(row.execution_id))
+
+
 def find_interrupt(
     *,
     execution_id: uuid.UUID | str | None = None,
@@ -320,7 +333,7 @@ def _require_interrupt_step(execution: Execution, step: str) -> None:
     """Refuse a step or path that is not an interrupt of the run's reactor (a typo never
     waits), with the valid paths."""
     try:
-        definition = registry.get(execution.reactor).definition
+        definition = registry.of_run(execution.reactor, execution.version).definition
     except ReactorNotRegistered:
         return  # reported by the resume itself
     paths = tuple(interrupt_paths(definition))
@@ -368,7 +381,7 @@ def _refuse_payload(row: Interrupt, where: store.interrupts.Nesting, errors: Any
             f"the last one: {summary}"
         )
         execution = store.get_row(where.top_id)
-        definition = registry.get(execution.reactor).definition
+        definition = registry.of_run(execution.reactor, execution.version).definition
         _fail_paused(
             execution,
             definition,
@@ -520,7 +533,7 @@ def expire_interrupts(limit: int | None = None) -> int:
 def _expire(row: Interrupt) -> bool:
     where = store.interrupts.nesting(row)
     execution = store.get_row(where.top_id)
-    spec = registry.get(row.reactor).definition.by_name.get(row.step)
+    spec = _definition_of_interrupt(row).by_name.get(row.step)
     on_timeout = spec.interrupt.on_timeout if spec is not None and spec.interrupt else "fail"
     if isinstance(on_timeout, ContinueWith):
         try:
@@ -542,7 +555,7 @@ def _expire(row: Interrupt) -> bool:
             return True
     if execution.status != ExecutionStatus.PAUSED:
         return False  # the run is moving: expired when it pauses, at a later sweep
-    definition = registry.get(execution.reactor).definition
+    definition = registry.of_run(execution.reactor, execution.version).definition
     expired_at = f"{row.expires_at:%Y-%m-%d %H:%M:%S %Z}"
     try:
         _fail_paused(
@@ -587,7 +600,7 @@ def keep_delivery(
     """
     check_reason(reason, "resume")
     execution = store.get_row(execution_id)
-    definition = registry.get(execution.reactor).definition
+    definition = registry.of_run(execution.reactor, execution.version).definition
     receives = {path for path, _topic in receive_paths(definition)}
     if step is None:
         paths = [path for path in interrupt_paths(definition) if path not in receives]
@@ -652,7 +665,7 @@ def deliver_kept(execution_id: uuid.UUID, *, background: bool | None = None) -> 
     rest run inline per the interrupt's ``resume=``); None when nothing moved it.
     """
     for row in store.interrupts.waiting(execution_id):
-        spec = registry.get(row.reactor).definition.by_name.get(row.step)
+        spec = _definition_of_interrupt(row).by_name.get(row.step)
         if spec is None or spec.interrupt is None:
             continue
         path = store.interrupts.path_of(row)
@@ -695,7 +708,7 @@ def deliver_kept(execution_id: uuid.UUID, *, background: bool | None = None) -> 
             if claim.dispatched:
                 return Dispatched(execution_id=execution_id)
             if claim.owned is not None:
-                top = registry.get(store.get_row(execution_id).reactor).definition
+                top = _definition_of(store.get_row(execution_id))
                 return _continue_inline(top, claim.owned)
             break  # the run is moving: it records the payload when it next pauses
     return None
@@ -711,7 +724,7 @@ def give_event(
     already) and how it went on (None: it was moving, and takes it when it next pauses).
     """
     where = store.interrupts.nesting(row)
-    definition = registry.get(where.reactor).definition
+    definition = registry.of_run(where.reactor, where.version).definition
     spec = spec_at(definition, where.path)
     if spec is None or spec.interrupt is None:
         return None, None

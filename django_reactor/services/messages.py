@@ -65,7 +65,7 @@ def send(
             "messages to the run at the top of the composition, which its receive steps read",
             status=row.status,
         )
-    definition = registry.get(row.reactor).definition
+    definition = registry.of_run(row.reactor, row.version).definition
     receives = list(receive_paths(definition))
     paths = [path for path, declared in receives if declared == topic]
     if not paths:

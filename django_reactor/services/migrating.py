@@ -165,6 +165,7 @@ def _migrate(
         row.id,
         parked_on=row.definition_hash,
         definition_hash=definition.definition_hash,
+        version=definition.version,
         shape=definition.shape,
         renames=used,
         current_step=renames.get(row.current_step, row.current_step),

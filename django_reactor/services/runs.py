@@ -39,6 +39,7 @@ from ..exceptions import (
     IdempotencyKeyReused,
     InvalidInputs,
     InvalidTransition,
+    KeptVersion,
     LeaseLost,
     ReactorError,
     ResultNotSerializable,
@@ -107,7 +108,14 @@ def _run(
     """``run``, ``run_in_background`` and ``start``: check the call, record invalid inputs (or,
     with ``refuse_invalid``, raise InvalidInputs and write nothing), start (in the reactor's
     database, ``REACTOR["DATABASE"]``). A bad ``queue`` or ``priority`` raises InvalidRoute
-    before anything is written."""
+    before anything is written; a version kept in code (``Meta.version_of``) raises
+    KeptVersion."""
+    if reactor.definition.kept:
+        raise KeptVersion(
+            f"{reactor.__qualname__} is version {reactor.definition.version!r} of "
+            f"{reactor.definition.name}, kept in code to finish the runs that started on it; "
+            f"new runs start on the current class ({registry.short_name(reactor.definition.name)})"
+        )
     route = reactor.definition.route(queue=queue, priority=priority)
     with on_reactors_database(reactor.definition.name):
         return _run_here(
@@ -162,6 +170,7 @@ def _run_here(
         created = store.create_execution(
             reactor=definition.name,
             definition_hash=definition.definition_hash,
+            version=definition.version,
             inputs=error.inputs,
             secret_paths=[],
             status=ExecutionStatus.FAILED,
@@ -336,6 +345,7 @@ def _start(
             owned = store.create_execution(
                 reactor=definition.name,
                 definition_hash=definition.definition_hash,
+                version=definition.version,
                 definition_shape=definition.shape,
                 inputs=stored_inputs,
                 secret_paths=definition.input_secret_paths,

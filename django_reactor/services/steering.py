@@ -134,7 +134,7 @@ def undo(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandle:
     check_reason(reason, "undo")
     row = store.get_row(execution_id)
     refuse_child(row, "undo")
-    reactor = registry.get(row.reactor)
+    reactor = registry.of_run(row.reactor, row.version)
     if row.status not in UNDOABLE:
         raise InvalidTransition(
             f"cannot undo execution {row.id}: it is {row.status}; undo works on "

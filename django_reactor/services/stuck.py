@@ -69,7 +69,9 @@ def past_timeout(limit: int, now: dt.datetime) -> list[StuckRun]:
     found: list[StuckRun] = []
     for row in rows:
         try:
-            spec = registry.get(row.reactor).definition.by_name.get(row.current_step)
+            spec = registry.of_run(row.reactor, row.version).definition.by_name.get(
+                row.current_step
+            )
         except ReactorError:
             continue
         if spec is None:

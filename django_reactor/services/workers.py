@@ -21,6 +21,7 @@ from ..engine.outcomes import (
     ErrorKind,
     Failed,
     Outcome,
+    Rescheduled,
     qualified_class_name,
 )
 from ..engine.serialization import decode, printable
@@ -30,6 +31,7 @@ from ..exceptions import (
     ReactorNotRegistered,
     StoredValueUnreadable,
     SubjectErased,
+    VersionMissing,
 )
 from ..runtime import executors
 from ..states import EventKind, ExecutionStatus
@@ -37,6 +39,7 @@ from ..states import EventKind, ExecutionStatus
 if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
     from ..models import Execution
+    from ..reactor import Reactor
 
 
 from . import flow
@@ -45,7 +48,7 @@ from .databases import in_each_database
 from .deadlines import expire_deadlines
 from .events import finish_events
 from .forks import release_waiting_forks
-from .health import record_sweep
+from .health import ProcessSeen, record_sweep, worker_with_code
 from .interrupts import after_pause, deliver_kept_messages, expire_interrupts
 from .schedules import fire_due
 from .secrets import fail_erased
@@ -114,11 +117,10 @@ def _resume_here(
         store.reconnecting(
             lambda: store.end_stalled_owners(owned), what=f"ending {key}'s stalled owners"
         )
-    try:
-        reactor = registry.get(row.reactor)
-    except ReactorNotRegistered as exc:
-        return _park(owned, row, ErrorKind.REACTOR_MISSING, str(exc))
-    definition = reactor.definition
+    code = _code_of(owned, row)
+    if code is None or isinstance(code, Outcome):
+        return code
+    definition = code.definition
     limit = reactor_settings.MAX_RECOVERY_ATTEMPTS
     if claim.recovery_attempts > limit:
         return _park(
@@ -242,6 +244,69 @@ def _resume_here(
                 step=row.current_step or None,
             )
     return None  # pragma: no cover - the loop returns or raises
+
+
+def _code_of(owned: store.Owned, row: Execution) -> type[Reactor] | Outcome | None:
+    """The code that runs the claimed run ``row``: the class of the version it started on.
+
+    A run of code this process lacks (another version, another fingerprint, a reactor it does
+    not know) goes back, nothing run, for a live worker that has it: a worker still on the
+    old code during a rolling deploy never runs a run the new code started, nor the other way
+    round. When no live worker has it, a run of another fingerprint goes on under this code if
+    its recorded steps allow (the caller checks), and one of a missing version or reactor is
+    parked for a person. None when the run moved on under another owner meanwhile.
+    """
+    try:
+        reactor = registry.of_run(row.reactor, row.version)
+    except VersionMissing:
+        # Another version's run: a worker with it takes it, perhaps one not started yet (a
+        # deploy whose web processes went first). It waits, never run by other code.
+        return _hand_back(owned, row, worker_with_code(row.reactor, version=row.version))
+    except ReactorNotRegistered as exc:
+        holder = worker_with_code(row.reactor, definition_hash=row.definition_hash)
+        if holder is not None:
+            return _hand_back(owned, row, holder)
+        return _park(owned, row, ErrorKind.REACTOR_MISSING, str(exc))
+    own = reactor.definition.definition_hash
+    if own != row.definition_hash:
+        holder = worker_with_code(row.reactor, definition_hash=row.definition_hash)
+        if holder is not None or store.deploys.recorded_after(row.definition_hash, own):
+            # Its own code runs elsewhere, or is newer than this worker's (a worker still
+            # on the old code during a rolling deploy): it waits for that code.
+            return _hand_back(owned, row, holder)
+    return reactor
+
+
+def _hand_back(owned: store.Owned, row: Execution, holder: ProcessSeen | None) -> Outcome | None:
+    """Hand the claimed run back for a worker with its code: ``holder``, a live one, or one
+    to come (None when the run moved on under another owner meanwhile)."""
+    started_on = f"version {row.version!r}" if row.version else f"definition {row.definition_hash}"
+    if holder is not None:
+        who = f"worker {holder.name or f'{holder.host}:{holder.pid}'} has it and takes the run"
+    else:
+        who = (
+            "no live worker has it yet: the run waits for one (deploy that code, or keep the "
+            "version in code with Meta.version_of)"
+        )
+    message = f"this worker lacks {started_on} of {row.reactor}; {who}"
+    logger.info("execution %s handed back: %s", row.id, message)
+    try:
+        delay = store.reconnecting(
+            lambda: store.hand_back(
+                owned,
+                after=reactor_settings.HAND_BACK_AFTER,
+                data={
+                    "reason": "code",
+                    "version": row.version,
+                    "definition": row.definition_hash,
+                    "error": message,
+                },
+            ),
+            what=f"handing {row.id} back",
+        )
+    except LeaseLost:
+        return None
+    return Rescheduled(execution_id=row.id, step=row.current_step, delay=delay, reason="hand_back")
 
 
 def _run_claimed(

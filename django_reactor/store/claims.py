@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from ..actors import Steering
 
 RESUMABLE = MOVING_STATUSES  # what a worker may take over
+#: The longest a run handed back again and again waits between two tries (seconds).
+HAND_BACK_MAX = 60.0
 
 
 def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
@@ -328,3 +330,49 @@ def adopt_definition(owned: Owned, definition_hash: str, shape: dict[str, Any]) 
         )
         if not updated:
             raise LeaseLost(f"execution {owned.execution_id} was taken over by another process")
+
+
+def hand_back(owned: Owned, *, after: float, data: dict[str, Any]) -> float:
+    """Release an owned run for another worker, nothing run, with a ``hand_back`` trace entry
+    of ``data``, unless its last entry says the same already: a run handed back again and
+    again keeps one entry, and waits longer each time (as long as it has waited since that
+    entry, at least ``after`` seconds, at most ``HAND_BACK_MAX``), so that runs waiting for
+    code no worker has yet cost little. It waits ``pending``, woken by the sweeper (a run
+    rolling back stays so and is recovered). Returns the seconds it waits; LeaseLost when the
+    run moved on."""
+    now = timezone.now()
+    with transaction.atomic(using=using()):
+        last = (
+            ExecutionEvent.objects.using(using())
+            .filter(execution_id=owned.execution_id)
+            .order_by("-seq")
+            .values_list("seq", "kind", "data", "at")
+            .first()
+        )
+        seq = last_seq(owned.execution_id)
+        again = last is not None and (last[0], last[1], last[2]) == (seq, EventKind.HAND_BACK, data)
+        if again and last is not None:
+            waited = (now - last[3]).total_seconds()
+            after = max(after, min(waited, HAND_BACK_MAX))
+        runs = Execution.objects.using(using()).filter(pk=owned.execution_id, fence=owned.fence)
+        rolling_back = runs.filter(status=ExecutionStatus.ROLLING_BACK)
+        updated = rolling_back.update(lease_owner=None, lease_expires_at=None, updated_at=now)
+        if not updated:
+            updated = runs.update(
+                status=ExecutionStatus.PENDING,
+                lease_owner=None,
+                lease_expires_at=None,
+                wake_at=now + dt.timedelta(seconds=after),
+                updated_at=now,
+            )
+        if not updated:
+            raise LeaseLost(f"execution {owned.execution_id} was taken over by another process")
+        if not again:
+            ExecutionEvent.objects.using(using()).create(
+                execution_id=owned.execution_id,
+                seq=seq + 1,
+                kind=EventKind.HAND_BACK,
+                at=now,
+                data=data,
+            )
+    return after

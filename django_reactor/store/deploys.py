@@ -121,3 +121,17 @@ def recording_all(reactor: str, definition_hash: str, steps: Iterable[str]) -> i
         .filter(found=len(chosen))
         .count()
     )
+
+
+def recorded_after(definition_hash: str, other: str) -> bool:
+    """Whether the definition ``definition_hash`` was first recorded (a run started on it)
+    after ``other`` was: code that started runs later than this code did is newer. False when
+    either never was (code whose definition no run started yet is the newest there is)."""
+    first = dict(
+        Definition.objects.using(using())
+        .filter(hash__in=[definition_hash, other])
+        .values_list("hash", "created_at")
+    )
+    if definition_hash not in first or other not in first:
+        return False
+    return bool(first[definition_hash] > first[other])

@@ -63,6 +63,7 @@ def create_execution(
     reactor: str,
     definition_hash: str,
     inputs: JSONValue,
+    version: str = "",
     secret_paths: Iterable[Iterable[str]],
     status: str,
     owner: str | None,
@@ -94,6 +95,8 @@ def create_execution(
     hold_limit: int | None = None,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
+
+    ``version``: the reactor's ``Meta.version`` the run starts on (``""``: none declared).
 
     The values at ``secret_paths`` are stored sealed (with ``subject``'s key, when given; a
     run that ``has_secrets`` makes sure its subject has a key before it starts); the digest is
@@ -130,6 +133,7 @@ def create_execution(
     execution = Execution(
         reactor=reactor,
         definition_hash=definition_hash,
+        version=version,
         status=status,
         inputs=inputs,
         inputs_digest=digest,

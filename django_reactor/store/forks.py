@@ -54,6 +54,7 @@ def create_fork(
     forkable: tuple[str, ...],
     undo_abandoned: bool,
     definition_hash: str,
+    version: str,
     definition_shape: Mapping[str, object],
     inputs: Any,
     secret_paths: Any,
@@ -135,6 +136,7 @@ def create_fork(
             fork = create_execution(
                 reactor=row.reactor,
                 definition_hash=definition_hash,
+                version=version,
                 definition_shape=definition_shape,
                 inputs=inputs,
                 secret_paths=secret_paths,

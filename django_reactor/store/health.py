@@ -41,6 +41,7 @@ DURATION_SAMPLE = 2_000
 
 UPDATED = (
     "name",
+    "code",
     "queues",
     "concurrency",
     "interval",
@@ -73,10 +74,12 @@ def beat(
     tasks_done: int = 0,
     sweep_seconds: float | None = None,
     sweep: Mapping[str, int] | None = None,
+    code: Mapping[str, Any] | None = None,
 ) -> None:
     """Record that a process is alive at ``now``: one statement, inserting its row or updating
     it (``started_at`` is kept from its first heartbeat). A sweeper passes its last sweep's
-    duration and report (the sweep ended at ``now``)."""
+    duration and report (the sweep ended at ``now``); a worker the code it has
+    (``registry.inventory()``)."""
     row = ProcessHeartbeat(
         role=role,
         host=host[:255],
@@ -91,6 +94,7 @@ def beat(
         last_sweep_at=now if sweep is not None else None,
         last_sweep_seconds=sweep_seconds,
         last_sweep=dict(sweep or {}),
+        code=dict(code or {}),
     )
     fields = [f for f in UPDATED if sweep is not None or not f.startswith("last_sweep")]
     # Its own transaction (a savepoint inside a caller's): a refused heartbeat leaves the

@@ -72,6 +72,7 @@ class Nesting:
     top_id: uuid.UUID
     reactor: str  # the top run's reactor
     path: str
+    version: str = ""  # the top run's Meta.version
 
 
 def nesting(row: Interrupt) -> Nesting:
@@ -88,17 +89,17 @@ def above(execution_id: uuid.UUID, step: str, *, reactor: str = "") -> Nesting:
         found = (
             Execution.objects.using(using())
             .filter(pk=current)
-            .values_list("reactor", "parent_id", "parent_step", "detached")
+            .values_list("reactor", "parent_id", "parent_step", "detached", "version")
             .first()
         )
         if found is None:
             break
-        reactor, parent, parent_step, detached = found
+        reactor, parent, parent_step, detached, version = found
         if parent is None or detached:
             break
         path.insert(0, parent_step)
         current = parent
-    return Nesting(current, reactor, ".".join(path))
+    return Nesting(current, reactor, ".".join(path), version)
 
 
 def path_of(row: Interrupt) -> str:

@@ -66,12 +66,14 @@ def move_to_definition(
     *,
     parked_on: str,
     definition_hash: str,
+    version: str,
     shape: dict[str, Any],
     renames: Mapping[str, str],
     current_step: str,
     steering: Steering,
 ) -> bool:
-    """Move the parked run onto ``definition_hash`` (its ``shape`` kept if it was not), its
+    """Move the parked run onto ``definition_hash`` and ``version`` (its ``shape`` kept if it
+    was not), its
     records renamed by ``renames`` (old step name to new), and make it ``pending`` with a task
     for a worker. False, and nothing written, when the run is no longer parked on the
     definition ``parked_on`` (an operator moved or ended it meanwhile)."""
@@ -95,6 +97,7 @@ def move_to_definition(
                 )
         runs.update(
             definition_hash=definition_hash,
+            version=version,
             status=ExecutionStatus.PENDING,
             failure=None,
             finished_at=None,
