@@ -135,7 +135,8 @@ def test_a_run_of_a_version_this_code_lacks_waits_and_runs_nothing(reactor_clock
     reactor_clock.advance(minutes=2)
     row = Execution.objects.get(pk=run)
     assert (row.status, row.lease_owner) == (ExecutionStatus.PENDING, None)
-    assert row.wake_at is not None and row.wake_at > timezone.now()
+    assert row.wake_at is not None
+    assert row.wake_at > timezone.now()
     # Nothing ran: the trace only gained the hand-back, which says why and what to do.
     (back,) = hand_backs(run)
     assert trace(run) == [*before, (EventKind.HAND_BACK, "")]

@@ -60,20 +60,20 @@ def test_a_kept_version_needs_its_version() -> None:
 
 def test_a_kept_version_cannot_be_the_current_one() -> None:
     current = reactor("Order", name="versions.Order", version="2")
-    with pytest.raises(DefinitionError, match="keeps version '2' of versions.Order, which is"):
+    with pytest.raises(DefinitionError, match=r"keeps version '2' of versions\.Order, which is"):
         reactor("OrderV2", version_of=current, version="2")
 
 
 def test_a_kept_version_cannot_rename_its_reactor() -> None:
     current = reactor("Order", name="versions.Order", version="2")
-    with pytest.raises(DefinitionError, match="remove Meta.name"):
+    with pytest.raises(DefinitionError, match=r"remove Meta\.name"):
         reactor("OrderV1", version_of=current, version="1", name="versions.Other")
 
 
 @pytest.mark.parametrize("of", [None, 3, object(), ""])
 def test_version_of_must_name_a_reactor(of: object) -> None:
     if of is None:
-        with pytest.raises(DefinitionError, match="needs Meta.version"):
+        with pytest.raises(DefinitionError, match=r"needs Meta\.version"):
             reactor("Lost", version_of=object)
         return
     with pytest.raises(DefinitionError, match=r"Lost\.Meta\.version_of must be the reactor class"):
