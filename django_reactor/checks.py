@@ -491,7 +491,8 @@ def check_runs_in_flight(
         Warning(
             f"{sum(parking.values())} run(s) in flight would park when a worker on this code "
             f"takes them ({shown}{f', and {more} more reactor(s)' if more > 0 else ''}): a "
-            "step they recorded is gone or changed, or their reactor is.",
+            "step they recorded is gone or changed, or their reactor is (or they would wait "
+            "for a version of it this code lacks).",
             hint="Run `manage.py reactor_deploy_check` for what changed and which runs; keep "
             "the steps runs recorded, or finish, cancel or migrate those runs before deploying.",
             id="django_reactor.W009",

@@ -183,6 +183,7 @@ class ExecutionAdmin(
         "published_json",
         "idempotency_key",
         "correlation_id",
+        "version_shown",
         "definition_hash",
         "attributes",
         "queue_shown",
@@ -224,7 +225,15 @@ class ExecutionAdmin(
         ),
         (
             _("Keys"),
-            {"fields": ("attributes", "idempotency_key", "correlation_id", "definition_hash")},
+            {
+                "fields": (
+                    "attributes",
+                    "idempotency_key",
+                    "correlation_id",
+                    "version_shown",
+                    "definition_hash",
+                )
+            },
         ),
         (
             _("Where it waits"),
@@ -319,6 +328,13 @@ class ExecutionAdmin(
     def queue_shown(self, obj: Execution) -> str:
         """The run's Celery queue; the default one named as such."""
         return obj.queue or str(_("the default queue"))
+
+    @admin.display(description=_("version"))
+    def version_shown(self, obj: Execution) -> str:
+        """The Meta.version the run started on; without one, its fingerprint is its version."""
+        if obj.version:
+            return obj.version
+        return str(_("none declared: its definition hash is its version"))
 
     @admin.display(description=_("run"))
     def run(self, obj: Execution) -> str:

@@ -77,9 +77,6 @@ class ErrorKind:
     RECOVERY_LIMIT = "recovery_limit"
     REACTOR_MISSING = "reactor_missing"
     DEFINITION_CHANGED = "definition_changed"
-    # No live worker has the version the run started on (Meta.version): keep that version in
-    # code (Meta.version_of) to finish it, or migrate it.
-    VERSION_MISSING = "version_missing"
     # An interrupt's correlation id could not be computed or is taken by another live run.
     CORRELATION = "correlation"
     # Too many invalid payloads for an interrupt (its max_attempts).

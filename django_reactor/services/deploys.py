@@ -4,7 +4,9 @@ deployed (``manage.py reactor_deploy_check``, and ``check --deploy --database ..
 A worker that takes a run checks the steps the run has recorded against the run's reactor in
 its code: a recorded step that is gone, or whose implementation or dependencies changed,
 parks the run ``definition_changed`` (``ReactorDefinition.incompatibilities``); a run of a
-reactor the code lacks parks ``reactor_missing``. This module runs the same rule over every
+reactor the code lacks parks ``reactor_missing``; a run of a version the code lacks
+(``Meta.version``), or of a definition recorded after the code's (newer code: a rollback),
+waits for a worker with its code. This module runs the same rules over every
 run in flight, from the database, without taking any: per reactor and per definition its runs
 started under, the steps the code adds, removes, renames, re-wires or re-implements
 (``engine.changes``), how many runs stand before, at and past each, and which would park.
@@ -19,7 +21,7 @@ from typing import Any
 
 from .. import registry, store
 from ..engine.changes import ADDED, blocking_steps, changes
-from ..exceptions import ReactorNotRegistered
+from ..exceptions import ReactorNotRegistered, VersionMissing
 from .databases import in_each_database
 
 #: How many ids of the runs that would park a report names, per definition.
@@ -79,9 +81,11 @@ class DefinitionRuns:
 
 @dataclass
 class ReactorRuns:
-    """A reactor with runs in flight: how many run the code's definition, and the others by
-    the definition they started under. ``missing``: the code has no such reactor, so every
-    run of it would park ``reactor_missing``."""
+    """A reactor with runs in flight: how many run the code's definition (of their version),
+    and the others by the definition they started under. ``missing``: the code has no such
+    reactor, so every run of it would park ``reactor_missing``. ``waiting``: runs whose code
+    this code lacks, which would wait for a worker with it (never run by this code), by what
+    they started on (``version 1``, or a newer definition)."""
 
     reactor: str
     current: str
@@ -89,6 +93,13 @@ class ReactorRuns:
     on_current: int
     definitions: list[DefinitionRuns] = field(default_factory=list)
     missing: bool = False
+    version: str = ""
+    waiting: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def would_wait(self) -> int:
+        """Its runs that would wait for code this code lacks."""
+        return sum(self.waiting.values())
 
     @property
     def would_park(self) -> int:
@@ -102,10 +113,13 @@ class ReactorRuns:
         return {
             "reactor": self.reactor,
             "definition": self.current or None,
+            "version": self.version or None,
             "missing": self.missing,
             "runs": self.runs,
             "runs_on_this_definition": self.on_current,
             "would_park": self.would_park,
+            "would_wait": self.would_wait,
+            "waiting": dict(self.waiting),
             "definitions": [d.as_dict() for d in self.definitions],
         }
 
@@ -121,11 +135,22 @@ class DeployCheck:
         """Runs in flight that would park (``definition_changed`` or ``reactor_missing``)."""
         return sum(r.would_park for r in self.reactors)
 
+    @property
+    def would_wait(self) -> int:
+        """Runs in flight that would wait for code this code lacks."""
+        return sum(r.would_wait for r in self.reactors)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every run in flight goes on under this code."""
+        return not self.would_park and not self.would_wait
+
     def as_dict(self) -> dict[str, Any]:
         """For ``--json``."""
         return {
-            "ok": self.would_park == 0,
+            "ok": self.ok,
             "would_park": self.would_park,
+            "would_wait": self.would_wait,
             "reactors": [r.as_dict() for r in self.reactors],
         }
 
@@ -153,18 +178,29 @@ def _here(sample: int) -> list[ReactorRuns]:
     for reactor, groups in by_reactor.items():
         total = sum(g.runs for g in groups)
         try:
-            definition = registry.get(reactor).definition
+            current = registry.get(reactor).definition
         except ReactorNotRegistered:
             found.append(ReactorRuns(reactor, "", total, 0, missing=True))
             continue
-        current = definition.shape
-        report = ReactorRuns(reactor, definition.definition_hash, total, 0)
+        report = ReactorRuns(reactor, current.definition_hash, total, 0, version=current.version)
         for group in groups:
+            try:
+                definition = registry.of_run(reactor, group.version).definition
+            except VersionMissing:
+                label = f"version {group.version}"
+                report.waiting[label] = report.waiting.get(label, 0) + group.runs
+                continue
             if group.definition_hash == definition.definition_hash:
                 report.on_current += group.runs
                 continue
+            if store.deploys.recorded_after(group.definition_hash, definition.definition_hash):
+                label = f"definition {group.definition_hash[:12]} (newer code)"
+                report.waiting[label] = report.waiting.get(label, 0) + group.runs
+                continue
             stored = shapes.get(group.definition_hash)
-            report.definitions.append(_definition_runs(reactor, group, stored, current, sample))
+            report.definitions.append(
+                _definition_runs(reactor, group, stored, definition.shape, sample)
+            )
         found.append(report)
     return found
 
@@ -212,6 +248,8 @@ def _merge(into: ReactorRuns, other: ReactorRuns, sample: int) -> None:
     """The same reactor's runs in another database, added up."""
     into.runs += other.runs
     into.on_current += other.on_current
+    for label, runs in other.waiting.items():
+        into.waiting[label] = into.waiting.get(label, 0) + runs
     by_hash = {d.definition_hash: d for d in into.definitions}
     for theirs in other.definitions:
         ours = by_hash.get(theirs.definition_hash)
@@ -237,5 +275,12 @@ def _merge(into: ReactorRuns, other: ReactorRuns, sample: int) -> None:
 
 
 def parking_summary(check: DeployCheck) -> Counter[str]:
-    """Runs that would park, by reactor (the ``check --deploy`` warning's figures)."""
-    return Counter({r.reactor: r.would_park for r in check.reactors if r.would_park})
+    """Runs that would park or wait for other code, by reactor (the ``check --deploy``
+    warning's figures)."""
+    return Counter(
+        {
+            r.reactor: r.would_park + r.would_wait
+            for r in check.reactors
+            if r.would_park or r.would_wait
+        }
+    )

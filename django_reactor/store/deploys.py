@@ -23,23 +23,25 @@ IN_FLIGHT = (*IN_FLIGHT_STATUSES, ExecutionStatus.QUEUED)
 
 @dataclass(frozen=True)
 class RunsOn:
-    """The runs in flight of ``reactor`` that started under the definition ``definition_hash``."""
+    """The runs in flight of ``reactor`` that started on ``version`` (``Meta.version``, ``""``
+    for none) under the definition ``definition_hash``."""
 
     reactor: str
+    version: str
     definition_hash: str
     runs: int
 
 
 def runs_in_flight() -> list[RunsOn]:
-    """The runs in flight, counted by reactor and definition."""
+    """The runs in flight, counted by reactor, version and definition."""
     rows = (
         Execution.objects.using(using())
         .filter(status__in=IN_FLIGHT)
-        .values_list("reactor", "definition_hash")
+        .values_list("reactor", "version", "definition_hash")
         .annotate(runs=Count("id"))
-        .order_by("reactor", "definition_hash")
+        .order_by("reactor", "version", "definition_hash")
     )
-    return [RunsOn(reactor, definition_hash, runs) for reactor, definition_hash, runs in rows]
+    return [RunsOn(*row) for row in rows]
 
 
 def kept_shapes(hashes: Iterable[str]) -> dict[str, Any]:

@@ -245,3 +245,77 @@ def test_runs_on_the_codes_definition_pass(reactor_clock: Any) -> None:
 def test_a_negative_sample_is_refused() -> None:
     with pytest.raises(CommandError, match="--sample must be 0 or more, got -1"):
         call_command("reactor_deploy_check", "--sample", "-1")
+
+
+def versioned(version: str, *, kept_of: Any = None) -> type[Reactor]:
+    """``deploytest.Versioned`` at ``version`` (version 2 adds a step), or that version kept in
+    code beside ``kept_of``."""
+    meta: dict[str, Any] = {"background": "all", "version": version}
+    if kept_of is None:
+        meta["name"] = "deploytest.Versioned"
+    else:
+        meta["version_of"] = kept_of
+    steps: dict[str, Any] = {"one": step()(one), "nap": sleep(MINUTE, after="one")}
+    steps["two"] = step(wait_for=["nap"])(two)
+    if version == "2":
+        steps["extra"] = step(wait_for=["two"])(extra)
+    return type(
+        "Versioned" if kept_of is None else f"VersionedV{version}",
+        (Reactor,),
+        {"__module__": __name__, "Meta": type("Meta", (), meta), **steps},
+    )
+
+
+def test_runs_of_a_version_the_code_lacks_would_wait(reactor_clock: Any) -> None:
+    first = versioned("1")
+    waiting = {start(first), start(first)}
+    reactor_clock.tick()
+    current = versioned("2")  # deployed without keeping version 1
+    out = StringIO()
+    with pytest.raises(CommandError, match="2 run\\(s\\) in flight started on code this code"):
+        call_command("reactor_deploy_check", "--json", stdout=out)
+    (found,) = [
+        r for r in json.loads(out.getvalue())["reactors"] if r["reactor"] == "deploytest.Versioned"
+    ]
+    assert (found["version"], found["would_wait"], found["waiting"]) == ("2", 2, {"version 1": 2})
+    text = StringIO()
+    with pytest.raises(CommandError):
+        call_command("reactor_deploy_check", stdout=text, no_color=True)
+    assert (
+        "started on version 1, which this code lacks: 2 run(s) would wait for a worker with it"
+        in text.getvalue()
+    )
+    (warning,) = check_runs_in_flight(databases=["default"])
+    assert "deploytest.Versioned: 2" in warning.msg
+
+    # Kept in code: the check passes, and the deploy proves it (they finish on version 1).
+    versioned("1", kept_of=current)
+    out = StringIO()
+    call_command("reactor_deploy_check", "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["ok"] is True
+    (found,) = report["reactors"]
+    assert (found["runs_on_this_definition"], found["would_wait"]) == (2, 0)
+    reactor_clock.advance(minutes=2)
+    for run in waiting:
+        row = Execution.objects.get(pk=run)
+        assert (row.status, row.version) == (ExecutionStatus.COMPLETED, "1")
+        assert "extra" not in {s.name for s in services.find(run).steps}
+
+
+def test_runs_of_newer_code_would_wait_after_a_rollback(reactor_clock: Any) -> None:
+    older = start(add_v1())
+    reactor_clock.advance(seconds=5)
+    newer = start(add_v2())  # deployed: a run starts on it
+    reactor_clock.tick()
+    add_v1()  # rolled back
+    out = StringIO()
+    with pytest.raises(CommandError, match="would wait for a worker that has it"):
+        call_command("reactor_deploy_check", "--json", stdout=out)
+    (found,) = json.loads(out.getvalue())["reactors"]
+    (label,) = found["waiting"]
+    assert label.endswith("(newer code)")
+    assert found["would_wait"] == 1
+    reactor_clock.advance(minutes=2)
+    assert Execution.objects.get(pk=older).status == ExecutionStatus.COMPLETED
+    assert Execution.objects.get(pk=newer).status == ExecutionStatus.PENDING

@@ -227,3 +227,18 @@ def test_a_run_of_newer_code_waits_for_it_instead_of_going_on_under_older(
     reactor_clock.advance(minutes=2)
     assert services.find(newer_run).status == ExecutionStatus.COMPLETED
     assert results(newer_run)["three"] == "three"
+
+
+def test_the_admin_shows_the_version_and_the_hand_back(
+    reactor_clock: Any, admin_client: Any
+) -> None:
+    run = start(order("1"))
+    reactor_clock.tick()
+    order("2")
+    reactor_clock.advance(minutes=2)
+    page = admin_client.get(f"/admin/django_reactor/execution/{run}/change/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "version" in text
+    assert ">1<" in text.replace(" ", "").replace("\n", "")
+    assert f"this worker lacks version &#x27;1&#x27; of {NAME}" in text

@@ -21,7 +21,8 @@ class Command(ReactorCommand):
         "and say per reactor what the code changes (steps added, removed, renamed, re-wired, "
         "re-implemented), how many runs stand before, at and past each change, and which runs "
         "would park definition_changed (or reactor_missing) when a worker on this code takes "
-        "them. Exits 1 when any would, for a CI/CD gate. Reads only; run it with the code "
+        "them, or wait for a worker with a version (Meta.version) this code lacks. Exits 1 when "
+        "any would, for a CI/CD gate. Reads only; run it with the code "
         "being deployed, against the production database."
     )
 
@@ -56,6 +57,13 @@ class Command(ReactorCommand):
                 "them) before deploying",
                 returncode=WOULD_PARK,
             )
+        if check.would_wait:
+            raise CommandError(
+                f"{check.would_wait} run(s) in flight started on code this code lacks and would "
+                "wait for a worker that has it, see above. Keep their version in code (a class "
+                "with Meta.version_of and Meta.version) until they finish",
+                returncode=WOULD_PARK,
+            )
 
     def _text(self, check: DeployCheck) -> None:
         write = self.stdout.write
@@ -67,7 +75,9 @@ class Command(ReactorCommand):
         write("")
         if check.would_park:
             write(self.style.ERROR(f"{check.would_park} run(s) in flight would park"))
-        else:
+        if check.would_wait:
+            write(self.style.ERROR(f"{check.would_wait} run(s) in flight would wait for code"))
+        if check.ok:
             write(self.style.SUCCESS("ok: every run in flight can go on under this code"))
 
     def _reactor(self, reactor: ReactorRuns) -> None:
@@ -81,10 +91,18 @@ class Command(ReactorCommand):
                 )
             )
             return
+        version = f"version {reactor.version}, " if reactor.version else ""
         write(
             f"{reactor.reactor}: {reactor.runs} run(s) in flight, {reactor.on_current} on this "
-            f"code's definition ({reactor.current[:12]})"
+            f"code's definition ({version}{reactor.current[:12]})"
         )
+        for started_on, runs in reactor.waiting.items():
+            write(
+                self.style.ERROR(
+                    f"  started on {started_on}, which this code lacks: {runs} run(s) would "
+                    "wait for a worker with it (never run by this code)"
+                )
+            )
         for definition in reactor.definitions:
             write(
                 f"  started under {definition.definition_hash[:12]}: {definition.runs} run(s)"
