@@ -40,6 +40,7 @@ from ..exceptions import (
     InvalidInputs,
     InvalidTransition,
     LeaseLost,
+    PatchRemoved,
     ReactorError,
     ResultNotSerializable,
 )
@@ -59,6 +60,7 @@ from .databases import across_databases, on_reactors_database
 from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
 from .handles import find
 from .interrupts import after_pause
+from .patches import park_removed
 from .steering import cancel
 from .timing import Timing
 
@@ -417,6 +419,8 @@ def _start(
     try:
         with store.LeaseKeeper(owned):
             outcome = after_pause(executor.run())
+    except PatchRemoved as removed:  # a fork that carried an old branch's decision
+        outcome = park_removed(owned, definition.name, removed)
     except LeaseLost:
         logger.warning(
             "execution %s was taken over by another process; this process stopped",
