@@ -351,8 +351,8 @@ class PatchRemoved(ReactorError):
     (``patched(name)`` returned False for it), which this code no longer has.
 
     Not the step's failure: nothing is rolled back. The run is parked ``needs_attention``
-    (``error.kind`` ``patch_removed``); deploy code that still has ``patched(name)`` to finish
-    it, or undo() or cancel() it."""
+    (``error.kind`` ``patch_removed``); deploy code that still has ``patched(name)`` and move it
+    back with ``reactor_migrate`` to finish it, or undo() or cancel() it."""
 
     def __init__(self, message: str, *, patch: str, step: str) -> None:
         super().__init__(message)

@@ -18,7 +18,6 @@ from django.utils.translation import gettext_lazy as _
 from .. import services, store
 from ..models import Execution
 from ..states import TERMINAL_STATUSES
-
 from .console import ConsoleViews
 
 if TYPE_CHECKING:

@@ -99,7 +99,8 @@ class Patches:
             f"step {step!r} calls deprecated_patch({name!r}), but this run took the old branch "
             f"of patch {name!r} (patched({name!r}) returned False for it), which this code no "
             f"longer has. Nothing was rolled back. Deploy code that still has "
-            f"patched({name!r}) to finish the run, or undo() or cancel() it",
+            f"patched({name!r}) and move the run back with reactor_migrate to finish it, or "
+            "undo() or cancel() it",
             patch=name,
             step=step,
         )

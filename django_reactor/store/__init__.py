@@ -233,6 +233,7 @@ __all__ = [
     "overview",
     "park_for_attention",
     "parse_id",
+    "patches",
     "paused_past_deadline",
     "pauses",
     "prune_finished",

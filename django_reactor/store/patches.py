@@ -4,8 +4,8 @@ and counted for the admin's patches page."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 from collections.abc import Iterable
+from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
@@ -43,9 +43,7 @@ def copy_to_fork(original_id: uuid.UUID, fork_id: uuid.UUID, steps: Iterable[str
     """Give a fork the original's decisions made in the steps it carries (its records say it
     did what those decisions chose); the steps it runs again decide anew."""
     kept = list(
-        PatchDecision.objects.using(using()).filter(
-            execution_id=original_id, step__in=list(steps)
-        )
+        PatchDecision.objects.using(using()).filter(execution_id=original_id, step__in=list(steps))
     )
     PatchDecision.objects.using(using()).bulk_create(
         [
@@ -77,12 +75,11 @@ def branch_counts() -> list[tuple[str, int, int, int]]:
 def runs_on_branch(name: str, taken: bool) -> QuerySet[PatchDecision, Any]:
     """The ids of the runs that decided patch ``name`` as ``taken``: a subquery for a run
     list's filter."""
-    return PatchDecision.objects.using(using()).filter(name=name, taken=taken).values(
-        "execution_id"
+    return (
+        PatchDecision.objects.using(using()).filter(name=name, taken=taken).values("execution_id")
     )
 
 
 def of_run(execution_id: uuid.UUID) -> list[PatchDecision]:
     """A run's decisions, by name (its change page)."""
     return list(PatchDecision.objects.using(using()).filter(execution_id=execution_id))
-

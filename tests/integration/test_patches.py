@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,11 +36,10 @@ class Crash(BaseException):
 
 
 @pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     LEDGER.clear()
     CODE["version"] = "old"
     monkeypatch.setattr(probes, "active", None)
-    yield
 
 
 class Charge(Step):
@@ -192,7 +190,8 @@ def test_two_threads_deciding_one_patch_at_once_agree() -> None:
         assert not thread.is_alive()
 
     assert errors == []
-    assert len(answers) == 2 and answers[True] == answers[False]
+    assert len(answers) == 2
+    assert answers[True] == answers[False]
     assert [(name, taken) for name, taken, _ in decisions(run_id)] == [("tax-v2", answers[True])]
 
 
@@ -227,6 +226,13 @@ def test_deprecated_patch_parks_a_run_on_the_old_branch_and_rolls_nothing_back(
     # Nothing rolled back: the reservation stands, for the code that finishes the run.
     assert of(run_id) == [("reserve", "-"), ("reserve", "-")]
     assert worker_takes(run_id) is None  # parked: not taken again
+
+    # The code with the old branch deployed again: the run moves back and finishes on it.
+    CODE["version"] = "new"
+    (moved,) = services.migrating.migrate_parked(PatchedOrder, reason="finish on tax-v1")
+    assert moved.moved, moved.reason
+    assert worker_takes(run_id).ok
+    assert of(run_id)[2:] == [("charge", "old"), ("receipt", "old")]
 
 
 def test_deprecated_patch_records_the_new_branch_for_a_run_without_a_decision() -> None:

@@ -155,9 +155,7 @@ def test_a_step_reached_after_the_takeover_decides_anew() -> None:
     assert LEDGER == [("reserve", "-"), ("reserve", "-"), ("charge", "new"), ("receipt", "new")]
 
 
-def test_a_retry_waiting_after_failed_attempts_of_another_process_stays_on_the_old_branch() -> (
-    None
-):
+def test_a_retry_waiting_after_failed_attempts_elsewhere_stays_on_the_old_branch() -> None:
     records = RunRecords(status=ExecutionStatus.RUNNING, current_step="charge", current_attempt=2)
     state = RunState.restore(Order.definition, records)
     assert state.attempted_before == {"charge"}
@@ -278,7 +276,7 @@ def test_a_function_step_asks_through_step_context() -> None:
     class Functions(Reactor):
         only = pay
 
-    outcome, journal = run_in_memory(Functions)
+    outcome, _journal = run_in_memory(Functions)
     assert isinstance(outcome, Completed)
     assert outcome.value == {"only": "new"}
 
@@ -328,7 +326,8 @@ def test_threads_deciding_at_once_read_the_run_once_and_agree() -> None:
         thread.join(timeout=10)
         assert not thread.is_alive()
 
-    assert len(set(answers)) == 1 and len(answers) == 4
+    assert len(answers) == 4
+    assert len(set(answers)) == 1
     assert book.reads == 1
 
 
