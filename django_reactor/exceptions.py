@@ -354,3 +354,23 @@ class InvalidSchedule(ReactorError, ValueError):
 
 class ScheduleNotFound(ReactorError, LookupError):
     """No schedule has the given id or name."""
+
+
+class PatchError(ReactorError, ValueError):
+    """``self.context.patched(name)`` or ``deprecated_patch(name)`` refused: the name is no short
+    name, or it was called where no run keeps decisions (a map's element). The step's attempt
+    fails with it."""
+
+
+class PatchRemoved(ReactorError):
+    """``self.context.deprecated_patch(name)`` in a run that took the old branch of the patch
+    (``patched(name)`` returned False for it), which this code no longer has.
+
+    Not the step's failure: nothing is rolled back. The run is parked ``needs_attention``
+    (``error.kind`` ``patch_removed``); deploy code that still has ``patched(name)`` and move it
+    back with ``reactor_migrate`` to finish it, or undo() or cancel() it."""
+
+    def __init__(self, message: str, *, patch: str, step: str) -> None:
+        super().__init__(message)
+        self.patch = patch
+        self.step = step

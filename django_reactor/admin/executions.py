@@ -62,6 +62,7 @@ from .forks import ForkViews
 from .maps import map_sections
 from .operations import ExecutionOperations
 from .paging import KeysetAdmin, KeysetChangeList
+from .patches import PatchListFilter, PatchViews, decisions_shown
 from .pauses import PauseViews, paused_banner
 from .time import time_facts, waits_for_time
 
@@ -142,7 +143,13 @@ class ExecutionChangeList(KeysetChangeList):
 
 @admin.register(Execution)
 class ExecutionAdmin(
-    MomentsAdmin, KeysetAdmin, ExecutionOperations, PauseViews, ForkViews, ConsoleViews
+    MomentsAdmin,
+    KeysetAdmin,
+    ExecutionOperations,
+    PauseViews,
+    ForkViews,
+    PatchViews,
+    ConsoleViews,
 ):
     """Runs, read-only; cancel, undo, retry and resume through ``services``.
 
@@ -163,7 +170,13 @@ class ExecutionAdmin(
     )
     list_display_links = ("run",)
     # No date_hierarchy: its DISTINCT over every run's date is a full scan of the runs.
-    list_filter = (ReactorListFilter, "status", "created_at", AttributeListFilter)
+    list_filter = (
+        ReactorListFilter,
+        "status",
+        "created_at",
+        AttributeListFilter,
+        PatchListFilter,
+    )
     sortable_by = ("created",)
     search_fields = ("=id", "=idempotency_key", "=interrupts__correlation_id")
     search_help_text = _("An execution id, an idempotency key or a correlation id (exact).")
@@ -186,6 +199,7 @@ class ExecutionAdmin(
         "version_shown",
         "definition_hash",
         "attributes",
+        "patch_decisions",
         "queue_shown",
         "priority",
         "concurrency",
@@ -232,6 +246,7 @@ class ExecutionAdmin(
                     "correlation_id",
                     "version_shown",
                     "definition_hash",
+                    "patch_decisions",
                 )
             },
         ),
@@ -383,6 +398,10 @@ class ExecutionAdmin(
     @admin.display(description=_("attributes"))
     def attributes(self, obj: Execution) -> SafeString | str:
         return attribute_links(ExecutionHandle(obj).attributes)
+
+    @admin.display(description=_("patch decisions"))
+    def patch_decisions(self, obj: Execution) -> SafeString | str:
+        return decisions_shown(obj.pk)
 
     @admin.display(description=_("published"))
     def published_json(self, obj: Execution) -> SafeString | str:
@@ -671,6 +690,7 @@ class ExecutionAdmin(
             path("parked/", wrap(self.parked_view), name=f"{name}_parked"),
             path("overview/", wrap(self.overview_view), name=f"{name}_overview"),
             path("coordination/", wrap(self.coordination_view), name=f"{name}_coordination"),
+            path("patches/", wrap(self.patches_view), name=f"{name}_patches"),
             # Before the run's own URLs, whose id is a path.
             path(
                 "reactors/<str:name>/pause/",

@@ -85,6 +85,9 @@ class RunPolicy:
     #: Steps may set the run's attributes (``context.set_attribute``); not a map's element,
     #: which is no run of its own.
     keeps_attributes: bool = True
+    #: Steps may ask which branch of a patch the run takes (``context.patched``); not a map's
+    #: element, which has no decisions of its own.
+    keeps_patches: bool = True
     #: Past it no step starts: the run rolls back or halts (``Meta.on_deadline``).
     deadline: dt.datetime | None = None
     #: What a step's body's lost database connection does (None: it fails the attempt).

@@ -666,7 +666,10 @@ def _in_memory_policy(
     """The policy of a run kept in memory (one object per cap: a map makes many such runs;
     ``element``: a map's element, which keeps no attributes)."""
     return RunPolicy(
-        max_retry_delay=max_retry_delay, reconnect=reconnect, keeps_attributes=not element
+        max_retry_delay=max_retry_delay,
+        reconnect=reconnect,
+        keeps_attributes=not element,
+        keeps_patches=not element,
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, Protocol
@@ -194,6 +195,10 @@ class RunRecords:
     launched: Sequence[str] = ()
     nested_work: frozenset[str] = frozenset()
     cancelled_while_running: bool = False
+    # The read took the run over from a process that stopped mid-run (a worker's claim that
+    # counted a recovery): the steps it had in flight may have started (``launched`` is read
+    # then too).
+    taken_over: bool = False
 
 
 @dataclass(slots=True)
@@ -331,6 +336,16 @@ class Journal(Protocol):
         ``for_rollback``)."""
         ...
 
+    def patch_decisions(self) -> Mapping[str, bool]:
+        """The run's patch decisions, by name (``engine.patches``)."""
+        ...
+
+    def decide_patch(self, name: str, taken: bool, step: str) -> bool:
+        """Record the run's decision for patch ``name`` unless it has one (another lane or
+        process may decide at the same time); return the recorded one. Durable on return:
+        not written with a checkpoint."""
+        ...
+
 
 class MemoryTransaction:
     """The transaction a :class:`MemoryJournal` gives an atomic step: it notes what happens to
@@ -389,6 +404,9 @@ class MemoryJournal:
         self.current_attempt = 0
         # Each step's current rollback (a step recorded again has none).
         self._rolled_back: dict[str, RollbackWrite] = {}
+        # The run's patch decisions: (taken, the step that decided), by name.
+        self.patches: dict[str, tuple[bool, str]] = {}
+        self._patch_lock = threading.Lock()
 
     def begin(self, step: str, action: str) -> MemoryTransaction:
         return MemoryTransaction(self, step, action)
@@ -405,6 +423,13 @@ class MemoryJournal:
 
     def cancel_requester(self) -> JSONMapping:
         return self.cancel_requested_by
+
+    def patch_decisions(self) -> dict[str, bool]:
+        return {name: taken for name, (taken, _step) in self.patches.items()}
+
+    def decide_patch(self, name: str, taken: bool, step: str) -> bool:
+        with self._patch_lock:
+            return self.patches.setdefault(name, (taken, step))[0]
 
     def commit(self, batch: JournalBatch) -> StopRequest | None:
         self.ensure_owned()
@@ -474,8 +499,11 @@ class MemoryJournal:
                 retry_attempts[event.step] = max(retry_attempts.get(event.step, 0), event.attempt)
         status = self.statuses[-1] if self.statuses else ExecutionStatus.RUNNING
         launched: list[str] = []
-        # As the store reads them: also for a run rolling back, which finishes its rollback.
-        if for_rollback or status == ExecutionStatus.ROLLING_BACK:
+        # As a worker's claim finds a run whose process stopped mid-run.
+        taken_over = status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+        # As the store reads them: also for a run rolling back, which finishes its rollback,
+        # and for one taken over (its steps in flight).
+        if for_rollback or taken_over:
             for event in self.events:
                 named = event.data.get("steps") if event.kind == EventKind.LAUNCH else None
                 if isinstance(named, list):  # the steps a launch entry started side by side
@@ -493,6 +521,7 @@ class MemoryJournal:
             cancelled_while_running=bool(cancels)
             and cancels[-1].data.get("previous_status")
             in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK),
+            taken_over=taken_over,
         )
 
     def trace(self) -> list[tuple[str, str]]:

@@ -95,6 +95,9 @@ class ErrorKind:
     # The run needs a secret of a subject that was forgotten (reactor_forget_subject): it fails
     # where it stands, nothing rolled back (the rollback would need the erased secrets too).
     SUBJECT_ERASED = "subject_erased"
+    # A step called deprecated_patch() in a run on the patch's old branch: parked, nothing
+    # rolled back (the code that would finish it was removed).
+    PATCH_REMOVED = "patch_removed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,6 +30,7 @@ from .journal import Event, Journal, JournalBatch, StepTransaction, StepWrite, S
 from .notices import SILENT, Notices
 from .observers import RunObserver, composite
 from .outcomes import ErrorInfo, ErrorKind, Rescheduled, qualified_class_name
+from .patches import Patches
 from .redaction import redact
 from .serialization import JSONMapping, JSONObject, JSONValue, encode, roundtrip, shown, shown_items
 from .state import RunState, UndoEntry
@@ -87,6 +88,8 @@ class RunRecorder:
         )
         # Locks, semaphores, rate limits, periods, ordered locks (None: nothing declared).
         self.coordinator = coordinator
+        # The run's patch decisions, read on first use (None: a map's element keeps none).
+        self.patches = Patches(journal) if policy.keeps_patches else None
         # The fencing numbers held for the step running now (its coordination), by lock key.
         self.fences: dict[str, int] = {}
         self._notes: list[Event] = []
@@ -222,6 +225,8 @@ class RunRecorder:
             watch=Watch(self.journal, spec.name) if action == "run" else None,
             publish_limit=self.policy.publish_max_bytes,
             keeps_attributes=self.policy.keeps_attributes,
+            patches=self.patches,
+            attempted_before=spec.name in self.state.attempted_before,
         )
 
     def next_after(self, spec: StepSpec) -> StepSpec | None:

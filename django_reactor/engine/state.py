@@ -52,6 +52,9 @@ class RunState:
     next_seq: int = 1
     # Attempts a step already made before this process took the run (a retry resumed later).
     attempts_done: dict[str, int] = field(default_factory=dict)
+    # Steps an earlier process of the run may have started without recording an outcome (its
+    # retries' attempts, or in flight when it stopped): their patch decisions (``patches``).
+    attempted_before: set[str] = field(default_factory=set)
     # Async units dispatched whose outcome no reader has collected yet.
     units: set[str] = field(default_factory=set)
     # Every step with a record (done, failed, halted or dispatched), as restored.
@@ -172,6 +175,7 @@ class RunState:
                 for step, attempts in records.retry_attempts.items()
                 if step not in state.done
             )
+        state.attempted_before = _attempted_before(state, records)
         if for_rollback:
             state._plan_undo(definition, records)
         elif state.rolling_back:
@@ -221,6 +225,18 @@ class RunState:
                 and name not in self.in_flight
             ):
                 self.in_flight.append(name)
+
+
+def _attempted_before(state: RunState, records: RunRecords) -> set[str]:
+    """The steps without an outcome that an earlier process of the run may have started: one
+    whose failed attempts wait for a retry, and, when the run was taken over from a process
+    that stopped mid-run, the step its cursor names and those it started side by side."""
+    started = set(state.attempts_done)
+    if records.taken_over:
+        started.add(records.current_step)
+        started.update(records.launched)
+    started.discard("")
+    return started - state.done
 
 
 def _abandoned(records: RunRecords) -> bool:

@@ -18,11 +18,13 @@ from asgiref.sync import async_to_sync
 from ..exceptions import (
     AtomicStepError,
     InvalidAttribute,
+    PatchError,
     PublishError,
     ReactorError,
     ResultNotSerializable,
 )
 from .attributes import MAX_ATTRIBUTES, canonical, check_key
+from .patches import Patches, check_name
 from .retry import Retry
 from .serialization import encode, safe_repr
 
@@ -72,6 +74,11 @@ class StepContext:
     keeps_attributes: bool = True
     # What this action set with set_attribute(), kept for its checkpoint (None: removed).
     attributes_set: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
+    # The run's patch decisions (None: no run keeps them, a map's element).
+    patches: Patches | None = field(default=None, repr=False, compare=False)
+    # An earlier process of this run may have started this step (on code from before a patch):
+    # see :mod:`.patches`.
+    attempted_before: bool = False
 
     @property
     def idempotency_key(self) -> str:
@@ -152,6 +159,45 @@ class StepContext:
                 "by a few keys)"
             )
         self.attributes_set[key] = text
+
+    def patched(self, name: str) -> bool:
+        """Whether this run takes the new branch of patch ``name`` (True) or the old one.
+
+        Decided once per run and name, and recorded before this returns; every later call for
+        the run (this step again after a crash or a retry, other steps, undo and compensate)
+        returns the same. The first decision is True, unless an earlier process of this run
+        may have started this step, on code that did not ask: then False. From an undo or a
+        compensate it returns the run's decision, False when it has none. Keep both branches
+        correct while runs may be on either. Raises PatchError (the attempt fails) for a name
+        that is no short name, or a call from a map's element.
+        """
+        patches = self._patches("patched", name)
+        if self.action != "run":
+            return patches.recorded(name) is True
+        return patches.decide(name, self.step, attempted_before=self.attempted_before)
+
+    def deprecated_patch(self, name: str) -> None:
+        """Say that this code no longer has the old branch of patch ``name``: a run without a
+        decision records the new branch (as ``patched()`` would decide it) and goes on; a run
+        that took the old branch raises PatchRemoved, which is not the step's failure: the run
+        is parked ``needs_attention`` and nothing is rolled back."""
+        patches = self._patches("deprecated_patch", name)
+        patches.deprecate(
+            name,
+            self.step,
+            attempted_before=self.attempted_before,
+            deciding=self.action == "run",
+        )
+
+    def _patches(self, where: str, name: object) -> Patches:
+        check_name(name, where)
+        if self.patches is None:
+            raise PatchError(
+                f"{where}({name!r}) in step {self.step!r} of a map's element: an element is not "
+                "a run of its own and keeps no decisions; call patched() in the step that maps "
+                "and pass the branch to the elements as an argument"
+            )
+        return self.patches
 
     def should_stop(self) -> bool:
         """Whether this attempt was abandoned (it ran past its timeout or its heartbeat

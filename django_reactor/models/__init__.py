@@ -13,6 +13,7 @@
 - ``health``: ``ProcessHeartbeat`` (workers' and sweepers' heartbeats);
 - ``pauses``: ``Pause`` (operators' pauses of reactors and runs);
 - ``audit``: ``AuditEntry`` (the steering history: who cancelled, undid, retried, ...);
+- ``patches``: ``PatchDecision`` (which branch of a patch each run takes);
 - ``flow``: ``FlowKey`` (the lock decisions on a flow-control key take), ``BatchItem`` (a
   start that joined a batch, once per idempotency key);
 - and the database coordination backend's rows (``django_reactor.coordination.models``).
@@ -42,6 +43,7 @@ from .health import ProcessHeartbeat, ProcessRole
 from .keys import SubjectKey
 from .maps import MapChunk, MapResult, MapRun, MapTally
 from .messages import Message
+from .patches import PATCH_DECISION_UNIQUE, PatchDecision
 from .pauses import Pause
 from .runs import (
     STEP_RECORD_UNIQUE,
@@ -57,6 +59,7 @@ from .schedules import Schedule, ScheduleFire
 
 __all__ = [
     "ATTRIBUTE_UNIQUE",
+    "PATCH_DECISION_UNIQUE",
     "STEP_RECORD_UNIQUE",
     "ApiRequest",
     "AuditAction",
@@ -85,6 +88,7 @@ __all__ = [
     "Message",
     "OrderedLockEntry",
     "OrderedLockState",
+    "PatchDecision",
     "Pause",
     "PeriodMarker",
     "ProcessHeartbeat",

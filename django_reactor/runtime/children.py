@@ -141,7 +141,9 @@ class DatabaseChildRunner(MapRunnerMixin):
         if row.status in FINISHED:
             return store.outcome_of(row, opened=True)
         owned = store.adopt_child(row.id, continuing=row.status != ExecutionStatus.ROLLING_BACK)
-        state = RunState.restore(definition, store.run_records(row))
+        # Still moving: the process that ran it with its parent stopped inside it.
+        taken_over = row.status in (ExecutionStatus.RUNNING, ExecutionStatus.ROLLING_BACK)
+        state = RunState.restore(definition, store.run_records(row, taken_over=taken_over))
         executor = self._executor(definition, owned, row.inputs, state)
         if state.rolling_back:
             try:

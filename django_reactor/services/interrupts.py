@@ -33,6 +33,7 @@ from ..exceptions import (
     InvalidTransition,
     LeaseLost,
     NotWaiting,
+    PatchRemoved,
     ReactorError,
     ReactorNotRegistered,
     ResultNotSerializable,
@@ -52,6 +53,7 @@ from . import audit
 from .audit import check_reason
 from .databases import across_databases
 from .guards import check_key, refuse_open_transaction
+from .patches import park_removed
 from .secrets import fail_erased
 
 #: How a delivery names an interrupt: its step, or its path through composed children, dotted
@@ -463,6 +465,8 @@ def _continue_inline(definition: ReactorDefinition, owned: store.Owned) -> Outco
     try:
         with store.LeaseKeeper(owned):
             outcome = executor.suspend(asked) if asked is not None else executor.run()
+    except PatchRemoved as removed:
+        return park_removed(owned, row.reactor, removed)
     except LeaseLost:
         logger.warning("execution %s was taken over by another process", owned.execution_id)
         return store.outcome_of(store.get_row(owned.execution_id))

@@ -1,4 +1,5 @@
-"""Moving runs parked ``definition_changed`` onto the code's definition (``reactor_migrate``, the
+"""Moving runs parked ``definition_changed`` (or ``patch_removed``: the code that took them had
+removed the branch of a patch they are on) onto the code's definition (``reactor_migrate``, the
 admin's "Migrate onto the deployed definition").
 
 A run parks ``definition_changed`` when a step it recorded is gone or changed in the code that
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import store
-from ..engine.outcomes import ErrorKind
 from ..exceptions import InvalidTransition, ReactorError
 from ..models import Execution
 from ..states import ExecutionStatus
@@ -100,12 +100,12 @@ def _parked(reactor: str, execution_ids: list[uuid.UUID] | None) -> list[Executi
                 f"execution {row.id} is a run of {row.reactor}, not {reactor}", status=row.status
             )
         if row.status != ExecutionStatus.NEEDS_ATTENTION or (
-            failure.get("kind") != ErrorKind.DEFINITION_CHANGED
+            failure.get("kind") not in store.migrating.MIGRATABLE
         ):
             raise InvalidTransition(
                 f"cannot migrate execution {row.id}: it is {row.status}"
                 + (f" ({failure.get('kind')})" if failure.get("kind") else "")
-                + "; only runs parked definition_changed are migrated",
+                + "; only runs parked definition_changed or patch_removed are migrated",
                 status=row.status,
             )
         rows.append(row)

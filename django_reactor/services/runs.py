@@ -41,6 +41,7 @@ from ..exceptions import (
     InvalidTransition,
     KeptVersion,
     LeaseLost,
+    PatchRemoved,
     ReactorError,
     ResultNotSerializable,
 )
@@ -60,6 +61,7 @@ from .databases import across_databases, on_reactors_database
 from .guards import check_key, reactor_named, refuse_child, refuse_open_transaction
 from .handles import find
 from .interrupts import after_pause
+from .patches import park_removed
 from .steering import cancel
 from .timing import Timing
 
@@ -427,6 +429,8 @@ def _start(
     try:
         with store.LeaseKeeper(owned):
             outcome = after_pause(executor.run())
+    except PatchRemoved as removed:  # a fork that carried an old branch's decision
+        outcome = park_removed(owned, definition.name, removed)
     except LeaseLost:
         logger.warning(
             "execution %s was taken over by another process; this process stopped",

@@ -28,6 +28,7 @@ from ..engine.serialization import decode, printable
 from ..engine.state import RunState
 from ..exceptions import (
     LeaseLost,
+    PatchRemoved,
     ReactorNotRegistered,
     StoredValueUnreadable,
     SubjectErased,
@@ -50,6 +51,7 @@ from .events import finish_events
 from .forks import release_waiting_forks
 from .health import ProcessSeen, record_sweep, worker_with_code
 from .interrupts import after_pause, deliver_kept_messages, expire_interrupts
+from .patches import park_removed
 from .schedules import fire_due
 from .secrets import fail_erased
 
@@ -209,6 +211,8 @@ def _resume_here(
             return _park(owned, row, ErrorKind.UNREADABLE, _unreadable_message(row, exc))
         except MemoryError:
             raise  # handed back by the executor: another worker resumes the run
+        except PatchRemoved as removed:
+            return park_removed(owned, row.reactor, removed)
         except Exception as exc:
             if store.reconnectable(exc):
                 # The connection died, perhaps while committing, or its server stopped taking

@@ -34,6 +34,7 @@ It imports nothing above the models, the engine and the settings. Split by what 
 - ``flow``, ``batches``: flow control's key locks and counts (concurrency, throttle,
   debounce), and batches collecting their items;
 - ``pauses``: operators' pauses of reactors and runs, runs suspended and released;
+- ``patches``: runs' patch decisions, recorded once (``engine.patches``), copied to a fork;
 - ``audit``: the steering history (``AuditEntry``), written in the transaction of the change
   it records;
 - ``health``: processes' heartbeats, overdue wake-ups, dispatches not taken, per-reactor
@@ -64,6 +65,7 @@ from . import (
     migrating,
     outbox,
     overview,
+    patches,
     pauses,
     request_keys,
     rotation,
@@ -233,6 +235,7 @@ __all__ = [
     "overview",
     "park_for_attention",
     "parse_id",
+    "patches",
     "paused_past_deadline",
     "pauses",
     "prune_finished",

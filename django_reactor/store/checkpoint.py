@@ -25,7 +25,7 @@ from ..exceptions import CorrelationIdTaken, LeaseLost
 from ..models import Execution, ExecutionEvent, Interrupt, StepRecord
 from ..states import ExecutionStatus, RollbackStatus
 from . import attributes as run_attributes
-from . import audit, dialects, trace
+from . import audit, dialects, patches, trace
 from . import events as event_rows
 from .atomic_steps import DatabaseStepTransaction
 from .db import close_thread_connections, reconnecting, using
@@ -126,6 +126,15 @@ class DatabaseJournal:
     def read(self, *, for_rollback: bool = False) -> RunRecords:
         """What the run's records hold now (see ``reads.run_records``)."""
         return run_records(get_row(self.execution_id), for_rollback=for_rollback)
+
+    def patch_decisions(self) -> dict[str, bool]:
+        """The run's patch decisions (``patches.decisions``)."""
+        return patches.decisions(self.execution_id)
+
+    def decide_patch(self, name: str, taken: bool, step: str) -> bool:
+        """Record the run's decision unless it has one; the one recorded (``patches.decide``).
+        Committed at once (in an atomic step, with the step's transaction: both or neither)."""
+        return patches.decide(self.execution_id, name, taken, step)
 
     def heartbeat(self, step: str, details: JSONValue) -> None:
         """Kept for the run's next lease extension (see ``lease.note_heartbeat``)."""

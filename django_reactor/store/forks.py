@@ -27,7 +27,7 @@ from ..engine.journal import Event, RunRecords
 from ..exceptions import AlreadyRetried, ExecutionNotFound, ForkNeedsUndo, InvalidTransition
 from ..models import Execution, ExecutionEvent, Pause, StepRecord
 from ..states import EventKind, ExecutionStatus, RollbackStatus
-from . import audit
+from . import audit, patches
 from .claims import claim
 from .db import using
 from .executions import create_execution, find_retry
@@ -158,6 +158,7 @@ def create_fork(
         StepRecord.objects.using(using()).bulk_create(
             [_copy(fork.execution_id, row.id, r.step, seq) for seq, r in enumerate(carried, 1)]
         )
+        patches.copy_to_fork(row.id, fork.execution_id, plan.carried)
         if waits:
             Pause.objects.using(using()).create(
                 reactor=row.reactor,

@@ -33,19 +33,23 @@ if TYPE_CHECKING:
     from ..actors import Steering
 
 
+#: The parks a run is moved out of: its definition changed, or the code that took it had
+#: removed the branch of a patch it is on (moved once the deployed code has it again).
+MIGRATABLE = (ErrorKind.DEFINITION_CHANGED, ErrorKind.PATCH_REMOVED)
+
 #: How many parked runs one call reads.
 PARKED_READ = 10_000
 
 
 def parked(reactor: str) -> list[Execution]:
-    """The runs of ``reactor`` parked ``definition_changed``, oldest first (at most
-    :data:`PARKED_READ`)."""
+    """The runs of ``reactor`` parked ``definition_changed`` or ``patch_removed``, oldest first
+    (at most :data:`PARKED_READ`)."""
     return list(
         Execution.objects.using(using())
         .filter(
             reactor=reactor,
             status=ExecutionStatus.NEEDS_ATTENTION,
-            failure__kind=ErrorKind.DEFINITION_CHANGED,
+            failure__kind__in=MIGRATABLE,
         )
         .order_by("created_at", "id")[:PARKED_READ]
     )

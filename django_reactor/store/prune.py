@@ -22,6 +22,7 @@ from ..models import (
     MapRun,
     MapTally,
     Message,
+    PatchDecision,
     Pause,
     Schedule,
     ScheduleFire,
@@ -48,6 +49,7 @@ _DELETED = (
     MapTally,
     Pause,
     BatchItem,
+    PatchDecision,
 )
 _COVERED = {
     (Execution, "parent"),
@@ -70,6 +72,7 @@ _COVERED = {
     (Pause, "execution"),
     (Pause, "waits_for"),
     (BatchItem, "execution"),
+    (PatchDecision, "execution"),
 }
 _BEGINNING = (dt.datetime(1, 1, 1, tzinfo=dt.UTC), uuid.UUID(int=0))
 

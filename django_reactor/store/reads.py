@@ -154,6 +154,7 @@ def run_records(
     steps: Sequence[RecordedStep] | None = None,
     seq: int | None = None,
     for_rollback: bool = False,
+    taken_over: bool = False,
 ) -> RunRecords:
     """What the store holds about the run ``run`` (its row as read): its step records, last
     trace sequence number and cursor, for the engine's ``RunState.restore``.
@@ -161,7 +162,9 @@ def run_records(
     ``steps`` and ``seq``: read already (the worker's claim reads them with the row). With
     ``for_rollback``, and for a run rolling back, also what a rollback needs: the steps
     ``launch`` entries named, whether the cursor's step started a composed child or a map, and
-    whether the last cancellation abandoned the run while it was running.
+    whether the last cancellation abandoned the run while it was running. ``taken_over``: the
+    caller took the run over from a process that stopped mid-run (a worker's claim that counted
+    a recovery): the steps ``launch`` entries named are read too (the steps it had in flight).
     """
     execution_id = run.id
     if steps is None:
@@ -169,8 +172,10 @@ def run_records(
     nested: frozenset[str] = frozenset()
     launched: list[str] = []
     abandoned = False
-    if for_rollback or run.status == ExecutionStatus.ROLLING_BACK:
+    if taken_over:
         launched = launched_steps(execution_id)
+    if for_rollback or run.status == ExecutionStatus.ROLLING_BACK:
+        launched = launched if taken_over else launched_steps(execution_id)
         abandoned = cancelled_while_running(execution_id)
         cursor = run.current_step
         if (
@@ -190,6 +195,7 @@ def run_records(
         launched=tuple(launched),
         nested_work=nested,
         cancelled_while_running=abandoned,
+        taken_over=taken_over,
     )
 
 

@@ -36,6 +36,7 @@ from ..models import (
     MapRun,
     MapTally,
     Message,
+    PatchDecision,
     Pause,
     Schedule,
     ScheduleFire,
@@ -64,6 +65,7 @@ MESSAGE = Message._meta.db_table
 CANCEL_SUBSCRIPTION = CancelSubscription._meta.db_table
 PAUSE = Pause._meta.db_table
 BATCH_ITEM = BatchItem._meta.db_table
+PATCH_DECISION = PatchDecision._meta.db_table
 
 #: The pause that applies to run ``{run}`` (a relation with ``id``, ``reactor``, ``parent_id``):
 #: its own, else its reactor's, as ``[reason, paused_by, of the reactor]``; NULL when none (or
@@ -135,7 +137,8 @@ MARK_SENT = f"UPDATE {DISPATCH} SET sent_at = %s WHERE id IN ({{ids}})"
 #: claim would take the run without the step it just committed, and run that step again (an
 #: atomic step's writes twice). The row the statement's snapshot sees must be the row it
 #: updates; when it is not, the statement takes nothing and ``claim_for_worker`` sends it again
-#: (with a snapshot that sees the commit).
+#: (with a snapshot that sees the commit). The same snapshot gives ``claimed_taken_over``: the
+#: row as it was before, whose recovery count this claim raised (a takeover).
 CLAIM_FOR_WORKER = f"""
 WITH taken AS (
     UPDATE {DISPATCH} SET sent_at = now()
@@ -173,7 +176,9 @@ RETURNING *,
         WHERE sr.execution_id = {EXECUTION}.id) AS claimed_steps,
     (SELECT df.shape FROM {DEFINITION} df
         WHERE df.hash = {EXECUTION}.definition_hash) AS claimed_shape,
-    {PAUSE_OF_RUN.format(run=EXECUTION)} AS claimed_pause
+    {PAUSE_OF_RUN.format(run=EXECUTION)} AS claimed_pause,
+    recovery_attempts > (SELECT seen.recovery_attempts FROM {EXECUTION} AS seen
+        WHERE seen.id = {EXECUTION}.id) AS claimed_taken_over
 """
 
 
@@ -509,6 +514,9 @@ interrupts AS (DELETE FROM {INTERRUPT} WHERE execution_id = ANY((SELECT ids FROM
 messages AS (DELETE FROM {MESSAGE} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])),
 batch_items AS (
     DELETE FROM {BATCH_ITEM} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
+),
+patch_decisions AS (
+    DELETE FROM {PATCH_DECISION} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])
 ),
 cancels AS (
     DELETE FROM {CANCEL_SUBSCRIPTION} WHERE execution_id = ANY((SELECT ids FROM tree)::uuid[])

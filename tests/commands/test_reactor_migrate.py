@@ -129,7 +129,9 @@ def test_bad_arguments_are_refused(args: list[str], says: str) -> None:
 
 def test_a_run_that_is_not_parked_is_refused(reactor_clock: Any) -> None:
     run = start(rename_v2())
-    with pytest.raises(CommandError, match="only runs parked definition_changed are migrated"):
+    with pytest.raises(
+        CommandError, match="only runs parked definition_changed or patch_removed are migrated"
+    ):
         call_command("reactor_migrate", "deploytest.Rename", "--execution", str(run))
     assert Execution.objects.get(pk=run).status == ExecutionStatus.PENDING
     out = StringIO()

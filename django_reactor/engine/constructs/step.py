@@ -12,6 +12,7 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING
 
+from ...exceptions import PatchRemoved
 from ...states import EventKind, RollbackStatus
 from .. import probes, timevalues
 from ..coordination import StepHold
@@ -99,6 +100,11 @@ class PlainStep(Construct):
                 if transaction is not None:
                     transaction.rollback()
                 abort(interruption)
+                raise
+            except PatchRemoved:
+                # Not the step's failure (nothing is rolled back): its process parks the run.
+                if transaction is not None:
+                    transaction.rollback()
                 raise
             except BaseException as raised:  # every other exception from step code is a failure
                 exc = raised
@@ -227,7 +233,7 @@ class PlainStep(Construct):
                     )
                 elif transaction is not None:
                     transaction.settle()
-            except INTERRUPTIONS:
+            except (*INTERRUPTIONS, PatchRemoved):
                 if transaction is not None:
                     transaction.rollback()
                 if hold is not None:

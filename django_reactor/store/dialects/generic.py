@@ -121,9 +121,20 @@ class Dialect:
         """``claims.claim_for_worker``: one conditional update, the run's dispatches marked
         taken, and the row read back."""
         now = timezone.now()
+        # The recovery count before: the update below is made on that row only, so that a
+        # count it raised says this claim took the run over (``RunRecords.taken_over``).
+        before = (
+            Execution.objects.using(using())
+            .filter(pk=execution_id)
+            .values_list("recovery_attempts", flat=True)
+            .first()
+        )
+        if before is None:
+            return None
         claimed = (
             Execution.objects.using(using())
             .filter(pk=execution_id, status__in=MOVING_STATUSES)  # claims.RESUMABLE
+            .filter(recovery_attempts=before)
             .filter(Q(parent__isnull=True) | Q(detached=True))
             .filter(
                 Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner)
@@ -163,7 +174,7 @@ class Dialect:
         return WorkerClaim(
             Owned(execution_id, row.fence, route_of_row(row)),
             row,
-            run_records(row),
+            run_records(row, taken_over=row.recovery_attempts > before),
             pause=pause_for(row.reactor, row.id, parent_id=row.parent_id),
         )
 

@@ -124,15 +124,19 @@ class PostgreSQL(Dialect):
         if values is None:
             return None
         columns = dict(zip(names, values, strict=True))
-        steps, seq, shape, pause = (
+        steps, seq, shape, pause, taken_over = (
             columns.pop("claimed_steps"),
             columns.pop("claimed_last_seq"),
             columns.pop("claimed_shape"),
             columns.pop("claimed_pause"),
+            columns.pop("claimed_taken_over"),
         )
         row = _execution_from_columns(columns)
         records = run_records(
-            row, steps=[RecordedStep(**item) for item in _json(steps)], seq=int(seq)
+            row,
+            steps=[RecordedStep(**item) for item in _json(steps)],
+            seq=int(seq),
+            taken_over=bool(taken_over),
         )
         return WorkerClaim(
             Owned(execution_id, row.fence, route_of_row(row)),
