@@ -41,6 +41,7 @@ _RUN_LINES: dict[str, str] = {
     EventKind.SUSPEND: "suspended by a pause",
     EventKind.UNPAUSE: "unpaused",
     EventKind.FORK: "forked as a new execution",
+    EventKind.CONTINUE: "continued as a new execution",
     EventKind.QUEUE: "queued for its concurrency key",
     EventKind.ADMIT: "admitted by its concurrency key",
     EventKind.THROTTLE: "delayed by its throttle",
