@@ -138,6 +138,13 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
                     line += f" (alongside {', '.join(event.data['alongside'])})"
             elif event.data.get("reason"):
                 line += f" ({event.data['reason']})"
+            if event.kind == EventKind.CONTINUE:
+                line += f": {event.data.get('continued_as')}"
+            if event.kind == EventKind.START and event.data.get("continued_from"):
+                line += (
+                    f" (continues {event.data['continued_from']}, "
+                    f"generation {event.data.get('generation')})"
+                )
             if event.kind == EventKind.BATCH:
                 line += f" ({event.data.get('size')} of {event.data.get('max_size')} items)"
             if event.kind in (EventKind.THROTTLE, EventKind.DEBOUNCE, EventKind.BATCH):

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ResultNotSerializable
+from .constructs.events import cancel_keys
 from .coordination import OrderedLock
 from .outcomes import ContinueAsNew, ErrorInfo, ErrorKind
 from .redaction import SecretPath
 from .serialization import JSONObject, JSONValue, encode
+from .templates import ResolutionScope
 from .validation import summarise_errors, validate
 
 if TYPE_CHECKING:
@@ -129,9 +131,6 @@ def prepare(
             f"step {spec.name!r} returned ContinueAsNew with inputs that cannot be stored: {exc}",
             arguments,
         )
-    from .constructs.events import cancel_keys  # the constructs import this module
-    from .templates import ResolutionScope
-
     return SuccessorWrite(
         execution_id=uuid.uuid4(),
         inputs=stored,

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework import serializers
@@ -169,7 +170,9 @@ def test_a_thousand_generations_each_complete_with_a_trace_of_the_same_size(
         execution_id=last, value={"charge": {"charged": 1000}, "renew": {"ended_at": 1000}}
     )
     assert len(ledger.calls) == GENERATIONS + 1
-    assert elapsed < 60, f"{GENERATIONS} generations took {elapsed:.1f} s"
+    # PostgreSQL takes about 17 s on a shared two-core machine; MariaDB's commits cost more.
+    bound = 60 if getattr(settings, "DATABASE_SERVER", "PostgreSQL") == "PostgreSQL" else 120
+    assert elapsed < bound, f"{GENERATIONS} generations took {elapsed:.1f} s"
     print(f"\n{GENERATIONS} generations of continue-as-new in {elapsed:.1f} s")
 
 
@@ -187,8 +190,10 @@ def test_the_successor_keeps_the_route_and_the_idempotency_lineage(tasks: _TaskQ
     replay = services.run_in_background(
         Subscription, {"month": 0, "last": 2}, idempotency_key="sub-7"
     )
-    assert replay.execution_id == first.execution_id and replay.idempotent_replay
-    assert isinstance(replay, Completed) and replay.continued_as == rows[1].id
+    assert replay.execution_id == first.execution_id
+    assert replay.idempotent_replay
+    assert isinstance(replay, Completed)
+    assert replay.continued_as == rows[1].id
     handle = services.find(rows[1].id)
     assert (handle.continued_from, handle.continued_as, handle.generation) == (
         rows[0].id,
@@ -255,7 +260,8 @@ def test_the_successor_commits_with_the_final_checkpoint_or_not_at_all(
     )
     tasks.pending.clear()
     recovered = services.resume(first.execution_id)
-    assert isinstance(recovered, Completed) and recovered.continued_as is not None
+    assert isinstance(recovered, Completed)
+    assert recovered.continued_as is not None
     assert recovered.continued_as != written[0]
     assert Execution.objects.filter(continued_from_id=first.execution_id).count() == 1
     assert services.resume(first.execution_id) is None  # completed: not taken again

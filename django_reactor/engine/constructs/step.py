@@ -1,8 +1,9 @@
 """A plain step: its body run in attempts as its retry policy says, then undone or compensated.
 
 The body returns ``Success`` (or a plain value), ``Skip``, ``Halt`` or ``Failure``, or raises (a
-retryable failure); the run's last step may return ``ContinueAsNew`` (:mod:`..continuation`). A failure is retried while the policy allows: inline after the backoff,
-or, on a worker (``retry_later``), by parking the run for the backoff. Rollback calls the
+retryable failure); the run's last step may return ``ContinueAsNew`` (:mod:`..continuation`).
+A failure is retried while the policy allows: inline after the backoff, or, on a worker
+(``retry_later``), by parking the run for the backoff. Rollback calls the
 step's ``undo(result, ...)`` or ``compensate(error, ...)`` with the arguments it ran with.
 """
 

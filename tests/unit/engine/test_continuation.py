@@ -51,9 +51,7 @@ class Subscription(Reactor):
         pass
 
     charge = step(Charge, month=arg.input("month"))
-    renew = step(
-        Renew, month=arg.input("month"), last=arg.input("last"), wait_for=["charge"]
-    )
+    renew = step(Renew, month=arg.input("month"), last=arg.input("last"), wait_for=["charge"])
 
 
 def test_the_last_step_continues_the_run_as_new() -> None:
@@ -107,7 +105,8 @@ def test_inputs_the_reactor_refuses_fail_the_step_naming_the_fields() -> None:
     error = outcome.error
     assert (error.kind, error.step, error.retryable) == (ErrorKind.CONTINUATION, "renew", False)
     assert "BadRenewal.Inputs refuses" in error.message
-    assert "month:" in error.message and "last:" in error.message
+    assert "month:" in error.message
+    assert "last:" in error.message
     assert set(error.field_errors) == {"month", "last"}
     assert journal.successors == []
     # A failed step like any other: what completed is undone.
@@ -160,7 +159,9 @@ def test_the_successor_key_is_derived_from_the_first_runs_key(
 def test_a_key_too_long_to_derive_from_is_replaced_by_its_digest() -> None:
     long = "k" * 250
     first = successor_key(long, 0)
-    assert first is not None and first.startswith("sha256:") and first.endswith("~continued~1")
+    assert first is not None
+    assert first.startswith("sha256:")
+    assert first.endswith("~continued~1")
     assert len(first) <= 255
     # The lineage goes on from the digest.
     assert successor_key(first, 1) == first.removesuffix("~continued~1") + "~continued~2"
