@@ -319,3 +319,17 @@ def test_inputs_the_reactor_refuses_fail_the_run_and_start_nothing(tasks: _TaskQ
         (EventKind.FAIL, ""),
     ]
     assert tasks.pending == []
+
+
+def test_pruning_a_run_leaves_its_successor_without_a_predecessor(tasks: _TaskQueue) -> None:
+    first = InlineSubscription.run({"month": 0, "last": 1})
+    assert isinstance(first, Completed)
+    pruned = list(
+        store.prune_finished(
+            timezone.now() + dt.timedelta(seconds=1), [ExecutionStatus.COMPLETED], 10
+        )
+    )
+    assert sum(pruned) == 1
+    successor = Execution.objects.get(pk=first.continued_as)
+    assert (successor.continued_from_id, successor.generation) == (None, 1)
+    assert not Execution.objects.filter(pk=first.execution_id).exists()
