@@ -3,7 +3,7 @@
 The public API, importable without touching models::
 
     from django_reactor import Reactor, Step, step, interrupt, arg, Retry
-    from django_reactor import Success, Failure, Halt, Skip
+    from django_reactor import Success, Failure, Halt, Skip, ContinueAsNew
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .engine.outcomes import (
     Aborted,
     Cancelled,
     Completed,
+    ContinueAsNew,
     Dispatched,
     ErrorInfo,
     Failed,
@@ -56,6 +57,7 @@ __all__ = [
     "Cancelled",
     "Completed",
     "Concurrency",
+    "ContinueAsNew",
     "ContinueWith",
     "Debounce",
     "Dispatched",

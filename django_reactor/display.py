@@ -41,6 +41,7 @@ _RUN_LINES: dict[str, str] = {
     EventKind.SUSPEND: "suspended by a pause",
     EventKind.UNPAUSE: "unpaused",
     EventKind.FORK: "forked as a new execution",
+    EventKind.CONTINUE: "continued as a new execution",
     EventKind.QUEUE: "queued for its concurrency key",
     EventKind.ADMIT: "admitted by its concurrency key",
     EventKind.THROTTLE: "delayed by its throttle",
@@ -137,6 +138,13 @@ def trace_lines(handle: ExecutionHandle) -> list[str]:
                     line += f" (alongside {', '.join(event.data['alongside'])})"
             elif event.data.get("reason"):
                 line += f" ({event.data['reason']})"
+            if event.kind == EventKind.CONTINUE:
+                line += f": {event.data.get('continued_as')}"
+            if event.kind == EventKind.START and event.data.get("continued_from"):
+                line += (
+                    f" (continues {event.data['continued_from']}, "
+                    f"generation {event.data.get('generation')})"
+                )
             if event.kind == EventKind.BATCH:
                 line += f" ({event.data.get('size')} of {event.data.get('max_size')} items)"
             if event.kind in (EventKind.THROTTLE, EventKind.DEBOUNCE, EventKind.BATCH):

@@ -211,6 +211,22 @@ class ExecutionHandle:
         return self._row.retry_of_id
 
     @property
+    def continued_from(self) -> UUID | None:
+        """The run this one continues: its last step returned ``ContinueAsNew``."""
+        return self._row.continued_from_id
+
+    @property
+    @_in_its_database
+    def continued_as(self) -> UUID | None:
+        """The run this one continued as (its successor), if it continued as new."""
+        return store.continuation.successor_of(self.id)
+
+    @property
+    def generation(self) -> int:
+        """How many runs came before this one in its continue-as-new lineage (0: the first)."""
+        return self._row.generation
+
+    @property
     def concurrency_key(self) -> str:
         """The key the run holds (or, ``queued``, waits for) under its reactor's
         ``Meta.concurrency``; ``""`` for none."""

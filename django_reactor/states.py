@@ -269,6 +269,8 @@ class EventKind(models.TextChoices):
     SUSPEND = "suspend", _("Suspended by a pause")
     UNPAUSE = "unpause", _("Unpaused")
     FORK = "fork", _("Forked as a new run")
+    # A step returned ContinueAsNew: the run completed and its successor was created with it.
+    CONTINUE = "continue", _("Continued as a new run")
     # Over its concurrency limit: queued behind the runs in flight with its key, then admitted.
     QUEUE = "queue", _("Queued for its concurrency key")
     ADMIT = "admit", _("Admitted by its concurrency key")

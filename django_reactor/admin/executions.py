@@ -475,6 +475,7 @@ class ExecutionAdmin(
             .only("id", "reactor", "status", "parent_step", "detached", "created_at")
         )
         retried_as = Execution.objects.filter(retry_of=obj).only("id", "status").first()
+        continued_as = store.continuation.successor_of(obj.pk) if obj.parent_id is None else None
 
         graph = ""
         graph_problem = ""
@@ -645,6 +646,7 @@ class ExecutionAdmin(
             and not composed_child,
             "reactor_children": [{"row": c, "badge": status_badge_of(c)} for c in children],
             "reactor_retried_as": retried_as,
+            "reactor_continued_as": continued_as,
             "reactor_buttons": [
                 {
                     "name": name,

@@ -59,6 +59,7 @@ MARKS = {
     EventKind.ATTENTION: "fail",
     EventKind.HAND_BACK: "fail",
     EventKind.RERUN: "start",
+    EventKind.CONTINUE: "complete",
     EventKind.RESUME: "resume",
     EventKind.DISPATCH: "dispatch",
     EventKind.MAP: "dispatch",

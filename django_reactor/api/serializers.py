@@ -35,6 +35,8 @@ class ExecutionSerializer(serializers.ModelSerializer[Execution]):
             "parent",
             "retry_of",
             "fork_step",
+            "continued_from",
+            "generation",
             "concurrency_key",
             "throttle_key",
             "debounce_key",
@@ -119,10 +121,12 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     messages = serializers.SerializerMethodField()
     maps = serializers.SerializerMethodField()
     pause = serializers.SerializerMethodField()
+    continued_as = serializers.SerializerMethodField()
 
     class Meta(ExecutionSerializer.Meta):
         fields = [
             *ExecutionSerializer.Meta.fields,
+            "continued_as",
             "pause",
             "idempotency_key",
             "attributes",
@@ -143,6 +147,15 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         if row.pk not in cache:
             cache[row.pk] = ExecutionHandle(row)
         return cache[row.pk]
+
+    @extend_schema_field(serializers.UUIDField(allow_null=True))
+    def get_continued_as(self, row: Execution) -> str | None:
+        """The run this one continued as (a step returned ContinueAsNew), or null."""
+        try:
+            successor = row.continued_as  # joined by the view when it read the run
+        except Execution.DoesNotExist:
+            return None
+        return str(successor.pk)
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField()))
     def get_attributes(self, row: Execution) -> dict[str, str]:

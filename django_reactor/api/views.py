@@ -163,7 +163,8 @@ class ExecutionViewSet(
     def get_object(self) -> Execution:
         execution_id = _execution_id(str(self.kwargs[self.lookup_field]))
         try:
-            row: Execution = self.get_queryset().get(pk=execution_id)
+            # Its successor (continue-as-new) joined, not read by the serializer on its own.
+            row: Execution = self.get_queryset().select_related("continued_as").get(pk=execution_id)
         except Execution.DoesNotExist:
             raise ApiError(404, f"no execution with id {execution_id}") from None
         self.check_object_permissions(self.request, row)

@@ -92,6 +92,9 @@ class RunPolicy:
     deadline: dt.datetime | None = None
     #: What a step's body's lost database connection does (None: it fails the attempt).
     reconnect: Reconnect | None = None
+    #: A run of its own, kept in the database: its last step may return ContinueAsNew (not
+    #: a composed child, an async unit or a map's element).
+    continues: bool = False
 
 
 class RunContext(Protocol):

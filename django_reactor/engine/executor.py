@@ -493,7 +493,12 @@ class Executor(RunRecorder):
         if last:
             if self.notices.observer is not None:
                 self.notices.completed()
-            return Completed(execution_id=self.execution_id, value=recorded.value)
+            successor = result.successor if isinstance(result, StepDone) else None
+            return Completed(
+                execution_id=self.execution_id,
+                value=recorded.value,
+                continued_as=successor.execution_id if successor is not None else None,
+            )
         if asked is not None:
             # A cancel or a pause takes effect between steps; after the last one the run is
             # complete.

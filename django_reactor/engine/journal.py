@@ -29,6 +29,7 @@ from .redaction import SecretPath
 from .serialization import JSONMapping, JSONObject, JSONValue, encode, shown_items
 
 if TYPE_CHECKING:
+    from .continuation import SuccessorWrite
     from .spec import StepSpec
 
 
@@ -235,6 +236,8 @@ class JournalBatch:
     # The run's attributes the step set (``context.set_attribute``), as stored text by key;
     # None removes the key.
     attributes: Mapping[str, str | None] | None = None
+    # The run completes by continuing as new: its successor is created with this batch.
+    successor: SuccessorWrite | None = None
 
     @property
     def parks_quietly(self) -> bool:
@@ -247,6 +250,7 @@ class JournalBatch:
             or self.close_interrupts
             or self.expire_lease
             or self.published
+            or self.successor is not None
         )
 
     @property
@@ -261,6 +265,7 @@ class JournalBatch:
             or self.interrupt is not None
             or self.close_interrupts
             or self.expire_lease
+            or self.successor is not None
         )
 
 
@@ -390,6 +395,8 @@ class MemoryJournal:
         self.cancel_requested_by: JSONMapping = {}
         self.dispatches: list[tuple[str, float]] = []
         self.interrupts: list[InterruptWrite] = []
+        # The runs it continued as (a step returned ContinueAsNew), as the store would create.
+        self.successors: list[SuccessorWrite] = []
         self.batches = 0
         self.transactions: list[tuple[str, str, str]] = []
         self.heartbeats: list[tuple[str, JSONValue]] = []
@@ -458,6 +465,8 @@ class MemoryJournal:
             self.dispatches.append((batch.dispatch, batch.dispatch_delay))
         if batch.interrupt is not None:
             self.interrupts.append(batch.interrupt)
+        if batch.successor is not None:
+            self.successors.append(batch.successor)
         if batch.current_step is not None:
             self.current_step = batch.current_step
         # As the store writes the cursor: a step's outcome ends a retry's wait.

@@ -1,7 +1,8 @@
 """What a step returns, and what a run returns to its caller.
 
 A step body returns one of :class:`Success`, :class:`Failure`, :class:`Halt` or :class:`Skip`
-(a plain value counts as ``Success(value)``; raising counts as a retryable ``Failure``). A run
+(a plain value counts as ``Success(value)``; raising counts as a retryable ``Failure``), or
+from a run's last step :class:`ContinueAsNew` (see :mod:`.continuation`). A run
 returns an :class:`Outcome`: :class:`Completed`, :class:`Failed`, :class:`Halted` and friends.
 """
 
@@ -49,12 +50,25 @@ class Skip:
     value: Any = None
 
 
-StepOutcome = Success | Failure | Halt | Skip
+@dataclass(frozen=True, slots=True)
+class ContinueAsNew:
+    """End this run completed and start a new run of the same reactor with ``inputs``: a
+    long-lived loop goes on in a run with a fresh trace.
+
+    Return it from the run's last step (every other step has ended). The new run (the
+    *successor*) is validated by the reactor's ``Inputs`` like any start, is created in the
+    same transaction as this run's final checkpoint, and starts on a worker.
+    """
+
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+StepOutcome = Success | Failure | Halt | Skip | ContinueAsNew
 
 
 def as_step_outcome(returned: object) -> StepOutcome:
     """Normalise what a step body returned: plain values are successes."""
-    if isinstance(returned, Success | Failure | Halt | Skip):
+    if isinstance(returned, Success | Failure | Halt | Skip | ContinueAsNew):
         return returned
     return Success(returned)
 
@@ -98,6 +112,9 @@ class ErrorKind:
     # A step called deprecated_patch() in a run on the patch's old branch: parked, nothing
     # rolled back (the code that would finish it was removed).
     PATCH_REMOVED = "patch_removed"
+    # A step returned ContinueAsNew that cannot be honoured (inputs the reactor's Inputs
+    # refuses, steps that had not ended, a run that is part of another).
+    CONTINUATION = "continue_as_new"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,9 +285,13 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Completed(Outcome):
-    """The run completed; ``value`` is the ``Meta.returns`` step's result (or all results)."""
+    """The run completed; ``value`` is the ``Meta.returns`` step's result (or all results).
+
+    ``continued_as``: the id of the run it continued as (a step returned ``ContinueAsNew``).
+    """
 
     value: Any = None
+    continued_as: UUID | None = None
     status: str = ExecutionStatus.COMPLETED
 
 
@@ -432,6 +453,8 @@ def outcome_data(outcome: Outcome) -> JSONObject:
     }
     if isinstance(outcome, Completed):
         data["value"] = encode(outcome.value)
+        if outcome.continued_as is not None:
+            data["continued_as"] = str(outcome.continued_as)
     elif isinstance(outcome, Failed | Aborted):
         if outcome.error is not None:
             data["error"] = outcome.error.to_dict()

@@ -502,6 +502,18 @@ class RunRecorder:
                 state.undo_stack.append(UndoEntry(spec.name, arguments, value))
             if completes:
                 # The last step: its checkpoint and the run's completion commit together.
+                if done.successor is not None:
+                    # ...and, continuing as new, the successor's creation.
+                    batch.events.append(
+                        self.event(
+                            EventKind.CONTINUE,
+                            data={
+                                "continued_as": str(done.successor.execution_id),
+                                "step": spec.name,
+                            },
+                        )
+                    )
+                    batch.successor = done.successor
                 run_value = self.completion(batch)
             written = self.send(batch)
         if self.notices.observer is None and probes.active is None:

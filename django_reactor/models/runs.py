@@ -143,6 +143,26 @@ class Execution(models.Model):
             "it re-runs (their results reused, their bodies not run again). Empty for a retry."
         ),
     )
+    continued_from = models.OneToOneField(
+        "self",
+        verbose_name=_("continued from"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="continued_as",
+        help_text=_(
+            "The run this one continues: its last step returned ContinueAsNew, and this run was "
+            "created with its final checkpoint. A run has at most one successor."
+        ),
+    )
+    generation = models.PositiveIntegerField(
+        _("generation"),
+        default=0,
+        db_default=0,
+        help_text=_(
+            "How many runs came before this one in its continue-as-new lineage (0: the first)."
+        ),
+    )
     queue = models.CharField(
         _("queue"),
         max_length=255,

@@ -225,7 +225,7 @@ def _assemble(
         journal,
         inputs=inputs,
         state=state,
-        policy=dataclasses.replace(policy, reconnect=reconnect()),
+        policy=dataclasses.replace(policy, reconnect=reconnect(), continues=parent_id is None),
         children=DatabaseChildRunner(
             run_id, root_id, in_worker=in_worker, deadline=policy.deadline, build=for_child
         ),

@@ -3,9 +3,10 @@ conditional on the run's fence (the executor's :class:`~django_reactor.engine.jo
 
 On PostgreSQL a routine checkpoint (and a park that queues no task) is one statement (the
 dialect's ``checkpoint``: ``checkpoint_sql``); checkpoints that also queue a task or reach an
-interrupt, and every checkpoint of the generic store, write the same rows through the ORM
-here. ``tests/integration/test_checkpoint_paths.py`` proves that both paths write the same
-rows.
+interrupt, or complete a run by continuing it as new (its successor is written in the same
+transaction: ``continuation``), and every checkpoint of the generic store, write the same rows
+through the ORM here. ``tests/integration/test_checkpoint_paths.py`` proves that both paths
+write the same rows.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from . import attributes as run_attributes
 from . import audit, dialects, patches, trace
 from . import events as event_rows
 from .atomic_steps import DatabaseStepTransaction
+from .continuation import create_successor
 from .db import close_thread_connections, reconnecting, using
 from .executions import new_event_rows, wake_parent
 from .interrupts import close_waiting, waiting_for_correlation
@@ -320,6 +322,9 @@ class DatabaseJournal:
                 queue_dispatch(
                     self.execution_id, batch.dispatch, batch.dispatch_delay, route=self.route
                 )
+            if batch.successor is not None:
+                # The run completes by continuing as new: its successor commits with it.
+                create_successor(self.execution_id, batch.successor)
             if self.wakes is not None and batch.finished:
                 wake_parent(self.wakes)
                 announce_finished(self.execution_id, str(batch.status or ""))

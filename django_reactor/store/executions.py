@@ -93,6 +93,9 @@ def create_execution(
     debounce_latest: dt.datetime | None = None,
     batch_key: str = "",
     hold_limit: int | None = None,
+    execution_id: uuid.UUID | None = None,
+    continued_from: uuid.UUID | None = None,
+    generation: int = 0,
 ) -> Owned:
     """Insert a new execution with its first trace events (and a dispatch to a worker).
 
@@ -113,7 +116,9 @@ def create_execution(
     start (``Meta.debounce``); ``batch_key``: the key whose starts it collects as its items
     (``Meta.batch``: its inputs are its first item's); ``hold_limit``: the insert takes the
     room of ``concurrency_key`` (of that limit) itself, or raises KeyFull and writes nothing
-    (only where ``dialect().holds_key_on_insert()``).
+    (only where ``dialect().holds_key_on_insert()``); ``execution_id``: the new run's id, when
+    the caller chose it; ``continued_from`` and ``generation``: the run it continues as new and
+    its place in that lineage (a second successor of a run is refused by the database).
     """
     now = timezone.now()
     digest = inputs_digest(inputs)
@@ -131,6 +136,7 @@ def create_execution(
         ExecutionStatus.QUEUED,
     )
     execution = Execution(
+        **({"id": execution_id} if execution_id is not None else {}),
         reactor=reactor,
         definition_hash=definition_hash,
         version=version,
@@ -145,6 +151,8 @@ def create_execution(
         failure=failure,
         retry_of_id=retry_of,
         fork_step=fork_step,
+        continued_from_id=continued_from,
+        generation=generation,
         parent_id=parent[0] if parent else None,
         root_id=parent[1] if parent else None,
         parent_step=parent[2] if parent else "",
@@ -187,7 +195,8 @@ def create_execution(
                 attributes or {},
                 may_conflict=idempotency_key is not None
                 or retry_of is not None
-                or parent is not None,
+                or parent is not None
+                or continued_from is not None,
                 hold_limit=hold_limit,
             )
             if cancel_keys:

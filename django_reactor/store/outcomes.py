@@ -26,6 +26,7 @@ from ..engine.serialization import JSONValue, decode, readable
 from ..exceptions import StoredValueUnreadable
 from ..models import Execution
 from ..states import ExecutionStatus
+from .continuation import successor_of
 from .interrupts import path_of, waiting
 from .pauses import pause_for
 from .secrets import Marks
@@ -43,7 +44,9 @@ def outcome_of(row: Execution, *, replay: bool = False, opened: bool = False) ->
     if status == ExecutionStatus.COMPLETED:
         if opened:
             return Completed(value=_opened(row.result), **common)
-        return Completed(value=readable(row.result, Marks()), **common)
+        # Only a run of its own continues as new (a composed child or a unit never does).
+        successor = successor_of(row.id) if row.parent_id is None else None
+        return Completed(value=readable(row.result, Marks()), continued_as=successor, **common)
     if status in (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION) and row.failure:
         return Failed(error=ErrorInfo.from_dict(row.failure), status=status, **common)
     if status == ExecutionStatus.HALTED:

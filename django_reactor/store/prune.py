@@ -55,6 +55,7 @@ _COVERED = {
     (Execution, "parent"),
     (Execution, "root"),
     (Execution, "retry_of"),
+    (Execution, "continued_from"),
     (StepRecord, "execution"),
     (ExecutionEvent, "execution"),
     (ExecutionAttribute, "execution"),
@@ -108,12 +109,12 @@ def prune_finished(cutoff: dt.datetime, statuses: Iterable[str], batch_size: int
 
     Each batch is its own transaction: the runs are selected and locked (rows another process
     holds are skipped), then deleted with their step records, trace, attributes, interrupts,
-    dispatches, maps and child runs; other runs' ``retry_of``, schedules' last run and fires'
-    run that pointed at them become NULL. Where the dialect has it (PostgreSQL), a batch is one
-    statement that goes on from where the previous one stopped, unless another model points
-    at these tables or listens to their deletion signals: then, as on other databases, Django's
-    collector deletes them, applying each foreign key's ``on_delete``. Yields how many
-    top-level runs each batch deleted.
+    dispatches, maps and child runs; other runs' ``retry_of`` and ``continued_from``,
+    schedules' last run and fires' run that pointed at them become NULL. Where the dialect has
+    it (PostgreSQL), a batch is one statement that goes on from where the previous one
+    stopped, unless another model points at these tables or listens to their deletion
+    signals: then, as on other databases, Django's collector deletes them, applying each
+    foreign key's ``on_delete``. Yields how many top-level runs each batch deleted.
     """
     statuses = list(statuses)
     one_statement = one_statement_covers()

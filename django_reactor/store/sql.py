@@ -527,8 +527,15 @@ pauses AS (
         OR waits_for_id = ANY((SELECT ids FROM tree)::uuid[])
 ),
 retries AS (
-    UPDATE {EXECUTION} SET retry_of_id = NULL
-    WHERE retry_of_id = ANY((SELECT ids FROM tree)::uuid[])
+    UPDATE {EXECUTION} SET
+        retry_of_id = CASE WHEN retry_of_id = ANY((SELECT ids FROM tree)::uuid[])
+            THEN NULL ELSE retry_of_id END,
+        continued_from_id = CASE WHEN continued_from_id = ANY((SELECT ids FROM tree)::uuid[])
+            THEN NULL ELSE continued_from_id END
+    WHERE (
+        retry_of_id = ANY((SELECT ids FROM tree)::uuid[])
+        OR continued_from_id = ANY((SELECT ids FROM tree)::uuid[])
+    )
         AND NOT id = ANY((SELECT ids FROM tree)::uuid[])
 ),
 schedules AS (

@@ -279,6 +279,8 @@ def test_list_rows_carry_no_inputs_steps_or_trace(operator: APIClient) -> None:
         "parent",
         "retry_of",
         "fork_step",
+        "continued_from",
+        "generation",
         "concurrency_key",
         "throttle_key",
         "debounce_key",

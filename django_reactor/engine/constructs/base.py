@@ -35,6 +35,7 @@ from ..serialization import JSONObject, JSONValue, decode, unstorable
 
 if TYPE_CHECKING:
     from ..context import RunContext
+    from ..continuation import SuccessorWrite
     from ..spec import StepSpec
     from ..state import RunState
 
@@ -62,6 +63,8 @@ class StepDone:
     published: Mapping[str, JSONValue] | None = None
     # The attributes the step set (``context.set_attribute``; None: removed).
     attributes: Mapping[str, str | None] | None = None
+    # The step returned ContinueAsNew: the run completes with it, and this run follows.
+    successor: SuccessorWrite | None = None
 
 
 @dataclass(frozen=True, slots=True)

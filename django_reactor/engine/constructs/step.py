@@ -1,8 +1,9 @@
 """A plain step: its body run in attempts as its retry policy says, then undone or compensated.
 
 The body returns ``Success`` (or a plain value), ``Skip``, ``Halt`` or ``Failure``, or raises (a
-retryable failure). A failure is retried while the policy allows: inline after the backoff,
-or, on a worker (``retry_later``), by parking the run for the backoff. Rollback calls the
+retryable failure); the run's last step may return ``ContinueAsNew`` (:mod:`..continuation`).
+A failure is retried while the policy allows: inline after the backoff, or, on a worker
+(``retry_later``), by parking the run for the backoff. Rollback calls the
 step's ``undo(result, ...)`` or ``compensate(error, ...)`` with the arguments it ran with.
 """
 
@@ -14,10 +15,11 @@ from typing import TYPE_CHECKING
 
 from ...exceptions import PatchRemoved
 from ...states import EventKind, RollbackStatus
-from .. import probes, timevalues
+from .. import continuation, probes, timevalues
 from ..coordination import StepHold
 from ..journal import Event, JournalBatch, RollbackWrite
 from ..outcomes import (
+    ContinueAsNew,
     ErrorInfo,
     ErrorKind,
     Failure,
@@ -116,6 +118,19 @@ class PlainStep(Construct):
                 else:  # its record (done, skipped or halted) commits with its writes
                     run.hold(transaction)
 
+            if isinstance(outcome, ContinueAsNew):
+                successor = continuation.prepare(run, spec, outcome, arguments)
+                if isinstance(successor, ErrorInfo):
+                    run.drop_held()  # an atomic step's writes go with the run it could not end
+                    return StepFailed(successor, started=not spec.atomic, attempts=attempt)
+                return StepDone(
+                    continuation.marker(successor.execution_id),
+                    attempts=attempt,
+                    duration_ms=duration,
+                    published=context.published,
+                    attributes=context.attributes_set,
+                    successor=successor,
+                )
             if isinstance(outcome, Success | Skip):
                 return StepDone(
                     outcome.value,

@@ -146,6 +146,7 @@ class Command(ReactorCommand):
         options: dict[str, Any],
     ) -> dict[str, Any]:
         error = handle.error
+        continued_as = handle.continued_as
         data: dict[str, Any] = {
             "id": str(handle.id),
             "reactor": handle.reactor,
@@ -160,6 +161,9 @@ class Command(ReactorCommand):
             "idempotency_key": handle.idempotency_key,
             "retry_of": str(handle.retry_of) if handle.retry_of else None,
             "fork_step": handle.fork_step or None,
+            "continued_from": str(handle.continued_from) if handle.continued_from else None,
+            "continued_as": str(continued_as) if continued_as else None,
+            "generation": handle.generation,
             "concurrency_key": handle.concurrency_key or None,
             "throttle_key": handle.throttle_key or None,
             "debounce_key": handle.debounce_key or None,
@@ -281,6 +285,10 @@ class Command(ReactorCommand):
                 write(f"fork of: {handle.retry_of}, from step {handle.fork_step}")
             else:
                 write(f"retry of: {handle.retry_of}")
+        if handle.continued_from:
+            write(f"continued from: {handle.continued_from} (generation {handle.generation})")
+        if (continued_as := handle.continued_as) is not None:
+            write(f"continued as: {continued_as}")
         if handle.concurrency_key:
             write(f"concurrency key: {handle.concurrency_key}")
             if handle.status == ExecutionStatus.QUEUED:
