@@ -19,6 +19,7 @@ from rest_framework import serializers
 from django_reactor import (
     Batch,
     Concurrency,
+    ContinueAsNew,
     Debounce,
     Failed,
     Reactor,
@@ -872,6 +873,35 @@ class Checkout(Reactor):
 
     c1 = step(Lookup)
     c2 = step(Breakable, wait_for=["c1"])
+
+    class Meta:
+        background = "all"
+
+
+class RenewMonth(Step):
+    """One month of a subscription: its effect once per generation, then the next month as a
+    new run (continue-as-new) until ``last``."""
+
+    def run(self, month: int, last: int) -> Any:
+        context = self.context
+        BodyRun.objects.create(
+            execution_id=context.execution_id, step=context.step, pid=os.getpid()
+        )
+        effect(context.idempotency_key, context.execution_id, context.step)
+        faults.point("after_effect", step=context.step)
+        if month < last:
+            return ContinueAsNew({"month": month + 1, "last": last})
+        return {"ended_at": month}
+
+
+class Renewal(Reactor):
+    """A monthly renewal loop, one run per month."""
+
+    class Inputs(serializers.Serializer[dict[str, Any]]):
+        month = serializers.IntegerField(min_value=0)
+        last = serializers.IntegerField(min_value=0)
+
+    renew = step(RenewMonth, month=arg.input("month"), last=arg.input("last"))
 
     class Meta:
         background = "all"
