@@ -33,3 +33,11 @@ def test_every_page_reads_as_plain_markdown_in_a_checkout() -> None:
     assert len(pages) > 20
     assert [str(p.relative_to(DOCS)) for p in pages if include.search(p.read_text())] == []
     assert "snippets" not in (DOCS.parent / "mkdocs.yml").read_text()
+
+
+def test_the_changelog_links_nothing_by_a_path_of_the_checkout() -> None:
+    """The changelog is a page of the site too (``docs/changelog.md`` links to it), where a
+    link to ``docs/how-to/x.md`` finds nothing and fails ``mkdocs build --strict``: it names
+    such pages as paths instead."""
+    text = (DOCS.parent / "CHANGELOG.md").read_text()
+    assert re.findall(r"\]\((?:\.\./)?docs/[^)]*\)", text) == []
