@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .actors import Actor, acting_as
+from .engine.actors import Actor, acting_as
 from .engine.constructs.async_unit import async_reactor
 from .engine.constructs.compose import compose
 from .engine.constructs.events import EmittedEvent, on_event, wait_for_event

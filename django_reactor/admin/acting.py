@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from django.http import HttpRequest
 
-from ..actors import MAX_WHO_LENGTH, Actor, acting_as
+from ..engine.actors import MAX_WHO_LENGTH, Actor, acting_as
 
 
 def actor_of(request: HttpRequest) -> Actor | None:

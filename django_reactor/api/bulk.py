@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import services
-from ..actors import acting_as
+from ..engine.actors import acting_as
 from ..exceptions import ReactorError
 from ..services.bulk import ACTIONS, BulkProgress
 from .answers import described, error_answer

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import registry
-from ..actors import MAX_WHO_LENGTH, Actor
 from ..conf import ByReactor, ReactorSettings, reactor_settings
+from ..engine.actors import MAX_WHO_LENGTH, Actor
 from .errors import ApiError
 
 logger = logging.getLogger("django_reactor.api")

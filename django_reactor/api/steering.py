@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import services
-from ..actors import acting_as
+from ..engine.actors import acting_as
 from ..engine.outcomes import Dispatched, outcome_data
 from ..exceptions import ReactorError
 from ..models import Execution

@@ -34,8 +34,8 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from .. import services, store
-from ..actors import acting_as
 from ..conf import reactor_settings
+from ..engine.actors import acting_as
 from ..engine.outcomes import Dispatched, InProgress, Outcome, outcome_data
 from ..engine.serialization import unstorable
 from ..exceptions import (

@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from django_reactor import store
-from django_reactor.actors import MAX_WHO_LENGTH, Actor, acting_as
+from django_reactor.engine.actors import MAX_WHO_LENGTH, Actor, acting_as
 from django_reactor.states import ExecutionStatus
 
 # Endings by how they ended: done green, failures red, deliberate stops yellow. Runs still in

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from ..actors import VIA
+from ..engine.actors import VIA
 
 
 class AuditAction(models.TextChoices):

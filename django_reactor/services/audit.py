@@ -1,9 +1,10 @@
 """The steering history: how a steering service says what it did, by whom and why.
 
-A steering service makes one :class:`~django_reactor.actors.Steering` with :func:`steering`
-(it checks the reason and takes the current actor: see ``django_reactor.actors``) and hands it
-to the store function that applies the change, which records it in the same transaction (and
-puts ``by``, ``via`` and ``reason`` on the trace entry it writes). A change the store does not
+A steering service makes one :class:`~django_reactor.engine.actors.Steering` with
+:func:`steering` (it checks the reason and takes the current actor: see
+``django_reactor.engine.actors``) and hands it to the store function that applies the change,
+which records it in the same transaction (and puts ``by``, ``via`` and ``reason`` on the trace
+entry it writes). A change the store does not
 make in one transaction of the run's database (an ordered lock held in Redis) is recorded right
 after it with :func:`record`. Either way an action that was refused records nothing.
 
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import store
-from ..actors import Actor, Steering, current_actor
+from ..engine.actors import Actor, Steering, current_actor
 from ..engine.serialization import safe_repr, unstorable
 from ..exceptions import ReactorError
 from ..models import AuditAction, AuditEntry

@@ -23,7 +23,7 @@ from typing import Any
 from django.db.models import Count
 
 from .. import registry, store
-from ..actors import MAX_WHO_LENGTH, VIA, Actor, acting_as
+from ..engine.actors import MAX_WHO_LENGTH, VIA, Actor, acting_as
 from ..engine.forks import plan_fork
 from ..exceptions import ExecutionNotFound, InvalidFilter, ReactorError
 from ..models import BulkOperation, BulkStatus, ItemStatus

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import registry, store
-from ..actors import MAX_WHO_LENGTH, Actor
 from ..conf import reactor_settings
+from ..engine.actors import MAX_WHO_LENGTH, Actor
 from ..engine.constructs.events import EmittedEvent, EventRule, check_event_name
 from ..engine.outcomes import InProgress
 from ..engine.serialization import encode, safe_repr, unstorable

@@ -50,7 +50,7 @@ from ..runtime import executors
 from ..states import EventKind, ExecutionStatus
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
     from ..engine.definition import ReactorDefinition
     from ..reactor import Reactor
 

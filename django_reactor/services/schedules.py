@@ -44,7 +44,7 @@ from .databases import on_reactors_database
 from .guards import reactor_named
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
     from ..reactor import Reactor
 
 __all__ = [

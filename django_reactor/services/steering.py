@@ -27,7 +27,7 @@ from .guards import refuse_child, refuse_open_transaction
 from .handles import find, handle_of
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
     from ..models import Execution
 
 # A running run qualifies only once its process is gone (lease expired); a live one is asked
@@ -43,8 +43,8 @@ def cancel(execution_id: uuid.UUID | str, *, reason: str = "") -> ExecutionHandl
 
     A run that a live process is executing is asked to stop after its current step.
     ``reason`` (shown in the trace, the admin and the API) must be text the database can store.
-    Recorded with who asked (the current actor, ``django_reactor.actors``) on the trace and in
-    the steering history; so are the composed children and async units it stops.
+    Recorded with who asked (the current actor, ``django_reactor.engine.actors``) on the trace
+    and in the steering history; so are the composed children and async units it stops.
     """
     check_reason(reason, "cancel")
     row = store.get_row(execution_id)

@@ -13,8 +13,8 @@ from django.db import connections
 from django.utils import timezone
 
 from .. import registry, store
-from ..actors import Actor, acting_as
 from ..conf import reactor_settings
+from ..engine.actors import Actor, acting_as
 from ..engine.constructs.map import MapRollbackPending
 from ..engine.outcomes import (
     ErrorInfo,

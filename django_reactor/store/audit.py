@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..actors import Steering
+from ..engine.actors import Steering
 from ..models import AuditEntry
 from .db import using
 

@@ -15,8 +15,8 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from ..actors import Steering
 from ..conf import reactor_settings
+from ..engine.actors import Steering
 from ..models import BulkItem, BulkOperation, BulkStatus, Execution, ItemStatus
 from . import audit
 from .db import using

@@ -30,7 +30,7 @@ from .reads import get_row, last_seq
 from .rows import Owned, WorkerClaim
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
 
 RESUMABLE = MOVING_STATUSES  # what a worker may take over
 #: The longest a run handed back again and again waits between two tries (seconds).

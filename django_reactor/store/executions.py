@@ -41,7 +41,7 @@ from .secrets import Sealer
 from .sleeps import end_due_sleeps
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
     from ..engine.serialization import JSONMapping, JSONObject, JSONValue
 
 

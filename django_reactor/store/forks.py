@@ -21,7 +21,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..actors import Steering
+from ..engine.actors import Steering
 from ..engine.forks import ForkPlan
 from ..engine.journal import Event, RunRecords
 from ..exceptions import AlreadyRetried, ExecutionNotFound, ForkNeedsUndo, InvalidTransition

@@ -45,7 +45,7 @@ from .rows import Owned
 from .secrets import Sealer
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
 
 TOKEN_BYTES = 32  # 256 bits
 # Runs that may still take a payload: paused at it, or moving (another payload came first).

@@ -31,7 +31,7 @@ from .reads import subject_of
 from .secrets import Sealer
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from .reads import last_seq
 from .rows import route_of_row
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
 
 
 #: The parks a run is moved out of: its definition changed, or the code that took it had

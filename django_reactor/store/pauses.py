@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from ..actors import Steering
+from ..engine.actors import Steering
 from ..engine.journal import Event, StopRequest
 from ..engine.serialization import JSONValue
 from ..exceptions import ExecutionNotFound, InvalidTransition

@@ -33,7 +33,7 @@ from .db import using
 from .dialects import dialect
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
 
 _VALUES = (
     "id",

@@ -23,7 +23,7 @@ from . import audit, keyring
 from .db import using
 
 if TYPE_CHECKING:
-    from ..actors import Steering
+    from ..engine.actors import Steering
 
 #: Longest subject (``SubjectKey.subject``, ``Execution.subject``).
 MAX_SUBJECT = 255

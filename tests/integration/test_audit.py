@@ -29,8 +29,8 @@ from django_reactor import (
     step,
     store,
 )
-from django_reactor.actors import current_actor
 from django_reactor.coordination import get_backend
+from django_reactor.engine.actors import current_actor
 from django_reactor.exceptions import (
     AlreadyResumed,
     AlreadyRetried,

@@ -30,8 +30,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .engine.serialization import safe_repr, unstorable
-from .exceptions import ReactorError
+from ..exceptions import ReactorError
+from .serialization import safe_repr, unstorable
 
 #: Where a steering action came from.
 VIA = ("admin", "api", "command", "python", "system")
