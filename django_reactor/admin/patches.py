@@ -43,7 +43,11 @@ def runs_on_branch_url(name: str, taken: bool) -> str:
 
 class PatchListFilter(admin.SimpleListFilter):
     """The runs on one branch of a patch (``?patch=tax-v2:old``; with ``&unfinished=1``, those
-    not finished yet, as the patches page counts them)."""
+    not finished yet, as the patches page counts them).
+
+    Shown only while it filters (the patches page links to it): listing every branch would
+    read every run's decisions on each load of the run list.
+    """
 
     title = _("patch branch")
     parameter_name = PARAMETER
@@ -51,11 +55,11 @@ class PatchListFilter(admin.SimpleListFilter):
     def lookups(
         self, request: HttpRequest, model_admin: admin.ModelAdmin[Execution]
     ) -> list[tuple[str, str]]:
-        return [
-            (branch_value(patch.name, taken), f"{patch.name}: {'new' if taken else 'old'}")
-            for patch in services.patches.branches()
-            for taken in (True, False)
-        ]
+        value = self.value()
+        if not value:
+            return []
+        name, _sep, branch = str(value).rpartition(":")
+        return [(str(value), f"{name}: {branch}")]
 
     def __init__(
         self,

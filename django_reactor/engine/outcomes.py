@@ -291,7 +291,8 @@ class Completed(Outcome):
     """
 
     value: Any = None
-    continued_as: UUID | None = None
+    # Left out of the repr: a run that did not continue (nearly all) reads as it always did.
+    continued_as: UUID | None = field(default=None, repr=False)
     status: str = ExecutionStatus.COMPLETED
 
 
