@@ -24,12 +24,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='execution',
             name='version',
-            field=models.CharField(blank=True, default='', help_text="The reactor's Meta.version the run started on; only code of that version runs it. Blank when the reactor declares none: its fingerprint is its version.", max_length=64, verbose_name='version'),
+            field=models.CharField(blank=True, db_default='', default='', help_text="The reactor's Meta.version the run started on; only code of that version runs it. Blank when the reactor declares none: its fingerprint is its version.", max_length=64, verbose_name='version'),
         ),
         migrations.AddField(
             model_name='processheartbeat',
             name='code',
-            field=models.JSONField(blank=True, default=dict, help_text="The reactors a worker's code has, by name: their declared versions and fingerprints (a run of a version no live worker has is not handed back).", verbose_name='code'),
+            field=models.JSONField(blank=True, db_default={}, default=dict, help_text="The reactors a worker's code has, by name: their declared versions and fingerprints (a run of a version no live worker has is not handed back).", verbose_name='code'),
         ),
         migrations.AlterField(
             model_name='executionevent',

@@ -43,6 +43,7 @@ class ProcessHeartbeat(models.Model):
     code = models.JSONField(
         _("code"),
         default=dict,
+        db_default={},
         blank=True,
         help_text=_(
             "The reactors a worker's code has, by name: their declared versions and "

@@ -44,6 +44,7 @@ class Execution(models.Model):
         max_length=64,
         blank=True,
         default="",
+        db_default="",
         help_text=_(
             "The reactor's Meta.version the run started on; only code of that version runs "
             "it. Blank when the reactor declares none: its fingerprint is its version."
