@@ -60,6 +60,8 @@ class SuccessorWrite:
     first_step: str
     definition_hash: str
     definition_shape: Mapping[str, object]
+    #: ``Meta.version`` of the code that continued: the successor runs on the same version.
+    version: str = ""
     #: ``Meta.deadline``, counted from the successor's start (None: none).
     deadline_seconds: float | None = None
 
@@ -144,6 +146,7 @@ def prepare(
         first_step=first.name if (first := definition.next_ready(frozenset())) else "",
         definition_hash=definition.definition_hash,
         definition_shape=definition.shape,
+        version=definition.version,
         deadline_seconds=definition.deadline,
     )
 

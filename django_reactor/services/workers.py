@@ -17,9 +17,7 @@ from ..conf import reactor_settings
 from ..engine.actors import Actor, acting_as
 from ..engine.constructs.map import MapRollbackPending
 from ..engine.outcomes import (
-    ErrorInfo,
     ErrorKind,
-    Failed,
     Outcome,
     Rescheduled,
     qualified_class_name,
@@ -35,7 +33,7 @@ from ..exceptions import (
     VersionMissing,
 )
 from ..runtime import executors
-from ..states import EventKind, ExecutionStatus
+from ..states import EventKind
 
 if TYPE_CHECKING:
     from ..engine.definition import ReactorDefinition
@@ -44,6 +42,7 @@ if TYPE_CHECKING:
 
 
 from . import flow
+from .attention import park
 from .bulk import republish_stalled
 from .databases import in_each_database
 from .deadlines import expire_deadlines
@@ -256,9 +255,10 @@ def _code_of(owned: store.Owned, row: Execution) -> type[Reactor] | Outcome | No
     A run of code this process lacks (another version, another fingerprint, a reactor it does
     not know) goes back, nothing run, for a live worker that has it: a worker still on the
     old code during a rolling deploy never runs a run the new code started, nor the other way
-    round. When no live worker has it, a run of another fingerprint goes on under this code if
-    its recorded steps allow (the caller checks), and one of a missing version or reactor is
-    parked for a person. None when the run moved on under another owner meanwhile.
+    round. A run of a version this process lacks always waits for one that has it. When no live
+    worker has its code, a run of an older fingerprint goes on under this code if its recorded
+    steps allow (the caller checks), and one of an unknown reactor is parked for a person.
+    None when the run moved on under another owner meanwhile.
     """
     try:
         reactor = registry.of_run(row.reactor, row.version)
@@ -358,15 +358,7 @@ def _unreadable_message(row: Execution, exc: StoredValueUnreadable) -> str:
 def _park(
     owned: store.Owned, row: Execution, kind: str, message: str, *, step: str | None = None
 ) -> Outcome:
-    failure = ErrorInfo(kind=kind, message=message, step=step, reactor=row.reactor)
-    logger.error("execution %s needs attention: %s", row.id, message)
-    store.park_for_attention(
-        owned,
-        failure=failure.to_dict(),
-        event_kind=EventKind.ATTENTION,
-        data={"kind": kind, "error": message},
-    )
-    return Failed(execution_id=row.id, error=failure, status=ExecutionStatus.NEEDS_ATTENTION)
+    return park(owned, row.reactor, kind, message, step=step)
 
 
 def sweep() -> store.SweepReport:

@@ -56,6 +56,7 @@ def create_successor(predecessor_id: uuid.UUID, successor: SuccessorWrite) -> No
             reactor=predecessor.reactor,
             definition_hash=successor.definition_hash,
             definition_shape=successor.definition_shape,
+            version=successor.version,
             inputs=successor.inputs,
             secret_paths=successor.secret_paths,
             subject=successor.subject,

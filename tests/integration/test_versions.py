@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_reactor import Reactor, registry, services, sleep, step
+from django_reactor import ContinueAsNew, Reactor, registry, services, sleep, step
 from django_reactor.exceptions import KeptVersion, VersionMissing
 from django_reactor.models import Execution, ExecutionEvent, ProcessHeartbeat
 from django_reactor.states import EventKind, ExecutionStatus
@@ -67,8 +67,21 @@ def order(version: str | None = None, *, kept_of: Any = None, name: str = "") ->
     )
 
 
-def start(reactor: type[Reactor]) -> uuid.UUID:
-    outcome = services.run_in_background(reactor, {})
+def plain_with_version_2s_steps() -> type[Reactor]:
+    """``versiontest.Plain`` with version 2's steps but no Meta.version: only the fingerprint
+    tells it from version 1's."""
+    steps = {
+        "one": step()(one),
+        "nap": sleep(MINUTE, after="one"),
+        "two": step(wait_for=["nap"])(two_v2),
+        "three": step(wait_for=["two"])(three),
+    }
+    meta = type("Meta", (), {"name": "versiontest.Plain", "background": "all"})
+    return type("Order", (Reactor,), {"__module__": __name__, "Meta": meta, **steps})
+
+
+def start(reactor: type[Reactor], inputs: dict[str, Any] | None = None) -> uuid.UUID:
+    outcome = services.run_in_background(reactor, inputs or {})
     assert outcome.execution_id is not None
     return outcome.execution_id
 
@@ -188,19 +201,7 @@ def test_a_run_of_newer_code_waits_for_it_instead_of_going_on_under_older(
     older_run = start(old)
     reactor_clock.tick()
     reactor_clock.advance(seconds=5)
-    # Version 2's steps, but no Meta.version: only the fingerprint tells them apart.
-    newer = type(
-        "Order",
-        (Reactor,),
-        {
-            "__module__": __name__,
-            "Meta": type("Meta", (), {"name": "versiontest.Plain", "background": "all"}),
-            "one": step()(one),
-            "nap": sleep(MINUTE, after="one"),
-            "two": step(wait_for=["nap"])(two_v2),
-            "three": step(wait_for=["two"])(three),
-        },
-    )
+    newer = plain_with_version_2s_steps()
     newer_run = start(newer)
     reactor_clock.tick()
     # A worker still on the old code takes both: the older run goes on, the newer one waits.
@@ -212,18 +213,7 @@ def test_a_run_of_newer_code_waits_for_it_instead_of_going_on_under_older(
     assert back.data["definition"] == newer.definition.definition_hash
     assert "three" not in results(newer_run)
     # The new code arrives: it finishes the run.
-    type(
-        "Order",
-        (Reactor,),
-        {
-            "__module__": __name__,
-            "Meta": type("Meta", (), {"name": "versiontest.Plain", "background": "all"}),
-            "one": step()(one),
-            "nap": sleep(MINUTE, after="one"),
-            "two": step(wait_for=["nap"])(two_v2),
-            "three": step(wait_for=["two"])(three),
-        },
-    )
+    plain_with_version_2s_steps()
     reactor_clock.advance(minutes=2)
     assert services.find(newer_run).status == ExecutionStatus.COMPLETED
     assert results(newer_run)["three"] == "three"
@@ -242,3 +232,30 @@ def test_the_admin_shows_the_version_and_the_hand_back(
     assert "version" in text
     assert ">1<" in text.replace(" ", "").replace("\n", "")
     assert f"this worker lacks version &#x27;1&#x27; of {NAME}" in text
+
+
+def renew(month: int) -> Any:
+    return ContinueAsNew({"month": month + 1}) if month < 1 else month
+
+
+def test_a_successor_runs_on_its_predecessors_version(reactor_clock: Any) -> None:
+    from rest_framework import serializers
+
+    class Inputs(serializers.Serializer[dict[str, Any]]):
+        month = serializers.IntegerField()
+
+    meta = type("Meta", (), {"name": NAME, "version": "2", "background": "all"})
+    loop = type(
+        "Loop",
+        (Reactor,),
+        {"__module__": __name__, "Meta": meta, "Inputs": Inputs, "renew": step()(renew)},
+    )
+    first = start(loop, {"month": 0})
+    reactor_clock.tick()
+    reactor_clock.tick()
+    rows = list(Execution.objects.filter(reactor=NAME).order_by("generation"))
+    assert [(r.generation, r.version, r.status) for r in rows] == [
+        (0, "2", ExecutionStatus.COMPLETED),
+        (1, "2", ExecutionStatus.COMPLETED),
+    ]
+    assert rows[0].id == first
