@@ -106,19 +106,12 @@ def resume(self: Task, execution_id: str) -> None:
     ignore_result=True,
 )
 def resume_many(self: Task, execution_ids: list[str]) -> None:
-    """``resume`` each run, one after the other (the sweeper's wake-ups come in batches). A
-    run that raises is logged and the others go on; a worker that dies leaves the rest to the
-    sweeper, which publishes their dispatches again."""
-    database = published_for(self.request)
+    """``resume`` each run, one after the other (the sweeper's wake-ups come in batches),
+    claiming several in one round trip (``services.resume_many``). A run that raises is logged
+    and the others go on; a worker that dies leaves the rest to the sweeper, which publishes
+    their dispatches again (the runs it had claimed, once their leases run out)."""
     with _task_connections(), task_context(self.request), _refusing_other_databases():
-        for execution_id in execution_ids:
-            try:
-                services.resume(execution_id, published_for=database)
-            except WrongDatabase:
-                raise  # the message's runs are all in another database
-            except Exception:
-                logger.exception("resuming execution %s failed", execution_id)
-            refresh_connections()
+        services.resume_many(execution_ids, published_for=published_for(self.request))
 
 
 @shared_task(

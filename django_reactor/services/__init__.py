@@ -13,7 +13,8 @@ state. By what they do:
   ``paused_reactors`` (every run of a reactor);
 - ``deadlines``: ``expire_deadlines`` (the sweeper stops paused runs past their deadline);
 - ``stuck``: ``stuck_runs`` (lease expired, or a step in flight past its timeout);
-- ``workers``: ``resume`` (a worker's task), ``sweep`` and ``next_sweep_in``;
+- ``workers``: ``resume`` and ``resume_many`` (a worker's tasks), ``sweep`` and
+  ``next_sweep_in``;
 - ``health``: ``fleet_health`` (workers' and sweepers' heartbeats, late work, per-reactor figures)
   and the heartbeats' writes; ``figures``: ``fleet_figures`` (the same in each database, with
   runs by status: the Prometheus metrics);
@@ -87,7 +88,7 @@ from .runs import find_by_correlation_id, retry, run, run_in_background, start
 from .secrets import forget_subject, rotate_keys, shown_outcome
 from .steering import CANCELLABLE, UNDOABLE, cancel, undo, wake
 from .stuck import StuckRun, stuck_runs
-from .workers import DATABASE_ERROR_RETRIES, next_sweep_in, resume, sweep
+from .workers import DATABASE_ERROR_RETRIES, next_sweep_in, resume, resume_many, sweep
 
 __all__ = [
     "CANCELLABLE",
@@ -144,6 +145,7 @@ __all__ = [
     "reset_ordered_lock",
     "resume",
     "resume_interrupt",
+    "resume_many",
     "retry",
     "rotate_keys",
     "run",

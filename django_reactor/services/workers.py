@@ -7,6 +7,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -31,6 +32,7 @@ from ..exceptions import (
     StoredValueUnreadable,
     SubjectErased,
     VersionMissing,
+    WrongDatabase,
 )
 from ..runtime import executors
 from ..states import EventKind
@@ -62,6 +64,12 @@ SWEEPER = Actor("sweeper", "system")
 logger = logging.getLogger("django_reactor.services")
 
 
+#: How many runs of a batch (``resume_many``) a worker claims in one round trip. The runs
+#: claimed wait their turn with their leases kept; a worker that dies leaves at most this many
+#: to wait out their leases (``LEASE_SECONDS``) before the sweeper hands them on.
+CLAIM_AHEAD = 10
+
+
 def resume(
     execution_id: uuid.UUID | str, *, published_for: store.DatabaseMark | None = None
 ) -> Outcome | None:
@@ -74,8 +82,70 @@ def resume(
         return _resume_here(execution_id, published_for=published_for)
 
 
+def resume_many(
+    execution_ids: Sequence[uuid.UUID | str], *, published_for: store.DatabaseMark | None = None
+) -> None:
+    """Run each execution of a batch (the sweeper's wake-ups, due together) from its last
+    checkpoint, one after the other, as ``resume`` runs one: ``CLAIM_AHEAD`` claimed at a time
+    in one round trip, where the database allows, their leases kept while they wait their turn.
+
+    A run that raises is logged and the others go on; WrongDatabase (the message is for
+    another database) stops the batch. An id that is not an execution id is logged and
+    skipped.
+    """
+    keys = [key for key in map(_execution_key, execution_ids) if key is not None]
+    if not keys:
+        return
+    with store.bound(store.database_of_message(published_for, lambda: store.holds_run(keys[0]))):
+        owner = store.lease_owner_token()
+        for start in range(0, len(keys), CLAIM_AHEAD):
+            _resume_together(keys[start : start + CLAIM_AHEAD], owner, published_for)
+
+
+def _resume_together(
+    keys: list[uuid.UUID], owner: str, published_for: store.DatabaseMark | None
+) -> None:
+    """Claim the runs ``keys`` ahead, then run each in turn (one not claimed ahead is claimed
+    on its turn, waiting for a lock another transaction holds)."""
+    try:
+        claims = store.reconnecting(
+            lambda: store.claim_ahead(keys, owner), what=f"claiming {len(keys)} executions"
+        )
+    except Exception:
+        logger.exception("claiming %d executions together failed; each is claimed alone", len(keys))
+        claims = {}
+    with store.HeldLeases(claim.owned for claim in claims.values()) as held:
+        for key in keys:
+            ahead = claims.get(key)
+            if ahead is not None and held.take(key) is None:
+                logger.info("execution %s was taken over while it waited its turn; skipped", key)
+                continue
+            try:
+                _resume_here(key, published_for=published_for, claimed=ahead, owner=owner)
+            except WrongDatabase:
+                raise  # the message's runs are all in another database
+            except Exception:
+                logger.exception("resuming execution %s failed", key)
+            store.refresh_connections()
+
+
+def _execution_key(execution_id: uuid.UUID | str) -> uuid.UUID | None:
+    """The execution id a task was given, or None (logged) when it is not one."""
+    if isinstance(execution_id, uuid.UUID):
+        return execution_id
+    try:
+        return uuid.UUID(str(execution_id))
+    except ValueError:
+        logger.warning("resume task for %r, which is not an execution id; ignored", execution_id)
+        return None
+
+
 def _resume_here(
-    execution_id: uuid.UUID | str, *, published_for: store.DatabaseMark | None = None
+    execution_id: uuid.UUID | str,
+    *,
+    published_for: store.DatabaseMark | None = None,
+    claimed: store.WorkerClaim | None = None,
+    owner: str | None = None,
 ) -> Outcome | None:
     """Run an execution from its last checkpoint in this process (the worker's task).
 
@@ -91,15 +161,16 @@ def _resume_here(
     (the claim and the run carry on from what the database holds); a stored run this code
     cannot read, and an error of the engine itself, park the run as ``needs_attention`` at
     once instead of failing every delivery.
+
+    ``claimed``: the run's claim, made ahead by ``owner`` (``resume_many``); else it is
+    claimed here.
     """
-    try:
-        key = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
-    except ValueError:
-        logger.warning("resume task for %r, which is not an execution id; ignored", execution_id)
+    key = _execution_key(execution_id)
+    if key is None:
         return None
-    owner = store.lease_owner_token()
-    claim = store.reconnecting(
-        lambda: store.claim_for_worker(key, owner), what=f"claiming execution {key}"
+    me = owner if owner is not None else store.lease_owner_token()
+    claim = claimed or store.reconnecting(
+        lambda: store.claim_for_worker(key, me), what=f"claiming execution {key}"
     )
     if claim is None:
         if store.reconnecting(lambda: store.execution_exists(key), what="reading a run"):
@@ -179,7 +250,7 @@ def _resume_here(
                 # fence waits for that commit or makes it write nothing; only then does the
                 # database say where the run stands.
                 taken = store.reconnecting(
-                    functools.partial(store.refence, owned, owner), what=f"taking {key} back"
+                    functools.partial(store.refence, owned, me), what=f"taking {key} back"
                 )
                 if taken is None:
                     logger.warning(

@@ -82,6 +82,7 @@ from .claims import (
     RESUMABLE,
     adopt_definition,
     claim,
+    claim_ahead,
     claim_for_worker,
     end_owned,
     hand_back,
@@ -133,7 +134,7 @@ from .identity import (
     refuse_foreign,
     this_database,
 )
-from .lease import Heartbeat, Kept, LeaseKeeper, lease_owner_token
+from .lease import Heartbeat, HeldLeases, Kept, LeaseKeeper, lease_owner_token
 from .outbox import QueuedDispatch, queue_dispatch
 from .outcomes import outcome_of
 from .prune import count_prunable, prune_finished
@@ -168,6 +169,7 @@ __all__ = [
     "DatabaseJournal",
     "DatabaseMark",
     "Heartbeat",
+    "HeldLeases",
     "IdempotencyConflict",
     "Kept",
     "LeaseKeeper",
@@ -191,6 +193,7 @@ __all__ = [
     "bulk",
     "cancelled_while_running",
     "claim",
+    "claim_ahead",
     "claim_for_worker",
     "collapse_start",
     "connection_lost",

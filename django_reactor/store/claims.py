@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -46,6 +46,16 @@ def claim_for_worker(execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
     The same ``owner`` may claim again (a claim whose reply a broken connection lost).
     """
     return dialect().claim_for_worker(execution_id, owner)
+
+
+def claim_ahead(execution_ids: Sequence[uuid.UUID], owner: str) -> dict[uuid.UUID, WorkerClaim]:
+    """Take several runs at once for a worker that will run them one after the other (a batch
+    of wake-ups), each as ``claim_for_worker`` takes one, in one round trip where the database
+    allows: the claims made, by run. A run not claimed (not claimable, locked by another
+    transaction, or on a database that claims each run on its turn) is left for
+    ``claim_for_worker`` on its turn. The caller keeps the leases of the runs waiting for
+    their turn (``HeldLeases``)."""
+    return dialect().claim_ahead(execution_ids, owner)
 
 
 def refence(owned: Owned, owner: str) -> Owned | None:

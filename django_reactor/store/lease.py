@@ -11,9 +11,11 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 from django.db import connections
+from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import reactor_settings
@@ -201,3 +203,51 @@ class LeaseKeeper(Kept):
         super().__exit__(*exc_info)
         with _beats_lock:
             _beats.pop(self.owned.execution_id, None)
+
+
+class HeldLeases(Kept):
+    """Keeps extending the leases of runs a worker claimed ahead of their turn (a batch of
+    wake-ups run one after the other, ``claims.claim_ahead``), in one statement a beat, until
+    each run's turn takes it (``take``) or the ``with`` block ends.
+
+    Without it a run waiting its turn behind slow runs would outlive its lease: the sweeper
+    would hand it to another worker while this one still meant to run it.
+    """
+
+    def __init__(self, held: Iterable[Owned], *, interval: float | None = None) -> None:
+        self.held = {owned.execution_id: owned for owned in held}
+        self.lease_seconds = reactor_settings.LEASE_SECONDS
+        self._lock = threading.Lock()
+        super().__init__(interval)
+
+    @property
+    def label(self) -> str:
+        return f"{len(self.held)} runs claimed ahead"
+
+    def take(self, execution_id: uuid.UUID) -> Owned | None:
+        """The run's claim, now its turn has come (its own ``LeaseKeeper`` keeps it from
+        here); None when it was not held, or another process took it over meanwhile."""
+        with self._lock:
+            return self.held.pop(execution_id, None)
+
+    def extend(self) -> bool:
+        """Push out the lease of every run still waiting its turn; those another process took
+        over meanwhile are let go. Always True: each run's loss is its own."""
+        with self._lock:
+            waiting = list(self.held.values())
+        if not waiting:
+            return True
+        mine = Q()
+        for owned in waiting:
+            mine |= Q(pk=owned.execution_id, fence=owned.fence)
+        # A run whose turn came and ended between the read above and this update has
+        # released its lease (no owner): it is left as it is.
+        runs = Execution.objects.using(using()).filter(mine, lease_owner__isnull=False)
+        until = timezone.now() + dt.timedelta(seconds=self.lease_seconds)
+        if runs.update(lease_expires_at=until) < len(waiting):
+            kept = set(runs.values_list("pk", flat=True))
+            with self._lock:
+                for owned in waiting:
+                    if owned.execution_id not in kept:
+                        self.held.pop(owned.execution_id, None)
+        return True

@@ -121,6 +121,48 @@ STEP_ROWS = f"SELECT * FROM {STEP_RECORD} WHERE execution_id = %s ORDER BY seq"
 #: Mark dispatches the sweeper published again sent (``{ids}``: one placeholder per id).
 MARK_SENT = f"UPDATE {DISPATCH} SET sent_at = %s WHERE id IN ({{ids}})"
 
+#: A worker's claim (the pieces of :data:`CLAIM_FOR_WORKER` and :data:`CLAIM_AHEAD`): what it
+#: sets, which runs it may take, and what it returns.
+_CLAIM_SETS = """
+    lease_owner = %(owner)s,
+    lease_expires_at = now() + make_interval(secs => %(lease)s),
+    fence = fence + 1,
+    recovery_attempts = recovery_attempts
+        + CASE WHEN status = 'pending' OR lease_owner IS NULL OR lease_owner = %(owner)s
+            THEN 0 ELSE 1 END,
+    status = CASE WHEN status = 'rolling_back' THEN 'rolling_back' ELSE 'running' END,
+    started_at = COALESCE(started_at, now()),
+    wake_at = NULL,
+    updated_at = now()"""
+
+_CLAIMABLE = f"""
+    status = ANY(%(statuses)s)
+    AND (parent_id IS NULL OR detached)
+    AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = %(owner)s)
+    AND (wake_at IS NULL OR wake_at <= now())
+    AND xmin = (SELECT seen.xmin FROM {EXECUTION} AS seen WHERE seen.id = {EXECUTION}.id)"""
+
+_CLAIMED = f"""
+RETURNING *,
+    GREATEST(
+        (SELECT COALESCE(MAX(ev.seq), 0) FROM {EVENT} ev
+            WHERE ev.execution_id = {EXECUTION}.id),
+        (SELECT COALESCE(MAX(sr.seq), 0) FROM {STEP_RECORD} sr
+            WHERE sr.execution_id = {EXECUTION}.id AND sr.traced)) AS claimed_last_seq,
+    (SELECT COALESCE(json_agg(json_build_object(
+            'step', sr.step, 'status', sr.status, 'arguments', sr.arguments,
+            'result', sr.result, 'error', sr.error, 'compensable', sr.compensable,
+            'rollback', sr.rollback, 'rollback_error', sr.rollback_error) ORDER BY sr.seq),
+        '[]'::json)
+        FROM {STEP_RECORD} sr
+        WHERE sr.execution_id = {EXECUTION}.id) AS claimed_steps,
+    (SELECT df.shape FROM {DEFINITION} df
+        WHERE df.hash = {EXECUTION}.definition_hash) AS claimed_shape,
+    {PAUSE_OF_RUN.format(run=EXECUTION)} AS claimed_pause,
+    recovery_attempts > (SELECT seen.recovery_attempts FROM {EXECUTION} AS seen
+        WHERE seen.id = {EXECUTION}.id) AS claimed_taken_over
+"""
+
 #: The worker's claim on PostgreSQL (``claims.claim_for_worker``): one statement that marks the
 #: run's dispatches taken (the sweeper leaves them alone) and returns the claimed row with the
 #: run's step records, last trace sequence number and definition shape, so resuming costs one
@@ -142,44 +184,25 @@ MARK_SENT = f"UPDATE {DISPATCH} SET sent_at = %s WHERE id IN ({{ids}})"
 CLAIM_FOR_WORKER = f"""
 WITH taken AS (
     UPDATE {DISPATCH} SET sent_at = now()
-    WHERE execution_id = %s AND COALESCE(sent_at IS NULL, false) AND map_run_id IS NULL
+    WHERE execution_id = %(id)s AND COALESCE(sent_at IS NULL, false) AND map_run_id IS NULL
 )
-UPDATE {EXECUTION} SET
-    lease_owner = %s,
-    lease_expires_at = now() + make_interval(secs => %s),
-    fence = fence + 1,
-    recovery_attempts = recovery_attempts
-        + CASE WHEN status = 'pending' OR lease_owner IS NULL OR lease_owner = %s
-            THEN 0 ELSE 1 END,
-    status = CASE WHEN status = 'rolling_back' THEN 'rolling_back' ELSE 'running' END,
-    started_at = COALESCE(started_at, now()),
-    wake_at = NULL,
-    updated_at = now()
-WHERE id = %s
-    AND status = ANY(%s)
-    AND (parent_id IS NULL OR detached)
-    AND (lease_owner IS NULL OR lease_expires_at < now() OR lease_owner = %s)
-    AND (wake_at IS NULL OR wake_at <= now())
-    AND xmin = (SELECT seen.xmin FROM {EXECUTION} AS seen WHERE seen.id = {EXECUTION}.id)
-RETURNING *,
-    GREATEST(
-        (SELECT COALESCE(MAX(ev.seq), 0) FROM {EVENT} ev
-            WHERE ev.execution_id = {EXECUTION}.id),
-        (SELECT COALESCE(MAX(sr.seq), 0) FROM {STEP_RECORD} sr
-            WHERE sr.execution_id = {EXECUTION}.id AND sr.traced)) AS claimed_last_seq,
-    (SELECT COALESCE(json_agg(json_build_object(
-            'step', sr.step, 'status', sr.status, 'arguments', sr.arguments,
-            'result', sr.result, 'error', sr.error, 'compensable', sr.compensable,
-            'rollback', sr.rollback, 'rollback_error', sr.rollback_error) ORDER BY sr.seq),
-        '[]'::json)
-        FROM {STEP_RECORD} sr
-        WHERE sr.execution_id = {EXECUTION}.id) AS claimed_steps,
-    (SELECT df.shape FROM {DEFINITION} df
-        WHERE df.hash = {EXECUTION}.definition_hash) AS claimed_shape,
-    {PAUSE_OF_RUN.format(run=EXECUTION)} AS claimed_pause,
-    recovery_attempts > (SELECT seen.recovery_attempts FROM {EXECUTION} AS seen
-        WHERE seen.id = {EXECUTION}.id) AS claimed_taken_over
-"""
+UPDATE {EXECUTION} SET{_CLAIM_SETS}
+WHERE id = %(id)s AND{_CLAIMABLE}{_CLAIMED}"""
+
+#: The worker's claim of several runs at once (``claims.claim_ahead``: a batch of wake-ups),
+#: as :data:`CLAIM_FOR_WORKER` claims one, a row returned for each run claimed. Runs another
+#: transaction holds locked are skipped (their turn claims them alone, waiting for the lock),
+#: so that two workers claiming overlapping batches never wait for each other in a cycle.
+CLAIM_AHEAD = f"""
+WITH free AS (
+    SELECT id FROM {EXECUTION} WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE {DISPATCH} SET sent_at = now()
+    WHERE execution_id IN (SELECT id FROM free) AND COALESCE(sent_at IS NULL, false)
+        AND map_run_id IS NULL
+)
+UPDATE {EXECUTION} SET{_CLAIM_SETS}
+WHERE id IN (SELECT id FROM free) AND{_CLAIMABLE}{_CLAIMED}"""
 
 
 #: The sweeper ends the sleeps that are over of the runs it wakes (``store.sleeps``), in one
@@ -673,10 +696,16 @@ def execute_named(sql: str, params: Params) -> tuple[list[str], tuple[Any, ...] 
     return _execute(sql, params, named=True)
 
 
+def execute_named_rows(sql: str, params: Params) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Like :func:`execute_named`, with every row the statement returns."""
+    return _execute(sql, params, named=True, every=True)
+
+
 def _execute(
-    sql: str, params: Params, *, named: bool, connection: Any = None
-) -> tuple[list[str], tuple[Any, ...] | None]:
-    """Send one statement on Django's connection; return its column names and first row.
+    sql: str, params: Params, *, named: bool, connection: Any = None, every: bool = False
+) -> tuple[list[str], Any]:
+    """Send one statement on Django's connection; return its column names and first row (its
+    rows, with ``every``).
 
     With psycopg 3 the statement goes through a server-binding cursor of the same connection
     (same transaction state), prepared once per connection when
@@ -694,7 +723,8 @@ def _execute(
     if psycopg is None or not isinstance(raw, psycopg.Connection):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return _names(cursor.description) if named else [], cursor.fetchone()
+            rows = cursor.fetchall() if every else cursor.fetchone()
+            return _names(cursor.description) if named else [], rows
     if connection.needs_rollback:
         connection.validate_no_broken_transaction()  # raises, as Django's cursor would
     prepare = reactor_settings.CHECKPOINT_PREPARED_STATEMENTS and not _preparation_refused.is_set()
@@ -715,7 +745,8 @@ def _execute(
                 # On its own (autocommit) the refused statement did nothing: send it again.
                 raw.prepare_threshold = threshold
                 cursor.execute(sql, params, prepare=False)
-            return _result_names(cursor) if named else [], cursor.fetchone()
+            rows = cursor.fetchall() if every else cursor.fetchone()
+            return _result_names(cursor) if named else [], rows
         finally:
             raw.prepare_threshold = threshold
 

@@ -117,6 +117,13 @@ class Dialect:
             if dispatch is not None:
                 queue_dispatch(execution.id, dispatch, delay, route=route_of_row(execution))
 
+    def claim_ahead(
+        self, execution_ids: Sequence[uuid.UUID], owner: str
+    ) -> dict[uuid.UUID, WorkerClaim]:
+        """``claims.claim_ahead``: here none is claimed ahead (each run's turn claims it with
+        ``claim_for_worker``, the same claim in more statements)."""
+        return {}
+
     def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
         """``claims.claim_for_worker``: one conditional update, the run's dispatches marked
         taken, and the row read back."""

@@ -106,15 +106,7 @@ class PostgreSQL(Dialect):
         """In one statement (``sql.CLAIM_FOR_WORKER``), which also returns the run's step
         records, last trace sequence number and definition shape (its ``claimed_*``
         columns): resuming costs one round trip."""
-        params = [
-            execution_id,
-            owner,
-            reactor_settings.LEASE_SECONDS,
-            owner,
-            execution_id,
-            list(MOVING_STATUSES),  # claims.RESUMABLE
-            owner,
-        ]
+        params = _claim_parameters(owner, id=execution_id)
         # Prepared like the checkpoint: planning this statement costs more than running it.
         names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
         if values is None:
@@ -123,28 +115,19 @@ class PostgreSQL(Dialect):
             names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
         if values is None:
             return None
-        columns = dict(zip(names, values, strict=True))
-        steps, seq, shape, pause, taken_over = (
-            columns.pop("claimed_steps"),
-            columns.pop("claimed_last_seq"),
-            columns.pop("claimed_shape"),
-            columns.pop("claimed_pause"),
-            columns.pop("claimed_taken_over"),
-        )
-        row = _execution_from_columns(columns)
-        records = run_records(
-            row,
-            steps=[RecordedStep(**item) for item in _json(steps)],
-            seq=int(seq),
-            taken_over=bool(taken_over),
-        )
-        return WorkerClaim(
-            Owned(execution_id, row.fence, route_of_row(row)),
-            row,
-            records,
-            _json(shape),
-            pause_request(_json(pause)),
-        )
+        return _worker_claim(names, values)
+
+    def claim_ahead(
+        self, execution_ids: Sequence[uuid.UUID], owner: str
+    ) -> dict[uuid.UUID, WorkerClaim]:
+        """In one statement (``sql.CLAIM_AHEAD``), each claim as ``claim_for_worker`` makes
+        it."""
+        if not execution_ids:
+            return {}
+        params = _claim_parameters(owner, ids=list(execution_ids))
+        names, rows = sql.execute_named_rows(sql.CLAIM_AHEAD, params)
+        claims = (_worker_claim(names, values) for values in rows)
+        return {claim.owned.execution_id: claim for claim in claims}
 
     def checkpoint(
         self, execution_id: uuid.UUID, fence: int, batch: JournalBatch, *, new_step: bool
@@ -476,3 +459,39 @@ def atomic_owner(execution_id: uuid.UUID, fence: int) -> str:
     ``execution_id`` under ``fence`` (at most 63 characters, as PostgreSQL keeps)."""
     # Safe inside a quoted SQL literal: a UUID's text and an int.
     return f"reactor-atomic {uuid.UUID(str(execution_id))} {int(fence)}"
+
+
+def _claim_parameters(owner: str, **runs: Any) -> dict[str, Any]:
+    """The parameters of a worker's claim (``sql.CLAIM_FOR_WORKER``, ``sql.CLAIM_AHEAD``)."""
+    return {
+        "owner": owner,
+        "lease": reactor_settings.LEASE_SECONDS,
+        "statuses": list(MOVING_STATUSES),  # claims.RESUMABLE
+        **runs,
+    }
+
+
+def _worker_claim(names: list[str], values: Sequence[Any]) -> WorkerClaim:
+    """The claim a row returned by a worker's claim statement stands for."""
+    columns = dict(zip(names, values, strict=True))
+    steps, seq, shape, pause, taken_over = (
+        columns.pop("claimed_steps"),
+        columns.pop("claimed_last_seq"),
+        columns.pop("claimed_shape"),
+        columns.pop("claimed_pause"),
+        columns.pop("claimed_taken_over"),
+    )
+    row = _execution_from_columns(columns)
+    records = run_records(
+        row,
+        steps=[RecordedStep(**item) for item in _json(steps)],
+        seq=int(seq),
+        taken_over=bool(taken_over),
+    )
+    return WorkerClaim(
+        Owned(row.id, row.fence, route_of_row(row)),
+        row,
+        records,
+        _json(shape),
+        pause_request(_json(pause)),
+    )
