@@ -94,11 +94,16 @@ def setup_django() -> None:
 
 
 def empty_queue() -> None:
+    empty_queue_named(QUEUE)
+
+
+def empty_queue_named(queue: str) -> None:
+    """Empty the Redis broker's queue ``queue`` (and the messages held unacknowledged)."""
     import redis
 
     client = redis.Redis.from_url(f"{REDIS_SERVER}/{BROKER_DB}")
     try:
-        client.delete(QUEUE, "unacked", "unacked_index")
+        client.delete(queue, "unacked", "unacked_index")
     finally:
         client.close()
 

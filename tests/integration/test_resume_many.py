@@ -106,7 +106,8 @@ def test_a_run_that_raises_is_logged_and_the_batch_goes_on(
 
     monkeypatch.setattr(workers, "_resume_here", broken)
     services.resume_many([first, second])
-    assert "resuming execution" in caplog.text and "the engine broke" in caplog.text
+    assert "resuming execution" in caplog.text
+    assert "the engine broke" in caplog.text
     assert Execution.objects.get(pk=second).status == ExecutionStatus.COMPLETED
 
 
@@ -146,9 +147,7 @@ class WaitsForTheLease(Step):
             if timezone.now() > max(claimed_until.values()) + dt.timedelta(seconds=0.5):
                 break
             threading.Event().wait(0.05)  # bounded: the condition is the clock passing
-        self.refused.extend(
-            store.claim_for_worker(pk, "intruder:2:late") for pk in self.behind
-        )
+        self.refused.extend(store.claim_for_worker(pk, "intruder:2:late") for pk in self.behind)
         self.checked.set()
         return "done"
 
