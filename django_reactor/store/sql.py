@@ -616,18 +616,41 @@ def raised_key_full(exc: BaseException) -> bool:
     return KEY_FULL in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))
 
 
-@functools.cache
+def literal(value: Any) -> str | None:
+    """The SQL literal written into a statement's text for ``value`` instead of a parameter,
+    when it is one of the few values most columns of a new run hold (NULL, false, true, 0,
+    ''); None for any other value."""
+    if value is None:
+        return "NULL"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int) and value == 0:
+        return "0"
+    if isinstance(value, str) and value == "":
+        return "''"
+    return None
+
+
+@functools.lru_cache(maxsize=256)
 def insert_all(
     events: int,
     with_dispatch: bool,
     with_definition: bool = False,
     attributes: int = 0,
     hold_key: bool = False,
+    literals: tuple[str | None, ...] = (),
 ) -> str:
     """A new run's one statement: its execution row, first events, dispatch, (unless kept
     already) its definition and its ``attributes`` (a key and a value each, with the run's
     creation time), each a data-modifying CTE; parameters in that order. ``hold_key``: the
-    row's concurrency key is :data:`HOLD_KEY`'s (its three parameters in the key's place)."""
+    row's concurrency key is :data:`HOLD_KEY`'s (its three parameters in the key's place).
+
+    ``literals``: for each column of the rows in that order, the literal written in its place
+    (:func:`literal`), or None for a parameter. Most of a new run's columns are empty: written
+    as literals, the statement keeps under psycopg's 50 parameters, above which it parses the
+    statement's text again for every run, and adapts fewer values."""
     connection = connections[using()]
     models_named: list[tuple[type[models.Model], str]] = []
     if with_definition:
@@ -637,13 +660,17 @@ def insert_all(
     if with_dispatch:
         models_named.append((Dispatch, "dp"))
     parts = []
+    written = iter(literals)
     for model, name in models_named:
         fields = insert_fields(model)
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
-        marks = ", ".join(
-            HOLD_KEY if hold_key and name == "ex" and f.name == "concurrency_key" else "%s"
-            for f in fields
-        )
+        marks = []
+        for f in fields:
+            inline = next(written, None)
+            if hold_key and name == "ex" and f.name == "concurrency_key":
+                marks.append(HOLD_KEY)
+            else:
+                marks.append("%s" if inline is None else inline)
         returning = " RETURNING id" if name == "dp" else ""
         if name == "ex" and attributes:
             returning = " RETURNING id, created_at"
@@ -651,7 +678,8 @@ def insert_all(
         conflict = " ON CONFLICT DO NOTHING" if name == "df" else ""
         table = model._meta.db_table
         parts.append(
-            f"{name} AS (INSERT INTO {table} ({columns}) VALUES ({marks}){conflict}{returning})"
+            f"{name} AS (INSERT INTO {table} ({columns}) VALUES ({', '.join(marks)})"
+            f"{conflict}{returning})"
         )
     if attributes:
         parts.append(INSERT_ATTRIBUTES.format(name="at", rows=attribute_rows(attributes), on=""))

@@ -397,22 +397,29 @@ def _insert_all(
     if dispatch is not None:
         queued = Dispatch(execution_id=execution.id, reason=dispatch)
         rows.append(queued)
+    params = []
+    literals: list[str | None] = []
+    for obj in rows:
+        for f in sql.insert_fields(type(obj)):
+            if hold_limit is not None and obj is execution and f.name == "concurrency_key":
+                params += [execution.reactor, execution.concurrency_key, hold_limit]
+                literals.append(None)
+                continue
+            value = f.get_db_prep_save(f.pre_save(obj, True), connection)
+            inline = sql.literal(value)
+            literals.append(inline)
+            if inline is None:
+                params.append(value)
+    for key, value in attributes.items():
+        params += [key, value]
     statement = sql.insert_all(
         len(events),
         queued is not None,
         definition is not None,
         len(attributes),
         hold_key=hold_limit is not None,
+        literals=tuple(literals),
     )
-    params = []
-    for obj in rows:
-        for f in sql.insert_fields(type(obj)):
-            if hold_limit is not None and obj is execution and f.name == "concurrency_key":
-                params += [execution.reactor, execution.concurrency_key, hold_limit]
-            else:
-                params.append(f.get_db_prep_save(f.pre_save(obj, True), connection))
-    for key, value in attributes.items():
-        params += [key, value]
     returned = sql.execute(statement, params)
     if queued is not None:
         assert returned is not None
