@@ -38,8 +38,9 @@ from .sql import (
 )
 
 
-class RecordWrite(enum.Enum):
-    """How the statement writes the step's record."""
+class RecordWrite(enum.StrEnum):
+    """How the statement writes the step's record (a string enum: hashed as its text, in C,
+    where the statement's text is looked up by shape)."""
 
     #: Update the step's record if it has one (a retried step), else insert it.
     REPLACE = "replace"
