@@ -193,7 +193,8 @@ class PlainStep(Construct):
 
     def finish(self, run: RunContext, spec: StepSpec) -> None:
         """An atomic step's transaction that no record joined is rolled back."""
-        run.drop_held()
+        if spec.atomic:  # only an atomic step's actions hold a transaction
+            run.drop_held()
 
     def rollback(
         self,
