@@ -58,7 +58,9 @@ class Setting(Generic[T]):
         if instance is None:
             return self
         try:
-            return cast(T, instance._cache[self.name])
+            # Each value was coerced to T when cached. (No typing.cast: a call of its own, and
+            # settings are read on every statement.)
+            return instance._cache[self.name]  # type: ignore[return-value]
         except KeyError:
             value = self.coerce(instance.user_settings.get(self.name, self.default))
             instance._cache[self.name] = value

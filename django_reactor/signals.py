@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-from .engine.observers import CoordinationEvent, RunEvent, RunObserver, StepEvent
+from .engine.observers import NOTIFICATIONS, CoordinationEvent, RunEvent, RunObserver, StepEvent
 
 execution_started = Signal()
 execution_resumed = Signal()
@@ -43,6 +43,10 @@ class SignalObserver(RunObserver):
 
     def __init__(self, sender: type) -> None:
         self.sender = sender
+
+    def listens(self, notification: str) -> bool:
+        """While the notification's signal has receivers."""
+        return bool(_SIGNALS[notification].receivers)
 
     def _send(self, signal: Signal, event: object) -> None:
         if signal.receivers:
@@ -98,3 +102,7 @@ class SignalObserver(RunObserver):
 
     def coordination_acquired(self, event: CoordinationEvent) -> None:
         self._send(coordination_acquired, event)
+
+
+#: Each notification's signal (of the same name), by the notification's name.
+_SIGNALS: dict[str, Signal] = {name: globals()[name] for name in NOTIFICATIONS}

@@ -73,9 +73,9 @@ from .validation import summarise_errors, validate
 __all__ = ["INTERRUPTIONS", "Executor", "PendingCompensation", "RunState", "UndoEntry", "utcnow"]
 
 
-def utcnow() -> dt.datetime:
-    """The current time, timezone-aware (UTC): the executor's default clock."""
-    return dt.datetime.now(dt.UTC)
+#: The current time, timezone-aware (UTC): the executor's default clock. A partial of the
+#: C function rather than a function of ours: a step reads the clock at least twice.
+utcnow: Callable[[], dt.datetime] = functools.partial(dt.datetime.now, dt.UTC)
 
 
 class Executor(RunRecorder):
@@ -417,11 +417,13 @@ class Executor(RunRecorder):
 
     def _run_step(self, spec: StepSpec) -> Outcome | None:
         started_at = self.clock()
-        for name in sorted(spec.depends_on & self.state.units):
-            unit = self.definition.step(name)
-            waiting = construct_for(unit).settle(self, unit, spec, started_at)
-            if waiting is not None:
-                return self._conclude(spec, waiting, {}, started_at)
+        units = self.state.units
+        if units:
+            for name in sorted(spec.depends_on & units):
+                unit = self.definition.step(name)
+                waiting = construct_for(unit).settle(self, unit, spec, started_at)
+                if waiting is not None:
+                    return self._conclude(spec, waiting, {}, started_at)
         arguments = self.arguments(spec)
         if isinstance(arguments, StepFailed):
             return self._conclude(spec, arguments, arguments.arguments or {}, started_at)

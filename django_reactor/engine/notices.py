@@ -155,7 +155,8 @@ class Notices:
     def step_event(
         self, step: str, status: str, attempt: int, **fields: Unpack[StepFields]
     ) -> StepEvent:
-        """What the observers are told about a step."""
+        """What the observers are told about a step (built only when one of them listens:
+        :meth:`~.observers.RunObserver.listens`)."""
         if "error" in fields:
             fields["error"] = summarise(fields["error"])
         return StepEvent(
@@ -168,18 +169,18 @@ class Notices:
         )
 
     def step_started(self, step: str, attempt: int) -> None:
-        if self.observer is not None:
+        if self.observer is not None and self.observer.listens("step_started"):
             self.observer.step_started(self.step_event(step, "running", attempt))
 
     def step_completed(self, step: str, status: str, attempt: int, duration_ms: float) -> None:
-        if self.observer is not None:
+        if self.observer is not None and self.observer.listens("step_completed"):
             self.observer.step_completed(
                 self.step_event(step, status, attempt, duration_ms=duration_ms)
             )
 
     def step_failed(self, step: str, error: ErrorInfo, attempts: int) -> None:
         """``step`` failed (recorded) with ``error``."""
-        if self.observer is not None:
+        if self.observer is not None and self.observer.listens("step_failed"):
             self.observer.step_failed(
                 self.step_event(
                     step,
@@ -200,7 +201,7 @@ class Notices:
         error_class: str | None,
         delay: float,
     ) -> None:
-        if self.observer is not None:
+        if self.observer is not None and self.observer.listens("step_retried"):
             self.observer.step_retried(
                 self.step_event(
                     step,
@@ -222,7 +223,8 @@ class Notices:
         failure: RollbackFailure | None,
     ) -> None:
         """A step was undone or compensated (or could not be)."""
-        if self.observer is None:
+        name = "step_undone" if action == "undo" else "step_compensated"
+        if self.observer is None or not self.observer.listens(name):
             return
         event = self.step_event(
             step,
@@ -232,7 +234,7 @@ class Notices:
             error=failure.message if failure is not None else None,
             error_class=failure.exception_class if failure is not None else None,
         )
-        if action == "undo":
+        if name == "step_undone":
             self.observer.step_undone(event)
         else:
             self.observer.step_compensated(event)

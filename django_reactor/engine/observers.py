@@ -111,6 +111,13 @@ def summarise(message: object) -> str | None:
 class RunObserver:
     """Receives a run's lifecycle notifications. Every method does nothing: override some."""
 
+    def listens(self, notification: str) -> bool:
+        """Whether the notification named ``notification`` (``"step_completed"``, ...), which
+        this observer's class overrides, would do anything now: the run builds a step's event
+        only when one of its observers listens. True unless a subclass knows better (the
+        signals' observer listens while the signal has receivers)."""
+        return True
+
     def execution_started(self, event: RunEvent) -> None:
         """A new run starts its first step in this process."""
 
@@ -192,15 +199,33 @@ class CompositeObserver(RunObserver):
         # Per notification, only the observers that override it (the no-ops cost nothing),
         # bound the first time the notification is sent: a run sends few of the many.
         self._targets: dict[str, tuple[MethodType, ...]] = {}
+        # The observers those methods are of, by notification.
+        self._listeners: dict[str, tuple[RunObserver, ...]] = {}
+
+    def _bind(self, name: str) -> tuple[MethodType, ...]:
+        listeners = tuple(o for o in self.observers if name in _overridden(type(o)))
+        self._listeners[name] = listeners
+        targets = self._targets[name] = tuple(getattr(o, name) for o in listeners)
+        return targets
+
+    def listens(self, notification: str) -> bool:
+        """Whether one of the observers listens (see :meth:`RunObserver.listens`)."""
+        listeners = self._listeners.get(notification)
+        if listeners is None:
+            self._bind(notification)
+            listeners = self._listeners[notification]
+        for observer in listeners:
+            try:
+                if observer.listens(notification):
+                    return True
+            except Exception:  # told anyway: the notification itself logs what it raises
+                return True
+        return False
 
     def _notify(self, name: str, event: Notification) -> None:
         targets = self._targets.get(name)
         if targets is None:
-            targets = self._targets[name] = tuple(
-                getattr(observer, name)
-                for observer in self.observers
-                if name in _overridden(type(observer))
-            )
+            targets = self._bind(name)
         for method in targets:
             try:
                 method(event)

@@ -143,10 +143,12 @@ class RunRecorder:
                 left = max((deadline - self.clock()).total_seconds(), 0.0)
                 batch.wake_after = min(batch.wake_after, left)
                 batch.dispatch_delay = min(batch.dispatch_delay, left)
-            transaction: StepTransaction | None = getattr(self._held, "transaction", None)
-            self._held.transaction = None
+            held = self._held
+            transaction: StepTransaction | None = getattr(held, "transaction", None)
+            if transaction is not None:
+                held.transaction = None
         if transaction is None:
-            write = getattr(self._held, "write", None)  # a lane's writes go through the run's
+            write = getattr(held, "write", None)  # a lane's writes go through the run's
             if write is not None:
                 return write(batch)
             cancel = self.journal.commit(batch)

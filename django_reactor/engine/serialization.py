@@ -93,7 +93,7 @@ def _encode(value: object, depth: int) -> JSONValue:
     if isinstance(value, str):
         _check_text(value)
         return value
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int):  # not a bool: True and False were returned above
         if value.bit_length() > _SHORT_INT_BITS:
             _check_int(value)
         return value

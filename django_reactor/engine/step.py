@@ -6,8 +6,7 @@ import hashlib
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -24,6 +23,7 @@ from ..exceptions import (
     ResultNotSerializable,
 )
 from .attributes import MAX_ATTRIBUTES, canonical, check_key
+from .outcomes import Failure, Halt, Skip, Success
 from .patches import Patches, check_name
 from .retry import Retry
 from .serialization import encode, safe_repr
@@ -202,7 +202,7 @@ class StepContext:
     def should_stop(self) -> bool:
         """Whether this attempt was abandoned (it ran past its timeout or its heartbeat
         timeout): a long body checks it and returns early, since its result is not used."""
-        return self.watch is not None and self.watch.abandoned.is_set()
+        return self.watch is not None and self.watch.abandoned
 
 
 def _key(execution_id: UUID | None, step: str, action: str) -> str:
@@ -241,14 +241,27 @@ def refuse_in_atomic_step(what: str, why: str) -> None:
     )
 
 
-@contextmanager
-def acting(context: StepContext) -> Iterator[None]:
+class acting:
     """Make ``context`` what :func:`step_context` returns while the block runs."""
-    token = _current.set(context)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+
+    # A class rather than a generator: it is entered around every action of every step.
+    __slots__ = ("context", "token")
+
+    def __init__(self, context: StepContext) -> None:
+        self.context = context
+
+    def __enter__(self) -> None:
+        self.token = _current.set(self.context)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self.token)
+
+
+#: What step bodies return most often, of types that are never awaitable: told apart without
+#: ``inspect.isawaitable`` (whose ``Awaitable`` check goes through the ABC machinery).
+_NEVER_AWAITABLE = frozenset(
+    {type(None), bool, int, float, str, dict, list, tuple, Success, Skip, Halt, Failure}
+)
 
 
 def awaited(returned: object) -> object:
@@ -261,7 +274,7 @@ def awaited(returned: object) -> object:
     they use the worker's connection and, in an atomic step, its transaction. The step's
     context (``self.context``, ``step_context()``) is the body's too.
     """
-    if not inspect.isawaitable(returned):
+    if type(returned) in _NEVER_AWAITABLE or not inspect.isawaitable(returned):
         return returned
 
     async def body() -> object:

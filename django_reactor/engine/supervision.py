@@ -45,7 +45,9 @@ class Watch:
         self.journal = journal
         self.step = step
         self.last = time.monotonic()
-        self.abandoned = threading.Event()
+        # Set once, by the watching thread; the body's thread reads it (should_stop). A flag,
+        # not a threading.Event: every attempt of every step has a watch, few are ever watched.
+        self.abandoned = False
         self.beats = threading.Lock()
 
     def beat(self, details: object) -> None:
@@ -109,7 +111,7 @@ def supervised(
             break
         now = time.monotonic()
         if timeout is not None and now - started >= timeout:
-            watch.abandoned.set()
+            watch.abandoned = True
             raise StepTimedOut(
                 f"step {watch.step!r} ran longer than its timeout ({timeout:g} s); the attempt "
                 "was abandoned (its body may still be running: it can check "
@@ -119,7 +121,7 @@ def supervised(
             with watch.beats:
                 silent = now - watch.last
             if silent >= heartbeat_timeout:
-                watch.abandoned.set()
+                watch.abandoned = True
                 raise StepTimedOut(
                     f"step {watch.step!r} sent no heartbeat for {silent:.1f} s, longer than its "
                     f"heartbeat_timeout ({heartbeat_timeout:g} s); the attempt counts as lost "

@@ -33,34 +33,42 @@ def parse_path(path: str | Sequence[str | int] | None) -> Path:
     return tuple(parts)
 
 
-def dig(value: object, path: Path, *, what: str) -> object:
-    """Follow ``path`` into ``value``; raise ArgumentResolutionError naming the failing key.
+def dig(value: object, path: Path, *, what: Callable[[], str]) -> object:
+    """Follow ``path`` into ``value``; raise ArgumentResolutionError naming the failing key
+    (and the value, as ``what()`` describes it: asked only then).
 
     Mappings are read by key, sequences by index, other objects by public attribute.
     """
     current = value
     for depth, key in enumerate(path):
-        where = ".".join(path[: depth + 1])
         if isinstance(current, Mapping):
             if key not in current:
                 available = ", ".join(sorted(map(str, current))) or "nothing"
-                raise ArgumentResolutionError(f"{what} has no key {where!r} (it has: {available})")
+                raise ArgumentResolutionError(
+                    f"{what()} has no key {_prefix(path, depth)!r} (it has: {available})"
+                )
             current = current[key]
         elif isinstance(current, Sequence) and not isinstance(current, str | bytes):
             try:
                 current = current[int(key)]
             except (ValueError, IndexError):
                 raise ArgumentResolutionError(
-                    f"{what}: {where!r} is not a valid index into a list of {len(current)}"
+                    f"{what()}: {_prefix(path, depth)!r} is not a valid index into a list of "
+                    f"{len(current)}"
                 ) from None
         elif not key.startswith("_") and hasattr(current, key):
             # An object (a model instance a map element runs for): its public attribute.
             current = getattr(current, key)
         else:
             raise ArgumentResolutionError(
-                f"{what}: cannot look up {where!r} in a {type(current).__name__}"
+                f"{what()}: cannot look up {_prefix(path, depth)!r} in a {type(current).__name__}"
             )
     return current
+
+
+def _prefix(path: Path, depth: int) -> str:
+    """The dotted path down to the key at ``depth``, for an error."""
+    return ".".join(path[: depth + 1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +90,9 @@ class Template:
         raise NotImplementedError
 
     def resolve(self, scope: ResolutionScope) -> object:
-        value = dig(self.lookup(scope), self.path, what=self.describe())
+        value = self.lookup(scope)
+        if self.path:
+            value = dig(value, self.path, what=self.describe)
         if self.transform is not None:
             try:
                 value = self.transform(value)

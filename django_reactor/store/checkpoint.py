@@ -185,7 +185,10 @@ class DatabaseJournal:
                 f"execution {self.execution_id} is no longer owned by this process "
                 f"(fence {self.fence} was superseded); stopping without writing"
             )
-        return _asked(row[0], row[1]) or pause_request(row[2])
+        cancel_requested_at, reason, pause = row
+        if cancel_requested_at is not None:
+            return _asked(cancel_requested_at, reason)
+        return pause_request(pause) if pause else None
 
     # -- any database: the ORM ---------------------------------------------------------------------
 

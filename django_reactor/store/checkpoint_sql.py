@@ -37,9 +37,14 @@ from .sql import (
     attribute_rows,
 )
 
+#: ``json.dumps`` with its defaults (its encoder, without its frame): a checkpoint encodes
+#: its step's arguments and result, its events' data, the run's result or failure.
+_json = json.JSONEncoder().encode
 
-class RecordWrite(enum.Enum):
-    """How the statement writes the step's record."""
+
+class RecordWrite(enum.StrEnum):
+    """How the statement writes the step's record (a string enum: hashed as its text, in C,
+    where the statement's text is looked up by shape)."""
 
     #: Update the step's record if it has one (a retried step), else insert it.
     REPLACE = "replace"
@@ -166,21 +171,26 @@ def statement(
         params += _rollback_values(batch.rollback)
     for event in events:
         params += _event_values(event)
-    changed = batch.attributes or {}
-    removed = [key for key, value in changed.items() if value is None]
-    for key, value in changed.items():
-        if value is not None:
-            params += [key, value]
-    if removed:
-        params.append(removed)
-    shape = (
+    attributes_set = 0
+    removed: list[str] = []
+    if batch.attributes:
+        for key, value in batch.attributes.items():
+            if value is None:
+                removed.append(key)
+            else:
+                params += [key, value]
+                attributes_set += 1
+        if removed:
+            params.append(removed)
+    text = _text(
+        sets,
         record if step is not None else None,
         batch.rollback is not None,
         len(events),
-        len(changed) - len(removed),
+        attributes_set,
         bool(removed),
     )
-    return _text(sets, *shape), params
+    return text, params
 
 
 @functools.lru_cache(maxsize=1024)
@@ -239,10 +249,10 @@ def _run_changes(batch: JournalBatch, now: dt.datetime) -> tuple[tuple[str, ...]
         params.append(str(batch.status))
     if batch.result is not UNSET:
         sets.append("result = %s::jsonb")
-        params.append(json.dumps(batch.result))
+        params.append(_json(batch.result))
     if batch.failure is not UNSET:
         sets.append("failure = %s::jsonb")
-        params.append(None if batch.failure is None else json.dumps(batch.failure))
+        params.append(None if batch.failure is None else _json(batch.failure))
     return tuple(sets), params
 
 
@@ -253,10 +263,10 @@ def _step_values(step: StepWrite, entry: Event | None) -> list[Any]:
         str(step.status),
         step.seq,
         step.attempts,
-        json.dumps(step.arguments) if step.arguments else "{}",
-        json.dumps([list(p) for p in step.secret_arguments]) if step.secret_arguments else "[]",
-        json.dumps(step.result),
-        None if step.error is None else json.dumps(step.error),
+        _json(step.arguments) if step.arguments else "{}",
+        _json([list(p) for p in step.secret_arguments]) if step.secret_arguments else "[]",
+        _json(step.result),
+        None if step.error is None else _json(step.error),
         step.compensable,
         step.started_at,
         step.finished_at,
@@ -268,11 +278,11 @@ def _step_values(step: StepWrite, entry: Event | None) -> list[Any]:
 def _rollback_values(rollback: RollbackWrite) -> list[Any]:
     return [
         str(rollback.status),
-        None if rollback.error is None else json.dumps(rollback.error),
+        None if rollback.error is None else _json(rollback.error),
         rollback.at,
         rollback.step,
     ]
 
 
 def _event_values(e: Event) -> list[Any]:
-    return [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, json.dumps(e.data)]
+    return [e.seq, str(e.kind), e.step, e.attempt, e.at, e.duration_ms, _json(e.data)]

@@ -784,10 +784,11 @@ def _cursor_of(connection: Any, raw: Any) -> Any:
     Django connection for its next statement: a cursor costs as much Python to make and close
     as a checkpoint spends building its parameters. A new connection gets a new cursor."""
     kept = getattr(connection, "_reactor_cursor", None)
-    if kept is not None and kept.connection is raw and not kept.closed:
-        return kept
+    # Kept with its psycopg connection: compared without a property call per statement.
+    if kept is not None and kept[0] is raw and not kept[1].closed:
+        return kept[1]
     cursor = psycopg.Cursor(raw)
-    connection._reactor_cursor = cursor
+    connection._reactor_cursor = (raw, cursor)
     return cursor
 
 

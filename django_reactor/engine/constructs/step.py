@@ -82,7 +82,7 @@ class PlainStep(Construct):
                 started_at=started_at,
             )
 
-        losses = ConnectionLosses()
+        losses: ConnectionLosses | None = None  # made at the first failure: most steps have none
         while True:
             attempt += 1
             context = run.context(spec, "run", attempt)
@@ -145,6 +145,8 @@ class PlainStep(Construct):
 
             assert isinstance(outcome, Failure)
             if exc is not None:
+                if losses is None:
+                    losses = ConnectionLosses()
                 try:
                     if losses.recovered(run, spec, "run", exc, attempt):
                         attempt -= 1  # abandoned, not failed: the same attempt runs again
@@ -191,7 +193,8 @@ class PlainStep(Construct):
 
     def finish(self, run: RunContext, spec: StepSpec) -> None:
         """An atomic step's transaction that no record joined is rolled back."""
-        run.drop_held()
+        if spec.atomic:  # only an atomic step's actions hold a transaction
+            run.drop_held()
 
     def rollback(
         self,

@@ -208,6 +208,32 @@ def test_a_lone_raising_observer_cannot_break_a_run(caplog: pytest.LogCaptureFix
     assert len(caplog.records) == 2
 
 
+def test_a_steps_event_is_built_only_for_an_observer_that_listens() -> None:
+    class Chain(Reactor):
+        a = step(Ok)
+
+    class Deaf(Recorder):
+        def listens(self, notification: str) -> bool:
+            return notification.startswith("execution_")
+
+    class Unsure(Recorder):
+        def listens(self, notification: str) -> bool:
+            raise RuntimeError("observer bug")
+
+    deaf, unsure = Deaf(), Unsure()
+    assert run(Chain, CompositeObserver([deaf])).ok
+    assert [c[0] for c in deaf.calls] == ["execution_started", "execution_completed"]
+    # An observer whose listens() raises is told all the same.
+    assert run(Chain, CompositeObserver([deaf, unsure])).ok
+    assert [c[0] for c in unsure.calls] == [
+        "execution_started",
+        "step_started",
+        "step_completed",
+        "execution_completed",
+    ]
+    assert not CompositeObserver([Raising()]).listens("step_started")  # not overridden
+
+
 def test_no_observer_is_the_default() -> None:
     class Chain(Reactor):
         a = step(Ok)
