@@ -197,7 +197,7 @@ def publish_operation_on_commit(operation_id: uuid.UUID) -> None:
 def mark_taken(*, execution_id: uuid.UUID | None = None, map_id: uuid.UUID | None = None) -> None:
     """A task took its work: the run's (or the map's) unsent dispatches are sent, and the
     sweeper leaves them. On PostgreSQL the claims do this in their own statement
-    (``sql.CLAIM_FOR_WORKER``, ``sql.CLAIM_CHUNK``)."""
+    (``claim_sql.CLAIM_FOR_WORKER``, ``sql.CLAIM_CHUNK``)."""
     unsent = Dispatch.objects.using(using()).filter(sent_at__isnull=True)
     if map_id is not None:
         unsent = unsent.filter(map_run_id=map_id)

@@ -23,7 +23,7 @@ from ...conf import reactor_settings
 from ...engine.journal import JournalBatch, RecordedStep
 from ...models import STEP_RECORD_UNIQUE, Definition, Dispatch, Execution, ExecutionEvent
 from ...states import MOVING_STATUSES, TERMINAL_STATUSES
-from .. import checkpoint_sql, map_sql, sql
+from .. import checkpoint_sql, claim_sql, map_sql, sql
 from ..checkpoint_sql import RecordWrite
 from ..db import using
 from ..map_reads import ChunkClaim, Settled, SlotWrite
@@ -103,16 +103,16 @@ class PostgreSQL(Dialect):
         return not connections[using()].in_atomic_block
 
     def claim_for_worker(self, execution_id: uuid.UUID, owner: str) -> WorkerClaim | None:
-        """In one statement (``sql.CLAIM_FOR_WORKER``), which also returns the run's step
+        """In one statement (``claim_sql.CLAIM_FOR_WORKER``), which also returns the run's step
         records, last trace sequence number and definition shape (its ``claimed_*``
         columns): resuming costs one round trip."""
         params = _claim_parameters(owner, id=execution_id)
         # Prepared like the checkpoint: planning this statement costs more than running it.
-        names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
+        names, values = sql.execute_named(claim_sql.CLAIM_FOR_WORKER, params)
         if values is None:
             # Not claimable, or the row changed while the claim waited for its lock (see
-            # ``sql.CLAIM_FOR_WORKER``): once more, seeing that change.
-            names, values = sql.execute_named(sql.CLAIM_FOR_WORKER, params)
+            # ``claim_sql.CLAIM_FOR_WORKER``): once more, seeing that change.
+            names, values = sql.execute_named(claim_sql.CLAIM_FOR_WORKER, params)
         if values is None:
             return None
         return _worker_claim(names, values)
@@ -120,12 +120,12 @@ class PostgreSQL(Dialect):
     def claim_ahead(
         self, execution_ids: Sequence[uuid.UUID], owner: str
     ) -> dict[uuid.UUID, WorkerClaim]:
-        """In one statement (``sql.CLAIM_AHEAD``), each claim as ``claim_for_worker`` makes
+        """In one statement (``claim_sql.CLAIM_AHEAD``), each claim as ``claim_for_worker`` makes
         it."""
         if not execution_ids:
             return {}
         params = _claim_parameters(owner, ids=list(execution_ids))
-        names, rows = sql.execute_named_rows(sql.CLAIM_AHEAD, params)
+        names, rows = sql.execute_named_rows(claim_sql.CLAIM_AHEAD, params)
         claims = (_worker_claim(names, values) for values in rows)
         return {claim.owned.execution_id: claim for claim in claims}
 
@@ -469,7 +469,8 @@ def atomic_owner(execution_id: uuid.UUID, fence: int) -> str:
 
 
 def _claim_parameters(owner: str, **runs: Any) -> dict[str, Any]:
-    """The parameters of a worker's claim (``sql.CLAIM_FOR_WORKER``, ``sql.CLAIM_AHEAD``)."""
+    """The parameters of a worker's claim (``claim_sql.CLAIM_FOR_WORKER``,
+    ``claim_sql.CLAIM_AHEAD``)."""
     return {
         "owner": owner,
         "lease": reactor_settings.LEASE_SECONDS,
