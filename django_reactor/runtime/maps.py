@@ -31,12 +31,11 @@ from ..engine.constructs.map import (
     MapSpec,
     MapStopped,
 )
-from ..engine.context import Reconnect
 from ..engine.elements import (
     ElementOutcome,
+    ElementRunner,
     element_id,
     rollback_element,
-    run_element,
     running_element,
 )
 from ..engine.outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
@@ -635,8 +634,13 @@ def _run_chunk(
     writes: list[store.maps.SlotWrite] = []
     failures = 0
     checked = time.monotonic()
-    max_delay = reactor_settings.MAX_INLINE_RETRY_DELAY
-    recovers = reconnect()  # read once per chunk, as the retry cap: elements are many
+    # Built once per chunk (the retry cap and reconnect read once): elements are many.
+    runner = ElementRunner(
+        spec.element_definition,
+        map_id,
+        max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
+        reconnect=reconnect(),
+    )
     for slot in claimed:
         now = time.monotonic()
         if not stop and now - checked > STOP_CHECK_INTERVAL:
@@ -657,9 +661,7 @@ def _run_chunk(
         if stop:
             writes.append(store.maps.SlotWrite(slot.index, ElementStatus.NOT_STARTED))
             continue
-        identity = element_id(map_id, slot.index)
-        with running_element(map_id, slot.index):
-            outcome = _run_one(spec, shared, items[slot.index], max_delay, recovers, identity)
+        outcome = _run_one(spec, shared, items[slot.index], runner, slot.index)
         writes.append(
             store.maps.SlotWrite(
                 slot.index,
@@ -681,12 +683,7 @@ def _run_chunk(
 
 
 def _run_one(
-    spec: MapSpec,
-    shared: Mapping[str, object],
-    item: object,
-    max_delay: float,
-    recovers: Reconnect | None,
-    identity: uuid.UUID,
+    spec: MapSpec, shared: Mapping[str, object], item: object, runner: ElementRunner, index: int
 ) -> ElementOutcome:
     if isinstance(item, _Missing):
         return _failed(
@@ -696,13 +693,7 @@ def _run_one(
         inputs = spec.element_inputs(shared, item)
     except ArgumentResolutionError as exc:
         return _failed(f"the element's arguments could not be resolved: {exc}", ErrorKind.ARGUMENT)
-    return run_element(
-        spec.element_definition,
-        inputs,
-        identity=identity,
-        max_retry_delay=max_delay,
-        reconnect=recovers,
-    )
+    return runner.run_at(index, inputs)
 
 
 def _failed(message: str, kind: str) -> ElementOutcome:
