@@ -127,7 +127,13 @@ def _settle_all(map_id: uuid.UUID, barrier: Any, out: Any) -> None:
     while claim is not None:
         writes = [store_maps.SlotWrite(s.index, "succeeded", value=s.item) for s in claim.slots]
         _, (claim, _) = store_maps.settle(
-            map_id, claim.chunk, writes, tolerated=None, token=token, claim_next=True
+            map_id,
+            claim.chunk,
+            writes,
+            tolerated=None,
+            token=token,
+            claim_next=True,
+            retaken=claim.retaken,
         )
         chunks += 1
     out.put((chunks, time.perf_counter() - started))
@@ -200,7 +206,13 @@ def server_cpu(elements: int, rounds: int) -> None:
         while claim is not None:
             writes = [store_maps.SlotWrite(s.index, "succeeded", value=s.item) for s in claim.slots]
             _, (claim, _) = store_maps.settle(
-                map_id, claim.chunk, writes, tolerated=None, token=token, claim_next=True
+                map_id,
+                claim.chunk,
+                writes,
+                tolerated=None,
+                token=token,
+                claim_next=True,
+                retaken=claim.retaken,
             )
             settles += 1
         per_map.append((_backend_cpu(pid) - before) / settles)

@@ -543,10 +543,18 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
                 writes = _run_chunk(map_id, spec, shared, claimed, items, allowed, stopped)
             else:
                 writes = _undo_chunk(map_id, spec, shared, claimed, items)
-            chunk = claim.chunk
+            chunk, retaken = claim.chunk, claim.retaken
             try:
                 failed, (claim, stopped) = _settle(
-                    map_id, chunk, writes, forward, tolerated, token, not out_of_time, failed
+                    map_id,
+                    chunk,
+                    writes,
+                    forward,
+                    tolerated,
+                    token,
+                    not out_of_time,
+                    failed,
+                    retaken,
                 )
             except store.CONNECTION_ERRORS:
                 # The elements ran: store their outcomes on a new connection (a settle that did
@@ -555,7 +563,16 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
                 store.refresh_connections()
                 store.reconnecting(
                     functools.partial(
-                        _settle, map_id, chunk, writes, forward, tolerated, token, False, failed
+                        _settle,
+                        map_id,
+                        chunk,
+                        writes,
+                        forward,
+                        tolerated,
+                        token,
+                        False,
+                        failed,
+                        retaken,
                     ),
                     what=f"settling elements of map {map_id}",
                 )
@@ -589,12 +606,19 @@ def _settle(
     token: str,
     claim_next: bool,
     failed: int,
+    retaken: bool,
 ) -> tuple[int, tuple[store.maps.ChunkClaim | None, bool]]:
     """Store a chunk's outcomes (and claim the next chunk in the same transaction): the
-    map's failures so far, and the next chunk."""
+    map's failures so far, and the next chunk (``retaken``: the chunk was claimed before)."""
     if forward:
         settled, following = store.maps.settle(
-            map_id, chunk, writes, tolerated=tolerated, token=token, claim_next=claim_next
+            map_id,
+            chunk,
+            writes,
+            tolerated=tolerated,
+            token=token,
+            claim_next=claim_next,
+            retaken=retaken,
         )
         return settled.failed, following
     _, following = store.maps.settle_rollback(
