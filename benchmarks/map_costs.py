@@ -28,7 +28,9 @@ measured the same way, called directly. Database ``reactor_bench_mapcosts`` (its
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import sys
 import time
 import uuid
@@ -125,7 +127,13 @@ def _settle_all(map_id: uuid.UUID, barrier: Any, out: Any) -> None:
     while claim is not None:
         writes = [store_maps.SlotWrite(s.index, "succeeded", value=s.item) for s in claim.slots]
         _, (claim, _) = store_maps.settle(
-            map_id, claim.chunk, writes, tolerated=None, token=token, claim_next=True
+            map_id,
+            claim.chunk,
+            writes,
+            tolerated=None,
+            token=token,
+            claim_next=True,
+            retaken=claim.retaken,
         )
         chunks += 1
     out.put((chunks, time.perf_counter() - started))
@@ -162,6 +170,68 @@ def contention(elements: int, rounds: int) -> None:
         print(f"chunks/s, two processes: one map {rates[0]:.0f}, a map each {rates[1]:.0f}")
 
 
+def _backend_cpu(pid: int) -> float:
+    """CPU seconds (user and system) the server process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(elements: int, rounds: int) -> None:
+    """The server's CPU per chunk: the backend's own CPU time while this process claims and
+    settles every chunk of a map (no element run), against the durable chunks chord's
+    ``store_chunk`` for as many chunks; medians of ``rounds``. The server must run on this
+    machine (its processes' times are read from /proc)."""
+    import statistics
+
+    from django.db import connection
+
+    from benchmarks import chunks_anchor
+    from benchmarks.map_reactors import DEFAULT, REACTORS
+    from django_reactor.models import MapRun
+    from django_reactor.store import maps as store_maps
+    from django_reactor.testing import run_reactor
+
+    chunks_anchor.create_table()
+    per_map: list[float] = []
+    per_anchor: list[float] = []
+    for _ in range(rounds):
+        result = run_reactor(REACTORS[DEFAULT], {"count": elements}, background="none")
+        map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+        token, settles = uuid.uuid4().hex, 0
+        before = _backend_cpu(pid)
+        claim, _ = store_maps.claim(map_id, forward=True, token=token)
+        while claim is not None:
+            writes = [store_maps.SlotWrite(s.index, "succeeded", value=s.item) for s in claim.slots]
+            _, (claim, _) = store_maps.settle(
+                map_id,
+                claim.chunk,
+                writes,
+                tolerated=None,
+                token=token,
+                claim_next=True,
+                retaken=claim.retaken,
+            )
+            settles += 1
+        per_map.append((_backend_cpu(pid) - before) / settles)
+        chunks_anchor.empty_table()
+        anchor_pid = chunks_anchor.connection().info.backend_pid
+        batch = uuid.uuid4().hex
+        before = _backend_cpu(anchor_pid)
+        for start in range(0, settles * chunks_anchor.CHUNK, chunks_anchor.CHUNK):
+            chunks_anchor.store_chunk(batch, start, start + chunks_anchor.CHUNK)
+        per_anchor.append((_backend_cpu(anchor_pid) - before) / settles)
+    print(
+        f"server CPU per chunk of {DEFAULT[1]} (claim and settle; medians of {rounds}): map "
+        f"{statistics.median(per_map) * 1000:.3f} ms, anchor "
+        f"{statistics.median(per_anchor) * 1000:.3f} ms "
+        f"(map {', '.join(f'{x * 1000:.3f}' for x in per_map)}; "
+        f"anchor {', '.join(f'{x * 1000:.3f}' for x in per_anchor)})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=int, default=10000)
@@ -171,6 +241,21 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         metavar="ROUNDS",
         help="only time two processes settling one map against a map each, ROUNDS times",
+    )
+    parser.add_argument(
+        "--cprofile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="profile the elements phase (the Python of the element task): function calls per "
+        "element and the N functions of most own time",
+    )
+    parser.add_argument(
+        "--server-cpu",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="only measure the server's CPU per chunk settled, against the anchor's, ROUNDS times",
     )
     args = parser.parse_args(argv)
     ensure_database(DATABASE)
@@ -182,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     call_command("migrate", verbosity=0)
     if args.contention:
         contention(args.elements, args.contention)
+        return 0
+    if args.server_cpu:
+        server_cpu(args.elements, args.server_cpu)
         return 0
     from benchmarks import chunks_anchor
     from benchmarks.map_reactors import DEFAULT, REACTORS
@@ -202,8 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         tasks = [target for task, target in queue.pending if task == "map"]
         queue.pending.clear()
         map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+        profiler = cProfile.Profile() if args.cprofile else None
         with queue.capturing(), Phase(probe, "elements") as elements:
+            if profiler is not None:
+                profiler.enable()
             maps.work(map_id, forward=True)
+            if profiler is not None:
+                profiler.disable()
         with queue.capturing(), Phase(probe, "idle task") as idle:
             for _ in tasks[1:]:
                 maps.work(map_id, forward=True)
@@ -234,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         f"(create + elements); anchor {anchor.delta.commits / n:.4f} commits, "
         f"{anchor.delta.db_wal_records / n:.2f} WAL records"
     )
+    if profiler is not None:
+        stats = pstats.Stats(profiler)
+        calls = stats.total_calls  # type: ignore[attr-defined]
+        print(f"elements phase, cProfile: {calls / n:.1f} function calls per element")
+        stats.sort_stats("tottime").print_stats(args.cprofile)
     return 0
 
 

@@ -9,10 +9,11 @@ crash inside a step runs that step again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from hashlib import sha1
 from typing import Any
 from uuid import UUID, uuid5
 
@@ -46,8 +47,6 @@ class ElementOutcome:
     error: JSONObject | None = None
     undo: JSONObject | None = None
     halt_reason: str = ""
-    duration_ms: float = 0.0
-    events: list[JSONObject] = field(default_factory=list)
 
 
 def element_id(map_id: UUID, index: int) -> UUID:
@@ -82,15 +81,143 @@ def current_element() -> RunningElement | None:
     return _current_element.get()
 
 
-@contextmanager
-def running_element(map_id: UUID, index: int) -> Iterator[RunningElement]:
+class _Running:
+    """:func:`running_element`'s block (a class: cheaper than a generator per element)."""
+
+    __slots__ = ("ref", "token")
+
+    def __init__(self, ref: RunningElement) -> None:
+        self.ref = ref
+
+    def __enter__(self) -> RunningElement:
+        self.token = _current_element.set(self.ref)
+        return self.ref
+
+    def __exit__(self, *exc: object) -> None:
+        _current_element.reset(self.token)
+
+
+def running_element(map_id: UUID, index: int) -> AbstractContextManager[RunningElement]:
     """Make element ``index`` of map ``map_id`` :func:`current_element` while the block runs."""
-    ref = RunningElement(map_id, index)
-    token = _current_element.set(ref)
-    try:
-        yield ref
-    finally:
-        _current_element.reset(token)
+    return _Running(RunningElement(map_id, index))
+
+
+class ElementRunner:
+    """Runs elements of one map with its element reactor, one after another.
+
+    What is the same for every element is worked out once, not per element: the steps whose
+    results an undo needs, the identities' namespace, the executor's retry cap and reconnect.
+    """
+
+    __slots__ = (
+        "_namespace",
+        "definition",
+        "map_id",
+        "max_retry_delay",
+        "reconnect",
+        "sleep",
+        "undoing",
+    )
+
+    def __init__(
+        self,
+        definition: ReactorDefinition,
+        map_id: UUID | None = None,
+        *,
+        max_retry_delay: float | None = None,
+        reconnect: Reconnect | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.definition = definition
+        self.map_id = map_id
+        self.max_retry_delay = max_retry_delay
+        self.reconnect = reconnect
+        self.sleep = sleep
+        by_name = definition.by_name
+        #: The element reactor's steps that have an undo.
+        self.undoing = frozenset(
+            name for name, spec in by_name.items() if construct_for(spec).undoes(spec)
+        )
+        # uuid5's hash of the namespace, computed once (element_id gives the same UUIDs).
+        self._namespace = sha1(map_id.bytes, usedforsecurity=False) if map_id is not None else None
+
+    def identity(self, index: int) -> UUID:
+        """:func:`element_id` of element ``index`` of this runner's map."""
+        assert self._namespace is not None, "a runner without a map has no element identities"
+        digest = self._namespace.copy()
+        digest.update(str(index).encode())
+        return UUID(bytes=digest.digest()[:16], version=5)
+
+    def run_at(self, index: int, inputs: Mapping[str, object]) -> ElementOutcome:
+        """Run element ``index`` of this runner's map: its identity, and it is
+        :func:`current_element` while it runs."""
+        assert self.map_id is not None, "a runner without a map has no element indexes"
+        with running_element(self.map_id, index):
+            return self.run(inputs, identity=self.identity(index))
+
+    def run(self, inputs: Mapping[str, object], *, identity: UUID | None = None) -> ElementOutcome:
+        """Run the element reactor on ``inputs``; a failed element has rolled itself back."""
+        definition = self.definition
+        if definition.inputs_serializer is not None:
+            validated, errors = validate(definition.inputs_serializer, inputs)
+            if validated is None:
+                error = ErrorInfo(
+                    kind=ErrorKind.CONTRACT,
+                    message="the element's inputs do not satisfy "
+                    f"{definition.reactor_class.__qualname__}.Inputs: "
+                    f"{summarise_errors(errors)}",
+                    reactor=definition.name,
+                    field_errors=errors or {},
+                    retryable=False,
+                )
+                return ElementOutcome(ElementStatus.FAILED, error=error.to_dict())
+            inputs = validated
+        journal = MemoryJournal(identity)
+        executor = Executor.in_memory(
+            definition,
+            journal,
+            inputs=inputs,
+            max_retry_delay=self.max_retry_delay,
+            reconnect=self.reconnect,
+            sleep=self.sleep,
+        )
+        outcome: Outcome = executor.run()
+        if isinstance(outcome, Completed):
+            # An element none of whose steps has an undo stores nothing to undo. Otherwise
+            # every completed step's result is kept (the undoing steps' arguments are read
+            # from them).
+            stack = executor.state.undo_stack
+            undoing = self.undoing
+            steps: list[JSONValue] = [e.step for e in stack if e.step in undoing]
+            undo: JSONObject | None = (
+                {"steps": steps, "results": {e.step: encode(e.result) for e in stack}}
+                if steps
+                else None
+            )
+            return ElementOutcome(ElementStatus.SUCCEEDED, value=journal.result, undo=undo)
+        if isinstance(outcome, Paused):
+            waiting = ", ".join(p.step for p in outcome.interrupts) or "an interrupt"
+            error = ErrorInfo(
+                kind=ErrorKind.STEP,
+                message=f"interrupt {waiting} cannot pause inside a map element: a map element "
+                "runs to its end. Move the interrupt to the reactor that declares the map",
+                reactor=definition.name,
+                step=waiting,
+                retryable=False,
+            )
+            failures = executor.rollback(final_status=ExecutionStatus.FAILED, failure=error)
+            outcome = Failed(
+                execution_id=None, error=error.with_rollback_failures(failures), status="failed"
+            )
+        if isinstance(outcome, Halted):
+            return ElementOutcome(ElementStatus.HALTED, halt_reason=outcome.reason or "")
+        error_info = getattr(outcome, "error", None)
+        error_dict = (
+            error_info.to_dict()
+            if error_info is not None
+            else {"kind": ErrorKind.STEP, "message": f"the element ended {outcome.status}"}
+        )
+        return ElementOutcome(ElementStatus.FAILED, error=error_dict)
 
 
 def run_element(
@@ -102,73 +229,13 @@ def run_element(
     reconnect: Reconnect | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ElementOutcome:
-    """Run the element reactor on ``inputs``; a failed element has rolled itself back
-    (``reconnect``: how its steps' bodies recover a lost database connection)."""
-    t0 = time.perf_counter()
-    if definition.inputs_serializer is not None:
-        validated, errors = validate(definition.inputs_serializer, inputs)
-        if validated is None:
-            error = ErrorInfo(
-                kind=ErrorKind.CONTRACT,
-                message="the element's inputs do not satisfy "
-                f"{definition.reactor_class.__qualname__}.Inputs: {summarise_errors(errors)}",
-                reactor=definition.name,
-                field_errors=errors or {},
-                retryable=False,
-            )
-            return ElementOutcome(ElementStatus.FAILED, error=error.to_dict(), duration_ms=_ms(t0))
-        inputs = validated
-    journal = MemoryJournal(identity)
-    executor = Executor.in_memory(
-        definition,
-        journal,
-        inputs=inputs,
-        max_retry_delay=max_retry_delay,
-        reconnect=reconnect,
-        sleep=sleep,
+    """Run the element reactor on ``inputs`` once (:class:`ElementRunner` runs many); a
+    failed element has rolled itself back (``reconnect``: how its steps' bodies recover a lost
+    database connection)."""
+    runner = ElementRunner(
+        definition, max_retry_delay=max_retry_delay, reconnect=reconnect, sleep=sleep
     )
-    outcome: Outcome = executor.run()
-    if isinstance(outcome, Paused):
-        waiting = ", ".join(p.step for p in outcome.interrupts) or "an interrupt"
-        error = ErrorInfo(
-            kind=ErrorKind.STEP,
-            message=f"interrupt {waiting} cannot pause inside a map element: a map element "
-            "runs to its end. Move the interrupt to the reactor that declares the map",
-            reactor=definition.name,
-            step=waiting,
-            retryable=False,
-        )
-        failures = executor.rollback(final_status=ExecutionStatus.FAILED, failure=error)
-        outcome = Failed(
-            execution_id=None, error=error.with_rollback_failures(failures), status="failed"
-        )
-    if isinstance(outcome, Completed):
-        # An element none of whose steps has an undo stores nothing to undo. Otherwise every
-        # completed step's result is kept (the undoing steps' arguments are read from them).
-        stack = executor.state.undo_stack
-        by_name = definition.by_name
-        undoing: list[JSONValue] = [
-            e.step for e in stack if construct_for(by_name[e.step]).undoes(by_name[e.step])
-        ]
-        undo: JSONObject | None = (
-            {"steps": undoing, "results": {e.step: encode(e.result) for e in stack}}
-            if undoing
-            else None
-        )
-        return ElementOutcome(
-            ElementStatus.SUCCEEDED, value=journal.result, undo=undo, duration_ms=_ms(t0)
-        )
-    if isinstance(outcome, Halted):
-        return ElementOutcome(
-            ElementStatus.HALTED, halt_reason=outcome.reason or "", duration_ms=_ms(t0)
-        )
-    error_info = getattr(outcome, "error", None)
-    error_dict = (
-        error_info.to_dict()
-        if error_info is not None
-        else {"kind": ErrorKind.STEP, "message": f"the element ended {outcome.status}"}
-    )
-    return ElementOutcome(ElementStatus.FAILED, error=error_dict, duration_ms=_ms(t0))
+    return runner.run(inputs, identity=identity)
 
 
 def rollback_element(
@@ -193,7 +260,3 @@ def rollback_element(
         if step in definition.by_name
     )
     return executor.rollback(final_status=ExecutionStatus.CANCELLED)
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000

@@ -31,12 +31,11 @@ from ..engine.constructs.map import (
     MapSpec,
     MapStopped,
 )
-from ..engine.context import Reconnect
 from ..engine.elements import (
     ElementOutcome,
+    ElementRunner,
     element_id,
     rollback_element,
-    run_element,
     running_element,
 )
 from ..engine.outcomes import ErrorInfo, ErrorKind, RollbackFailure, qualified_class_name
@@ -544,10 +543,18 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
                 writes = _run_chunk(map_id, spec, shared, claimed, items, allowed, stopped)
             else:
                 writes = _undo_chunk(map_id, spec, shared, claimed, items)
-            chunk = claim.chunk
+            chunk, retaken = claim.chunk, claim.retaken
             try:
                 failed, (claim, stopped) = _settle(
-                    map_id, chunk, writes, forward, tolerated, token, not out_of_time, failed
+                    map_id,
+                    chunk,
+                    writes,
+                    forward,
+                    tolerated,
+                    token,
+                    not out_of_time,
+                    failed,
+                    retaken,
                 )
             except store.CONNECTION_ERRORS:
                 # The elements ran: store their outcomes on a new connection (a settle that did
@@ -556,7 +563,16 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
                 store.refresh_connections()
                 store.reconnecting(
                     functools.partial(
-                        _settle, map_id, chunk, writes, forward, tolerated, token, False, failed
+                        _settle,
+                        map_id,
+                        chunk,
+                        writes,
+                        forward,
+                        tolerated,
+                        token,
+                        False,
+                        failed,
+                        retaken,
                     ),
                     what=f"settling elements of map {map_id}",
                 )
@@ -590,12 +606,19 @@ def _settle(
     token: str,
     claim_next: bool,
     failed: int,
+    retaken: bool,
 ) -> tuple[int, tuple[store.maps.ChunkClaim | None, bool]]:
     """Store a chunk's outcomes (and claim the next chunk in the same transaction): the
-    map's failures so far, and the next chunk."""
+    map's failures so far, and the next chunk (``retaken``: the chunk was claimed before)."""
     if forward:
         settled, following = store.maps.settle(
-            map_id, chunk, writes, tolerated=tolerated, token=token, claim_next=claim_next
+            map_id,
+            chunk,
+            writes,
+            tolerated=tolerated,
+            token=token,
+            claim_next=claim_next,
+            retaken=retaken,
         )
         return settled.failed, following
     _, following = store.maps.settle_rollback(
@@ -635,8 +658,13 @@ def _run_chunk(
     writes: list[store.maps.SlotWrite] = []
     failures = 0
     checked = time.monotonic()
-    max_delay = reactor_settings.MAX_INLINE_RETRY_DELAY
-    recovers = reconnect()  # read once per chunk, as the retry cap: elements are many
+    # Built once per chunk (the retry cap and reconnect read once): elements are many.
+    runner = ElementRunner(
+        spec.element_definition,
+        map_id,
+        max_retry_delay=reactor_settings.MAX_INLINE_RETRY_DELAY,
+        reconnect=reconnect(),
+    )
     for slot in claimed:
         now = time.monotonic()
         if not stop and now - checked > STOP_CHECK_INTERVAL:
@@ -657,9 +685,7 @@ def _run_chunk(
         if stop:
             writes.append(store.maps.SlotWrite(slot.index, ElementStatus.NOT_STARTED))
             continue
-        identity = element_id(map_id, slot.index)
-        with running_element(map_id, slot.index):
-            outcome = _run_one(spec, shared, items[slot.index], max_delay, recovers, identity)
+        outcome = _run_one(spec, shared, items[slot.index], runner, slot.index)
         writes.append(
             store.maps.SlotWrite(
                 slot.index,
@@ -681,12 +707,7 @@ def _run_chunk(
 
 
 def _run_one(
-    spec: MapSpec,
-    shared: Mapping[str, object],
-    item: object,
-    max_delay: float,
-    recovers: Reconnect | None,
-    identity: uuid.UUID,
+    spec: MapSpec, shared: Mapping[str, object], item: object, runner: ElementRunner, index: int
 ) -> ElementOutcome:
     if isinstance(item, _Missing):
         return _failed(
@@ -696,13 +717,7 @@ def _run_one(
         inputs = spec.element_inputs(shared, item)
     except ArgumentResolutionError as exc:
         return _failed(f"the element's arguments could not be resolved: {exc}", ErrorKind.ARGUMENT)
-    return run_element(
-        spec.element_definition,
-        inputs,
-        identity=identity,
-        max_retry_delay=max_delay,
-        reconnect=recovers,
-    )
+    return runner.run_at(index, inputs)
 
 
 def _failed(message: str, kind: str) -> ElementOutcome:

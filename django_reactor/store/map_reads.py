@@ -40,6 +40,11 @@ class ChunkClaim:
     chunk: int
     slots: list[Claimed] = field(default_factory=list)
 
+    @property
+    def retaken(self) -> bool:
+        """Whether the chunk was claimed before this claim (a process died holding it)."""
+        return any(slot.attempts for slot in self.slots)
+
 
 @dataclass(slots=True)
 class SlotWrite:

@@ -99,11 +99,14 @@ def settle_forward(
     first_failure: int | None,
     now: dt.datetime,
     claim_next: bool,
+    retaken: bool,
 ) -> tuple[Settled | None, ChunkClaim | None]:
     """``sql.SETTLE_FORWARD``, prepared: the map's progress (None: the chunk was taken over,
     nothing written) and the next chunk claimed (None: none, or not asked). ``counters``
-    (settled, succeeded, failed, halted, not_started) go to the task's tally."""
+    (settled, succeeded, failed, halted, not_started) go to the task's tally; ``retaken``: the
+    chunk was claimed before this claim (its slots may exist)."""
     statement = sql.SETTLE_FORWARD.format(
+        again=sql.SETTLE_AGAIN if retaken else "",
         claim=sql.SETTLE_FORWARD_CLAIM if claim_next else "",
         next_chunk="claimed.id, claimed.first, claimed.items::text, claimed.attempts"
         if claim_next

@@ -214,8 +214,13 @@ def settle(
     tolerated: int | None,
     token: str,
     claim_next: bool = False,
+    retaken: bool = True,
 ) -> tuple[Progress, tuple[ChunkClaim | None, bool]]:
     """Store a chunk's outcomes; stop the map past its failure policy; fan in when all settled.
+
+    ``retaken``: the chunk was claimed before the writer's claim (its holder died), so some of
+    its slots may be written; False (the chunk's first claim, :attr:`ChunkClaim.retaken`) lets
+    PostgreSQL insert them plainly.
 
     Only a chunk the writer still holds is written: a chunk another task took over (its lease
     lapsed) is settled by that task, never twice. With ``claim_next``, the task's next chunk
@@ -237,7 +242,7 @@ def settle(
     # The first failure stored (the lowest index of its chunk) names the map's error.
     first_failure = failed[0] if failed else None
     row, following = dialect().settle_forward(
-        map_id, chunk, writes, token, counters, first_failure, now, claim_next
+        map_id, chunk, writes, token, counters, first_failure, now, claim_next, retaken
     )
     if row is None:  # the chunk was taken over: this task wrote nothing
         current = MapRun.objects.using(using()).values("failed", "stop_reason").get(pk=map_id)

@@ -246,9 +246,11 @@ run AS (
 #: in the same statement. The progress it returns is the map's counters, the other tallies (as
 #: of the statement's snapshot) and this one's.
 #: A chunk on its first claim has no slot (only the settle that holds a chunk writes its slots,
-#: or the stop of a chunk nobody will claim again), so its slots are inserted plainly: no
-#: speculative insertion, one WAL record fewer per element; a chunk claimed again (its holder
-#: died) overwrites any slot it finds. One row: the map's progress (NULLs
+#: or the stop of a chunk nobody will claim again), so its slots are inserted plainly (``{again}``
+#: empty): no speculative insertion, one WAL record fewer per element, and one insert, so that
+#: ``slots`` is not materialised; a chunk claimed again (its holder died) overwrites any slot
+#: it finds (``{again}``: ``SETTLE_AGAIN``). A plain insert that met a slot would fail on the
+#: unique index, never skip it. One row: the map's progress (NULLs
 #: when the claim was lost: nothing is written then) and the next chunk ``(id, first, items,
 #: attempts)`` (NULLs when none was claimed). Atomic on its own: sent in autocommit.
 SETTLE_FORWARD = f"""
@@ -270,17 +272,9 @@ slots AS (
     JOIN v ON v.i = ch.first + e.n::int - 1
 ),
 sl AS (
-    INSERT INTO {MAP_RESULT} (map_run_id, index, status, item, attempts, value, error, undo,
-        finished_at)
-    SELECT * FROM slots WHERE attempts = 1
-),
-again AS (
     INSERT INTO {MAP_RESULT} AS r (map_run_id, index, status, item, attempts, value, error,
         undo, finished_at)
-    SELECT * FROM slots WHERE attempts > 1
-    ON CONFLICT (map_run_id, index) DO UPDATE SET status = EXCLUDED.status,
-        attempts = EXCLUDED.attempts, value = EXCLUDED.value, error = EXCLUDED.error,
-        undo = EXCLUDED.undo, finished_at = EXCLUDED.finished_at
+    SELECT * FROM slots{{again}}
 ),
 tally AS (
     INSERT INTO {MAP_TALLY} AS t (map_run_id, token, settled, succeeded, failed, halted,
@@ -311,6 +305,12 @@ SELECT run.settled, run.size, run.failed, run.halted, run.stop_reason, run.colle
     run.status, run.rollback_settled, run.rollback_total, {{next_chunk}}
 FROM (SELECT 1) AS one LEFT JOIN run ON true {{join_next}}
 """
+
+#: How ``SETTLE_FORWARD`` inserts the slots of a chunk claimed before: over any it finds.
+SETTLE_AGAIN = """
+    ON CONFLICT (map_run_id, index) DO UPDATE SET status = EXCLUDED.status,
+        attempts = EXCLUDED.attempts, value = EXCLUDED.value, error = EXCLUDED.error,
+        undo = EXCLUDED.undo, finished_at = EXCLUDED.finished_at"""
 
 #: What ``SETTLE_FORWARD`` adds to claim the next chunk (another than the one it settles).
 SETTLE_FORWARD_CLAIM = ",\n" + _PICK_CHUNK.format(

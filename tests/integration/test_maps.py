@@ -784,3 +784,40 @@ def test_an_element_whose_row_is_gone_is_reported_with_its_index_not_skipped() -
         ("undo", "charge-3"),
         ("undo", "charge-1"),
     ]
+
+
+def test_a_chunk_taken_over_is_claimed_as_retaken_and_its_settle_overwrites_its_slots() -> None:
+    import datetime as dt
+
+    from django.db import IntegrityError, connection, transaction
+
+    from django_reactor import store
+    from django_reactor.models import MapChunk
+    from django_reactor.testing import run_reactor
+
+    result = run_reactor(FannedBasket, {"order_id": 1, "items": [1, 2]}, background="none")
+    map_id = MapRun.objects.get(execution_id=result.execution_id).pk
+    first, _ = store.maps.claim(map_id, forward=True, token="first")
+    assert first is not None
+    assert not first.retaken
+    # Its holder died: the lease lapses and another task takes the chunk over.
+    MapChunk.objects.filter(pk=first.chunk).update(
+        lease_until=dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    )
+    again, _ = store.maps.claim(map_id, forward=True, token="again")
+    assert again is not None
+    assert again.chunk == first.chunk
+    assert again.retaken
+    index = again.slots[0].index
+    MapResult.objects.create(map_run_id=map_id, index=index, status="pending", attempts=1)
+    writes = [store.maps.SlotWrite(s.index, "succeeded", value=s.item) for s in again.slots]
+    if connection.vendor == "postgresql":
+        # Told it is a first claim, the settle inserts plainly: a slot there fails it.
+        with pytest.raises(IntegrityError), transaction.atomic():
+            store.maps.settle(
+                map_id, again.chunk, writes, tolerated=None, token="again", retaken=False
+            )
+    store.maps.settle(map_id, again.chunk, writes, tolerated=None, token="again", retaken=True)
+    slot = MapResult.objects.get(map_run_id=map_id, index=index)
+    assert (slot.status, slot.attempts) == ("succeeded", 2)
+    assert MapResult.objects.filter(map_run_id=map_id).count() == len(again.slots)

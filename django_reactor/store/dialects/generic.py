@@ -285,9 +285,11 @@ class Dialect:
         first_failure: int | None,
         now: dt.datetime,
         claim_next: bool,
+        retaken: bool,
     ) -> tuple[Settled | None, ChunkClaim | None]:
         """Settle a chunk ``token`` holds (``maps.settle``): the map's progress (None: the
-        chunk was taken over, nothing written) and, with ``claim_next``, the next chunk."""
+        chunk was taken over, nothing written) and, with ``claim_next``, the next chunk
+        (``retaken`` is not needed: the ORM's settle looks for slots either way)."""
         with transaction.atomic(using=using()):
             row = map_orm.settle_chunk(
                 map_id, chunk, writes, token, Chunk.RUNNING, Chunk.SETTLED, counters,

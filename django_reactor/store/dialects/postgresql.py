@@ -224,10 +224,11 @@ class PostgreSQL(Dialect):
         first_failure: int | None,
         now: dt.datetime,
         claim_next: bool,
+        retaken: bool,
     ) -> tuple[Settled | None, ChunkClaim | None]:
         """The settle's one round trip and its own commit (with the next claim)."""
         return map_sql.settle_forward(
-            map_id, chunk, writes, token, counters, first_failure, now, claim_next
+            map_id, chunk, writes, token, counters, first_failure, now, claim_next, retaken
         )
 
     def settle_undo(
