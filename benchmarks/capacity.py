@@ -77,39 +77,15 @@ os.environ["REACTOR_BENCH_REDIS_DB"] = str(REDIS_DB)
 os.environ["REACTOR_BENCH_QUEUE"] = QUEUE
 
 from benchmarks import background_throughput as bench
-from benchmarks.common import PG_SERVER, ensure_database
+from benchmarks.common import PG_SERVER, backend_cpu, ensure_database, process_cpu
 from benchmarks.pgstats import Delta, Probe
 from benchmarks.workers import BenchmarkError, Worker
 
 REACTORS = {1: "Chain1", 10: "Chain10"}  # steps -> reactor of benchmarks.bg_reactors
 POLL = 0.02  # s between two completion polls
-TICK = float(os.sysconf("SC_CLK_TCK"))
 
 
 # ---------------------------------------------------------------------------- CPU
-
-
-def backend_cpu(pid: int) -> float | None:
-    """CPU seconds PostgreSQL backend ``pid`` ran so far (None once it is gone).
-
-    ``/proc/<pid>/schedstat`` (nanoseconds on the CPU) when the kernel has it: ``stat``'s
-    user + system time counts in clock ticks (10 ms), coarse for a backend's share of a
-    200-run burst. A backend is one thread, which is all ``schedstat`` counts.
-    """
-    try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
-    except (OSError, IndexError, ValueError):
-        pass
-    return process_cpu(pid)
-
-
-def process_cpu(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid``, every thread of it, ended ones included."""
-    try:
-        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(rest[11]) + int(rest[12])) / TICK
 
 
 def group_cpu(pgid: int) -> float:

@@ -45,3 +45,30 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * q // 1))  # ceil(n * q)
     return ordered[int(rank) - 1]
+
+
+#: Clock ticks a second, the unit of ``/proc/<pid>/stat``'s CPU times.
+TICK = float(os.sysconf("SC_CLK_TCK"))
+
+
+def backend_cpu(pid: int) -> float | None:
+    """CPU seconds PostgreSQL backend ``pid`` ran so far (None once it is gone).
+
+    ``/proc/<pid>/schedstat`` (nanoseconds on the CPU) when the kernel has it: ``stat``'s
+    user + system time counts in clock ticks (10 ms), coarse for a backend's share of a
+    200-run burst. A backend is one thread, which is all ``schedstat`` counts.
+    """
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    return process_cpu(pid)
+
+
+def process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid``, every thread of it, ended ones included."""
+    try:
+        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(rest[11]) + int(rest[12])) / TICK

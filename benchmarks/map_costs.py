@@ -42,7 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.common import PG_SERVER, ensure_database
+from benchmarks.common import PG_SERVER, backend_cpu, ensure_database
 
 DATABASE = os.environ.get("BENCH_MAPCOSTS_DB", "reactor_bench_mapcosts")
 os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.bg_settings"
@@ -170,12 +170,6 @@ def contention(elements: int, rounds: int) -> None:
         print(f"chunks/s, two processes: one map {rates[0]:.0f}, a map each {rates[1]:.0f}")
 
 
-def _backend_cpu(pid: int) -> float:
-    """CPU seconds (user and system) the server process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def server_cpu(elements: int, rounds: int) -> None:
     """The server's CPU per chunk: the backend's own CPU time while this process claims and
     settles every chunk of a map (no element run), against the durable chunks chord's
@@ -201,7 +195,7 @@ def server_cpu(elements: int, rounds: int) -> None:
             cursor.execute("SELECT pg_backend_pid()")
             pid = cursor.fetchone()[0]
         token, settles = uuid.uuid4().hex, 0
-        before = _backend_cpu(pid)
+        before = backend_cpu(pid) or 0.0
         claim, _ = store_maps.claim(map_id, forward=True, token=token)
         while claim is not None:
             writes = [store_maps.SlotWrite(s.index, "succeeded", value=s.item) for s in claim.slots]
@@ -215,14 +209,14 @@ def server_cpu(elements: int, rounds: int) -> None:
                 retaken=claim.retaken,
             )
             settles += 1
-        per_map.append((_backend_cpu(pid) - before) / settles)
+        per_map.append(((backend_cpu(pid) or 0.0) - before) / settles)
         chunks_anchor.empty_table()
         anchor_pid = chunks_anchor.connection().info.backend_pid
         batch = uuid.uuid4().hex
-        before = _backend_cpu(anchor_pid)
+        before = backend_cpu(anchor_pid) or 0.0
         for start in range(0, settles * chunks_anchor.CHUNK, chunks_anchor.CHUNK):
             chunks_anchor.store_chunk(batch, start, start + chunks_anchor.CHUNK)
-        per_anchor.append((_backend_cpu(anchor_pid) - before) / settles)
+        per_anchor.append(((backend_cpu(anchor_pid) or 0.0) - before) / settles)
     print(
         f"server CPU per chunk of {DEFAULT[1]} (claim and settle; medians of {rounds}): map "
         f"{statistics.median(per_map) * 1000:.3f} ms, anchor "

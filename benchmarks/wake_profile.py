@@ -17,7 +17,6 @@ the CPU of the PostgreSQL backend serving it (from ``/proc``), and statements se
 from __future__ import annotations
 
 import argparse
-import collections
 import datetime as dt
 import os
 import statistics
@@ -31,21 +30,25 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import sleeping_runs  # sets the settings module and the database
+from benchmarks.common import backend_cpu
+from benchmarks.driver_counts import Counters
 
 SCRATCH_QUEUE = f"{sleeping_runs.QUEUE}_profile"
 os.environ["REACTOR_BENCH_QUEUE"] = SCRATCH_QUEUE  # nothing consumes it
-MESSAGE = 50  # runs a resume_many message carries (celery.router.BATCH)
+COUNTERS = Counters()
 
 
-def backend_cpu(pid: int) -> float:
-    """CPU seconds the PostgreSQL backend ``pid`` used so far."""
-    return sleeping_runs.cpu_seconds([pid])
+def cpu_of_backend() -> float:
+    """CPU seconds the PostgreSQL backend serving this process used so far."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    return backend_cpu(connection.connection.info.backend_pid) or 0.0
 
 
 def woken_runs(count: int, sweeps: list[dict[str, float]]) -> list[Any]:
     """``count`` runs asleep, then due and woken by the sweep (their sleeps ended); what the
     sweep cost a run goes to ``sweeps``."""
-    from django.db import connection
     from django.utils import timezone
 
     from benchmarks.bg_reactors import NapsUntil
@@ -55,17 +58,14 @@ def woken_runs(count: int, sweeps: list[dict[str, float]]) -> list[Any]:
     wake = timezone.now() + dt.timedelta(hours=1)
     ids = [NapsUntil.run({"at": wake.isoformat()}).execution_id for _ in range(count)]
     time_in_tests.shift_due_times(dt.timedelta(hours=1, seconds=1))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
-    cpu, backend, wall = time.process_time(), backend_cpu(pid), time.perf_counter()
+    cpu, backend, wall = time.process_time(), cpu_of_backend(), time.perf_counter()
     while services.sweep().woken:
         pass
     sweeps.append(
         {
             "sweep wall": (time.perf_counter() - wall) / count * 1000,
             "sweep cpu": (time.process_time() - cpu) / count * 1000,
-            "sweep backend": (backend_cpu(pid) - backend) / count * 1000,
+            "sweep backend": (cpu_of_backend() - backend) / count * 1000,
         }
     )
     return ids
@@ -74,44 +74,28 @@ def woken_runs(count: int, sweeps: list[dict[str, float]]) -> list[Any]:
 def resume_all(ids: list[Any], *, ahead: bool) -> dict[str, float]:
     """Resume ``ids`` 50 a message; per run: wall ms, process CPU ms, backend CPU ms,
     statements."""
-    from django.db import connection
-
     from django_reactor import services, store
+    from django_reactor.celery.router import BATCH
 
     original = store.claim_ahead
     if not ahead:
         store.claim_ahead = lambda execution_ids, owner: {}  # type: ignore[assignment]
-    statements = collections.Counter[str]()
-    import psycopg
-
-    execute = psycopg.Cursor.execute
-
-    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        statements["all"] += 1
-        return execute(self, query, *args, **kwargs)
-
-    psycopg.Cursor.execute = counted  # type: ignore[method-assign]
     try:
-        connection.ensure_connection()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            pid = cursor.fetchone()[0]
-        statements.clear()
-        cpu, backend, wall = time.process_time(), backend_cpu(pid), time.perf_counter()
-        for start in range(0, len(ids), MESSAGE):
-            services.resume_many(ids[start : start + MESSAGE])
-        wall = time.perf_counter() - wall
-        cpu = time.process_time() - cpu
-        backend = backend_cpu(pid) - backend
+        with COUNTERS.counting():
+            cpu, backend, wall = time.process_time(), cpu_of_backend(), time.perf_counter()
+            for start in range(0, len(ids), BATCH):
+                services.resume_many(ids[start : start + BATCH])
+            wall = time.perf_counter() - wall
+            cpu = time.process_time() - cpu
+            backend = cpu_of_backend() - backend
     finally:
         store.claim_ahead = original  # type: ignore[assignment]
-        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
     n = len(ids)
     return {
         "wall": wall / n * 1000,
         "cpu": cpu / n * 1000,
         "backend": backend / n * 1000,
-        "statements": statements["all"] / n,
+        "statements": sum(COUNTERS.statements.values()) / n,
     }
 
 
@@ -122,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sleeping_runs.ensure_database(sleeping_runs.DATABASE)
     sleeping_runs.setup_django()
+    COUNTERS.install()
     from django.db import connection
 
     from django_reactor.models import Execution

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from hashlib import sha1
 from typing import Any
 from uuid import UUID, uuid5
 
@@ -106,11 +105,10 @@ class ElementRunner:
     """Runs elements of one map with its element reactor, one after another.
 
     What is the same for every element is worked out once, not per element: the steps whose
-    results an undo needs, the identities' namespace, the executor's retry cap and reconnect.
+    results an undo needs, the executor's retry cap and reconnect.
     """
 
     __slots__ = (
-        "_namespace",
         "definition",
         "map_id",
         "max_retry_delay",
@@ -138,22 +136,13 @@ class ElementRunner:
         self.undoing = frozenset(
             name for name, spec in by_name.items() if construct_for(spec).undoes(spec)
         )
-        # uuid5's hash of the namespace, computed once (element_id gives the same UUIDs).
-        self._namespace = sha1(map_id.bytes, usedforsecurity=False) if map_id is not None else None
-
-    def identity(self, index: int) -> UUID:
-        """:func:`element_id` of element ``index`` of this runner's map."""
-        assert self._namespace is not None, "a runner without a map has no element identities"
-        digest = self._namespace.copy()
-        digest.update(str(index).encode())
-        return UUID(bytes=digest.digest()[:16], version=5)
 
     def run_at(self, index: int, inputs: Mapping[str, object]) -> ElementOutcome:
         """Run element ``index`` of this runner's map: its identity, and it is
         :func:`current_element` while it runs."""
         assert self.map_id is not None, "a runner without a map has no element indexes"
         with running_element(self.map_id, index):
-            return self.run(inputs, identity=self.identity(index))
+            return self.run(inputs, identity=element_id(self.map_id, index))
 
     def run(self, inputs: Mapping[str, object], *, identity: UUID | None = None) -> ElementOutcome:
         """Run the element reactor on ``inputs``; a failed element has rolled itself back."""

@@ -543,37 +543,25 @@ def _work(map_id: uuid.UUID, spec: MapSpec, *, forward: bool, budget: float | No
                 writes = _run_chunk(map_id, spec, shared, claimed, items, allowed, stopped)
             else:
                 writes = _undo_chunk(map_id, spec, shared, claimed, items)
-            chunk, retaken = claim.chunk, claim.retaken
+            settle = functools.partial(
+                _settle,
+                map_id,
+                claim.chunk,
+                writes,
+                forward,
+                tolerated,
+                token,
+                retaken=claim.retaken,
+            )
             try:
-                failed, (claim, stopped) = _settle(
-                    map_id,
-                    chunk,
-                    writes,
-                    forward,
-                    tolerated,
-                    token,
-                    not out_of_time,
-                    failed,
-                    retaken,
-                )
+                failed, (claim, stopped) = settle(not out_of_time, failed)
             except store.CONNECTION_ERRORS:
                 # The elements ran: store their outcomes on a new connection (a settle that did
                 # commit writes nothing the second time, since it only writes a chunk this
                 # task still holds), then let a fresh task claim what is left.
                 store.refresh_connections()
                 store.reconnecting(
-                    functools.partial(
-                        _settle,
-                        map_id,
-                        chunk,
-                        writes,
-                        forward,
-                        tolerated,
-                        token,
-                        False,
-                        failed,
-                        retaken,
-                    ),
+                    functools.partial(settle, False, failed),
                     what=f"settling elements of map {map_id}",
                 )
                 store.maps.give_back(map_id, token, forward=forward)  # a next chunk it claimed
@@ -606,6 +594,7 @@ def _settle(
     token: str,
     claim_next: bool,
     failed: int,
+    *,
     retaken: bool,
 ) -> tuple[int, tuple[store.maps.ChunkClaim | None, bool]]:
     """Store a chunk's outcomes (and claim the next chunk in the same transaction): the
